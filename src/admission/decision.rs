@@ -1,0 +1,190 @@
+//! Every way a sale request can end, and the one place each maps to what the buyer sees.
+
+use http::StatusCode;
+use std::time::Duration;
+
+/// Why a request was malformed. The text is safe to show to buyers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BadRequest {
+    QuantityNotInteger,
+    QuantityTooSmall,
+    QuantityTooLarge,
+    QuantityRepeated,
+}
+
+impl BadRequest {
+    fn message(self) -> &'static str {
+        match self {
+            BadRequest::QuantityNotInteger => "quantity must be a whole number",
+            BadRequest::QuantityTooSmall => "quantity must be at least 1",
+            BadRequest::QuantityTooLarge => "quantity exceeds the most one request may buy",
+            BadRequest::QuantityRepeated => "quantity must be given once",
+        }
+    }
+}
+
+/// The outcome of admission for one sale request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    /// Stock was reserved; the request goes upstream.
+    Admitted,
+    Unauthenticated,
+    BadRequest(BadRequest),
+    UnknownActivity,
+    NotStarted,
+    Ended,
+    RateLimited {
+        retry_after: Duration,
+    },
+    SoldOut,
+    LimitExceeded,
+    /// The stock store or the upstream failed; nothing is held for the buyer.
+    Unavailable,
+}
+
+/// What the gateway answers for a decision it makes itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reply {
+    pub status: StatusCode,
+    pub code: &'static str,
+    pub message: &'static str,
+    /// Seconds for the `Retry-After` header, where one is sent.
+    pub retry_after_secs: Option<u64>,
+}
+
+/// Seconds a buyer is asked to wait after `unavailable`.
+pub const UNAVAILABLE_RETRY_AFTER_SECS: u64 = 1;
+
+impl Decision {
+    /// The buyer-facing answer: status, contract code, message, Retry-After. The only mapping.
+    pub fn reply(&self) -> Reply {
+        let (status, code, message, retry_after_secs) = match *self {
+            Decision::Admitted => (StatusCode::OK, "admitted", "reserved", None),
+            Decision::Unauthenticated => (
+                StatusCode::UNAUTHORIZED,
+                "unauthenticated",
+                "sign in to take part in the sale",
+                None,
+            ),
+            Decision::BadRequest(why) => {
+                (StatusCode::BAD_REQUEST, "bad_request", why.message(), None)
+            }
+            Decision::UnknownActivity => (
+                StatusCode::NOT_FOUND,
+                "unknown_activity",
+                "no such sale",
+                None,
+            ),
+            Decision::NotStarted => (
+                StatusCode::FORBIDDEN,
+                "not_started",
+                "the sale has not started yet",
+                None,
+            ),
+            Decision::Ended => (StatusCode::GONE, "ended", "the sale has ended", None),
+            Decision::RateLimited { retry_after } => (
+                StatusCode::TOO_MANY_REQUESTS,
+                "rate_limited",
+                "too many attempts, slow down",
+                Some(ceil_secs(retry_after)),
+            ),
+            Decision::SoldOut => (StatusCode::GONE, "sold_out", "sold out", None),
+            Decision::LimitExceeded => (
+                StatusCode::CONFLICT,
+                "limit_exceeded",
+                "this would take you over the per-buyer limit",
+                None,
+            ),
+            Decision::Unavailable => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "unavailable",
+                "the sale is busy, please retry shortly",
+                Some(UNAVAILABLE_RETRY_AFTER_SECS),
+            ),
+        };
+        Reply {
+            status,
+            code,
+            message,
+            retry_after_secs,
+        }
+    }
+
+    /// The contract code, also the `decision` metric label.
+    pub fn code(&self) -> &'static str {
+        self.reply().code
+    }
+}
+
+/// Retry-After is whole seconds; round up so a buyer who obeys it is not refused again.
+fn ceil_secs(d: Duration) -> u64 {
+    let secs = d.as_secs() + u64::from(d.subsec_nanos() > 0);
+    secs.max(1)
+}
+
+impl Reply {
+    /// The JSON body `{"code": ..., "message": ...}`.
+    pub fn body(&self) -> Vec<u8> {
+        serde_json::to_vec(&serde_json::json!({ "code": self.code, "message": self.message }))
+            .expect("serializing two strings cannot fail")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn contract_table() {
+        let cases = [
+            (Decision::Unauthenticated, 401, "unauthenticated"),
+            (
+                Decision::BadRequest(BadRequest::QuantityTooLarge),
+                400,
+                "bad_request",
+            ),
+            (Decision::UnknownActivity, 404, "unknown_activity"),
+            (Decision::NotStarted, 403, "not_started"),
+            (Decision::Ended, 410, "ended"),
+            (
+                Decision::RateLimited {
+                    retry_after: Duration::from_millis(1),
+                },
+                429,
+                "rate_limited",
+            ),
+            (Decision::SoldOut, 410, "sold_out"),
+            (Decision::LimitExceeded, 409, "limit_exceeded"),
+            (Decision::Unavailable, 503, "unavailable"),
+        ];
+        for (decision, status, code) in cases {
+            let reply = decision.reply();
+            assert_eq!(reply.status.as_u16(), status, "{decision:?}");
+            assert_eq!(reply.code, code);
+        }
+    }
+
+    #[test]
+    fn retry_after_rounds_up_and_is_never_zero() {
+        let r = |ms| {
+            Decision::RateLimited {
+                retry_after: Duration::from_millis(ms),
+            }
+            .reply()
+            .retry_after_secs
+        };
+        assert_eq!(r(1), Some(1));
+        assert_eq!(r(1000), Some(1));
+        assert_eq!(r(1001), Some(2));
+        assert_eq!(Decision::Unavailable.reply().retry_after_secs, Some(1));
+        assert_eq!(Decision::SoldOut.reply().retry_after_secs, None);
+    }
+
+    #[test]
+    fn body_is_the_contract_json() {
+        let body = Decision::SoldOut.reply().body();
+        let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(v["code"], "sold_out");
+        assert!(v["message"].is_string());
+    }
+}

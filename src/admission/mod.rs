@@ -1,0 +1,365 @@
+//! Admission: decides, per sale request, whether the buyer may take stock. Each step is cheaper
+//! than the next and the first that refuses answers:
+//!
+//! 1. identify the buyer, the activity and the quantity (no I/O);
+//! 2. gate on configuration alone: unknown activity, not started, ended (no I/O);
+//! 3. the buyer's token bucket (memory);
+//! 4. the local sold-out cache (memory);
+//! 5. one reserve script in Redis (the only round trip).
+
+pub mod decision;
+pub mod rate_limit;
+pub mod route;
+pub mod sold_out;
+
+pub use decision::{BadRequest, Decision, Reply};
+
+use crate::config::{Activity, SaleWindow, Settings};
+use crate::metrics::Metrics;
+use crate::reservation::Reservation;
+use crate::stock::{ReleaseOutcome, ReserveOutcome, ReserveRequest, StockStore, StoreError};
+use chrono::Utc;
+use http::HeaderMap;
+use pingora::http::RequestHeader;
+use rate_limit::UserRateLimiter;
+use route::SaleRoute;
+use sold_out::SoldOutCache;
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Longest user id accepted from the identity header.
+pub const MAX_USER_ID_LEN: usize = 128;
+
+/// What admission learned about a sale request, kept for the response and the decision log.
+#[derive(Debug, Default, Clone)]
+pub struct SaleFacts {
+    pub activity: Option<Arc<Activity>>,
+    pub user: Option<String>,
+    pub qty: Option<u32>,
+    /// Units left in the stock version after this request's script call, where one was made.
+    pub stock_after: Option<u64>,
+}
+
+pub struct Admission {
+    settings: Arc<Settings>,
+    limiter: UserRateLimiter,
+    sold_out: SoldOutCache,
+    store: Arc<StockStore>,
+    metrics: Arc<Metrics>,
+}
+
+impl Admission {
+    pub fn new(settings: Arc<Settings>, store: Arc<StockStore>, metrics: Arc<Metrics>) -> Self {
+        Admission {
+            limiter: UserRateLimiter::new(settings.rate_limits.per_user),
+            sold_out: SoldOutCache::new(settings.sold_out_cache.ttl),
+            settings,
+            store,
+            metrics,
+        }
+    }
+
+    /// The sale route a request is on, with the raw activity segment; `None` passes through.
+    pub fn sale_route<'p>(&self, req: &'p RequestHeader) -> Option<(&SaleRoute, &'p str)> {
+        let path = req.uri.path();
+        self.settings
+            .sale_routes
+            .iter()
+            .find_map(|r| r.match_request(&req.method, path).map(|act| (r, act)))
+    }
+
+    /// Runs the whole admission for a request on `route`. On success the stock is reserved in
+    /// Redis and the caller must either forward the reservation or [`Admission::release`] it.
+    pub async fn admit(
+        &self,
+        req: &RequestHeader,
+        route: &SaleRoute,
+        raw_activity: &str,
+        facts: &mut SaleFacts,
+    ) -> Result<Reservation, Decision> {
+        let user = identify(&req.headers, &self.settings.identity.header)
+            .ok_or(Decision::Unauthenticated)?;
+        facts.user = Some(user.to_owned());
+        let activity = self
+            .settings
+            .activities
+            .get(raw_activity)
+            .ok_or(Decision::UnknownActivity)?
+            .clone();
+        facts.activity = Some(activity.clone());
+        let qty = quantity(
+            req.uri.query(),
+            route.quantity_query(),
+            activity.max_per_request,
+        )
+        .map_err(Decision::BadRequest)?;
+        facts.qty = Some(qty);
+        match activity.window_at(Utc::now()) {
+            SaleWindow::NotStarted => return Err(Decision::NotStarted),
+            SaleWindow::Ended => return Err(Decision::Ended),
+            SaleWindow::Open => {}
+        }
+        self.limiter
+            .check(user)
+            .map_err(|retry_after| Decision::RateLimited { retry_after })?;
+        if self.sold_out.is_sold_out(&activity.id, activity.version) {
+            return Err(Decision::SoldOut);
+        }
+        self.reserve(&activity, user, qty, facts).await
+    }
+
+    async fn reserve(
+        &self,
+        activity: &Arc<Activity>,
+        user: &str,
+        qty: u32,
+        facts: &mut SaleFacts,
+    ) -> Result<Reservation, Decision> {
+        let id = Reservation::new_id();
+        let request = ReserveRequest {
+            activity,
+            user,
+            qty,
+            reservation_id: &id,
+        };
+        let mut outcome = self.store.reserve(request).await;
+        if let Ok(ReserveOutcome::NoStockKey) = outcome {
+            // Not prewarmed yet (or Redis lost it): create it (SET NX, never a reset) and retry once.
+            if self.store.prewarm(activity).await.is_ok() {
+                self.sold_out.clear(&activity.id, activity.version);
+                outcome = self.store.reserve(request).await;
+            }
+        }
+        let outcome = match outcome {
+            Ok(outcome) => outcome,
+            Err(e) => {
+                if let StoreError::Timeout(_) = e {
+                    self.abandon_in_background(activity.clone(), id);
+                }
+                tracing::warn!(activity = %activity.id, error = %e, "reserve failed");
+                return Err(Decision::Unavailable);
+            }
+        };
+        match outcome {
+            ReserveOutcome::Reserved { remaining } => {
+                self.learn_remaining(activity, remaining);
+                facts.stock_after = Some(remaining);
+                Ok(Reservation {
+                    id,
+                    user: user.to_owned(),
+                    activity: activity.id.clone(),
+                    qty,
+                    version: activity.version,
+                })
+            }
+            ReserveOutcome::Insufficient { remaining } => {
+                self.learn_remaining(activity, remaining);
+                facts.stock_after = Some(remaining);
+                Err(Decision::SoldOut)
+            }
+            ReserveOutcome::LimitExceeded { .. } => Err(Decision::LimitExceeded),
+            ReserveOutcome::NoStockKey | ReserveOutcome::DuplicateId => {
+                tracing::warn!(activity = %activity.id, ?outcome, "reserve refused by the store");
+                Err(Decision::Unavailable)
+            }
+        }
+    }
+
+    /// Gives a reservation back (the upstream failed). Returns the units now remaining.
+    pub async fn release(
+        &self,
+        reservation: &Reservation,
+        reason: crate::metrics::ReleaseReason,
+    ) -> Result<ReleaseOutcome, StoreError> {
+        let activity = self.settings.activities.get(&reservation.activity);
+        let Some(activity) = activity else {
+            return Ok(ReleaseOutcome::Unknown);
+        };
+        let outcome = self
+            .store
+            .release(activity, reservation.version, &reservation.id, reason)
+            .await?;
+        if let ReleaseOutcome::Released { remaining } = outcome {
+            self.metrics
+                .reservations_released
+                .with_label_values(&[&activity.id, reason.as_str()])
+                .inc();
+            self.sold_out.clear(&activity.id, reservation.version);
+            if let Some(remaining) = remaining.filter(|_| reservation.version == activity.version) {
+                self.metrics
+                    .stock_remaining
+                    .with_label_values(&[&activity.id])
+                    .set(remaining as i64);
+            }
+        }
+        Ok(outcome)
+    }
+
+    /// Records what a script said about the stock: gauge, and the sold-out cache at zero.
+    fn learn_remaining(&self, activity: &Activity, remaining: u64) {
+        self.metrics
+            .stock_remaining
+            .with_label_values(&[&activity.id])
+            .set(remaining as i64);
+        if remaining == 0 {
+            self.sold_out.mark_sold_out(&activity.id, activity.version);
+        }
+    }
+
+    /// A reserve whose outcome is unknown (timed out) is released by id until Redis answers, so
+    /// units never stay stranded behind a buyer who was told `unavailable`.
+    fn abandon_in_background(&self, activity: Arc<Activity>, id: String) {
+        let store = self.store.clone();
+        let metrics = self.metrics.clone();
+        tokio::spawn(async move {
+            let mut backoff = Duration::from_millis(50);
+            for _ in 0..20 {
+                match store.abandon(&activity, &id).await {
+                    Ok(outcome) => {
+                        if let ReleaseOutcome::Released { .. } = outcome {
+                            metrics
+                                .reservations_released
+                                .with_label_values(&[
+                                    &activity.id,
+                                    crate::metrics::ReleaseReason::StoreTimeout.as_str(),
+                                ])
+                                .inc();
+                        }
+                        return;
+                    }
+                    Err(_) => {
+                        tokio::time::sleep(backoff).await;
+                        backoff = (backoff * 2).min(Duration::from_secs(5));
+                    }
+                }
+            }
+            tracing::error!(activity = %activity.id, reservation = %id,
+                "could not release a reservation whose reserve timed out");
+        });
+    }
+
+    /// Drops idle rate-limit buckets; returns how many remain.
+    pub fn evict_idle_buckets(&self) -> usize {
+        let remaining = self.limiter.evict_idle();
+        self.metrics.rate_limiter_keys.set(remaining as i64);
+        remaining
+    }
+
+    /// Clears the local sold-out mark (stock came back through prewarm or a release).
+    pub fn forget_sold_out(&self, activity: &Activity) {
+        self.sold_out.clear(&activity.id, activity.version);
+    }
+}
+
+/// The buyer's user id: exactly one identity header, non-empty after trimming, at most
+/// [`MAX_USER_ID_LEN`] bytes of visible ASCII.
+pub fn identify<'h>(headers: &'h HeaderMap, name: &http::HeaderName) -> Option<&'h str> {
+    let mut values = headers.get_all(name).iter();
+    let value = values.next()?;
+    if values.next().is_some() {
+        return None;
+    }
+    let user = value.to_str().ok()?.trim();
+    let valid = !user.is_empty()
+        && user.len() <= MAX_USER_ID_LEN
+        && user.bytes().all(|b| b.is_ascii_graphic() || b == b' ');
+    valid.then_some(user)
+}
+
+/// Most digits a quantity may have (keeps parsing trivially overflow-free).
+const MAX_QUANTITY_DIGITS: usize = 9;
+
+/// The requested quantity from the query string: absent means 1; otherwise plain decimal
+/// digits, given once, between 1 and `max`.
+pub fn quantity(query: Option<&str>, name: &str, max: NonZeroU32) -> Result<u32, BadRequest> {
+    let mut found = None;
+    for pair in query.unwrap_or("").split('&') {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        if key == name {
+            if found.is_some() {
+                return Err(BadRequest::QuantityRepeated);
+            }
+            found = Some(value);
+        }
+    }
+    let Some(value) = found else {
+        return Ok(1);
+    };
+    if value.is_empty() || !value.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(BadRequest::QuantityNotInteger);
+    }
+    let digits = value.trim_start_matches('0');
+    if digits.len() > MAX_QUANTITY_DIGITS {
+        return Err(BadRequest::QuantityTooLarge);
+    }
+    let qty: u32 = if digits.is_empty() {
+        0
+    } else {
+        digits.parse().map_err(|_| BadRequest::QuantityNotInteger)?
+    };
+    if qty == 0 {
+        Err(BadRequest::QuantityTooSmall)
+    } else if qty > max.get() {
+        Err(BadRequest::QuantityTooLarge)
+    } else {
+        Ok(qty)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::HeaderValue;
+
+    #[test]
+    fn quantity_rules() {
+        let max = NonZeroU32::new(3).unwrap();
+        let q = |s: Option<&str>| quantity(s, "qty", max);
+        assert_eq!(q(None), Ok(1));
+        assert_eq!(q(Some("a=1")), Ok(1));
+        assert_eq!(q(Some("qty=2")), Ok(2));
+        assert_eq!(q(Some("x=9&qty=03")), Ok(3));
+        assert_eq!(q(Some("qty=4")), Err(BadRequest::QuantityTooLarge));
+        assert_eq!(q(Some("qty=0")), Err(BadRequest::QuantityTooSmall));
+        assert_eq!(q(Some("qty=000")), Err(BadRequest::QuantityTooSmall));
+        for bad in [
+            "qty=", "qty", "qty=-1", "qty=+1", "qty=1.0", "qty=%201", "qty=one", "qty=1 ",
+        ] {
+            assert_eq!(q(Some(bad)), Err(BadRequest::QuantityNotInteger), "{bad}");
+        }
+        assert_eq!(
+            q(Some("qty=99999999999999999999")),
+            Err(BadRequest::QuantityTooLarge)
+        );
+        assert_eq!(q(Some("qty=1&qty=1")), Err(BadRequest::QuantityRepeated));
+    }
+
+    #[test]
+    fn identity_rules() {
+        let name = http::HeaderName::from_static("x-user-id");
+        let with = |values: &[&[u8]]| {
+            let mut h = HeaderMap::new();
+            for v in values {
+                h.append(&name, HeaderValue::from_bytes(v).unwrap());
+            }
+            h
+        };
+        assert_eq!(identify(&with(&[b"alice"]), &name), Some("alice"));
+        assert_eq!(identify(&with(&[b" bob "]), &name), Some("bob"));
+        assert_eq!(identify(&with(&[]), &name), None);
+        assert_eq!(identify(&with(&[b""]), &name), None);
+        assert_eq!(identify(&with(&[b"   "]), &name), None);
+        assert_eq!(
+            identify(&with(&[b"a", b"b"]), &name),
+            None,
+            "two identities are none"
+        );
+        assert_eq!(identify(&with(&[&[0xff, 0x41]]), &name), None, "not ASCII");
+        assert_eq!(identify(&with(&[&[b'a'; 129]]), &name), None, "too long");
+        assert_eq!(
+            identify(&with(&[&[b'a'; 128]]), &name).map(str::len),
+            Some(128)
+        );
+    }
+}

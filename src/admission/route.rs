@@ -1,0 +1,180 @@
+//! Which requests are purchase attempts: sale route templates like `/api/seckill/{activity}/buy`.
+
+use http::Method;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Segment {
+    Literal(String),
+    Activity,
+}
+
+/// One configured sale route.
+#[derive(Debug, Clone)]
+pub struct SaleRoute {
+    method: Method,
+    segments: Vec<Segment>,
+    quantity_query: String,
+}
+
+/// The placeholder a template uses for the activity id.
+const ACTIVITY_PLACEHOLDER: &str = "{activity}";
+
+impl SaleRoute {
+    /// Parses a route from its configuration. On error: the offending field and why.
+    pub fn parse(
+        method: &str,
+        path: &str,
+        quantity_query: &str,
+    ) -> Result<SaleRoute, (&'static str, String)> {
+        let method = Method::from_bytes(method.as_bytes())
+            .ok()
+            .filter(|m| m.as_str().bytes().all(|b| b.is_ascii_uppercase()))
+            .ok_or_else(|| {
+                (
+                    "method",
+                    format!("{method:?} is not an upper-case HTTP method"),
+                )
+            })?;
+        if !path.starts_with('/') {
+            return Err(("path", format!("{path:?} must start with '/'")));
+        }
+        let segments: Vec<Segment> = path
+            .split('/')
+            .filter(|s| !s.is_empty())
+            .map(|s| {
+                if s == ACTIVITY_PLACEHOLDER {
+                    Ok(Segment::Activity)
+                } else if s.contains(['{', '}', '?', '#']) {
+                    Err((
+                        "path",
+                        format!("segment {s:?}: only {ACTIVITY_PLACEHOLDER} may be a placeholder"),
+                    ))
+                } else {
+                    Ok(Segment::Literal(s.to_owned()))
+                }
+            })
+            .collect::<Result<_, _>>()?;
+        if segments.iter().filter(|s| **s == Segment::Activity).count() != 1 {
+            return Err((
+                "path",
+                format!(
+                    "{path:?} must contain {ACTIVITY_PLACEHOLDER} exactly once as a whole segment"
+                ),
+            ));
+        }
+        if quantity_query.is_empty()
+            || !quantity_query
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+        {
+            return Err((
+                "quantity_query",
+                format!("{quantity_query:?} must be a plain query parameter name"),
+            ));
+        }
+        Ok(SaleRoute {
+            method,
+            segments,
+            quantity_query: quantity_query.to_owned(),
+        })
+    }
+
+    /// If the request is on this route, the raw activity segment of its path.
+    ///
+    /// Empty segments are ignored, so `//a//b/` matches `/a/b`: a buyer must not skip admission
+    /// by adding slashes that the backend's router would ignore.
+    pub fn match_request<'p>(&self, method: &Method, path: &'p str) -> Option<&'p str> {
+        if *method != self.method {
+            return None;
+        }
+        let mut activity = None;
+        let mut parts = path.split('/').filter(|s| !s.is_empty());
+        for segment in &self.segments {
+            let part = parts.next()?;
+            match segment {
+                Segment::Literal(lit) if lit == part => {}
+                Segment::Literal(_) => return None,
+                Segment::Activity => activity = Some(part),
+            }
+        }
+        if parts.next().is_some() {
+            return None;
+        }
+        activity
+    }
+
+    pub fn quantity_query(&self) -> &str {
+        &self.quantity_query
+    }
+
+    pub(crate) fn same_pattern(&self, other: &SaleRoute) -> bool {
+        self.method == other.method && self.segments == other.segments
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn route() -> SaleRoute {
+        SaleRoute::parse("POST", "/api/seckill/{activity}/buy", "qty").unwrap()
+    }
+
+    #[test]
+    fn matches_the_activity_segment() {
+        let r = route();
+        assert_eq!(
+            r.match_request(&Method::POST, "/api/seckill/1001/buy"),
+            Some("1001")
+        );
+        assert_eq!(
+            r.match_request(&Method::POST, "//api/seckill/1001/buy/"),
+            Some("1001")
+        );
+        assert_eq!(r.match_request(&Method::GET, "/api/seckill/1001/buy"), None);
+        assert_eq!(
+            r.match_request(&Method::POST, "/api/seckill/1001/buy/x"),
+            None
+        );
+        assert_eq!(r.match_request(&Method::POST, "/api/seckill/1001"), None);
+        assert_eq!(r.match_request(&Method::POST, "/api/other/1001/buy"), None);
+    }
+
+    #[test]
+    fn rejects_bad_templates() {
+        assert_eq!(
+            SaleRoute::parse("POST", "api/{activity}", "qty")
+                .unwrap_err()
+                .0,
+            "path"
+        );
+        assert_eq!(
+            SaleRoute::parse("POST", "/api/buy", "qty").unwrap_err().0,
+            "path"
+        );
+        assert_eq!(
+            SaleRoute::parse("POST", "/{activity}/{activity}", "qty")
+                .unwrap_err()
+                .0,
+            "path"
+        );
+        assert_eq!(
+            SaleRoute::parse("POST", "/x{activity}", "qty")
+                .unwrap_err()
+                .0,
+            "path"
+        );
+        assert_eq!(
+            SaleRoute::parse("post", "/{activity}", "qty")
+                .unwrap_err()
+                .0,
+            "method"
+        );
+        assert_eq!(
+            SaleRoute::parse("POST", "/{activity}", "q&x")
+                .unwrap_err()
+                .0,
+            "quantity_query"
+        );
+    }
+}

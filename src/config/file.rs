@@ -1,0 +1,240 @@
+//! The YAML shape SREs edit, exactly as written in the file.
+//!
+//! Nothing here is trusted: [`super::validate`] turns it into [`super::Settings`]. Every struct
+//! denies unknown fields so a typo is an error, not a silently ignored key.
+
+use serde::Deserialize;
+use std::path::PathBuf;
+
+/// The whole configuration file.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    /// The public proxy listener.
+    pub server: ServerSection,
+    /// The admin listener (/metrics, /healthz, /readyz, /v1/*).
+    pub admin: AdminSection,
+    /// The shop backend the winners (and all other routes) are forwarded to.
+    pub upstream: UpstreamSection,
+    /// The stock store.
+    pub redis: RedisSection,
+    /// How the buyer is identified.
+    pub identity: IdentitySection,
+    /// How the reservation handed to the upstream is signed.
+    pub signing: SigningSection,
+    /// Token buckets applied before any Redis call.
+    #[serde(default)]
+    pub rate_limits: RateLimitsSection,
+    /// The local "sold out" pre-check.
+    #[serde(default)]
+    pub sold_out_cache: SoldOutCacheSection,
+    /// Which requests are purchase attempts. Everything else passes through unchanged.
+    #[serde(default)]
+    pub sale_routes: Vec<SaleRouteSection>,
+    /// The flash-sale activities.
+    #[serde(default)]
+    pub activities: Vec<ActivitySection>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerSection {
+    /// Address of the public listener, `host:port`.
+    pub listen: String,
+    /// Worker threads of the proxy (match the machine's cores).
+    #[serde(default = "default_threads")]
+    pub threads: usize,
+    /// On SIGTERM: seconds to keep serving before closing listeners.
+    #[serde(default = "default_grace_period_secs")]
+    pub grace_period_secs: u64,
+    /// On SIGTERM: seconds in-flight requests get to finish after the grace period.
+    #[serde(default = "default_shutdown_timeout_secs")]
+    pub shutdown_timeout_secs: u64,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdminSection {
+    /// Address of the admin listener, `host:port`.
+    pub listen: String,
+    /// Environment variable holding the bearer token for `/v1/*`.
+    #[serde(default)]
+    pub token_env: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpstreamSection {
+    /// Backend addresses, `host:port`; round robin over the healthy ones.
+    pub addresses: Vec<String>,
+    /// TCP connect timeout to a backend.
+    #[serde(default = "default_connect_timeout_ms")]
+    pub connect_timeout_ms: u64,
+    /// Longest wait for a backend's response (between reads).
+    #[serde(default = "default_read_timeout_ms")]
+    pub read_timeout_ms: u64,
+    /// How often each backend is TCP health-checked.
+    #[serde(default = "default_health_check_interval_ms")]
+    pub health_check_interval_ms: u64,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RedisSection {
+    /// A single Redis, e.g. `redis://127.0.0.1:6379/0`.
+    pub url: String,
+    /// Budget for one stock-store call (connect, script, reply); past it the buyer gets 503.
+    #[serde(default = "default_redis_timeout_ms")]
+    pub timeout_ms: u64,
+    /// Prefix of every key flashgate writes.
+    #[serde(default = "default_key_prefix")]
+    pub key_prefix: String,
+    /// Stock keys live until the activity's `ends_at` plus this long.
+    #[serde(default = "default_key_ttl_after_end_secs")]
+    pub key_ttl_after_end_secs: u64,
+    /// How often each instance re-checks (SET NX) the stock keys and refreshes the stock gauge.
+    #[serde(default = "default_prewarm_interval_ms")]
+    pub prewarm_interval_ms: u64,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IdentitySection {
+    /// Request header carrying the buyer's user id (set by the auth layer in front).
+    pub header: String,
+}
+
+/// Signature algorithms for the reservation JWT.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub enum SigningAlgorithm {
+    /// HMAC-SHA256 with a shared secret from `secret_env`.
+    HS256,
+    /// Ed25519 with the PKCS#8 PEM private key at `private_key_file`.
+    EdDSA,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SigningSection {
+    /// Request header the upstream receives the signed reservation in.
+    pub header: String,
+    /// Signature algorithm.
+    pub algorithm: SigningAlgorithm,
+    /// `kid` put in the JWT header so backends can pick the verification key.
+    pub key_id: String,
+    /// Environment variable holding the HS256 secret.
+    #[serde(default)]
+    pub secret_env: Option<String>,
+    /// PKCS#8 PEM file holding the EdDSA (Ed25519) private key.
+    #[serde(default)]
+    pub private_key_file: Option<PathBuf>,
+    /// Lifetime of a reservation token: `exp = iat + ttl_secs`.
+    pub ttl_secs: u64,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RateLimitsSection {
+    /// Token bucket per user id; absent means no per-user limit.
+    #[serde(default)]
+    pub per_user: Option<BucketSection>,
+    /// How often idle buckets (full again, so indistinguishable from new) are dropped.
+    #[serde(default = "default_evict_interval_ms")]
+    pub evict_interval_ms: u64,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BucketSection {
+    /// Sustained requests per second.
+    pub per_second: u32,
+    /// Requests allowed at once from a full bucket.
+    pub burst: u32,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SoldOutCacheSection {
+    /// How long a learned "sold out" is answered locally before Redis is asked again.
+    #[serde(default = "default_sold_out_ttl_ms")]
+    pub ttl_ms: u64,
+}
+
+impl Default for SoldOutCacheSection {
+    fn default() -> Self {
+        Self {
+            ttl_ms: default_sold_out_ttl_ms(),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SaleRouteSection {
+    /// HTTP method of the purchase request.
+    pub method: String,
+    /// Path template; one segment must be `{activity}`.
+    pub path: String,
+    /// Query parameter holding the quantity; absent means 1.
+    #[serde(default = "default_quantity_query")]
+    pub quantity_query: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ActivitySection {
+    /// Activity id as it appears in the sale route path (letters, digits, `-`, `_`).
+    pub id: String,
+    /// Units on sale in this version.
+    pub stock: u64,
+    /// Stock version: a new number starts a new stock key from `stock` (restock or correction).
+    pub version: u64,
+    /// Units one user may hold in this activity.
+    pub per_user_limit: u32,
+    /// Most units one request may ask for.
+    pub max_per_request: u32,
+    /// Sale opens (RFC 3339).
+    pub starts_at: String,
+    /// Sale closes (RFC 3339).
+    pub ends_at: String,
+}
+
+fn default_threads() -> usize {
+    2
+}
+fn default_grace_period_secs() -> u64 {
+    0
+}
+fn default_shutdown_timeout_secs() -> u64 {
+    10
+}
+fn default_connect_timeout_ms() -> u64 {
+    1000
+}
+fn default_read_timeout_ms() -> u64 {
+    5000
+}
+fn default_health_check_interval_ms() -> u64 {
+    1000
+}
+fn default_redis_timeout_ms() -> u64 {
+    50
+}
+fn default_key_prefix() -> String {
+    "fg".to_owned()
+}
+fn default_key_ttl_after_end_secs() -> u64 {
+    24 * 3600
+}
+fn default_prewarm_interval_ms() -> u64 {
+    5000
+}
+fn default_evict_interval_ms() -> u64 {
+    10_000
+}
+fn default_sold_out_ttl_ms() -> u64 {
+    1000
+}
+fn default_quantity_query() -> String {
+    "qty".to_owned()
+}

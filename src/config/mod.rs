@@ -1,0 +1,77 @@
+//! Configuration in two layers: [`file`] is the YAML as written, [`Settings`] is what the gateway
+//! runs on (addresses parsed, durations typed, quotas non-zero, secrets read, keys decoded).
+//! [`Settings::load`] is the only way from one to the other, so a running gateway never holds an
+//! unchecked value, and `flashgate check` reports exactly what `serve` would refuse.
+
+pub mod file;
+mod settings;
+
+pub use settings::*;
+
+use std::path::{Path, PathBuf};
+
+/// Why a configuration was refused. Messages name the offending key (`activities[0].stock`), and
+/// the line where the YAML parser knows it.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Syntax(#[from] serde_yaml::Error),
+    #[error("{key}: {reason}")]
+    Invalid { key: String, reason: String },
+}
+
+impl ConfigError {
+    pub(crate) fn invalid(key: impl Into<String>, reason: impl Into<String>) -> Self {
+        ConfigError::Invalid {
+            key: key.into(),
+            reason: reason.into(),
+        }
+    }
+}
+
+/// Where secrets come from: the process environment in production, a map in tests.
+pub trait SecretSource {
+    fn var(&self, name: &str) -> Option<String>;
+}
+
+/// Reads secrets from the process environment.
+pub struct ProcessEnv;
+
+impl SecretSource for ProcessEnv {
+    fn var(&self, name: &str) -> Option<String> {
+        std::env::var(name).ok()
+    }
+}
+
+impl<F: Fn(&str) -> Option<String>> SecretSource for F {
+    fn var(&self, name: &str) -> Option<String> {
+        self(name)
+    }
+}
+
+impl Settings {
+    /// Reads, parses and validates a configuration file; secrets from the process environment.
+    pub fn load(path: &Path) -> Result<Settings, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        let base_dir = path.parent().unwrap_or(Path::new("."));
+        Settings::from_yaml(&text, base_dir, &ProcessEnv)
+    }
+
+    /// Parses and validates YAML text. Relative file paths in it resolve against `base_dir`.
+    pub fn from_yaml(
+        text: &str,
+        base_dir: &Path,
+        secrets: &dyn SecretSource,
+    ) -> Result<Settings, ConfigError> {
+        let raw: file::FileConfig = serde_yaml::from_str(text)?;
+        Settings::validate(raw, base_dir, secrets)
+    }
+}

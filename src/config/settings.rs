@@ -1,0 +1,475 @@
+//! Runtime configuration: every value checked and converted once, at load time.
+
+use super::file::{self, FileConfig, SigningAlgorithm};
+use super::{ConfigError, SecretSource};
+use crate::admission::route::SaleRoute;
+use chrono::{DateTime, Utc};
+use governor::Quota;
+use http::HeaderName;
+use jsonwebtoken::{Algorithm, EncodingKey};
+use std::collections::HashMap;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::num::{NonZeroU32, NonZeroUsize};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The validated configuration the gateway runs on.
+#[derive(Debug)]
+pub struct Settings {
+    pub server: ServerSettings,
+    pub admin: AdminSettings,
+    pub upstream: UpstreamSettings,
+    pub redis: RedisSettings,
+    pub identity: IdentitySettings,
+    pub signing: SigningSettings,
+    pub rate_limits: RateLimitSettings,
+    pub sold_out_cache: SoldOutCacheSettings,
+    pub sale_routes: Vec<SaleRoute>,
+    pub activities: Activities,
+}
+
+#[derive(Debug)]
+pub struct ServerSettings {
+    pub listen: SocketAddr,
+    pub threads: NonZeroUsize,
+    pub grace_period: Duration,
+    pub shutdown_timeout: Duration,
+}
+
+#[derive(Debug)]
+pub struct AdminSettings {
+    pub listen: SocketAddr,
+    /// Bearer token for `/v1/*`; `None` means the token API is closed to everyone.
+    pub token: Option<AdminToken>,
+}
+
+/// The admin bearer token. Kept out of `Debug` output.
+#[derive(Clone)]
+pub struct AdminToken(pub String);
+
+impl std::fmt::Debug for AdminToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("AdminToken(..)")
+    }
+}
+
+#[derive(Debug)]
+pub struct UpstreamSettings {
+    pub addresses: Vec<SocketAddr>,
+    pub connect_timeout: Duration,
+    pub read_timeout: Duration,
+    pub health_check_interval: Duration,
+}
+
+#[derive(Debug)]
+pub struct RedisSettings {
+    pub url: String,
+    pub timeout: Duration,
+    pub key_prefix: String,
+    pub key_ttl_after_end: Duration,
+    pub prewarm_interval: Duration,
+}
+
+#[derive(Debug)]
+pub struct IdentitySettings {
+    pub header: HeaderName,
+}
+
+pub struct SigningSettings {
+    pub header: HeaderName,
+    pub algorithm: Algorithm,
+    pub key_id: String,
+    pub key: EncodingKey,
+    pub ttl: Duration,
+}
+
+impl std::fmt::Debug for SigningSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SigningSettings")
+            .field("header", &self.header)
+            .field("algorithm", &self.algorithm)
+            .field("key_id", &self.key_id)
+            .field("ttl", &self.ttl)
+            .finish_non_exhaustive()
+    }
+}
+
+#[derive(Debug)]
+pub struct RateLimitSettings {
+    pub per_user: Option<Quota>,
+    pub evict_interval: Duration,
+}
+
+#[derive(Debug)]
+pub struct SoldOutCacheSettings {
+    pub ttl: Duration,
+}
+
+/// One flash-sale activity.
+#[derive(Debug)]
+pub struct Activity {
+    pub id: Arc<str>,
+    pub stock: u64,
+    pub version: u64,
+    pub per_user_limit: NonZeroU32,
+    pub max_per_request: NonZeroU32,
+    pub starts_at: DateTime<Utc>,
+    pub ends_at: DateTime<Utc>,
+}
+
+/// Where an activity stands at a given instant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SaleWindow {
+    NotStarted,
+    Open,
+    Ended,
+}
+
+impl Activity {
+    pub fn window_at(&self, now: DateTime<Utc>) -> SaleWindow {
+        if now < self.starts_at {
+            SaleWindow::NotStarted
+        } else if now >= self.ends_at {
+            SaleWindow::Ended
+        } else {
+            SaleWindow::Open
+        }
+    }
+}
+
+/// The configured activities, by id and in file order.
+#[derive(Debug, Default)]
+pub struct Activities {
+    ordered: Vec<Arc<Activity>>,
+    by_id: HashMap<Arc<str>, Arc<Activity>>,
+}
+
+impl Activities {
+    pub fn get(&self, id: &str) -> Option<&Arc<Activity>> {
+        self.by_id.get(id)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Arc<Activity>> {
+        self.ordered.iter()
+    }
+
+    pub fn len(&self) -> usize {
+        self.ordered.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ordered.is_empty()
+    }
+}
+
+/// Longest activity id; ids become part of Redis keys and metric labels.
+pub const MAX_ACTIVITY_ID_LEN: usize = 64;
+
+impl Settings {
+    pub(super) fn validate(
+        raw: FileConfig,
+        base_dir: &Path,
+        secrets: &dyn SecretSource,
+    ) -> Result<Settings, ConfigError> {
+        Ok(Settings {
+            server: server(raw.server)?,
+            admin: admin(raw.admin, secrets)?,
+            upstream: upstream(raw.upstream)?,
+            redis: redis(raw.redis)?,
+            identity: IdentitySettings {
+                header: header_name("identity.header", &raw.identity.header)?,
+            },
+            signing: signing(raw.signing, base_dir, secrets)?,
+            rate_limits: rate_limits(raw.rate_limits)?,
+            sold_out_cache: SoldOutCacheSettings {
+                ttl: positive_ms("sold_out_cache.ttl_ms", raw.sold_out_cache.ttl_ms)?,
+            },
+            sale_routes: sale_routes(raw.sale_routes)?,
+            activities: activities(raw.activities)?,
+        })
+    }
+}
+
+fn server(raw: file::ServerSection) -> Result<ServerSettings, ConfigError> {
+    Ok(ServerSettings {
+        listen: socket_addr("server.listen", &raw.listen)?,
+        threads: NonZeroUsize::new(raw.threads)
+            .ok_or_else(|| ConfigError::invalid("server.threads", "must be at least 1"))?,
+        grace_period: Duration::from_secs(raw.grace_period_secs),
+        shutdown_timeout: Duration::from_secs(raw.shutdown_timeout_secs),
+    })
+}
+
+fn admin(
+    raw: file::AdminSection,
+    secrets: &dyn SecretSource,
+) -> Result<AdminSettings, ConfigError> {
+    let token = match raw.token_env {
+        None => None,
+        Some(var) => Some(AdminToken(secret("admin.token_env", &var, secrets)?)),
+    };
+    Ok(AdminSettings {
+        listen: socket_addr("admin.listen", &raw.listen)?,
+        token,
+    })
+}
+
+fn upstream(raw: file::UpstreamSection) -> Result<UpstreamSettings, ConfigError> {
+    if raw.addresses.is_empty() {
+        return Err(ConfigError::invalid(
+            "upstream.addresses",
+            "needs at least one backend address",
+        ));
+    }
+    let addresses = raw
+        .addresses
+        .iter()
+        .enumerate()
+        .map(|(i, a)| socket_addr(&format!("upstream.addresses[{i}]"), a))
+        .collect::<Result<_, _>>()?;
+    Ok(UpstreamSettings {
+        addresses,
+        connect_timeout: positive_ms("upstream.connect_timeout_ms", raw.connect_timeout_ms)?,
+        read_timeout: positive_ms("upstream.read_timeout_ms", raw.read_timeout_ms)?,
+        health_check_interval: positive_ms(
+            "upstream.health_check_interval_ms",
+            raw.health_check_interval_ms,
+        )?,
+    })
+}
+
+fn redis(raw: file::RedisSection) -> Result<RedisSettings, ConfigError> {
+    if let Err(e) = redis::Client::open(raw.url.as_str()) {
+        return Err(ConfigError::invalid(
+            "redis.url",
+            format!("not a Redis URL ({e})"),
+        ));
+    }
+    if raw.key_prefix.is_empty() || !raw.key_prefix.chars().all(is_key_char) {
+        return Err(ConfigError::invalid(
+            "redis.key_prefix",
+            "must be non-empty letters, digits, '-', '_', ':' or '.'",
+        ));
+    }
+    Ok(RedisSettings {
+        url: raw.url,
+        timeout: positive_ms("redis.timeout_ms", raw.timeout_ms)?,
+        key_prefix: raw.key_prefix,
+        key_ttl_after_end: Duration::from_secs(raw.key_ttl_after_end_secs),
+        prewarm_interval: positive_ms("redis.prewarm_interval_ms", raw.prewarm_interval_ms)?,
+    })
+}
+
+fn signing(
+    raw: file::SigningSection,
+    base_dir: &Path,
+    secrets: &dyn SecretSource,
+) -> Result<SigningSettings, ConfigError> {
+    if raw.key_id.trim().is_empty() {
+        return Err(ConfigError::invalid("signing.key_id", "must not be empty"));
+    }
+    if raw.ttl_secs == 0 {
+        return Err(ConfigError::invalid(
+            "signing.ttl_secs",
+            "must be at least 1",
+        ));
+    }
+    let (algorithm, key) = match raw.algorithm {
+        SigningAlgorithm::HS256 => {
+            let var = raw.secret_env.as_deref().ok_or_else(|| {
+                ConfigError::invalid("signing.secret_env", "is required for algorithm HS256")
+            })?;
+            let secret = secret("signing.secret_env", var, secrets)?;
+            let key = EncodingKey::from_secret(secret.as_bytes()).map_err(|e| {
+                ConfigError::invalid("signing.secret_env", format!("unusable secret ({e})"))
+            })?;
+            (Algorithm::HS256, key)
+        }
+        SigningAlgorithm::EdDSA => {
+            let file = raw.private_key_file.as_deref().ok_or_else(|| {
+                ConfigError::invalid(
+                    "signing.private_key_file",
+                    "is required for algorithm EdDSA",
+                )
+            })?;
+            let path = base_dir.join(file);
+            let pem = std::fs::read(&path).map_err(|e| {
+                ConfigError::invalid(
+                    "signing.private_key_file",
+                    format!("cannot read {}: {e}", path.display()),
+                )
+            })?;
+            let key = EncodingKey::from_ed_pem(&pem).map_err(|e| {
+                ConfigError::invalid(
+                    "signing.private_key_file",
+                    format!(
+                        "{} is not a PKCS#8 PEM Ed25519 private key ({e})",
+                        path.display()
+                    ),
+                )
+            })?;
+            (Algorithm::EdDSA, key)
+        }
+    };
+    Ok(SigningSettings {
+        header: header_name("signing.header", &raw.header)?,
+        algorithm,
+        key_id: raw.key_id,
+        key,
+        ttl: Duration::from_secs(raw.ttl_secs),
+    })
+}
+
+fn rate_limits(raw: file::RateLimitsSection) -> Result<RateLimitSettings, ConfigError> {
+    let per_user = match raw.per_user {
+        None => None,
+        Some(bucket) => Some(quota("rate_limits.per_user", &bucket)?),
+    };
+    Ok(RateLimitSettings {
+        per_user,
+        evict_interval: positive_ms("rate_limits.evict_interval_ms", raw.evict_interval_ms)?,
+    })
+}
+
+fn quota(key: &str, bucket: &file::BucketSection) -> Result<Quota, ConfigError> {
+    let rate = NonZeroU32::new(bucket.per_second)
+        .ok_or_else(|| ConfigError::invalid(format!("{key}.per_second"), "must be at least 1"))?;
+    let burst = NonZeroU32::new(bucket.burst)
+        .ok_or_else(|| ConfigError::invalid(format!("{key}.burst"), "must be at least 1"))?;
+    Ok(Quota::per_second(rate).allow_burst(burst))
+}
+
+fn sale_routes(raw: Vec<file::SaleRouteSection>) -> Result<Vec<SaleRoute>, ConfigError> {
+    let mut routes: Vec<SaleRoute> = Vec::with_capacity(raw.len());
+    for (i, r) in raw.iter().enumerate() {
+        let route = SaleRoute::parse(&r.method, &r.path, &r.quantity_query).map_err(
+            |(field, reason)| ConfigError::invalid(format!("sale_routes[{i}].{field}"), reason),
+        )?;
+        if routes.iter().any(|other| other.same_pattern(&route)) {
+            return Err(ConfigError::invalid(
+                format!("sale_routes[{i}].path"),
+                format!("{} {} is listed twice", r.method, r.path),
+            ));
+        }
+        routes.push(route);
+    }
+    Ok(routes)
+}
+
+fn activities(raw: Vec<file::ActivitySection>) -> Result<Activities, ConfigError> {
+    let mut out = Activities::default();
+    for (i, a) in raw.into_iter().enumerate() {
+        let key = |field: &str| format!("activities[{i}].{field}");
+        if a.id.is_empty() || a.id.len() > MAX_ACTIVITY_ID_LEN || !a.id.chars().all(is_id_char) {
+            return Err(ConfigError::invalid(
+                key("id"),
+                format!(
+                    "{:?} must be 1 to {MAX_ACTIVITY_ID_LEN} letters, digits, '-' or '_'",
+                    a.id
+                ),
+            ));
+        }
+        if out.by_id.contains_key(a.id.as_str()) {
+            return Err(ConfigError::invalid(
+                key("id"),
+                format!("{:?} is configured twice", a.id),
+            ));
+        }
+        if a.version == 0 {
+            return Err(ConfigError::invalid(key("version"), "must be at least 1"));
+        }
+        if i64::try_from(a.stock).is_err() {
+            return Err(ConfigError::invalid(
+                key("stock"),
+                "is larger than Redis integers allow",
+            ));
+        }
+        let per_user_limit = NonZeroU32::new(a.per_user_limit)
+            .ok_or_else(|| ConfigError::invalid(key("per_user_limit"), "must be at least 1"))?;
+        let max_per_request = NonZeroU32::new(a.max_per_request)
+            .ok_or_else(|| ConfigError::invalid(key("max_per_request"), "must be at least 1"))?;
+        if max_per_request > per_user_limit {
+            return Err(ConfigError::invalid(
+                key("max_per_request"),
+                format!(
+                    "{max_per_request} exceeds per_user_limit {per_user_limit}: such requests could never succeed"
+                ),
+            ));
+        }
+        let starts_at = timestamp(&key("starts_at"), &a.starts_at)?;
+        let ends_at = timestamp(&key("ends_at"), &a.ends_at)?;
+        if ends_at <= starts_at {
+            return Err(ConfigError::invalid(
+                key("ends_at"),
+                "must be after starts_at",
+            ));
+        }
+        let activity = Arc::new(Activity {
+            id: Arc::from(a.id.as_str()),
+            stock: a.stock,
+            version: a.version,
+            per_user_limit,
+            max_per_request,
+            starts_at,
+            ends_at,
+        });
+        out.by_id.insert(activity.id.clone(), activity.clone());
+        out.ordered.push(activity);
+    }
+    Ok(out)
+}
+
+fn is_id_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || c == '-' || c == '_'
+}
+
+fn is_key_char(c: char) -> bool {
+    is_id_char(c) || c == ':' || c == '.'
+}
+
+fn socket_addr(key: &str, value: &str) -> Result<SocketAddr, ConfigError> {
+    value
+        .to_socket_addrs()
+        .ok()
+        .and_then(|mut addrs| addrs.next())
+        .ok_or_else(|| ConfigError::invalid(key, format!("{value:?} is not a host:port address")))
+}
+
+fn header_name(key: &str, value: &str) -> Result<HeaderName, ConfigError> {
+    HeaderName::from_bytes(value.as_bytes()).map_err(|_| {
+        ConfigError::invalid(key, format!("{value:?} is not a valid HTTP header name"))
+    })
+}
+
+fn positive_ms(key: &str, ms: u64) -> Result<Duration, ConfigError> {
+    if ms == 0 {
+        return Err(ConfigError::invalid(key, "must be at least 1"));
+    }
+    Ok(Duration::from_millis(ms))
+}
+
+fn timestamp(key: &str, value: &str) -> Result<DateTime<Utc>, ConfigError> {
+    DateTime::parse_from_rfc3339(value)
+        .map(|t| t.with_timezone(&Utc))
+        .map_err(|e| {
+            ConfigError::invalid(
+                key,
+                format!("{value:?} is not an RFC 3339 time like 2026-01-01T10:00:00Z ({e})"),
+            )
+        })
+}
+
+fn secret(key: &str, var: &str, secrets: &dyn SecretSource) -> Result<String, ConfigError> {
+    match secrets.var(var) {
+        Some(value) if !value.is_empty() => Ok(value),
+        Some(_) => Err(ConfigError::invalid(
+            key,
+            format!("environment variable {var} is empty"),
+        )),
+        None => Err(ConfigError::invalid(
+            key,
+            format!("environment variable {var} is not set"),
+        )),
+    }
+}

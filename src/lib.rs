@@ -1,0 +1,18 @@
+//! flashgate: a flash-sale gateway. A Pingora reverse proxy that admits sale requests against
+//! stock held in Redis (one atomic Lua script per decision) and forwards only the winners, each
+//! with a signed reservation, to the shop backend.
+#![forbid(unsafe_code)]
+
+pub mod admin;
+pub mod admission;
+pub mod config;
+pub mod decision_log;
+pub mod gateway;
+pub mod maintenance;
+pub mod metrics;
+pub mod proxy;
+pub mod reservation;
+pub mod server;
+pub mod stock;
+
+pub use config::{ConfigError, Settings};

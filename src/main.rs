@@ -1,0 +1,84 @@
+#![forbid(unsafe_code)]
+
+use clap::{Parser, Subcommand};
+use flashgate::Settings;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// flashgate: a flash-sale gateway in front of a shop backend.
+#[derive(Parser)]
+#[command(version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the gateway in the foreground until SIGTERM (graceful) or SIGINT (fast).
+    Serve {
+        #[arg(long)]
+        config: PathBuf,
+    },
+    /// Validate a configuration file: exit 0 if valid, else name the offending key.
+    Check {
+        #[arg(long)]
+        config: PathBuf,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Check { config } => match Settings::load(&config) {
+            Ok(settings) => {
+                println!(
+                    "{}: valid ({} activities, {} sale routes)",
+                    config.display(),
+                    settings.activities.len(),
+                    settings.sale_routes.len()
+                );
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("{}: {e}", config.display());
+                ExitCode::from(2)
+            }
+        },
+        Command::Serve { config } => {
+            let settings = match Settings::load(&config) {
+                Ok(s) => s,
+                Err(e) => {
+                    eprintln!("{}: {e}", config.display());
+                    return ExitCode::from(2);
+                }
+            };
+            let _log_guard = init_logging();
+            match flashgate::server::run(settings, Default::default()) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    tracing::error!("{e}");
+                    eprintln!("flashgate: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+    }
+}
+
+/// Logs to stdout through a non-blocking writer (decision lines must not stall requests).
+/// `RUST_LOG` filters; `FLASHGATE_LOG_FORMAT=json` switches to JSON lines.
+fn init_logging() -> tracing_appender::non_blocking::WorkerGuard {
+    use tracing_subscriber::EnvFilter;
+    let (writer, guard) = tracing_appender::non_blocking(std::io::stdout());
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(writer);
+    if std::env::var("FLASHGATE_LOG_FORMAT").as_deref() == Ok("json") {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+    guard
+}

@@ -1,0 +1,233 @@
+//! Every Prometheus metric flashgate exports, registered in one place.
+//!
+//! Label values come from enums or from configured activity ids, never from request data, so
+//! the number of series is bounded by the configuration (no user ids, no raw paths).
+
+use prometheus::{
+    Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+    TextEncoder,
+};
+
+/// `activity` label for requests whose activity is not configured (or not known yet).
+pub const UNKNOWN_ACTIVITY_LABEL: &str = "_unknown";
+
+/// Lua scripts, as the `script` label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScriptName {
+    Reserve,
+    Release,
+}
+
+impl ScriptName {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ScriptName::Reserve => "reserve",
+            ScriptName::Release => "release",
+        }
+    }
+}
+
+/// Why a reservation's units were given back, as the `reason` label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReleaseReason {
+    /// The upstream answered 5xx.
+    Upstream5xx,
+    /// The upstream could not be reached, timed out, or broke the connection.
+    UpstreamError,
+    /// The stock store did not answer a reserve in time; the id is released in case it landed.
+    StoreTimeout,
+}
+
+impl ReleaseReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReleaseReason::Upstream5xx => "upstream_5xx",
+            ReleaseReason::UpstreamError => "upstream_error",
+            ReleaseReason::StoreTimeout => "store_timeout",
+        }
+    }
+}
+
+/// Upstream response classes, as the `class` label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UpstreamClass {
+    Success,
+    ClientError,
+    ServerError,
+    Error,
+}
+
+impl UpstreamClass {
+    pub fn from_status(status: u16) -> Self {
+        match status {
+            500.. => UpstreamClass::ServerError,
+            400..=499 => UpstreamClass::ClientError,
+            _ => UpstreamClass::Success,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            UpstreamClass::Success => "2xx",
+            UpstreamClass::ClientError => "4xx",
+            UpstreamClass::ServerError => "5xx",
+            UpstreamClass::Error => "error",
+        }
+    }
+}
+
+/// Stock-store operations, as the `op` label of `flashgate_redis_errors_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreOp {
+    Reserve,
+    Release,
+    Prewarm,
+    Read,
+    Ready,
+}
+
+impl StoreOp {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StoreOp::Reserve => "reserve",
+            StoreOp::Release => "release",
+            StoreOp::Prewarm => "prewarm",
+            StoreOp::Read => "read",
+            StoreOp::Ready => "ready",
+        }
+    }
+}
+
+pub struct Metrics {
+    registry: Registry,
+    /// `flashgate_admission_decisions_total{activity, decision}`
+    pub decisions: IntCounterVec,
+    /// `flashgate_stock_remaining{activity}`: last known remaining units of the current version.
+    pub stock_remaining: IntGaugeVec,
+    /// `flashgate_redis_script_duration_seconds{script}`
+    pub script_duration: HistogramVec,
+    /// `flashgate_upstream_responses_total{class}`
+    pub upstream_responses: IntCounterVec,
+    /// `flashgate_reservations_released_total{activity, reason}`
+    pub reservations_released: IntCounterVec,
+    /// `flashgate_redis_errors_total{op}`: failed or timed-out stock-store calls.
+    pub redis_errors: IntCounterVec,
+    /// `flashgate_stock_keys_created_total{activity}`: prewarms that created a stock key.
+    pub stock_keys_created: IntCounterVec,
+    /// `flashgate_rate_limiter_keys`: per-user buckets held in memory.
+    pub rate_limiter_keys: IntGauge,
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let registry = Registry::new();
+        let decisions = IntCounterVec::new(
+            Opts::new(
+                "flashgate_admission_decisions_total",
+                "Sale requests by activity and decision (contract code, or admitted).",
+            ),
+            &["activity", "decision"],
+        )
+        .expect("valid metric");
+        let stock_remaining = IntGaugeVec::new(
+            Opts::new(
+                "flashgate_stock_remaining",
+                "Units left in the current stock version, as last seen in Redis.",
+            ),
+            &["activity"],
+        )
+        .expect("valid metric");
+        let script_duration = HistogramVec::new(
+            HistogramOpts::new(
+                "flashgate_redis_script_duration_seconds",
+                "Round trip of one Lua script call to the stock store.",
+            )
+            .buckets(vec![
+                0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0,
+            ]),
+            &["script"],
+        )
+        .expect("valid metric");
+        let upstream_responses = IntCounterVec::new(
+            Opts::new(
+                "flashgate_upstream_responses_total",
+                "Upstream answers by class (2xx, 4xx, 5xx, error).",
+            ),
+            &["class"],
+        )
+        .expect("valid metric");
+        let reservations_released = IntCounterVec::new(
+            Opts::new(
+                "flashgate_reservations_released_total",
+                "Reservations whose units were given back, by reason.",
+            ),
+            &["activity", "reason"],
+        )
+        .expect("valid metric");
+        let redis_errors = IntCounterVec::new(
+            Opts::new(
+                "flashgate_redis_errors_total",
+                "Stock-store calls that failed or timed out, by operation.",
+            ),
+            &["op"],
+        )
+        .expect("valid metric");
+        let stock_keys_created = IntCounterVec::new(
+            Opts::new(
+                "flashgate_stock_keys_created_total",
+                "Stock keys created by prewarm (SET NX succeeded).",
+            ),
+            &["activity"],
+        )
+        .expect("valid metric");
+        let rate_limiter_keys = IntGauge::new(
+            "flashgate_rate_limiter_keys",
+            "Per-user token buckets held in memory.",
+        )
+        .expect("valid metric");
+
+        for collector in [
+            Box::new(decisions.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(stock_remaining.clone()),
+            Box::new(script_duration.clone()),
+            Box::new(upstream_responses.clone()),
+            Box::new(reservations_released.clone()),
+            Box::new(redis_errors.clone()),
+            Box::new(stock_keys_created.clone()),
+            Box::new(rate_limiter_keys.clone()),
+        ] {
+            registry
+                .register(collector)
+                .expect("metric names are unique");
+        }
+        Metrics {
+            registry,
+            decisions,
+            stock_remaining,
+            script_duration,
+            upstream_responses,
+            reservations_released,
+            redis_errors,
+            stock_keys_created,
+            rate_limiter_keys,
+        }
+    }
+
+    /// Prometheus text exposition of flashgate's metrics and anything registered globally
+    /// (Pingora's own, if any).
+    pub fn encode(&self) -> Vec<u8> {
+        let mut families = self.registry.gather();
+        families.extend(prometheus::gather());
+        let mut out = Vec::with_capacity(8 * 1024);
+        TextEncoder::new()
+            .encode(&families, &mut out)
+            .expect("text encoding to a Vec cannot fail");
+        out
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}

@@ -1,0 +1,48 @@
+//! Answers the gateway writes itself.
+
+use crate::admission::Decision;
+use bytes::Bytes;
+use pingora::http::ResponseHeader;
+use pingora::prelude::*;
+use pingora::proxy::FailToProxy;
+
+/// Writes the JSON answer for a decision: `{"code", "message"}`, plus `Retry-After` where the
+/// contract asks for one.
+pub async fn decision(session: &mut Session, decision: &Decision) -> Result<()> {
+    let reply = decision.reply();
+    let body = Bytes::from(reply.body());
+    let mut resp = ResponseHeader::build(reply.status, Some(5))?;
+    resp.insert_header(http::header::CONTENT_TYPE, "application/json")?;
+    resp.insert_header(http::header::CONTENT_LENGTH, body.len().to_string())?;
+    resp.insert_header(http::header::CACHE_CONTROL, "no-store")?;
+    if let Some(secs) = reply.retry_after_secs {
+        resp.insert_header(http::header::RETRY_AFTER, secs.to_string())?;
+    }
+    session.write_response_header(Box::new(resp), false).await?;
+    session.write_response_body(Some(body), true).await
+}
+
+/// Pingora's usual answer to a failed pass-through request (502 for upstream trouble, 400 for a
+/// broken request, nothing if the client is gone).
+pub async fn proxy_error(session: &mut Session, e: &Error) -> FailToProxy {
+    let code = match e.etype() {
+        ErrorType::HTTPStatus(code) => *code,
+        _ => match e.esource() {
+            ErrorSource::Upstream => 502,
+            ErrorSource::Downstream => match e.etype() {
+                ErrorType::WriteError | ErrorType::ReadError | ErrorType::ConnectionClosed => 0,
+                _ => 400,
+            },
+            ErrorSource::Internal | ErrorSource::Unset => 500,
+        },
+    };
+    if code > 0 {
+        if let Err(err) = session.respond_error(code).await {
+            tracing::debug!(error = %err, "could not send the error response");
+        }
+    }
+    FailToProxy {
+        error_code: code,
+        can_reuse_downstream: false,
+    }
+}

@@ -1,0 +1,88 @@
+//! Assembles a gateway process: the stock store, the Pingora proxy and admin services, upstream
+//! health checks and maintenance, then runs until SIGTERM (graceful) or SIGINT (fast).
+
+use crate::admin::AdminApp;
+use crate::config::Settings;
+use crate::gateway::Gateway;
+use crate::maintenance::Maintenance;
+use crate::metrics::Metrics;
+use crate::proxy::upstream::Upstreams;
+use crate::proxy::FlashProxy;
+use crate::stock::{StockStore, StoreError};
+use pingora::proxy::http_proxy_service_with_name;
+use pingora::server::configuration::ServerConf;
+use pingora::server::{RunArgs, Server};
+use pingora::services::background::background_service;
+use pingora::services::listening::Service;
+use std::sync::Arc;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("cannot start the stock-store runtime: {0}")]
+    Runtime(std::io::Error),
+    #[error("cannot set up the stock store: {0}")]
+    Store(#[from] StoreError),
+    #[error("cannot set up the upstreams: {0}")]
+    Upstream(std::io::Error),
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        addr: std::net::SocketAddr,
+        source: std::io::Error,
+    },
+}
+
+/// Runs a gateway with these settings until it is told to stop.
+pub fn run(settings: Settings, run_args: RunArgs) -> Result<(), StartError> {
+    // Fail fast with a clear message instead of a Pingora panic deep in start-up.
+    for addr in [settings.server.listen, settings.admin.listen] {
+        std::net::TcpListener::bind(addr).map_err(|source| StartError::Listen { addr, source })?;
+    }
+    let settings = Arc::new(settings);
+    let metrics = Arc::new(Metrics::new());
+
+    // The Redis connection's background tasks live on a runtime of their own that lasts as long
+    // as the process, independent of Pingora's per-service runtimes.
+    let store_runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("flashgate-store")
+        .enable_all()
+        .build()
+        .map_err(StartError::Runtime)?;
+    let store = {
+        let _guard = store_runtime.enter();
+        Arc::new(StockStore::new(&settings.redis, metrics.clone())?)
+    };
+
+    let conf = ServerConf {
+        threads: settings.server.threads.get(),
+        grace_period_seconds: Some(settings.server.grace_period.as_secs()),
+        graceful_shutdown_timeout_seconds: Some(settings.server.shutdown_timeout.as_secs()),
+        ..ServerConf::default()
+    };
+    let mut server = Server::new_with_opt_and_conf(None, conf);
+    server.bootstrap();
+
+    let (upstreams, health_checks) =
+        Upstreams::new(&settings.upstream).map_err(StartError::Upstream)?;
+    let gateway = Arc::new(Gateway::new(settings.clone(), metrics, store, upstreams));
+
+    let mut proxy = http_proxy_service_with_name(
+        &server.configuration,
+        FlashProxy::new(gateway.clone()),
+        "flashgate proxy",
+    );
+    proxy.add_tcp(&settings.server.listen.to_string());
+    let mut admin = Service::new("flashgate admin".to_owned(), AdminApp::new(gateway.clone()));
+    admin.add_tcp(&settings.admin.listen.to_string());
+    admin.threads = Some(1);
+    let maintenance = background_service("flashgate maintenance", Maintenance::new(gateway));
+
+    server.add_service(proxy);
+    server.add_service(admin);
+    server.add_service(health_checks);
+    server.add_service(maintenance);
+    tracing::info!(listen = %settings.server.listen, admin = %settings.admin.listen, "flashgate serving");
+    server.run(run_args);
+    store_runtime.shutdown_background();
+    Ok(())
+}
