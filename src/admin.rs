@@ -31,11 +31,14 @@ impl ServeHttp for AdminApp {
         );
         let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
         match (&method, segments.as_slice()) {
-            (&Method::GET, ["metrics"]) => response(
-                StatusCode::OK,
-                "text/plain; version=0.0.4",
-                self.gw.metrics.encode(),
-            ),
+            (&Method::GET, ["metrics"]) => {
+                self.gw.admission.refresh_gauges();
+                response(
+                    StatusCode::OK,
+                    "text/plain; version=0.0.4",
+                    self.gw.metrics.encode(),
+                )
+            }
             (&Method::GET, ["healthz"]) => json_response(StatusCode::OK, &json!({"status": "ok"})),
             (&Method::GET, ["readyz"]) => match self.gw.store.ready().await {
                 Ok(()) => json_response(StatusCode::OK, &json!({"ready": true})),

@@ -24,6 +24,9 @@ impl Gateway {
         store: Arc<StockStore>,
         upstreams: Upstreams,
     ) -> Gateway {
+        for activity in settings.activities.iter() {
+            metrics.init_activity(&activity.id);
+        }
         Gateway {
             admission: Admission::new(settings.clone(), store.clone(), metrics.clone()),
             signer: Signer::new(&settings.signing),

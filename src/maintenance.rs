@@ -7,24 +7,32 @@ use async_trait::async_trait;
 use chrono::Utc;
 use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
-use std::sync::Arc;
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
 use tokio::time::{interval, MissedTickBehavior};
 
 pub struct Maintenance {
     gw: Arc<Gateway>,
+    /// Stock keys (activity, version) this process has seen exist: if one is created again, Redis
+    /// lost it.
+    seen: Mutex<HashSet<(Arc<str>, u64)>>,
 }
 
 impl Maintenance {
     pub fn new(gw: Arc<Gateway>) -> Self {
-        Maintenance { gw }
+        Maintenance {
+            gw,
+            seen: Mutex::default(),
+        }
     }
 
     /// Makes sure every activity that has not ended has its current stock key (SET NX: creating,
     /// never resetting), loads the scripts, and refreshes `flashgate_stock_remaining`.
     ///
-    /// A key created after the sale started means Redis lost it (a restart without persistence,
-    /// a flush): the stock starts again from the YAML, which can sell units twice. That is logged
-    /// as an error; run Redis with `appendonly yes` and `appendfsync always` for exact stock.
+    /// A key this process saw before and now had to create means Redis lost it (a restart
+    /// without persistence, a flush): the stock starts again from the YAML, which can sell units
+    /// twice. That is logged as an error; run Redis with `appendonly yes` and
+    /// `appendfsync always` for exact stock. A process that starts after the loss cannot tell.
     pub async fn prewarm_all(&self) {
         let gw = &self.gw;
         if let Err(e) = gw.store.ready().await {
@@ -36,15 +44,22 @@ impl Maintenance {
             if window == SaleWindow::Ended {
                 continue;
             }
-            match gw.store.prewarm(activity).await {
+            let created = gw.store.prewarm(activity).await;
+            let seen_before = created.is_ok()
+                && !self
+                    .seen
+                    .lock()
+                    .expect("not poisoned")
+                    .insert((activity.id.clone(), activity.version));
+            match created {
                 Ok(true) => {
                     gw.admission.forget_sold_out(activity);
-                    if window == SaleWindow::Open {
+                    if seen_before {
                         tracing::error!(activity = %activity.id, version = activity.version,
-                            "stock key created after the sale started: Redis lost it, stock restarts from the configuration");
+                            "stock key was lost by Redis and created again: stock restarts from the configuration");
                     } else {
                         tracing::info!(activity = %activity.id, version = activity.version,
-                            stock = activity.stock, "stock prewarmed");
+                            stock = activity.stock, open = (window == SaleWindow::Open), "stock prewarmed");
                     }
                 }
                 Ok(false) => {}

@@ -39,6 +39,12 @@ pub enum ReleaseReason {
 }
 
 impl ReleaseReason {
+    pub const ALL: [ReleaseReason; 3] = [
+        ReleaseReason::Upstream5xx,
+        ReleaseReason::UpstreamError,
+        ReleaseReason::StoreTimeout,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             ReleaseReason::Upstream5xx => "upstream_5xx",
@@ -200,7 +206,7 @@ impl Metrics {
                 .register(collector)
                 .expect("metric names are unique");
         }
-        Metrics {
+        let metrics = Metrics {
             registry,
             decisions,
             stock_remaining,
@@ -210,6 +216,36 @@ impl Metrics {
             redis_errors,
             stock_keys_created,
             rate_limiter_keys,
+        };
+        metrics.init_static();
+        metrics
+    }
+
+    /// Creates the series of a configured activity at zero, so dashboards and alerts see them
+    /// before the first request.
+    pub fn init_activity(&self, activity: &str) {
+        for decision in crate::admission::Decision::ALL_CODES {
+            self.decisions.with_label_values(&[activity, decision]);
+        }
+        for reason in ReleaseReason::ALL {
+            self.reservations_released
+                .with_label_values(&[activity, reason.as_str()]);
+        }
+        self.stock_remaining.with_label_values(&[activity]);
+    }
+
+    /// Creates the label-free series at zero.
+    fn init_static(&self) {
+        for class in [
+            UpstreamClass::Success,
+            UpstreamClass::ClientError,
+            UpstreamClass::ServerError,
+            UpstreamClass::Error,
+        ] {
+            self.upstream_responses.with_label_values(&[class.as_str()]);
+        }
+        for script in [ScriptName::Reserve, ScriptName::Release] {
+            self.script_duration.with_label_values(&[script.as_str()]);
         }
     }
 

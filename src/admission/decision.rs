@@ -56,6 +56,20 @@ pub struct Reply {
 pub const UNAVAILABLE_RETRY_AFTER_SECS: u64 = 1;
 
 impl Decision {
+    /// Every `decision` label value, for creating metric series up front.
+    pub const ALL_CODES: [&'static str; 10] = [
+        "admitted",
+        "unauthenticated",
+        "bad_request",
+        "unknown_activity",
+        "not_started",
+        "ended",
+        "rate_limited",
+        "sold_out",
+        "limit_exceeded",
+        "unavailable",
+    ];
+
     /// The buyer-facing answer: status, contract code, message, Retry-After. The only mapping.
     pub fn reply(&self) -> Reply {
         let (status, code, message, retry_after_secs) = match *self {
@@ -158,6 +172,7 @@ mod tests {
             (Decision::Unavailable, 503, "unavailable"),
         ];
         for (decision, status, code) in cases {
+            assert!(Decision::ALL_CODES.contains(&code));
             let reply = decision.reply();
             assert_eq!(reply.status.as_u16(), status, "{decision:?}");
             assert_eq!(reply.code, code);

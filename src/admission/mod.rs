@@ -246,6 +246,13 @@ impl Admission {
         remaining
     }
 
+    /// Updates gauges that are cheap to read on demand (at scrape time).
+    pub fn refresh_gauges(&self) {
+        self.metrics
+            .rate_limiter_keys
+            .set(self.limiter.len() as i64);
+    }
+
     /// Clears the local sold-out mark (stock came back through prewarm or a release).
     pub fn forget_sold_out(&self, activity: &Activity) {
         self.sold_out.clear(&activity.id, activity.version);

@@ -132,7 +132,7 @@ pub struct SigningSection {
     pub ttl_secs: u64,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RateLimitsSection {
     /// Token bucket per user id; absent means no per-user limit.
@@ -141,6 +141,15 @@ pub struct RateLimitsSection {
     /// How often idle buckets (full again, so indistinguishable from new) are dropped.
     #[serde(default = "default_evict_interval_ms")]
     pub evict_interval_ms: u64,
+}
+
+impl Default for RateLimitsSection {
+    fn default() -> Self {
+        Self {
+            per_user: None,
+            evict_interval_ms: default_evict_interval_ms(),
+        }
+    }
 }
 
 #[derive(Debug, Deserialize)]

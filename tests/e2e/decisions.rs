@@ -1,0 +1,175 @@
+//! Every decision code of the contract table, as a buyer sees it.
+
+use crate::support::*;
+
+fn setup(activities: Vec<TestActivity>) -> (RedisServer, Upstream, GatewayProc) {
+    let redis = RedisServer::start();
+    let upstream = Upstream::start();
+    let config = TestConfig::new(&redis, &upstream, activities);
+    let gw = GatewayProc::start(config);
+    (redis, upstream, gw)
+}
+
+fn assert_gateway_answer(resp: &HttpResponse, status: u16, code: &str) {
+    assert_eq!(
+        resp.status,
+        status,
+        "body: {}",
+        String::from_utf8_lossy(&resp.body)
+    );
+    assert_eq!(resp.header("content-type"), Some("application/json"));
+    let body = resp.json();
+    assert_eq!(body["code"], code);
+    assert!(body["message"].as_str().is_some_and(|m| !m.is_empty()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_contract_code_except_unavailable() {
+    let mut multi = TestActivity::open("multi", 10);
+    multi.per_user_limit = 3;
+    multi.max_per_request = 2;
+    let mut future = TestActivity::open("future", 10);
+    future.starts_at = "2099-01-01T00:00:00Z";
+    future.ends_at = "2099-02-01T00:00:00Z";
+    let mut past = TestActivity::open("past", 10);
+    past.starts_at = "2020-01-01T00:00:00Z";
+    past.ends_at = "2021-01-01T00:00:00Z";
+    let (redis, upstream, gw) = setup(vec![TestActivity::open("1001", 2), multi, future, past]);
+
+    // unauthenticated: missing, empty, two identities.
+    assert_gateway_answer(
+        &request(gw.addr, "POST", "/api/seckill/1001/buy", &[]).await,
+        401,
+        "unauthenticated",
+    );
+    assert_gateway_answer(
+        &request(
+            gw.addr,
+            "POST",
+            "/api/seckill/1001/buy",
+            &[("X-User-Id", "")],
+        )
+        .await,
+        401,
+        "unauthenticated",
+    );
+    assert_gateway_answer(
+        &request(
+            gw.addr,
+            "POST",
+            "/api/seckill/1001/buy",
+            &[("X-User-Id", "a"), ("X-User-Id", "b")],
+        )
+        .await,
+        401,
+        "unauthenticated",
+    );
+
+    // bad_request: not an integer, < 1, > max_per_request, repeated.
+    for q in [
+        "qty=abc",
+        "qty=0",
+        "qty=-1",
+        "qty=1.5",
+        "qty=3",
+        "qty=1&qty=1",
+        "qty=99999999999999999999",
+    ] {
+        let resp = request(
+            gw.addr,
+            "POST",
+            &format!("/api/seckill/multi/buy?{q}"),
+            &[("X-User-Id", "u")],
+        )
+        .await;
+        assert_gateway_answer(&resp, 400, "bad_request");
+    }
+
+    assert_gateway_answer(&gw.buy("nope", "u", None).await, 404, "unknown_activity");
+    assert_gateway_answer(&gw.buy("future", "u", None).await, 403, "not_started");
+    assert_gateway_answer(&gw.buy("past", "u", None).await, 410, "ended");
+
+    // The winner reaches the upstream and learns its reservation id.
+    let win = gw.buy("1001", "alice", None).await;
+    assert_eq!(win.status, 200, "{}", String::from_utf8_lossy(&win.body));
+    let jti = win
+        .header("x-flashgate-reservation-id")
+        .expect("reservation id")
+        .to_owned();
+    assert!(!jti.is_empty());
+
+    // limit_exceeded: alice already holds her one unit (one unit is still on sale).
+    assert_gateway_answer(&gw.buy("1001", "alice", None).await, 409, "limit_exceeded");
+    assert_eq!(gw.buy("1001", "bob", None).await.status, 200);
+    // sold_out: both units are gone.
+    assert_gateway_answer(&gw.buy("1001", "carol", None).await, 410, "sold_out");
+
+    // Multi-unit: 2 + 2 > limit 3 is refused; 2 + 1 fits.
+    assert_eq!(gw.buy("multi", "carol", Some(2)).await.status, 200);
+    assert_gateway_answer(
+        &gw.buy("multi", "carol", Some(2)).await,
+        409,
+        "limit_exceeded",
+    );
+    assert_eq!(gw.buy("multi", "carol", Some(1)).await.status, 200);
+
+    // rate_limited: burst 5 per user; a user hammering gets 429 with Retry-After.
+    let mut limited = None;
+    for _ in 0..30 {
+        let resp = gw.buy("1001", "hammer", None).await;
+        if resp.status == 429 {
+            limited = Some(resp);
+            break;
+        }
+    }
+    let limited = limited.expect("a hammering buyer is rate limited");
+    assert_gateway_answer(&limited, 429, "rate_limited");
+    let retry: u64 = limited
+        .header("retry-after")
+        .expect("Retry-After")
+        .parse()
+        .unwrap();
+    assert!(retry >= 1);
+
+    // Only the four winners reached the upstream.
+    let seen = upstream.requests().await;
+    assert_eq!(seen.len(), 4, "{seen:#?}");
+    // Redis agrees: 1001 sold out, multi has 7 left.
+    let mut conn = redis.conn();
+    let left: i64 = redis::cmd("GET")
+        .arg("fg:{multi}:v1:stock")
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(left, 7);
+    let left: i64 = redis::cmd("GET")
+        .arg("fg:{1001}:v1:stock")
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(left, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn non_sale_routes_pass_through_unchanged() {
+    let (_redis, upstream, gw) = setup(vec![TestActivity::open("1001", 5)]);
+    // Other paths, and the sale path with another method, reach the upstream as they are.
+    let resp = get(
+        gw.addr,
+        "/api/products/7?color=red",
+        &[("X-Custom", "kept")],
+    )
+    .await;
+    assert_eq!(resp.status, 200);
+    assert_eq!(resp.json()["path"], "/api/products/7");
+    let resp = get(gw.addr, "/api/seckill/1001/buy", &[]).await;
+    assert_eq!(resp.status, 200, "GET is not the sale route's method");
+    let seen = upstream.requests().await;
+    assert_eq!(seen.len(), 2);
+    assert_eq!(seen[0]["query"], "color=red");
+    assert_eq!(seen[0]["headers"]["x-custom"], "kept");
+    assert!(seen[0]["headers"].get("x-flashgate-reservation").is_none());
+    // No reservation was taken for them.
+    assert_eq!(
+        gw.admin_get("/v1/activities/1001").await.json()["remaining"],
+        5
+    );
+}

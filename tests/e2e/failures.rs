@@ -1,0 +1,159 @@
+//! Bad days: the upstream fails after a reservation, Redis dies, the gateway restarts.
+
+use crate::support::*;
+use std::time::Duration;
+
+fn remaining(redis: &RedisServer, key: &str) -> i64 {
+    let mut conn = redis.conn();
+    redis::cmd("GET").arg(key).query(&mut conn).unwrap()
+}
+
+fn held(redis: &RedisServer, activity: &str, user: &str) -> Option<i64> {
+    let mut conn = redis.conn();
+    redis::cmd("HGET")
+        .arg(format!("fg:{{{activity}}}:users"))
+        .arg(user)
+        .query(&mut conn)
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_5xx_releases_the_reservation_and_the_buyer_can_buy_again() {
+    let redis = RedisServer::start();
+    let upstream = Upstream::start();
+    let gw = GatewayProc::start(TestConfig::new(
+        &redis,
+        &upstream,
+        vec![TestActivity::open("1001", 1)],
+    ));
+
+    upstream.set_status(500).await;
+    let resp = gw.buy("1001", "alice", None).await;
+    assert_eq!(resp.status, 503, "{}", String::from_utf8_lossy(&resp.body));
+    assert_eq!(resp.code(), "unavailable");
+    assert!(resp.header("retry-after").is_some());
+    assert!(resp.header("x-flashgate-reservation-id").is_none());
+    // Stock and the user's units are back.
+    assert_eq!(remaining(&redis, "fg:{1001}:v1:stock"), 1);
+    assert_eq!(held(&redis, "1001", "alice"), None);
+
+    upstream.set_status(200).await;
+    let resp = gw.buy("1001", "alice", None).await;
+    assert_eq!(resp.status, 200, "the only unit is purchasable again");
+    assert_eq!(remaining(&redis, "fg:{1001}:v1:stock"), 0);
+
+    let metrics = gw.metrics().await;
+    assert!(
+        metrics.contains(
+            r#"flashgate_reservations_released_total{activity="1001",reason="upstream_5xx"} 1"#
+        ),
+        "{metrics}"
+    );
+    assert!(metrics.contains(r#"flashgate_upstream_responses_total{class="5xx"} 1"#));
+    assert!(metrics.contains(r#"flashgate_upstream_responses_total{class="2xx"} 1"#));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_down_or_slow_releases_the_reservation() {
+    let redis = RedisServer::start();
+    let mut upstream = Upstream::start();
+    let mut config = TestConfig::new(&redis, &upstream, vec![TestActivity::open("1001", 2)]);
+    config.read_timeout_ms = 300;
+    let gw = GatewayProc::start(config);
+
+    // Slow: the upstream answers after the read timeout.
+    request(upstream.addr, "POST", "/__upstream/mode?delay_ms=2000", &[]).await;
+    let resp = gw.buy("1001", "slow", None).await;
+    assert_eq!((resp.status, resp.code().as_str()), (503, "unavailable"));
+    assert_eq!(remaining(&redis, "fg:{1001}:v1:stock"), 2);
+
+    // Down: nothing listens any more.
+    upstream.kill();
+    for user in ["alice", "bob", "carol"] {
+        let resp = gw.buy("1001", user, None).await;
+        assert_eq!(
+            (resp.status, resp.code().as_str()),
+            (503, "unavailable"),
+            "{user}"
+        );
+        assert_eq!(held(&redis, "1001", user), None);
+    }
+    assert_eq!(
+        remaining(&redis, "fg:{1001}:v1:stock"),
+        2,
+        "every unit returned"
+    );
+    let metrics = gw.metrics().await;
+    assert!(
+        metrics.contains(
+            r#"flashgate_reservations_released_total{activity="1001",reason="upstream_error"} 4"#
+        ),
+        "{metrics}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_killed_mid_sale_gives_fast_503s_then_recovers_without_restart() {
+    let mut redis = RedisServer::start_durable();
+    let upstream = Upstream::start();
+    let mut config = TestConfig::new(&redis, &upstream, vec![TestActivity::open("1001", 10)]);
+    config.redis_timeout_ms = 100;
+    config.per_user = None;
+    let gw = GatewayProc::start(config);
+
+    assert_eq!(gw.buy("1001", "before", None).await.status, 200);
+    redis.kill();
+    for i in 0..5 {
+        let started = std::time::Instant::now();
+        let resp = gw.buy("1001", &format!("during-{i}"), None).await;
+        assert_eq!((resp.status, resp.code().as_str()), (503, "unavailable"));
+        assert!(resp.header("retry-after").is_some());
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "503 must be fast, took {:?}",
+            started.elapsed()
+        );
+    }
+    let ready = get(gw.admin, "/readyz", &[]).await;
+    assert_eq!(ready.status, 503);
+
+    redis.restart();
+    let resp = wait_for_async(
+        "the gateway to recover",
+        Duration::from_secs(20),
+        || async {
+            let resp = gw.buy("1001", "after", None).await;
+            (resp.status != 503).then_some(resp)
+        },
+    )
+    .await;
+    assert_eq!(resp.status, 200, "{}", String::from_utf8_lossy(&resp.body));
+    // Durable Redis kept the first sale; nothing was taken while it was down.
+    assert_eq!(remaining(&redis, "fg:{1001}:v1:stock"), 8);
+    assert_eq!(upstream.requests().await.len(), 2);
+    assert_eq!(get(gw.admin, "/readyz", &[]).await.status, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_restart_does_not_reset_stock() {
+    let redis = RedisServer::start();
+    let upstream = Upstream::start();
+    let mut gw = GatewayProc::start(TestConfig::new(
+        &redis,
+        &upstream,
+        vec![TestActivity::open("1001", 3)],
+    ));
+    assert_eq!(gw.buy("1001", "a", None).await.status, 200);
+    assert_eq!(gw.buy("1001", "b", None).await.status, 200);
+    gw.restart();
+    assert_eq!(remaining(&redis, "fg:{1001}:v1:stock"), 1);
+    assert_eq!(gw.buy("1001", "c", None).await.status, 200);
+    assert_eq!(gw.buy("1001", "d", None).await.code(), "sold_out");
+    // A second instance on the same Redis does not reset it either.
+    let mut second = gw.config.clone();
+    second.listen_port = free_port();
+    second.admin_port = free_port();
+    let gw2 = GatewayProc::start(second);
+    assert_eq!(gw2.buy("1001", "e", None).await.code(), "sold_out");
+    assert_eq!(remaining(&redis, "fg:{1001}:v1:stock"), 0);
+}

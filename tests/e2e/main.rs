@@ -1,0 +1,11 @@
+//! End-to-end tests: the real flashgate binary between a private redis-server and the demo
+//! upstream, driven over real sockets.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod admin;
+mod burst;
+mod decisions;
+mod failures;
+mod reservations;

@@ -1,0 +1,87 @@
+//! The reservation header: only the gateway's, never a client's.
+
+use crate::support::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forged_reservation_header_never_reaches_the_upstream() {
+    let redis = RedisServer::start();
+    let upstream = Upstream::start();
+    let gw = GatewayProc::start(TestConfig::new(
+        &redis,
+        &upstream,
+        vec![TestActivity::open("1001", 0)],
+    ));
+    let forged = "eyJhbGciOiJub25lIn0.eyJqdGkiOiJmb3JnZWQifQ.";
+
+    // On a pass-through route the header is removed.
+    let resp = request(
+        gw.addr,
+        "POST",
+        "/api/orders",
+        &[("X-Flashgate-Reservation", forged)],
+    )
+    .await;
+    assert_eq!(resp.status, 200);
+    // On a sale route that loses, nothing is forwarded at all.
+    let resp = request(
+        gw.addr,
+        "POST",
+        "/api/seckill/1001/buy",
+        &[
+            ("X-User-Id", "mallory"),
+            ("X-Flashgate-Reservation", forged),
+        ],
+    )
+    .await;
+    assert_eq!(resp.code(), "sold_out");
+    // Twice, in different cases, on a pass-through route.
+    let resp = request(
+        gw.addr,
+        "GET",
+        "/api/orders",
+        &[
+            ("x-flashgate-reservation", forged),
+            ("X-FLASHGATE-RESERVATION", forged),
+        ],
+    )
+    .await;
+    assert_eq!(resp.status, 200);
+
+    let seen = upstream.requests().await;
+    assert_eq!(seen.len(), 2);
+    for req in seen {
+        assert!(
+            req["headers"].get("x-flashgate-reservation").is_none(),
+            "{req:#}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_winner_carries_the_gateways_reservation_not_the_clients() {
+    let redis = RedisServer::start();
+    let upstream = Upstream::start();
+    let gw = GatewayProc::start(TestConfig::new(
+        &redis,
+        &upstream,
+        vec![TestActivity::open("1001", 5)],
+    ));
+    let resp = request(
+        gw.addr,
+        "POST",
+        "/api/seckill/1001/buy",
+        &[
+            ("X-User-Id", "alice"),
+            ("X-Flashgate-Reservation", "forged"),
+        ],
+    )
+    .await;
+    assert_eq!(resp.status, 200);
+    let seen = upstream.requests().await;
+    assert_eq!(seen.len(), 1);
+    let token = seen[0]["headers"]["x-flashgate-reservation"]
+        .as_str()
+        .unwrap();
+    assert_ne!(token, "forged");
+    assert_eq!(token.split('.').count(), 3, "a compact JWS");
+}

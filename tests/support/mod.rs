@@ -1,0 +1,624 @@
+//! Real processes for tests: a private redis-server, the demo upstream, the flashgate binary, and
+//! a small raw HTTP/1.1 client. Every process gets a free port and a temp dir and is killed on
+//! drop. Nothing here sleeps for timing: readiness is polled with a deadline.
+#![allow(dead_code)]
+
+use serde_json::Value;
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use tempfile::TempDir;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+pub const SIGNING_SECRET: &str = "test-signing-secret-0123456789abcdef";
+pub const ADMIN_TOKEN: &str = "test-admin-token";
+pub const STARTUP_DEADLINE: Duration = Duration::from_secs(30);
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// Polls `check` until it returns `Some`, or panics with `what` after `deadline`.
+pub fn wait_for<T>(what: &str, deadline: Duration, mut check: impl FnMut() -> Option<T>) -> T {
+    let end = Instant::now() + deadline;
+    loop {
+        if let Some(v) = check() {
+            return v;
+        }
+        assert!(Instant::now() < end, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Async variant of [`wait_for`].
+pub async fn wait_for_async<T, F, Fut>(what: &str, deadline: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let end = Instant::now() + deadline;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(Instant::now() < end, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn kill(child: &mut Child) {
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// A private redis-server on a free port in a temp dir.
+pub struct RedisServer {
+    pub port: u16,
+    dir: TempDir,
+    durable: bool,
+    child: Option<Child>,
+}
+
+impl RedisServer {
+    /// No persistence: fast, for most tests.
+    pub fn start() -> Self {
+        Self::start_with(false)
+    }
+
+    /// AOF with fsync on every write, so a SIGKILL loses nothing.
+    pub fn start_durable() -> Self {
+        Self::start_with(true)
+    }
+
+    fn start_with(durable: bool) -> Self {
+        let mut server = RedisServer {
+            port: free_port(),
+            dir: tempfile::tempdir().expect("temp dir"),
+            durable,
+            child: None,
+        };
+        server.spawn();
+        server
+    }
+
+    fn spawn(&mut self) {
+        let mut cmd = Command::new("redis-server");
+        cmd.arg("--port")
+            .arg(self.port.to_string())
+            .arg("--bind")
+            .arg("127.0.0.1")
+            .arg("--dir")
+            .arg(self.dir.path())
+            .arg("--save")
+            .arg("");
+        if self.durable {
+            cmd.args(["--appendonly", "yes", "--appendfsync", "always"]);
+        } else {
+            cmd.args(["--appendonly", "no"]);
+        }
+        let child = cmd
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server must be installed (scripts/test installs it)");
+        self.child = Some(child);
+        let client = self.client();
+        wait_for("redis-server to answer PING", STARTUP_DEADLINE, || {
+            let mut conn = client.get_connection().ok()?;
+            redis::cmd("PING").query::<String>(&mut conn).ok()
+        });
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/0", self.port)
+    }
+
+    pub fn client(&self) -> redis::Client {
+        redis::Client::open(self.url()).expect("valid url")
+    }
+
+    pub fn conn(&self) -> redis::Connection {
+        self.client().get_connection().expect("redis connection")
+    }
+
+    /// SIGKILL, like a crash.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            kill(&mut child);
+        }
+    }
+
+    /// Starts again on the same port and dir (a durable server comes back with its data).
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// The demo upstream binary, recording what it receives.
+pub struct Upstream {
+    pub addr: SocketAddr,
+    child: Child,
+}
+
+impl Upstream {
+    pub fn start() -> Self {
+        let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_demo-upstream"))
+            .arg("--listen")
+            .arg(addr.to_string())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("demo-upstream starts");
+        wait_for("demo upstream to listen", STARTUP_DEADLINE, || {
+            std::net::TcpStream::connect(addr).ok()
+        });
+        Upstream { addr, child }
+    }
+
+    /// Requests received, oldest first, excluding control requests.
+    pub async fn requests(&self) -> Vec<Value> {
+        let resp = get(self.addr, "/__upstream/requests", &[]).await;
+        resp.json()["requests"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    pub async fn set_status(&self, status: u16) {
+        let resp = request(
+            self.addr,
+            "POST",
+            &format!("/__upstream/mode?status={status}"),
+            &[],
+        )
+        .await;
+        assert_eq!(resp.status, 200);
+    }
+
+    pub async fn reset(&self) {
+        request(self.addr, "POST", "/__upstream/reset", &[]).await;
+    }
+
+    pub fn kill(&mut self) {
+        kill(&mut self.child);
+    }
+}
+
+impl Drop for Upstream {
+    fn drop(&mut self) {
+        kill(&mut self.child);
+    }
+}
+
+/// One activity of a test configuration.
+#[derive(Clone)]
+pub struct TestActivity {
+    pub id: &'static str,
+    pub stock: u64,
+    pub version: u64,
+    pub per_user_limit: u32,
+    pub max_per_request: u32,
+    pub starts_at: &'static str,
+    pub ends_at: &'static str,
+}
+
+impl TestActivity {
+    pub fn open(id: &'static str, stock: u64) -> Self {
+        TestActivity {
+            id,
+            stock,
+            version: 1,
+            per_user_limit: 1,
+            max_per_request: 1,
+            starts_at: "2020-01-01T00:00:00Z",
+            ends_at: "2099-01-01T00:00:00Z",
+        }
+    }
+}
+
+/// A gateway configuration for tests, rendered to YAML.
+#[derive(Clone)]
+pub struct TestConfig {
+    pub redis_url: String,
+    pub upstreams: Vec<SocketAddr>,
+    pub activities: Vec<TestActivity>,
+    /// (per_second, burst)
+    pub per_user: Option<(u32, u32)>,
+    pub sold_out_ttl_ms: u64,
+    pub redis_timeout_ms: u64,
+    pub read_timeout_ms: u64,
+    pub listen_port: u16,
+    pub admin_port: u16,
+}
+
+impl TestConfig {
+    pub fn new(redis: &RedisServer, upstream: &Upstream, activities: Vec<TestActivity>) -> Self {
+        TestConfig {
+            redis_url: redis.url(),
+            upstreams: vec![upstream.addr],
+            activities,
+            per_user: Some((5, 5)),
+            sold_out_ttl_ms: 1000,
+            redis_timeout_ms: 200,
+            read_timeout_ms: 5000,
+            listen_port: free_port(),
+            admin_port: free_port(),
+        }
+    }
+
+    pub fn to_yaml(&self) -> String {
+        let upstreams: Vec<String> = self.upstreams.iter().map(|a| format!("\"{a}\"")).collect();
+        let mut y = format!(
+            r#"server:
+  listen: "127.0.0.1:{listen}"
+  threads: 2
+admin:
+  listen: "127.0.0.1:{admin}"
+  token_env: FLASHGATE_ADMIN_TOKEN
+upstream:
+  addresses: [{upstreams}]
+  connect_timeout_ms: 500
+  read_timeout_ms: {read_timeout}
+  health_check_interval_ms: 200
+redis:
+  url: "{redis}"
+  timeout_ms: {redis_timeout}
+identity:
+  header: X-User-Id
+signing:
+  header: X-Flashgate-Reservation
+  algorithm: HS256
+  key_id: k1
+  secret_env: FLASHGATE_SIGNING_SECRET
+  ttl_secs: 900
+sold_out_cache:
+  ttl_ms: {ttl}
+sale_routes:
+  - method: POST
+    path: "/api/seckill/{{activity}}/buy"
+    quantity_query: qty
+"#,
+            listen = self.listen_port,
+            admin = self.admin_port,
+            upstreams = upstreams.join(", "),
+            read_timeout = self.read_timeout_ms,
+            redis = self.redis_url,
+            redis_timeout = self.redis_timeout_ms,
+            ttl = self.sold_out_ttl_ms,
+        );
+        if let Some((per_second, burst)) = self.per_user {
+            y.push_str(&format!(
+                "rate_limits:\n  per_user: {{ per_second: {per_second}, burst: {burst} }}\n"
+            ));
+        }
+        y.push_str("activities:\n");
+        for a in &self.activities {
+            y.push_str(&format!(
+                "  - id: \"{}\"\n    stock: {}\n    version: {}\n    per_user_limit: {}\n    max_per_request: {}\n    starts_at: \"{}\"\n    ends_at: \"{}\"\n",
+                a.id, a.stock, a.version, a.per_user_limit, a.max_per_request, a.starts_at, a.ends_at
+            ));
+        }
+        y
+    }
+}
+
+/// The flashgate binary running `serve` with a test configuration.
+pub struct GatewayProc {
+    pub addr: SocketAddr,
+    pub admin: SocketAddr,
+    pub config: TestConfig,
+    dir: TempDir,
+    child: Option<Child>,
+}
+
+pub fn flashgate_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_flashgate")
+}
+
+impl GatewayProc {
+    /// Starts the gateway and waits until `/readyz` answers 200.
+    pub fn start(config: TestConfig) -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut gw = GatewayProc {
+            addr: format!("127.0.0.1:{}", config.listen_port).parse().unwrap(),
+            admin: format!("127.0.0.1:{}", config.admin_port).parse().unwrap(),
+            config,
+            dir,
+            child: None,
+        };
+        gw.spawn();
+        gw.wait_ready();
+        gw
+    }
+
+    pub fn config_path(&self) -> PathBuf {
+        self.dir.path().join("gateway.yaml")
+    }
+
+    pub fn log_path(&self) -> PathBuf {
+        self.dir.path().join("gateway.log")
+    }
+
+    pub fn logs(&self) -> String {
+        std::fs::read_to_string(self.log_path()).unwrap_or_default()
+    }
+
+    fn spawn(&mut self) {
+        std::fs::write(self.config_path(), self.config.to_yaml()).expect("write config");
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log_path())
+            .expect("log file");
+        let child = Command::new(flashgate_bin())
+            .arg("serve")
+            .arg("--config")
+            .arg(self.config_path())
+            .env("FLASHGATE_SIGNING_SECRET", SIGNING_SECRET)
+            .env("FLASHGATE_ADMIN_TOKEN", ADMIN_TOKEN)
+            .env("RUST_LOG", "info")
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("flashgate starts");
+        self.child = Some(child);
+    }
+
+    fn wait_ready(&mut self) {
+        let admin = self.admin;
+        let end = Instant::now() + STARTUP_DEADLINE;
+        loop {
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                panic!(
+                    "flashgate exited with {status} during start-up:\n{}",
+                    self.logs()
+                );
+            }
+            if let Ok(resp) = blocking_get(admin, "/readyz") {
+                if resp.status == 200 {
+                    return;
+                }
+            }
+            assert!(
+                Instant::now() < end,
+                "flashgate never became ready:\n{}",
+                self.logs()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// SIGKILL.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            kill(&mut child);
+        }
+    }
+
+    /// Kills and starts again with the same configuration and ports.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+        self.wait_ready();
+    }
+
+    pub async fn buy(&self, activity: &str, user: &str, qty: Option<u32>) -> HttpResponse {
+        let path = match qty {
+            Some(q) => format!("/api/seckill/{activity}/buy?qty={q}"),
+            None => format!("/api/seckill/{activity}/buy"),
+        };
+        request(self.addr, "POST", &path, &[("X-User-Id", user)]).await
+    }
+
+    pub async fn admin_get(&self, path: &str) -> HttpResponse {
+        let auth = format!("Bearer {ADMIN_TOKEN}");
+        get(self.admin, path, &[("Authorization", auth.as_str())]).await
+    }
+
+    pub async fn metrics(&self) -> String {
+        String::from_utf8(get(self.admin, "/metrics", &[]).await.body).unwrap()
+    }
+}
+
+impl Drop for GatewayProc {
+    fn drop(&mut self) {
+        self.kill();
+        if std::thread::panicking() {
+            eprintln!("---- flashgate log ----\n{}", self.logs());
+        }
+    }
+}
+
+/// Runs `flashgate <args>` to completion: (exit code, stdout, stderr).
+pub fn run_cli(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
+    let mut cmd = Command::new(flashgate_bin());
+    cmd.args(args)
+        .env_remove("FLASHGATE_SIGNING_SECRET")
+        .env_remove("FLASHGATE_ADMIN_TOKEN");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("flashgate runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+pub fn repo_path(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
+}
+
+// ---------------------------------------------------------------- HTTP client
+
+#[derive(Debug, Clone)]
+pub struct HttpResponse {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl HttpResponse {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap_or_else(|e| {
+            panic!(
+                "body is not JSON ({e}): {}",
+                String::from_utf8_lossy(&self.body)
+            )
+        })
+    }
+
+    /// The contract's `code` field of a gateway answer.
+    pub fn code(&self) -> String {
+        self.json()["code"].as_str().unwrap_or_default().to_owned()
+    }
+}
+
+pub fn raw_request(method: &str, path: &str, headers: &[(&str, &str)]) -> String {
+    let mut req =
+        format!("{method} {path} HTTP/1.1\r\nHost: flashgate.test\r\nConnection: close\r\n");
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    if method == "POST" || method == "PUT" {
+        req.push_str("Content-Length: 0\r\n");
+    }
+    req.push_str("\r\n");
+    req
+}
+
+pub async fn request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> HttpResponse {
+    send_raw(addr, raw_request(method, path, headers).as_bytes())
+        .await
+        .unwrap_or_else(|e| panic!("{method} {path} to {addr}: {e}"))
+}
+
+pub async fn get(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> HttpResponse {
+    request(addr, "GET", path, headers).await
+}
+
+pub fn blocking_get(addr: SocketAddr, path: &str) -> std::io::Result<HttpResponse> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
+    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+    stream.write_all(raw_request("GET", path, &[]).as_bytes())?;
+    let mut buf = Vec::new();
+    stream.read_to_end(&mut buf)?;
+    parse_response(&buf)
+}
+
+pub async fn send_raw(addr: SocketAddr, raw: &[u8]) -> std::io::Result<HttpResponse> {
+    let mut stream = TcpStream::connect(addr).await?;
+    send_on(&mut stream, raw).await
+}
+
+pub async fn send_on(stream: &mut TcpStream, raw: &[u8]) -> std::io::Result<HttpResponse> {
+    stream.write_all(raw).await?;
+    let mut buf = Vec::new();
+    tokio::time::timeout(Duration::from_secs(30), stream.read_to_end(&mut buf))
+        .await
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "response timed out"))??;
+    parse_response(&buf)
+}
+
+fn parse_response(buf: &[u8]) -> std::io::Result<HttpResponse> {
+    let bad = |m: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, m.to_owned());
+    let end = buf
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .ok_or_else(|| bad("no end of headers"))?;
+    let head = std::str::from_utf8(&buf[..end]).map_err(|_| bad("head not UTF-8"))?;
+    let mut lines = head.split("\r\n");
+    let status_line = lines.next().ok_or_else(|| bad("no status line"))?;
+    let status = status_line
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| bad("bad status line"))?;
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
+        .collect();
+    let mut body = buf[end + 4..].to_vec();
+    let chunked = headers
+        .iter()
+        .any(|(k, v)| k.eq_ignore_ascii_case("transfer-encoding") && v.contains("chunked"));
+    if chunked {
+        body = dechunk(&body).ok_or_else(|| bad("bad chunked body"))?;
+    }
+    Ok(HttpResponse {
+        status,
+        headers,
+        body,
+    })
+}
+
+fn dechunk(mut data: &[u8]) -> Option<Vec<u8>> {
+    let mut out = Vec::new();
+    loop {
+        let line_end = data.windows(2).position(|w| w == b"\r\n")?;
+        let size_str = std::str::from_utf8(&data[..line_end]).ok()?;
+        let size = usize::from_str_radix(size_str.split(';').next()?.trim(), 16).ok()?;
+        data = &data[line_end + 2..];
+        if size == 0 {
+            return Some(out);
+        }
+        out.extend_from_slice(data.get(..size)?);
+        data = data.get(size + 2..)?;
+    }
+}
+
+/// Opens one connection per request first, then sends all of them at the same instant, and
+/// returns the responses in request order.
+pub async fn burst(addr: SocketAddr, requests: Vec<String>) -> Vec<HttpResponse> {
+    let n = requests.len();
+    let gate = std::sync::Arc::new(tokio::sync::Barrier::new(n + 1));
+    let mut tasks = Vec::with_capacity(n);
+    for raw in requests {
+        let gate = gate.clone();
+        tasks.push(tokio::spawn(async move {
+            let connected = TcpStream::connect(addr).await;
+            gate.wait().await;
+            let mut stream = connected.expect("connect before the burst");
+            send_on(&mut stream, raw.as_bytes())
+                .await
+                .expect("burst response")
+        }));
+    }
+    gate.wait().await;
+    let mut out = Vec::with_capacity(n);
+    for t in tasks {
+        out.push(t.await.expect("task"));
+    }
+    out
+}
