@@ -85,3 +85,32 @@ async fn a_winner_carries_the_gateways_reservation_not_the_clients() {
     assert_ne!(token, "forged");
     assert_eq!(token.split('.').count(), 3, "a compact JWS");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eddsa_reservations_verify_with_the_public_key() {
+    use jsonwebtoken::{Algorithm, DecodingKey, Validation};
+    let redis = RedisServer::start();
+    let upstream = Upstream::start();
+    let mut config = TestConfig::new(&redis, &upstream, vec![TestActivity::open("1001", 5)]);
+    config.eddsa_key_file = Some(repo_path("tests/fixtures/ed25519.pem"));
+    let gw = GatewayProc::start(config);
+    assert_eq!(gw.buy("1001", "alice", Some(1)).await.status, 200);
+    let seen = upstream.requests().await;
+    let token = seen[0]["headers"]["x-flashgate-reservation"]
+        .as_str()
+        .unwrap();
+    assert_eq!(
+        jsonwebtoken::decode_header(token).unwrap().alg,
+        Algorithm::EdDSA
+    );
+    let public = std::fs::read(repo_path("tests/fixtures/ed25519.pub.pem")).unwrap();
+    let claims = jsonwebtoken::decode::<serde_json::Value>(
+        token,
+        &DecodingKey::from_ed_pem(&public).unwrap(),
+        &Validation::new(Algorithm::EdDSA),
+    )
+    .expect("verifies with the public key")
+    .claims;
+    assert_eq!(claims["sub"], "alice");
+    assert_eq!(claims["act"], "1001");
+}

@@ -242,6 +242,8 @@ pub struct TestConfig {
     pub read_timeout_ms: u64,
     pub listen_port: u16,
     pub admin_port: u16,
+    /// Sign with EdDSA using this PKCS#8 PEM instead of HS256.
+    pub eddsa_key_file: Option<PathBuf>,
 }
 
 impl TestConfig {
@@ -256,6 +258,7 @@ impl TestConfig {
             read_timeout_ms: 5000,
             listen_port: free_port(),
             admin_port: free_port(),
+            eddsa_key_file: None,
         }
     }
 
@@ -280,10 +283,9 @@ identity:
   header: X-User-Id
 signing:
   header: X-Flashgate-Reservation
-  algorithm: HS256
   key_id: k1
-  secret_env: FLASHGATE_SIGNING_SECRET
   ttl_secs: 900
+{signing_key}
 sold_out_cache:
   ttl_ms: {ttl}
 sale_routes:
@@ -298,6 +300,13 @@ sale_routes:
             redis = self.redis_url,
             redis_timeout = self.redis_timeout_ms,
             ttl = self.sold_out_ttl_ms,
+            signing_key = match &self.eddsa_key_file {
+                Some(path) => format!(
+                    "  algorithm: EdDSA\n  private_key_file: \"{}\"",
+                    path.display()
+                ),
+                None => "  algorithm: HS256\n  secret_env: FLASHGATE_SIGNING_SECRET".to_owned(),
+            },
         );
         if let Some((per_second, burst)) = self.per_user {
             y.push_str(&format!(
