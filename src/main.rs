@@ -74,6 +74,7 @@ fn init_logging() -> tracing_appender::non_blocking::WorkerGuard {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
         .with_writer(writer);
     if std::env::var("FLASHGATE_LOG_FORMAT").as_deref() == Ok("json") {
         builder.json().init();

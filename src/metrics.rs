@@ -93,6 +93,14 @@ pub enum StoreOp {
 }
 
 impl StoreOp {
+    pub const ALL: [StoreOp; 5] = [
+        StoreOp::Reserve,
+        StoreOp::Release,
+        StoreOp::Prewarm,
+        StoreOp::Read,
+        StoreOp::Ready,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             StoreOp::Reserve => "reserve",
@@ -232,6 +240,7 @@ impl Metrics {
                 .with_label_values(&[activity, reason.as_str()]);
         }
         self.stock_remaining.with_label_values(&[activity]);
+        self.stock_keys_created.with_label_values(&[activity]);
     }
 
     /// Creates the label-free series at zero.
@@ -243,6 +252,9 @@ impl Metrics {
             UpstreamClass::Error,
         ] {
             self.upstream_responses.with_label_values(&[class.as_str()]);
+        }
+        for op in StoreOp::ALL {
+            self.redis_errors.with_label_values(&[op.as_str()]);
         }
         for script in [ScriptName::Reserve, ScriptName::Release] {
             self.script_duration.with_label_values(&[script.as_str()]);
@@ -265,5 +277,55 @@ impl Metrics {
 impl Default for Metrics {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every metric the Grafana dashboard queries is one this module exports.
+    #[test]
+    fn dashboard_queries_only_exported_metrics() {
+        let metrics = Metrics::new();
+        metrics.init_activity("1001");
+        let exported = String::from_utf8(metrics.encode()).unwrap();
+        let dashboard: serde_json::Value =
+            serde_json::from_str(include_str!("../grafana/flashgate-dashboard.json")).unwrap();
+        let mut checked = 0;
+        for panel in dashboard["panels"].as_array().unwrap() {
+            for target in panel["targets"].as_array().unwrap() {
+                let expr = target["expr"].as_str().unwrap();
+                for (i, _) in expr.match_indices("flashgate_") {
+                    let name: String = expr[i..]
+                        .chars()
+                        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                        .collect();
+                    assert!(
+                        exported.contains(&format!("\n{name}{{"))
+                            || exported.contains(&format!("\n{name} ")),
+                        "panel {:?} queries {name}, which is not exported",
+                        panel["title"]
+                    );
+                    checked += 1;
+                }
+            }
+        }
+        assert!(checked >= 10);
+    }
+
+    #[test]
+    fn series_exist_before_the_first_request() {
+        let metrics = Metrics::new();
+        metrics.init_activity("1001");
+        let text = String::from_utf8(metrics.encode()).unwrap();
+        for needle in [
+            r#"flashgate_admission_decisions_total{activity="1001",decision="sold_out"} 0"#,
+            r#"flashgate_reservations_released_total{activity="1001",reason="upstream_5xx"} 0"#,
+            r#"flashgate_upstream_responses_total{class="error"} 0"#,
+            r#"flashgate_stock_remaining{activity="1001"} 0"#,
+        ] {
+            assert!(text.contains(needle), "{needle}");
+        }
     }
 }
