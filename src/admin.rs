@@ -1,7 +1,9 @@
 //! The admin listener: `/metrics`, `/healthz`, `/readyz` open; `/v1/*` behind the bearer token.
 
-use crate::config::{Activity, AdminToken};
+use crate::config::{Activity, AdminToken, ConfirmMode};
 use crate::gateway::Gateway;
+use crate::lifecycle::AdminOutcome;
+use crate::stock::{LedgerRow, ReservationRecord};
 use async_trait::async_trait;
 use http::{Method, Response, StatusCode};
 use pingora::apps::http_app::ServeHttp;
@@ -69,12 +71,48 @@ impl ServeHttp for AdminApp {
                     "no such activity",
                 ),
             },
-            (&Method::POST, ["v1", "activities", _, "reservations", _, "confirm" | "release"]) => {
-                error(
-                    StatusCode::NOT_IMPLEMENTED,
-                    "not_implemented",
-                    "confirm and release arrive with the reservation lifecycle",
-                )
+            (method, ["v1", "activities", act, "reservations", id, rest @ ..]) => {
+                let Some(activity) = self.gw.settings.activities.get(act) else {
+                    return error(
+                        StatusCode::NOT_FOUND,
+                        "unknown_activity",
+                        "no such activity",
+                    );
+                };
+                let lifecycle = &self.gw.lifecycle;
+                let outcome = match (method, rest) {
+                    (&Method::GET, []) => lifecycle
+                        .lookup(activity, id)
+                        .await
+                        .map(|r| r.map_or(AdminOutcome::NotFound, AdminOutcome::Done)),
+                    (&Method::POST, ["confirm"]) => lifecycle.confirm_by_id(activity, id).await,
+                    (&Method::POST, ["release"]) => lifecycle.release_by_id(activity, id).await,
+                    _ => {
+                        return error(StatusCode::NOT_FOUND, "not_found", "no such admin endpoint")
+                    }
+                };
+                match outcome {
+                    Ok(AdminOutcome::Done(record)) => {
+                        json_response(StatusCode::OK, &reservation_view(activity, id, &record))
+                    }
+                    Ok(AdminOutcome::Conflict(record)) => {
+                        let mut body = reservation_view(activity, id, &record);
+                        body["code"] = json!("released");
+                        body["message"] =
+                            json!("the reservation was released; it cannot be confirmed");
+                        json_response(StatusCode::CONFLICT, &body)
+                    }
+                    Ok(AdminOutcome::NotFound) => error(
+                        StatusCode::NOT_FOUND,
+                        "unknown_reservation",
+                        "no such reservation",
+                    ),
+                    Err(e) => error(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "unavailable",
+                        &e.to_string(),
+                    ),
+                }
             }
             _ => error(StatusCode::NOT_FOUND, "not_found", "no such admin endpoint"),
         }
@@ -82,29 +120,70 @@ impl ServeHttp for AdminApp {
 }
 
 impl AdminApp {
-    /// An activity as the admin API shows it. `remaining` is null when the store cannot say.
+    /// An activity as the admin API shows it: the current version's ledger at the top level and
+    /// every version's in `versions`. Ledger fields are null when the store cannot say.
     async fn activity_view(&self, activity: &Activity) -> Value {
-        let remaining = self.gw.store.remaining(activity).await;
-        if let Ok(Some(left)) = remaining {
+        let rows = self.gw.lifecycle.ledgers(activity).await.ok();
+        let current = rows
+            .as_ref()
+            .and_then(|rows| rows.iter().find(|r| r.version == activity.version))
+            .filter(|r| r.stock_key);
+        if let Some(row) = current {
             self.gw
                 .metrics
                 .stock_remaining
                 .with_label_values(&[&activity.id])
-                .set(left);
+                .set(row.remaining);
         }
-        let remaining = remaining.ok().flatten();
+        let field = |f: fn(&LedgerRow) -> i64| current.map(f);
+        let remaining = field(|r| r.remaining);
         json!({
             "id": &*activity.id,
             "version": activity.version,
             "stock": activity.stock,
             "remaining": remaining,
+            "pending": field(|r| r.pending),
+            "confirmed": field(|r| r.confirmed),
+            "released": field(|r| r.released),
+            "retired": field(|r| r.retired),
             "sold_out": remaining.map(|r| r <= 0),
+            "confirm": match activity.confirm {
+                ConfirmMode::Upstream => "upstream",
+                ConfirmMode::Explicit => "explicit",
+            },
+            "hold_secs": activity.hold.as_secs(),
+            "versions": rows.map(|rows| rows.iter().map(|r| json!({
+                "version": r.version,
+                "initial": r.initial,
+                "remaining": r.stock_key.then_some(r.remaining),
+                "pending": r.pending,
+                "confirmed": r.confirmed,
+                "released": r.released,
+                "retired": r.retired,
+                "drift": r.drift(),
+            })).collect::<Vec<_>>()),
             "per_user_limit": activity.per_user_limit.get(),
             "max_per_request": activity.max_per_request.get(),
             "starts_at": activity.starts_at.to_rfc3339(),
             "ends_at": activity.ends_at.to_rfc3339(),
         })
     }
+}
+
+fn reservation_view(activity: &Activity, id: &str, r: &ReservationRecord) -> Value {
+    json!({
+        "id": id,
+        "activity": &*activity.id,
+        "state": r.state,
+        "user": r.user,
+        "qty": r.qty,
+        "version": r.ver,
+        "created_ms": r.created_ms,
+        "deadline_ms": r.deadline_ms,
+        "confirmed_ms": r.confirmed_ms,
+        "released_ms": r.released_ms,
+        "reason": r.reason,
+    })
 }
 
 /// Compares the presented bearer token with the configured one in time independent of where

@@ -25,7 +25,20 @@ enum Command {
         #[arg(long)]
         config: PathBuf,
     },
+    /// Print the stock ledger per activity and version; exit 1 on any drift.
+    Reconcile {
+        #[arg(long)]
+        config: PathBuf,
+        /// Only this activity.
+        #[arg(long)]
+        activity: Option<String>,
+    },
 }
+
+/// Exit codes beyond success.
+const EXIT_DRIFT: u8 = 1;
+const EXIT_CONFIG: u8 = 2;
+const EXIT_STORE: u8 = 3;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -42,15 +55,40 @@ fn main() -> ExitCode {
             }
             Err(e) => {
                 eprintln!("{}: {e}", config.display());
-                ExitCode::from(2)
+                ExitCode::from(EXIT_CONFIG)
             }
         },
+        Command::Reconcile { config, activity } => {
+            let settings = match Settings::load(&config) {
+                Ok(s) => s,
+                Err(e) => {
+                    eprintln!("{}: {e}", config.display());
+                    return ExitCode::from(EXIT_CONFIG);
+                }
+            };
+            match flashgate::reconcile::run_cli(settings, activity.as_deref()) {
+                Ok(report) => {
+                    print!("{}", report.table());
+                    if report.clean() {
+                        println!("reconcile: clean");
+                        ExitCode::SUCCESS
+                    } else {
+                        println!("reconcile: DRIFT");
+                        ExitCode::from(EXIT_DRIFT)
+                    }
+                }
+                Err(e) => {
+                    eprintln!("reconcile: {e}");
+                    ExitCode::from(EXIT_STORE)
+                }
+            }
+        }
         Command::Serve { config } => {
             let settings = match Settings::load(&config) {
                 Ok(s) => s,
                 Err(e) => {
                     eprintln!("{}: {e}", config.display());
-                    return ExitCode::from(2);
+                    return ExitCode::from(EXIT_CONFIG);
                 }
             };
             let _log_guard = init_logging();

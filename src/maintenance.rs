@@ -1,15 +1,17 @@
-//! Periodic work off the request path: stock prewarm (and the stock gauge), and eviction of idle
-//! rate-limit buckets.
+//! Periodic work off the request path: stock prewarm (and the stock gauge), expiry of pending
+//! reservations, the ledger check, and eviction of idle rate-limit buckets.
 
 use crate::config::SaleWindow;
 use crate::gateway::Gateway;
+use crate::stock::PrewarmOutcome;
 use async_trait::async_trait;
 use chrono::Utc;
 use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
-use tokio::time::{interval, MissedTickBehavior};
+use std::time::Duration;
+use tokio::time::{interval, Interval, MissedTickBehavior};
 
 pub struct Maintenance {
     gw: Arc<Gateway>,
@@ -26,8 +28,8 @@ impl Maintenance {
         }
     }
 
-    /// Makes sure every activity that has not ended has its current stock key (SET NX: creating,
-    /// never resetting), loads the scripts, and refreshes `flashgate_stock_remaining`.
+    /// Makes sure every activity that has not ended has its current stock version (created once,
+    /// never reset), loads the scripts, and refreshes `flashgate_stock_remaining`.
     ///
     /// A key this process saw before and now had to create means Redis lost it (a restart
     /// without persistence, a flush): the stock starts again from the YAML, which can sell units
@@ -44,29 +46,34 @@ impl Maintenance {
             if window == SaleWindow::Ended {
                 continue;
             }
-            let created = gw.store.prewarm(activity).await;
-            let seen_before = created.is_ok()
-                && !self
-                    .seen
-                    .lock()
-                    .expect("not poisoned")
-                    .insert((activity.id.clone(), activity.version));
-            match created {
-                Ok(true) => {
-                    gw.admission.forget_sold_out(activity);
-                    if seen_before {
-                        tracing::error!(activity = %activity.id, version = activity.version,
-                            "stock key was lost by Redis and created again: stock restarts from the configuration");
-                    } else {
-                        tracing::info!(activity = %activity.id, version = activity.version,
-                            stock = activity.stock, open = (window == SaleWindow::Open), "stock prewarmed");
-                    }
-                }
-                Ok(false) => {}
+            let outcome = match gw.store.prewarm(activity).await {
+                Ok(outcome) => outcome,
                 Err(e) => {
                     tracing::warn!(activity = %activity.id, error = %e, "prewarm failed");
                     continue;
                 }
+            };
+            let seen_before = !self
+                .seen
+                .lock()
+                .expect("not poisoned")
+                .insert((activity.id.clone(), activity.version));
+            match outcome {
+                PrewarmOutcome::Created if seen_before => {
+                    gw.admission.forget_sold_out(activity);
+                    tracing::error!(activity = %activity.id, version = activity.version,
+                        "stock key was lost by Redis and created again: stock restarts from the configuration");
+                }
+                PrewarmOutcome::Created => {
+                    gw.admission.forget_sold_out(activity);
+                    tracing::info!(activity = %activity.id, version = activity.version,
+                        stock = activity.stock, open = (window == SaleWindow::Open), "stock prewarmed");
+                }
+                PrewarmOutcome::StockKeyRemoved => {
+                    tracing::error!(activity = %activity.id, version = activity.version,
+                        "stock key is gone but its ledger remains: not re-created; raise the version to restock");
+                }
+                PrewarmOutcome::Exists => {}
             }
             if let Ok(Some(left)) = gw.store.remaining(activity).await {
                 gw.metrics
@@ -78,18 +85,28 @@ impl Maintenance {
     }
 }
 
+fn ticker(period: Duration) -> Interval {
+    let mut t = interval(period);
+    t.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    t
+}
+
 #[async_trait]
 impl BackgroundService for Maintenance {
     async fn start(&self, mut shutdown: ShutdownWatch) {
         let settings = &self.gw.settings;
-        let mut prewarm = interval(settings.redis.prewarm_interval);
-        prewarm.set_missed_tick_behavior(MissedTickBehavior::Delay);
-        let mut evict = interval(settings.rate_limits.evict_interval);
-        evict.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let mut prewarm = ticker(settings.redis.prewarm_interval);
+        let mut sweep = ticker(settings.redis.sweep_interval);
+        let mut reconcile = ticker(settings.redis.reconcile_interval);
+        let mut evict = ticker(settings.rate_limits.evict_interval);
         loop {
             tokio::select! {
                 _ = shutdown.changed() => return,
                 _ = prewarm.tick() => self.prewarm_all().await,
+                _ = sweep.tick() => {
+                    self.gw.lifecycle.sweep_expired().await;
+                }
+                _ = reconcile.tick() => self.gw.lifecycle.check_drift().await,
                 _ = evict.tick() => {
                     self.gw.admission.evict_idle_buckets();
                 }

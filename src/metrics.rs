@@ -16,13 +16,30 @@ pub const UNKNOWN_ACTIVITY_LABEL: &str = "_unknown";
 pub enum ScriptName {
     Reserve,
     Release,
+    Confirm,
+    Sweep,
+    Prewarm,
+    Ledger,
 }
 
 impl ScriptName {
+    pub const ALL: [ScriptName; 6] = [
+        ScriptName::Reserve,
+        ScriptName::Release,
+        ScriptName::Confirm,
+        ScriptName::Sweep,
+        ScriptName::Prewarm,
+        ScriptName::Ledger,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             ScriptName::Reserve => "reserve",
             ScriptName::Release => "release",
+            ScriptName::Confirm => "confirm",
+            ScriptName::Sweep => "sweep",
+            ScriptName::Prewarm => "prewarm",
+            ScriptName::Ledger => "ledger",
         }
     }
 }
@@ -36,13 +53,19 @@ pub enum ReleaseReason {
     UpstreamError,
     /// The stock store did not answer a reserve in time; the id is released in case it landed.
     StoreTimeout,
+    /// The hold deadline passed while the reservation was still pending.
+    Expired,
+    /// `POST .../release` (an order cancelled, unpaid, or refunded).
+    Admin,
 }
 
 impl ReleaseReason {
-    pub const ALL: [ReleaseReason; 3] = [
+    pub const ALL: [ReleaseReason; 5] = [
         ReleaseReason::Upstream5xx,
         ReleaseReason::UpstreamError,
         ReleaseReason::StoreTimeout,
+        ReleaseReason::Expired,
+        ReleaseReason::Admin,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -50,6 +73,8 @@ impl ReleaseReason {
             ReleaseReason::Upstream5xx => "upstream_5xx",
             ReleaseReason::UpstreamError => "upstream_error",
             ReleaseReason::StoreTimeout => "store_timeout",
+            ReleaseReason::Expired => "expired",
+            ReleaseReason::Admin => "admin",
         }
     }
 }
@@ -87,15 +112,19 @@ impl UpstreamClass {
 pub enum StoreOp {
     Reserve,
     Release,
+    Confirm,
+    Sweep,
     Prewarm,
     Read,
     Ready,
 }
 
 impl StoreOp {
-    pub const ALL: [StoreOp; 5] = [
+    pub const ALL: [StoreOp; 7] = [
         StoreOp::Reserve,
         StoreOp::Release,
+        StoreOp::Confirm,
+        StoreOp::Sweep,
         StoreOp::Prewarm,
         StoreOp::Read,
         StoreOp::Ready,
@@ -105,6 +134,8 @@ impl StoreOp {
         match self {
             StoreOp::Reserve => "reserve",
             StoreOp::Release => "release",
+            StoreOp::Confirm => "confirm",
+            StoreOp::Sweep => "sweep",
             StoreOp::Prewarm => "prewarm",
             StoreOp::Read => "read",
             StoreOp::Ready => "ready",
@@ -130,6 +161,13 @@ pub struct Metrics {
     pub stock_keys_created: IntCounterVec,
     /// `flashgate_rate_limiter_keys`: per-user buckets held in memory.
     pub rate_limiter_keys: IntGauge,
+    /// `flashgate_reservations_confirmed_total{activity, via}`
+    pub reservations_confirmed: IntCounterVec,
+    /// `flashgate_reservations_retired_total{activity}`: released reservations whose stock
+    /// version was gone (their units are counted as retired in the ledger).
+    pub reservations_retired: IntCounterVec,
+    /// `flashgate_reconcile_drift{activity}`: units not accounted for, summed over versions.
+    pub reconcile_drift: IntGaugeVec,
 }
 
 impl Metrics {
@@ -200,6 +238,31 @@ impl Metrics {
         )
         .expect("valid metric");
 
+        let reservations_confirmed = IntCounterVec::new(
+            Opts::new(
+                "flashgate_reservations_confirmed_total",
+                "Reservations confirmed, by who confirmed them (upstream 2xx or admin API).",
+            ),
+            &["activity", "via"],
+        )
+        .expect("valid metric");
+        let reservations_retired = IntCounterVec::new(
+            Opts::new(
+                "flashgate_reservations_retired_total",
+                "Released reservations whose stock version no longer existed (units retired, not put back on sale).",
+            ),
+            &["activity"],
+        )
+        .expect("valid metric");
+        let reconcile_drift = IntGaugeVec::new(
+            Opts::new(
+                "flashgate_reconcile_drift",
+                "Units not accounted for: initial - (remaining + pending + confirmed + retired), summed over versions.",
+            ),
+            &["activity"],
+        )
+        .expect("valid metric");
+
         for collector in [
             Box::new(decisions.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(stock_remaining.clone()),
@@ -209,6 +272,9 @@ impl Metrics {
             Box::new(redis_errors.clone()),
             Box::new(stock_keys_created.clone()),
             Box::new(rate_limiter_keys.clone()),
+            Box::new(reservations_confirmed.clone()),
+            Box::new(reservations_retired.clone()),
+            Box::new(reconcile_drift.clone()),
         ] {
             registry
                 .register(collector)
@@ -224,6 +290,9 @@ impl Metrics {
             redis_errors,
             stock_keys_created,
             rate_limiter_keys,
+            reservations_confirmed,
+            reservations_retired,
+            reconcile_drift,
         };
         metrics.init_static();
         metrics
@@ -241,6 +310,12 @@ impl Metrics {
         }
         self.stock_remaining.with_label_values(&[activity]);
         self.stock_keys_created.with_label_values(&[activity]);
+        for via in ["upstream", "admin"] {
+            self.reservations_confirmed
+                .with_label_values(&[activity, via]);
+        }
+        self.reservations_retired.with_label_values(&[activity]);
+        self.reconcile_drift.with_label_values(&[activity]);
     }
 
     /// Creates the label-free series at zero.
@@ -256,7 +331,7 @@ impl Metrics {
         for op in StoreOp::ALL {
             self.redis_errors.with_label_values(&[op.as_str()]);
         }
-        for script in [ScriptName::Reserve, ScriptName::Release] {
+        for script in ScriptName::ALL {
             self.script_duration.with_label_values(&[script.as_str()]);
         }
     }

@@ -4,9 +4,12 @@
 mod support;
 
 use chrono::{TimeZone, Utc};
-use flashgate::config::{Activity, RedisSettings};
+use flashgate::config::{Activity, ConfirmMode, RedisSettings};
 use flashgate::metrics::{Metrics, ReleaseReason};
-use flashgate::stock::{ReleaseOutcome, ReserveOutcome, ReserveRequest, StockStore, StoreError};
+use flashgate::stock::{
+    ConfirmOutcome, ConfirmedVia, PrewarmOutcome, RecordState, ReleaseOutcome, ReserveOutcome,
+    ReserveRequest, StockStore, StoreError,
+};
 use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -21,6 +24,8 @@ fn activity(id: &str, stock: u64, version: u64, limit: u32) -> Activity {
         max_per_request: NonZeroU32::new(limit).unwrap(),
         starts_at: Utc.with_ymd_and_hms(2020, 1, 1, 0, 0, 0).unwrap(),
         ends_at: Utc.with_ymd_and_hms(2099, 1, 1, 0, 0, 0).unwrap(),
+        confirm: ConfirmMode::Upstream,
+        hold: Duration::from_secs(900),
     }
 }
 
@@ -31,6 +36,10 @@ fn store(url: String, timeout_ms: u64) -> StockStore {
         key_prefix: "fg".into(),
         key_ttl_after_end: Duration::from_secs(86_400),
         prewarm_interval: Duration::from_secs(5),
+        sweep_interval: Duration::from_secs(1),
+        sweep_batch: 100,
+        reconcile_interval: Duration::from_secs(10),
+        events_maxlen: 1000,
     };
     StockStore::new(&settings, Arc::new(Metrics::new())).unwrap()
 }
@@ -41,6 +50,7 @@ async fn reserve(s: &StockStore, a: &Activity, user: &str, qty: u32, id: &str) -
         user,
         qty,
         reservation_id: id,
+        idempotency_key: None,
     })
     .await
     .unwrap()
@@ -57,7 +67,7 @@ async fn reserve_return_codes() {
         ReserveOutcome::NoStockKey,
         "-1 before prewarm"
     );
-    assert!(s.prewarm(&a).await.unwrap(), "prewarm creates the key");
+    assert_eq!(s.prewarm(&a).await.unwrap(), PrewarmOutcome::Created);
     assert_eq!(
         reserve(&s, &a, "u1", 2, "r1").await,
         ReserveOutcome::Reserved { remaining: 1 }
@@ -83,22 +93,25 @@ async fn reserve_return_codes() {
     );
 
     // Prewarm again never resets sold stock.
-    assert!(!s.prewarm(&a).await.unwrap());
+    assert_eq!(s.prewarm(&a).await.unwrap(), PrewarmOutcome::Exists);
     assert_eq!(s.remaining(&a).await.unwrap(), Some(0));
 
-    // The record of a reservation is in Redis, with the version.
+    // The record of a reservation is in Redis, pending, with the version.
+    let rec = s.lookup(&a, "r1").await.unwrap().expect("record");
+    assert_eq!((rec.user.as_str(), rec.qty, rec.ver), ("u1", 2, 1));
+    assert_eq!(rec.state, RecordState::Pending);
+    assert!(rec.deadline_ms.unwrap() > rec.created_ms.unwrap());
     let mut conn = redis.conn();
-    let rec: std::collections::HashMap<String, String> = redis::cmd("HGETALL")
-        .arg("fg:{1001}:r:r1")
-        .query(&mut conn)
-        .unwrap();
-    assert_eq!(rec["user"], "u1");
-    assert_eq!(rec["qty"], "2");
-    assert_eq!(rec["ver"], "1");
-    assert_eq!(rec["state"], "reserved");
     // Keys expire a day after the sale ends.
     let expected = a.ends_at.timestamp() + 86_400;
-    for key in ["fg:{1001}:v1:stock", "fg:{1001}:users", "fg:{1001}:r:r1"] {
+    for key in [
+        "fg:{1001}:v1:stock",
+        "fg:{1001}:v1:ledger",
+        "fg:{1001}:users",
+        "fg:{1001}:res",
+        "fg:{1001}:v1:pending",
+        "fg:{1001}:events",
+    ] {
         let at: i64 = redis::cmd("EXPIRETIME").arg(key).query(&mut conn).unwrap();
         assert_eq!(at, expected, "{key}");
     }
@@ -149,12 +162,10 @@ async fn release_return_codes_and_exactly_once() {
         ReleaseOutcome::Unknown,
         "-1"
     );
-    let mut conn = redis.conn();
-    let exists: bool = redis::cmd("EXISTS")
-        .arg("fg:{1001}:r:nope")
-        .query(&mut conn)
-        .unwrap();
-    assert!(!exists, "a plain release of an unknown id writes nothing");
+    assert!(
+        s.lookup(&a, "nope").await.unwrap().is_none(),
+        "a plain release of an unknown id writes nothing"
+    );
     // The user's units came back too: they can take their full limit again.
     assert!(matches!(
         reserve(&s, &a, "u1", 2, "r2").await,
@@ -188,6 +199,20 @@ async fn release_never_resurrects_an_expired_stock_key() {
         !exists,
         "INCRBY on a missing key would create stock from nothing"
     );
+    // The units are recorded as retired in the ledger and on the record.
+    let row = s.ledger(&a, 1).await.unwrap();
+    assert_eq!((row.pending, row.released, row.retired), (0, 1, 1));
+    assert_eq!(s.lookup(&a, "r1").await.unwrap().unwrap().returned, Some(0));
+    // And prewarm refuses to re-create a stock key whose ledger lives on.
+    assert_eq!(
+        s.prewarm(&a).await.unwrap(),
+        PrewarmOutcome::StockKeyRemoved
+    );
+    let exists: bool = redis::cmd("EXISTS")
+        .arg("fg:{1001}:v1:stock")
+        .query(&mut conn)
+        .unwrap();
+    assert!(!exists);
 }
 
 #[tokio::test]
@@ -241,6 +266,7 @@ async fn an_unreachable_store_fails_fast() {
             user: "u",
             qty: 1,
             reservation_id: "r",
+            idempotency_key: None,
         })
         .await
         .unwrap_err();
@@ -254,4 +280,220 @@ async fn an_unreachable_store_fails_fast() {
         started.elapsed()
     );
     assert!(s.ready().await.is_err());
+}
+
+#[tokio::test]
+async fn confirm_return_codes_and_the_ledger() {
+    let redis = RedisServer::start();
+    let s = store(redis.url(), 1000);
+    let a = activity("1001", 10, 1, 5);
+    s.prewarm(&a).await.unwrap();
+    reserve(&s, &a, "u1", 2, "r1").await;
+    reserve(&s, &a, "u2", 3, "r2").await;
+    let via = ConfirmedVia::Admin;
+    assert_eq!(
+        s.confirm(&a, 2, "r1", via).await.unwrap(),
+        ConfirmOutcome::VersionMismatch
+    );
+    assert_eq!(
+        s.confirm(&a, 1, "r1", via).await.unwrap(),
+        ConfirmOutcome::Confirmed
+    );
+    assert_eq!(
+        s.confirm(&a, 1, "r1", via).await.unwrap(),
+        ConfirmOutcome::AlreadyConfirmed
+    );
+    assert_eq!(
+        s.confirm(&a, 1, "nope", via).await.unwrap(),
+        ConfirmOutcome::Unknown
+    );
+    s.release(&a, 1, "r2", ReleaseReason::Admin).await.unwrap();
+    assert_eq!(
+        s.confirm(&a, 1, "r2", via).await.unwrap(),
+        ConfirmOutcome::Released
+    );
+
+    let row = s.ledger(&a, 1).await.unwrap();
+    assert_eq!(
+        (
+            row.initial,
+            row.remaining,
+            row.pending,
+            row.confirmed,
+            row.released,
+            row.retired
+        ),
+        (10, 8, 0, 2, 3, 0)
+    );
+    assert_eq!(row.drift(), 0);
+    assert_eq!(
+        row.pending_reservations, 0,
+        "confirmed and released leave the pending set"
+    );
+
+    // A confirmed reservation can still be released (an order cancelled after payment).
+    assert!(matches!(
+        s.release(&a, 1, "r1", ReleaseReason::Admin).await.unwrap(),
+        ReleaseOutcome::Released {
+            remaining: Some(10)
+        }
+    ));
+    let row = s.ledger(&a, 1).await.unwrap();
+    assert_eq!(
+        (row.remaining, row.confirmed, row.released, row.drift()),
+        (10, 0, 5, 0)
+    );
+}
+
+#[tokio::test]
+async fn sweep_releases_only_expired_pending_reservations_in_batches() {
+    let redis = RedisServer::start();
+    let s = store(redis.url(), 1000);
+    let mut a = activity("1001", 100, 1, 1);
+    a.hold = Duration::ZERO; // already due when made
+    s.prewarm(&a).await.unwrap();
+    for i in 0..25 {
+        reserve(&s, &a, &format!("u{i}"), 1, &format!("r{i}")).await;
+    }
+    s.confirm(&a, 1, "r0", ConfirmedVia::Admin).await.unwrap();
+    let long = Activity {
+        hold: Duration::from_secs(900),
+        ..activity("1001", 100, 1, 1)
+    };
+    reserve(&s, &long, "later", 1, "r-later").await;
+
+    let first = s.sweep(&a, 1, 10).await.unwrap();
+    assert_eq!((first.released, first.scanned), (10, 10));
+    let second = s.sweep(&a, 1, 10).await.unwrap();
+    let third = s.sweep(&a, 1, 10).await.unwrap();
+    assert_eq!(
+        first.released + second.released + third.released,
+        24,
+        "all expired but the confirmed one"
+    );
+    assert_eq!(
+        s.sweep(&a, 1, 10).await.unwrap().released,
+        0,
+        "exactly once"
+    );
+    let row = s.ledger(&a, 1).await.unwrap();
+    assert_eq!(
+        (row.remaining, row.pending, row.confirmed, row.released),
+        (98, 1, 1, 24)
+    );
+    assert_eq!(row.drift(), 0);
+    assert_eq!(
+        s.lookup(&a, "r5").await.unwrap().unwrap().reason.as_deref(),
+        Some("expired")
+    );
+    assert_eq!(
+        s.lookup(&a, "r-later").await.unwrap().unwrap().state,
+        RecordState::Pending
+    );
+}
+
+#[tokio::test]
+async fn idempotency_key_replays_the_same_reservation() {
+    let redis = RedisServer::start();
+    let s = store(redis.url(), 1000);
+    let a = activity("1001", 10, 1, 1);
+    s.prewarm(&a).await.unwrap();
+    let req = |id: &'static str, key: &'static str| ReserveRequest {
+        activity: &a,
+        user: "u1",
+        qty: 1,
+        reservation_id: id,
+        idempotency_key: Some(key),
+    };
+    assert!(matches!(
+        s.reserve(req("r1", "k")).await.unwrap(),
+        ReserveOutcome::Reserved { remaining: 9 }
+    ));
+    // The retry gets r1 back, takes nothing more.
+    assert_eq!(
+        s.reserve(req("r2", "k")).await.unwrap(),
+        ReserveOutcome::Replayed {
+            id: "r1".into(),
+            qty: 1,
+            version: 1,
+            remaining: Some(9)
+        }
+    );
+    // Another key of the same user is a new purchase: over the limit.
+    assert!(matches!(
+        s.reserve(req("r3", "other")).await.unwrap(),
+        ReserveOutcome::LimitExceeded { .. }
+    ));
+    // The same key of another user is theirs alone.
+    let bob = ReserveRequest {
+        user: "bob",
+        ..req("r4", "k")
+    };
+    assert!(matches!(
+        s.reserve(bob).await.unwrap(),
+        ReserveOutcome::Reserved { .. }
+    ));
+    // Once released, the key buys afresh.
+    s.release(&a, 1, "r1", ReleaseReason::Admin).await.unwrap();
+    assert!(matches!(
+        s.reserve(req("r5", "k")).await.unwrap(),
+        ReserveOutcome::Reserved { .. }
+    ));
+    assert_eq!(s.ledger(&a, 1).await.unwrap().drift(), 0);
+}
+
+#[tokio::test]
+async fn every_transition_appends_exactly_one_event() {
+    let redis = RedisServer::start();
+    let s = store(redis.url(), 1000);
+    let a = activity("1001", 10, 1, 2);
+    s.prewarm(&a).await.unwrap();
+    reserve(&s, &a, "u1", 1, "r1").await;
+    reserve(&s, &a, "u2", 2, "r2").await;
+    s.confirm(&a, 1, "r1", ConfirmedVia::Upstream)
+        .await
+        .unwrap();
+    s.confirm(&a, 1, "r1", ConfirmedVia::Upstream)
+        .await
+        .unwrap(); // no-op: no event
+    s.release(&a, 1, "r2", ReleaseReason::Upstream5xx)
+        .await
+        .unwrap();
+    s.release(&a, 1, "r2", ReleaseReason::Upstream5xx)
+        .await
+        .unwrap(); // no-op: no event
+    reserve(&s, &a, "u3", 5, "refused").await; // refused: no event
+
+    let mut conn = redis.conn();
+    let entries: redis::streams::StreamRangeReply = redis::cmd("XRANGE")
+        .arg("fg:{1001}:events")
+        .arg("-")
+        .arg("+")
+        .query(&mut conn)
+        .unwrap();
+    let events: Vec<(String, String)> = entries
+        .ids
+        .iter()
+        .map(|e| {
+            (
+                e.get::<String>("type").unwrap(),
+                e.get::<String>("jti").unwrap(),
+            )
+        })
+        .collect();
+    let expected = [
+        ("reserve", "r1"),
+        ("reserve", "r2"),
+        ("confirm", "r1"),
+        ("release", "r2"),
+    ];
+    assert_eq!(
+        events,
+        expected.map(|(t, j)| (t.to_owned(), j.to_owned())).to_vec()
+    );
+    assert_eq!(
+        entries.ids[3].get::<String>("reason").unwrap(),
+        "upstream_5xx"
+    );
+    assert_eq!(entries.ids[1].get::<String>("qty").unwrap(), "2");
 }

@@ -10,6 +10,7 @@ pub enum BadRequest {
     QuantityTooSmall,
     QuantityTooLarge,
     QuantityRepeated,
+    IdempotencyKeyInvalid,
 }
 
 impl BadRequest {
@@ -19,6 +20,9 @@ impl BadRequest {
             BadRequest::QuantityTooSmall => "quantity must be at least 1",
             BadRequest::QuantityTooLarge => "quantity exceeds the most one request may buy",
             BadRequest::QuantityRepeated => "quantity must be given once",
+            BadRequest::IdempotencyKeyInvalid => {
+                "Idempotency-Key must be given once, 1 to 128 visible ASCII characters"
+            }
         }
     }
 }

@@ -17,7 +17,9 @@ pub use decision::{BadRequest, Decision, Reply};
 use crate::config::{Activity, SaleWindow, Settings};
 use crate::metrics::Metrics;
 use crate::reservation::Reservation;
-use crate::stock::{ReleaseOutcome, ReserveOutcome, ReserveRequest, StockStore, StoreError};
+use crate::stock::{
+    PrewarmOutcome, ReleaseOutcome, ReserveOutcome, ReserveRequest, StockStore, StoreError,
+};
 use chrono::Utc;
 use http::HeaderMap;
 use pingora::http::RequestHeader;
@@ -44,16 +46,21 @@ pub struct SaleFacts {
 pub struct Admission {
     settings: Arc<Settings>,
     limiter: UserRateLimiter,
-    sold_out: SoldOutCache,
+    sold_out: Arc<SoldOutCache>,
     store: Arc<StockStore>,
     metrics: Arc<Metrics>,
 }
 
 impl Admission {
-    pub fn new(settings: Arc<Settings>, store: Arc<StockStore>, metrics: Arc<Metrics>) -> Self {
+    pub fn new(
+        settings: Arc<Settings>,
+        store: Arc<StockStore>,
+        metrics: Arc<Metrics>,
+        sold_out: Arc<SoldOutCache>,
+    ) -> Self {
         Admission {
             limiter: UserRateLimiter::new(settings.rate_limits.per_user),
-            sold_out: SoldOutCache::new(settings.sold_out_cache.ttl),
+            sold_out,
             settings,
             store,
             metrics,
@@ -95,6 +102,7 @@ impl Admission {
         )
         .map_err(Decision::BadRequest)?;
         facts.qty = Some(qty);
+        let idempotency_key = idempotency_key(&req.headers).map_err(Decision::BadRequest)?;
         match activity.window_at(Utc::now()) {
             SaleWindow::NotStarted => return Err(Decision::NotStarted),
             SaleWindow::Ended => return Err(Decision::Ended),
@@ -106,7 +114,8 @@ impl Admission {
         if self.sold_out.is_sold_out(&activity.id, activity.version) {
             return Err(Decision::SoldOut);
         }
-        self.reserve(&activity, user, qty, facts).await
+        self.reserve(&activity, user, qty, idempotency_key, facts)
+            .await
     }
 
     async fn reserve(
@@ -114,6 +123,7 @@ impl Admission {
         activity: &Arc<Activity>,
         user: &str,
         qty: u32,
+        idempotency_key: Option<&str>,
         facts: &mut SaleFacts,
     ) -> Result<Reservation, Decision> {
         let id = Reservation::new_id();
@@ -122,11 +132,12 @@ impl Admission {
             user,
             qty,
             reservation_id: &id,
+            idempotency_key,
         };
         let mut outcome = self.store.reserve(request).await;
         if let Ok(ReserveOutcome::NoStockKey) = outcome {
             // Not prewarmed yet (or Redis lost it): create it (SET NX, never a reset) and retry once.
-            if self.store.prewarm(activity).await.is_ok() {
+            if let Ok(PrewarmOutcome::Created) = self.store.prewarm(activity).await {
                 self.sold_out.clear(&activity.id, activity.version);
                 outcome = self.store.reserve(request).await;
             }
@@ -142,6 +153,22 @@ impl Admission {
             }
         };
         match outcome {
+            ReserveOutcome::Replayed {
+                id,
+                qty,
+                version,
+                remaining,
+            } => {
+                facts.qty = Some(qty);
+                facts.stock_after = remaining;
+                Ok(Reservation {
+                    id,
+                    user: user.to_owned(),
+                    activity: activity.id.clone(),
+                    qty,
+                    version,
+                })
+            }
             ReserveOutcome::Reserved { remaining } => {
                 self.learn_remaining(activity, remaining);
                 facts.stock_after = Some(remaining);
@@ -164,36 +191,6 @@ impl Admission {
                 Err(Decision::Unavailable)
             }
         }
-    }
-
-    /// Gives a reservation back (the upstream failed). Returns the units now remaining.
-    pub async fn release(
-        &self,
-        reservation: &Reservation,
-        reason: crate::metrics::ReleaseReason,
-    ) -> Result<ReleaseOutcome, StoreError> {
-        let activity = self.settings.activities.get(&reservation.activity);
-        let Some(activity) = activity else {
-            return Ok(ReleaseOutcome::Unknown);
-        };
-        let outcome = self
-            .store
-            .release(activity, reservation.version, &reservation.id, reason)
-            .await?;
-        if let ReleaseOutcome::Released { remaining } = outcome {
-            self.metrics
-                .reservations_released
-                .with_label_values(&[&activity.id, reason.as_str()])
-                .inc();
-            self.sold_out.clear(&activity.id, reservation.version);
-            if let Some(remaining) = remaining.filter(|_| reservation.version == activity.version) {
-                self.metrics
-                    .stock_remaining
-                    .with_label_values(&[&activity.id])
-                    .set(remaining as i64);
-            }
-        }
-        Ok(outcome)
     }
 
     /// Records what a script said about the stock: gauge, and the sold-out cache at zero.
@@ -272,6 +269,31 @@ pub fn identify<'h>(headers: &'h HeaderMap, name: &http::HeaderName) -> Option<&
         && user.len() <= MAX_USER_ID_LEN
         && user.bytes().all(|b| b.is_ascii_graphic() || b == b' ');
     valid.then_some(user)
+}
+
+/// Header a buyer's client sets to make retries of one purchase return the same reservation.
+pub const IDEMPOTENCY_HEADER: &str = "idempotency-key";
+
+/// Longest `Idempotency-Key` accepted.
+pub const MAX_IDEMPOTENCY_KEY_LEN: usize = 128;
+
+/// The `Idempotency-Key`, if sent: once, 1 to 128 visible ASCII characters.
+pub fn idempotency_key(headers: &HeaderMap) -> Result<Option<&str>, BadRequest> {
+    let mut values = headers.get_all(IDEMPOTENCY_HEADER).iter();
+    let Some(value) = values.next() else {
+        return Ok(None);
+    };
+    if values.next().is_some() {
+        return Err(BadRequest::IdempotencyKeyInvalid);
+    }
+    let key = value.as_bytes();
+    let valid = !key.is_empty()
+        && key.len() <= MAX_IDEMPOTENCY_KEY_LEN
+        && key.iter().all(u8::is_ascii_graphic);
+    if !valid {
+        return Err(BadRequest::IdempotencyKeyInvalid);
+    }
+    Ok(std::str::from_utf8(key).ok())
 }
 
 /// Most digits a quantity may have (keeps parsing trivially overflow-free).

@@ -95,6 +95,18 @@ pub struct RedisSection {
     /// How often each instance re-checks (SET NX) the stock keys and refreshes the stock gauge.
     #[serde(default = "default_prewarm_interval_ms")]
     pub prewarm_interval_ms: u64,
+    /// How often each instance releases pending reservations past their hold deadline.
+    #[serde(default = "default_sweep_interval_ms")]
+    pub sweep_interval_ms: u64,
+    /// Most reservations one sweep script call releases (1 to 1000; keeps each call short).
+    #[serde(default = "default_sweep_batch")]
+    pub sweep_batch: u32,
+    /// How often each instance checks the stock ledger and exports `flashgate_reconcile_drift`.
+    #[serde(default = "default_reconcile_interval_ms")]
+    pub reconcile_interval_ms: u64,
+    /// Approximate cap on entries of each activity's event stream (XADD MAXLEN ~).
+    #[serde(default = "default_events_maxlen")]
+    pub events_maxlen: u64,
 }
 
 #[derive(Debug, Deserialize)]
@@ -206,6 +218,24 @@ pub struct ActivitySection {
     pub starts_at: String,
     /// Sale closes (RFC 3339).
     pub ends_at: String,
+    /// What confirms a reservation: `upstream` (a 2xx answer) or `explicit` (the admin API).
+    #[serde(default)]
+    pub confirm: ConfirmMode,
+    /// Seconds a pending reservation is held before it expires and its units return;
+    /// default `signing.ttl_secs`.
+    #[serde(default)]
+    pub hold_secs: Option<u64>,
+}
+
+/// What moves a reservation from pending to confirmed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ConfirmMode {
+    /// A 2xx answer from the upstream confirms.
+    #[default]
+    Upstream,
+    /// The backend confirms through `POST /v1/activities/{act}/reservations/{jti}/confirm`.
+    Explicit,
 }
 
 fn default_threads() -> usize {
@@ -237,6 +267,18 @@ fn default_key_ttl_after_end_secs() -> u64 {
 }
 fn default_prewarm_interval_ms() -> u64 {
     5000
+}
+fn default_sweep_interval_ms() -> u64 {
+    1000
+}
+fn default_sweep_batch() -> u32 {
+    100
+}
+fn default_reconcile_interval_ms() -> u64 {
+    10_000
+}
+fn default_events_maxlen() -> u64 {
+    100_000
 }
 fn default_evict_interval_ms() -> u64 {
     10_000

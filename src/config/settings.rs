@@ -1,5 +1,6 @@
 //! Runtime configuration: every value checked and converted once, at load time.
 
+pub use super::file::ConfirmMode;
 use super::file::{self, FileConfig, SigningAlgorithm};
 use super::{ConfigError, SecretSource};
 use crate::admission::route::SaleRoute;
@@ -69,7 +70,14 @@ pub struct RedisSettings {
     pub key_prefix: String,
     pub key_ttl_after_end: Duration,
     pub prewarm_interval: Duration,
+    pub sweep_interval: Duration,
+    pub sweep_batch: u32,
+    pub reconcile_interval: Duration,
+    pub events_maxlen: u64,
 }
+
+/// Most reservations one sweep call may release.
+pub const MAX_SWEEP_BATCH: u32 = 1000;
 
 #[derive(Debug)]
 pub struct IdentitySettings {
@@ -116,6 +124,9 @@ pub struct Activity {
     pub max_per_request: NonZeroU32,
     pub starts_at: DateTime<Utc>,
     pub ends_at: DateTime<Utc>,
+    pub confirm: ConfirmMode,
+    /// How long a reservation stays pending before it expires.
+    pub hold: Duration,
 }
 
 /// Where an activity stands at a given instant.
@@ -180,13 +191,13 @@ impl Settings {
             identity: IdentitySettings {
                 header: header_name("identity.header", &raw.identity.header)?,
             },
+            activities: activities(raw.activities, Duration::from_secs(raw.signing.ttl_secs))?,
             signing: signing(raw.signing, base_dir, secrets)?,
             rate_limits: rate_limits(raw.rate_limits)?,
             sold_out_cache: SoldOutCacheSettings {
                 ttl: positive_ms("sold_out_cache.ttl_ms", raw.sold_out_cache.ttl_ms)?,
             },
             sale_routes: sale_routes(raw.sale_routes)?,
-            activities: activities(raw.activities)?,
         })
     }
 }
@@ -258,6 +269,26 @@ fn redis(raw: file::RedisSection) -> Result<RedisSettings, ConfigError> {
         key_prefix: raw.key_prefix,
         key_ttl_after_end: Duration::from_secs(raw.key_ttl_after_end_secs),
         prewarm_interval: positive_ms("redis.prewarm_interval_ms", raw.prewarm_interval_ms)?,
+        sweep_interval: positive_ms("redis.sweep_interval_ms", raw.sweep_interval_ms)?,
+        sweep_batch: match raw.sweep_batch {
+            1..=MAX_SWEEP_BATCH => raw.sweep_batch,
+            _ => {
+                return Err(ConfigError::invalid(
+                    "redis.sweep_batch",
+                    format!("must be 1 to {MAX_SWEEP_BATCH}"),
+                ))
+            }
+        },
+        reconcile_interval: positive_ms("redis.reconcile_interval_ms", raw.reconcile_interval_ms)?,
+        events_maxlen: match raw.events_maxlen {
+            0 => {
+                return Err(ConfigError::invalid(
+                    "redis.events_maxlen",
+                    "must be at least 1",
+                ))
+            }
+            n => n,
+        },
     })
 }
 
@@ -357,7 +388,10 @@ fn sale_routes(raw: Vec<file::SaleRouteSection>) -> Result<Vec<SaleRoute>, Confi
     Ok(routes)
 }
 
-fn activities(raw: Vec<file::ActivitySection>) -> Result<Activities, ConfigError> {
+fn activities(
+    raw: Vec<file::ActivitySection>,
+    default_hold: Duration,
+) -> Result<Activities, ConfigError> {
     let mut out = Activities::default();
     for (i, a) in raw.into_iter().enumerate() {
         let key = |field: &str| format!("activities[{i}].{field}");
@@ -405,6 +439,11 @@ fn activities(raw: Vec<file::ActivitySection>) -> Result<Activities, ConfigError
                 "must be after starts_at",
             ));
         }
+        let hold = match a.hold_secs {
+            Some(0) => return Err(ConfigError::invalid(key("hold_secs"), "must be at least 1")),
+            Some(secs) => Duration::from_secs(secs),
+            None => default_hold,
+        };
         let activity = Arc::new(Activity {
             id: Arc::from(a.id.as_str()),
             stock: a.stock,
@@ -413,6 +452,8 @@ fn activities(raw: Vec<file::ActivitySection>) -> Result<Activities, ConfigError
             max_per_request,
             starts_at,
             ends_at,
+            confirm: a.confirm,
+            hold,
         });
         out.by_id.insert(activity.id.clone(), activity.clone());
         out.ordered.push(activity);

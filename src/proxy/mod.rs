@@ -83,6 +83,10 @@ impl ProxyHttp for FlashProxy {
             Ok(reservation) => {
                 ctx.reservation = Some(reservation);
                 ctx.decision = Some(Decision::Admitted);
+                #[cfg(feature = "fault-injection")]
+                if self.gw.fault == Some(crate::gateway::Fault::HangAfterReserve) {
+                    std::future::pending::<()>().await;
+                }
                 Ok(false)
             }
             Err(decision) => {
@@ -149,12 +153,18 @@ impl ProxyHttp for FlashProxy {
             return Ok(());
         }
         ctx.upstream_status = Some(status);
-        if ctx.reservation.is_some() && status >= 500 {
+        let Some(reservation) = &ctx.reservation else {
+            return Ok(());
+        };
+        if status >= 500 {
             // Fail the request so `fail_to_proxy` releases the stock and answers `unavailable`.
             return Error::e_explain(
                 ErrorType::HTTPStatus(status),
                 "upstream answered 5xx to a reservation",
             );
+        }
+        if upstream_response.status.is_success() && self.gw.confirms_on_upstream(reservation) {
+            self.gw.lifecycle.confirm_in_background(reservation.clone());
         }
         Ok(())
     }
@@ -186,7 +196,7 @@ impl ProxyHttp for FlashProxy {
         } else {
             ReleaseReason::UpstreamError
         };
-        match self.gw.admission.release(reservation, reason).await {
+        match self.gw.lifecycle.release_failed(reservation, reason).await {
             Ok(_) => ctx.released = Some(reason),
             // Still pending in Redis: it will be released when its hold expires.
             Err(err) => tracing::error!(reservation = %reservation.id, error = %err,

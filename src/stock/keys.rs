@@ -1,11 +1,16 @@
 //! Redis key layout. Every key of one activity carries the hash tag `{<activity id>}`, so each
-//! script's keys hash to one Redis Cluster slot (no CROSSSLOT). Only configured activity ids and
-//! gateway-made reservation ids appear in key names; user ids travel as ARGV.
+//! script's keys hash to one Redis Cluster slot (no CROSSSLOT). Only configured activity ids
+//! appear in key names; user ids and reservation ids are hash fields and script arguments.
 //!
 //! ```text
-//! <prefix>:{<act>}:v<version>:stock    integer  units remaining in that stock version
-//! <prefix>:{<act>}:users               hash     user id -> units held in the activity
-//! <prefix>:{<act>}:r:<reservation id>  hash     user, qty, ver, state, created_ms, ...
+//! <prefix>:{<act>}:v<n>:stock     integer  units remaining in stock version n
+//! <prefix>:{<act>}:v<n>:ledger    hash     units: initial, pending, confirmed, released, retired
+//! <prefix>:{<act>}:v<n>:pending   zset     jti -> hold deadline (unix ms) of pending reservations
+//! <prefix>:{<act>}:versions       set      stock versions ever prewarmed
+//! <prefix>:{<act>}:users          hash     user id -> units held in the activity
+//! <prefix>:{<act>}:res            hash     jti -> reservation record (JSON)
+//! <prefix>:{<act>}:idem           hash     user id "\n" Idempotency-Key -> jti
+//! <prefix>:{<act>}:events         stream   reserve / confirm / release events
 //! ```
 
 #[derive(Debug, Clone)]
@@ -20,16 +25,44 @@ impl KeyLayout {
         }
     }
 
+    fn versioned(&self, activity: &str, version: u64, what: &str) -> String {
+        format!("{}:{{{activity}}}:v{version}:{what}", self.prefix)
+    }
+
+    fn activity(&self, activity: &str, what: &str) -> String {
+        format!("{}:{{{activity}}}:{what}", self.prefix)
+    }
+
     pub fn stock(&self, activity: &str, version: u64) -> String {
-        format!("{}:{{{activity}}}:v{version}:stock", self.prefix)
+        self.versioned(activity, version, "stock")
+    }
+
+    pub fn ledger(&self, activity: &str, version: u64) -> String {
+        self.versioned(activity, version, "ledger")
+    }
+
+    pub fn pending(&self, activity: &str, version: u64) -> String {
+        self.versioned(activity, version, "pending")
+    }
+
+    pub fn versions(&self, activity: &str) -> String {
+        self.activity(activity, "versions")
     }
 
     pub fn user_units(&self, activity: &str) -> String {
-        format!("{}:{{{activity}}}:users", self.prefix)
+        self.activity(activity, "users")
     }
 
-    pub fn reservation(&self, activity: &str, reservation_id: &str) -> String {
-        format!("{}:{{{activity}}}:r:{reservation_id}", self.prefix)
+    pub fn reservations(&self, activity: &str) -> String {
+        self.activity(activity, "res")
+    }
+
+    pub fn idempotency(&self, activity: &str) -> String {
+        self.activity(activity, "idem")
+    }
+
+    pub fn events(&self, activity: &str) -> String {
+        self.activity(activity, "events")
     }
 }
 
@@ -49,8 +82,13 @@ mod tests {
         assert_eq!(k.stock("1001", 3), "fg:{1001}:v3:stock");
         for key in [
             k.stock("1001", 3),
+            k.ledger("1001", 3),
+            k.pending("1001", 3),
+            k.versions("1001"),
             k.user_units("1001"),
-            k.reservation("1001", "abc"),
+            k.reservations("1001"),
+            k.idempotency("1001"),
+            k.events("1001"),
         ] {
             assert_eq!(hash_tag(&key), "1001", "{key}");
         }

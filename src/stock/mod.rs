@@ -1,5 +1,5 @@
 //! The stock store: Redis, spoken to only through the Lua scripts in `lua/` and a few O(1)
-//! commands. It owns the key layout, the scripts, timeouts and the store's metrics.
+//! reads. It owns the key layout, the scripts, timeouts and the store's metrics.
 //!
 //! What happens when Redis is down or slow: every call is bounded by `redis.timeout_ms`, and any
 //! error or timeout is reported to the caller, which answers `unavailable` (503). Nothing is
@@ -12,23 +12,43 @@
 //! reserve has not landed yet so that it can never land later: such units are never stranded.
 
 mod keys;
+mod records;
 
 pub use keys::KeyLayout;
+pub use records::*;
 
 use crate::config::{Activity, RedisSettings};
 use crate::metrics::{Metrics, ReleaseReason, ScriptName, StoreOp};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::Script;
+use redis::{FromRedisValue, Script, ScriptInvocation, Value};
 use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+const LIB: &str = include_str!("../../lua/lib.lua");
 
 static RESERVE_SCRIPT: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../lua/reserve.lua")));
 static RELEASE_SCRIPT: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../lua/release.lua")));
+    LazyLock::new(|| Script::new(&format!("{LIB}\n{}", include_str!("../../lua/release.lua"))));
+static CONFIRM_SCRIPT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../lua/confirm.lua")));
+static SWEEP_SCRIPT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(&format!("{LIB}\n{}", include_str!("../../lua/sweep.lua"))));
+static PREWARM_SCRIPT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../lua/prewarm.lua")));
+static LEDGER_SCRIPT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../lua/ledger.lua")));
 
-/// How long a release tombstone for an abandoned reservation id is kept.
-const TOMBSTONE_TTL: Duration = Duration::from_secs(24 * 3600);
+fn all_scripts() -> [&'static Script; 6] {
+    [
+        &RESERVE_SCRIPT,
+        &RELEASE_SCRIPT,
+        &CONFIRM_SCRIPT,
+        &SWEEP_SCRIPT,
+        &PREWARM_SCRIPT,
+        &LEDGER_SCRIPT,
+    ]
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -36,42 +56,17 @@ pub enum StoreError {
     Timeout(Duration),
     #[error("stock store error: {0}")]
     Redis(#[from] redis::RedisError),
-    #[error("unexpected reply from the {script} script: {reply:?}")]
-    Protocol {
-        script: &'static str,
-        reply: Vec<i64>,
-    },
+    #[error("unexpected reply from the {script} script: {reply}")]
+    Protocol { script: &'static str, reply: String },
 }
 
-/// What the reserve script decided.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ReserveOutcome {
-    Reserved {
-        remaining: u64,
-    },
-    /// The stock key of this version does not exist (not prewarmed, or lost).
-    NoStockKey,
-    Insufficient {
-        remaining: u64,
-    },
-    LimitExceeded {
-        held: u64,
-    },
-    /// The reservation id exists already (a tombstone of an abandoned attempt).
-    DuplicateId,
-}
-
-/// What the release script did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ReleaseOutcome {
-    /// Units returned; `remaining` is `None` when the version's stock key no longer exists (units
-    /// are then not added anywhere: stock is never created from nothing).
-    Released {
-        remaining: Option<u64>,
-    },
-    AlreadyReleased,
-    Unknown,
-    VersionMismatch,
+impl StoreError {
+    fn protocol(script: ScriptName, reply: impl std::fmt::Debug) -> Self {
+        StoreError::Protocol {
+            script: script.as_str(),
+            reply: format!("{reply:?}"),
+        }
+    }
 }
 
 /// One reserve call's inputs.
@@ -81,6 +76,8 @@ pub struct ReserveRequest<'a> {
     pub user: &'a str,
     pub qty: u32,
     pub reservation_id: &'a str,
+    /// The buyer's `Idempotency-Key`, if any.
+    pub idempotency_key: Option<&'a str>,
 }
 
 pub struct StockStore {
@@ -88,6 +85,7 @@ pub struct StockStore {
     timeout: Duration,
     keys: KeyLayout,
     key_ttl_after_end: Duration,
+    events_maxlen: u64,
     metrics: Arc<Metrics>,
 }
 
@@ -108,6 +106,7 @@ impl StockStore {
             timeout: settings.timeout,
             keys: KeyLayout::new(&settings.key_prefix),
             key_ttl_after_end: settings.key_ttl_after_end,
+            events_maxlen: settings.events_maxlen,
             metrics,
         })
     }
@@ -135,44 +134,64 @@ impl StockStore {
         result
     }
 
-    /// Atomically checks the per-user limit and the stock, deducts, and records the reservation.
+    /// One script call (EVALSHA, loading the script on NOSCRIPT), timed and bounded.
+    async fn eval<T: FromRedisValue>(
+        &self,
+        script: ScriptName,
+        op: StoreOp,
+        invocation: &ScriptInvocation<'_>,
+    ) -> Result<T, StoreError> {
+        let mut conn = self.conn.clone();
+        let started = Instant::now();
+        let result = self
+            .bounded(op, async { Ok(invocation.invoke_async(&mut conn).await?) })
+            .await;
+        self.metrics
+            .script_duration
+            .with_label_values(&[script.as_str()])
+            .observe(started.elapsed().as_secs_f64());
+        result
+    }
+
+    /// Atomically checks the per-user limit and the stock, deducts, and records the reservation
+    /// (ledger, hold deadline, event). With an idempotency key that already won, returns that
+    /// reservation instead.
     pub async fn reserve(&self, req: ReserveRequest<'_>) -> Result<ReserveOutcome, StoreError> {
         let act = req.activity;
-        let mut conn = self.conn.clone();
+        let now = unix_ms();
+        let deadline = now + act.hold.as_millis() as u64;
+        let idempotency_field = req
+            .idempotency_key
+            .map(|key| format!("{}\n{key}", req.user))
+            .unwrap_or_default();
         let mut invocation = RESERVE_SCRIPT.prepare_invoke();
         invocation
             .key(self.keys.stock(&act.id, act.version))
             .key(self.keys.user_units(&act.id))
-            .key(self.keys.reservation(&act.id, req.reservation_id))
+            .key(self.keys.reservations(&act.id))
+            .key(self.keys.ledger(&act.id, act.version))
+            .key(self.keys.pending(&act.id, act.version))
+            .key(self.keys.idempotency(&act.id))
+            .key(self.keys.events(&act.id))
             .arg(req.user)
             .arg(req.qty)
             .arg(act.per_user_limit.get())
             .arg(act.version)
-            .arg(unix_ms())
-            .arg(self.expire_at(act));
-        let started = Instant::now();
-        let reply = self
-            .bounded(StoreOp::Reserve, async {
-                Ok(invocation.invoke_async::<Vec<i64>>(&mut conn).await?)
-            })
-            .await;
-        self.observe(ScriptName::Reserve, started);
-        let reply = reply?;
-        let at = |i: usize| reply.get(i).copied().map(|v| v.max(0) as u64);
-        match (reply.first().copied(), at(1), at(2)) {
-            (Some(1), Some(remaining), Some(_)) => Ok(ReserveOutcome::Reserved { remaining }),
-            (Some(-1), _, _) => Ok(ReserveOutcome::NoStockKey),
-            (Some(-2), Some(remaining), _) => Ok(ReserveOutcome::Insufficient { remaining }),
-            (Some(-3), _, Some(held)) => Ok(ReserveOutcome::LimitExceeded { held }),
-            (Some(-4), _, _) => Ok(ReserveOutcome::DuplicateId),
-            _ => Err(StoreError::Protocol {
-                script: ScriptName::Reserve.as_str(),
-                reply,
-            }),
-        }
+            .arg(now)
+            .arg(self.expire_at(act))
+            .arg(req.reservation_id)
+            .arg(deadline)
+            .arg(idempotency_field)
+            .arg(self.events_maxlen);
+        let reply: Vec<Value> = self
+            .eval(ScriptName::Reserve, StoreOp::Reserve, &invocation)
+            .await?;
+        ReserveOutcome::parse(&reply)
+            .ok_or_else(|| StoreError::protocol(ScriptName::Reserve, reply))
     }
 
-    /// Gives a reservation's units back to its version's stock and its user, exactly once.
+    /// Gives a reservation's units back to its version's stock and its user, exactly once, from
+    /// pending or confirmed.
     pub async fn release(
         &self,
         activity: &Activity,
@@ -209,69 +228,211 @@ impl StockStore {
         reason: ReleaseReason,
         tombstone: bool,
     ) -> Result<ReleaseOutcome, StoreError> {
-        let mut conn = self.conn.clone();
-        let tombstone_until = if tombstone {
-            unix_secs(SystemTime::now() + TOMBSTONE_TTL)
-        } else {
-            0
-        };
+        let id = &activity.id;
         let mut invocation = RELEASE_SCRIPT.prepare_invoke();
         invocation
-            .key(self.keys.reservation(&activity.id, reservation_id))
-            .key(self.keys.user_units(&activity.id))
-            .key(self.keys.stock(&activity.id, version))
+            .key(self.keys.reservations(id))
+            .key(self.keys.user_units(id))
+            .key(self.keys.stock(id, version))
+            .key(self.keys.ledger(id, version))
+            .key(self.keys.pending(id, version))
+            .key(self.keys.events(id))
+            .arg(reservation_id)
             .arg(version)
             .arg(unix_ms())
             .arg(reason.as_str())
-            .arg(tombstone_until);
-        let started = Instant::now();
-        let reply = self
-            .bounded(StoreOp::Release, async {
-                Ok(invocation.invoke_async::<Vec<i64>>(&mut conn).await?)
-            })
-            .await;
-        self.observe(ScriptName::Release, started);
-        let reply = reply?;
-        match (reply.first().copied(), reply.get(1).copied()) {
-            (Some(1), Some(remaining)) => Ok(ReleaseOutcome::Released {
-                remaining: u64::try_from(remaining).ok(),
+            .arg(u8::from(tombstone))
+            .arg(self.events_maxlen);
+        let reply: Vec<i64> = self
+            .eval(ScriptName::Release, StoreOp::Release, &invocation)
+            .await?;
+        ReleaseOutcome::parse(&reply)
+            .ok_or_else(|| StoreError::protocol(ScriptName::Release, reply))
+    }
+
+    /// Moves a pending reservation to confirmed (the order exists), exactly once.
+    pub async fn confirm(
+        &self,
+        activity: &Activity,
+        version: u64,
+        reservation_id: &str,
+        via: ConfirmedVia,
+    ) -> Result<ConfirmOutcome, StoreError> {
+        let id = &activity.id;
+        let mut invocation = CONFIRM_SCRIPT.prepare_invoke();
+        invocation
+            .key(self.keys.reservations(id))
+            .key(self.keys.ledger(id, version))
+            .key(self.keys.pending(id, version))
+            .key(self.keys.events(id))
+            .arg(reservation_id)
+            .arg(version)
+            .arg(unix_ms())
+            .arg(self.events_maxlen)
+            .arg(via.as_str());
+        let reply: i64 = self
+            .eval(ScriptName::Confirm, StoreOp::Confirm, &invocation)
+            .await?;
+        ConfirmOutcome::parse(reply).ok_or_else(|| StoreError::protocol(ScriptName::Confirm, reply))
+    }
+
+    /// Releases up to `batch` pending reservations of one version whose hold has passed.
+    pub async fn sweep(
+        &self,
+        activity: &Activity,
+        version: u64,
+        batch: u32,
+    ) -> Result<SweepOutcome, StoreError> {
+        let id = &activity.id;
+        let mut invocation = SWEEP_SCRIPT.prepare_invoke();
+        invocation
+            .key(self.keys.pending(id, version))
+            .key(self.keys.reservations(id))
+            .key(self.keys.user_units(id))
+            .key(self.keys.stock(id, version))
+            .key(self.keys.ledger(id, version))
+            .key(self.keys.events(id))
+            .arg(unix_ms())
+            .arg(batch)
+            .arg(self.events_maxlen);
+        let reply: Vec<u64> = self
+            .eval(ScriptName::Sweep, StoreOp::Sweep, &invocation)
+            .await?;
+        match reply.as_slice() {
+            [released, units, scanned, retired] => Ok(SweepOutcome {
+                released: *released,
+                units: *units,
+                scanned: *scanned,
+                retired: *retired,
             }),
-            (Some(0), _) => Ok(ReleaseOutcome::AlreadyReleased),
-            (Some(-1), _) => Ok(ReleaseOutcome::Unknown),
-            (Some(-2), _) => Ok(ReleaseOutcome::VersionMismatch),
-            _ => Err(StoreError::Protocol {
-                script: ScriptName::Release.as_str(),
-                reply,
-            }),
+            _ => Err(StoreError::protocol(ScriptName::Sweep, reply)),
         }
     }
 
-    /// Creates the activity's current stock key from the configured stock if it does not exist
-    /// (SET NX), expiring `key_ttl_after_end` after the sale ends. Returns whether it created it.
-    /// Never overwrites: a restart or a second instance cannot reset stock already sold.
-    pub async fn prewarm(&self, activity: &Activity) -> Result<bool, StoreError> {
+    /// Creates the activity's current stock version from the configured stock, with its ledger,
+    /// if it does not exist, expiring `key_ttl_after_end` after the sale ends. Never overwrites:
+    /// a restart or a second instance cannot reset stock already sold.
+    pub async fn prewarm(&self, activity: &Activity) -> Result<PrewarmOutcome, StoreError> {
+        let id = &activity.id;
+        let mut invocation = PREWARM_SCRIPT.prepare_invoke();
+        invocation
+            .key(self.keys.stock(id, activity.version))
+            .key(self.keys.ledger(id, activity.version))
+            .key(self.keys.versions(id))
+            .arg(activity.stock)
+            .arg(activity.version)
+            .arg(self.expire_at(activity));
+        let reply: i64 = self
+            .eval(ScriptName::Prewarm, StoreOp::Prewarm, &invocation)
+            .await?;
+        let outcome = match reply {
+            1 => PrewarmOutcome::Created,
+            0 => PrewarmOutcome::Exists,
+            -1 => PrewarmOutcome::StockKeyRemoved,
+            _ => return Err(StoreError::protocol(ScriptName::Prewarm, reply)),
+        };
+        if outcome == PrewarmOutcome::Created {
+            self.metrics
+                .stock_keys_created
+                .with_label_values(&[id])
+                .inc();
+        }
+        Ok(outcome)
+    }
+
+    /// One version's stock and ledger, read atomically.
+    pub async fn ledger(&self, activity: &Activity, version: u64) -> Result<LedgerRow, StoreError> {
+        let id = &activity.id;
+        let mut invocation = LEDGER_SCRIPT.prepare_invoke();
+        invocation
+            .key(self.keys.stock(id, version))
+            .key(self.keys.ledger(id, version))
+            .key(self.keys.pending(id, version));
+        let reply: Vec<i64> = self
+            .eval(ScriptName::Ledger, StoreOp::Read, &invocation)
+            .await?;
+        LedgerRow::parse(version, &reply)
+            .ok_or_else(|| StoreError::protocol(ScriptName::Ledger, reply))
+    }
+
+    /// The stock versions of an activity ever prewarmed, ascending, with the configured one.
+    pub async fn versions(&self, activity: &Activity) -> Result<Vec<u64>, StoreError> {
         let mut conn = self.conn.clone();
-        let key = self.keys.stock(&activity.id, activity.version);
-        let created: Option<String> = self
-            .bounded(StoreOp::Prewarm, async {
-                Ok(redis::cmd("SET")
+        let key = self.keys.versions(&activity.id);
+        let mut versions: Vec<u64> = self
+            .bounded(StoreOp::Read, async {
+                Ok(redis::cmd("SMEMBERS")
                     .arg(&key)
-                    .arg(activity.stock)
-                    .arg("NX")
-                    .arg("EXAT")
-                    .arg(self.expire_at(activity))
                     .query_async(&mut conn)
                     .await?)
             })
             .await?;
-        let created = created.is_some();
-        if created {
-            self.metrics
-                .stock_keys_created
-                .with_label_values(&[&activity.id])
-                .inc();
+        versions.push(activity.version);
+        versions.sort_unstable();
+        versions.dedup();
+        Ok(versions)
+    }
+
+    /// A reservation's record, if the activity has one with that id.
+    pub async fn lookup(
+        &self,
+        activity: &Activity,
+        reservation_id: &str,
+    ) -> Result<Option<ReservationRecord>, StoreError> {
+        let mut conn = self.conn.clone();
+        let key = self.keys.reservations(&activity.id);
+        let raw: Option<String> = self
+            .bounded(StoreOp::Read, async {
+                Ok(redis::cmd("HGET")
+                    .arg(&key)
+                    .arg(reservation_id)
+                    .query_async(&mut conn)
+                    .await?)
+            })
+            .await?;
+        raw.map(|raw| {
+            serde_json::from_str(&raw).map_err(|e| StoreError::Protocol {
+                script: "reservation record",
+                reply: e.to_string(),
+            })
+        })
+        .transpose()
+    }
+
+    /// Every reservation record of an activity and the ledgers of the given versions, read in one
+    /// MULTI/EXEC snapshot (for `flashgate reconcile`; O(reservations), not for the hot path).
+    pub async fn snapshot(
+        &self,
+        activity: &Activity,
+        versions: &[u64],
+    ) -> Result<(Vec<LedgerRow>, Vec<ReservationRecord>), StoreError> {
+        let id = &activity.id;
+        let mut pipe = redis::pipe();
+        pipe.atomic();
+        for &v in versions {
+            pipe.cmd("EXISTS").arg(self.keys.stock(id, v));
+            pipe.cmd("GET").arg(self.keys.stock(id, v));
+            pipe.cmd("HMGET").arg(self.keys.ledger(id, v)).arg(&[
+                "initial",
+                "pending",
+                "confirmed",
+                "released",
+                "retired",
+            ]);
+            pipe.cmd("EXISTS").arg(self.keys.ledger(id, v));
+            pipe.cmd("ZCARD").arg(self.keys.pending(id, v));
         }
-        Ok(created)
+        pipe.cmd("HVALS").arg(self.keys.reservations(id));
+        let mut conn = self.conn.clone();
+        // An operator command: allowed more time than a buyer's request.
+        let values: Vec<Value> = tokio::time::timeout(
+            self.timeout.max(Duration::from_secs(10)),
+            pipe.query_async(&mut conn),
+        )
+        .await
+        .map_err(|_| StoreError::Timeout(self.timeout))??;
+        records::parse_snapshot(versions, &values)
+            .ok_or_else(|| StoreError::protocol(ScriptName::Ledger, "snapshot"))
     }
 
     /// Units remaining in the activity's current version; `None` if its key does not exist.
@@ -284,11 +445,11 @@ impl StockStore {
         .await
     }
 
-    /// Whether the store answers and both scripts are loaded (loading them if not).
+    /// Whether the store answers and every script is loaded (loading them if not).
     pub async fn ready(&self) -> Result<(), StoreError> {
         let mut conn = self.conn.clone();
         self.bounded(StoreOp::Ready, async {
-            let scripts = [&*RESERVE_SCRIPT, &*RELEASE_SCRIPT];
+            let scripts = all_scripts();
             let loaded: Vec<bool> = redis::cmd("SCRIPT")
                 .arg("EXISTS")
                 .arg(scripts.map(|s| s.get_hash()).as_slice())
@@ -304,13 +465,6 @@ impl StockStore {
         .await
     }
 
-    fn observe(&self, script: ScriptName, started: Instant) {
-        self.metrics
-            .script_duration
-            .with_label_values(&[script.as_str()])
-            .observe(started.elapsed().as_secs_f64());
-    }
-
     /// When an activity's keys expire: `ends_at` plus the configured retention.
     fn expire_at(&self, activity: &Activity) -> u64 {
         let end = u64::try_from(activity.ends_at.timestamp()).unwrap_or(0);
@@ -322,8 +476,4 @@ fn unix_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
-}
-
-fn unix_secs(t: SystemTime) -> u64 {
-    t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }

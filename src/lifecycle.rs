@@ -1,0 +1,322 @@
+//! Reservation lifecycle: every reservation ends exactly once as confirmed or released.
+//!
+//! - confirm: by a 2xx from the upstream (activity `confirm: upstream`) or the admin API;
+//! - release: by an upstream failure, the admin API (an order cancelled, even after payment), or
+//!   expiry: every instance sweeps pending reservations past their hold deadline, in bounded
+//!   batches; the scripts release only what is still pending, so exactly once however many sweep;
+//! - reconciliation: per version, `initial == remaining + pending + confirmed + retired`.
+//!
+//! Approximation: an upstream confirm is sent after the upstream's 2xx, off the buyer's path, and
+//! retried for about a minute if Redis is unreachable. If it never lands, the reservation expires
+//! at its hold deadline and its units return although the backend took the order; backends that
+//! cannot tolerate that use `confirm: explicit` and confirm themselves.
+
+use crate::admission::sold_out::SoldOutCache;
+use crate::config::{Activity, Settings};
+use crate::metrics::{Metrics, ReleaseReason};
+use crate::reservation::Reservation;
+use crate::stock::{
+    ConfirmOutcome, ConfirmedVia, LedgerRow, ReleaseOutcome, ReservationRecord, StockStore,
+    StoreError,
+};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Longest reservation id accepted from the admin API (ids are UUIDs: 36 bytes).
+const MAX_RESERVATION_ID_LEN: usize = 64;
+
+/// Sweep calls per version per tick at most, so one tick stays short under a flood of expiries.
+const MAX_SWEEP_CALLS_PER_TICK: usize = 50;
+
+pub struct Lifecycle {
+    settings: Arc<Settings>,
+    store: Arc<StockStore>,
+    metrics: Arc<Metrics>,
+    sold_out: Arc<SoldOutCache>,
+}
+
+/// An admin request's answer about one reservation.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AdminOutcome {
+    Done(ReservationRecord),
+    /// Confirm of a released reservation.
+    Conflict(ReservationRecord),
+    NotFound,
+}
+
+impl Lifecycle {
+    pub fn new(
+        settings: Arc<Settings>,
+        store: Arc<StockStore>,
+        metrics: Arc<Metrics>,
+        sold_out: Arc<SoldOutCache>,
+    ) -> Self {
+        Lifecycle {
+            settings,
+            store,
+            metrics,
+            sold_out,
+        }
+    }
+
+    /// Releases a reservation of `activity`'s version `version`, exactly once; counts it and
+    /// makes the units purchasable here at once.
+    pub async fn release(
+        &self,
+        activity: &Activity,
+        version: u64,
+        id: &str,
+        reason: ReleaseReason,
+    ) -> Result<ReleaseOutcome, StoreError> {
+        let outcome = self.store.release(activity, version, id, reason).await?;
+        if let ReleaseOutcome::Released { remaining } = outcome {
+            self.count_release(activity, version, reason, remaining, 1);
+        }
+        Ok(outcome)
+    }
+
+    fn count_release(
+        &self,
+        activity: &Activity,
+        version: u64,
+        reason: ReleaseReason,
+        remaining: Option<u64>,
+        count: u64,
+    ) {
+        self.metrics
+            .reservations_released
+            .with_label_values(&[&activity.id, reason.as_str()])
+            .inc_by(count);
+        self.sold_out.clear(&activity.id, version);
+        match remaining {
+            Some(left) if version == activity.version => self
+                .metrics
+                .stock_remaining
+                .with_label_values(&[&activity.id])
+                .set(left as i64),
+            Some(_) => {}
+            None => self
+                .metrics
+                .reservations_retired
+                .with_label_values(&[&activity.id])
+                .inc_by(count),
+        }
+    }
+
+    /// Releases the reservation of a request whose upstream failed.
+    pub async fn release_failed(
+        &self,
+        reservation: &Reservation,
+        reason: ReleaseReason,
+    ) -> Result<ReleaseOutcome, StoreError> {
+        match self.settings.activities.get(&reservation.activity) {
+            Some(activity) => {
+                self.release(activity, reservation.version, &reservation.id, reason)
+                    .await
+            }
+            None => Ok(ReleaseOutcome::Unknown),
+        }
+    }
+
+    pub async fn confirm(
+        &self,
+        activity: &Activity,
+        version: u64,
+        id: &str,
+        via: ConfirmedVia,
+    ) -> Result<ConfirmOutcome, StoreError> {
+        let outcome = self.store.confirm(activity, version, id, via).await?;
+        if outcome == ConfirmOutcome::Confirmed {
+            self.metrics
+                .reservations_confirmed
+                .with_label_values(&[&activity.id, via.as_str()])
+                .inc();
+        }
+        Ok(outcome)
+    }
+
+    /// After a 2xx from the upstream on a `confirm: upstream` activity: confirms off the
+    /// buyer's path, retrying while Redis is unreachable.
+    pub fn confirm_in_background(self: &Arc<Self>, reservation: Reservation) {
+        let this = self.clone();
+        tokio::spawn(async move {
+            let Some(activity) = this.settings.activities.get(&reservation.activity).cloned()
+            else {
+                return;
+            };
+            let mut backoff = Duration::from_millis(50);
+            for _ in 0..20 {
+                match this
+                    .confirm(
+                        &activity,
+                        reservation.version,
+                        &reservation.id,
+                        ConfirmedVia::Upstream,
+                    )
+                    .await
+                {
+                    Ok(ConfirmOutcome::Released) => {
+                        tracing::warn!(reservation = %reservation.id,
+                            "upstream accepted a reservation that was already released");
+                        return;
+                    }
+                    Ok(_) => return,
+                    Err(_) => {
+                        tokio::time::sleep(backoff).await;
+                        backoff = (backoff * 2).min(Duration::from_secs(5));
+                    }
+                }
+            }
+            tracing::error!(reservation = %reservation.id,
+                "could not confirm a reservation the upstream accepted; it will expire at its hold deadline");
+        });
+    }
+
+    /// Admin confirm: 200 (idempotent), 409 if released, 404 unknown.
+    pub async fn confirm_by_id(
+        &self,
+        activity: &Activity,
+        id: &str,
+    ) -> Result<AdminOutcome, StoreError> {
+        let Some(record) = self.lookup(activity, id).await? else {
+            return Ok(AdminOutcome::NotFound);
+        };
+        match self
+            .confirm(activity, record.ver, id, ConfirmedVia::Admin)
+            .await?
+        {
+            ConfirmOutcome::Confirmed | ConfirmOutcome::AlreadyConfirmed => {
+                self.done(activity, id).await
+            }
+            ConfirmOutcome::Released => Ok(AdminOutcome::Conflict(record)),
+            ConfirmOutcome::Unknown | ConfirmOutcome::VersionMismatch => Ok(AdminOutcome::NotFound),
+        }
+    }
+
+    /// Admin release: from pending or confirmed, units return exactly once; a second release
+    /// changes nothing and answers the same.
+    pub async fn release_by_id(
+        &self,
+        activity: &Activity,
+        id: &str,
+    ) -> Result<AdminOutcome, StoreError> {
+        let Some(record) = self.lookup(activity, id).await? else {
+            return Ok(AdminOutcome::NotFound);
+        };
+        match self
+            .release(activity, record.ver, id, ReleaseReason::Admin)
+            .await?
+        {
+            ReleaseOutcome::Released { .. } | ReleaseOutcome::AlreadyReleased => {
+                self.done(activity, id).await
+            }
+            ReleaseOutcome::Unknown | ReleaseOutcome::VersionMismatch => Ok(AdminOutcome::NotFound),
+        }
+    }
+
+    async fn done(&self, activity: &Activity, id: &str) -> Result<AdminOutcome, StoreError> {
+        Ok(match self.lookup(activity, id).await? {
+            Some(record) => AdminOutcome::Done(record),
+            None => AdminOutcome::NotFound,
+        })
+    }
+
+    /// A reservation's record; tombstones of abandoned ids and malformed ids are "not found".
+    pub async fn lookup(
+        &self,
+        activity: &Activity,
+        id: &str,
+    ) -> Result<Option<ReservationRecord>, StoreError> {
+        if id.is_empty()
+            || id.len() > MAX_RESERVATION_ID_LEN
+            || !id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        {
+            return Ok(None);
+        }
+        Ok(self
+            .store
+            .lookup(activity, id)
+            .await?
+            .filter(|r| r.tombstone.is_none()))
+    }
+
+    /// Releases every pending reservation past its deadline, over all activities and versions.
+    /// Returns how many were released by this instance.
+    pub async fn sweep_expired(&self) -> u64 {
+        let batch = self.settings.redis.sweep_batch;
+        let mut total = 0;
+        for activity in self.settings.activities.iter() {
+            let versions = match self.store.versions(activity).await {
+                Ok(v) => v,
+                Err(e) => {
+                    tracing::warn!(activity = %activity.id, error = %e, "sweep skipped");
+                    continue;
+                }
+            };
+            for version in versions {
+                for _ in 0..MAX_SWEEP_CALLS_PER_TICK {
+                    match self.store.sweep(activity, version, batch).await {
+                        Ok(outcome) => {
+                            if outcome.released > 0 {
+                                total += outcome.released;
+                                self.metrics
+                                    .reservations_released
+                                    .with_label_values(&[
+                                        &activity.id,
+                                        ReleaseReason::Expired.as_str(),
+                                    ])
+                                    .inc_by(outcome.released);
+                                self.sold_out.clear(&activity.id, version);
+                                self.metrics
+                                    .reservations_retired
+                                    .with_label_values(&[&activity.id])
+                                    .inc_by(outcome.retired);
+                                tracing::info!(activity = %activity.id, version,
+                                    released = outcome.released, units = outcome.units,
+                                    "expired reservations released");
+                            }
+                            if outcome.scanned < u64::from(batch) {
+                                break;
+                            }
+                        }
+                        Err(e) => {
+                            tracing::warn!(activity = %activity.id, version, error = %e, "sweep failed");
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        total
+    }
+
+    /// Reads every version's ledger of one activity (atomically per version).
+    pub async fn ledgers(&self, activity: &Activity) -> Result<Vec<LedgerRow>, StoreError> {
+        let mut rows = Vec::new();
+        for version in self.store.versions(activity).await? {
+            rows.push(self.store.ledger(activity, version).await?);
+        }
+        Ok(rows)
+    }
+
+    /// Checks every activity's ledgers and exports `flashgate_reconcile_drift`.
+    pub async fn check_drift(&self) {
+        for activity in self.settings.activities.iter() {
+            match self.ledgers(activity).await {
+                Ok(rows) => {
+                    let drift: i64 = rows.iter().map(|r| r.drift().abs()).sum();
+                    self.metrics
+                        .reconcile_drift
+                        .with_label_values(&[&activity.id])
+                        .set(drift);
+                    if drift != 0 {
+                        tracing::error!(activity = %activity.id, drift, ?rows, "stock ledger drift");
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(activity = %activity.id, error = %e, "ledger check failed")
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,186 @@
+//! `flashgate reconcile`: proves, per activity and stock version, that every unit is accounted
+//! for. Two independent checks on one atomic snapshot (MULTI/EXEC) of Redis:
+//!
+//! 1. the ledger balances: `initial == remaining + pending + confirmed + retired`;
+//! 2. the ledger agrees with the reservation records: its pending, confirmed, released and
+//!    retired units equal the sums over the records of that version.
+//!
+//! The snapshot reads every reservation record of an activity, O(reservations): an operator
+//! command, not something the request path does (the gateway's periodic check is check 1 only).
+
+use crate::config::{Activity, Settings};
+use crate::stock::{LedgerRow, RecordState, ReservationRecord, StockStore, StoreError};
+use std::fmt::Write;
+use std::sync::Arc;
+
+/// One version's figures: the ledger and what the records say.
+#[derive(Debug, Clone)]
+pub struct VersionReport {
+    pub activity: Arc<str>,
+    pub ledger: LedgerRow,
+    pub records_pending: i64,
+    pub records_confirmed: i64,
+    pub records_released: i64,
+    pub records_retired: i64,
+}
+
+impl VersionReport {
+    fn new(activity: &Activity, ledger: LedgerRow, records: &[ReservationRecord]) -> Self {
+        let mut report = VersionReport {
+            activity: activity.id.clone(),
+            ledger,
+            records_pending: 0,
+            records_confirmed: 0,
+            records_released: 0,
+            records_retired: 0,
+        };
+        for r in records
+            .iter()
+            .filter(|r| r.ver == ledger.version && r.tombstone.is_none())
+        {
+            let qty = r.qty as i64;
+            match r.state {
+                RecordState::Pending => report.records_pending += qty,
+                RecordState::Confirmed => report.records_confirmed += qty,
+                RecordState::Released => {
+                    report.records_released += qty;
+                    if r.returned == Some(0) {
+                        report.records_retired += qty;
+                    }
+                }
+            }
+        }
+        report
+    }
+
+    /// Whether the ledger agrees with the reservation records.
+    pub fn records_agree(&self) -> bool {
+        if !self.ledger.ledger {
+            // No ledger (never prewarmed, or expired): nothing to agree with.
+            return true;
+        }
+        (
+            self.ledger.pending,
+            self.ledger.confirmed,
+            self.ledger.released,
+            self.ledger.retired,
+        ) == (
+            self.records_pending,
+            self.records_confirmed,
+            self.records_released,
+            self.records_retired,
+        )
+    }
+
+    pub fn clean(&self) -> bool {
+        self.ledger.drift() == 0 && self.records_agree()
+    }
+}
+
+/// The reconciliation of every (or one) configured activity.
+#[derive(Debug, Clone, Default)]
+pub struct Report {
+    pub versions: Vec<VersionReport>,
+}
+
+impl Report {
+    pub fn clean(&self) -> bool {
+        self.versions.iter().all(VersionReport::clean)
+    }
+
+    /// A fixed-width table, one row per activity and version.
+    pub fn table(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "{:<16} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7}  records",
+            "activity",
+            "version",
+            "initial",
+            "remaining",
+            "pending",
+            "confirmed",
+            "released",
+            "retired",
+            "drift"
+        );
+        for v in &self.versions {
+            let l = &v.ledger;
+            let remaining = if l.stock_key {
+                l.remaining.to_string()
+            } else {
+                "-".to_owned()
+            };
+            let records = if v.records_agree() {
+                "ok".to_owned()
+            } else {
+                format!(
+                    "MISMATCH (records: pending {} confirmed {} released {} retired {})",
+                    v.records_pending, v.records_confirmed, v.records_released, v.records_retired
+                )
+            };
+            let _ = writeln!(
+                out,
+                "{:<16} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7}  {}",
+                v.activity,
+                l.version,
+                l.initial,
+                remaining,
+                l.pending,
+                l.confirmed,
+                l.released,
+                l.retired,
+                l.drift(),
+                records
+            );
+        }
+        out
+    }
+}
+
+/// Why reconciliation could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    #[error("activity {0:?} is not configured")]
+    UnknownActivity(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Reconciles every configured activity, or only `only`.
+pub async fn reconcile(
+    settings: &Settings,
+    store: &StockStore,
+    only: Option<&str>,
+) -> Result<Report, ReconcileError> {
+    let activities: Vec<&Arc<Activity>> = match only {
+        Some(id) => vec![settings
+            .activities
+            .get(id)
+            .ok_or_else(|| ReconcileError::UnknownActivity(id.to_owned()))?],
+        None => settings.activities.iter().collect(),
+    };
+    let mut report = Report::default();
+    for activity in activities {
+        let versions = store.versions(activity).await?;
+        let (ledgers, records) = store.snapshot(activity, &versions).await?;
+        for ledger in ledgers {
+            report
+                .versions
+                .push(VersionReport::new(activity, ledger, &records));
+        }
+    }
+    Ok(report)
+}
+
+/// Runs `flashgate reconcile` on its own runtime: prints the table, returns whether it is clean.
+pub fn run_cli(settings: Settings, only: Option<&str>) -> Result<Report, ReconcileError> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| StoreError::Redis(redis::RedisError::from(e)))?;
+    runtime.block_on(async {
+        let store = StockStore::new(&settings.redis, Arc::new(crate::metrics::Metrics::new()))?;
+        reconcile(&settings, &store, only).await
+    })
+}
