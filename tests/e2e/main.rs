@@ -8,4 +8,5 @@ mod admin;
 mod burst;
 mod decisions;
 mod failures;
+mod lifecycle;
 mod reservations;

@@ -213,6 +213,9 @@ pub struct TestActivity {
     pub max_per_request: u32,
     pub starts_at: &'static str,
     pub ends_at: &'static str,
+    /// `upstream` (default) or `explicit`.
+    pub confirm: Option<&'static str>,
+    pub hold_secs: Option<u64>,
 }
 
 impl TestActivity {
@@ -225,6 +228,17 @@ impl TestActivity {
             max_per_request: 1,
             starts_at: "2020-01-01T00:00:00Z",
             ends_at: "2099-01-01T00:00:00Z",
+            confirm: None,
+            hold_secs: None,
+        }
+    }
+
+    /// Reservations stay pending until the admin API confirms them, and expire after `hold_secs`.
+    pub fn explicit(id: &'static str, stock: u64, hold_secs: u64) -> Self {
+        TestActivity {
+            confirm: Some("explicit"),
+            hold_secs: Some(hold_secs),
+            ..TestActivity::open(id, stock)
         }
     }
 }
@@ -244,6 +258,7 @@ pub struct TestConfig {
     pub admin_port: u16,
     /// Sign with EdDSA using this PKCS#8 PEM instead of HS256.
     pub eddsa_key_file: Option<PathBuf>,
+    pub sweep_interval_ms: u64,
 }
 
 impl TestConfig {
@@ -259,6 +274,7 @@ impl TestConfig {
             listen_port: free_port(),
             admin_port: free_port(),
             eddsa_key_file: None,
+            sweep_interval_ms: 100,
         }
     }
 
@@ -279,6 +295,8 @@ upstream:
 redis:
   url: "{redis}"
   timeout_ms: {redis_timeout}
+  sweep_interval_ms: {sweep}
+  reconcile_interval_ms: 200
 identity:
   header: X-User-Id
 signing:
@@ -300,6 +318,7 @@ sale_routes:
             redis = self.redis_url,
             redis_timeout = self.redis_timeout_ms,
             ttl = self.sold_out_ttl_ms,
+            sweep = self.sweep_interval_ms,
             signing_key = match &self.eddsa_key_file {
                 Some(path) => format!(
                     "  algorithm: EdDSA\n  private_key_file: \"{}\"",
@@ -319,6 +338,12 @@ sale_routes:
                 "  - id: \"{}\"\n    stock: {}\n    version: {}\n    per_user_limit: {}\n    max_per_request: {}\n    starts_at: \"{}\"\n    ends_at: \"{}\"\n",
                 a.id, a.stock, a.version, a.per_user_limit, a.max_per_request, a.starts_at, a.ends_at
             ));
+            if let Some(confirm) = a.confirm {
+                y.push_str(&format!("    confirm: {confirm}\n"));
+            }
+            if let Some(hold) = a.hold_secs {
+                y.push_str(&format!("    hold_secs: {hold}\n"));
+            }
         }
         y
     }
@@ -329,6 +354,7 @@ pub struct GatewayProc {
     pub addr: SocketAddr,
     pub admin: SocketAddr,
     pub config: TestConfig,
+    env: Vec<(String, String)>,
     dir: TempDir,
     child: Option<Child>,
 }
@@ -340,11 +366,20 @@ pub fn flashgate_bin() -> &'static str {
 impl GatewayProc {
     /// Starts the gateway and waits until `/readyz` answers 200.
     pub fn start(config: TestConfig) -> Self {
+        Self::start_with_env(config, &[])
+    }
+
+    /// Starts the gateway with extra environment variables (e.g. a test fault point).
+    pub fn start_with_env(config: TestConfig, env: &[(&str, &str)]) -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
         let mut gw = GatewayProc {
             addr: format!("127.0.0.1:{}", config.listen_port).parse().unwrap(),
             admin: format!("127.0.0.1:{}", config.admin_port).parse().unwrap(),
             config,
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
             dir,
             child: None,
         };
@@ -379,6 +414,7 @@ impl GatewayProc {
             .env("FLASHGATE_SIGNING_SECRET", SIGNING_SECRET)
             .env("FLASHGATE_ADMIN_TOKEN", ADMIN_TOKEN)
             .env("RUST_LOG", "info")
+            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdout(log.try_clone().unwrap())
             .stderr(log)
             .spawn()
@@ -439,6 +475,33 @@ impl GatewayProc {
     pub async fn admin_get(&self, path: &str) -> HttpResponse {
         let auth = format!("Bearer {ADMIN_TOKEN}");
         get(self.admin, path, &[("Authorization", auth.as_str())]).await
+    }
+
+    pub async fn admin_post(&self, path: &str) -> HttpResponse {
+        let auth = format!("Bearer {ADMIN_TOKEN}");
+        request(
+            self.admin,
+            "POST",
+            path,
+            &[("Authorization", auth.as_str())],
+        )
+        .await
+    }
+
+    /// `flashgate reconcile` against this gateway's configuration: (exit code, table).
+    pub fn reconcile(&self) -> (i32, String) {
+        let (code, out, err) = run_cli(
+            &[
+                "reconcile",
+                "--config",
+                self.config_path().to_str().unwrap(),
+            ],
+            &[
+                ("FLASHGATE_SIGNING_SECRET", SIGNING_SECRET),
+                ("FLASHGATE_ADMIN_TOKEN", ADMIN_TOKEN),
+            ],
+        );
+        (code, format!("{out}{err}"))
     }
 
     pub async fn metrics(&self) -> String {
