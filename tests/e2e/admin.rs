@@ -60,13 +60,11 @@ async fn admin_api_health_readiness_and_token() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_exports_the_contract_series_from_one_registry() {
-    let redis = RedisServer::start();
-    let upstream = Upstream::start();
-    let gw = GatewayProc::start(TestConfig::new(
-        &redis,
-        &upstream,
-        vec![TestActivity::open("1001", 1)],
-    ));
+    let Stack {
+        redis: _redis,
+        upstream: _upstream,
+        gw,
+    } = Stack::start(vec![TestActivity::open("1001", 1)]);
     assert_eq!(gw.buy("1001", "alice", None).await.status, 200);
     assert_eq!(gw.buy("1001", "bob", None).await.code(), "sold_out");
     assert_eq!(gw.buy("nope", "bob", None).await.code(), "unknown_activity");

@@ -3,29 +3,13 @@
 use crate::support::*;
 use std::time::Duration;
 
-fn remaining(redis: &RedisServer, key: &str) -> i64 {
-    let mut conn = redis.conn();
-    redis::cmd("GET").arg(key).query(&mut conn).unwrap()
-}
-
-fn held(redis: &RedisServer, activity: &str, user: &str) -> Option<i64> {
-    let mut conn = redis.conn();
-    redis::cmd("HGET")
-        .arg(format!("fg:{{{activity}}}:users"))
-        .arg(user)
-        .query(&mut conn)
-        .unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upstream_5xx_releases_the_reservation_and_the_buyer_can_buy_again() {
-    let redis = RedisServer::start();
-    let upstream = Upstream::start();
-    let gw = GatewayProc::start(TestConfig::new(
-        &redis,
-        &upstream,
-        vec![TestActivity::open("1001", 1)],
-    ));
+    let Stack {
+        redis,
+        upstream,
+        gw,
+    } = Stack::start(vec![TestActivity::open("1001", 1)]);
 
     upstream.set_status(500).await;
     let resp = gw.buy("1001", "alice", None).await;
@@ -34,13 +18,13 @@ async fn upstream_5xx_releases_the_reservation_and_the_buyer_can_buy_again() {
     assert!(resp.header("retry-after").is_some());
     assert!(resp.header("x-flashgate-reservation-id").is_none());
     // Stock and the user's units are back.
-    assert_eq!(remaining(&redis, "fg:{1001}:v1:stock"), 1);
-    assert_eq!(held(&redis, "1001", "alice"), None);
+    assert_eq!(redis.get_int("fg:{1001}:v1:stock").unwrap(), 1);
+    assert_eq!(redis.held("1001", "alice"), None);
 
     upstream.set_status(200).await;
     let resp = gw.buy("1001", "alice", None).await;
     assert_eq!(resp.status, 200, "the only unit is purchasable again");
-    assert_eq!(remaining(&redis, "fg:{1001}:v1:stock"), 0);
+    assert_eq!(redis.get_int("fg:{1001}:v1:stock").unwrap(), 0);
 
     let metrics = gw.metrics().await;
     assert!(
@@ -65,7 +49,7 @@ async fn upstream_down_or_slow_releases_the_reservation() {
     request(upstream.addr, "POST", "/__upstream/mode?delay_ms=2000", &[]).await;
     let resp = gw.buy("1001", "slow", None).await;
     assert_eq!((resp.status, resp.code().as_str()), (503, "unavailable"));
-    assert_eq!(remaining(&redis, "fg:{1001}:v1:stock"), 2);
+    assert_eq!(redis.get_int("fg:{1001}:v1:stock").unwrap(), 2);
 
     // Down: nothing listens any more.
     upstream.kill();
@@ -76,10 +60,10 @@ async fn upstream_down_or_slow_releases_the_reservation() {
             (503, "unavailable"),
             "{user}"
         );
-        assert_eq!(held(&redis, "1001", user), None);
+        assert_eq!(redis.held("1001", user), None);
     }
     assert_eq!(
-        remaining(&redis, "fg:{1001}:v1:stock"),
+        redis.get_int("fg:{1001}:v1:stock").unwrap(),
         2,
         "every unit returned"
     );
@@ -129,7 +113,7 @@ async fn redis_killed_mid_sale_gives_fast_503s_then_recovers_without_restart() {
     .await;
     assert_eq!(resp.status, 200, "{}", String::from_utf8_lossy(&resp.body));
     // Durable Redis kept the first sale; nothing was taken while it was down.
-    assert_eq!(remaining(&redis, "fg:{1001}:v1:stock"), 8);
+    assert_eq!(redis.get_int("fg:{1001}:v1:stock").unwrap(), 8);
     assert_eq!(upstream.requests().await.len(), 2);
     assert_eq!(get(gw.admin, "/readyz", &[]).await.status, 200);
 }
@@ -146,7 +130,7 @@ async fn a_gateway_restart_does_not_reset_stock() {
     assert_eq!(gw.buy("1001", "a", None).await.status, 200);
     assert_eq!(gw.buy("1001", "b", None).await.status, 200);
     gw.restart();
-    assert_eq!(remaining(&redis, "fg:{1001}:v1:stock"), 1);
+    assert_eq!(redis.get_int("fg:{1001}:v1:stock").unwrap(), 1);
     assert_eq!(gw.buy("1001", "c", None).await.status, 200);
     assert_eq!(gw.buy("1001", "d", None).await.code(), "sold_out");
     // A second instance on the same Redis does not reset it either.
@@ -155,5 +139,5 @@ async fn a_gateway_restart_does_not_reset_stock() {
     second.admin_port = free_port();
     let gw2 = GatewayProc::start(second);
     assert_eq!(gw2.buy("1001", "e", None).await.code(), "sold_out");
-    assert_eq!(remaining(&redis, "fg:{1001}:v1:stock"), 0);
+    assert_eq!(redis.get_int("fg:{1001}:v1:stock").unwrap(), 0);
 }

@@ -33,19 +33,12 @@ async fn activity_view(gw: &GatewayProc, id: &str) -> serde_json::Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn admin_confirm_and_release_are_idempotent_with_409_and_404() {
-    let redis = RedisServer::start();
-    let upstream = Upstream::start();
-    let gw = GatewayProc::start(TestConfig::new(
-        &redis,
-        &upstream,
-        vec![TestActivity::explicit("1001", 5, 900)],
-    ));
-    let jti = gw
-        .buy("1001", "alice", None)
-        .await
-        .header("x-flashgate-reservation-id")
-        .unwrap()
-        .to_owned();
+    let Stack {
+        redis,
+        upstream: _upstream,
+        gw,
+    } = Stack::start(vec![TestActivity::explicit("1001", 5, 900)]);
+    let jti = gw.buy("1001", "alice", None).await.reservation_id();
     let base = format!("/v1/activities/1001/reservations/{jti}");
 
     let view = activity_view(&gw, "1001").await;
@@ -129,19 +122,12 @@ async fn admin_confirm_and_release_are_idempotent_with_409_and_404() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_2xx_from_the_upstream_confirms_in_upstream_mode() {
-    let redis = RedisServer::start();
-    let upstream = Upstream::start();
-    let gw = GatewayProc::start(TestConfig::new(
-        &redis,
-        &upstream,
-        vec![TestActivity::open("1001", 5)],
-    ));
-    let jti = gw
-        .buy("1001", "alice", None)
-        .await
-        .header("x-flashgate-reservation-id")
-        .unwrap()
-        .to_owned();
+    let Stack {
+        redis: _redis,
+        upstream: _upstream,
+        gw,
+    } = Stack::start(vec![TestActivity::open("1001", 5)]);
+    let jti = gw.buy("1001", "alice", None).await.reservation_id();
     let path = format!("/v1/activities/1001/reservations/{jti}");
     wait_for_async(
         "the upstream's 2xx to confirm",
@@ -282,7 +268,7 @@ async fn a_gateway_killed_between_deduction_and_forwarding_loses_nothing() {
     )
     .await;
     assert_eq!(
-        held_units(&redis, "alice"),
+        redis.held("1001", "alice"),
         None,
         "alice's unit came back too"
     );
@@ -291,24 +277,13 @@ async fn a_gateway_killed_between_deduction_and_forwarding_loses_nothing() {
     assert_eq!(code, 0, "{table}");
 }
 
-fn held_units(redis: &RedisServer, user: &str) -> Option<i64> {
-    let mut conn = redis.conn();
-    redis::cmd("HGET")
-        .arg("fg:{1001}:users")
-        .arg(user)
-        .query(&mut conn)
-        .unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idempotent_retry_gets_the_same_reservation() {
-    let redis = RedisServer::start();
-    let upstream = Upstream::start();
-    let gw = GatewayProc::start(TestConfig::new(
-        &redis,
-        &upstream,
-        vec![TestActivity::open("1001", 5)],
-    ));
+    let Stack {
+        redis: _redis,
+        upstream,
+        gw,
+    } = Stack::start(vec![TestActivity::open("1001", 5)]);
     let addr = gw.addr;
     let buy = move |key: Option<&'static str>| async move {
         let mut headers = vec![("X-User-Id", "alice")];
@@ -358,19 +333,12 @@ async fn an_idempotent_retry_gets_the_same_reservation() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn release_after_the_stock_key_expired_resurrects_nothing() {
-    let redis = RedisServer::start();
-    let upstream = Upstream::start();
-    let gw = GatewayProc::start(TestConfig::new(
-        &redis,
-        &upstream,
-        vec![TestActivity::explicit("1001", 5, 900)],
-    ));
-    let jti = gw
-        .buy("1001", "alice", None)
-        .await
-        .header("x-flashgate-reservation-id")
-        .unwrap()
-        .to_owned();
+    let Stack {
+        redis,
+        upstream: _upstream,
+        gw,
+    } = Stack::start(vec![TestActivity::explicit("1001", 5, 900)]);
+    let jti = gw.buy("1001", "alice", None).await.reservation_id();
     // The keys of version 1 reach their TTL (ends_at + 24 h) together.
     let mut conn = redis.conn();
     let _: () = redis::cmd("DEL")
@@ -405,12 +373,7 @@ async fn a_version_bump_mid_sale_settles_old_reservations_against_the_old_versio
         vec![TestActivity::explicit("1001", 5, 900)],
     );
     let mut gw = GatewayProc::start(config.clone());
-    let old = gw
-        .buy("1001", "alice", None)
-        .await
-        .header("x-flashgate-reservation-id")
-        .unwrap()
-        .to_owned();
+    let old = gw.buy("1001", "alice", None).await.reservation_id();
     assert_eq!(gw.buy("1001", "bob", None).await.status, 200);
     drop(gw);
 
@@ -468,13 +431,11 @@ async fn a_version_bump_mid_sale_settles_old_reservations_against_the_old_versio
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reconcile_reports_drift_and_exits_non_zero() {
-    let redis = RedisServer::start();
-    let upstream = Upstream::start();
-    let gw = GatewayProc::start(TestConfig::new(
-        &redis,
-        &upstream,
-        vec![TestActivity::open("1001", 5)],
-    ));
+    let Stack {
+        redis,
+        upstream: _upstream,
+        gw,
+    } = Stack::start(vec![TestActivity::open("1001", 5)]);
     assert_eq!(gw.buy("1001", "alice", None).await.status, 200);
     // Someone edits the stock key by hand: a unit from nowhere.
     let mut conn = redis.conn();

@@ -4,13 +4,11 @@ use crate::support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_forged_reservation_header_never_reaches_the_upstream() {
-    let redis = RedisServer::start();
-    let upstream = Upstream::start();
-    let gw = GatewayProc::start(TestConfig::new(
-        &redis,
-        &upstream,
-        vec![TestActivity::open("1001", 0)],
-    ));
+    let Stack {
+        redis: _redis,
+        upstream,
+        gw,
+    } = Stack::start(vec![TestActivity::open("1001", 0)]);
     let forged = "eyJhbGciOiJub25lIn0.eyJqdGkiOiJmb3JnZWQifQ.";
 
     // On a pass-through route the header is removed.
@@ -59,13 +57,11 @@ async fn a_forged_reservation_header_never_reaches_the_upstream() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_winner_carries_the_gateways_reservation_not_the_clients() {
-    let redis = RedisServer::start();
-    let upstream = Upstream::start();
-    let gw = GatewayProc::start(TestConfig::new(
-        &redis,
-        &upstream,
-        vec![TestActivity::open("1001", 5)],
-    ));
+    let Stack {
+        redis: _redis,
+        upstream,
+        gw,
+    } = Stack::start(vec![TestActivity::open("1001", 5)]);
     let resp = request(
         gw.addr,
         "POST",

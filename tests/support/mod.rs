@@ -349,6 +349,42 @@ sale_routes:
     }
 }
 
+/// The usual three processes: a private Redis, the demo upstream, and a gateway between them.
+pub struct Stack {
+    pub redis: RedisServer,
+    pub upstream: Upstream,
+    pub gw: GatewayProc,
+}
+
+impl Stack {
+    pub fn start(activities: Vec<TestActivity>) -> Stack {
+        let redis = RedisServer::start();
+        let upstream = Upstream::start();
+        let gw = GatewayProc::start(TestConfig::new(&redis, &upstream, activities));
+        Stack {
+            redis,
+            upstream,
+            gw,
+        }
+    }
+}
+
+impl RedisServer {
+    /// An integer key, `None` if it does not exist.
+    pub fn get_int(&self, key: &str) -> Option<i64> {
+        redis::cmd("GET").arg(key).query(&mut self.conn()).unwrap()
+    }
+
+    /// Units `user` holds in `activity`.
+    pub fn held(&self, activity: &str, user: &str) -> Option<i64> {
+        redis::cmd("HGET")
+            .arg(format!("fg:{{{activity}}}:users"))
+            .arg(user)
+            .query(&mut self.conn())
+            .unwrap()
+    }
+}
+
 /// The flashgate binary running `serve` with a test configuration.
 pub struct GatewayProc {
     pub addr: SocketAddr,
@@ -563,6 +599,19 @@ impl HttpResponse {
                 String::from_utf8_lossy(&self.body)
             )
         })
+    }
+
+    /// The reservation id a winner was told.
+    pub fn reservation_id(&self) -> String {
+        self.header("x-flashgate-reservation-id")
+            .unwrap_or_else(|| {
+                panic!(
+                    "no reservation id: {} {}",
+                    self.status,
+                    String::from_utf8_lossy(&self.body)
+                )
+            })
+            .to_owned()
     }
 
     /// The contract's `code` field of a gateway answer.
