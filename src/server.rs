@@ -52,6 +52,12 @@ pub fn run(settings: Settings, run_args: RunArgs) -> Result<(), StartError> {
         let _guard = store_runtime.enter();
         Arc::new(StockStore::new(&settings.redis, metrics.clone())?)
     };
+    // Connect (and load the scripts) on the store runtime, so the connection's I/O task lives
+    // there and not on whichever service happens to call first. A Redis that is down now only
+    // makes the gateway unready; the connection manager keeps trying.
+    if let Err(e) = store_runtime.block_on(store.ready()) {
+        tracing::warn!(error = %e, "stock store not reachable at start-up");
+    }
 
     let conf = ServerConf {
         threads: settings.server.threads.get(),
