@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
-    #[error("cannot start the stock-store runtime: {0}")]
+    #[error("cannot start a runtime: {0}")]
     Runtime(std::io::Error),
     #[error("cannot set up the stock store: {0}")]
     Store(#[from] StoreError),
@@ -40,24 +40,18 @@ pub fn run(settings: Settings, run_args: RunArgs) -> Result<(), StartError> {
     let settings = Arc::new(settings);
     let metrics = Arc::new(Metrics::new());
 
-    // The Redis connection's background tasks live on a runtime of their own that lasts as long
-    // as the process, independent of Pingora's per-service runtimes.
-    let store_runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .thread_name("flashgate-store")
+    // Each worker thread makes its own Redis connection on first use (see StockStore::conn).
+    let store = Arc::new(StockStore::new(&settings.redis, metrics.clone())?);
+    // Say at once whether Redis answers (and load the scripts). A Redis that is down now only
+    // makes the gateway unready; every thread keeps trying.
+    let startup = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(StartError::Runtime)?;
-    let store = {
-        let _guard = store_runtime.enter();
-        Arc::new(StockStore::new(&settings.redis, metrics.clone())?)
-    };
-    // Connect (and load the scripts) on the store runtime, so the connection's I/O task lives
-    // there and not on whichever service happens to call first. A Redis that is down now only
-    // makes the gateway unready; the connection manager keeps trying.
-    if let Err(e) = store_runtime.block_on(store.ready()) {
+    if let Err(e) = startup.block_on(store.ready()) {
         tracing::warn!(error = %e, "stock store not reachable at start-up");
     }
+    drop(startup);
 
     let conf = ServerConf {
         threads: settings.server.threads.get(),
@@ -89,6 +83,5 @@ pub fn run(settings: Settings, run_args: RunArgs) -> Result<(), StartError> {
     server.add_service(maintenance);
     tracing::info!(listen = %settings.server.listen, admin = %settings.admin.listen, "flashgate serving");
     server.run(run_args);
-    store_runtime.shutdown_background();
     Ok(())
 }

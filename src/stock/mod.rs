@@ -21,6 +21,9 @@ use crate::config::{Activity, RedisSettings};
 use crate::metrics::{Metrics, ReleaseReason, ScriptName, StoreOp};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{FromRedisValue, Script, ScriptInvocation, Value};
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -80,8 +83,18 @@ pub struct ReserveRequest<'a> {
     pub idempotency_key: Option<&'a str>,
 }
 
+/// Distinguishes stores in one process (tests run several) in the per-thread connection cache.
+static NEXT_STORE_ID: AtomicUsize = AtomicUsize::new(0);
+
+thread_local! {
+    /// This thread's connection to each store, made on first use.
+    static THREAD_CONNECTIONS: RefCell<HashMap<usize, ConnectionManager>> = RefCell::new(HashMap::new());
+}
+
 pub struct StockStore {
-    conn: ConnectionManager,
+    id: usize,
+    client: redis::Client,
+    config: ConnectionManagerConfig,
     timeout: Duration,
     keys: KeyLayout,
     key_ttl_after_end: Duration,
@@ -90,9 +103,8 @@ pub struct StockStore {
 }
 
 impl StockStore {
-    /// Creates the store without connecting: the first call connects, and a Redis that is down at
-    /// start-up only makes the gateway unready. Must be called inside a Tokio runtime that
-    /// outlives the store (the connection's background tasks run there).
+    /// Creates the store without connecting: each thread's first call connects, and a Redis
+    /// that is down at start-up only makes the gateway unready.
     pub fn new(settings: &RedisSettings, metrics: Arc<Metrics>) -> Result<StockStore, StoreError> {
         let client = redis::Client::open(settings.url.as_str())?;
         let config = ConnectionManagerConfig::new()
@@ -100,9 +112,10 @@ impl StockStore {
             .set_response_timeout(Some(settings.timeout))
             .set_number_of_retries(2)
             .set_max_delay(Duration::from_millis(500));
-        let conn = ConnectionManager::new_lazy_with_config(client, config)?;
         Ok(StockStore {
-            conn,
+            id: NEXT_STORE_ID.fetch_add(1, Ordering::Relaxed),
+            client,
+            config,
             timeout: settings.timeout,
             keys: KeyLayout::new(&settings.key_prefix),
             key_ttl_after_end: settings.key_ttl_after_end,
@@ -113,6 +126,23 @@ impl StockStore {
 
     pub fn keys(&self) -> &KeyLayout {
         &self.keys
+    }
+
+    /// This thread's multiplexed connection, made on first use on the runtime the thread runs.
+    ///
+    /// One connection per worker thread, not one per process: a connection's I/O task then runs
+    /// on the worker that issues most of its commands, so a script call costs no cross-thread
+    /// wake-ups (measured: see BENCHMARKS.md). Commands stay pipelined within each connection.
+    fn conn(&self) -> Result<ConnectionManager, StoreError> {
+        THREAD_CONNECTIONS.with(|conns| {
+            if let Some(conn) = conns.borrow().get(&self.id) {
+                return Ok(conn.clone());
+            }
+            let conn =
+                ConnectionManager::new_lazy_with_config(self.client.clone(), self.config.clone())?;
+            conns.borrow_mut().insert(self.id, conn.clone());
+            Ok(conn)
+        })
     }
 
     /// Runs `fut` within the store's time budget, counting failures.
@@ -141,7 +171,7 @@ impl StockStore {
         op: StoreOp,
         invocation: &ScriptInvocation<'_>,
     ) -> Result<T, StoreError> {
-        let mut conn = self.conn.clone();
+        let mut conn = self.conn()?;
         let started = Instant::now();
         let result = self
             .bounded(op, async { Ok(invocation.invoke_async(&mut conn).await?) })
@@ -357,7 +387,7 @@ impl StockStore {
 
     /// The stock versions of an activity ever prewarmed, ascending, with the configured one.
     pub async fn versions(&self, activity: &Activity) -> Result<Vec<u64>, StoreError> {
-        let mut conn = self.conn.clone();
+        let mut conn = self.conn()?;
         let key = self.keys.versions(&activity.id);
         let mut versions: Vec<u64> = self
             .bounded(StoreOp::Read, async {
@@ -379,7 +409,7 @@ impl StockStore {
         activity: &Activity,
         reservation_id: &str,
     ) -> Result<Option<ReservationRecord>, StoreError> {
-        let mut conn = self.conn.clone();
+        let mut conn = self.conn()?;
         let key = self.keys.reservations(&activity.id);
         let raw: Option<String> = self
             .bounded(StoreOp::Read, async {
@@ -423,7 +453,7 @@ impl StockStore {
             pipe.cmd("ZCARD").arg(self.keys.pending(id, v));
         }
         pipe.cmd("HVALS").arg(self.keys.reservations(id));
-        let mut conn = self.conn.clone();
+        let mut conn = self.conn()?;
         // An operator command: allowed more time than a buyer's request.
         let values: Vec<Value> = tokio::time::timeout(
             self.timeout.max(Duration::from_secs(10)),
@@ -437,7 +467,7 @@ impl StockStore {
 
     /// Units remaining in the activity's current version; `None` if its key does not exist.
     pub async fn remaining(&self, activity: &Activity) -> Result<Option<i64>, StoreError> {
-        let mut conn = self.conn.clone();
+        let mut conn = self.conn()?;
         let key = self.keys.stock(&activity.id, activity.version);
         self.bounded(StoreOp::Read, async {
             Ok(redis::cmd("GET").arg(&key).query_async(&mut conn).await?)
@@ -445,9 +475,20 @@ impl StockStore {
         .await
     }
 
-    /// Whether the store answers and every script is loaded (loading them if not).
+    /// Whether the store answers and every script is loaded (loading them if not). A connection
+    /// that broke while Redis was away fails once before it reconnects; readiness tries again
+    /// then, so a probe does not report a Redis that is back as down.
     pub async fn ready(&self) -> Result<(), StoreError> {
-        let mut conn = self.conn.clone();
+        match self.ready_once().await {
+            Err(StoreError::Redis(e)) if e.is_connection_dropped() || e.is_io_error() => {
+                self.ready_once().await
+            }
+            other => other,
+        }
+    }
+
+    async fn ready_once(&self) -> Result<(), StoreError> {
+        let mut conn = self.conn()?;
         self.bounded(StoreOp::Ready, async {
             let scripts = all_scripts();
             let loaded: Vec<bool> = redis::cmd("SCRIPT")
