@@ -68,6 +68,9 @@ impl ProxyHttp for FlashProxy {
         }
     }
 
+    /// No downstream modules: flashgate does not compress, and each module costs every request.
+    fn init_downstream_modules(&self, _modules: &mut pingora::modules::http::HttpModules) {}
+
     async fn request_filter(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<bool> {
         let req = session.req_header();
         let Some((route, raw_activity)) = self.gw.admission.sale_route(req) else {
