@@ -55,9 +55,6 @@ pub fn run(settings: Settings, run_args: RunArgs) -> Result<(), StartError> {
 
     let conf = ServerConf {
         threads: settings.server.threads.get(),
-        // One single-threaded runtime per worker: a request, its Redis connection and its
-        // upstream connection stay on one thread (see BENCHMARKS.md).
-        work_stealing: false,
         grace_period_seconds: Some(settings.server.grace_period.as_secs()),
         graceful_shutdown_timeout_seconds: Some(settings.server.shutdown_timeout.as_secs()),
         ..ServerConf::default()
