@@ -107,6 +107,42 @@ impl UpstreamClass {
     }
 }
 
+/// Token buckets, as the `limit` label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LimitKind {
+    PerUser,
+    PerIp,
+    PerActivity,
+}
+
+impl LimitKind {
+    pub const ALL: [LimitKind; 3] = [LimitKind::PerUser, LimitKind::PerIp, LimitKind::PerActivity];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LimitKind::PerUser => "per_user",
+            LimitKind::PerIp => "per_ip",
+            LimitKind::PerActivity => "per_activity",
+        }
+    }
+}
+
+/// Whether a bucket's refusal was enforced or only counted, as the `mode` label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LimitMode {
+    Enforced,
+    Shadow,
+}
+
+impl LimitMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LimitMode::Enforced => "enforced",
+            LimitMode::Shadow => "shadow",
+        }
+    }
+}
+
 /// Stock-store operations, as the `op` label of `flashgate_redis_errors_total`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StoreOp {
@@ -159,8 +195,11 @@ pub struct Metrics {
     pub redis_errors: IntCounterVec,
     /// `flashgate_stock_keys_created_total{activity}`: prewarms that created a stock key.
     pub stock_keys_created: IntCounterVec,
-    /// `flashgate_rate_limiter_keys`: per-user buckets held in memory.
+    /// `flashgate_rate_limiter_keys`: token buckets held in memory (all limits).
     pub rate_limiter_keys: IntGauge,
+    /// `flashgate_rate_limit_refusals_total{limit, mode}`: refusals by bucket; `shadow` ones
+    /// were counted but admitted.
+    pub rate_limit_refusals: IntCounterVec,
     /// `flashgate_reservations_confirmed_total{activity, via}`
     pub reservations_confirmed: IntCounterVec,
     /// `flashgate_reservations_retired_total{activity}`: released reservations whose stock
@@ -234,7 +273,15 @@ impl Metrics {
         .expect("valid metric");
         let rate_limiter_keys = IntGauge::new(
             "flashgate_rate_limiter_keys",
-            "Per-user token buckets held in memory.",
+            "Token buckets held in memory (per user, per IP, per activity).",
+        )
+        .expect("valid metric");
+        let rate_limit_refusals = IntCounterVec::new(
+            Opts::new(
+                "flashgate_rate_limit_refusals_total",
+                "Requests a token bucket refused, by bucket; mode=shadow were admitted anyway.",
+            ),
+            &["limit", "mode"],
         )
         .expect("valid metric");
 
@@ -272,6 +319,7 @@ impl Metrics {
             Box::new(redis_errors.clone()),
             Box::new(stock_keys_created.clone()),
             Box::new(rate_limiter_keys.clone()),
+            Box::new(rate_limit_refusals.clone()),
             Box::new(reservations_confirmed.clone()),
             Box::new(reservations_retired.clone()),
             Box::new(reconcile_drift.clone()),
@@ -290,6 +338,7 @@ impl Metrics {
             redis_errors,
             stock_keys_created,
             rate_limiter_keys,
+            rate_limit_refusals,
             reservations_confirmed,
             reservations_retired,
             reconcile_drift,
@@ -327,6 +376,12 @@ impl Metrics {
             UpstreamClass::Error,
         ] {
             self.upstream_responses.with_label_values(&[class.as_str()]);
+        }
+        for limit in LimitKind::ALL {
+            for mode in [LimitMode::Enforced, LimitMode::Shadow] {
+                self.rate_limit_refusals
+                    .with_label_values(&[limit.as_str(), mode.as_str()]);
+            }
         }
         for op in StoreOp::ALL {
             self.redis_errors.with_label_values(&[op.as_str()]);

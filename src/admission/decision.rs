@@ -11,6 +11,7 @@ pub enum BadRequest {
     QuantityTooLarge,
     QuantityRepeated,
     IdempotencyKeyInvalid,
+    BodyTooLarge,
 }
 
 impl BadRequest {
@@ -20,6 +21,7 @@ impl BadRequest {
             BadRequest::QuantityTooSmall => "quantity must be at least 1",
             BadRequest::QuantityTooLarge => "quantity exceeds the most one request may buy",
             BadRequest::QuantityRepeated => "quantity must be given once",
+            BadRequest::BodyTooLarge => "request body too large",
             BadRequest::IdempotencyKeyInvalid => {
                 "Idempotency-Key must be given once, 1 to 128 visible ASCII characters"
             }

@@ -1,37 +1,41 @@
 //! Admission: decides, per sale request, whether the buyer may take stock. Each step is cheaper
 //! than the next and the first that refuses answers:
 //!
+//! 0. the client IP's token bucket, before any identity work (memory);
 //! 1. identify the buyer, the activity and the quantity (no I/O);
 //! 2. gate on configuration alone: unknown activity, not started, ended (no I/O);
 //! 3. the buyer's token bucket (memory);
 //! 4. the local sold-out cache (memory);
-//! 5. one reserve script in Redis (the only round trip).
+//! 5. the activity's admission bucket, which keeps a scripted flood off Redis (memory);
+//! 6. one reserve script in Redis (the only round trip).
 
 pub mod decision;
+pub mod identity;
 pub mod rate_limit;
 pub mod route;
 pub mod sold_out;
 
 pub use decision::{BadRequest, Decision, Reply};
 
+use crate::config::Bucket;
 use crate::config::{Activity, SaleWindow, Settings};
 use crate::metrics::Metrics;
+use crate::metrics::{LimitKind, LimitMode};
 use crate::reservation::Reservation;
 use crate::stock::{
     PrewarmOutcome, ReleaseOutcome, ReserveOutcome, ReserveRequest, StockStore, StoreError,
 };
 use chrono::Utc;
 use http::HeaderMap;
+use identity::Identifier;
 use pingora::http::RequestHeader;
-use rate_limit::UserRateLimiter;
+use rate_limit::KeyedRateLimiter;
 use route::SaleRoute;
 use sold_out::SoldOutCache;
+use std::net::IpAddr;
 use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
-
-/// Longest user id accepted from the identity header.
-pub const MAX_USER_ID_LEN: usize = 128;
 
 /// What admission learned about a sale request, kept for the response and the decision log.
 #[derive(Debug, Default, Clone)]
@@ -43,9 +47,29 @@ pub struct SaleFacts {
     pub stock_after: Option<u64>,
 }
 
+/// One configured token bucket: its limiter, and whether it only counts (shadow).
+struct Limit {
+    kind: LimitKind,
+    limiter: KeyedRateLimiter,
+    shadow: bool,
+}
+
+impl Limit {
+    fn new(kind: LimitKind, bucket: Option<Bucket>) -> Option<Limit> {
+        bucket.map(|b| Limit {
+            kind,
+            limiter: KeyedRateLimiter::new(Some(b.quota)),
+            shadow: b.shadow,
+        })
+    }
+}
+
 pub struct Admission {
     settings: Arc<Settings>,
-    limiter: UserRateLimiter,
+    identifier: Identifier,
+    per_user: Option<Limit>,
+    per_ip: Option<Limit>,
+    per_activity: Option<Limit>,
     sold_out: Arc<SoldOutCache>,
     store: Arc<StockStore>,
     metrics: Arc<Metrics>,
@@ -58,8 +82,12 @@ impl Admission {
         metrics: Arc<Metrics>,
         sold_out: Arc<SoldOutCache>,
     ) -> Self {
+        let limits = &settings.rate_limits;
         Admission {
-            limiter: UserRateLimiter::new(settings.rate_limits.per_user),
+            identifier: Identifier::new(&settings.identity),
+            per_user: Limit::new(LimitKind::PerUser, limits.per_user),
+            per_ip: Limit::new(LimitKind::PerIp, limits.per_ip),
+            per_activity: Limit::new(LimitKind::PerActivity, limits.per_activity),
             sold_out,
             settings,
             store,
@@ -83,11 +111,18 @@ impl Admission {
         req: &RequestHeader,
         route: &SaleRoute,
         raw_activity: &str,
+        peer: Option<IpAddr>,
         facts: &mut SaleFacts,
     ) -> Result<Reservation, Decision> {
-        let user = identify(&req.headers, &self.settings.identity.header)
+        if let Some(ip) = self.identifier.client_ip(&req.headers, peer) {
+            self.take_token(&self.per_ip, &ip)?;
+        }
+        let user = self
+            .identifier
+            .identify(&req.headers, peer)
             .ok_or(Decision::Unauthenticated)?;
-        facts.user = Some(user.to_owned());
+        let user = facts.user.insert(user).clone();
+        let user = user.as_str();
         let activity = self
             .settings
             .activities
@@ -108,14 +143,39 @@ impl Admission {
             SaleWindow::Ended => return Err(Decision::Ended),
             SaleWindow::Open => {}
         }
-        self.limiter
-            .check(user)
-            .map_err(|retry_after| Decision::RateLimited { retry_after })?;
+        self.take_token(&self.per_user, user)?;
         if self.sold_out.is_sold_out(&activity.id, activity.version) {
             return Err(Decision::SoldOut);
         }
+        self.take_token(&self.per_activity, &*activity.id)?;
         self.reserve(&activity, user, qty, idempotency_key, facts)
             .await
+    }
+
+    /// Takes a token from `limit`'s bucket for `key`; a shadow limit only counts its refusals.
+    fn take_token<K: std::hash::Hash + ?Sized>(
+        &self,
+        limit: &Option<Limit>,
+        key: &K,
+    ) -> Result<(), Decision> {
+        let Some(limit) = limit else { return Ok(()) };
+        let Err(retry_after) = limit.limiter.check(key) else {
+            return Ok(());
+        };
+        let mode = if limit.shadow {
+            LimitMode::Shadow
+        } else {
+            LimitMode::Enforced
+        };
+        self.metrics
+            .rate_limit_refusals
+            .with_label_values(&[limit.kind.as_str(), mode.as_str()])
+            .inc();
+        if limit.shadow {
+            Ok(())
+        } else {
+            Err(Decision::RateLimited { retry_after })
+        }
     }
 
     async fn reserve(
@@ -238,37 +298,27 @@ impl Admission {
 
     /// Drops idle rate-limit buckets; returns how many remain.
     pub fn evict_idle_buckets(&self) -> usize {
-        let remaining = self.limiter.evict_idle();
+        let remaining = self.limits().map(|l| l.limiter.evict_idle()).sum();
         self.metrics.rate_limiter_keys.set(remaining as i64);
         remaining
     }
 
+    fn limits(&self) -> impl Iterator<Item = &Limit> {
+        [&self.per_user, &self.per_ip, &self.per_activity]
+            .into_iter()
+            .flatten()
+    }
+
     /// Updates gauges that are cheap to read on demand (at scrape time).
     pub fn refresh_gauges(&self) {
-        self.metrics
-            .rate_limiter_keys
-            .set(self.limiter.len() as i64);
+        let buckets: usize = self.limits().map(|l| l.limiter.len()).sum();
+        self.metrics.rate_limiter_keys.set(buckets as i64);
     }
 
     /// Clears the local sold-out mark (stock came back through prewarm or a release).
     pub fn forget_sold_out(&self, activity: &Activity) {
         self.sold_out.clear(&activity.id, activity.version);
     }
-}
-
-/// The buyer's user id: exactly one identity header, non-empty after trimming, at most
-/// [`MAX_USER_ID_LEN`] bytes of visible ASCII.
-pub fn identify<'h>(headers: &'h HeaderMap, name: &http::HeaderName) -> Option<&'h str> {
-    let mut values = headers.get_all(name).iter();
-    let value = values.next()?;
-    if values.next().is_some() {
-        return None;
-    }
-    let user = value.to_str().ok()?.trim();
-    let valid = !user.is_empty()
-        && user.len() <= MAX_USER_ID_LEN
-        && user.bytes().all(|b| b.is_ascii_graphic() || b == b' ');
-    valid.then_some(user)
 }
 
 /// Header a buyer's client sets to make retries of one purchase return the same reservation.
@@ -365,30 +415,25 @@ mod tests {
     }
 
     #[test]
-    fn identity_rules() {
-        let name = http::HeaderName::from_static("x-user-id");
+    fn idempotency_key_rules() {
         let with = |values: &[&[u8]]| {
             let mut h = HeaderMap::new();
             for v in values {
-                h.append(&name, HeaderValue::from_bytes(v).unwrap());
+                h.append(IDEMPOTENCY_HEADER, HeaderValue::from_bytes(v).unwrap());
             }
             h
         };
-        assert_eq!(identify(&with(&[b"alice"]), &name), Some("alice"));
-        assert_eq!(identify(&with(&[b" bob "]), &name), Some("bob"));
-        assert_eq!(identify(&with(&[]), &name), None);
-        assert_eq!(identify(&with(&[b""]), &name), None);
-        assert_eq!(identify(&with(&[b"   "]), &name), None);
+        assert_eq!(idempotency_key(&with(&[])), Ok(None));
+        assert_eq!(idempotency_key(&with(&[b"k-1"])), Ok(Some("k-1")));
+        for bad in [&b""[..], b"a b", &[b'k'; 129], &[0xff]] {
+            assert_eq!(
+                idempotency_key(&with(&[bad])),
+                Err(BadRequest::IdempotencyKeyInvalid)
+            );
+        }
         assert_eq!(
-            identify(&with(&[b"a", b"b"]), &name),
-            None,
-            "two identities are none"
-        );
-        assert_eq!(identify(&with(&[&[0xff, 0x41]]), &name), None, "not ASCII");
-        assert_eq!(identify(&with(&[&[b'a'; 129]]), &name), None, "too long");
-        assert_eq!(
-            identify(&with(&[&[b'a'; 128]]), &name).map(str::len),
-            Some(128)
+            idempotency_key(&with(&[b"a", b"b"])),
+            Err(BadRequest::IdempotencyKeyInvalid)
         );
     }
 }

@@ -1,10 +1,11 @@
-//! Per-user token buckets (governor), checked before anything that costs a Redis call.
+//! Keyed token buckets (governor): per user, per client IP, per activity. Checked before
+//! anything that costs a Redis call.
 //!
 //! Approximations, on purpose:
-//! - Buckets are keyed by a 64-bit keyed hash of the user id, not the id itself, so a million
-//!   buyers cost a million small fixed-size entries. Two users would share a bucket only on a
+//! - Buckets are keyed by a 64-bit keyed hash of the key (user id, IP), not the key itself, so a
+//!   million buyers cost a million small fixed-size entries. Two users would share a bucket only on a
 //!   64-bit collision under a per-process random key (not something a buyer can aim for).
-//! - Idle buckets are dropped by [`UserRateLimiter::evict_idle`], run every
+//! - Idle buckets are dropped by [`KeyedRateLimiter::evict_idle`], run every
 //!   `rate_limits.evict_interval_ms`. Only buckets that have refilled completely are dropped, and
 //!   a full bucket behaves exactly like a new one, so eviction never lets anyone through earlier.
 //!   Between sweeps memory grows with the number of distinct users seen in that interval.
@@ -23,34 +24,34 @@ type KeyedLimiter<C> = RateLimiter<
     governor::middleware::NoOpMiddleware<<C as Clock>::Instant>,
 >;
 
-/// Token bucket per user id. With no quota configured every check passes.
-pub struct UserRateLimiter<C: Clock = DefaultClock> {
+/// Token bucket per key. With no quota configured every check passes.
+pub struct KeyedRateLimiter<C: Clock = DefaultClock> {
     limiter: Option<KeyedLimiter<C>>,
     hasher: RandomState,
 }
 
-impl UserRateLimiter<DefaultClock> {
+impl KeyedRateLimiter<DefaultClock> {
     pub fn new(quota: Option<Quota>) -> Self {
         Self::with_clock(quota, DefaultClock::default())
     }
 }
 
-impl<C: Clock> UserRateLimiter<C> {
+impl<C: Clock> KeyedRateLimiter<C> {
     /// A limiter on the given clock (tests use governor's `FakeRelativeClock`).
     pub fn with_clock(quota: Option<Quota>, clock: C) -> Self {
-        UserRateLimiter {
+        KeyedRateLimiter {
             limiter: quota.map(|q| RateLimiter::dashmap_with_clock(q, clock)),
             hasher: RandomState::new(),
         }
     }
 
-    /// Takes one token from the user's bucket, or says how long until one is available.
-    pub fn check(&self, user: &str) -> Result<(), Duration> {
+    /// Takes one token from the key's bucket, or says how long until one is available.
+    pub fn check<K: std::hash::Hash + ?Sized>(&self, key: &K) -> Result<(), Duration> {
         let Some(limiter) = &self.limiter else {
             return Ok(());
         };
         limiter
-            .check_key(&self.hasher.hash_one(user))
+            .check_key(&self.hasher.hash_one(key))
             .map_err(|not_until| not_until.wait_time_from(limiter.clock().now()))
     }
 
@@ -88,7 +89,7 @@ mod tests {
     #[test]
     fn burst_then_refill_per_user() {
         let clock = FakeRelativeClock::default();
-        let limiter = UserRateLimiter::with_clock(Some(quota(5, 5)), clock.clone());
+        let limiter = KeyedRateLimiter::with_clock(Some(quota(5, 5)), clock.clone());
         for _ in 0..5 {
             assert!(limiter.check("alice").is_ok());
         }
@@ -104,7 +105,7 @@ mod tests {
     #[test]
     fn eviction_drops_only_refilled_buckets() {
         let clock = FakeRelativeClock::default();
-        let limiter = UserRateLimiter::with_clock(Some(quota(1, 2)), clock.clone());
+        let limiter = KeyedRateLimiter::with_clock(Some(quota(1, 2)), clock.clone());
         for i in 0..1000 {
             limiter.check(&format!("user-{i}")).unwrap();
         }
@@ -122,7 +123,7 @@ mod tests {
 
     #[test]
     fn no_quota_means_no_limit() {
-        let limiter = UserRateLimiter::new(None);
+        let limiter = KeyedRateLimiter::new(None);
         for _ in 0..100 {
             assert!(limiter.check("alice").is_ok());
         }

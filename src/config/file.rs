@@ -50,12 +50,16 @@ pub struct ServerSection {
     /// On SIGTERM: seconds in-flight requests get to finish after the grace period.
     #[serde(default = "default_shutdown_timeout_secs")]
     pub shutdown_timeout_secs: u64,
+    /// Largest request body a sale route accepts (bytes); larger ones get `bad_request`.
+    #[serde(default = "default_max_sale_body_bytes")]
+    pub max_sale_body_bytes: u64,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AdminSection {
-    /// Address of the admin listener, `host:port`.
+    /// Address of the admin listener, `host:port`; loopback unless a token is configured.
+    #[serde(default = "default_admin_listen")]
     pub listen: String,
     /// Environment variable holding the bearer token for `/v1/*`.
     #[serde(default)]
@@ -113,7 +117,59 @@ pub struct RedisSection {
 #[serde(deny_unknown_fields)]
 pub struct IdentitySection {
     /// Request header carrying the buyer's user id (set by the auth layer in front).
-    pub header: String,
+    #[serde(default)]
+    pub header: Option<String>,
+    /// CIDRs (or addresses) of the proxies in front: when set, the identity header counts only
+    /// from these peers, and the client address for `per_ip` is taken from `X-Forwarded-For`.
+    #[serde(default)]
+    pub trusted_proxies: Vec<String>,
+    /// Verify a bearer token instead of trusting a header.
+    #[serde(default)]
+    pub jwt: Option<JwtIdentitySection>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JwtIdentitySection {
+    /// Verification keys, chosen by the token's `kid`.
+    pub keys: Vec<IdentityKeySection>,
+    /// Claim holding the user id.
+    #[serde(default = "default_identity_claim")]
+    pub claim: String,
+    /// Also read the token from this cookie when there is no `Authorization: Bearer` header.
+    #[serde(default)]
+    pub cookie: Option<String>,
+    /// Required `iss`, if set.
+    #[serde(default)]
+    pub issuer: Option<String>,
+    /// Required `aud`, if set.
+    #[serde(default)]
+    pub audience: Option<String>,
+    /// Clock skew tolerated on `exp` and `nbf`, in seconds.
+    #[serde(default = "default_identity_leeway_secs")]
+    pub leeway_secs: u64,
+}
+
+/// Algorithms accepted for buyers' identity tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub enum IdentityAlgorithm {
+    HS256,
+    RS256,
+    EdDSA,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IdentityKeySection {
+    /// The `kid` tokens signed with this key carry.
+    pub kid: String,
+    pub algorithm: IdentityAlgorithm,
+    /// HS256: environment variable holding the shared secret.
+    #[serde(default)]
+    pub secret_env: Option<String>,
+    /// RS256 or EdDSA: PEM file with the public key.
+    #[serde(default)]
+    pub public_key_file: Option<PathBuf>,
 }
 
 /// Signature algorithms for the reservation JWT.
@@ -150,6 +206,12 @@ pub struct RateLimitsSection {
     /// Token bucket per user id; absent means no per-user limit.
     #[serde(default)]
     pub per_user: Option<BucketSection>,
+    /// Token bucket per client IP, checked before any identity work.
+    #[serde(default)]
+    pub per_ip: Option<BucketSection>,
+    /// One bucket per activity: the most admissions per second that may reach Redis.
+    #[serde(default)]
+    pub per_activity: Option<BucketSection>,
     /// How often idle buckets (full again, so indistinguishable from new) are dropped.
     #[serde(default = "default_evict_interval_ms")]
     pub evict_interval_ms: u64,
@@ -159,6 +221,8 @@ impl Default for RateLimitsSection {
     fn default() -> Self {
         Self {
             per_user: None,
+            per_ip: None,
+            per_activity: None,
             evict_interval_ms: default_evict_interval_ms(),
         }
     }
@@ -171,6 +235,9 @@ pub struct BucketSection {
     pub per_second: u32,
     /// Requests allowed at once from a full bucket.
     pub burst: u32,
+    /// Count what this bucket would refuse, but admit it (to try a limit out before enforcing).
+    #[serde(default)]
+    pub shadow: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -238,6 +305,18 @@ pub enum ConfirmMode {
     Explicit,
 }
 
+fn default_admin_listen() -> String {
+    "127.0.0.1:9091".to_owned()
+}
+fn default_max_sale_body_bytes() -> u64 {
+    16 * 1024
+}
+fn default_identity_claim() -> String {
+    "sub".to_owned()
+}
+fn default_identity_leeway_secs() -> u64 {
+    5
+}
 fn default_threads() -> usize {
     2
 }

@@ -7,9 +7,10 @@ use crate::admission::route::SaleRoute;
 use chrono::{DateTime, Utc};
 use governor::Quota;
 use http::HeaderName;
-use jsonwebtoken::{Algorithm, EncodingKey};
+use ipnet::IpNet;
+use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey};
 use std::collections::HashMap;
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::num::{NonZeroU32, NonZeroUsize};
 use std::path::Path;
 use std::sync::Arc;
@@ -36,6 +37,7 @@ pub struct ServerSettings {
     pub threads: NonZeroUsize,
     pub grace_period: Duration,
     pub shutdown_timeout: Duration,
+    pub max_sale_body_bytes: u64,
 }
 
 #[derive(Debug)]
@@ -81,7 +83,43 @@ pub const MAX_SWEEP_BATCH: u32 = 1000;
 
 #[derive(Debug)]
 pub struct IdentitySettings {
-    pub header: HeaderName,
+    pub source: IdentitySource,
+    /// Proxies whose identity header and `X-Forwarded-For` are believed; empty trusts every
+    /// peer's header (the auth layer in front is the only way in) and no `X-Forwarded-For`.
+    pub trusted_proxies: Vec<IpNet>,
+}
+
+/// Where the buyer's identity comes from.
+#[derive(Debug)]
+pub enum IdentitySource {
+    Header(HeaderName),
+    Jwt(JwtIdentitySettings),
+}
+
+#[derive(Debug)]
+pub struct JwtIdentitySettings {
+    pub keys: Vec<IdentityKey>,
+    pub claim: String,
+    pub cookie: Option<String>,
+    pub issuer: Option<String>,
+    pub audience: Option<String>,
+    pub leeway: Duration,
+}
+
+/// One identity-token verification key.
+pub struct IdentityKey {
+    pub kid: String,
+    pub algorithm: Algorithm,
+    pub key: DecodingKey,
+}
+
+impl std::fmt::Debug for IdentityKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IdentityKey")
+            .field("kid", &self.kid)
+            .field("algorithm", &self.algorithm)
+            .finish_non_exhaustive()
+    }
 }
 
 pub struct SigningSettings {
@@ -105,8 +143,17 @@ impl std::fmt::Debug for SigningSettings {
 
 #[derive(Debug)]
 pub struct RateLimitSettings {
-    pub per_user: Option<Quota>,
+    pub per_user: Option<Bucket>,
+    pub per_ip: Option<Bucket>,
+    pub per_activity: Option<Bucket>,
     pub evict_interval: Duration,
+}
+
+/// A token bucket's rate and burst, enforced or only counted (shadow).
+#[derive(Debug, Clone, Copy)]
+pub struct Bucket {
+    pub quota: Quota,
+    pub shadow: bool,
 }
 
 #[derive(Debug)]
@@ -188,9 +235,7 @@ impl Settings {
             admin: admin(raw.admin, secrets)?,
             upstream: upstream(raw.upstream)?,
             redis: redis(raw.redis)?,
-            identity: IdentitySettings {
-                header: header_name("identity.header", &raw.identity.header)?,
-            },
+            identity: identity(raw.identity, base_dir, secrets)?,
             activities: activities(raw.activities, Duration::from_secs(raw.signing.ttl_secs))?,
             signing: signing(raw.signing, base_dir, secrets)?,
             rate_limits: rate_limits(raw.rate_limits)?,
@@ -209,6 +254,141 @@ fn server(raw: file::ServerSection) -> Result<ServerSettings, ConfigError> {
             .ok_or_else(|| ConfigError::invalid("server.threads", "must be at least 1"))?,
         grace_period: Duration::from_secs(raw.grace_period_secs),
         shutdown_timeout: Duration::from_secs(raw.shutdown_timeout_secs),
+        max_sale_body_bytes: raw.max_sale_body_bytes,
+    })
+}
+
+fn identity(
+    raw: file::IdentitySection,
+    base_dir: &Path,
+    secrets: &dyn SecretSource,
+) -> Result<IdentitySettings, ConfigError> {
+    let trusted_proxies = raw
+        .trusted_proxies
+        .iter()
+        .enumerate()
+        .map(|(i, cidr)| {
+            cidr.parse::<IpNet>()
+                .or_else(|_| cidr.parse::<IpAddr>().map(IpNet::from))
+                .map_err(|_| {
+                    ConfigError::invalid(
+                        format!("identity.trusted_proxies[{i}]"),
+                        format!("{cidr:?} is not a CIDR like 10.0.0.0/8 or an IP address"),
+                    )
+                })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let source = match (raw.header, raw.jwt) {
+        (Some(header), None) => IdentitySource::Header(header_name("identity.header", &header)?),
+        (None, Some(jwt)) => IdentitySource::Jwt(jwt_identity(jwt, base_dir, secrets)?),
+        (Some(_), Some(_)) => {
+            return Err(ConfigError::invalid(
+                "identity",
+                "set either header or jwt, not both",
+            ))
+        }
+        (None, None) => {
+            return Err(ConfigError::invalid(
+                "identity",
+                "set header (a trusted auth layer in front) or jwt (verify bearer tokens)",
+            ))
+        }
+    };
+    Ok(IdentitySettings {
+        source,
+        trusted_proxies,
+    })
+}
+
+fn jwt_identity(
+    raw: file::JwtIdentitySection,
+    base_dir: &Path,
+    secrets: &dyn SecretSource,
+) -> Result<JwtIdentitySettings, ConfigError> {
+    if raw.keys.is_empty() {
+        return Err(ConfigError::invalid(
+            "identity.jwt.keys",
+            "needs at least one key",
+        ));
+    }
+    let mut keys: Vec<IdentityKey> = Vec::with_capacity(raw.keys.len());
+    for (i, k) in raw.keys.into_iter().enumerate() {
+        let at = |field: &str| format!("identity.jwt.keys[{i}].{field}");
+        if k.kid.is_empty() || keys.iter().any(|other| other.kid == k.kid) {
+            return Err(ConfigError::invalid(
+                at("kid"),
+                format!("{:?} is empty or listed twice", k.kid),
+            ));
+        }
+        let (algorithm, key) = match k.algorithm {
+            file::IdentityAlgorithm::HS256 => {
+                let var = k.secret_env.as_deref().ok_or_else(|| {
+                    ConfigError::invalid(at("secret_env"), "is required for algorithm HS256")
+                })?;
+                let secret = secret(&at("secret_env"), var, secrets)?;
+                let key = DecodingKey::from_secret(secret.as_bytes()).map_err(|e| {
+                    ConfigError::invalid(at("secret_env"), format!("unusable secret ({e})"))
+                })?;
+                (Algorithm::HS256, key)
+            }
+            alg @ (file::IdentityAlgorithm::RS256 | file::IdentityAlgorithm::EdDSA) => {
+                let file = k.public_key_file.as_deref().ok_or_else(|| {
+                    ConfigError::invalid(
+                        at("public_key_file"),
+                        format!("is required for algorithm {alg:?}"),
+                    )
+                })?;
+                let path = base_dir.join(file);
+                let pem = std::fs::read(&path).map_err(|e| {
+                    ConfigError::invalid(
+                        at("public_key_file"),
+                        format!("cannot read {}: {e}", path.display()),
+                    )
+                })?;
+                let parsed = if alg == file::IdentityAlgorithm::RS256 {
+                    DecodingKey::from_rsa_pem(&pem).map(|key| (Algorithm::RS256, key))
+                } else {
+                    DecodingKey::from_ed_pem(&pem).map(|key| (Algorithm::EdDSA, key))
+                };
+                parsed.map_err(|e| {
+                    ConfigError::invalid(
+                        at("public_key_file"),
+                        format!("{} is not a PEM {alg:?} public key ({e})", path.display()),
+                    )
+                })?
+            }
+        };
+        keys.push(IdentityKey {
+            kid: k.kid,
+            algorithm,
+            key,
+        });
+    }
+    if raw.claim.is_empty() {
+        return Err(ConfigError::invalid(
+            "identity.jwt.claim",
+            "must not be empty",
+        ));
+    }
+    if let Some(cookie) = &raw.cookie {
+        if cookie.is_empty()
+            || !cookie
+                .bytes()
+                .all(|b| b.is_ascii_graphic() && !b";=,".contains(&b))
+        {
+            return Err(ConfigError::invalid(
+                "identity.jwt.cookie",
+                format!("{cookie:?} is not a cookie name"),
+            ));
+        }
+    }
+    Ok(JwtIdentitySettings {
+        keys,
+        claim: raw.claim,
+        cookie: raw.cookie,
+        issuer: raw.issuer,
+        audience: raw.audience,
+        leeway: Duration::from_secs(raw.leeway_secs),
     })
 }
 
@@ -220,10 +400,14 @@ fn admin(
         None => None,
         Some(var) => Some(AdminToken(secret("admin.token_env", &var, secrets)?)),
     };
-    Ok(AdminSettings {
-        listen: socket_addr("admin.listen", &raw.listen)?,
-        token,
-    })
+    let listen = socket_addr("admin.listen", &raw.listen)?;
+    if token.is_none() && !listen.ip().is_loopback() {
+        return Err(ConfigError::invalid(
+            "admin.listen",
+            format!("{listen} is reachable from other hosts: set admin.token_env, or listen on loopback"),
+        ));
+    }
+    Ok(AdminSettings { listen, token })
 }
 
 fn upstream(raw: file::UpstreamSection) -> Result<UpstreamSettings, ConfigError> {
@@ -353,12 +537,20 @@ fn signing(
 }
 
 fn rate_limits(raw: file::RateLimitsSection) -> Result<RateLimitSettings, ConfigError> {
-    let per_user = match raw.per_user {
-        None => None,
-        Some(bucket) => Some(quota("rate_limits.per_user", &bucket)?),
-    };
+    let bucket =
+        |key: &str, raw: Option<file::BucketSection>| -> Result<Option<Bucket>, ConfigError> {
+            raw.map(|b| {
+                Ok(Bucket {
+                    quota: quota(key, &b)?,
+                    shadow: b.shadow,
+                })
+            })
+            .transpose()
+        };
     Ok(RateLimitSettings {
-        per_user,
+        per_user: bucket("rate_limits.per_user", raw.per_user)?,
+        per_ip: bucket("rate_limits.per_ip", raw.per_ip)?,
+        per_activity: bucket("rate_limits.per_activity", raw.per_activity)?,
         evict_interval: positive_ms("rate_limits.evict_interval_ms", raw.evict_interval_ms)?,
     })
 }

@@ -5,7 +5,7 @@
 mod respond;
 pub mod upstream;
 
-use crate::admission::{Decision, SaleFacts};
+use crate::admission::{BadRequest, Decision, SaleFacts};
 use crate::decision_log;
 use crate::gateway::Gateway;
 use crate::metrics::{ReleaseReason, UpstreamClass, UNKNOWN_ACTIVITY_LABEL};
@@ -38,6 +38,18 @@ pub struct RequestCtx {
     /// Whether an upstream was chosen (so a failure counts as an upstream error).
     upstream_attempted: bool,
     connect_failures: usize,
+}
+
+/// The declared body length of a request; a malformed one counts as too large.
+fn content_length(req: &RequestHeader) -> Option<u64> {
+    let value = req.headers.get(http::header::CONTENT_LENGTH)?;
+    Some(
+        value
+            .to_str()
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(u64::MAX),
+    )
 }
 
 pub struct FlashProxy {
@@ -77,10 +89,22 @@ impl ProxyHttp for FlashProxy {
             return Ok(false);
         };
         let facts = ctx.sale.insert(SaleFacts::default());
+        if let Some(len) = content_length(req) {
+            if len > self.gw.settings.server.max_sale_body_bytes {
+                let decision = Decision::BadRequest(BadRequest::BodyTooLarge);
+                ctx.decision = Some(decision);
+                respond::decision(session, &decision).await?;
+                return Ok(true);
+            }
+        }
+        let peer = session
+            .client_addr()
+            .and_then(|a| a.as_inet())
+            .map(|a| a.ip());
         match self
             .gw
             .admission
-            .admit(req, route, raw_activity, facts)
+            .admit(req, route, raw_activity, peer, facts)
             .await
         {
             Ok(reservation) => {
