@@ -57,10 +57,13 @@ pub enum ReleaseReason {
     Expired,
     /// `POST .../release` (an order cancelled, unpaid, or refunded).
     Admin,
+    /// The buyer's request turned out malformed after the reserve (a body over the limit).
+    BadRequest,
 }
 
 impl ReleaseReason {
-    pub const ALL: [ReleaseReason; 5] = [
+    pub const ALL: [ReleaseReason; 6] = [
+        ReleaseReason::BadRequest,
         ReleaseReason::Upstream5xx,
         ReleaseReason::UpstreamError,
         ReleaseReason::StoreTimeout,
@@ -75,6 +78,7 @@ impl ReleaseReason {
             ReleaseReason::StoreTimeout => "store_timeout",
             ReleaseReason::Expired => "expired",
             ReleaseReason::Admin => "admin",
+            ReleaseReason::BadRequest => "bad_request",
         }
     }
 }

@@ -28,6 +28,7 @@ fn the_contract_example_and_the_repo_default_are_valid() {
         "tests/fixtures/contract.example.yaml",
         "gateway.yaml",
         "tests/fixtures/eddsa.yaml",
+        "tests/fixtures/security.yaml",
     ] {
         let settings = load(&repo_path(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
         let act = settings.activities.get("1001").expect("activity 1001");
@@ -78,7 +79,7 @@ fn every_bad_fixture_is_refused_with_its_message() {
         }
         count += 1;
     }
-    assert!(count >= 40, "only {count} fixtures");
+    assert!(count >= 55, "only {count} fixtures");
 }
 
 #[test]

@@ -12,6 +12,8 @@ pub enum BadRequest {
     QuantityRepeated,
     IdempotencyKeyInvalid,
     BodyTooLarge,
+    HeadersTooLarge,
+    MalformedBody,
 }
 
 impl BadRequest {
@@ -22,6 +24,8 @@ impl BadRequest {
             BadRequest::QuantityTooLarge => "quantity exceeds the most one request may buy",
             BadRequest::QuantityRepeated => "quantity must be given once",
             BadRequest::BodyTooLarge => "request body too large",
+            BadRequest::HeadersTooLarge => "request headers too large",
+            BadRequest::MalformedBody => "malformed request body",
             BadRequest::IdempotencyKeyInvalid => {
                 "Idempotency-Key must be given once, 1 to 128 visible ASCII characters"
             }

@@ -53,6 +53,9 @@ pub struct ServerSection {
     /// Largest request body a sale route accepts (bytes); larger ones get `bad_request`.
     #[serde(default = "default_max_sale_body_bytes")]
     pub max_sale_body_bytes: u64,
+    /// Largest total of header names and values a sale request may carry (bytes).
+    #[serde(default = "default_max_sale_header_bytes")]
+    pub max_sale_header_bytes: u64,
 }
 
 #[derive(Debug, Deserialize)]
@@ -309,6 +312,9 @@ fn default_admin_listen() -> String {
     "127.0.0.1:9091".to_owned()
 }
 fn default_max_sale_body_bytes() -> u64 {
+    16 * 1024
+}
+fn default_max_sale_header_bytes() -> u64 {
     16 * 1024
 }
 fn default_identity_claim() -> String {

@@ -38,6 +38,7 @@ pub struct ServerSettings {
     pub grace_period: Duration,
     pub shutdown_timeout: Duration,
     pub max_sale_body_bytes: u64,
+    pub max_sale_header_bytes: u64,
 }
 
 #[derive(Debug)]
@@ -255,6 +256,7 @@ fn server(raw: file::ServerSection) -> Result<ServerSettings, ConfigError> {
         grace_period: Duration::from_secs(raw.grace_period_secs),
         shutdown_timeout: Duration::from_secs(raw.shutdown_timeout_secs),
         max_sale_body_bytes: raw.max_sale_body_bytes,
+        max_sale_header_bytes: raw.max_sale_header_bytes,
     })
 }
 

@@ -38,18 +38,30 @@ pub struct RequestCtx {
     /// Whether an upstream was chosen (so a failure counts as an upstream error).
     upstream_attempted: bool,
     connect_failures: usize,
+    /// Request body bytes seen so far (sale routes).
+    body_bytes: u64,
+    /// The body outgrew `server.max_sale_body_bytes` while streaming.
+    body_too_large: bool,
 }
 
-/// The declared body length of a request; a malformed one counts as too large.
-fn content_length(req: &RequestHeader) -> Option<u64> {
-    let value = req.headers.get(http::header::CONTENT_LENGTH)?;
-    Some(
-        value
-            .to_str()
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(u64::MAX),
-    )
+/// Whether a sale request is too large to consider: its headers, or its declared body (a
+/// malformed Content-Length counts as too large). Chunked bodies are counted as they stream.
+fn oversized(req: &RequestHeader, limits: &crate::config::ServerSettings) -> Option<BadRequest> {
+    let header_bytes: u64 = req
+        .headers
+        .iter()
+        .map(|(k, v)| (k.as_str().len() + v.len()) as u64)
+        .sum();
+    if header_bytes > limits.max_sale_header_bytes {
+        return Some(BadRequest::HeadersTooLarge);
+    }
+    let length = req.headers.get(http::header::CONTENT_LENGTH)?;
+    let length = length
+        .to_str()
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(u64::MAX);
+    (length > limits.max_sale_body_bytes).then_some(BadRequest::BodyTooLarge)
 }
 
 pub struct FlashProxy {
@@ -77,6 +89,8 @@ impl ProxyHttp for FlashProxy {
             upstream_status: None,
             upstream_attempted: false,
             connect_failures: 0,
+            body_bytes: 0,
+            body_too_large: false,
         }
     }
 
@@ -89,13 +103,11 @@ impl ProxyHttp for FlashProxy {
             return Ok(false);
         };
         let facts = ctx.sale.insert(SaleFacts::default());
-        if let Some(len) = content_length(req) {
-            if len > self.gw.settings.server.max_sale_body_bytes {
-                let decision = Decision::BadRequest(BadRequest::BodyTooLarge);
-                ctx.decision = Some(decision);
-                respond::decision(session, &decision).await?;
-                return Ok(true);
-            }
+        if let Some(too_large) = oversized(req, &self.gw.settings.server) {
+            let decision = Decision::BadRequest(too_large);
+            ctx.decision = Some(decision);
+            respond::decision(session, &decision).await?;
+            return Ok(true);
         }
         let peer = session
             .client_addr()
@@ -122,6 +134,25 @@ impl ProxyHttp for FlashProxy {
                 Ok(true)
             }
         }
+    }
+
+    /// A sale route's body without a Content-Length (chunked) is counted as it streams.
+    async fn request_body_filter(
+        &self,
+        _session: &mut Session,
+        body: &mut Option<bytes::Bytes>,
+        _end_of_stream: bool,
+        ctx: &mut RequestCtx,
+    ) -> Result<()> {
+        if ctx.sale.is_none() {
+            return Ok(());
+        }
+        ctx.body_bytes += body.as_ref().map_or(0, |b| b.len() as u64);
+        if ctx.body_bytes > self.gw.settings.server.max_sale_body_bytes {
+            ctx.body_too_large = true;
+            return Error::e_explain(ErrorType::InvalidHTTPHeader, "sale request body too large");
+        }
+        Ok(())
     }
 
     async fn upstream_peer(
@@ -218,10 +249,21 @@ impl ProxyHttp for FlashProxy {
         let Some(reservation) = ctx.reservation.as_ref().filter(|_| !upstream_accepted) else {
             return respond::proxy_error(session, e).await;
         };
-        let reason = if ctx.upstream_status.is_some() {
-            ReleaseReason::Upstream5xx
+        let (reason, decision) = if ctx.body_too_large {
+            (
+                ReleaseReason::BadRequest,
+                Decision::BadRequest(BadRequest::BodyTooLarge),
+            )
+        } else if *e.esource() == ErrorSource::Downstream {
+            // The buyer's own request broke (a malformed or cut-off body).
+            (
+                ReleaseReason::BadRequest,
+                Decision::BadRequest(BadRequest::MalformedBody),
+            )
+        } else if ctx.upstream_status.is_some() {
+            (ReleaseReason::Upstream5xx, Decision::Unavailable)
         } else {
-            ReleaseReason::UpstreamError
+            (ReleaseReason::UpstreamError, Decision::Unavailable)
         };
         match self.gw.lifecycle.release_failed(reservation, reason).await {
             Ok(_) => ctx.released = Some(reason),
@@ -229,10 +271,10 @@ impl ProxyHttp for FlashProxy {
             Err(err) => tracing::error!(reservation = %reservation.id, error = %err,
                 "could not release the reservation of a failed upstream request"),
         }
-        ctx.decision = Some(Decision::Unavailable);
-        let code = respond::decision(session, &Decision::Unavailable)
+        ctx.decision = Some(decision);
+        let code = respond::decision(session, &decision)
             .await
-            .map_or(0, |_| Decision::Unavailable.reply().status.as_u16());
+            .map_or(0, |_| decision.reply().status.as_u16());
         FailToProxy {
             error_code: code,
             can_reuse_downstream: false,

@@ -10,3 +10,4 @@ mod decisions;
 mod failures;
 mod lifecycle;
 mod reservations;
+mod security;

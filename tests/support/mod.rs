@@ -259,6 +259,10 @@ pub struct TestConfig {
     /// Sign with EdDSA using this PKCS#8 PEM instead of HS256.
     pub eddsa_key_file: Option<PathBuf>,
     pub sweep_interval_ms: u64,
+    /// The `identity:` section's body (indented two spaces).
+    pub identity_yaml: String,
+    /// Extra lines of the `rate_limits:` section (indented two spaces), after `per_user`.
+    pub extra_rate_limits_yaml: String,
 }
 
 impl TestConfig {
@@ -275,6 +279,8 @@ impl TestConfig {
             admin_port: free_port(),
             eddsa_key_file: None,
             sweep_interval_ms: 100,
+            identity_yaml: "  header: X-User-Id\n".to_owned(),
+            extra_rate_limits_yaml: String::new(),
         }
     }
 
@@ -298,8 +304,7 @@ redis:
   sweep_interval_ms: {sweep}
   reconcile_interval_ms: 200
 identity:
-  header: X-User-Id
-signing:
+{identity}signing:
   header: X-Flashgate-Reservation
   key_id: k1
   ttl_secs: 900
@@ -319,6 +324,7 @@ sale_routes:
             redis_timeout = self.redis_timeout_ms,
             ttl = self.sold_out_ttl_ms,
             sweep = self.sweep_interval_ms,
+            identity = self.identity_yaml,
             signing_key = match &self.eddsa_key_file {
                 Some(path) => format!(
                     "  algorithm: EdDSA\n  private_key_file: \"{}\"",
@@ -327,11 +333,13 @@ sale_routes:
                 None => "  algorithm: HS256\n  secret_env: FLASHGATE_SIGNING_SECRET".to_owned(),
             },
         );
+        y.push_str("rate_limits:\n  evict_interval_ms: 10000\n");
         if let Some((per_second, burst)) = self.per_user {
             y.push_str(&format!(
-                "rate_limits:\n  per_user: {{ per_second: {per_second}, burst: {burst} }}\n"
+                "  per_user: {{ per_second: {per_second}, burst: {burst} }}\n"
             ));
         }
+        y.push_str(&self.extra_rate_limits_yaml);
         y.push_str("activities:\n");
         for a in &self.activities {
             y.push_str(&format!(

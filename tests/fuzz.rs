@@ -1,0 +1,127 @@
+//! Property-based fuzzing (proptest) of everything that reads untrusted input: request
+//! classification and extraction, and configuration parsing. No input may panic; whatever is
+//! accepted must satisfy the rules. Case counts keep each target to seconds in CI; raise them
+//! with PROPTEST_CASES for a longer hunt.
+
+use flashgate::admission::identity::Identifier;
+use flashgate::admission::route::SaleRoute;
+use flashgate::admission::{idempotency_key, quantity};
+use flashgate::config::{IdentitySettings, IdentitySource, Settings};
+use http::{HeaderMap, HeaderName, HeaderValue, Method};
+use proptest::prelude::*;
+use std::num::NonZeroU32;
+use std::path::Path;
+
+fn config(cases: u32) -> ProptestConfig {
+    ProptestConfig {
+        cases: std::env::var("PROPTEST_CASES")
+            .ok()
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(cases),
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    }
+}
+
+fn secrets(name: &str) -> Option<String> {
+    name.starts_with("FLASHGATE_").then(|| "secret".to_owned())
+}
+
+const CONTRACT: &str = include_str!("fixtures/contract.example.yaml");
+
+proptest! {
+    #![proptest_config(config(20000))]
+
+    #[test]
+    fn quantity_never_panics_and_accepts_only_valid_numbers(query in ".{0,40}", max in 1u32..50) {
+        let max = NonZeroU32::new(max).unwrap();
+        if let Ok(q) = quantity(Some(&query), "qty", max) {
+            prop_assert!(q >= 1 && q <= max.get());
+            let given: Vec<&str> = query.split('&').filter(|p| p.split('=').next() == Some("qty")).collect();
+            prop_assert!(given.len() <= 1);
+            if let Some(pair) = given.first() {
+                let digits = pair.split_once('=').map(|(_, v)| v).unwrap_or("");
+                prop_assert!(!digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()));
+            } else {
+                prop_assert_eq!(q, 1);
+            }
+        }
+    }
+
+    #[test]
+    fn quantity_from_structured_queries(qty in any::<u64>(), junk in "x[a-z]{0,4}=[0-9a-z]{0,5}") {
+        let max = NonZeroU32::new(10).unwrap();
+        let q = quantity(Some(&format!("{junk}&qty={qty}")), "qty", max);
+        match qty {
+            1..=10 => prop_assert_eq!(q, Ok(qty as u32)),
+            _ => prop_assert!(q.is_err()),
+        }
+    }
+
+    #[test]
+    fn route_matching_never_panics(path in "(/[a-zA-Z0-9%{}._-]{0,8}){0,6}/?", method in "[A-Z]{1,7}") {
+        let route = SaleRoute::parse("POST", "/api/seckill/{activity}/buy", "qty").unwrap();
+        let Ok(method) = Method::from_bytes(method.as_bytes()) else { return Ok(()) };
+        if let Some(activity) = route.match_request(&method, &path) {
+            prop_assert_eq!(&method, &Method::POST);
+            prop_assert!(path.split('/').any(|s| s == activity));
+            prop_assert!(!activity.is_empty());
+        }
+    }
+
+    #[test]
+    fn identity_header_extraction_never_panics(values in prop::collection::vec(prop::collection::vec(any::<u8>(), 0..200), 0..3)) {
+        let id = Identifier::new(&IdentitySettings {
+            source: IdentitySource::Header(HeaderName::from_static("x-user-id")),
+            trusted_proxies: vec![],
+        });
+        let mut headers = HeaderMap::new();
+        for v in &values {
+            if let Ok(v) = HeaderValue::from_bytes(v) {
+                headers.append("x-user-id", v);
+            }
+        }
+        if let Some(user) = id.identify(&headers, None) {
+            prop_assert!(!user.is_empty() && user.len() <= 128);
+            prop_assert!(user.bytes().all(|b| b.is_ascii_graphic() || b == b' '));
+            prop_assert_eq!(headers.get_all("x-user-id").iter().count(), 1);
+        }
+        let _ = id.client_ip(&headers, Some("127.0.0.1".parse().unwrap()));
+    }
+
+    #[test]
+    fn idempotency_keys_are_short_visible_ascii(value in prop::collection::vec(any::<u8>(), 0..300)) {
+        let mut headers = HeaderMap::new();
+        if let Ok(v) = HeaderValue::from_bytes(&value) {
+            headers.insert("idempotency-key", v);
+        }
+        if let Ok(Some(key)) = idempotency_key(&headers) {
+            prop_assert!(!key.is_empty() && key.len() <= 128);
+            prop_assert!(key.bytes().all(|b| b.is_ascii_graphic()));
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(config(3000))]
+
+    #[test]
+    fn arbitrary_yaml_never_panics(text in ".{0,400}") {
+        let _ = Settings::from_yaml(&text, Path::new("."), &secrets);
+    }
+
+    #[test]
+    fn mutated_contract_config_never_panics(edits in prop::collection::vec((any::<prop::sample::Index>(), ".{0,6}"), 1..4)) {
+        let mut text = CONTRACT.to_owned();
+        for (at, insert) in edits {
+            let mut i = at.index(text.len() + 1);
+            while !text.is_char_boundary(i) {
+                i -= 1;
+            }
+            let end = (i + insert.len()).min(text.len());
+            let end = (end..=text.len()).find(|&e| text.is_char_boundary(e)).unwrap();
+            text.replace_range(i..end, &insert);
+        }
+        let _ = Settings::from_yaml(&text, Path::new("tests/fixtures"), &secrets);
+    }
+}
