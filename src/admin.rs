@@ -42,6 +42,10 @@ impl ServeHttp for AdminApp {
                 )
             }
             (&Method::GET, ["healthz"]) => json_response(StatusCode::OK, &json!({"status": "ok"})),
+            (&Method::GET, [".well-known", "jwks.json"]) => json_response(
+                StatusCode::OK,
+                &crate::reservation::Signer::jwks(&self.gw.settings.signing.published_keys),
+            ),
             (&Method::GET, ["readyz"]) => match self.gw.store.ready().await {
                 Ok(()) => json_response(StatusCode::OK, &json!({"ready": true})),
                 Err(e) => json_response(

@@ -67,6 +67,26 @@ impl Signer {
         self.sign_at(reservation, SystemTime::now())
     }
 
+    /// The JWKS (RFC 7517) of the Ed25519 keys backends may verify reservations with.
+    pub fn jwks(keys: &[crate::config::PublishedKey]) -> serde_json::Value {
+        use base64::Engine;
+        let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+        let keys: Vec<serde_json::Value> = keys
+            .iter()
+            .map(|k| {
+                serde_json::json!({
+                    "kty": "OKP",
+                    "crv": "Ed25519",
+                    "alg": "EdDSA",
+                    "use": "sig",
+                    "kid": k.kid,
+                    "x": b64.encode(k.public_key),
+                })
+            })
+            .collect();
+        serde_json::json!({ "keys": keys })
+    }
+
     pub fn sign_at(&self, r: &Reservation, now: SystemTime) -> Result<String, SignError> {
         let iat = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
         let claims = ReservationClaims {
@@ -105,6 +125,7 @@ mod tests {
             key_id: "k1".into(),
             key: EncodingKey::from_secret(b"s3cret").unwrap(),
             ttl: Duration::from_secs(900),
+            published_keys: vec![],
         };
         let r = reservation();
         let token = Signer::new(&settings).sign(&r).unwrap();

@@ -83,6 +83,27 @@ fn every_bad_fixture_is_refused_with_its_message() {
 }
 
 #[test]
+fn eddsa_keys_are_published_for_rotation() {
+    let settings = load(&repo_path("tests/fixtures/eddsa-rotation.yaml")).unwrap();
+    let kids: Vec<&str> = settings
+        .signing
+        .published_keys
+        .iter()
+        .map(|k| k.kid.as_str())
+        .collect();
+    assert_eq!(
+        kids,
+        ["k1", "k0"],
+        "the active key first, then the previous one"
+    );
+    let hs = load(&repo_path("tests/fixtures/contract.example.yaml")).unwrap();
+    assert!(
+        hs.signing.published_keys.is_empty(),
+        "HS256 secrets are never published"
+    );
+}
+
+#[test]
 fn parser_errors_carry_the_line() {
     let err = load(&repo_path("tests/fixtures/bad/unknown-key.yaml"))
         .unwrap_err()

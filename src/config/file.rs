@@ -201,6 +201,19 @@ pub struct SigningSection {
     pub private_key_file: Option<PathBuf>,
     /// Lifetime of a reservation token: `exp = iat + ttl_secs`.
     pub ttl_secs: u64,
+    /// EdDSA public keys that signed earlier reservations (after a rotation), published with the
+    /// active one at `/.well-known/jwks.json` until their reservations have expired.
+    #[serde(default)]
+    pub previous_keys: Vec<PreviousKeySection>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PreviousKeySection {
+    /// The `kid` those reservations carry.
+    pub kid: String,
+    /// PEM file with the Ed25519 public key.
+    pub public_key_file: PathBuf,
 }
 
 #[derive(Debug, Deserialize)]

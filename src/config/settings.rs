@@ -5,6 +5,7 @@ use super::file::{self, FileConfig, SigningAlgorithm};
 use super::{ConfigError, SecretSource};
 use crate::admission::route::SaleRoute;
 use chrono::{DateTime, Utc};
+use ed25519_dalek::pkcs8::{DecodePrivateKey, DecodePublicKey};
 use governor::Quota;
 use http::HeaderName;
 use ipnet::IpNet;
@@ -129,6 +130,16 @@ pub struct SigningSettings {
     pub key_id: String,
     pub key: EncodingKey,
     pub ttl: Duration,
+    /// Ed25519 public keys backends may fetch (JWKS): the active one (EdDSA only) first, then
+    /// `previous_keys`.
+    pub published_keys: Vec<PublishedKey>,
+}
+
+/// An Ed25519 verification key, by `kid`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PublishedKey {
+    pub kid: String,
+    pub public_key: [u8; 32],
 }
 
 impl std::fmt::Debug for SigningSettings {
@@ -138,6 +149,7 @@ impl std::fmt::Debug for SigningSettings {
             .field("algorithm", &self.algorithm)
             .field("key_id", &self.key_id)
             .field("ttl", &self.ttl)
+            .field("published_keys", &self.published_keys)
             .finish_non_exhaustive()
     }
 }
@@ -492,6 +504,7 @@ fn signing(
             "must be at least 1",
         ));
     }
+    let mut published_keys = Vec::new();
     let (algorithm, key) = match raw.algorithm {
         SigningAlgorithm::HS256 => {
             let var = raw.secret_env.as_deref().ok_or_else(|| {
@@ -517,7 +530,7 @@ fn signing(
                     format!("cannot read {}: {e}", path.display()),
                 )
             })?;
-            let key = EncodingKey::from_ed_pem(&pem).map_err(|e| {
+            let not_a_key = |e: &dyn std::fmt::Display| {
                 ConfigError::invalid(
                     "signing.private_key_file",
                     format!(
@@ -525,16 +538,58 @@ fn signing(
                         path.display()
                     ),
                 )
-            })?;
+            };
+            let key = EncodingKey::from_ed_pem(&pem).map_err(|e| not_a_key(&e))?;
+            let signing_key = std::str::from_utf8(&pem)
+                .map_err(|e| not_a_key(&e))
+                .and_then(|pem| {
+                    ed25519_dalek::SigningKey::from_pkcs8_pem(pem).map_err(|e| not_a_key(&e))
+                })?;
+            published_keys.push(PublishedKey {
+                kid: raw.key_id.clone(),
+                public_key: signing_key.verifying_key().to_bytes(),
+            });
             (Algorithm::EdDSA, key)
         }
     };
+    for (i, previous) in raw.previous_keys.iter().enumerate() {
+        let at = format!("signing.previous_keys[{i}]");
+        if previous.kid.is_empty()
+            || previous.kid == raw.key_id
+            || published_keys.iter().any(|k| k.kid == previous.kid)
+        {
+            return Err(ConfigError::invalid(
+                format!("{at}.kid"),
+                format!(
+                    "{:?} is empty, the active key_id, or listed twice",
+                    previous.kid
+                ),
+            ));
+        }
+        let path = base_dir.join(&previous.public_key_file);
+        let public_key = std::fs::read_to_string(&path)
+            .map_err(|e| e.to_string())
+            .and_then(|pem| {
+                ed25519_dalek::VerifyingKey::from_public_key_pem(&pem).map_err(|e| e.to_string())
+            })
+            .map_err(|e| {
+                ConfigError::invalid(
+                    format!("{at}.public_key_file"),
+                    format!("{} is not a PEM Ed25519 public key ({e})", path.display()),
+                )
+            })?;
+        published_keys.push(PublishedKey {
+            kid: previous.kid.clone(),
+            public_key: public_key.to_bytes(),
+        });
+    }
     Ok(SigningSettings {
         header: header_name("signing.header", &raw.header)?,
         algorithm,
         key_id: raw.key_id,
         key,
         ttl: Duration::from_secs(raw.ttl_secs),
+        published_keys,
     })
 }
 

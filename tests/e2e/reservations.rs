@@ -109,4 +109,16 @@ async fn eddsa_reservations_verify_with_the_public_key() {
     .claims;
     assert_eq!(claims["sub"], "alice");
     assert_eq!(claims["act"], "1001");
+
+    // A backend can fetch the verification key instead: the admin JWKS, by kid.
+    let jwks: jsonwebtoken::jwk::JwkSet =
+        serde_json::from_slice(&get(gw.admin, "/.well-known/jwks.json", &[]).await.body).unwrap();
+    let kid = jsonwebtoken::decode_header(token).unwrap().kid.unwrap();
+    let jwk = jwks.find(&kid).expect("the active key is published");
+    jsonwebtoken::decode::<serde_json::Value>(
+        token,
+        &DecodingKey::from_jwk(jwk).unwrap(),
+        &Validation::new(Algorithm::EdDSA),
+    )
+    .expect("verifies with the published key");
 }
