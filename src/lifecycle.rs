@@ -16,11 +16,10 @@ use crate::config::{Activity, Settings};
 use crate::metrics::{Metrics, ReleaseReason};
 use crate::reservation::Reservation;
 use crate::stock::{
-    ConfirmOutcome, ConfirmedVia, LedgerRow, ReleaseOutcome, ReservationRecord, StockStore,
-    StoreError,
+    until_answered, ConfirmOutcome, ConfirmedVia, LedgerRow, ReleaseOutcome, ReservationRecord,
+    StockStore, StoreError,
 };
 use std::sync::Arc;
-use std::time::Duration;
 
 /// Longest reservation id accepted from the admin API (ids are UUIDs: 36 bytes).
 const MAX_RESERVATION_ID_LEN: usize = 64;
@@ -144,31 +143,21 @@ impl Lifecycle {
             else {
                 return;
             };
-            let mut backoff = Duration::from_millis(50);
-            for _ in 0..20 {
-                match this
-                    .confirm(
-                        &activity,
-                        reservation.version,
-                        &reservation.id,
-                        ConfirmedVia::Upstream,
-                    )
-                    .await
-                {
-                    Ok(ConfirmOutcome::Released) => {
-                        tracing::warn!(reservation = %reservation.id,
-                            "upstream accepted a reservation that was already released");
-                        return;
-                    }
-                    Ok(_) => return,
-                    Err(_) => {
-                        tokio::time::sleep(backoff).await;
-                        backoff = (backoff * 2).min(Duration::from_secs(5));
-                    }
-                }
+            let confirm = || {
+                this.confirm(
+                    &activity,
+                    reservation.version,
+                    &reservation.id,
+                    ConfirmedVia::Upstream,
+                )
+            };
+            match until_answered(confirm).await {
+                Some(ConfirmOutcome::Released) => tracing::warn!(reservation = %reservation.id,
+                    "upstream accepted a reservation that was already released"),
+                Some(_) => {}
+                None => tracing::error!(reservation = %reservation.id,
+                    "could not confirm a reservation the upstream accepted; it will expire at its hold deadline"),
             }
-            tracing::error!(reservation = %reservation.id,
-                "could not confirm a reservation the upstream accepted; it will expire at its hold deadline");
         });
     }
 

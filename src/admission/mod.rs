@@ -23,7 +23,8 @@ use crate::metrics::Metrics;
 use crate::metrics::{LimitKind, LimitMode};
 use crate::reservation::Reservation;
 use crate::stock::{
-    PrewarmOutcome, ReleaseOutcome, ReserveOutcome, ReserveRequest, StockStore, StoreError,
+    until_answered, PrewarmOutcome, ReleaseOutcome, ReserveOutcome, ReserveRequest, StockStore,
+    StoreError,
 };
 use chrono::Utc;
 use http::HeaderMap;
@@ -35,7 +36,6 @@ use sold_out::SoldOutCache;
 use std::net::IpAddr;
 use std::num::NonZeroU32;
 use std::sync::Arc;
-use std::time::Duration;
 
 /// What admission learned about a sale request, kept for the response and the decision log.
 #[derive(Debug, Default, Clone)]
@@ -270,29 +270,18 @@ impl Admission {
         let store = self.store.clone();
         let metrics = self.metrics.clone();
         tokio::spawn(async move {
-            let mut backoff = Duration::from_millis(50);
-            for _ in 0..20 {
-                match store.abandon(&activity, &id).await {
-                    Ok(outcome) => {
-                        if let ReleaseOutcome::Released { .. } = outcome {
-                            metrics
-                                .reservations_released
-                                .with_label_values(&[
-                                    &activity.id,
-                                    crate::metrics::ReleaseReason::StoreTimeout.as_str(),
-                                ])
-                                .inc();
-                        }
-                        return;
-                    }
-                    Err(_) => {
-                        tokio::time::sleep(backoff).await;
-                        backoff = (backoff * 2).min(Duration::from_secs(5));
-                    }
-                }
+            match until_answered(|| store.abandon(&activity, &id)).await {
+                Some(ReleaseOutcome::Released { .. }) => metrics
+                    .reservations_released
+                    .with_label_values(&[
+                        &activity.id,
+                        crate::metrics::ReleaseReason::StoreTimeout.as_str(),
+                    ])
+                    .inc(),
+                Some(_) => {}
+                None => tracing::error!(activity = %activity.id, reservation = %id,
+                    "could not release a reservation whose reserve timed out"),
             }
-            tracing::error!(activity = %activity.id, reservation = %id,
-                "could not release a reservation whose reserve timed out");
         });
     }
 

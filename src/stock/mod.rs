@@ -513,6 +513,27 @@ impl StockStore {
     }
 }
 
+/// Calls `op` until the store answers (success or a definite refusal, not an error), backing
+/// off from 50 ms to 5 s: about a minute in all. `None` if it never answered. For work that must
+/// land eventually but not on a buyer's time (confirming, releasing an ambiguous reserve).
+pub async fn until_answered<T, F, Fut>(mut op: F) -> Option<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, StoreError>>,
+{
+    let mut backoff = Duration::from_millis(50);
+    for _ in 0..20 {
+        match op().await {
+            Ok(answer) => return Some(answer),
+            Err(_) => {
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+            }
+        }
+    }
+    None
+}
+
 fn unix_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
