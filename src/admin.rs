@@ -151,6 +151,8 @@ impl AdminApp {
             "released": field(|r| r.released),
             "retired": field(|r| r.retired),
             "sold_out": remaining.map(|r| r <= 0),
+            // Whether this instance answers sold_out locally (its cache, or news from another).
+            "sold_out_cached": self.gw.sold_out.is_sold_out(&activity.id, activity.version),
             "confirm": match activity.confirm {
                 ConfirmMode::Upstream => "upstream",
                 ConfirmMode::Explicit => "explicit",

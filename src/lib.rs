@@ -11,6 +11,7 @@ pub mod gateway;
 pub mod lifecycle;
 pub mod maintenance;
 pub mod metrics;
+pub mod news;
 pub mod proxy;
 pub mod reconcile;
 pub mod reservation;

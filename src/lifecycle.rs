@@ -14,6 +14,7 @@
 use crate::admission::sold_out::SoldOutCache;
 use crate::config::{Activity, Settings};
 use crate::metrics::{Metrics, ReleaseReason};
+use crate::news::News;
 use crate::reservation::Reservation;
 use crate::stock::{
     until_answered, ConfirmOutcome, ConfirmedVia, LedgerRow, ReleaseOutcome, ReservationRecord,
@@ -86,7 +87,7 @@ impl Lifecycle {
             .reservations_released
             .with_label_values(&[&activity.id, reason.as_str()])
             .inc_by(count);
-        self.sold_out.clear(&activity.id, version);
+        self.units_returned(activity, version);
         match remaining {
             Some(left) if version == activity.version => self
                 .metrics
@@ -100,6 +101,15 @@ impl Lifecycle {
                 .with_label_values(&[&activity.id])
                 .inc_by(count),
         }
+    }
+
+    /// Units came back to a version: purchasable again here at once, and everywhere by news.
+    fn units_returned(&self, activity: &Activity, version: u64) {
+        self.sold_out.clear(&activity.id, version);
+        self.store.announce(News::Available {
+            activity: activity.id.to_string(),
+            version,
+        });
     }
 
     /// Releases the reservation of a request whose upstream failed.
@@ -255,7 +265,7 @@ impl Lifecycle {
                                         ReleaseReason::Expired.as_str(),
                                     ])
                                     .inc_by(outcome.released);
-                                self.sold_out.clear(&activity.id, version);
+                                self.units_returned(activity, version);
                                 self.metrics
                                     .reservations_retired
                                     .with_label_values(&[&activity.id])

@@ -99,6 +99,12 @@ impl BackgroundService for Maintenance {
         let mut sweep = ticker(settings.redis.sweep_interval);
         let mut reconcile = ticker(settings.redis.reconcile_interval);
         let mut evict = ticker(settings.rate_limits.evict_interval);
+        tokio::spawn(crate::news::listen(
+            settings.clone(),
+            self.gw.store.clone(),
+            self.gw.sold_out.clone(),
+            shutdown.clone(),
+        ));
         loop {
             tokio::select! {
                 _ = shutdown.changed() => return,

@@ -21,6 +21,7 @@ use crate::config::Bucket;
 use crate::config::{Activity, SaleWindow, Settings};
 use crate::metrics::Metrics;
 use crate::metrics::{LimitKind, LimitMode};
+use crate::news::News;
 use crate::reservation::Reservation;
 use crate::stock::{
     until_answered, PrewarmOutcome, ReleaseOutcome, ReserveOutcome, ReserveRequest, StockStore,
@@ -259,8 +260,12 @@ impl Admission {
             .stock_remaining
             .with_label_values(&[&activity.id])
             .set(remaining as i64);
-        if remaining == 0 {
+        if remaining == 0 && !self.sold_out.is_sold_out(&activity.id, activity.version) {
             self.sold_out.mark_sold_out(&activity.id, activity.version);
+            self.store.announce(News::SoldOut {
+                activity: activity.id.to_string(),
+                version: activity.version,
+            });
         }
     }
 

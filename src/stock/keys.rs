@@ -64,6 +64,11 @@ impl KeyLayout {
     pub fn events(&self, activity: &str) -> String {
         self.activity(activity, "events")
     }
+
+    /// The pub/sub channel of sold-out news (not a key; shared by the deployment).
+    pub fn news_channel(&self) -> String {
+        format!("{}:news", self.prefix)
+    }
 }
 
 #[cfg(test)]

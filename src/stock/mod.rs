@@ -128,6 +128,34 @@ impl StockStore {
         &self.keys
     }
 
+    /// A client for connections of other kinds (pub/sub).
+    pub fn client(&self) -> &redis::Client {
+        &self.client
+    }
+
+    /// Tells every instance, off the caller's path; a lost message costs only cache freshness
+    /// (see `news`).
+    pub fn announce(self: &Arc<Self>, news: crate::news::News) {
+        let store = self.clone();
+        tokio::spawn(async move {
+            let Ok(mut conn) = store.conn() else { return };
+            let channel = store.keys.news_channel();
+            let published: Result<(), StoreError> = store
+                .bounded(StoreOp::Read, async {
+                    Ok(redis::cmd("PUBLISH")
+                        .arg(&channel)
+                        .arg(news.encode())
+                        .query_async::<i64>(&mut conn)
+                        .await
+                        .map(|_| ())?)
+                })
+                .await;
+            if let Err(e) = published {
+                tracing::debug!(error = %e, "sold-out news not published");
+            }
+        });
+    }
+
     /// This thread's multiplexed connection, made on first use on the runtime the thread runs.
     ///
     /// One connection per worker thread, not one per process: a connection's I/O task then runs

@@ -9,5 +9,6 @@ mod burst;
 mod decisions;
 mod failures;
 mod lifecycle;
+mod news;
 mod reservations;
 mod security;

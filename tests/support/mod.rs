@@ -273,7 +273,7 @@ impl TestConfig {
             activities,
             per_user: Some((5, 5)),
             sold_out_ttl_ms: 1000,
-            redis_timeout_ms: 200,
+            redis_timeout_ms: 1000,
             read_timeout_ms: 5000,
             listen_port: free_port(),
             admin_port: free_port(),
