@@ -29,6 +29,7 @@ fn the_contract_example_and_the_repo_default_are_valid() {
         "gateway.yaml",
         "tests/fixtures/eddsa.yaml",
         "tests/fixtures/security.yaml",
+        "tests/fixtures/cluster.yaml",
     ] {
         let settings = load(&repo_path(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
         let act = settings.activities.get("1001").expect("activity 1001");

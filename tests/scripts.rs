@@ -32,6 +32,7 @@ fn activity(id: &str, stock: u64, version: u64, limit: u32) -> Activity {
 fn store(url: String, timeout_ms: u64) -> StockStore {
     let settings = RedisSettings {
         url,
+        cluster_nodes: vec![],
         timeout: Duration::from_millis(timeout_ms),
         key_prefix: "fg".into(),
         key_ttl_after_end: Duration::from_secs(86_400),

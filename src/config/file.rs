@@ -89,7 +89,11 @@ pub struct UpstreamSection {
 #[serde(deny_unknown_fields)]
 pub struct RedisSection {
     /// A single Redis, e.g. `redis://127.0.0.1:6379/0`.
-    pub url: String,
+    #[serde(default)]
+    pub url: Option<String>,
+    /// A Redis Cluster instead of `url`: `{ nodes: ["host:port", ...] }` (some of its masters).
+    #[serde(default)]
+    pub cluster: Option<ClusterSection>,
     /// Budget for one stock-store call (connect, script, reply); past it the buyer gets 503.
     #[serde(default = "default_redis_timeout_ms")]
     pub timeout_ms: u64,
@@ -114,6 +118,13 @@ pub struct RedisSection {
     /// Approximate cap on entries of each activity's event stream (XADD MAXLEN ~).
     #[serde(default = "default_events_maxlen")]
     pub events_maxlen: u64,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterSection {
+    /// Seed nodes, `host:port`; the rest of the cluster is discovered from them.
+    pub nodes: Vec<String>,
 }
 
 #[derive(Debug, Deserialize)]

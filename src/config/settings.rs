@@ -69,7 +69,11 @@ pub struct UpstreamSettings {
 
 #[derive(Debug)]
 pub struct RedisSettings {
+    /// The single Redis; with a cluster, the first seed node (used for pub/sub, which a cluster
+    /// delivers on every node).
     pub url: String,
+    /// Seed node URLs of a Redis Cluster; empty for a single Redis.
+    pub cluster_nodes: Vec<String>,
     pub timeout: Duration,
     pub key_prefix: String,
     pub key_ttl_after_end: Duration,
@@ -449,12 +453,43 @@ fn upstream(raw: file::UpstreamSection) -> Result<UpstreamSettings, ConfigError>
 }
 
 fn redis(raw: file::RedisSection) -> Result<RedisSettings, ConfigError> {
-    if let Err(e) = redis::Client::open(raw.url.as_str()) {
-        return Err(ConfigError::invalid(
-            "redis.url",
-            format!("not a Redis URL ({e})"),
-        ));
-    }
+    let (url, cluster_nodes) = match (raw.url, raw.cluster) {
+        (Some(url), None) => {
+            if let Err(e) = redis::Client::open(url.as_str()) {
+                return Err(ConfigError::invalid(
+                    "redis.url",
+                    format!("not a Redis URL ({e})"),
+                ));
+            }
+            (url, Vec::new())
+        }
+        (None, Some(cluster)) => {
+            if cluster.nodes.is_empty() {
+                return Err(ConfigError::invalid(
+                    "redis.cluster.nodes",
+                    "needs at least one seed node",
+                ));
+            }
+            let mut urls = Vec::with_capacity(cluster.nodes.len());
+            for (i, node) in cluster.nodes.iter().enumerate() {
+                socket_addr(&format!("redis.cluster.nodes[{i}]"), node)?;
+                urls.push(format!("redis://{node}"));
+            }
+            (urls[0].clone(), urls)
+        }
+        (Some(_), Some(_)) => {
+            return Err(ConfigError::invalid(
+                "redis",
+                "set either url (one Redis) or cluster (a Redis Cluster), not both",
+            ))
+        }
+        (None, None) => {
+            return Err(ConfigError::invalid(
+                "redis",
+                "set url (one Redis) or cluster: { nodes: [...] }",
+            ))
+        }
+    };
     if raw.key_prefix.is_empty() || !raw.key_prefix.chars().all(is_key_char) {
         return Err(ConfigError::invalid(
             "redis.key_prefix",
@@ -462,7 +497,8 @@ fn redis(raw: file::RedisSection) -> Result<RedisSettings, ConfigError> {
         ));
     }
     Ok(RedisSettings {
-        url: raw.url,
+        url,
+        cluster_nodes,
         timeout: positive_ms("redis.timeout_ms", raw.timeout_ms)?,
         key_prefix: raw.key_prefix,
         key_ttl_after_end: Duration::from_secs(raw.key_ttl_after_end_secs),

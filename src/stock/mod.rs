@@ -88,13 +88,51 @@ static NEXT_STORE_ID: AtomicUsize = AtomicUsize::new(0);
 
 thread_local! {
     /// This thread's connection to each store, made on first use.
-    static THREAD_CONNECTIONS: RefCell<HashMap<usize, ConnectionManager>> = RefCell::new(HashMap::new());
+    static THREAD_CONNECTIONS: RefCell<HashMap<usize, StoreConn>> = RefCell::new(HashMap::new());
+}
+
+/// A connection to a single Redis or to a Redis Cluster; scripts and commands run unchanged on
+/// either (every key of a call shares one hash tag, so a cluster routes it to one node).
+#[derive(Clone)]
+enum StoreConn {
+    Single(ConnectionManager),
+    Cluster(redis::cluster_async::ClusterConnection),
+}
+
+impl redis::aio::ConnectionLike for StoreConn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a redis::Cmd) -> redis::RedisFuture<'a, Value> {
+        match self {
+            StoreConn::Single(c) => c.req_packed_command(cmd),
+            StoreConn::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisFuture<'a, Vec<Value>> {
+        match self {
+            StoreConn::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            StoreConn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            StoreConn::Single(c) => c.get_db(),
+            StoreConn::Cluster(c) => c.get_db(),
+        }
+    }
 }
 
 pub struct StockStore {
     id: usize,
+    /// The single Redis, or a cluster's first seed node (pub/sub).
     client: redis::Client,
     config: ConnectionManagerConfig,
+    cluster: Option<redis::cluster::ClusterClient>,
     timeout: Duration,
     keys: KeyLayout,
     key_ttl_after_end: Duration,
@@ -112,10 +150,21 @@ impl StockStore {
             .set_response_timeout(Some(settings.timeout))
             .set_number_of_retries(2)
             .set_max_delay(Duration::from_millis(500));
+        let cluster = if settings.cluster_nodes.is_empty() {
+            None
+        } else {
+            Some(
+                redis::cluster::ClusterClient::builder(settings.cluster_nodes.clone())
+                    .connection_timeout(settings.timeout)
+                    .response_timeout(settings.timeout)
+                    .build()?,
+            )
+        };
         Ok(StockStore {
             id: NEXT_STORE_ID.fetch_add(1, Ordering::Relaxed),
             client,
             config,
+            cluster,
             timeout: settings.timeout,
             keys: KeyLayout::new(&settings.key_prefix),
             key_ttl_after_end: settings.key_ttl_after_end,
@@ -138,17 +187,12 @@ impl StockStore {
     pub fn announce(self: &Arc<Self>, news: crate::news::News) {
         let store = self.clone();
         tokio::spawn(async move {
-            let Ok(mut conn) = store.conn() else { return };
             let channel = store.keys.news_channel();
-            let published: Result<(), StoreError> = store
-                .bounded(StoreOp::Read, async {
-                    Ok(redis::cmd("PUBLISH")
-                        .arg(&channel)
-                        .arg(news.encode())
-                        .query_async::<i64>(&mut conn)
-                        .await
-                        .map(|_| ())?)
-                })
+            let published: Result<i64, StoreError> = store
+                .query(
+                    StoreOp::Read,
+                    redis::cmd("PUBLISH").arg(&channel).arg(news.encode()),
+                )
                 .await;
             if let Err(e) = published {
                 tracing::debug!(error = %e, "sold-out news not published");
@@ -161,16 +205,32 @@ impl StockStore {
     /// One connection per worker thread, not one per process: a connection's I/O task then runs
     /// on the worker that issues most of its commands, so a script call costs no cross-thread
     /// wake-ups (measured: see BENCHMARKS.md). Commands stay pipelined within each connection.
-    fn conn(&self) -> Result<ConnectionManager, StoreError> {
-        THREAD_CONNECTIONS.with(|conns| {
-            if let Some(conn) = conns.borrow().get(&self.id) {
-                return Ok(conn.clone());
-            }
-            let conn =
-                ConnectionManager::new_lazy_with_config(self.client.clone(), self.config.clone())?;
-            conns.borrow_mut().insert(self.id, conn.clone());
-            Ok(conn)
+    async fn conn(&self) -> Result<StoreConn, StoreError> {
+        if let Some(conn) = THREAD_CONNECTIONS.with(|c| c.borrow().get(&self.id).cloned()) {
+            return Ok(conn);
+        }
+        let conn = match &self.cluster {
+            None => StoreConn::Single(ConnectionManager::new_lazy_with_config(
+                self.client.clone(),
+                self.config.clone(),
+            )?),
+            Some(cluster) => StoreConn::Cluster(cluster.get_async_connection().await?),
+        };
+        THREAD_CONNECTIONS.with(|c| c.borrow_mut().insert(self.id, conn.clone()));
+        Ok(conn)
+    }
+
+    /// One command, bounded like every store call.
+    async fn query<T: FromRedisValue>(
+        &self,
+        op: StoreOp,
+        cmd: &redis::Cmd,
+    ) -> Result<T, StoreError> {
+        self.bounded(op, async {
+            let mut conn = self.conn().await?;
+            Ok(cmd.query_async(&mut conn).await?)
         })
+        .await
     }
 
     /// Runs `fut` within the store's time budget, counting failures.
@@ -199,10 +259,12 @@ impl StockStore {
         op: StoreOp,
         invocation: &ScriptInvocation<'_>,
     ) -> Result<T, StoreError> {
-        let mut conn = self.conn()?;
         let started = Instant::now();
         let result = self
-            .bounded(op, async { Ok(invocation.invoke_async(&mut conn).await?) })
+            .bounded(op, async {
+                let mut conn = self.conn().await?;
+                Ok(invocation.invoke_async(&mut conn).await?)
+            })
             .await;
         self.metrics
             .script_duration
@@ -415,15 +477,11 @@ impl StockStore {
 
     /// The stock versions of an activity ever prewarmed, ascending, with the configured one.
     pub async fn versions(&self, activity: &Activity) -> Result<Vec<u64>, StoreError> {
-        let mut conn = self.conn()?;
-        let key = self.keys.versions(&activity.id);
         let mut versions: Vec<u64> = self
-            .bounded(StoreOp::Read, async {
-                Ok(redis::cmd("SMEMBERS")
-                    .arg(&key)
-                    .query_async(&mut conn)
-                    .await?)
-            })
+            .query(
+                StoreOp::Read,
+                redis::cmd("SMEMBERS").arg(self.keys.versions(&activity.id)),
+            )
             .await?;
         versions.push(activity.version);
         versions.sort_unstable();
@@ -437,16 +495,13 @@ impl StockStore {
         activity: &Activity,
         reservation_id: &str,
     ) -> Result<Option<ReservationRecord>, StoreError> {
-        let mut conn = self.conn()?;
-        let key = self.keys.reservations(&activity.id);
         let raw: Option<String> = self
-            .bounded(StoreOp::Read, async {
-                Ok(redis::cmd("HGET")
-                    .arg(&key)
-                    .arg(reservation_id)
-                    .query_async(&mut conn)
-                    .await?)
-            })
+            .query(
+                StoreOp::Read,
+                redis::cmd("HGET")
+                    .arg(self.keys.reservations(&activity.id))
+                    .arg(reservation_id),
+            )
             .await?;
         raw.map(|raw| {
             serde_json::from_str(&raw).map_err(|e| StoreError::Protocol {
@@ -481,25 +536,24 @@ impl StockStore {
             pipe.cmd("ZCARD").arg(self.keys.pending(id, v));
         }
         pipe.cmd("HVALS").arg(self.keys.reservations(id));
-        let mut conn = self.conn()?;
         // An operator command: allowed more time than a buyer's request.
-        let values: Vec<Value> = tokio::time::timeout(
-            self.timeout.max(Duration::from_secs(10)),
-            pipe.query_async(&mut conn),
-        )
-        .await
-        .map_err(|_| StoreError::Timeout(self.timeout))??;
+        let values: Vec<Value> =
+            tokio::time::timeout(self.timeout.max(Duration::from_secs(10)), async {
+                let mut conn = self.conn().await?;
+                Ok::<_, StoreError>(pipe.query_async(&mut conn).await?)
+            })
+            .await
+            .map_err(|_| StoreError::Timeout(self.timeout))??;
         records::parse_snapshot(versions, &values)
             .ok_or_else(|| StoreError::protocol(ScriptName::Ledger, "snapshot"))
     }
 
     /// Units remaining in the activity's current version; `None` if its key does not exist.
     pub async fn remaining(&self, activity: &Activity) -> Result<Option<i64>, StoreError> {
-        let mut conn = self.conn()?;
-        let key = self.keys.stock(&activity.id, activity.version);
-        self.bounded(StoreOp::Read, async {
-            Ok(redis::cmd("GET").arg(&key).query_async(&mut conn).await?)
-        })
+        self.query(
+            StoreOp::Read,
+            redis::cmd("GET").arg(self.keys.stock(&activity.id, activity.version)),
+        )
         .await
     }
 
@@ -516,8 +570,8 @@ impl StockStore {
     }
 
     async fn ready_once(&self) -> Result<(), StoreError> {
-        let mut conn = self.conn()?;
         self.bounded(StoreOp::Ready, async {
+            let mut conn = self.conn().await?;
             let scripts = all_scripts();
             let loaded: Vec<bool> = redis::cmd("SCRIPT")
                 .arg("EXISTS")

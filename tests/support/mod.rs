@@ -146,6 +146,139 @@ impl Drop for RedisServer {
     }
 }
 
+/// A private 3-master Redis Cluster: three `redis-server --cluster-enabled yes` on free ports
+/// (and free bus ports, +10000), joined with `redis-cli --cluster create`.
+pub struct RedisCluster {
+    pub ports: Vec<u16>,
+    dirs: Vec<TempDir>,
+    children: Vec<Child>,
+}
+
+impl RedisCluster {
+    pub fn start() -> Self {
+        let mut ports = Vec::new();
+        while ports.len() < 3 {
+            // The cluster bus listens on port + 10000: both must be free.
+            let port = free_port();
+            if port < 55_000
+                && !ports.contains(&port)
+                && TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok()
+            {
+                ports.push(port);
+            }
+        }
+        let mut cluster = RedisCluster {
+            ports: ports.clone(),
+            dirs: Vec::new(),
+            children: Vec::new(),
+        };
+        for port in &ports {
+            let dir = tempfile::tempdir().expect("temp dir");
+            let child = Command::new("redis-server")
+                .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+                .args(["--cluster-enabled", "yes", "--cluster-node-timeout", "2000"])
+                .args(["--save", "", "--appendonly", "no"])
+                .arg("--dir")
+                .arg(dir.path())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("redis-server starts");
+            cluster.children.push(child);
+            cluster.dirs.push(dir);
+            let url = format!("redis://127.0.0.1:{port}/");
+            wait_for("a cluster node to answer", STARTUP_DEADLINE, || {
+                let mut conn = redis::Client::open(url.as_str())
+                    .ok()?
+                    .get_connection()
+                    .ok()?;
+                redis::cmd("PING").query::<String>(&mut conn).ok()
+            });
+        }
+        let nodes: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+        let status = Command::new("redis-cli")
+            .args(["--cluster", "create"])
+            .args(&nodes)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("redis-cli runs");
+        assert!(status.success(), "redis-cli --cluster create failed");
+        for port in &ports {
+            let url = format!("redis://127.0.0.1:{port}/");
+            wait_for("the cluster to be ok", STARTUP_DEADLINE, || {
+                let mut conn = redis::Client::open(url.as_str())
+                    .ok()?
+                    .get_connection()
+                    .ok()?;
+                let info: String = redis::cmd("CLUSTER").arg("INFO").query(&mut conn).ok()?;
+                info.contains("cluster_state:ok").then_some(())
+            });
+        }
+        cluster
+    }
+
+    pub fn nodes(&self) -> Vec<String> {
+        self.ports
+            .iter()
+            .map(|p| format!("127.0.0.1:{p}"))
+            .collect()
+    }
+
+    /// A cluster-aware synchronous connection, for assertions.
+    pub fn conn(&self) -> redis::cluster::ClusterConnection {
+        let urls: Vec<String> = self
+            .ports
+            .iter()
+            .map(|p| format!("redis://127.0.0.1:{p}/"))
+            .collect();
+        redis::cluster::ClusterClient::new(urls)
+            .expect("cluster client")
+            .get_connection()
+            .expect("cluster connection")
+    }
+
+    /// The port of the master serving `key` (from CLUSTER SLOTS).
+    pub fn node_of(&self, key: &str) -> u16 {
+        let mut conn = self.conn();
+        let slot: i64 = redis::cmd("CLUSTER")
+            .arg("KEYSLOT")
+            .arg(key)
+            .query(&mut conn)
+            .unwrap();
+        let url = format!("redis://127.0.0.1:{}/", self.ports[0]);
+        let mut c = redis::Client::open(url.as_str())
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        let ranges: Vec<redis::Value> = redis::cmd("CLUSTER").arg("SLOTS").query(&mut c).unwrap();
+        let int = |v: &redis::Value| match v {
+            redis::Value::Int(i) => *i,
+            _ => -1,
+        };
+        for range in ranges {
+            let redis::Value::Array(parts) = range else {
+                continue;
+            };
+            if (int(&parts[0])..=int(&parts[1])).contains(&slot) {
+                if let redis::Value::Array(master) = &parts[2] {
+                    return int(&master[1]) as u16;
+                }
+            }
+        }
+        panic!("no node serves slot {slot}");
+    }
+}
+
+impl Drop for RedisCluster {
+    fn drop(&mut self) {
+        for child in &mut self.children {
+            kill(child);
+        }
+    }
+}
+
 /// The demo upstream binary, recording what it receives.
 pub struct Upstream {
     pub addr: SocketAddr,
@@ -247,6 +380,8 @@ impl TestActivity {
 #[derive(Clone)]
 pub struct TestConfig {
     pub redis_url: String,
+    /// Seed nodes of a Redis Cluster, used instead of `redis_url` when set.
+    pub redis_cluster: Option<Vec<String>>,
     pub upstreams: Vec<SocketAddr>,
     pub activities: Vec<TestActivity>,
     /// (per_second, burst)
@@ -269,6 +404,7 @@ impl TestConfig {
     pub fn new(redis: &RedisServer, upstream: &Upstream, activities: Vec<TestActivity>) -> Self {
         TestConfig {
             redis_url: redis.url(),
+            redis_cluster: None,
             upstreams: vec![upstream.addr],
             activities,
             per_user: Some((5, 5)),
@@ -299,7 +435,7 @@ upstream:
   read_timeout_ms: {read_timeout}
   health_check_interval_ms: 200
 redis:
-  url: "{redis}"
+  {redis}
   timeout_ms: {redis_timeout}
   sweep_interval_ms: {sweep}
   reconcile_interval_ms: 200
@@ -320,7 +456,17 @@ sale_routes:
             admin = self.admin_port,
             upstreams = upstreams.join(", "),
             read_timeout = self.read_timeout_ms,
-            redis = self.redis_url,
+            redis = match &self.redis_cluster {
+                Some(nodes) => format!(
+                    "cluster: {{ nodes: [{}] }}",
+                    nodes
+                        .iter()
+                        .map(|n| format!("\"{n}\""))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+                None => format!("url: \"{}\"", self.redis_url),
+            },
             redis_timeout = self.redis_timeout_ms,
             ttl = self.sold_out_ttl_ms,
             sweep = self.sweep_interval_ms,
