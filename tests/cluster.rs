@@ -5,31 +5,18 @@
 #[path = "support/mod.rs"]
 mod support;
 
-use chrono::{TimeZone, Utc};
-use flashgate::config::{Activity, ConfirmMode, RedisSettings};
-use flashgate::metrics::{Metrics, ReleaseReason};
+use flashgate::config::{Activity, ConfirmMode};
+use flashgate::metrics::ReleaseReason;
 use flashgate::stock::{
     ConfirmOutcome, ConfirmedVia, PrewarmOutcome, ReleaseOutcome, ReserveOutcome, ReserveRequest,
     StockStore,
 };
 use std::collections::HashSet;
-use std::num::NonZeroU32;
-use std::sync::Arc;
 use std::time::Duration;
 use support::*;
 
 fn activity(id: &str, stock: u64, limit: u32, hold: Duration) -> Activity {
-    Activity {
-        id: Arc::from(id),
-        stock,
-        version: 1,
-        per_user_limit: NonZeroU32::new(limit).unwrap(),
-        max_per_request: NonZeroU32::new(limit).unwrap(),
-        starts_at: Utc.with_ymd_and_hms(2020, 1, 1, 0, 0, 0).unwrap(),
-        ends_at: Utc.with_ymd_and_hms(2099, 1, 1, 0, 0, 0).unwrap(),
-        confirm: ConfirmMode::Explicit,
-        hold,
-    }
+    store_activity(id, stock, 1, limit, ConfirmMode::Explicit, hold)
 }
 
 fn cluster_store(cluster: &RedisCluster) -> StockStore {
@@ -38,19 +25,7 @@ fn cluster_store(cluster: &RedisCluster) -> StockStore {
         .iter()
         .map(|n| format!("redis://{n}"))
         .collect();
-    let settings = RedisSettings {
-        url: nodes[0].clone(),
-        cluster_nodes: nodes,
-        timeout: Duration::from_secs(2),
-        key_prefix: "fg".into(),
-        key_ttl_after_end: Duration::from_secs(86_400),
-        prewarm_interval: Duration::from_secs(5),
-        sweep_interval: Duration::from_secs(1),
-        sweep_batch: 100,
-        reconcile_interval: Duration::from_secs(10),
-        events_maxlen: 1000,
-    };
-    StockStore::new(&settings, Arc::new(Metrics::new())).unwrap()
+    stock_store(nodes[0].clone(), nodes, Duration::from_secs(2))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -3,46 +3,28 @@
 #[path = "support/mod.rs"]
 mod support;
 
-use chrono::{TimeZone, Utc};
-use flashgate::config::{Activity, ConfirmMode, RedisSettings};
-use flashgate::metrics::{Metrics, ReleaseReason};
+use flashgate::config::{Activity, ConfirmMode};
+use flashgate::metrics::ReleaseReason;
 use flashgate::stock::{
     ConfirmOutcome, ConfirmedVia, PrewarmOutcome, RecordState, ReleaseOutcome, ReserveOutcome,
     ReserveRequest, StockStore, StoreError,
 };
-use std::num::NonZeroU32;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 use support::*;
 
 fn activity(id: &str, stock: u64, version: u64, limit: u32) -> Activity {
-    Activity {
-        id: Arc::from(id),
+    store_activity(
+        id,
         stock,
         version,
-        per_user_limit: NonZeroU32::new(limit).unwrap(),
-        max_per_request: NonZeroU32::new(limit).unwrap(),
-        starts_at: Utc.with_ymd_and_hms(2020, 1, 1, 0, 0, 0).unwrap(),
-        ends_at: Utc.with_ymd_and_hms(2099, 1, 1, 0, 0, 0).unwrap(),
-        confirm: ConfirmMode::Upstream,
-        hold: Duration::from_secs(900),
-    }
+        limit,
+        ConfirmMode::Upstream,
+        Duration::from_secs(900),
+    )
 }
 
 fn store(url: String, timeout_ms: u64) -> StockStore {
-    let settings = RedisSettings {
-        url,
-        cluster_nodes: vec![],
-        timeout: Duration::from_millis(timeout_ms),
-        key_prefix: "fg".into(),
-        key_ttl_after_end: Duration::from_secs(86_400),
-        prewarm_interval: Duration::from_secs(5),
-        sweep_interval: Duration::from_secs(1),
-        sweep_batch: 100,
-        reconcile_interval: Duration::from_secs(10),
-        events_maxlen: 1000,
-    };
-    StockStore::new(&settings, Arc::new(Metrics::new())).unwrap()
+    stock_store(url, vec![], Duration::from_millis(timeout_ms))
 }
 
 async fn reserve(s: &StockStore, a: &Activity, user: &str, qty: u32, id: &str) -> ReserveOutcome {

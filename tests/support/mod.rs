@@ -12,6 +12,52 @@ use tempfile::TempDir;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+/// An activity open from 2020 to 2099, for tests that talk to the stock store directly.
+pub fn store_activity(
+    id: &str,
+    stock: u64,
+    version: u64,
+    limit: u32,
+    confirm: flashgate::config::ConfirmMode,
+    hold: Duration,
+) -> flashgate::config::Activity {
+    use chrono::TimeZone;
+    use std::num::NonZeroU32;
+    flashgate::config::Activity {
+        id: std::sync::Arc::from(id),
+        stock,
+        version,
+        per_user_limit: NonZeroU32::new(limit).unwrap(),
+        max_per_request: NonZeroU32::new(limit).unwrap(),
+        starts_at: chrono::Utc.with_ymd_and_hms(2020, 1, 1, 0, 0, 0).unwrap(),
+        ends_at: chrono::Utc.with_ymd_and_hms(2099, 1, 1, 0, 0, 0).unwrap(),
+        confirm,
+        hold,
+    }
+}
+
+/// A stock store on a single Redis (`cluster_nodes` empty) or a cluster.
+pub fn stock_store(
+    url: String,
+    cluster_nodes: Vec<String>,
+    timeout: Duration,
+) -> flashgate::stock::StockStore {
+    let settings = flashgate::config::RedisSettings {
+        url,
+        cluster_nodes,
+        timeout,
+        key_prefix: "fg".into(),
+        key_ttl_after_end: Duration::from_secs(86_400),
+        prewarm_interval: Duration::from_secs(5),
+        sweep_interval: Duration::from_secs(1),
+        sweep_batch: 100,
+        reconcile_interval: Duration::from_secs(10),
+        events_maxlen: 1000,
+    };
+    let metrics = std::sync::Arc::new(flashgate::metrics::Metrics::new());
+    flashgate::stock::StockStore::new(&settings, metrics).unwrap()
+}
+
 pub const SIGNING_SECRET: &str = "test-signing-secret-0123456789abcdef";
 pub const ADMIN_TOKEN: &str = "test-admin-token";
 pub const STARTUP_DEADLINE: Duration = Duration::from_secs(30);
