@@ -11,9 +11,11 @@ local function emit(events, maxlen, ...)
 end
 
 -- Moves a pending or confirmed reservation to released: its units go back to its own version's
--- stock key, or, if that key is gone, are counted as retired (stock is never created from
--- nothing). Returns the units now remaining in that version, or -1 if the key is gone.
-local function give_back(res, users, stock, ledger, pending, events, maxlen, jti, rec, now, reason)
+-- stock key, or, if that key is gone or the version is retired (no longer the one on sale,
+-- current ~= '1'), are counted as retired (stock is never created from nothing, and a retired
+-- version never sells again). Returns the units now remaining in that version, or -1 if retired.
+local function give_back(res, users, stock, ledger, pending, events, maxlen, jti, rec, now, reason,
+                         current)
   local from = rec.state
   local qty = rec.qty
   rec.state = 'released'
@@ -29,7 +31,7 @@ local function give_back(res, users, stock, ledger, pending, events, maxlen, jti
     redis.call('HINCRBY', ledger, 'released', qty)
   end
   local remaining = -1
-  if redis.call('EXISTS', stock) == 1 then
+  if current == '1' and redis.call('EXISTS', stock) == 1 then
     remaining = redis.call('INCRBY', stock, qty)
     rec.returned = 1
   else

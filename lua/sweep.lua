@@ -6,6 +6,7 @@
 -- KEYS[1] pending deadlines of the version   KEYS[2] reservations hash   KEYS[3] per-user units
 -- KEYS[4] stock key of the version   KEYS[5] ledger of the version   KEYS[6] event stream
 -- ARGV[1] now (unix ms)   ARGV[2] batch size   ARGV[3] stream cap
+-- ARGV[4] 1 if the version is the one on sale, else 0 (units of a retired version are retired)
 --
 -- Returns {released, units, scanned, retired (released into a version whose stock key is gone)}.
 
@@ -16,7 +17,7 @@ for _, jti in ipairs(due) do
   local rec = raw and cjson.decode(raw)
   if rec and rec.state == 'pending' then
     local left = give_back(KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[1], KEYS[6], ARGV[3], jti, rec,
-      ARGV[1], 'expired')
+      ARGV[1], 'expired', ARGV[4])
     if left < 0 then
       retired = retired + 1
     end

@@ -480,3 +480,30 @@ async fn every_transition_appends_exactly_one_event() {
     );
     assert_eq!(entries.ids[1].get::<String>("qty").unwrap(), "2");
 }
+
+#[tokio::test]
+async fn releases_into_a_retired_version_are_recorded_as_retired() {
+    let redis = RedisServer::start();
+    let s = store(redis.url(), 1000);
+    let v1 = activity("1001", 5, 1, 1);
+    s.prewarm(&v1).await.unwrap();
+    reserve(&s, &v1, "u1", 1, "r1").await;
+    // Operations bump the version: v2 is on sale now, v1 is retired.
+    let v2 = activity("1001", 10, 2, 1);
+    s.prewarm(&v2).await.unwrap();
+    assert_eq!(
+        s.release(&v2, 1, "r1", ReleaseReason::Admin).await.unwrap(),
+        ReleaseOutcome::Released { remaining: None }
+    );
+    let row = s.ledger(&v2, 1).await.unwrap();
+    assert_eq!(
+        (row.remaining, row.pending, row.released, row.retired),
+        (4, 0, 1, 1)
+    );
+    assert_eq!(row.drift(), 0);
+    assert_eq!(
+        s.ledger(&v2, 2).await.unwrap().remaining,
+        10,
+        "v2 untouched"
+    );
+}

@@ -362,7 +362,8 @@ impl StockStore {
             .arg(unix_ms())
             .arg(reason.as_str())
             .arg(u8::from(tombstone))
-            .arg(self.events_maxlen);
+            .arg(self.events_maxlen)
+            .arg(u8::from(version == activity.version));
         let reply: Vec<i64> = self
             .eval(ScriptName::Release, StoreOp::Release, &invocation)
             .await?;
@@ -414,7 +415,8 @@ impl StockStore {
             .key(self.keys.events(id))
             .arg(unix_ms())
             .arg(batch)
-            .arg(self.events_maxlen);
+            .arg(self.events_maxlen)
+            .arg(u8::from(version == activity.version));
         let reply: Vec<u64> = self
             .eval(ScriptName::Sweep, StoreOp::Sweep, &invocation)
             .await?;
