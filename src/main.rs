@@ -25,7 +25,8 @@ enum Command {
         #[arg(long)]
         config: PathBuf,
     },
-    /// Print the stock ledger per activity and version; exit 1 on any drift.
+    /// Print the stock ledger per activity and version; exit 1 on any drift. Needs only the
+    /// configuration file and Redis, not the gateway's secrets.
     Reconcile {
         #[arg(long)]
         config: PathBuf,
@@ -59,7 +60,7 @@ fn main() -> ExitCode {
             }
         },
         Command::Reconcile { config, activity } => {
-            let settings = match Settings::load(&config) {
+            let settings = match Settings::load_without_secrets(&config) {
                 Ok(s) => s,
                 Err(e) => {
                     eprintln!("{}: {e}", config.display());

@@ -65,6 +65,21 @@ impl Settings {
         Settings::from_yaml(&text, base_dir, &ProcessEnv)
     }
 
+    /// Like [`Settings::load`], for tools that only read Redis (`flashgate reconcile`): secrets
+    /// the environment does not provide are replaced by a placeholder, so an operator needs
+    /// only the configuration file, not the gateway's signing and admin secrets.
+    pub fn load_without_secrets(path: &Path) -> Result<Settings, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        let base_dir = path.parent().unwrap_or(Path::new("."));
+        let placeholder = |name: &str| {
+            Some(std::env::var(name).unwrap_or_else(|_| "not-needed-by-this-command".to_owned()))
+        };
+        Settings::from_yaml(&text, base_dir, &placeholder)
+    }
+
     /// Parses and validates YAML text. Relative file paths in it resolve against `base_dir`.
     pub fn from_yaml(
         text: &str,

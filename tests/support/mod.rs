@@ -732,10 +732,8 @@ impl GatewayProc {
                 "--config",
                 self.config_path().to_str().unwrap(),
             ],
-            &[
-                ("FLASHGATE_SIGNING_SECRET", SIGNING_SECRET),
-                ("FLASHGATE_ADMIN_TOKEN", ADMIN_TOKEN),
-            ],
+            // Only the configuration file and Redis: no secrets in the environment.
+            &[],
         );
         (code, format!("{out}{err}"))
     }
