@@ -197,8 +197,11 @@ impl Admission {
         };
         let mut outcome = self.store.reserve(request).await;
         if let Ok(ReserveOutcome::NoStockKey) = outcome {
-            // Not prewarmed yet (or Redis lost it): create it (SET NX, never a reset) and retry once.
-            if let Ok(PrewarmOutcome::Created) = self.store.prewarm(activity).await {
+            // Not prewarmed yet (or Redis lost it): create it once (never a reset) and retry once;
+            // another instance may have created it meanwhile.
+            if let Ok(PrewarmOutcome::Created | PrewarmOutcome::Exists) =
+                self.store.prewarm(activity).await
+            {
                 self.sold_out.clear(&activity.id, activity.version);
                 outcome = self.store.reserve(request).await;
             }
