@@ -80,7 +80,14 @@ fn main() -> ExitCode {
                 }
                 Err(e) => {
                     eprintln!("reconcile: {e}");
-                    ExitCode::from(EXIT_STORE)
+                    match e {
+                        flashgate::reconcile::ReconcileError::UnknownActivity(_) => {
+                            ExitCode::from(EXIT_CONFIG)
+                        }
+                        flashgate::reconcile::ReconcileError::Store(_) => {
+                            ExitCode::from(EXIT_STORE)
+                        }
+                    }
                 }
             }
         }

@@ -131,6 +131,34 @@ async fn every_contract_code_except_unavailable() {
         .unwrap();
     assert!(retry >= 1);
 
+    // One structured decision line per request, with the stock before and after.
+    let logs = wait_for_async(
+        "decision lines to be written",
+        std::time::Duration::from_secs(5),
+        || async {
+            let logs = gw.logs();
+            logs.contains("outcome=\"sold_out\"").then_some(logs)
+        },
+    )
+    .await;
+    let winner = logs
+        .lines()
+        .find(|l| {
+            l.contains("flashgate::decision")
+                && l.contains("user=\"alice\"")
+                && l.contains("outcome=\"admitted\"")
+        })
+        .expect("alice's decision line");
+    for field in [
+        "activity=\"1001\"",
+        "qty=1",
+        "stock_before=2",
+        "stock_after=1",
+        "reservation=",
+    ] {
+        assert!(winner.contains(field), "{field} missing in {winner}");
+    }
+
     // Only the four winners reached the upstream.
     let seen = upstream.requests().await;
     assert_eq!(seen.len(), 4, "{seen:#?}");

@@ -436,6 +436,37 @@ async fn a_version_bump_mid_sale_settles_old_reservations_against_the_old_versio
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reconcile_filters_by_activity_and_says_why_it_cannot_run() {
+    let Stack {
+        redis,
+        upstream: _upstream,
+        gw,
+    } = Stack::start(vec![
+        TestActivity::open("1001", 5),
+        TestActivity::open("2002", 5),
+    ]);
+    assert_eq!(gw.buy("2002", "alice", None).await.status, 200);
+    let config = gw.config_path();
+    let config = config.to_str().unwrap();
+    let (code, out, _) = run_cli(
+        &["reconcile", "--config", config, "--activity", "2002"],
+        &[],
+    );
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("2002") && !out.contains("1001"), "{out}");
+    let (code, _, err) = run_cli(
+        &["reconcile", "--config", config, "--activity", "nope"],
+        &[],
+    );
+    assert_eq!(code, 2, "an unknown activity is a usage error: {err}");
+    assert!(err.contains("\"nope\" is not configured"), "{err}");
+    drop(redis); // Redis gone: exit 3, and it says so.
+    let (code, _, err) = run_cli(&["reconcile", "--config", config], &[]);
+    assert_eq!(code, 3, "{err}");
+    assert!(err.starts_with("reconcile: "), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reconcile_reports_drift_and_exits_non_zero() {
     let Stack {
         redis,
