@@ -270,7 +270,7 @@ impl Metrics {
         let stock_keys_created = IntCounterVec::new(
             Opts::new(
                 "flashgate_stock_keys_created_total",
-                "Stock keys created by prewarm (SET NX succeeded).",
+                "Stock versions created by prewarm (stock key and ledger, created once).",
             ),
             &["activity"],
         )

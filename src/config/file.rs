@@ -103,7 +103,8 @@ pub struct RedisSection {
     /// Stock keys live until the activity's `ends_at` plus this long.
     #[serde(default = "default_key_ttl_after_end_secs")]
     pub key_ttl_after_end_secs: u64,
-    /// How often each instance re-checks (SET NX) the stock keys and refreshes the stock gauge.
+    /// How often each instance makes sure the stock keys exist (created once, never reset) and
+    /// refreshes the stock gauge.
     #[serde(default = "default_prewarm_interval_ms")]
     pub prewarm_interval_ms: u64,
     /// How often each instance releases pending reservations past their hold deadline.
