@@ -3,8 +3,9 @@
 -- A reservation record is a JSON object in the activity's reservations hash (field = jti):
 --   {state = pending|confirmed|released, user, qty, ver, created_ms, deadline_ms,
 --    confirmed_ms?, released_ms?, reason?, returned? (1: units went back to stock, 0: retired)}
--- Per stock version a ledger hash keeps units: initial, pending, confirmed, released, retired, so
--- that at every moment: initial == remaining + pending + confirmed + retired.
+-- Per stock version (and segment) a ledger hash keeps units: initial, pending, confirmed,
+-- released, retired, moved_in, moved_out (segment rebalancing), so that at every moment:
+-- initial + moved_in - moved_out == remaining + pending + confirmed + retired.
 
 local function emit(events, maxlen, ...)
   redis.call('XADD', events, 'MAXLEN', '~', maxlen, '*', ...)

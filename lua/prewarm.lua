@@ -14,7 +14,7 @@ if redis.call('EXISTS', KEYS[2]) == 1 then
 end
 redis.call('SET', KEYS[1], ARGV[1], 'EXAT', ARGV[3])
 redis.call('HSET', KEYS[2], 'initial', ARGV[1], 'pending', 0, 'confirmed', 0, 'released', 0,
-  'retired', 0)
+  'retired', 0, 'moved_in', 0, 'moved_out', 0)
 redis.call('EXPIREAT', KEYS[2], ARGV[3])
 redis.call('SADD', KEYS[3], ARGV[2])
 redis.call('EXPIREAT', KEYS[3], ARGV[3])

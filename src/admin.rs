@@ -127,7 +127,20 @@ impl AdminApp {
     /// An activity as the admin API shows it: the current version's ledger at the top level and
     /// every version's in `versions`. Ledger fields are null when the store cannot say.
     async fn activity_view(&self, activity: &Activity) -> Value {
-        let rows = self.gw.lifecycle.ledgers(activity).await.ok();
+        // Segments' rows summed per version.
+        let rows = self.gw.lifecycle.ledgers(activity).await.ok().map(|rows| {
+            let mut versions: Vec<u64> = rows.iter().map(|r| r.version).collect();
+            versions.sort_unstable();
+            versions.dedup();
+            versions
+                .into_iter()
+                .filter_map(|v| {
+                    let of_version: Vec<&LedgerRow> =
+                        rows.iter().filter(|r| r.version == v).collect();
+                    LedgerRow::total(&of_version)
+                })
+                .collect::<Vec<_>>()
+        });
         let current = rows
             .as_ref()
             .and_then(|rows| rows.iter().find(|r| r.version == activity.version))
@@ -158,6 +171,7 @@ impl AdminApp {
                 ConfirmMode::Explicit => "explicit",
             },
             "hold_secs": activity.hold.as_secs(),
+            "segments": activity.segment_count(),
             "versions": rows.map(|rows| rows.iter().map(|r| json!({
                 "version": r.version,
                 "initial": r.initial,

@@ -25,6 +25,9 @@ use std::sync::Arc;
 /// Longest reservation id accepted from the admin API (ids are UUIDs: 36 bytes).
 const MAX_RESERVATION_ID_LEN: usize = 64;
 
+/// A transfer still unacknowledged this long after its withdraw was cut short.
+const STRANDED_TRANSFER_AFTER_MS: u64 = 10_000;
+
 /// Sweep calls per version per tick at most, so one tick stays short under a flood of expiries.
 const MAX_SWEEP_CALLS_PER_TICK: usize = 50;
 
@@ -83,33 +86,40 @@ impl Lifecycle {
         remaining: Option<u64>,
         count: u64,
     ) {
+        let label = activity.label();
         self.metrics
             .reservations_released
-            .with_label_values(&[&activity.id, reason.as_str()])
+            .with_label_values(&[label, reason.as_str()])
             .inc_by(count);
         self.units_returned(activity, version);
         match remaining {
-            Some(left) if version == activity.version => self
+            // A segment's own figure is not the activity's: the maintenance loop sums them.
+            Some(left) if version == activity.version && activity.parent.is_none() => self
                 .metrics
                 .stock_remaining
-                .with_label_values(&[&activity.id])
+                .with_label_values(&[label])
                 .set(left as i64),
             Some(_) => {}
             None => self
                 .metrics
                 .reservations_retired
-                .with_label_values(&[&activity.id])
+                .with_label_values(&[label])
                 .inc_by(count),
         }
     }
 
     /// Units came back to a version: purchasable again here at once, and everywhere by news.
     fn units_returned(&self, activity: &Activity, version: u64) {
-        self.sold_out.clear(&activity.id, version);
+        self.sold_out.clear(activity.label(), version);
         self.store.announce(News::Available {
-            activity: activity.id.to_string(),
+            activity: activity.label().to_string(),
             version,
         });
+    }
+
+    /// The segment (the activity itself when not segmented) a reservation id belongs to.
+    fn segment_for<'a>(&self, activity: &'a Activity, id: &str) -> Option<&'a Activity> {
+        Reservation::segment_of(id).and_then(|n| activity.segment(n))
     }
 
     /// Releases the reservation of a request whose upstream failed.
@@ -118,9 +128,14 @@ impl Lifecycle {
         reservation: &Reservation,
         reason: ReleaseReason,
     ) -> Result<ReleaseOutcome, StoreError> {
-        match self.settings.activities.get(&reservation.activity) {
-            Some(activity) => {
-                self.release(activity, reservation.version, &reservation.id, reason)
+        let segment = self
+            .settings
+            .activities
+            .get(&reservation.activity)
+            .and_then(|a| a.segment(reservation.segment));
+        match segment {
+            Some(segment) => {
+                self.release(segment, reservation.version, &reservation.id, reason)
                     .await
             }
             None => Ok(ReleaseOutcome::Unknown),
@@ -138,7 +153,7 @@ impl Lifecycle {
         if outcome == ConfirmOutcome::Confirmed {
             self.metrics
                 .reservations_confirmed
-                .with_label_values(&[&activity.id, via.as_str()])
+                .with_label_values(&[activity.label(), via.as_str()])
                 .inc();
         }
         Ok(outcome)
@@ -153,9 +168,12 @@ impl Lifecycle {
             else {
                 return;
             };
+            let Some(segment) = activity.segment(reservation.segment) else {
+                return;
+            };
             let confirm = || {
                 this.confirm(
-                    &activity,
+                    segment,
                     reservation.version,
                     &reservation.id,
                     ConfirmedVia::Upstream,
@@ -180,8 +198,11 @@ impl Lifecycle {
         let Some(record) = self.lookup(activity, id).await? else {
             return Ok(AdminOutcome::NotFound);
         };
+        let Some(segment) = self.segment_for(activity, id) else {
+            return Ok(AdminOutcome::NotFound);
+        };
         match self
-            .confirm(activity, record.ver, id, ConfirmedVia::Admin)
+            .confirm(segment, record.ver, id, ConfirmedVia::Admin)
             .await?
         {
             ConfirmOutcome::Confirmed | ConfirmOutcome::AlreadyConfirmed => {
@@ -202,8 +223,11 @@ impl Lifecycle {
         let Some(record) = self.lookup(activity, id).await? else {
             return Ok(AdminOutcome::NotFound);
         };
+        let Some(segment) = self.segment_for(activity, id) else {
+            return Ok(AdminOutcome::NotFound);
+        };
         match self
-            .release(activity, record.ver, id, ReleaseReason::Admin)
+            .release(segment, record.ver, id, ReleaseReason::Admin)
             .await?
         {
             ReleaseOutcome::Released { .. } | ReleaseOutcome::AlreadyReleased => {
@@ -228,13 +252,18 @@ impl Lifecycle {
     ) -> Result<Option<ReservationRecord>, StoreError> {
         if id.is_empty()
             || id.len() > MAX_RESERVATION_ID_LEN
-            || !id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+            || !id
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.')
         {
             return Ok(None);
         }
+        let Some(segment) = self.segment_for(activity, id) else {
+            return Ok(None);
+        };
         Ok(self
             .store
-            .lookup(activity, id)
+            .lookup(segment, id)
             .await?
             .filter(|r| r.tombstone.is_none()))
     }
@@ -244,7 +273,8 @@ impl Lifecycle {
     pub async fn sweep_expired(&self) -> u64 {
         let batch = self.settings.redis.sweep_batch;
         let mut total = 0;
-        for activity in self.settings.activities.iter() {
+        for activity in self.settings.activities.iter().flat_map(|a| a.segments()) {
+            self.deliver_stranded_transfers(activity).await;
             let versions = match self.store.versions(activity).await {
                 Ok(v) => v,
                 Err(e) => {
@@ -261,14 +291,14 @@ impl Lifecycle {
                                 self.metrics
                                     .reservations_released
                                     .with_label_values(&[
-                                        &activity.id,
+                                        activity.label(),
                                         ReleaseReason::Expired.as_str(),
                                     ])
                                     .inc_by(outcome.released);
                                 self.units_returned(activity, version);
                                 self.metrics
                                     .reservations_retired
-                                    .with_label_values(&[&activity.id])
+                                    .with_label_values(&[activity.label()])
                                     .inc_by(outcome.retired);
                                 tracing::info!(activity = %activity.id, version,
                                     released = outcome.released, units = outcome.units,
@@ -289,13 +319,47 @@ impl Lifecycle {
         total
     }
 
-    /// Reads every version's ledger of one activity (atomically per version).
+    /// Reads every version's ledger of every segment of one activity (atomically per version
+    /// and segment), in segment then version order.
     pub async fn ledgers(&self, activity: &Activity) -> Result<Vec<LedgerRow>, StoreError> {
         let mut rows = Vec::new();
-        for version in self.store.versions(activity).await? {
-            rows.push(self.store.ledger(activity, version).await?);
+        for segment in activity.segments() {
+            for version in self.store.versions(segment).await? {
+                rows.push(self.store.ledger(segment, version).await?);
+            }
         }
         Ok(rows)
+    }
+
+    /// Transfers a segment gave that never arrived (a gateway died between withdraw and
+    /// deposit): delivered once they are older than a rebalance could still be in flight.
+    async fn deliver_stranded_transfers(&self, giver: &Activity) {
+        let Some(parent) = giver
+            .parent
+            .as_ref()
+            .and_then(|p| self.settings.activities.get(p))
+        else {
+            return;
+        };
+        let Ok(transfers) = self.store.unacknowledged_transfers(giver).await else {
+            return;
+        };
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        for t in transfers
+            .iter()
+            .filter(|t| t.ts + STRANDED_TRANSFER_AFTER_MS < now_ms)
+        {
+            let Some(receiver) = parent.segments().into_iter().find(|s| *s.id == *t.to) else {
+                continue;
+            };
+            if self.store.deposit(receiver, &t.id, t.qty).await.is_ok() {
+                let _ = self.store.acknowledge(giver, &t.id).await;
+                tracing::warn!(activity = %parent.id, transfer = %t.id, units = t.qty,
+                    "delivered a transfer a gateway left half done");
+            }
+        }
     }
 
     /// Checks every activity's ledgers and exports `flashgate_reconcile_drift`.

@@ -41,46 +41,57 @@ impl Maintenance {
             tracing::warn!(error = %e, "stock store not ready; prewarm postponed");
             return;
         }
-        for activity in gw.settings.activities.iter() {
-            let window = activity.window_at(Utc::now());
+        for parent in gw.settings.activities.iter() {
+            let window = parent.window_at(Utc::now());
             if window == SaleWindow::Ended {
                 continue;
             }
-            let outcome = match gw.store.prewarm(activity).await {
-                Ok(outcome) => outcome,
-                Err(e) => {
-                    tracing::warn!(activity = %activity.id, error = %e, "prewarm failed");
-                    continue;
-                }
-            };
-            let seen_before = !self
-                .seen
-                .lock()
-                .expect("not poisoned")
-                .insert((activity.id.clone(), activity.version));
-            match outcome {
-                PrewarmOutcome::Created if seen_before => {
-                    gw.admission.forget_sold_out(activity);
-                    tracing::error!(activity = %activity.id, version = activity.version,
-                        "stock key was lost by Redis and created again: stock restarts from the configuration");
-                }
-                PrewarmOutcome::Created => {
-                    gw.admission.forget_sold_out(activity);
-                    tracing::info!(activity = %activity.id, version = activity.version,
-                        stock = activity.stock, open = (window == SaleWindow::Open), "stock prewarmed");
-                }
-                PrewarmOutcome::StockKeyRemoved => {
-                    tracing::error!(activity = %activity.id, version = activity.version,
-                        "stock key is gone but its ledger remains: not re-created; raise the version to restock");
-                }
-                PrewarmOutcome::Exists => {}
+            let mut total: Option<i64> = Some(0);
+            for activity in parent.segments() {
+                self.prewarm_one(activity, window).await;
+                let left = gw.store.remaining(activity).await.ok().flatten();
+                total = total.zip(left).map(|(t, l)| t + l);
             }
-            if let Ok(Some(left)) = gw.store.remaining(activity).await {
+            if let Some(left) = total {
                 gw.metrics
                     .stock_remaining
-                    .with_label_values(&[&activity.id])
+                    .with_label_values(&[&parent.id])
                     .set(left);
             }
+        }
+    }
+
+    /// Prewarms one activity or segment, saying what happened.
+    async fn prewarm_one(&self, activity: &crate::config::Activity, window: SaleWindow) {
+        let gw = &self.gw;
+        let outcome = match gw.store.prewarm(activity).await {
+            Ok(outcome) => outcome,
+            Err(e) => {
+                tracing::warn!(activity = %activity.id, error = %e, "prewarm failed");
+                return;
+            }
+        };
+        let seen_before = !self
+            .seen
+            .lock()
+            .expect("not poisoned")
+            .insert((activity.id.clone(), activity.version));
+        match outcome {
+            PrewarmOutcome::Created if seen_before => {
+                gw.sold_out.clear(activity.label(), activity.version);
+                tracing::error!(activity = %activity.id, version = activity.version,
+                    "stock key was lost by Redis and created again: stock restarts from the configuration");
+            }
+            PrewarmOutcome::Created => {
+                gw.sold_out.clear(activity.label(), activity.version);
+                tracing::info!(activity = %activity.id, version = activity.version,
+                    stock = activity.stock, open = (window == SaleWindow::Open), "stock prewarmed");
+            }
+            PrewarmOutcome::StockKeyRemoved => {
+                tracing::error!(activity = %activity.id, version = activity.version,
+                    "stock key is gone but its ledger remains: not re-created; raise the version to restock");
+            }
+            PrewarmOutcome::Exists => {}
         }
     }
 }

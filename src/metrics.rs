@@ -20,10 +20,12 @@ pub enum ScriptName {
     Sweep,
     Prewarm,
     Ledger,
+    Transfer,
 }
 
 impl ScriptName {
-    pub const ALL: [ScriptName; 6] = [
+    pub const ALL: [ScriptName; 7] = [
+        ScriptName::Transfer,
         ScriptName::Reserve,
         ScriptName::Release,
         ScriptName::Confirm,
@@ -40,6 +42,7 @@ impl ScriptName {
             ScriptName::Sweep => "sweep",
             ScriptName::Prewarm => "prewarm",
             ScriptName::Ledger => "ledger",
+            ScriptName::Transfer => "transfer",
         }
     }
 }
@@ -157,10 +160,12 @@ pub enum StoreOp {
     Prewarm,
     Read,
     Ready,
+    Transfer,
 }
 
 impl StoreOp {
-    pub const ALL: [StoreOp; 7] = [
+    pub const ALL: [StoreOp; 8] = [
+        StoreOp::Transfer,
         StoreOp::Reserve,
         StoreOp::Release,
         StoreOp::Confirm,
@@ -179,6 +184,7 @@ impl StoreOp {
             StoreOp::Prewarm => "prewarm",
             StoreOp::Read => "read",
             StoreOp::Ready => "ready",
+            StoreOp::Transfer => "transfer",
         }
     }
 }

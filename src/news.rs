@@ -67,9 +67,13 @@ pub async fn apply(settings: &Settings, store: &StockStore, cache: &SoldOutCache
             if activity.version != *version || cache.is_sold_out(&activity.id, *version) {
                 return;
             }
-            if let Ok(Some(0)) = store.remaining(activity).await {
-                cache.mark_sold_out(&activity.id, *version);
+            // Sold out means every segment is empty.
+            for segment in activity.segments() {
+                if !matches!(store.remaining(segment).await, Ok(Some(0))) {
+                    return;
+                }
             }
+            cache.mark_sold_out(&activity.id, *version);
         }
     }
 }

@@ -14,6 +14,8 @@ pub struct Reservation {
     pub id: String,
     pub user: String,
     pub activity: Arc<str>,
+    /// The stock segment it was taken from (0 when the activity is not segmented).
+    pub segment: u32,
     pub qty: u32,
     pub version: u64,
 }
@@ -24,6 +26,24 @@ impl Reservation {
     /// by id.
     pub fn new_id() -> String {
         uuid::Uuid::now_v7().to_string()
+    }
+
+    /// A reservation id that says which segment holds the reservation (`<uuid>.<segment>`), so
+    /// the admin API finds it from the id alone; a plain UUID when the activity has one segment.
+    pub fn id_in_segment(activity: &crate::config::Activity, segment: u32) -> String {
+        if activity.shards.is_empty() {
+            Self::new_id()
+        } else {
+            format!("{}.{segment}", Self::new_id())
+        }
+    }
+
+    /// The segment a reservation id names (0 for a plain UUID).
+    pub fn segment_of(id: &str) -> Option<u32> {
+        match id.rsplit_once('.') {
+            Some((_, segment)) => segment.parse().ok(),
+            None => Some(0),
+        }
     }
 }
 
@@ -112,6 +132,7 @@ mod tests {
             id: Reservation::new_id(),
             user: "alice".into(),
             activity: Arc::from("1001"),
+            segment: 0,
             qty: 2,
             version: 3,
         }

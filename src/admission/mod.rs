@@ -179,6 +179,8 @@ impl Admission {
         }
     }
 
+    /// Reserves in the buyer's home segment (the activity itself when it is not segmented); a
+    /// segmented activity whose home segment runs short pulls units from the others first.
     async fn reserve(
         &self,
         activity: &Arc<Activity>,
@@ -187,9 +189,11 @@ impl Admission {
         idempotency_key: Option<&str>,
         facts: &mut SaleFacts,
     ) -> Result<Reservation, Decision> {
-        let id = Reservation::new_id();
+        let segment = activity.home_segment(user);
+        let home = activity.segment(segment).expect("the home segment exists");
+        let id = Reservation::id_in_segment(activity, segment);
         let request = ReserveRequest {
-            activity,
+            activity: home,
             user,
             qty,
             reservation_id: &id,
@@ -200,21 +204,55 @@ impl Admission {
             // Not prewarmed yet (or Redis lost it): create it once (never a reset) and retry once;
             // another instance may have created it meanwhile.
             if let Ok(PrewarmOutcome::Created | PrewarmOutcome::Exists) =
-                self.store.prewarm(activity).await
+                self.store.prewarm(home).await
             {
                 self.sold_out.clear(&activity.id, activity.version);
                 outcome = self.store.reserve(request).await;
             }
         }
+        // A segment short of units: move some over from the others, then try again. With one
+        // segment, "not enough here" is "not enough anywhere".
+        let mut exhausted = activity.shards.is_empty();
+        let mut rounds = 0;
+        while let Ok(ReserveOutcome::Insufficient { remaining }) = outcome {
+            if activity.shards.is_empty() || rounds == MAX_REBALANCE_ROUNDS {
+                break;
+            }
+            rounds += 1;
+            let needed = u64::from(qty).saturating_sub(remaining);
+            if self.rebalance(activity, segment, needed).await == 0 {
+                // The others are empty; concurrent buyers may just have moved units here, so
+                // look once more before calling it sold out.
+                if exhausted {
+                    break;
+                }
+                exhausted = true;
+            } else {
+                exhausted = false;
+            }
+            outcome = self.store.reserve(request).await;
+        }
+        let home_arc = match activity.shards.get(segment as usize) {
+            Some(shard) => shard.clone(),
+            None => activity.clone(),
+        };
         let outcome = match outcome {
             Ok(outcome) => outcome,
             Err(e) => {
                 if let StoreError::Timeout(_) = e {
-                    self.abandon_in_background(activity.clone(), id);
+                    self.abandon_in_background(home_arc, id);
                 }
                 tracing::warn!(activity = %activity.id, error = %e, "reserve failed");
                 return Err(Decision::Unavailable);
             }
+        };
+        let reservation = |id: String, qty: u32, version: u64| Reservation {
+            id,
+            user: user.to_owned(),
+            activity: activity.id.clone(),
+            segment,
+            qty,
+            version,
         };
         match outcome {
             ReserveOutcome::Replayed {
@@ -225,29 +263,23 @@ impl Admission {
             } => {
                 facts.qty = Some(qty);
                 facts.stock_after = remaining;
-                Ok(Reservation {
-                    id,
-                    user: user.to_owned(),
-                    activity: activity.id.clone(),
-                    qty,
-                    version,
-                })
+                Ok(reservation(id, qty, version))
             }
             ReserveOutcome::Reserved { remaining } => {
-                self.learn_remaining(activity, remaining);
+                self.learn_remaining(activity, remaining, activity.shards.is_empty());
                 facts.stock_after = Some(remaining);
-                Ok(Reservation {
-                    id,
-                    user: user.to_owned(),
-                    activity: activity.id.clone(),
-                    qty,
-                    version: activity.version,
-                })
+                Ok(reservation(id, qty, activity.version))
             }
             ReserveOutcome::Insufficient { remaining } => {
-                self.learn_remaining(activity, remaining);
+                self.learn_remaining(activity, remaining, exhausted);
                 facts.stock_after = Some(remaining);
-                Err(Decision::SoldOut)
+                if exhausted {
+                    Err(Decision::SoldOut)
+                } else {
+                    // Other segments still had units, but others took them first every time:
+                    // not sold out; busy.
+                    Err(Decision::Unavailable)
+                }
             }
             ReserveOutcome::LimitExceeded { .. } => Err(Decision::LimitExceeded),
             ReserveOutcome::NoStockKey | ReserveOutcome::DuplicateId => {
@@ -257,13 +289,66 @@ impl Admission {
         }
     }
 
-    /// Records what a script said about the stock: gauge, and the sold-out cache at zero.
-    fn learn_remaining(&self, activity: &Activity, remaining: u64) {
-        self.metrics
-            .stock_remaining
-            .with_label_values(&[&activity.id])
-            .set(remaining as i64);
-        if remaining == 0 && !self.sold_out.is_sold_out(&activity.id, activity.version) {
+    /// Moves units from the other segments into segment `to` until `needed` arrived (taking at
+    /// least a chunk, so a busy segment does not come back for every unit). Each move is a
+    /// withdraw on the giver and a deposit on the receiver, idempotent on a transfer id; one cut
+    /// short by a failure is delivered later by the sweep. Returns the units moved.
+    async fn rebalance(&self, activity: &Activity, to: u32, needed: u64) -> u64 {
+        let count = activity.segment_count();
+        let receiver = activity.segment(to).expect("the receiving segment exists");
+        let chunk = (activity.stock / (u64::from(count) * REBALANCE_CHUNKS_PER_SEGMENT)).max(1);
+        let want = needed.max(chunk);
+        let mut moved = 0;
+        for step in 1..count {
+            let giver = activity
+                .segment((to + step) % count)
+                .expect("segment index in range");
+            let transfer_id = Reservation::new_id();
+            let taken = match self
+                .store
+                .withdraw(giver, &transfer_id, want - moved, receiver)
+                .await
+            {
+                Ok(taken) => taken,
+                Err(e) => {
+                    tracing::warn!(activity = %activity.id, error = %e, "withdraw failed");
+                    continue;
+                }
+            };
+            if taken == 0 {
+                continue;
+            }
+            // On failure the transfer stays recorded on the giver; the sweep delivers it.
+            if self
+                .store
+                .deposit(receiver, &transfer_id, taken)
+                .await
+                .is_ok()
+            {
+                let _ = self.store.acknowledge(giver, &transfer_id).await;
+                moved += taken;
+            }
+            if moved >= needed {
+                break;
+            }
+        }
+        moved
+    }
+
+    /// Records what a script said about the stock: gauge, and the sold-out cache at zero. For a
+    /// segmented activity the script saw one segment only: the gauge is the maintenance loop's,
+    /// and "sold out" is learned when no segment had anything left to move.
+    fn learn_remaining(&self, activity: &Activity, remaining: u64, everywhere: bool) {
+        if activity.shards.is_empty() {
+            self.metrics
+                .stock_remaining
+                .with_label_values(&[&activity.id])
+                .set(remaining as i64);
+        }
+        if everywhere
+            && remaining == 0
+            && !self.sold_out.is_sold_out(&activity.id, activity.version)
+        {
             self.sold_out.mark_sold_out(&activity.id, activity.version);
             self.store.announce(News::SoldOut {
                 activity: activity.id.to_string(),
@@ -311,12 +396,15 @@ impl Admission {
         let buckets: usize = self.limits().map(|l| l.limiter.len()).sum();
         self.metrics.rate_limiter_keys.set(buckets as i64);
     }
-
-    /// Clears the local sold-out mark (stock came back through prewarm or a release).
-    pub fn forget_sold_out(&self, activity: &Activity) {
-        self.sold_out.clear(&activity.id, activity.version);
-    }
 }
+
+/// Most rebalancing rounds one purchase may trigger (each round asks every other segment once
+/// and moves at least one unit, so the loop ends anyway; the cap bounds one buyer's wait while
+/// many buyers of one segment keep taking what was just moved in).
+const MAX_REBALANCE_ROUNDS: usize = 32;
+
+/// A segment short of units takes at least `stock / (segments * this)` from a giver at a time.
+const REBALANCE_CHUNKS_PER_SEGMENT: u64 = 8;
 
 /// Header a buyer's client sets to make retries of one purchase return the same reservation.
 pub const IDEMPOTENCY_HEADER: &str = "idempotency-key";

@@ -320,6 +320,10 @@ pub struct ActivitySection {
     /// default `signing.ttl_secs`.
     #[serde(default)]
     pub hold_secs: Option<u64>,
+    /// Stock split across this many segments, each with its own hash tag (Redis Cluster spreads
+    /// them over masters); every buyer has a home segment holding their units.
+    #[serde(default = "default_segments")]
+    pub segments: u32,
 }
 
 /// What moves a reservation from pending to confirmed.
@@ -347,6 +351,9 @@ fn default_identity_claim() -> String {
 }
 fn default_identity_leeway_secs() -> u64 {
     5
+}
+fn default_segments() -> u32 {
+    1
 }
 fn default_threads() -> usize {
     2

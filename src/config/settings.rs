@@ -191,6 +191,57 @@ pub struct Activity {
     pub confirm: ConfirmMode,
     /// How long a reservation stays pending before it expires.
     pub hold: Duration,
+    /// The stock segments when there are several (each an `Activity` of its own, id
+    /// `<id>~<n>`, so every store operation works on a segment unchanged); empty for one.
+    pub shards: Vec<Arc<Activity>>,
+    /// For a segment: the activity it belongs to.
+    pub parent: Option<Arc<str>>,
+}
+
+/// Most segments one activity may have.
+pub const MAX_SEGMENTS: u32 = 64;
+
+impl Activity {
+    /// The configured activity id (a segment answers its parent's): metric labels, JWT `act`.
+    pub fn label(&self) -> &Arc<str> {
+        self.parent.as_ref().unwrap_or(&self.id)
+    }
+
+    pub fn segment_count(&self) -> u32 {
+        self.shards.len().max(1) as u32
+    }
+
+    /// Segment `n` (the activity itself when it is not segmented).
+    pub fn segment(&self, n: u32) -> Option<&Activity> {
+        if self.shards.is_empty() {
+            (n == 0).then_some(self)
+        } else {
+            self.shards.get(n as usize).map(|s| &**s)
+        }
+    }
+
+    /// Every segment (the activity itself when it is not segmented).
+    pub fn segments(&self) -> Vec<&Activity> {
+        if self.shards.is_empty() {
+            vec![self]
+        } else {
+            self.shards.iter().map(|s| &**s).collect()
+        }
+    }
+
+    /// A buyer's home segment: a stable hash of the user id (the same on every instance).
+    pub fn home_segment(&self, user: &str) -> u32 {
+        home_segment(user, self.segment_count())
+    }
+}
+
+/// The home segment of `user` among `count`: FNV-1a (64 bit) of the user id, stable across
+/// processes and releases, unlike std's per-process RandomState.
+pub fn home_segment(user: &str, count: u32) -> u32 {
+    let hash = user.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    });
+    (hash % u64::from(count.max(1))) as u32
 }
 
 /// Where an activity stands at a given instant.
@@ -729,9 +780,16 @@ fn activities(
             Some(secs) => Duration::from_secs(secs),
             None => default_hold,
         };
-        let activity = Arc::new(Activity {
-            id: Arc::from(a.id.as_str()),
-            stock: a.stock,
+        if a.segments == 0 || a.segments > MAX_SEGMENTS {
+            return Err(ConfigError::invalid(
+                key("segments"),
+                format!("must be 1 to {MAX_SEGMENTS}"),
+            ));
+        }
+        let id: Arc<str> = Arc::from(a.id.as_str());
+        let view = |id: Arc<str>, stock: u64, parent: Option<Arc<str>>| Activity {
+            id,
+            stock,
             version: a.version,
             per_user_limit,
             max_per_request,
@@ -739,6 +797,28 @@ fn activities(
             ends_at,
             confirm: a.confirm,
             hold,
+            shards: Vec::new(),
+            parent,
+        };
+        let shards = if a.segments == 1 {
+            Vec::new()
+        } else {
+            let n = u64::from(a.segments);
+            (0..n)
+                .map(|i| {
+                    // The first stock % n segments take one unit more.
+                    let share = a.stock / n + u64::from(i < a.stock % n);
+                    Arc::new(view(
+                        Arc::from(format!("{id}~{i}")),
+                        share,
+                        Some(id.clone()),
+                    ))
+                })
+                .collect()
+        };
+        let activity = Arc::new(Activity {
+            shards,
+            ..view(id, a.stock, None)
         });
         out.by_id.insert(activity.id.clone(), activity.clone());
         out.ordered.push(activity);

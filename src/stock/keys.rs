@@ -65,6 +65,16 @@ impl KeyLayout {
         self.activity(activity, "events")
     }
 
+    /// Outgoing transfers of a segment not yet acknowledged (transfer id -> JSON).
+    pub fn transfers(&self, activity: &str) -> String {
+        self.activity(activity, "transfers")
+    }
+
+    /// Transfers a segment has received (transfer id -> units): deposits happen once.
+    pub fn received(&self, activity: &str) -> String {
+        self.activity(activity, "received")
+    }
+
     /// The pub/sub channel of sold-out news (not a key; shared by the deployment).
     pub fn news_channel(&self) -> String {
         format!("{}:news", self.prefix)

@@ -41,8 +41,12 @@ static PREWARM_SCRIPT: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../lua/prewarm.lua")));
 static LEDGER_SCRIPT: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../lua/ledger.lua")));
+static WITHDRAW_SCRIPT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../lua/withdraw.lua")));
+static DEPOSIT_SCRIPT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../lua/deposit.lua")));
 
-fn all_scripts() -> [&'static Script; 6] {
+fn all_scripts() -> [&'static Script; 8] {
     [
         &RESERVE_SCRIPT,
         &RELEASE_SCRIPT,
@@ -50,7 +54,21 @@ fn all_scripts() -> [&'static Script; 6] {
         &SWEEP_SCRIPT,
         &PREWARM_SCRIPT,
         &LEDGER_SCRIPT,
+        &WITHDRAW_SCRIPT,
+        &DEPOSIT_SCRIPT,
     ]
+}
+
+/// An outgoing transfer not yet acknowledged by its giving segment.
+#[derive(Debug, Clone, serde::Deserialize)]
+pub struct Transfer {
+    #[serde(skip)]
+    pub id: String,
+    /// The receiving segment's id.
+    pub to: String,
+    pub qty: u64,
+    /// When it was withdrawn (unix ms).
+    pub ts: u64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -477,6 +495,92 @@ impl StockStore {
             .ok_or_else(|| StoreError::protocol(ScriptName::Ledger, reply))
     }
 
+    /// First half of moving units between segments: takes up to `want` units out of `from`'s
+    /// current version. Returns the units taken (0: that segment has none).
+    pub async fn withdraw(
+        &self,
+        from: &Activity,
+        transfer_id: &str,
+        want: u64,
+        to: &Activity,
+    ) -> Result<u64, StoreError> {
+        let mut invocation = WITHDRAW_SCRIPT.prepare_invoke();
+        invocation
+            .key(self.keys.stock(&from.id, from.version))
+            .key(self.keys.ledger(&from.id, from.version))
+            .key(self.keys.transfers(&from.id))
+            .arg(transfer_id)
+            .arg(want)
+            .arg(&*to.id)
+            .arg(unix_ms());
+        self.eval(ScriptName::Transfer, StoreOp::Transfer, &invocation)
+            .await
+    }
+
+    /// Second half: the units arrive in `to`'s current version, once per transfer id.
+    pub async fn deposit(
+        &self,
+        to: &Activity,
+        transfer_id: &str,
+        qty: u64,
+    ) -> Result<bool, StoreError> {
+        let mut invocation = DEPOSIT_SCRIPT.prepare_invoke();
+        invocation
+            .key(self.keys.stock(&to.id, to.version))
+            .key(self.keys.ledger(&to.id, to.version))
+            .key(self.keys.received(&to.id))
+            .arg(transfer_id)
+            .arg(qty);
+        let deposited: i64 = self
+            .eval(ScriptName::Transfer, StoreOp::Transfer, &invocation)
+            .await?;
+        Ok(deposited == 1)
+    }
+
+    /// The giving segment forgets a delivered transfer.
+    pub async fn acknowledge(&self, from: &Activity, transfer_id: &str) -> Result<(), StoreError> {
+        self.query::<i64>(
+            StoreOp::Transfer,
+            redis::cmd("HDEL")
+                .arg(self.keys.transfers(&from.id))
+                .arg(transfer_id),
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// Transfers a segment gave but has not seen acknowledged (a gateway died between halves).
+    pub async fn unacknowledged_transfers(
+        &self,
+        from: &Activity,
+    ) -> Result<Vec<Transfer>, StoreError> {
+        let raw: Vec<(String, String)> = self
+            .query(
+                StoreOp::Read,
+                redis::cmd("HGETALL").arg(self.keys.transfers(&from.id)),
+            )
+            .await?;
+        Ok(raw
+            .into_iter()
+            .filter_map(|(id, json)| {
+                let mut t: Transfer = serde_json::from_str(&json).ok()?;
+                t.id = id;
+                Some(t)
+            })
+            .collect())
+    }
+
+    /// Whether a segment has received a transfer.
+    pub async fn received(&self, to: &Activity, transfer_id: &str) -> Result<bool, StoreError> {
+        self.query(
+            StoreOp::Read,
+            redis::cmd("HEXISTS")
+                .arg(self.keys.received(&to.id))
+                .arg(transfer_id),
+        )
+        .await
+    }
+
     /// The stock versions of an activity ever prewarmed, ascending, with the configured one.
     pub async fn versions(&self, activity: &Activity) -> Result<Vec<u64>, StoreError> {
         let mut versions: Vec<u64> = self
@@ -533,6 +637,8 @@ impl StockStore {
                 "confirmed",
                 "released",
                 "retired",
+                "moved_in",
+                "moved_out",
             ]);
             pipe.cmd("EXISTS").arg(self.keys.ledger(id, v));
             pipe.cmd("ZCARD").arg(self.keys.pending(id, v));

@@ -208,12 +208,15 @@ pub struct LedgerRow {
     pub retired: i64,
     pub ledger: bool,
     pub pending_reservations: i64,
+    /// Units moved in from / out to other segments (rebalancing).
+    pub moved_in: i64,
+    pub moved_out: i64,
 }
 
 impl LedgerRow {
     pub(super) fn parse(version: u64, r: &[i64]) -> Option<Self> {
         match *r {
-            [stock_key, remaining, initial, pending, confirmed, released, retired, ledger, pending_reservations] => {
+            [stock_key, remaining, initial, pending, confirmed, released, retired, ledger, pending_reservations, moved_in, moved_out] => {
                 Some(LedgerRow {
                     version,
                     stock_key: stock_key == 1,
@@ -225,21 +228,44 @@ impl LedgerRow {
                     retired,
                     ledger: ledger == 1,
                     pending_reservations,
+                    moved_in,
+                    moved_out,
                 })
             }
             _ => None,
         }
     }
 
-    /// `initial - (remaining + pending + confirmed + retired)`: zero when every unit is
-    /// accounted for. A version with no ledger and no stock key (never prewarmed, or expired
+    /// The rows of one version summed over segments; `None` without rows.
+    pub fn total(rows: &[&LedgerRow]) -> Option<LedgerRow> {
+        let first = *rows.first()?;
+        Some(rows.iter().skip(1).fold(*first, |t, r| LedgerRow {
+            version: t.version,
+            stock_key: t.stock_key && r.stock_key,
+            remaining: t.remaining + r.remaining,
+            initial: t.initial + r.initial,
+            pending: t.pending + r.pending,
+            confirmed: t.confirmed + r.confirmed,
+            released: t.released + r.released,
+            retired: t.retired + r.retired,
+            ledger: t.ledger || r.ledger,
+            pending_reservations: t.pending_reservations + r.pending_reservations,
+            moved_in: t.moved_in + r.moved_in,
+            moved_out: t.moved_out + r.moved_out,
+        }))
+    }
+
+    /// `initial + moved_in - moved_out - (remaining + pending + confirmed + retired)`: zero when
+    /// every unit is accounted for. A version with no ledger and no stock key (never prewarmed, or expired
     /// with everything) has nothing to account for.
     pub fn drift(&self) -> i64 {
         if !self.ledger && !self.stock_key {
             return 0;
         }
         let remaining = if self.stock_key { self.remaining } else { 0 };
-        self.initial - (remaining + self.pending + self.confirmed + self.retired)
+        self.initial + self.moved_in
+            - self.moved_out
+            - (remaining + self.pending + self.confirmed + self.retired)
     }
 }
 
@@ -270,6 +296,8 @@ pub(super) fn parse_snapshot(
             retired: *ledger.get(4)?,
             ledger: int(v.get(3))? == 1,
             pending_reservations: int(v.get(4))?,
+            moved_in: *ledger.get(5)?,
+            moved_out: *ledger.get(6)?,
         });
     }
     let records = match values.last()? {
@@ -300,6 +328,8 @@ mod tests {
             retired: 1,
             ledger: true,
             pending_reservations: 6,
+            moved_in: 0,
+            moved_out: 0,
         };
         assert_eq!(row.drift(), 0);
         assert_eq!(

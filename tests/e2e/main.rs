@@ -12,3 +12,4 @@ mod lifecycle;
 mod news;
 mod reservations;
 mod security;
+mod segments;

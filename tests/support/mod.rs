@@ -33,6 +33,8 @@ pub fn store_activity(
         ends_at: chrono::Utc.with_ymd_and_hms(2099, 1, 1, 0, 0, 0).unwrap(),
         confirm,
         hold,
+        shards: Vec::new(),
+        parent: None,
     }
 }
 
@@ -395,6 +397,7 @@ pub struct TestActivity {
     /// `upstream` (default) or `explicit`.
     pub confirm: Option<&'static str>,
     pub hold_secs: Option<u64>,
+    pub segments: Option<u32>,
 }
 
 impl TestActivity {
@@ -409,6 +412,7 @@ impl TestActivity {
             ends_at: "2099-01-01T00:00:00Z",
             confirm: None,
             hold_secs: None,
+            segments: None,
         }
     }
 
@@ -540,6 +544,9 @@ sale_routes:
             ));
             if let Some(confirm) = a.confirm {
                 y.push_str(&format!("    confirm: {confirm}\n"));
+            }
+            if let Some(segments) = a.segments {
+                y.push_str(&format!("    segments: {segments}\n"));
             }
             if let Some(hold) = a.hold_secs {
                 y.push_str(&format!("    hold_secs: {hold}\n"));

@@ -1,0 +1,144 @@
+//! Segmented stock: one activity's stock split over hash-tagged segments, every buyer with a
+//! home segment that holds their units, and rebalancing so the whole stock sells.
+
+use crate::support::*;
+use flashgate::config::home_segment;
+use std::collections::HashMap;
+
+fn segmented(id: &'static str, stock: u64, segments: u32, limit: u32) -> TestActivity {
+    TestActivity {
+        segments: Some(segments),
+        per_user_limit: limit,
+        max_per_request: limit,
+        ..TestActivity::open(id, stock)
+    }
+}
+
+/// Units per user the upstream saw (from the verified-by-shape reservations).
+async fn units_by_user(upstream: &Upstream) -> HashMap<String, u64> {
+    let mut units = HashMap::new();
+    for r in upstream.requests().await {
+        let token = r["headers"]["x-flashgate-reservation"].as_str().unwrap();
+        let claims = jsonwebtoken::dangerous::insecure_decode::<serde_json::Value>(token)
+            .unwrap()
+            .claims;
+        assert_eq!(
+            claims["act"], "1001",
+            "the JWT names the activity, not a segment"
+        );
+        *units
+            .entry(claims["sub"].as_str().unwrap().to_owned())
+            .or_default() += claims["qty"].as_u64().unwrap();
+    }
+    units
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_segmented_sale_sells_its_stock_with_exact_per_user_limits() {
+    const STOCK: u64 = 1000;
+    let redis = RedisServer::start();
+    let upstream = Upstream::start();
+    let mut config = TestConfig::new(&redis, &upstream, vec![segmented("1001", STOCK, 4, 2)]);
+    config.per_user = None;
+    config.redis_timeout_ms = 2000;
+    let gw = GatewayProc::start(config);
+
+    // 1,500 buyers at once, each asking for 2 then 1: demand well over the stock.
+    let requests: Vec<String> = (0..1500)
+        .flat_map(|i| {
+            let user = format!("buyer-{i}");
+            ["2", "1"].map(|q| {
+                raw_request(
+                    "POST",
+                    &format!("/api/seckill/1001/buy?qty={q}"),
+                    &[("X-User-Id", &user)],
+                )
+            })
+        })
+        .collect();
+    for resp in burst(gw.addr, requests).await {
+        assert!(
+            matches!(resp.status, 200 | 409 | 410),
+            "{} {}",
+            resp.status,
+            String::from_utf8_lossy(&resp.body)
+        );
+    }
+    let units = units_by_user(&upstream).await;
+    let sold: u64 = units.values().sum();
+    assert!(sold * 1000 >= STOCK * 999, "sold {sold} of {STOCK}");
+    assert!(sold <= STOCK, "oversold: {sold}");
+    assert!(units.values().all(|&u| u <= 2), "a buyer over the limit");
+    let view = gw.admin_get("/v1/activities/1001").await.json();
+    assert_eq!(view["segments"], 4);
+    assert_eq!(view["remaining"].as_u64(), Some(STOCK - sold));
+    let (code, table) = gw.reconcile();
+    assert_eq!(code, 0, "{table}");
+    assert!(table.contains("1001~3"), "{table}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_home_segment_pulls_stock_from_the_others() {
+    let redis = RedisServer::start();
+    let upstream = Upstream::start();
+    let mut config = TestConfig::new(&redis, &upstream, vec![segmented("1001", 400, 4, 2)]);
+    config.per_user = None;
+    config.redis_timeout_ms = 2000;
+    let gw = GatewayProc::start(config);
+
+    // 150 buyers who all live in segment 0 (100 units of its own) want 2 units each.
+    let homed: Vec<String> = (0..)
+        .map(|i| format!("home0-{i}"))
+        .filter(|u| home_segment(u, 4) == 0)
+        .take(150)
+        .collect();
+    let requests = homed
+        .iter()
+        .map(|u| raw_request("POST", "/api/seckill/1001/buy?qty=2", &[("X-User-Id", u)]))
+        .collect();
+    let statuses: Vec<u16> = burst(gw.addr, requests)
+        .await
+        .iter()
+        .map(|r| r.status)
+        .collect();
+    assert!(statuses.iter().all(|&s| s == 200), "{statuses:?}");
+    // Their limit still holds across segments: a third unit is refused.
+    assert_eq!(
+        gw.buy("1001", &homed[0], Some(1)).await.code(),
+        "limit_exceeded"
+    );
+    let units = units_by_user(&upstream).await;
+    assert_eq!(units.values().sum::<u64>(), 300);
+    let mut conn = redis.conn();
+    let moved_in: i64 = redis::cmd("HGET")
+        .arg("fg:{1001~0}:v1:ledger")
+        .arg("moved_in")
+        .query(&mut conn)
+        .unwrap();
+    assert!(moved_in >= 200, "segment 0 received {moved_in}");
+    let left: i64 = (0..4)
+        .map(|s| redis.get_int(&format!("fg:{{1001~{s}}}:v1:stock")).unwrap())
+        .sum();
+    assert_eq!(left, 100, "no unit created or lost by transfers");
+    let (code, table) = gw.reconcile();
+    assert_eq!(code, 0, "{table}");
+
+    // Reservations live in the buyer's segment; the admin API finds them by id.
+    let jti = {
+        let r = &upstream.requests().await[0];
+        let token = r["headers"]["x-flashgate-reservation"].as_str().unwrap();
+        jsonwebtoken::dangerous::insecure_decode::<serde_json::Value>(token)
+            .unwrap()
+            .claims["jti"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    assert!(jti.ends_with(".0"), "{jti}");
+    let released = gw
+        .admin_post(&format!("/v1/activities/1001/reservations/{jti}/release"))
+        .await;
+    assert_eq!(released.status, 200);
+    let (code, table) = gw.reconcile();
+    assert_eq!(code, 0, "{table}");
+}
