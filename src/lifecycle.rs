@@ -26,7 +26,7 @@ use std::sync::Arc;
 const MAX_RESERVATION_ID_LEN: usize = 64;
 
 /// A transfer still unacknowledged this long after its withdraw was cut short.
-const STRANDED_TRANSFER_AFTER_MS: u64 = 10_000;
+const STRANDED_TRANSFER_AFTER_MS: u64 = 5_000;
 
 /// Sweep calls per version per tick at most, so one tick stays short under a flood of expiries.
 const MAX_SWEEP_CALLS_PER_TICK: usize = 50;

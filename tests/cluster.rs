@@ -223,3 +223,84 @@ async fn three_gateways_on_a_cluster_sell_exactly_the_stock() {
     let (code, table) = gateways[1].reconcile();
     assert_eq!(code, 0, "{table}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn segments_spread_one_activity_over_masters_and_sell_it_all() {
+    const STOCK: u64 = 600;
+    let cluster = RedisCluster::start();
+    let upstream = Upstream::start();
+    let placeholder = RedisServer::start();
+    let activity = TestActivity {
+        segments: Some(6),
+        per_user_limit: 2,
+        max_per_request: 2,
+        ..TestActivity::open("7007", STOCK)
+    };
+    let mut config = TestConfig::new(&placeholder, &upstream, vec![activity]);
+    config.redis_cluster = Some(cluster.nodes());
+    config.redis_timeout_ms = 2000;
+    config.per_user = None;
+    let gw = GatewayProc::start(config);
+    let masters: HashSet<u16> = (0..6)
+        .map(|s| cluster.node_of(&format!("fg:{{7007~{s}}}:v1:stock")))
+        .collect();
+    assert!(
+        masters.len() >= 2,
+        "segments should land on several masters"
+    );
+
+    let requests = (0..900)
+        .flat_map(|i| {
+            let user = format!("c-{i}");
+            ["1", "1"].map(|q| {
+                raw_request(
+                    "POST",
+                    &format!("/api/seckill/7007/buy?qty={q}"),
+                    &[("X-User-Id", &user)],
+                )
+            })
+        })
+        .collect();
+    let answers = burst(gw.addr, requests).await;
+    let mut statuses = std::collections::BTreeMap::<u16, usize>::new();
+    for a in &answers {
+        *statuses.entry(a.status).or_default() += 1;
+    }
+    eprintln!("segmented burst on the cluster: {statuses:?}");
+    // Demand goes on after the first instant (those told "busy" come back, new buyers arrive):
+    // whatever the burst left in a segment is sold to them.
+    let mut late = 0;
+    wait_for_async(
+        "the late buyers to take what was left",
+        Duration::from_secs(15),
+        || {
+            late += 1;
+            let user = format!("late-{late}");
+            let gw = &gw;
+            async move {
+                gw.buy("7007", &user, Some(1)).await;
+                let left = gw.admin_get("/v1/activities/7007").await.json()["remaining"].as_u64();
+                (left == Some(0)).then_some(())
+            }
+        },
+    )
+    .await;
+    let mut per_user = std::collections::HashMap::<String, u64>::new();
+    for r in upstream.requests().await {
+        let token = r["headers"]["x-flashgate-reservation"].as_str().unwrap();
+        let claims = jsonwebtoken::dangerous::insecure_decode::<serde_json::Value>(token)
+            .unwrap()
+            .claims;
+        *per_user
+            .entry(claims["sub"].as_str().unwrap().to_owned())
+            .or_default() += claims["qty"].as_u64().unwrap();
+    }
+    let sold: u64 = per_user.values().sum();
+    assert!(
+        sold * 1000 >= STOCK * 999 && sold <= STOCK,
+        "sold {sold} of {STOCK}"
+    );
+    assert!(per_user.values().all(|&u| u <= 2));
+    let (code, table) = gw.reconcile();
+    assert_eq!(code, 0, "{table}");
+}

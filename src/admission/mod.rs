@@ -271,7 +271,11 @@ impl Admission {
                 Ok(reservation(id, qty, activity.version))
             }
             ReserveOutcome::Insufficient { remaining } => {
-                self.learn_remaining(activity, remaining, exhausted);
+                // Segmented: the others looked empty, but units may be on their way between two
+                // segments; only an activity whose every segment reads zero is sold out.
+                let everywhere = exhausted
+                    && (activity.shards.is_empty() || self.every_segment_empty(activity).await);
+                self.learn_remaining(activity, remaining, everywhere);
                 facts.stock_after = Some(remaining);
                 if exhausted {
                     Err(Decision::SoldOut)
@@ -287,6 +291,24 @@ impl Admission {
                 Err(Decision::Unavailable)
             }
         }
+    }
+
+    /// Whether every segment of an activity reads zero with no transfer between two of them
+    /// (two reads per segment; the reads are not one snapshot, so a transfer finishing between
+    /// them can still leave a sold-out mark that the next deposit or the cache TTL clears).
+    async fn every_segment_empty(&self, activity: &Activity) -> bool {
+        for segment in activity.segments() {
+            let in_flight = self.store.unacknowledged_transfers(segment).await;
+            if !matches!(in_flight, Ok(ref t) if t.is_empty()) {
+                return false;
+            }
+        }
+        for segment in activity.segments() {
+            if !matches!(self.store.remaining(segment).await, Ok(Some(0))) {
+                return false;
+            }
+        }
+        true
     }
 
     /// Moves units from the other segments into segment `to` until `needed` arrived (taking at
@@ -327,6 +349,14 @@ impl Admission {
             {
                 let _ = self.store.acknowledge(giver, &transfer_id).await;
                 moved += taken;
+                // Units arrived: an activity marked sold out meanwhile is not.
+                if self.sold_out.is_sold_out(&activity.id, activity.version) {
+                    self.sold_out.clear(&activity.id, activity.version);
+                    self.store.announce(News::Available {
+                        activity: activity.id.to_string(),
+                        version: activity.version,
+                    });
+                }
             }
             if moved >= needed {
                 break;

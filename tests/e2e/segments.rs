@@ -142,3 +142,65 @@ async fn a_busy_home_segment_pulls_stock_from_the_others() {
     let (code, table) = gw.reconcile();
     assert_eq!(code, 0, "{table}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transfer_cut_in_half_is_accounted_for_and_delivered_by_the_sweep() {
+    let redis = RedisServer::start();
+    let upstream = Upstream::start();
+    let config = TestConfig::new(&redis, &upstream, vec![segmented("1001", 400, 4, 2)]);
+    let gw = GatewayProc::start(config);
+    // A gateway dies between the two halves of a transfer: 30 units leave segment 1 and are
+    // recorded as in flight, nothing arrives in segment 0 yet.
+    let settings = flashgate::Settings::load_without_secrets(&gw.config_path()).unwrap();
+    let activity = settings.activities.get("1001").unwrap();
+    let store = stock_store(redis.url(), vec![], std::time::Duration::from_secs(2));
+    let (giver, receiver) = (activity.segment(1).unwrap(), activity.segment(0).unwrap());
+    assert_eq!(
+        store
+            .withdraw(giver, "t-crash", 30, receiver)
+            .await
+            .unwrap(),
+        30
+    );
+    assert_eq!(redis.get_int("fg:{1001~1}:v1:stock"), Some(70));
+    assert_eq!(redis.get_int("fg:{1001~0}:v1:stock"), Some(100));
+    let (code, table) = gw.reconcile();
+    assert_eq!(code, 0, "units in flight are accounted for: {table}");
+
+    // The sweep delivers it once it is clearly abandoned; exactly once.
+    wait_for_async(
+        "the stranded transfer to be delivered",
+        std::time::Duration::from_secs(20),
+        || async { (redis.get_int("fg:{1001~0}:v1:stock") == Some(130)).then_some(()) },
+    )
+    .await;
+    assert!(store
+        .unacknowledged_transfers(giver)
+        .await
+        .unwrap()
+        .is_empty());
+    assert!(
+        !store.deposit(receiver, "t-crash", 30).await.unwrap(),
+        "a second deposit changes nothing"
+    );
+    assert_eq!(redis.get_int("fg:{1001~0}:v1:stock"), Some(130));
+    let (code, table) = gw.reconcile();
+    assert_eq!(code, 0, "{table}");
+
+    // A transfer that created units from nothing would be caught.
+    let mut conn = redis.conn();
+    let _: () = redis::cmd("HINCRBY")
+        .arg("fg:{1001~0}:v1:ledger")
+        .arg("moved_in")
+        .arg(5)
+        .query(&mut conn)
+        .unwrap();
+    let _: () = redis::cmd("INCRBY")
+        .arg("fg:{1001~0}:v1:stock")
+        .arg(5)
+        .query(&mut conn)
+        .unwrap();
+    let (code, table) = gw.reconcile();
+    assert_eq!(code, 1, "{table}");
+    assert!(table.contains("TRANSFER MISMATCH"), "{table}");
+}
