@@ -230,13 +230,13 @@ async fn segments_spread_one_activity_over_masters_and_sell_it_all() {
     let cluster = RedisCluster::start();
     let upstream = Upstream::start();
     let placeholder = RedisServer::start();
-    // A 3 s hold: a 2xx confirms at once, and a unit whose buyer's request failed half-way and
+    // A 10 s hold: a 2xx confirms at once, and a unit whose buyer's request failed half-way and
     // could not be released at once comes back by expiry within the test.
     let activity = TestActivity {
         segments: Some(6),
         per_user_limit: 2,
         max_per_request: 2,
-        hold_secs: Some(3),
+        hold_secs: Some(10),
         ..TestActivity::open("7007", STOCK)
     };
     let mut config = TestConfig::new(&placeholder, &upstream, vec![activity]);

@@ -155,6 +155,9 @@ async fn a_transfer_cut_in_half_is_accounted_for_and_delivered_by_the_sweep() {
     let activity = settings.activities.get("1001").unwrap();
     let store = stock_store(redis.url(), vec![], std::time::Duration::from_secs(2));
     let (giver, receiver) = (activity.segment(1).unwrap(), activity.segment(0).unwrap());
+    // (The gateway prewarms at start-up; make sure, without racing it: create-once.)
+    store.prewarm(giver).await.unwrap();
+    store.prewarm(receiver).await.unwrap();
     assert_eq!(
         store
             .withdraw(giver, "t-crash", 30, receiver)
