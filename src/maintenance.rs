@@ -46,6 +46,19 @@ impl Maintenance {
             if window == SaleWindow::Ended {
                 continue;
             }
+            match gw.store.claim_layout(parent).await {
+                Ok(Ok(())) => {}
+                Ok(Err(first)) => {
+                    tracing::error!(activity = %parent.id, version = parent.version, first,
+                        now = parent.segment_count(),
+                        "segments changed without a new version: refused (it would sell units twice); raise version to re-split the stock");
+                    continue;
+                }
+                Err(e) => {
+                    tracing::warn!(activity = %parent.id, error = %e, "prewarm failed");
+                    continue;
+                }
+            }
             let mut total: Option<i64> = Some(0);
             for activity in parent.segments() {
                 self.prewarm_one(activity, window).await;

@@ -203,8 +203,13 @@ impl Admission {
         if let Ok(ReserveOutcome::NoStockKey) = outcome {
             // Not prewarmed yet (or Redis lost it): create it once (never a reset) and retry once;
             // another instance may have created it meanwhile.
-            if let Ok(PrewarmOutcome::Created | PrewarmOutcome::Exists) =
-                self.store.prewarm(home).await
+            // (Never under a segment count other than the one the version was first sold with.)
+            let layout_ok = matches!(self.store.claim_layout(activity).await, Ok(Ok(())));
+            if layout_ok
+                && matches!(
+                    self.store.prewarm(home).await,
+                    Ok(PrewarmOutcome::Created | PrewarmOutcome::Exists)
+                )
             {
                 self.sold_out.clear(&activity.id, activity.version);
                 outcome = self.store.reserve(request).await;

@@ -65,6 +65,11 @@ impl KeyLayout {
         self.activity(activity, "events")
     }
 
+    /// The segment count a stock version was first prewarmed with (in the activity's own tag).
+    pub fn layout(&self, activity: &str, version: u64) -> String {
+        self.versioned(activity, version, "segments")
+    }
+
     /// Outgoing transfers of a segment not yet acknowledged (transfer id -> JSON).
     pub fn transfers(&self, activity: &str) -> String {
         self.activity(activity, "transfers")

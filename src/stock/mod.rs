@@ -480,6 +480,36 @@ impl StockStore {
         Ok(outcome)
     }
 
+    /// Records the segment count an activity's current version is sold with, the first time; later
+    /// calls answer `Err(first)` if the count differs. Changing `segments` without a new
+    /// `version` would create the new segments' keys from the configured stock and sell units
+    /// twice, so such a layout is refused.
+    pub async fn claim_layout(&self, activity: &Activity) -> Result<Result<(), u32>, StoreError> {
+        let key = self.keys.layout(&activity.id, activity.version);
+        let count = activity.segment_count();
+        let claimed: Option<String> = self
+            .query(
+                StoreOp::Prewarm,
+                redis::cmd("SET")
+                    .arg(&key)
+                    .arg(count)
+                    .arg("NX")
+                    .arg("EXAT")
+                    .arg(self.expire_at(activity)),
+            )
+            .await?;
+        if claimed.is_some() {
+            return Ok(Ok(()));
+        }
+        let first: Option<u32> = self
+            .query(StoreOp::Prewarm, redis::cmd("GET").arg(&key))
+            .await?;
+        Ok(match first {
+            Some(first) if first != count => Err(first),
+            _ => Ok(()),
+        })
+    }
+
     /// One version's stock and ledger, read atomically.
     pub async fn ledger(&self, activity: &Activity, version: u64) -> Result<LedgerRow, StoreError> {
         let id = &activity.id;

@@ -207,3 +207,38 @@ async fn a_transfer_cut_in_half_is_accounted_for_and_delivered_by_the_sweep() {
     assert_eq!(code, 1, "{table}");
     assert!(table.contains("TRANSFER MISMATCH"), "{table}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changing_segments_without_a_new_version_is_refused() {
+    let redis = RedisServer::start();
+    let upstream = Upstream::start();
+    let mut config = TestConfig::new(&redis, &upstream, vec![TestActivity::open("1001", 10)]);
+    let gw = GatewayProc::start(config.clone());
+    assert_eq!(gw.buy("1001", "alice", None).await.status, 200);
+    drop(gw);
+
+    // Someone re-splits the same version into 4 segments: that would put 10 fresh units on
+    // sale next to the 9 left. Refused: buyers get 503, nothing is created.
+    config.activities[0].segments = Some(4);
+    config.listen_port = free_port();
+    config.admin_port = free_port();
+    let gw = GatewayProc::start(config.clone());
+    assert_eq!(gw.buy("1001", "bob", None).await.code(), "unavailable");
+    for s in 0..4 {
+        assert_eq!(redis.get_int(&format!("fg:{{1001~{s}}}:v1:stock")), None);
+    }
+    assert_eq!(redis.get_int("fg:{1001}:v1:stock"), Some(9));
+    assert!(
+        gw.logs().contains("segments changed without a new version"),
+        "{}",
+        gw.logs()
+    );
+    drop(gw);
+
+    // With a new version (a restock) the new layout is fine.
+    config.activities[0].version = 2;
+    config.listen_port = free_port();
+    config.admin_port = free_port();
+    let gw = GatewayProc::start(config);
+    assert_eq!(gw.buy("1001", "carol", None).await.status, 200);
+}
