@@ -237,15 +237,16 @@ impl Admission {
             }
             outcome = self.store.reserve(request).await;
         }
-        let home_arc = match activity.shards.get(segment as usize) {
-            Some(shard) => shard.clone(),
-            None => activity.clone(),
-        };
         let outcome = match outcome {
             Ok(outcome) => outcome,
             Err(e) => {
                 if let StoreError::Timeout(_) = e {
-                    self.abandon_in_background(home_arc, id);
+                    // Only on this rare path: the home segment as an owned handle for the task.
+                    let home = match activity.shards.get(segment as usize) {
+                        Some(shard) => shard.clone(),
+                        None => activity.clone(),
+                    };
+                    self.abandon_in_background(home, id);
                 }
                 tracing::warn!(activity = %activity.id, error = %e, "reserve failed");
                 return Err(Decision::Unavailable);
