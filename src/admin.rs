@@ -3,6 +3,8 @@
 use crate::config::{Activity, AdminToken, ConfirmMode};
 use crate::gateway::Gateway;
 use crate::lifecycle::AdminOutcome;
+use crate::metrics::BreakerMode;
+use crate::reload::Reloader;
 use crate::stock::{LedgerRow, ReservationRecord};
 use async_trait::async_trait;
 use http::{Method, Response, StatusCode};
@@ -13,11 +15,52 @@ use std::sync::Arc;
 
 pub struct AdminApp {
     gw: Arc<Gateway>,
+    /// `None` when the gateway was not started from a file (nothing to reload from).
+    reloader: Option<Arc<Reloader>>,
 }
 
 impl AdminApp {
-    pub fn new(gw: Arc<Gateway>) -> Self {
-        AdminApp { gw }
+    pub fn new(gw: Arc<Gateway>, reloader: Option<Arc<Reloader>>) -> Self {
+        AdminApp { gw, reloader }
+    }
+
+    /// `GET /v1/breaker`: the store breaker's state and the admin switch.
+    fn breaker_view(&self) -> Response<Vec<u8>> {
+        let (state, mode) = self.gw.admission.breaker.status();
+        json_response(
+            StatusCode::OK,
+            &json!({"state": state.as_str(), "mode": mode.as_str()}),
+        )
+    }
+
+    /// `POST /v1/config/reload`: 200 with the generation, or 422 naming the refused key.
+    async fn reload(&self) -> Response<Vec<u8>> {
+        let Some(reloader) = &self.reloader else {
+            return error(
+                StatusCode::CONFLICT,
+                "no_config_file",
+                "this gateway was not started from a configuration file",
+            );
+        };
+        match reloader.reload().await {
+            Ok(applied) => json_response(
+                StatusCode::OK,
+                &json!({
+                    "result": "applied",
+                    "generation": applied.generation,
+                    "needs_restart": applied.needs_restart,
+                }),
+            ),
+            Err(e) => json_response(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                &json!({
+                    "result": "refused",
+                    "code": "invalid_config",
+                    "message": e.to_string(),
+                    "generation": self.gw.live.current().number,
+                }),
+            ),
+        }
     }
 }
 
@@ -27,14 +70,15 @@ impl ServeHttp for AdminApp {
         let req = session.req_header();
         let method = req.method.clone();
         let path = req.uri.path().to_owned();
+        let settings = self.gw.settings();
         let authorized = bearer_matches(
             req.headers.get(http::header::AUTHORIZATION),
-            self.gw.settings.admin.token.as_ref(),
+            settings.admin.token.as_ref(),
         );
         let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
         match (&method, segments.as_slice()) {
             (&Method::GET, ["metrics"]) => {
-                self.gw.admission.refresh_gauges();
+                self.gw.refresh_gauges();
                 response(
                     StatusCode::OK,
                     "text/plain; version=0.0.4",
@@ -44,7 +88,11 @@ impl ServeHttp for AdminApp {
             (&Method::GET, ["healthz"]) => json_response(StatusCode::OK, &json!({"status": "ok"})),
             (&Method::GET, [".well-known", "jwks.json"]) => json_response(
                 StatusCode::OK,
-                &crate::reservation::Signer::jwks(&self.gw.settings.signing.published_keys),
+                &crate::reservation::Signer::jwks(&settings.signing.published_keys),
+            ),
+            (&Method::GET, ["readyz"]) if self.gw.is_draining() => json_response(
+                StatusCode::SERVICE_UNAVAILABLE,
+                &json!({"ready": false, "reason": "shutting down"}),
             ),
             (&Method::GET, ["readyz"]) => match self.gw.store.ready().await {
                 Ok(()) => json_response(StatusCode::OK, &json!({"ready": true})),
@@ -58,14 +106,32 @@ impl ServeHttp for AdminApp {
                 "unauthenticated",
                 "bearer token missing or wrong",
             ),
+            (&Method::POST, ["v1", "config", "reload"]) => self.reload().await,
+            (&Method::GET, ["v1", "breaker"]) => self.breaker_view(),
+            (&Method::POST, ["v1", "breaker", mode]) => {
+                let mode = match *mode {
+                    "auto" => BreakerMode::Auto,
+                    "open" => BreakerMode::ForcedOpen,
+                    "closed" => BreakerMode::ForcedClosed,
+                    _ => {
+                        return error(
+                            StatusCode::NOT_FOUND,
+                            "not_found",
+                            "breaker modes: auto, open, closed",
+                        )
+                    }
+                };
+                self.gw.admission.breaker.set_mode(mode);
+                self.breaker_view()
+            }
             (&Method::GET, ["v1", "activities"]) => {
-                let mut list = Vec::with_capacity(self.gw.settings.activities.len());
-                for activity in self.gw.settings.activities.iter() {
+                let mut list = Vec::with_capacity(settings.activities.len());
+                for activity in settings.activities.iter() {
                     list.push(self.activity_view(activity).await);
                 }
                 json_response(StatusCode::OK, &json!({ "activities": list }))
             }
-            (&Method::GET, ["v1", "activities", id]) => match self.gw.settings.activities.get(id) {
+            (&Method::GET, ["v1", "activities", id]) => match settings.activities.get(id) {
                 Some(activity) => {
                     json_response(StatusCode::OK, &self.activity_view(activity).await)
                 }
@@ -76,7 +142,7 @@ impl ServeHttp for AdminApp {
                 ),
             },
             (method, ["v1", "activities", act, "reservations", id, rest @ ..]) => {
-                let Some(activity) = self.gw.settings.activities.get(act) else {
+                let Some(activity) = settings.activities.get(act) else {
                     return error(
                         StatusCode::NOT_FOUND,
                         "unknown_activity",

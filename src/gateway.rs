@@ -4,22 +4,29 @@ use crate::admission::sold_out::SoldOutCache;
 use crate::admission::Admission;
 use crate::config::Settings;
 use crate::lifecycle::Lifecycle;
+use crate::live::{Generation, Live};
 use crate::metrics::Metrics;
+use crate::proxy::queue::UpstreamQueue;
 use crate::proxy::upstream::Upstreams;
-use crate::reservation::Signer;
+use crate::stock::breaker::Breaker;
 use crate::stock::StockStore;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 pub struct Gateway {
-    pub settings: Arc<Settings>,
+    /// The current configuration generation (replaced by reloads).
+    pub live: Live,
     pub metrics: Arc<Metrics>,
     pub store: Arc<StockStore>,
     /// This instance's sold-out marks, shared by admission, the lifecycle and the news listener.
     pub sold_out: Arc<SoldOutCache>,
     pub admission: Admission,
     pub lifecycle: Arc<Lifecycle>,
-    pub signer: Signer,
     pub upstreams: Upstreams,
+    /// At most `upstream.max_inflight` sale requests at the backend; the rest wait in line.
+    pub upstream_queue: Arc<UpstreamQueue>,
+    /// Set once shutdown began: no new reservations.
+    draining: AtomicBool,
     /// Test-only fault point (feature `fault-injection`, env `FLASHGATE_FAULT`).
     #[cfg(feature = "fault-injection")]
     pub fault: Option<Fault>,
@@ -35,12 +42,58 @@ pub enum Fault {
 }
 
 impl Gateway {
-    /// Whether a 2xx from the upstream confirms this reservation (activity `confirm: upstream`).
-    pub fn confirms_on_upstream(&self, reservation: &crate::reservation::Reservation) -> bool {
-        self.settings
-            .activities
-            .get(&reservation.activity)
-            .is_some_and(|a| a.confirm == crate::config::ConfirmMode::Upstream)
+    /// Shutdown began: sale requests are refused from now on (`unavailable`), readiness fails.
+    pub fn start_draining(&self) {
+        self.draining.store(true, Ordering::Relaxed);
+    }
+
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::Relaxed)
+    }
+
+    /// Drops idle rate-limit buckets of the current generation.
+    pub fn evict_idle_buckets(&self) {
+        let remaining = self.live.current().policy.evict_idle_buckets();
+        self.metrics.rate_limiter_keys.set(remaining as i64);
+    }
+
+    /// Updates gauges that are cheap to read on demand (at scrape time).
+    pub fn refresh_gauges(&self) {
+        let buckets = self.live.current().policy.buckets();
+        self.metrics.rate_limiter_keys.set(buckets as i64);
+    }
+
+    /// Makes `settings` the running configuration (checked by the caller) and returns its
+    /// generation number. Requests in flight finish under the generation they started with.
+    pub async fn apply(&self, settings: Settings) -> u64 {
+        let current = self.live.current();
+        let settings = Arc::new(settings);
+        for activity in settings.activities.iter() {
+            if current.settings.activities.get(&activity.id).is_none() {
+                self.metrics.init_activity(&activity.id);
+            }
+        }
+        self.sold_out.set_ttl(settings.sold_out_cache.ttl);
+        self.admission.breaker.configure(settings.breaker);
+        if settings.upstream.max_inflight != current.settings.upstream.max_inflight {
+            self.upstream_queue
+                .set_max_inflight(settings.upstream.max_inflight.map(|n| n.get()));
+        }
+        if settings.upstream.addresses != current.settings.upstream.addresses {
+            self.upstreams
+                .set_addresses(&settings.upstream.addresses)
+                .await;
+        }
+        let next = Generation::build(settings, Some(&current));
+        let number = next.number;
+        self.live.publish(next);
+        self.metrics.config_generation.set(number as i64);
+        number
+    }
+
+    /// The current settings (background work; a request keeps its own generation).
+    pub fn settings(&self) -> Arc<Settings> {
+        self.live.settings()
     }
 
     pub fn new(
@@ -53,22 +106,24 @@ impl Gateway {
             metrics.init_activity(&activity.id);
         }
         let sold_out = Arc::new(SoldOutCache::new(settings.sold_out_cache.ttl));
+        let breaker = Arc::new(Breaker::new(settings.breaker, metrics.clone()));
+        let upstream_queue = UpstreamQueue::new(
+            settings.upstream.max_inflight.map(|n| n.get()),
+            metrics.clone(),
+        );
+        let live = Live::new(Generation::build(settings, None));
         Gateway {
-            admission: Admission::new(
-                settings.clone(),
-                store.clone(),
-                metrics.clone(),
-                sold_out.clone(),
-            ),
+            admission: Admission::new(store.clone(), metrics.clone(), sold_out.clone(), breaker),
+            upstream_queue,
+            draining: AtomicBool::new(false),
             lifecycle: Arc::new(Lifecycle::new(
-                settings.clone(),
+                live.clone(),
                 store.clone(),
                 metrics.clone(),
                 sold_out.clone(),
             )),
             sold_out,
-            signer: Signer::new(&settings.signing),
-            settings,
+            live,
             metrics,
             store,
             upstreams,

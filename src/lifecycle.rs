@@ -12,7 +12,8 @@
 //! cannot tolerate that use `confirm: explicit` and confirm themselves.
 
 use crate::admission::sold_out::SoldOutCache;
-use crate::config::{Activity, Settings};
+use crate::config::Activity;
+use crate::live::Live;
 use crate::metrics::{Metrics, ReleaseReason};
 use crate::news::News;
 use crate::reservation::Reservation;
@@ -32,7 +33,7 @@ const STRANDED_TRANSFER_AFTER_MS: u64 = 5_000;
 const MAX_SWEEP_CALLS_PER_TICK: usize = 50;
 
 pub struct Lifecycle {
-    settings: Arc<Settings>,
+    live: Live,
     store: Arc<StockStore>,
     metrics: Arc<Metrics>,
     sold_out: Arc<SoldOutCache>,
@@ -49,13 +50,13 @@ pub enum AdminOutcome {
 
 impl Lifecycle {
     pub fn new(
-        settings: Arc<Settings>,
+        live: Live,
         store: Arc<StockStore>,
         metrics: Arc<Metrics>,
         sold_out: Arc<SoldOutCache>,
     ) -> Self {
         Lifecycle {
-            settings,
+            live,
             store,
             metrics,
             sold_out,
@@ -122,18 +123,15 @@ impl Lifecycle {
         Reservation::segment_of(id).and_then(|n| activity.segment(n))
     }
 
-    /// Releases the reservation of a request whose upstream failed.
+    /// Releases the reservation of a request whose upstream failed. `activity` is the one the
+    /// request was admitted under (a reload since then does not matter).
     pub async fn release_failed(
         &self,
+        activity: &Activity,
         reservation: &Reservation,
         reason: ReleaseReason,
     ) -> Result<ReleaseOutcome, StoreError> {
-        let segment = self
-            .settings
-            .activities
-            .get(&reservation.activity)
-            .and_then(|a| a.segment(reservation.segment));
-        match segment {
+        match activity.segment(reservation.segment) {
             Some(segment) => {
                 self.release(segment, reservation.version, &reservation.id, reason)
                     .await
@@ -161,13 +159,13 @@ impl Lifecycle {
 
     /// After a 2xx from the upstream on a `confirm: upstream` activity: confirms off the
     /// buyer's path, retrying while Redis is unreachable.
-    pub fn confirm_in_background(self: &Arc<Self>, reservation: Reservation) {
+    pub fn confirm_in_background(
+        self: &Arc<Self>,
+        activity: Arc<Activity>,
+        reservation: Reservation,
+    ) {
         let this = self.clone();
         tokio::spawn(async move {
-            let Some(activity) = this.settings.activities.get(&reservation.activity).cloned()
-            else {
-                return;
-            };
             let Some(segment) = activity.segment(reservation.segment) else {
                 return;
             };
@@ -271,9 +269,10 @@ impl Lifecycle {
     /// Releases every pending reservation past its deadline, over all activities and versions.
     /// Returns how many were released by this instance.
     pub async fn sweep_expired(&self) -> u64 {
-        let batch = self.settings.redis.sweep_batch;
+        let settings = self.live.settings();
+        let batch = settings.redis.sweep_batch;
         let mut total = 0;
-        for activity in self.settings.activities.iter().flat_map(|a| a.segments()) {
+        for activity in settings.activities.iter().flat_map(|a| a.segments()) {
             self.deliver_stranded_transfers(activity).await;
             let versions = match self.store.versions(activity).await {
                 Ok(v) => v,
@@ -334,10 +333,11 @@ impl Lifecycle {
     /// Transfers a segment gave that never arrived (a gateway died between withdraw and
     /// deposit): delivered once they are older than a rebalance could still be in flight.
     async fn deliver_stranded_transfers(&self, giver: &Activity) {
+        let settings = self.live.settings();
         let Some(parent) = giver
             .parent
             .as_ref()
-            .and_then(|p| self.settings.activities.get(p))
+            .and_then(|p| settings.activities.get(p))
         else {
             return;
         };
@@ -364,7 +364,7 @@ impl Lifecycle {
 
     /// Checks every activity's ledgers and exports `flashgate_reconcile_drift`.
     pub async fn check_drift(&self) {
-        for activity in self.settings.activities.iter() {
+        for activity in self.live.settings().activities.iter() {
             match self.ledgers(activity).await {
                 Ok(rows) => {
                     let drift: i64 = rows.iter().map(|r| r.drift().abs()).sum();

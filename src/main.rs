@@ -1,6 +1,7 @@
 #![forbid(unsafe_code)]
 
 use clap::{Parser, Subcommand};
+use flashgate::reload::ConfigSource;
 use flashgate::Settings;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -15,7 +16,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run the gateway in the foreground until SIGTERM (graceful) or SIGINT (fast).
+    /// Run the gateway in the foreground until SIGTERM (graceful) or SIGINT (fast); SIGHUP (or
+    /// a change of the file) reloads the configuration.
     Serve {
         #[arg(long)]
         config: PathBuf,
@@ -92,15 +94,15 @@ fn main() -> ExitCode {
             }
         }
         Command::Serve { config } => {
-            let settings = match Settings::load(&config) {
-                Ok(s) => s,
+            let (settings, source) = match ConfigSource::load(&config) {
+                Ok(loaded) => loaded,
                 Err(e) => {
                     eprintln!("{}: {e}", config.display());
                     return ExitCode::from(EXIT_CONFIG);
                 }
             };
             let _log_guard = init_logging();
-            match flashgate::server::run(settings, Default::default()) {
+            match flashgate::server::run(settings, Some(source), Default::default()) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     tracing::error!("{e}");

@@ -41,7 +41,7 @@ impl Maintenance {
             tracing::warn!(error = %e, "stock store not ready; prewarm postponed");
             return;
         }
-        for parent in gw.settings.activities.iter() {
+        for parent in gw.settings().activities.iter() {
             let window = parent.window_at(Utc::now());
             if window == SaleWindow::Ended {
                 continue;
@@ -109,6 +109,32 @@ impl Maintenance {
     }
 }
 
+impl Maintenance {
+    /// On SIGTERM (Pingora stops accepting connections): refuse new reservations and report
+    /// the ones still in flight until they are forwarded or released, within the grace period
+    /// (after it the process exits; any left then return when their hold expires).
+    async fn drain(&self) {
+        let gw = &self.gw;
+        gw.start_draining();
+        let grace = gw.settings().server.grace_period;
+        let held = || gw.metrics.reservations_in_flight.get();
+        tracing::info!(
+            in_flight = held(),
+            grace_secs = grace.as_secs(),
+            "shutting down: no new reservations, draining requests in flight"
+        );
+        let deadline = tokio::time::Instant::now() + grace;
+        while held() > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        match held() {
+            0 => tracing::info!("drained: no reservation in flight"),
+            n => tracing::warn!(in_flight = n,
+                "grace period over with reservations in flight; they return when their hold expires"),
+        }
+    }
+}
+
 fn ticker(period: Duration) -> Interval {
     let mut t = interval(period);
     t.set_missed_tick_behavior(MissedTickBehavior::Delay);
@@ -118,27 +144,30 @@ fn ticker(period: Duration) -> Interval {
 #[async_trait]
 impl BackgroundService for Maintenance {
     async fn start(&self, mut shutdown: ShutdownWatch) {
-        let settings = &self.gw.settings;
+        let settings = self.gw.settings();
         let mut prewarm = ticker(settings.redis.prewarm_interval);
         let mut sweep = ticker(settings.redis.sweep_interval);
         let mut reconcile = ticker(settings.redis.reconcile_interval);
         let mut evict = ticker(settings.rate_limits.evict_interval);
         tokio::spawn(crate::news::listen(
-            settings.clone(),
+            self.gw.live.clone(),
             self.gw.store.clone(),
             self.gw.sold_out.clone(),
             shutdown.clone(),
         ));
         loop {
             tokio::select! {
-                _ = shutdown.changed() => return,
+                _ = shutdown.changed() => {
+                    self.drain().await;
+                    return;
+                }
                 _ = prewarm.tick() => self.prewarm_all().await,
                 _ = sweep.tick() => {
                     self.gw.lifecycle.sweep_expired().await;
                 }
                 _ = reconcile.tick() => self.gw.lifecycle.check_drift().await,
                 _ = evict.tick() => {
-                    self.gw.admission.evict_idle_buckets();
+                    self.gw.evict_idle_buckets();
                 }
             }
         }

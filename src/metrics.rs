@@ -62,10 +62,13 @@ pub enum ReleaseReason {
     Admin,
     /// The buyer's request turned out malformed after the reserve (a body over the limit).
     BadRequest,
+    /// The winner waited longer than `upstream.max_queue_wait_ms` for an upstream slot.
+    QueueTimeout,
 }
 
 impl ReleaseReason {
-    pub const ALL: [ReleaseReason; 6] = [
+    pub const ALL: [ReleaseReason; 7] = [
+        ReleaseReason::QueueTimeout,
         ReleaseReason::BadRequest,
         ReleaseReason::Upstream5xx,
         ReleaseReason::UpstreamError,
@@ -82,6 +85,7 @@ impl ReleaseReason {
             ReleaseReason::Expired => "expired",
             ReleaseReason::Admin => "admin",
             ReleaseReason::BadRequest => "bad_request",
+            ReleaseReason::QueueTimeout => "queue_timeout",
         }
     }
 }
@@ -114,12 +118,103 @@ impl UpstreamClass {
     }
 }
 
+/// How a configuration reload ended, as the `result` label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReloadResult {
+    Applied,
+    Refused,
+}
+
+impl ReloadResult {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReloadResult::Applied => "applied",
+            ReloadResult::Refused => "refused",
+        }
+    }
+}
+
+/// The stock-store circuit breaker's state, as the `state` label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BreakerState {
+    /// Calls go to Redis.
+    Closed,
+    /// Calls are skipped: the store counts as failed.
+    Open,
+    /// The open period ended: one probe call goes to Redis.
+    HalfOpen,
+}
+
+impl BreakerState {
+    pub const ALL: [BreakerState; 3] = [
+        BreakerState::Closed,
+        BreakerState::Open,
+        BreakerState::HalfOpen,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BreakerState::Closed => "closed",
+            BreakerState::Open => "open",
+            BreakerState::HalfOpen => "half_open",
+        }
+    }
+}
+
+/// The breaker's manual switch (admin API), as the `mode` label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BreakerMode {
+    /// Opens and closes on the store's answers.
+    Auto,
+    /// Held open: every sale is handled as if Redis were down.
+    ForcedOpen,
+    /// Held closed: every sale goes to Redis, whatever it answers.
+    ForcedClosed,
+}
+
+impl BreakerMode {
+    pub const ALL: [BreakerMode; 3] = [
+        BreakerMode::Auto,
+        BreakerMode::ForcedOpen,
+        BreakerMode::ForcedClosed,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BreakerMode::Auto => "auto",
+            BreakerMode::ForcedOpen => "forced_open",
+            BreakerMode::ForcedClosed => "forced_closed",
+        }
+    }
+}
+
+/// What happened to a sale request forwarded without a reservation (`on_store_failure:
+/// passthrough`), as the `outcome` label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PassthroughOutcome {
+    /// Forwarded, marked, for the backend to decide.
+    Forwarded,
+    /// Over the global passthrough cap: answered `unavailable`.
+    Capped,
+}
+
+impl PassthroughOutcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PassthroughOutcome::Forwarded => "forwarded",
+            PassthroughOutcome::Capped => "capped",
+        }
+    }
+}
+
 /// Token buckets, as the `limit` label.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LimitKind {
     PerUser,
     PerIp,
     PerActivity,
+    /// The cap on unreserved forwards (its refusals are counted as passthrough `capped`).
+    Passthrough,
 }
 
 impl LimitKind {
@@ -130,6 +225,7 @@ impl LimitKind {
             LimitKind::PerUser => "per_user",
             LimitKind::PerIp => "per_ip",
             LimitKind::PerActivity => "per_activity",
+            LimitKind::Passthrough => "passthrough",
         }
     }
 }
@@ -217,6 +313,26 @@ pub struct Metrics {
     pub reservations_retired: IntCounterVec,
     /// `flashgate_reconcile_drift{activity}`: units not accounted for, summed over versions.
     pub reconcile_drift: IntGaugeVec,
+    /// `flashgate_config_reloads_total{result}`
+    pub config_reloads: IntCounterVec,
+    /// `flashgate_config_generation`: 1 at start, +1 per applied reload.
+    pub config_generation: IntGauge,
+    /// `flashgate_redis_breaker_state{state}`: 1 for the current state, 0 for the others.
+    pub breaker_state: IntGaugeVec,
+    /// `flashgate_redis_breaker_mode{mode}`: 1 for the admin switch's position.
+    pub breaker_mode: IntGaugeVec,
+    /// `flashgate_redis_breaker_opened_total`: times the breaker opened on failures.
+    pub breaker_opened: prometheus::IntCounter,
+    /// `flashgate_store_failure_passthrough_total{activity, outcome}`
+    pub passthrough: IntCounterVec,
+    /// `flashgate_upstream_inflight`: forwarded sale requests holding an upstream slot.
+    pub upstream_inflight: IntGauge,
+    /// `flashgate_upstream_queue_depth`: winners waiting for an upstream slot.
+    pub upstream_queue_depth: IntGauge,
+    /// `flashgate_upstream_queue_wait_seconds`: time winners waited for a slot (got one or not).
+    pub upstream_queue_wait: prometheus::Histogram,
+    /// `flashgate_reservations_in_flight`: reservations held by requests not finished yet.
+    pub reservations_in_flight: IntGauge,
 }
 
 impl Metrics {
@@ -320,8 +436,86 @@ impl Metrics {
         )
         .expect("valid metric");
 
+        let config_reloads = IntCounterVec::new(
+            Opts::new(
+                "flashgate_config_reloads_total",
+                "Configuration reloads, by result (applied, or refused and the running configuration kept).",
+            ),
+            &["result"],
+        )
+        .expect("valid metric");
+        let config_generation = IntGauge::new(
+            "flashgate_config_generation",
+            "The configuration generation running: 1 at start, +1 per applied reload.",
+        )
+        .expect("valid metric");
+        let breaker_state = IntGaugeVec::new(
+            Opts::new(
+                "flashgate_redis_breaker_state",
+                "Stock-store circuit breaker: 1 for its current state (closed, open, half_open).",
+            ),
+            &["state"],
+        )
+        .expect("valid metric");
+        let breaker_mode = IntGaugeVec::new(
+            Opts::new(
+                "flashgate_redis_breaker_mode",
+                "The breaker's admin switch: 1 for auto, forced_open or forced_closed.",
+            ),
+            &["mode"],
+        )
+        .expect("valid metric");
+        let breaker_opened = prometheus::IntCounter::new(
+            "flashgate_redis_breaker_opened_total",
+            "Times the stock-store breaker opened after consecutive failures.",
+        )
+        .expect("valid metric");
+        let passthrough = IntCounterVec::new(
+            Opts::new(
+                "flashgate_store_failure_passthrough_total",
+                "Sale requests met by a failed store on a passthrough activity: forwarded unreserved, or capped.",
+            ),
+            &["activity", "outcome"],
+        )
+        .expect("valid metric");
+        let upstream_inflight = IntGauge::new(
+            "flashgate_upstream_inflight",
+            "Forwarded sale requests holding an upstream slot (upstream.max_inflight).",
+        )
+        .expect("valid metric");
+        let upstream_queue_depth = IntGauge::new(
+            "flashgate_upstream_queue_depth",
+            "Winners waiting in the FIFO for an upstream slot.",
+        )
+        .expect("valid metric");
+        let upstream_queue_wait = prometheus::Histogram::with_opts(
+            HistogramOpts::new(
+                "flashgate_upstream_queue_wait_seconds",
+                "Time winners waited for an upstream slot, whether they got one or timed out.",
+            )
+            .buckets(vec![
+                0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+            ]),
+        )
+        .expect("valid metric");
+        let reservations_in_flight = IntGauge::new(
+            "flashgate_reservations_in_flight",
+            "Reservations held by requests still in progress (not yet answered by the upstream or released).",
+        )
+        .expect("valid metric");
+
         for collector in [
-            Box::new(decisions.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(config_reloads.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(config_generation.clone()),
+            Box::new(breaker_state.clone()),
+            Box::new(breaker_mode.clone()),
+            Box::new(breaker_opened.clone()),
+            Box::new(passthrough.clone()),
+            Box::new(upstream_inflight.clone()),
+            Box::new(upstream_queue_depth.clone()),
+            Box::new(upstream_queue_wait.clone()),
+            Box::new(reservations_in_flight.clone()),
+            Box::new(decisions.clone()),
             Box::new(stock_remaining.clone()),
             Box::new(script_duration.clone()),
             Box::new(upstream_responses.clone()),
@@ -352,6 +546,16 @@ impl Metrics {
             reservations_confirmed,
             reservations_retired,
             reconcile_drift,
+            config_reloads,
+            config_generation,
+            breaker_state,
+            breaker_mode,
+            breaker_opened,
+            passthrough,
+            upstream_inflight,
+            upstream_queue_depth,
+            upstream_queue_wait,
+            reservations_in_flight,
         };
         metrics.init_static();
         metrics
@@ -375,6 +579,10 @@ impl Metrics {
         }
         self.reservations_retired.with_label_values(&[activity]);
         self.reconcile_drift.with_label_values(&[activity]);
+        for outcome in [PassthroughOutcome::Forwarded, PassthroughOutcome::Capped] {
+            self.passthrough
+                .with_label_values(&[activity, outcome.as_str()]);
+        }
     }
 
     /// Creates the label-free series at zero.
@@ -398,6 +606,25 @@ impl Metrics {
         }
         for script in ScriptName::ALL {
             self.script_duration.with_label_values(&[script.as_str()]);
+        }
+        for result in [ReloadResult::Applied, ReloadResult::Refused] {
+            self.config_reloads.with_label_values(&[result.as_str()]);
+        }
+        self.config_generation.set(1);
+        self.set_breaker(BreakerState::Closed, BreakerMode::Auto);
+    }
+
+    /// Shows the breaker's state and switch position (one-hot gauges).
+    pub fn set_breaker(&self, state: BreakerState, mode: BreakerMode) {
+        for s in BreakerState::ALL {
+            self.breaker_state
+                .with_label_values(&[s.as_str()])
+                .set(i64::from(s == state));
+        }
+        for m in BreakerMode::ALL {
+            self.breaker_mode
+                .with_label_values(&[m.as_str()])
+                .set(i64::from(m == mode));
         }
     }
 

@@ -15,6 +15,7 @@
 
 use crate::admission::sold_out::SoldOutCache;
 use crate::config::Settings;
+use crate::live::Live;
 use crate::stock::StockStore;
 use futures_util::StreamExt;
 use std::sync::Arc;
@@ -81,7 +82,7 @@ pub async fn apply(settings: &Settings, store: &StockStore, cache: &SoldOutCache
 /// Listens for news until `shutdown` says stop, reconnecting with a back-off when the
 /// subscription breaks.
 pub async fn listen(
-    settings: Arc<Settings>,
+    live: Live,
     store: Arc<StockStore>,
     cache: Arc<SoldOutCache>,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
@@ -115,7 +116,7 @@ pub async fn listen(
                         .as_deref()
                         .and_then(News::decode)
                     {
-                        apply(&settings, &store, &cache, &news).await;
+                        apply(&live.settings(), &store, &cache, &news).await;
                     }
                 }
                 tracing::warn!("sold-out news subscription ended; reconnecting");

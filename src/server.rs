@@ -8,6 +8,7 @@ use crate::maintenance::Maintenance;
 use crate::metrics::Metrics;
 use crate::proxy::upstream::Upstreams;
 use crate::proxy::FlashProxy;
+use crate::reload::{ConfigSource, ReloadWatcher, Reloader};
 use crate::stock::{StockStore, StoreError};
 use pingora::proxy::http_proxy_service_with_name;
 use pingora::server::configuration::ServerConf;
@@ -31,8 +32,13 @@ pub enum StartError {
     },
 }
 
-/// Runs a gateway with these settings until it is told to stop.
-pub fn run(settings: Settings, run_args: RunArgs) -> Result<(), StartError> {
+/// Runs a gateway with these settings until it is told to stop. With a `source`, the gateway
+/// reloads from that file on SIGHUP, on change, and on `POST /v1/config/reload`.
+pub fn run(
+    settings: Settings,
+    source: Option<ConfigSource>,
+    run_args: RunArgs,
+) -> Result<(), StartError> {
     // Fail fast with a clear message instead of a Pingora panic deep in start-up.
     for addr in [settings.server.listen, settings.admin.listen] {
         std::net::TcpListener::bind(addr).map_err(|source| StartError::Listen { addr, source })?;
@@ -51,6 +57,11 @@ pub fn run(settings: Settings, run_args: RunArgs) -> Result<(), StartError> {
     if let Err(e) = startup.block_on(store.ready()) {
         tracing::warn!(error = %e, "stock store not reachable at start-up");
     }
+    // From here on SIGHUP must not terminate the process (its default action): a handler stays
+    // installed for the life of the process once registered, the watcher below reads it.
+    let hangup = startup
+        .block_on(async { tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) });
+    drop(hangup.map_err(StartError::Runtime)?);
     drop(startup);
 
     let conf = ServerConf {
@@ -72,7 +83,11 @@ pub fn run(settings: Settings, run_args: RunArgs) -> Result<(), StartError> {
         "flashgate proxy",
     );
     proxy.add_tcp(&settings.server.listen.to_string());
-    let mut admin = Service::new("flashgate admin".to_owned(), AdminApp::new(gateway.clone()));
+    let reloader = source.map(|source| Arc::new(Reloader::new(gateway.clone(), source)));
+    let mut admin = Service::new(
+        "flashgate admin".to_owned(),
+        AdminApp::new(gateway.clone(), reloader.clone()),
+    );
     admin.add_tcp(&settings.admin.listen.to_string());
     admin.threads = Some(1);
     let maintenance = background_service("flashgate maintenance", Maintenance::new(gateway));
@@ -81,6 +96,12 @@ pub fn run(settings: Settings, run_args: RunArgs) -> Result<(), StartError> {
     server.add_service(admin);
     server.add_service(health_checks);
     server.add_service(maintenance);
+    if let Some(reloader) = reloader {
+        server.add_service(background_service(
+            "flashgate config reload",
+            ReloadWatcher::new(reloader, settings.server.reload_watch_interval),
+        ));
+    }
     tracing::info!(listen = %settings.server.listen, admin = %settings.admin.listen, "flashgate serving");
     server.run(run_args);
     Ok(())

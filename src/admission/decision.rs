@@ -50,6 +50,18 @@ pub enum Decision {
     LimitExceeded,
     /// The stock store or the upstream failed; nothing is held for the buyer.
     Unavailable,
+    /// The stock store could not be asked (failed, timed out, or the breaker is open).
+    StoreUnavailable,
+    /// The store is down and the activity forwards unreserved (`on_store_failure:
+    /// passthrough`); the backend answers.
+    Passthrough,
+    /// Turned away by the upstream-protection queue; the reservation was released.
+    Queued {
+        position: u64,
+        estimated_wait: Duration,
+    },
+    /// The gateway is shutting down: no new reservations.
+    ShuttingDown,
 }
 
 /// What the gateway answers for a decision it makes itself.
@@ -60,6 +72,8 @@ pub struct Reply {
     pub message: &'static str,
     /// Seconds for the `Retry-After` header, where one is sent.
     pub retry_after_secs: Option<u64>,
+    /// The upstream-protection queue's answer: (position, estimated wait in ms).
+    pub queue: Option<(u64, u64)>,
 }
 
 /// Seconds a buyer is asked to wait after `unavailable`.
@@ -67,7 +81,8 @@ pub const UNAVAILABLE_RETRY_AFTER_SECS: u64 = 1;
 
 impl Decision {
     /// Every `decision` label value, for creating metric series up front.
-    pub const ALL_CODES: [&'static str; 10] = [
+    pub const ALL_CODES: [&'static str; 11] = [
+        "passthrough",
         "admitted",
         "unauthenticated",
         "bad_request",
@@ -119,18 +134,34 @@ impl Decision {
                 "this would take you over the per-buyer limit",
                 None,
             ),
-            Decision::Unavailable => (
+            Decision::Unavailable | Decision::StoreUnavailable | Decision::ShuttingDown => (
                 StatusCode::SERVICE_UNAVAILABLE,
                 "unavailable",
                 "the sale is busy, please retry shortly",
                 Some(UNAVAILABLE_RETRY_AFTER_SECS),
             ),
+            Decision::Queued { estimated_wait, .. } => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "unavailable",
+                "the shop is busy: too many buyers ahead of you, please retry",
+                Some(ceil_secs(estimated_wait)),
+            ),
+            // Never sent by the gateway: the backend answers.
+            Decision::Passthrough => (StatusCode::OK, "passthrough", "forwarded unreserved", None),
+        };
+        let queue = match *self {
+            Decision::Queued {
+                position,
+                estimated_wait,
+            } => Some((position, estimated_wait.as_millis() as u64)),
+            _ => None,
         };
         Reply {
             status,
             code,
             message,
             retry_after_secs,
+            queue,
         }
     }
 
@@ -149,8 +180,12 @@ fn ceil_secs(d: Duration) -> u64 {
 impl Reply {
     /// The JSON body `{"code": ..., "message": ...}`.
     pub fn body(&self) -> Vec<u8> {
-        serde_json::to_vec(&serde_json::json!({ "code": self.code, "message": self.message }))
-            .expect("serializing two strings cannot fail")
+        let mut body = serde_json::json!({ "code": self.code, "message": self.message });
+        if let Some((position, estimated_wait_ms)) = self.queue {
+            body["queue_position"] = position.into();
+            body["estimated_wait_ms"] = estimated_wait_ms.into();
+        }
+        serde_json::to_vec(&body).expect("serializing a JSON value cannot fail")
     }
 }
 
@@ -180,6 +215,16 @@ mod tests {
             (Decision::SoldOut, 410, "sold_out"),
             (Decision::LimitExceeded, 409, "limit_exceeded"),
             (Decision::Unavailable, 503, "unavailable"),
+            (Decision::StoreUnavailable, 503, "unavailable"),
+            (Decision::ShuttingDown, 503, "unavailable"),
+            (
+                Decision::Queued {
+                    position: 7,
+                    estimated_wait: Duration::from_millis(1500),
+                },
+                503,
+                "unavailable",
+            ),
         ];
         for (decision, status, code) in cases {
             assert!(Decision::ALL_CODES.contains(&code));
@@ -211,5 +256,16 @@ mod tests {
         let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(v["code"], "sold_out");
         assert!(v["message"].is_string());
+        assert!(v.get("queue_position").is_none());
+        let queued = Decision::Queued {
+            position: 1234,
+            estimated_wait: Duration::from_millis(15_200),
+        }
+        .reply();
+        assert_eq!(queued.retry_after_secs, Some(16));
+        let v: serde_json::Value = serde_json::from_slice(&queued.body()).unwrap();
+        assert_eq!(v["code"], "unavailable");
+        assert_eq!(v["queue_position"], 1234);
+        assert_eq!(v["estimated_wait_ms"], 15_200);
     }
 }

@@ -7,7 +7,9 @@
 //! 3. the buyer's token bucket (memory);
 //! 4. the local sold-out cache (memory);
 //! 5. the activity's admission bucket, which keeps a scripted flood off Redis (memory);
-//! 6. one reserve script in Redis (the only round trip).
+//! 6. one reserve script in Redis (the only round trip), unless the breaker says Redis is down;
+//!    then the activity's `on_store_failure` decides: `unavailable`, or forwarded unreserved
+//!    (marked) under the instance-wide passthrough cap.
 
 pub mod decision;
 pub mod identity;
@@ -18,11 +20,14 @@ pub mod sold_out;
 pub use decision::{BadRequest, Decision, Reply};
 
 use crate::config::Bucket;
-use crate::config::{Activity, SaleWindow, Settings};
+use crate::config::{Activity, SaleWindow, Settings, StoreFailurePolicy};
+use crate::live::Generation;
 use crate::metrics::Metrics;
+use crate::metrics::PassthroughOutcome;
 use crate::metrics::{LimitKind, LimitMode};
 use crate::news::News;
 use crate::reservation::Reservation;
+use crate::stock::breaker::{Breaker, Pass};
 use crate::stock::{
     until_answered, PrewarmOutcome, ReleaseOutcome, ReserveOutcome, ReserveRequest, StockStore,
     StoreError,
@@ -51,80 +56,153 @@ pub struct SaleFacts {
 /// One configured token bucket: its limiter, and whether it only counts (shadow).
 struct Limit {
     kind: LimitKind,
-    limiter: KeyedRateLimiter,
+    quota: governor::Quota,
+    limiter: Arc<KeyedRateLimiter>,
     shadow: bool,
 }
 
 impl Limit {
-    fn new(kind: LimitKind, bucket: Option<Bucket>) -> Option<Limit> {
+    /// The limit for `bucket`, keeping `previous`'s buckets when the quota is the same (only
+    /// `shadow` changed, or nothing did). A changed quota starts every bucket full.
+    fn new(kind: LimitKind, bucket: Option<Bucket>, previous: Option<&Limit>) -> Option<Limit> {
         bucket.map(|b| Limit {
             kind,
-            limiter: KeyedRateLimiter::new(Some(b.quota)),
+            quota: b.quota,
+            limiter: match previous {
+                Some(p) if p.quota == b.quota => p.limiter.clone(),
+                _ => Arc::new(KeyedRateLimiter::new(Some(b.quota))),
+            },
             shadow: b.shadow,
         })
     }
 }
 
-pub struct Admission {
-    settings: Arc<Settings>,
+/// The admission rules built from one configuration: who the buyer is, and the token buckets.
+/// Part of a [`crate::live::Generation`], so a reload swaps them with the settings.
+pub struct Policy {
     identifier: Identifier,
     per_user: Option<Limit>,
     per_ip: Option<Limit>,
     per_activity: Option<Limit>,
+    /// The cap on unreserved forwards while the store is down (one bucket).
+    passthrough: Limit,
+}
+
+impl Policy {
+    pub fn new(settings: &Settings, previous: Option<&Policy>) -> Policy {
+        let limits = &settings.rate_limits;
+        Policy {
+            identifier: Identifier::new(&settings.identity),
+            per_user: Limit::new(
+                LimitKind::PerUser,
+                limits.per_user,
+                previous.and_then(|p| p.per_user.as_ref()),
+            ),
+            per_ip: Limit::new(
+                LimitKind::PerIp,
+                limits.per_ip,
+                previous.and_then(|p| p.per_ip.as_ref()),
+            ),
+            per_activity: Limit::new(
+                LimitKind::PerActivity,
+                limits.per_activity,
+                previous.and_then(|p| p.per_activity.as_ref()),
+            ),
+            passthrough: Limit::new(
+                LimitKind::Passthrough,
+                Some(Bucket {
+                    quota: limits.passthrough,
+                    shadow: false,
+                }),
+                previous.map(|p| &p.passthrough),
+            )
+            .expect("a bucket is given"),
+        }
+    }
+
+    fn limits(&self) -> impl Iterator<Item = &Limit> {
+        [&self.per_user, &self.per_ip, &self.per_activity]
+            .into_iter()
+            .flatten()
+    }
+
+    /// Drops idle rate-limit buckets; returns how many remain.
+    pub fn evict_idle_buckets(&self) -> usize {
+        self.limits().map(|l| l.limiter.evict_idle()).sum()
+    }
+
+    /// Token buckets held in memory.
+    pub fn buckets(&self) -> usize {
+        self.limits().map(|l| l.limiter.len()).sum()
+    }
+}
+
+/// The sale route a request is on, with the raw activity segment; `None` passes through.
+pub fn sale_route<'s, 'p>(
+    settings: &'s Settings,
+    req: &'p RequestHeader,
+) -> Option<(&'s SaleRoute, &'p str)> {
+    let path = req.uri.path();
+    settings
+        .sale_routes
+        .iter()
+        .find_map(|r| r.match_request(&req.method, path).map(|act| (r, act)))
+}
+
+/// What an admitted sale request carries upstream.
+#[derive(Debug)]
+pub enum Admitted {
+    /// Stock is held: forward with the signed reservation, or release.
+    Reserved(Reservation),
+    /// The store is down and the activity passes through: forward unreserved, marked.
+    Passthrough,
+}
+
+/// Admission's shared parts: the store, the sold-out cache, the breaker in front of the store.
+pub struct Admission {
     sold_out: Arc<SoldOutCache>,
     store: Arc<StockStore>,
     metrics: Arc<Metrics>,
+    pub breaker: Arc<Breaker>,
 }
 
 impl Admission {
     pub fn new(
-        settings: Arc<Settings>,
         store: Arc<StockStore>,
         metrics: Arc<Metrics>,
         sold_out: Arc<SoldOutCache>,
+        breaker: Arc<Breaker>,
     ) -> Self {
-        let limits = &settings.rate_limits;
         Admission {
-            identifier: Identifier::new(&settings.identity),
-            per_user: Limit::new(LimitKind::PerUser, limits.per_user),
-            per_ip: Limit::new(LimitKind::PerIp, limits.per_ip),
-            per_activity: Limit::new(LimitKind::PerActivity, limits.per_activity),
             sold_out,
-            settings,
             store,
             metrics,
+            breaker,
         }
     }
 
-    /// The sale route a request is on, with the raw activity segment; `None` passes through.
-    pub fn sale_route<'p>(&self, req: &'p RequestHeader) -> Option<(&SaleRoute, &'p str)> {
-        let path = req.uri.path();
-        self.settings
-            .sale_routes
-            .iter()
-            .find_map(|r| r.match_request(&req.method, path).map(|act| (r, act)))
-    }
-
-    /// Runs the whole admission for a request on `route`. On success the stock is reserved in
-    /// Redis and the caller must either forward the reservation or [`Admission::release`] it.
+    /// Runs the whole admission for a request on `route`. On `Reserved` the stock is held in
+    /// Redis and the caller must either forward the reservation or release it.
     pub async fn admit(
         &self,
+        generation: &Generation,
         req: &RequestHeader,
         route: &SaleRoute,
         raw_activity: &str,
         peer: Option<IpAddr>,
         facts: &mut SaleFacts,
-    ) -> Result<Reservation, Decision> {
-        if let Some(ip) = self.identifier.client_ip(&req.headers, peer) {
-            self.take_token(&self.per_ip, &ip)?;
+    ) -> Result<Admitted, Decision> {
+        let policy = &generation.policy;
+        if let Some(ip) = policy.identifier.client_ip(&req.headers, peer) {
+            self.take_token(&policy.per_ip, &ip)?;
         }
-        let user = self
+        let user = policy
             .identifier
             .identify(&req.headers, peer)
             .ok_or(Decision::Unauthenticated)?;
         let user = facts.user.insert(user).clone();
         let user = user.as_str();
-        let activity = self
+        let activity = generation
             .settings
             .activities
             .get(raw_activity)
@@ -144,13 +222,41 @@ impl Admission {
             SaleWindow::Ended => return Err(Decision::Ended),
             SaleWindow::Open => {}
         }
-        self.take_token(&self.per_user, user)?;
+        self.take_token(&policy.per_user, user)?;
         if self.sold_out.is_sold_out(&activity.id, activity.version) {
             return Err(Decision::SoldOut);
         }
-        self.take_token(&self.per_activity, &*activity.id)?;
-        self.reserve(&activity, user, qty, idempotency_key, facts)
+        self.take_token(&policy.per_activity, &*activity.id)?;
+        match self
+            .reserve(&activity, user, qty, idempotency_key, facts)
             .await
+        {
+            Ok(reservation) => Ok(Admitted::Reserved(reservation)),
+            Err(Decision::StoreUnavailable)
+                if activity.on_store_failure == StoreFailurePolicy::Passthrough =>
+            {
+                self.pass_through(policy, &activity)
+            }
+            Err(decision) => Err(decision),
+        }
+    }
+
+    /// The store cannot be asked and the activity passes through: forward unreserved while the
+    /// instance-wide cap allows, for the backend's own stock check to decide.
+    fn pass_through(&self, policy: &Policy, activity: &Activity) -> Result<Admitted, Decision> {
+        let outcome = if policy.passthrough.limiter.check(&()).is_ok() {
+            PassthroughOutcome::Forwarded
+        } else {
+            PassthroughOutcome::Capped
+        };
+        self.metrics
+            .passthrough
+            .with_label_values(&[&activity.id, outcome.as_str()])
+            .inc();
+        match outcome {
+            PassthroughOutcome::Forwarded => Ok(Admitted::Passthrough),
+            PassthroughOutcome::Capped => Err(Decision::StoreUnavailable),
+        }
     }
 
     /// Takes a token from `limit`'s bucket for `key`; a shadow limit only counts its refusals.
@@ -189,6 +295,10 @@ impl Admission {
         idempotency_key: Option<&str>,
         facts: &mut SaleFacts,
     ) -> Result<Reservation, Decision> {
+        let pass = self.breaker.pass();
+        if pass == Pass::Skip {
+            return Err(Decision::StoreUnavailable);
+        }
         let segment = activity.home_segment(user);
         let home = activity.segment(segment).expect("the home segment exists");
         let id = Reservation::id_in_segment(activity, segment);
@@ -237,6 +347,7 @@ impl Admission {
             }
             outcome = self.store.reserve(request).await;
         }
+        self.breaker.record(pass, outcome.is_ok());
         let outcome = match outcome {
             Ok(outcome) => outcome,
             Err(e) => {
@@ -249,7 +360,7 @@ impl Admission {
                     self.abandon_in_background(home, id);
                 }
                 tracing::warn!(activity = %activity.id, error = %e, "reserve failed");
-                return Err(Decision::Unavailable);
+                return Err(Decision::StoreUnavailable);
             }
         };
         let reservation = |id: String, qty: u32, version: u64| Reservation {
@@ -412,25 +523,6 @@ impl Admission {
                     "could not release a reservation whose reserve timed out"),
             }
         });
-    }
-
-    /// Drops idle rate-limit buckets; returns how many remain.
-    pub fn evict_idle_buckets(&self) -> usize {
-        let remaining = self.limits().map(|l| l.limiter.evict_idle()).sum();
-        self.metrics.rate_limiter_keys.set(remaining as i64);
-        remaining
-    }
-
-    fn limits(&self) -> impl Iterator<Item = &Limit> {
-        [&self.per_user, &self.per_ip, &self.per_activity]
-            .into_iter()
-            .flatten()
-    }
-
-    /// Updates gauges that are cheap to read on demand (at scrape time).
-    pub fn refresh_gauges(&self) {
-        let buckets: usize = self.limits().map(|l| l.limiter.len()).sum();
-        self.metrics.rate_limiter_keys.set(buckets as i64);
     }
 }
 

@@ -6,6 +6,7 @@
 //! this instance keeps answering `sold_out` for at most that long. Releases made by this
 //! instance clear the entry at once.
 
+use arc_swap::ArcSwap;
 use moka::sync::Cache;
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,30 +14,49 @@ use std::time::Duration;
 /// Upper bound on entries: activities × versions in flight; far above any real config.
 const MAX_ENTRIES: u64 = 10_000;
 
+type Entries = Cache<(Arc<str>, u64), ()>;
+
 pub struct SoldOutCache {
-    entries: Cache<(Arc<str>, u64), ()>,
+    entries: ArcSwap<Entries>,
+    ttl: ArcSwap<Duration>,
+}
+
+fn entries(ttl: Duration) -> Entries {
+    Cache::builder()
+        .max_capacity(MAX_ENTRIES)
+        .time_to_live(ttl)
+        .build()
 }
 
 impl SoldOutCache {
     pub fn new(ttl: Duration) -> Self {
         SoldOutCache {
-            entries: Cache::builder()
-                .max_capacity(MAX_ENTRIES)
-                .time_to_live(ttl)
-                .build(),
+            entries: ArcSwap::from_pointee(entries(ttl)),
+            ttl: ArcSwap::from_pointee(ttl),
+        }
+    }
+
+    /// A new TTL (a reload) starts an empty cache: marks are only a shortcut, and the next
+    /// buyer of a sold-out activity learns it again from Redis.
+    pub fn set_ttl(&self, ttl: Duration) {
+        if **self.ttl.load() != ttl {
+            self.ttl.store(Arc::new(ttl));
+            self.entries.store(Arc::new(entries(ttl)));
         }
     }
 
     pub fn is_sold_out(&self, activity: &Arc<str>, version: u64) -> bool {
-        self.entries.contains_key(&(activity.clone(), version))
+        self.entries
+            .load()
+            .contains_key(&(activity.clone(), version))
     }
 
     pub fn mark_sold_out(&self, activity: &Arc<str>, version: u64) {
-        self.entries.insert((activity.clone(), version), ());
+        self.entries.load().insert((activity.clone(), version), ());
     }
 
     pub fn clear(&self, activity: &Arc<str>, version: u64) {
-        self.entries.invalidate(&(activity.clone(), version));
+        self.entries.load().invalidate(&(activity.clone(), version));
     }
 }
 

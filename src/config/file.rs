@@ -44,9 +44,12 @@ pub struct ServerSection {
     /// Worker threads of the proxy (match the machine's cores).
     #[serde(default = "default_threads")]
     pub threads: usize,
-    /// On SIGTERM: seconds to keep serving before closing listeners.
-    #[serde(default = "default_grace_period_secs")]
-    pub grace_period_secs: u64,
+    /// On SIGTERM: seconds in-flight requests get to finish (listeners close at once, new
+    /// sale requests on open connections get `unavailable`); the process exits after it.
+    /// Default: long enough for a queued winner's whole trip (upstream connect + read timeout +
+    /// max queue wait), rounded up.
+    #[serde(default)]
+    pub grace_period_secs: Option<u64>,
     /// On SIGTERM: seconds in-flight requests get to finish after the grace period.
     #[serde(default = "default_shutdown_timeout_secs")]
     pub shutdown_timeout_secs: u64,
@@ -56,6 +59,10 @@ pub struct ServerSection {
     /// Largest total of header names and values a sale request may carry (bytes).
     #[serde(default = "default_max_sale_header_bytes")]
     pub max_sale_header_bytes: u64,
+    /// How often the configuration file is checked for changes (reloaded when its content
+    /// changed); 0 turns the check off (SIGHUP and the admin API still reload).
+    #[serde(default = "default_reload_watch_interval_ms")]
+    pub reload_watch_interval_ms: u64,
 }
 
 #[derive(Debug, Deserialize)]
@@ -83,6 +90,14 @@ pub struct UpstreamSection {
     /// How often each backend is TCP health-checked.
     #[serde(default = "default_health_check_interval_ms")]
     pub health_check_interval_ms: u64,
+    /// Most sale requests (winners and passthroughs) at the backend at once; more wait in a
+    /// FIFO. Absent: no limit.
+    #[serde(default)]
+    pub max_inflight: Option<usize>,
+    /// Longest a winner waits in that FIFO; past it they get `unavailable` (with their queue
+    /// position and an estimated wait) and their reservation is released.
+    #[serde(default = "default_max_queue_wait_ms")]
+    pub max_queue_wait_ms: u64,
 }
 
 #[derive(Debug, Deserialize)]
@@ -119,6 +134,29 @@ pub struct RedisSection {
     /// Approximate cap on entries of each activity's event stream (XADD MAXLEN ~).
     #[serde(default = "default_events_maxlen")]
     pub events_maxlen: u64,
+    /// The circuit breaker in front of the store on the buyer's path.
+    #[serde(default)]
+    pub breaker: BreakerSection,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BreakerSection {
+    /// Store calls failing in a row (errors or timeouts) that open the breaker.
+    #[serde(default = "default_breaker_failures")]
+    pub consecutive_failures: u32,
+    /// How long the breaker stays open (buyers answered at once) before one probe call.
+    #[serde(default = "default_breaker_open_ms")]
+    pub open_ms: u64,
+}
+
+impl Default for BreakerSection {
+    fn default() -> Self {
+        Self {
+            consecutive_failures: default_breaker_failures(),
+            open_ms: default_breaker_open_ms(),
+        }
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -243,6 +281,10 @@ pub struct RateLimitsSection {
     /// How often idle buckets (full again, so indistinguishable from new) are dropped.
     #[serde(default = "default_evict_interval_ms")]
     pub evict_interval_ms: u64,
+    /// One bucket for the whole instance: most sale requests per second forwarded unreserved
+    /// while the store is down (activities with `on_store_failure: passthrough`).
+    #[serde(default)]
+    pub passthrough: Option<BucketSection>,
 }
 
 impl Default for RateLimitsSection {
@@ -252,6 +294,7 @@ impl Default for RateLimitsSection {
             per_ip: None,
             per_activity: None,
             evict_interval_ms: default_evict_interval_ms(),
+            passthrough: None,
         }
     }
 }
@@ -324,6 +367,22 @@ pub struct ActivitySection {
     /// them over masters); every buyer has a home segment holding their units.
     #[serde(default = "default_segments")]
     pub segments: u32,
+    /// When the stock store is down (or the breaker open): `reject` answers `unavailable`;
+    /// `passthrough` forwards the request without a reservation, marked for the backend, at
+    /// the `rate_limits.passthrough` cap, for the backend's own stock check to decide.
+    #[serde(default)]
+    pub on_store_failure: StoreFailurePolicy,
+}
+
+/// What a sale request gets while the stock store cannot be asked.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StoreFailurePolicy {
+    /// Answer `unavailable` (503): nothing is sold without Redis.
+    #[default]
+    Reject,
+    /// Forward unreserved, marked with `X-Flashgate-Passthrough`, at a global cap.
+    Passthrough,
 }
 
 /// What moves a reservation from pending to confirmed.
@@ -346,6 +405,18 @@ fn default_max_sale_body_bytes() -> u64 {
 fn default_max_sale_header_bytes() -> u64 {
     16 * 1024
 }
+fn default_reload_watch_interval_ms() -> u64 {
+    1000
+}
+fn default_max_queue_wait_ms() -> u64 {
+    2000
+}
+fn default_breaker_failures() -> u32 {
+    5
+}
+fn default_breaker_open_ms() -> u64 {
+    1000
+}
 fn default_identity_claim() -> String {
     "sub".to_owned()
 }
@@ -357,9 +428,6 @@ fn default_segments() -> u32 {
 }
 fn default_threads() -> usize {
     2
-}
-fn default_grace_period_secs() -> u64 {
-    0
 }
 fn default_shutdown_timeout_secs() -> u64 {
     10

@@ -54,15 +54,25 @@ impl<F: Fn(&str) -> Option<String>> SecretSource for F {
     }
 }
 
+/// The text of a configuration file.
+pub fn read(path: &Path) -> Result<String, ConfigError> {
+    std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_owned(),
+        source,
+    })
+}
+
 impl Settings {
     /// Reads, parses and validates a configuration file; secrets from the process environment.
     pub fn load(path: &Path) -> Result<Settings, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            path: path.to_owned(),
-            source,
-        })?;
+        Settings::from_file_text(path, &read(path)?)
+    }
+
+    /// Parses and validates `text`, read from `path` (relative paths in it resolve against the
+    /// file's directory); secrets from the process environment.
+    pub fn from_file_text(path: &Path, text: &str) -> Result<Settings, ConfigError> {
         let base_dir = path.parent().unwrap_or(Path::new("."));
-        Settings::from_yaml(&text, base_dir, &ProcessEnv)
+        Settings::from_yaml(text, base_dir, &ProcessEnv)
     }
 
     /// Like [`Settings::load`], for tools that only read Redis (`flashgate reconcile`): secrets

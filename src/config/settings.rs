@@ -1,9 +1,10 @@
 //! Runtime configuration: every value checked and converted once, at load time.
 
-pub use super::file::ConfirmMode;
 use super::file::{self, FileConfig, SigningAlgorithm};
+pub use super::file::{ConfirmMode, StoreFailurePolicy};
 use super::{ConfigError, SecretSource};
 use crate::admission::route::SaleRoute;
+pub use crate::stock::breaker::BreakerSettings;
 use chrono::{DateTime, Utc};
 use ed25519_dalek::pkcs8::{DecodePrivateKey, DecodePublicKey};
 use governor::Quota;
@@ -30,6 +31,8 @@ pub struct Settings {
     pub sold_out_cache: SoldOutCacheSettings,
     pub sale_routes: Vec<SaleRoute>,
     pub activities: Activities,
+    /// From `redis.breaker` (reloadable, unlike the rest of `redis`).
+    pub breaker: BreakerSettings,
 }
 
 #[derive(Debug)]
@@ -40,6 +43,8 @@ pub struct ServerSettings {
     pub shutdown_timeout: Duration,
     pub max_sale_body_bytes: u64,
     pub max_sale_header_bytes: u64,
+    /// `None`: the file is not watched.
+    pub reload_watch_interval: Option<Duration>,
 }
 
 #[derive(Debug)]
@@ -65,9 +70,12 @@ pub struct UpstreamSettings {
     pub connect_timeout: Duration,
     pub read_timeout: Duration,
     pub health_check_interval: Duration,
+    /// `None`: no limit on sale requests at the backend at once.
+    pub max_inflight: Option<NonZeroUsize>,
+    pub max_queue_wait: Duration,
 }
 
-#[derive(Debug)]
+#[derive(Debug, PartialEq, Eq)]
 pub struct RedisSettings {
     /// The single Redis; with a cluster, the first seed node (used for pub/sub, which a cluster
     /// delivers on every node).
@@ -164,7 +172,12 @@ pub struct RateLimitSettings {
     pub per_ip: Option<Bucket>,
     pub per_activity: Option<Bucket>,
     pub evict_interval: Duration,
+    /// The instance-wide cap on unreserved forwards while the store is down.
+    pub passthrough: Quota,
 }
+
+/// `rate_limits.passthrough` when not configured: 100 per second, bursts of 100.
+pub const DEFAULT_PASSTHROUGH_PER_SECOND: u32 = 100;
 
 /// A token bucket's rate and burst, enforced or only counted (shadow).
 #[derive(Debug, Clone, Copy)]
@@ -189,6 +202,7 @@ pub struct Activity {
     pub starts_at: DateTime<Utc>,
     pub ends_at: DateTime<Utc>,
     pub confirm: ConfirmMode,
+    pub on_store_failure: StoreFailurePolicy,
     /// How long a reservation stays pending before it expires.
     pub hold: Duration,
     /// The stock segments when there are several (each an `Activity` of its own, id
@@ -298,10 +312,24 @@ impl Settings {
         base_dir: &Path,
         secrets: &dyn SecretSource,
     ) -> Result<Settings, ConfigError> {
+        let breaker = BreakerSettings {
+            consecutive_failures: match raw.redis.breaker.consecutive_failures {
+                0 => {
+                    return Err(ConfigError::invalid(
+                        "redis.breaker.consecutive_failures",
+                        "must be at least 1",
+                    ))
+                }
+                n => n,
+            },
+            open_for: positive_ms("redis.breaker.open_ms", raw.redis.breaker.open_ms)?,
+        };
+        let upstream = upstream(raw.upstream)?;
         Ok(Settings {
-            server: server(raw.server)?,
+            breaker,
+            server: server(raw.server, &upstream)?,
+            upstream,
             admin: admin(raw.admin, secrets)?,
-            upstream: upstream(raw.upstream)?,
             redis: redis(raw.redis)?,
             identity: identity(raw.identity, base_dir, secrets)?,
             activities: activities(raw.activities, Duration::from_secs(raw.signing.ttl_secs))?,
@@ -315,15 +343,25 @@ impl Settings {
     }
 }
 
-fn server(raw: file::ServerSection) -> Result<ServerSettings, ConfigError> {
+fn server(
+    raw: file::ServerSection,
+    upstream: &UpstreamSettings,
+) -> Result<ServerSettings, ConfigError> {
+    let longest_trip = upstream.connect_timeout + upstream.read_timeout + upstream.max_queue_wait;
+    let grace_period = match raw.grace_period_secs {
+        Some(secs) => Duration::from_secs(secs),
+        None => Duration::from_secs(longest_trip.as_secs() + 1),
+    };
     Ok(ServerSettings {
         listen: socket_addr("server.listen", &raw.listen)?,
         threads: NonZeroUsize::new(raw.threads)
             .ok_or_else(|| ConfigError::invalid("server.threads", "must be at least 1"))?,
-        grace_period: Duration::from_secs(raw.grace_period_secs),
+        grace_period,
         shutdown_timeout: Duration::from_secs(raw.shutdown_timeout_secs),
         max_sale_body_bytes: raw.max_sale_body_bytes,
         max_sale_header_bytes: raw.max_sale_header_bytes,
+        reload_watch_interval: (raw.reload_watch_interval_ms > 0)
+            .then(|| Duration::from_millis(raw.reload_watch_interval_ms)),
     })
 }
 
@@ -500,6 +538,15 @@ fn upstream(raw: file::UpstreamSection) -> Result<UpstreamSettings, ConfigError>
             "upstream.health_check_interval_ms",
             raw.health_check_interval_ms,
         )?,
+        max_inflight: raw
+            .max_inflight
+            .map(|n| {
+                NonZeroUsize::new(n).ok_or_else(|| {
+                    ConfigError::invalid("upstream.max_inflight", "must be at least 1 (or absent)")
+                })
+            })
+            .transpose()?,
+        max_queue_wait: positive_ms("upstream.max_queue_wait_ms", raw.max_queue_wait_ms)?,
     })
 }
 
@@ -696,6 +743,18 @@ fn rate_limits(raw: file::RateLimitsSection) -> Result<RateLimitSettings, Config
         per_ip: bucket("rate_limits.per_ip", raw.per_ip)?,
         per_activity: bucket("rate_limits.per_activity", raw.per_activity)?,
         evict_interval: positive_ms("rate_limits.evict_interval_ms", raw.evict_interval_ms)?,
+        passthrough: match &raw.passthrough {
+            Some(b) if b.shadow => {
+                return Err(ConfigError::invalid(
+                    "rate_limits.passthrough.shadow",
+                    "a cap on unreserved forwards cannot be shadow",
+                ))
+            }
+            Some(b) => quota("rate_limits.passthrough", b)?,
+            None => Quota::per_second(
+                NonZeroU32::new(DEFAULT_PASSTHROUGH_PER_SECOND).expect("non-zero"),
+            ),
+        },
     })
 }
 
@@ -796,6 +855,7 @@ fn activities(
             starts_at,
             ends_at,
             confirm: a.confirm,
+            on_store_failure: a.on_store_failure,
             hold,
             shards: Vec::new(),
             parent,

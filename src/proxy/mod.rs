@@ -2,12 +2,15 @@
 //! owns it (admission, reservation signing, compensation) and records per-request facts in
 //! [`RequestCtx`]; metrics and the decision log are written once, in `logging`.
 
+pub mod queue;
 mod respond;
 pub mod upstream;
 
-use crate::admission::{BadRequest, Decision, SaleFacts};
+use crate::admission::{sale_route, Admitted, BadRequest, Decision, SaleFacts};
+use crate::config::ConfirmMode;
 use crate::decision_log;
 use crate::gateway::Gateway;
+use crate::live::Generation;
 use crate::metrics::{ReleaseReason, UpstreamClass, UNKNOWN_ACTIVITY_LABEL};
 use crate::reservation::Reservation;
 use async_trait::async_trait;
@@ -20,15 +23,29 @@ use std::time::Instant;
 /// Response header telling the buyer which reservation they won.
 pub const RESERVATION_ID_HEADER: &str = "x-flashgate-reservation-id";
 
+/// Request header marking a sale request forwarded without a reservation (the store was down
+/// and the activity is `on_store_failure: passthrough`): the backend's own stock check decides.
+pub const PASSTHROUGH_HEADER: &str = "x-flashgate-passthrough";
+/// Its value: why no reservation was made.
+pub const PASSTHROUGH_VALUE: &str = "store-unavailable";
+
 /// Per-request facts, from the first phase to `logging`.
 pub struct RequestCtx {
     started: Instant,
+    /// The configuration this request runs under, from its first phase to its last.
+    generation: Arc<Generation>,
     /// Set on sale routes only.
     sale: Option<SaleFacts>,
     /// The final decision on a sale route (the buyer's answer).
     decision: Option<Decision>,
     /// Stock held for this request until it is forwarded or released.
     reservation: Option<Reservation>,
+    /// Counts `reservation` in `flashgate_reservations_in_flight` while the request lives.
+    in_flight: Option<InFlight>,
+    /// Forwarded unreserved because the store is down (`on_store_failure: passthrough`).
+    passthrough: bool,
+    /// The request's slot at the backend (upstream protection), given back when it ends.
+    slot: Option<queue::Slot>,
     /// The signed reservation, made once even if the upstream request is retried.
     token: Option<String>,
     /// Why the reservation was given back, if it was.
@@ -72,6 +89,53 @@ impl FlashProxy {
     pub fn new(gw: Arc<Gateway>) -> Self {
         FlashProxy { gw }
     }
+
+    /// Gives a request's reservation back under the activity it was admitted with; `None` if
+    /// it stays pending in Redis (released when its hold expires).
+    async fn release(
+        &self,
+        facts: Option<&SaleFacts>,
+        reservation: &Reservation,
+        reason: ReleaseReason,
+    ) -> Option<ReleaseReason> {
+        let activity = facts.and_then(|f| f.activity.as_ref())?;
+        match self
+            .gw
+            .lifecycle
+            .release_failed(activity, reservation, reason)
+            .await
+        {
+            Ok(_) => Some(reason),
+            Err(err) => {
+                tracing::error!(reservation = %reservation.id, error = %err,
+                    "could not release a reservation; it returns when its hold expires");
+                None
+            }
+        }
+    }
+}
+
+/// Answers a sale request with the gateway's own decision; the request ends here.
+async fn refuse(session: &mut Session, ctx: &mut RequestCtx, decision: Decision) -> Result<bool> {
+    ctx.decision = Some(decision);
+    respond::decision(session, &decision).await?;
+    Ok(true)
+}
+
+/// Counts a reservation held by a request until the request is done with it.
+struct InFlight(prometheus::IntGauge);
+
+impl InFlight {
+    fn new(metrics: &crate::metrics::Metrics) -> InFlight {
+        metrics.reservations_in_flight.inc();
+        InFlight(metrics.reservations_in_flight.clone())
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
 }
 
 #[async_trait]
@@ -81,9 +145,13 @@ impl ProxyHttp for FlashProxy {
     fn new_ctx(&self) -> RequestCtx {
         RequestCtx {
             started: Instant::now(),
+            generation: self.gw.live.current(),
             sale: None,
             decision: None,
             reservation: None,
+            in_flight: None,
+            passthrough: false,
+            slot: None,
             token: None,
             released: None,
             upstream_status: None,
@@ -99,15 +167,17 @@ impl ProxyHttp for FlashProxy {
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<bool> {
         let req = session.req_header();
-        let Some((route, raw_activity)) = self.gw.admission.sale_route(req) else {
+        let generation = ctx.generation.clone();
+        let Some((route, raw_activity)) = sale_route(&generation.settings, req) else {
             return Ok(false);
         };
         let facts = ctx.sale.insert(SaleFacts::default());
-        if let Some(too_large) = oversized(req, &self.gw.settings.server) {
-            let decision = Decision::BadRequest(too_large);
-            ctx.decision = Some(decision);
-            respond::decision(session, &decision).await?;
-            return Ok(true);
+        if let Some(too_large) = oversized(req, &generation.settings.server) {
+            return refuse(session, ctx, Decision::BadRequest(too_large)).await;
+        }
+        if self.gw.is_draining() {
+            // A reservation taken now could be cut off by the end of the grace period.
+            return refuse(session, ctx, Decision::ShuttingDown).await;
         }
         let peer = session
             .client_addr()
@@ -116,22 +186,42 @@ impl ProxyHttp for FlashProxy {
         match self
             .gw
             .admission
-            .admit(req, route, raw_activity, peer, facts)
+            .admit(&generation, req, route, raw_activity, peer, facts)
             .await
         {
-            Ok(reservation) => {
+            Ok(Admitted::Reserved(reservation)) => {
                 ctx.reservation = Some(reservation);
+                ctx.in_flight = Some(InFlight::new(&self.gw.metrics));
                 ctx.decision = Some(Decision::Admitted);
                 #[cfg(feature = "fault-injection")]
                 if self.gw.fault == Some(crate::gateway::Fault::HangAfterReserve) {
                     std::future::pending::<()>().await;
                 }
+            }
+            Ok(Admitted::Passthrough) => {
+                ctx.passthrough = true;
+                ctx.decision = Some(Decision::Passthrough);
+            }
+            Err(decision) => return refuse(session, ctx, decision).await,
+        }
+        // Winners (and passthroughs) take a slot at the backend, waiting in line if need be.
+        let max_wait = generation.settings.upstream.max_queue_wait;
+        match self.gw.upstream_queue.enter(max_wait).await {
+            Ok(slot) => {
+                ctx.slot = Some(slot);
                 Ok(false)
             }
-            Err(decision) => {
-                ctx.decision = Some(decision);
-                respond::decision(session, &decision).await?;
-                Ok(true)
+            Err(turned_away) => {
+                if let Some(reservation) = &ctx.reservation {
+                    ctx.released = self
+                        .release(ctx.sale.as_ref(), reservation, ReleaseReason::QueueTimeout)
+                        .await;
+                }
+                let decision = Decision::Queued {
+                    position: turned_away.position,
+                    estimated_wait: turned_away.estimated_wait,
+                };
+                refuse(session, ctx, decision).await
             }
         }
     }
@@ -148,7 +238,7 @@ impl ProxyHttp for FlashProxy {
             return Ok(());
         }
         ctx.body_bytes += body.as_ref().map_or(0, |b| b.len() as u64);
-        if ctx.body_bytes > self.gw.settings.server.max_sale_body_bytes {
+        if ctx.body_bytes > ctx.generation.settings.server.max_sale_body_bytes {
             ctx.body_too_large = true;
             return Error::e_explain(ErrorType::InvalidHTTPHeader, "sale request body too large");
         }
@@ -161,7 +251,7 @@ impl ProxyHttp for FlashProxy {
         ctx: &mut RequestCtx,
     ) -> Result<Box<HttpPeer>> {
         ctx.upstream_attempted = true;
-        self.gw.upstreams.peer()
+        self.gw.upstreams.peer(&ctx.generation.settings.upstream)
     }
 
     fn fail_to_connect(
@@ -173,7 +263,7 @@ impl ProxyHttp for FlashProxy {
     ) -> Box<Error> {
         // Nothing reached that backend: trying another one is safe even for a purchase.
         ctx.connect_failures += 1;
-        e.set_retry(ctx.connect_failures < self.gw.upstreams.len());
+        e.set_retry(ctx.connect_failures < ctx.generation.settings.upstream.addresses.len());
         e
     }
 
@@ -183,12 +273,18 @@ impl ProxyHttp for FlashProxy {
         upstream_request: &mut RequestHeader,
         ctx: &mut RequestCtx,
     ) -> Result<()> {
-        let header = &self.gw.settings.signing.header;
-        // The upstream never sees a reservation the gateway did not make, on any route.
+        let generation = &ctx.generation;
+        let header = &generation.settings.signing.header;
+        // The upstream never sees a reservation (or passthrough mark) the gateway did not make,
+        // on any route.
         upstream_request.remove_header(header);
+        upstream_request.remove_header(PASSTHROUGH_HEADER);
+        if ctx.passthrough {
+            upstream_request.insert_header(PASSTHROUGH_HEADER, PASSTHROUGH_VALUE)?;
+        }
         if let Some(reservation) = &ctx.reservation {
             if ctx.token.is_none() {
-                let token = self.gw.signer.sign(reservation).map_err(|e| {
+                let token = generation.signer.sign(reservation).map_err(|e| {
                     Error::because(ErrorType::InternalError, "signing the reservation", e)
                 })?;
                 ctx.token = Some(token);
@@ -221,8 +317,13 @@ impl ProxyHttp for FlashProxy {
                 "upstream answered 5xx to a reservation",
             );
         }
-        if upstream_response.status.is_success() && self.gw.confirms_on_upstream(reservation) {
-            self.gw.lifecycle.confirm_in_background(reservation.clone());
+        let activity = ctx.sale.as_ref().and_then(|f| f.activity.as_ref());
+        if let Some(activity) = activity.filter(|a| a.confirm == ConfirmMode::Upstream) {
+            if upstream_response.status.is_success() {
+                self.gw
+                    .lifecycle
+                    .confirm_in_background(activity.clone(), reservation.clone());
+            }
         }
         Ok(())
     }
@@ -265,12 +366,7 @@ impl ProxyHttp for FlashProxy {
         } else {
             (ReleaseReason::UpstreamError, Decision::Unavailable)
         };
-        match self.gw.lifecycle.release_failed(reservation, reason).await {
-            Ok(_) => ctx.released = Some(reason),
-            // Still pending in Redis: it will be released when its hold expires.
-            Err(err) => tracing::error!(reservation = %reservation.id, error = %err,
-                "could not release the reservation of a failed upstream request"),
-        }
+        ctx.released = self.release(ctx.sale.as_ref(), reservation, reason).await;
         ctx.decision = Some(decision);
         let code = respond::decision(session, &decision)
             .await

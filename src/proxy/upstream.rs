@@ -1,19 +1,44 @@
 //! The shop backend(s): round robin over TCP-health-checked addresses (Pingora load balancing).
+//! The address list is read from [`ConfiguredAddresses`], which a reload replaces; timeouts come
+//! from the request's own configuration generation.
 
 use crate::config::UpstreamSettings;
+use arc_swap::ArcSwap;
+use futures_util::FutureExt;
+use pingora::lb::discovery::ServiceDiscovery;
 use pingora::lb::health_check::TcpHealthCheck;
 use pingora::lb::selection::RoundRobin;
-use pingora::lb::LoadBalancer;
+use pingora::lb::{Backend, Backends, LoadBalancer};
 use pingora::prelude::*;
 use pingora::services::background::{background_service, GenBackgroundService};
+use std::collections::{BTreeSet, HashMap};
+use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
+
+/// The configured backend addresses, as service discovery for the balancer.
+#[derive(Clone, Default)]
+struct ConfiguredAddresses(Arc<ArcSwap<BTreeSet<Backend>>>);
+
+impl ConfiguredAddresses {
+    fn set(&self, addresses: &[SocketAddr]) {
+        let backends = addresses
+            .iter()
+            .map(|a| Backend::new(&a.to_string()).expect("a socket address is a valid backend"))
+            .collect();
+        self.0.store(Arc::new(backends));
+    }
+}
+
+#[async_trait::async_trait]
+impl ServiceDiscovery for ConfiguredAddresses {
+    async fn discover(&self) -> Result<(BTreeSet<Backend>, HashMap<u64, bool>)> {
+        Ok((BTreeSet::clone(&self.0.load()), HashMap::new()))
+    }
+}
 
 pub struct Upstreams {
     balancer: Arc<LoadBalancer<RoundRobin>>,
-    count: usize,
-    connect_timeout: Duration,
-    read_timeout: Duration,
+    addresses: ConfiguredAddresses,
 }
 
 impl Upstreams {
@@ -21,38 +46,42 @@ impl Upstreams {
     pub fn new(
         settings: &UpstreamSettings,
     ) -> std::io::Result<(Upstreams, GenBackgroundService<LoadBalancer<RoundRobin>>)> {
-        let mut balancer = LoadBalancer::<RoundRobin>::try_from_iter(
-            settings.addresses.iter().map(|a| a.to_string()),
-        )?;
+        let addresses = ConfiguredAddresses::default();
+        addresses.set(&settings.addresses);
+        let mut balancer =
+            LoadBalancer::<RoundRobin>::from_backends(Backends::new(Box::new(addresses.clone())));
+        // Discovery reads memory: the first update completes at once.
+        balancer
+            .update()
+            .now_or_never()
+            .expect("static discovery does not wait")
+            .map_err(|e| std::io::Error::other(e.to_string()))?;
         balancer.set_health_check(TcpHealthCheck::new());
         balancer.health_check_frequency = Some(settings.health_check_interval);
         let service = background_service("upstream health checks", balancer);
         let upstreams = Upstreams {
             balancer: service.task(),
-            count: settings.addresses.len(),
-            connect_timeout: settings.connect_timeout,
-            read_timeout: settings.read_timeout,
+            addresses,
         };
         Ok((upstreams, service))
     }
 
+    /// Replaces the backend list (a reload). New backends count as healthy until checked.
+    pub async fn set_addresses(&self, addresses: &[SocketAddr]) {
+        self.addresses.set(addresses);
+        if let Err(e) = self.balancer.update().await {
+            tracing::error!(error = %e, "cannot update the upstream list");
+        }
+    }
+
     /// The next healthy backend, as a peer with the configured timeouts.
-    pub fn peer(&self) -> Result<Box<HttpPeer>> {
+    pub fn peer(&self, settings: &UpstreamSettings) -> Result<Box<HttpPeer>> {
         let backend = self.balancer.select(b"", 256).ok_or_else(|| {
             Error::explain(ErrorType::ConnectNoRoute, "no healthy upstream").into_up()
         })?;
         let mut peer = HttpPeer::new(backend.addr, false, String::new());
-        peer.options.connection_timeout = Some(self.connect_timeout);
-        peer.options.read_timeout = Some(self.read_timeout);
+        peer.options.connection_timeout = Some(settings.connect_timeout);
+        peer.options.read_timeout = Some(settings.read_timeout);
         Ok(Box::new(peer))
-    }
-
-    /// Configured backends.
-    pub fn len(&self) -> usize {
-        self.count
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.count == 0
     }
 }

@@ -11,6 +11,7 @@
 //! gateway, [`StockStore::abandon`] releases that id afterwards, writing a tombstone when the
 //! reserve has not landed yet so that it can never land later: such units are never stranded.
 
+pub mod breaker;
 mod keys;
 mod records;
 

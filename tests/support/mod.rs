@@ -32,6 +32,7 @@ pub fn store_activity(
         starts_at: chrono::Utc.with_ymd_and_hms(2020, 1, 1, 0, 0, 0).unwrap(),
         ends_at: chrono::Utc.with_ymd_and_hms(2099, 1, 1, 0, 0, 0).unwrap(),
         confirm,
+        on_store_failure: flashgate::config::StoreFailurePolicy::Reject,
         hold,
         shards: Vec::new(),
         parent: None,

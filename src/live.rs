@@ -1,0 +1,59 @@
+//! The reloadable part of a gateway: one validated configuration and what is built from it
+//! (admission policy, reservation signer), published as a whole.
+//!
+//! A request takes the current [`Generation`] once, in its first phase, and keeps it to the end:
+//! a reload never changes the rules, activity or signing key of a request already in flight.
+//! Background tasks read the current generation each time they run.
+
+use crate::admission::Policy;
+use crate::config::Settings;
+use crate::reservation::Signer;
+use arc_swap::ArcSwap;
+use std::sync::Arc;
+
+/// One configuration as the gateway runs it.
+pub struct Generation {
+    /// 1 for the configuration the process started with, +1 per applied reload.
+    pub number: u64,
+    pub settings: Arc<Settings>,
+    pub policy: Policy,
+    pub signer: Signer,
+}
+
+impl Generation {
+    /// Builds a generation; token buckets whose quota did not change are carried over from
+    /// `previous`, so a reload does not hand every buyer a full bucket.
+    pub fn build(settings: Arc<Settings>, previous: Option<&Generation>) -> Generation {
+        Generation {
+            number: previous.map_or(1, |p| p.number + 1),
+            policy: Policy::new(&settings, previous.map(|p| &p.policy)),
+            signer: Signer::new(&settings.signing),
+            settings,
+        }
+    }
+}
+
+/// The current generation, shared by everything that reads configuration.
+#[derive(Clone)]
+pub struct Live(Arc<ArcSwap<Generation>>);
+
+impl Live {
+    pub fn new(first: Generation) -> Live {
+        Live(Arc::new(ArcSwap::from_pointee(first)))
+    }
+
+    /// The current generation, to keep for the length of a request.
+    pub fn current(&self) -> Arc<Generation> {
+        self.0.load_full()
+    }
+
+    /// The current settings.
+    pub fn settings(&self) -> Arc<Settings> {
+        self.0.load().settings.clone()
+    }
+
+    /// Makes `next` current; requests that already hold the previous one keep it.
+    pub fn publish(&self, next: Generation) {
+        self.0.store(Arc::new(next));
+    }
+}

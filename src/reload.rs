@@ -1,0 +1,257 @@
+//! Live reload: the configuration file is read again on SIGHUP, when its content changes
+//! (polled every `server.reload_watch_interval_ms`), or on `POST /v1/config/reload`.
+//!
+//! A file that does not validate, or that would change a running sale unsafely (a version
+//! lowered, a version's stock or segments changed without raising it), is refused: the running
+//! configuration stays, the error names the key, `flashgate_config_reloads_total{result="error"}`
+//! counts it. Keys bound at start-up (listeners, threads, Redis connection, intervals) are kept
+//! as they are and named in a warning: they need a restart.
+//!
+//! Approximations: a file caught half-written by the poll is refused and applied once complete
+//! (counted as one error); removing an activity stops this instance sweeping its expired
+//! reservations (remove an activity once its holds have run out).
+
+use crate::config::{ConfigError, Settings};
+use crate::gateway::Gateway;
+use crate::metrics::ReloadResult;
+use async_trait::async_trait;
+use pingora::server::ShutdownWatch;
+use pingora::services::background::BackgroundService;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The file a gateway was started from, with the text it was started with.
+#[derive(Debug, Clone)]
+pub struct ConfigSource {
+    pub path: PathBuf,
+    pub text: String,
+}
+
+impl ConfigSource {
+    /// Reads and validates a configuration file, keeping its text for change detection.
+    pub fn load(path: &Path) -> Result<(Settings, ConfigSource), ConfigError> {
+        let text = crate::config::read(path)?;
+        let settings = Settings::from_file_text(path, &text)?;
+        let source = ConfigSource {
+            path: path.to_owned(),
+            text,
+        };
+        Ok((settings, source))
+    }
+}
+
+/// What a successful reload did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Applied {
+    /// The generation now running.
+    pub generation: u64,
+    /// Changed keys that keep their running value until a restart.
+    pub needs_restart: Vec<&'static str>,
+}
+
+/// Reloads one gateway from its file, one reload at a time.
+pub struct Reloader {
+    gw: Arc<Gateway>,
+    path: PathBuf,
+    /// The text last tried (applied or refused), so the watcher reacts to changes only.
+    last_text: tokio::sync::Mutex<String>,
+}
+
+impl Reloader {
+    pub fn new(gw: Arc<Gateway>, source: ConfigSource) -> Reloader {
+        Reloader {
+            gw,
+            path: source.path,
+            last_text: tokio::sync::Mutex::new(source.text),
+        }
+    }
+
+    /// Reads the file and applies it, or refuses it and keeps the running configuration.
+    pub async fn reload(&self) -> Result<Applied, ConfigError> {
+        let mut last = self.last_text.lock().await;
+        let outcome = self.read_and_apply(&mut last).await;
+        self.record(&outcome);
+        outcome
+    }
+
+    /// Reloads only if the file's content differs from the text last tried.
+    async fn reload_if_changed(&self) {
+        let mut last = self.last_text.lock().await;
+        match crate::config::read(&self.path) {
+            Ok(text) if text == *last => {}
+            // A missing file mid-rename, for example: try again next tick.
+            Err(_) => {}
+            Ok(_) => {
+                let outcome = self.read_and_apply(&mut last).await;
+                self.record(&outcome);
+            }
+        }
+    }
+
+    async fn read_and_apply(&self, last: &mut String) -> Result<Applied, ConfigError> {
+        let text = crate::config::read(&self.path)?;
+        *last = text.clone();
+        let next = Settings::from_file_text(&self.path, &text)?;
+        let current = self.gw.settings();
+        check_transition(&current, &next)?;
+        let needs_restart = restart_only_changes(&current, &next);
+        let generation = self.gw.apply(next).await;
+        Ok(Applied {
+            generation,
+            needs_restart,
+        })
+    }
+
+    fn record(&self, outcome: &Result<Applied, ConfigError>) {
+        let result = match outcome {
+            Ok(applied) => {
+                if applied.needs_restart.is_empty() {
+                    tracing::info!(generation = applied.generation, path = %self.path.display(),
+                        "configuration reloaded");
+                } else {
+                    tracing::warn!(generation = applied.generation, path = %self.path.display(),
+                        needs_restart = ?applied.needs_restart,
+                        "configuration reloaded; these keys keep their running value until a restart");
+                }
+                ReloadResult::Applied
+            }
+            Err(e) => {
+                tracing::error!(path = %self.path.display(), error = %e,
+                    "configuration reload refused; the running configuration stays");
+                ReloadResult::Refused
+            }
+        };
+        self.gw
+            .metrics
+            .config_reloads
+            .with_label_values(&[result.as_str()])
+            .inc();
+    }
+}
+
+/// Refuses changes that would break a running sale: a stock version is created once from
+/// `stock` (and split into `segments`), so changing either needs a new version, and going back
+/// to an older version would sell its leftover units again.
+pub fn check_transition(current: &Settings, next: &Settings) -> Result<(), ConfigError> {
+    for (i, new) in next.activities.iter().enumerate() {
+        let Some(old) = current.activities.get(&new.id) else {
+            continue;
+        };
+        let key = |field: &str| format!("activities[{i}].{field}");
+        if new.version < old.version {
+            return Err(ConfigError::invalid(
+                key("version"),
+                format!(
+                    "{} is lower than the running version {}; a version can only go up",
+                    new.version, old.version
+                ),
+            ));
+        }
+        if new.version == old.version && new.stock != old.stock {
+            return Err(ConfigError::invalid(
+                key("stock"),
+                format!(
+                    "changed from {} to {} under the same version {}; a version's stock is fixed once created: raise version to restock",
+                    old.stock, new.stock, new.version
+                ),
+            ));
+        }
+        if new.version == old.version && new.segment_count() != old.segment_count() {
+            return Err(ConfigError::invalid(
+                key("segments"),
+                format!(
+                    "changed from {} to {} under the same version {}; raise version to re-split the stock",
+                    old.segment_count(),
+                    new.segment_count(),
+                    new.version
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Keys whose new value is not applied by a reload (bound at start-up).
+pub fn restart_only_changes(current: &Settings, next: &Settings) -> Vec<&'static str> {
+    let (a, b) = (current, next);
+    [
+        ("server.listen", a.server.listen != b.server.listen),
+        ("server.threads", a.server.threads != b.server.threads),
+        (
+            "server.grace_period_secs",
+            a.server.grace_period != b.server.grace_period,
+        ),
+        (
+            "server.shutdown_timeout_secs",
+            a.server.shutdown_timeout != b.server.shutdown_timeout,
+        ),
+        (
+            "server.reload_watch_interval_ms",
+            a.server.reload_watch_interval != b.server.reload_watch_interval,
+        ),
+        ("admin.listen", a.admin.listen != b.admin.listen),
+        ("redis", a.redis != b.redis),
+        (
+            "upstream.health_check_interval_ms",
+            a.upstream.health_check_interval != b.upstream.health_check_interval,
+        ),
+        (
+            "rate_limits.evict_interval_ms",
+            a.rate_limits.evict_interval != b.rate_limits.evict_interval,
+        ),
+    ]
+    .into_iter()
+    .filter_map(|(key, changed)| changed.then_some(key))
+    .collect()
+}
+
+/// Reloads on SIGHUP and when the file changes, until shutdown.
+pub struct ReloadWatcher {
+    reloader: Arc<Reloader>,
+    poll_every: Option<Duration>,
+}
+
+impl ReloadWatcher {
+    pub fn new(reloader: Arc<Reloader>, poll_every: Option<Duration>) -> Self {
+        ReloadWatcher {
+            reloader,
+            poll_every,
+        }
+    }
+}
+
+#[async_trait]
+impl BackgroundService for ReloadWatcher {
+    async fn start(&self, mut shutdown: ShutdownWatch) {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut hangup = match signal(SignalKind::hangup()) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot listen for SIGHUP; reload by file change or admin API");
+                return;
+            }
+        };
+        let mut poll = self.poll_every.map(|every| {
+            let mut t = tokio::time::interval(every);
+            t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            t
+        });
+        loop {
+            let polled = async {
+                match poll.as_mut() {
+                    Some(t) => t.tick().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = shutdown.changed() => return,
+                _ = hangup.recv() => {
+                    tracing::info!("SIGHUP: reloading the configuration");
+                    let _ = self.reloader.reload().await;
+                }
+                _ = polled => self.reloader.reload_if_changed().await,
+            }
+        }
+    }
+}

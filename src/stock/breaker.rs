@@ -1,0 +1,234 @@
+//! A circuit breaker in front of the stock store, on the buyer's path only.
+//!
+//! After `consecutive_failures` store calls in a row fail (error or timeout), the breaker opens
+//! for `open_ms`: buyers get their activity's store-failure answer at once (`unavailable`, or a
+//! passthrough) instead of each waiting out `redis.timeout_ms`. When the period ends one probe
+//! call goes to Redis (half-open): success closes the breaker, failure opens it again.
+//! Background work (releases, sweeps, confirms) keeps its own retries and is not gated.
+//!
+//! The admin API can hold it open (treat Redis as down: drain traffic off a sick Redis) or
+//! closed (ignore failures) until switched back to auto. The switch is per instance and held in
+//! memory: it survives reloads, not restarts.
+//!
+//! Time is `tokio::time::Instant`, so tests drive it with a paused clock.
+
+use crate::metrics::{BreakerMode, BreakerState, Metrics};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// The breaker's thresholds (reloadable).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BreakerSettings {
+    pub consecutive_failures: u32,
+    pub open_for: Duration,
+}
+
+/// What the breaker lets a buyer's store call do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pass {
+    /// Call the store.
+    Call,
+    /// Call the store as the half-open probe; report the result with `probe: true`.
+    Probe,
+    /// Do not call the store: count it as failed.
+    Skip,
+}
+
+#[derive(Debug)]
+struct State {
+    settings: BreakerSettings,
+    mode: BreakerMode,
+    failures: u32,
+    /// When the breaker opened; `None` while closed.
+    opened_at: Option<Instant>,
+    probing: bool,
+}
+
+pub struct Breaker {
+    state: Mutex<State>,
+    metrics: Arc<Metrics>,
+}
+
+impl Breaker {
+    pub fn new(settings: BreakerSettings, metrics: Arc<Metrics>) -> Breaker {
+        Breaker {
+            state: Mutex::new(State {
+                settings,
+                mode: BreakerMode::Auto,
+                failures: 0,
+                opened_at: None,
+                probing: false,
+            }),
+            metrics,
+        }
+    }
+
+    pub fn configure(&self, settings: BreakerSettings) {
+        self.lock().settings = settings;
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().expect("breaker lock not poisoned")
+    }
+
+    /// Whether a buyer's store call may go ahead now.
+    pub fn pass(&self) -> Pass {
+        let mut s = self.lock();
+        match s.mode {
+            BreakerMode::ForcedOpen => return Pass::Skip,
+            BreakerMode::ForcedClosed => return Pass::Call,
+            BreakerMode::Auto => {}
+        }
+        let Some(opened_at) = s.opened_at else {
+            return Pass::Call;
+        };
+        if opened_at.elapsed() < s.settings.open_for || s.probing {
+            return Pass::Skip;
+        }
+        s.probing = true;
+        self.show(&s);
+        Pass::Probe
+    }
+
+    /// Reports a store call's result (`ok`: Redis answered).
+    pub fn record(&self, pass: Pass, ok: bool) {
+        let mut s = self.lock();
+        if pass == Pass::Probe {
+            s.probing = false;
+        }
+        if ok {
+            s.failures = 0;
+            if s.opened_at.take().is_some() {
+                tracing::info!("stock store answers again: breaker closed");
+                self.show(&s);
+            }
+            return;
+        }
+        s.failures = s.failures.saturating_add(1);
+        let reopen = pass == Pass::Probe;
+        let open = s.opened_at.is_none() && s.failures >= s.settings.consecutive_failures;
+        if reopen || open {
+            s.opened_at = Some(Instant::now());
+            if open {
+                self.metrics.breaker_opened.inc();
+                tracing::error!(
+                    failures = s.failures,
+                    open_ms = s.settings.open_for.as_millis() as u64,
+                    "stock store failing: breaker open"
+                );
+            }
+            self.show(&s);
+        }
+    }
+
+    /// The admin switch: `Auto` hands control back to the store's answers.
+    pub fn set_mode(&self, mode: BreakerMode) {
+        let mut s = self.lock();
+        s.mode = mode;
+        if mode == BreakerMode::Auto {
+            // Start afresh: a forced period says nothing about Redis.
+            s.failures = 0;
+            s.opened_at = None;
+            s.probing = false;
+        }
+        tracing::warn!(mode = mode.as_str(), "breaker switched by the admin API");
+        self.show(&s);
+    }
+
+    /// The state buyers see now, and the switch position.
+    pub fn status(&self) -> (BreakerState, BreakerMode) {
+        let s = self.lock();
+        (state_of(&s), s.mode)
+    }
+
+    fn show(&self, s: &State) {
+        self.metrics.set_breaker(state_of(s), s.mode);
+    }
+}
+
+fn state_of(s: &State) -> BreakerState {
+    match (s.mode, s.opened_at) {
+        (BreakerMode::ForcedOpen, _) => BreakerState::Open,
+        (BreakerMode::ForcedClosed, _) | (BreakerMode::Auto, None) => BreakerState::Closed,
+        (BreakerMode::Auto, Some(_)) if s.probing => BreakerState::HalfOpen,
+        (BreakerMode::Auto, Some(at)) if at.elapsed() >= s.settings.open_for => {
+            BreakerState::HalfOpen
+        }
+        (BreakerMode::Auto, Some(_)) => BreakerState::Open,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn breaker() -> Breaker {
+        Breaker::new(
+            BreakerSettings {
+                consecutive_failures: 3,
+                open_for: Duration::from_millis(500),
+            },
+            Arc::new(Metrics::new()),
+        )
+    }
+
+    fn fail(b: &Breaker) {
+        let pass = b.pass();
+        b.record(pass, false);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn opens_after_consecutive_failures_and_probes_after_the_period() {
+        let b = breaker();
+        fail(&b);
+        fail(&b);
+        // A success in between resets the count.
+        b.record(b.pass(), true);
+        fail(&b);
+        fail(&b);
+        assert_eq!(b.pass(), Pass::Call);
+        fail(&b);
+        assert_eq!(b.status().0, BreakerState::Open);
+        assert_eq!(b.pass(), Pass::Skip);
+        tokio::time::advance(Duration::from_millis(499)).await;
+        assert_eq!(b.pass(), Pass::Skip, "still inside the open period");
+        tokio::time::advance(Duration::from_millis(1)).await;
+        assert_eq!(b.status().0, BreakerState::HalfOpen);
+        let probe = b.pass();
+        assert_eq!(probe, Pass::Probe);
+        assert_eq!(b.pass(), Pass::Skip, "one probe at a time");
+        // The probe fails: open for a whole period again.
+        b.record(probe, false);
+        assert_eq!(b.pass(), Pass::Skip);
+        tokio::time::advance(Duration::from_millis(500)).await;
+        let probe = b.pass();
+        assert_eq!(probe, Pass::Probe);
+        b.record(probe, true);
+        assert_eq!(b.status().0, BreakerState::Closed);
+        assert_eq!(b.pass(), Pass::Call);
+        // Closed again: it takes the full count of failures to reopen.
+        fail(&b);
+        fail(&b);
+        assert_eq!(b.pass(), Pass::Call);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_admin_switch_holds_until_switched_back() {
+        let b = breaker();
+        b.set_mode(BreakerMode::ForcedOpen);
+        tokio::time::advance(Duration::from_secs(3600)).await;
+        assert_eq!(b.pass(), Pass::Skip);
+        assert_eq!(b.status(), (BreakerState::Open, BreakerMode::ForcedOpen));
+        b.set_mode(BreakerMode::ForcedClosed);
+        for _ in 0..10 {
+            fail(&b);
+        }
+        assert_eq!(b.pass(), Pass::Call, "held closed whatever Redis answers");
+        b.set_mode(BreakerMode::Auto);
+        assert_eq!(b.status(), (BreakerState::Closed, BreakerMode::Auto));
+        let text = String::from_utf8(b.metrics.encode()).unwrap();
+        assert!(text.contains(r#"flashgate_redis_breaker_mode{mode="auto"} 1"#));
+        assert!(text.contains(r#"flashgate_redis_breaker_state{state="closed"} 1"#));
+    }
+}
