@@ -10,6 +10,7 @@ mod decisions;
 mod failures;
 mod lifecycle;
 mod news;
+mod operations;
 mod reservations;
 mod security;
 mod segments;

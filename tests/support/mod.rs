@@ -399,6 +399,8 @@ pub struct TestActivity {
     pub confirm: Option<&'static str>,
     pub hold_secs: Option<u64>,
     pub segments: Option<u32>,
+    /// `reject` (default) or `passthrough`.
+    pub on_store_failure: Option<&'static str>,
 }
 
 impl TestActivity {
@@ -414,6 +416,7 @@ impl TestActivity {
             confirm: None,
             hold_secs: None,
             segments: None,
+            on_store_failure: None,
         }
     }
 
@@ -449,6 +452,10 @@ pub struct TestConfig {
     pub identity_yaml: String,
     /// Extra lines of the `rate_limits:` section (indented two spaces), after `per_user`.
     pub extra_rate_limits_yaml: String,
+    /// Extra lines of the `server:`, `upstream:` and `redis:` sections (indented two spaces).
+    pub extra_server_yaml: String,
+    pub extra_upstream_yaml: String,
+    pub extra_redis_yaml: String,
 }
 
 impl TestConfig {
@@ -468,6 +475,9 @@ impl TestConfig {
             sweep_interval_ms: 100,
             identity_yaml: "  header: X-User-Id\n".to_owned(),
             extra_rate_limits_yaml: String::new(),
+            extra_server_yaml: String::new(),
+            extra_upstream_yaml: String::new(),
+            extra_redis_yaml: String::new(),
         }
     }
 
@@ -477,7 +487,7 @@ impl TestConfig {
             r#"server:
   listen: "127.0.0.1:{listen}"
   threads: 2
-admin:
+{extra_server}admin:
   listen: "127.0.0.1:{admin}"
   token_env: FLASHGATE_ADMIN_TOKEN
 upstream:
@@ -485,12 +495,12 @@ upstream:
   connect_timeout_ms: 500
   read_timeout_ms: {read_timeout}
   health_check_interval_ms: 200
-redis:
+{extra_upstream}redis:
   {redis}
   timeout_ms: {redis_timeout}
   sweep_interval_ms: {sweep}
   reconcile_interval_ms: 200
-identity:
+{extra_redis}identity:
 {identity}signing:
   header: X-Flashgate-Reservation
   key_id: k1
@@ -505,6 +515,9 @@ sale_routes:
 "#,
             listen = self.listen_port,
             admin = self.admin_port,
+            extra_server = self.extra_server_yaml,
+            extra_upstream = self.extra_upstream_yaml,
+            extra_redis = self.extra_redis_yaml,
             upstreams = upstreams.join(", "),
             read_timeout = self.read_timeout_ms,
             redis = match &self.redis_cluster {
@@ -551,6 +564,9 @@ sale_routes:
             }
             if let Some(hold) = a.hold_secs {
                 y.push_str(&format!("    hold_secs: {hold}\n"));
+            }
+            if let Some(policy) = a.on_store_failure {
+                y.push_str(&format!("    on_store_failure: {policy}\n"));
             }
         }
         y
@@ -699,6 +715,30 @@ impl GatewayProc {
         if let Some(mut child) = self.child.take() {
             kill(&mut child);
         }
+    }
+
+    /// Writes `config` to the running gateway's file (it reloads on change or SIGHUP).
+    pub fn rewrite_config(&mut self, config: TestConfig) {
+        self.config = config;
+        std::fs::write(self.config_path(), self.config.to_yaml()).expect("write config");
+    }
+
+    /// Sends a signal (`kill -s NAME`) to the gateway process.
+    pub fn signal(&self, name: &str) {
+        let pid = self.child.as_ref().expect("running").id().to_string();
+        let status = Command::new("kill")
+            .args(["-s", name, &pid])
+            .status()
+            .expect("kill runs");
+        assert!(status.success(), "kill -s {name} {pid}");
+    }
+
+    /// Waits for the process to exit on its own; its exit status.
+    pub fn wait_exit(&mut self, deadline: Duration) -> std::process::ExitStatus {
+        let child = self.child.as_mut().expect("running");
+        let status = wait_for("flashgate to exit", deadline, || child.try_wait().unwrap());
+        self.child = None;
+        status
     }
 
     /// Kills and starts again with the same configuration and ports.
@@ -948,4 +988,13 @@ pub async fn burst(addr: SocketAddr, requests: Vec<String>) -> Vec<HttpResponse>
         out.push(t.await.expect("task"));
     }
     out
+}
+
+/// The value of the first series in Prometheus text `metrics` that starts with `series` (name
+/// and labels as exported, e.g. `flashgate_config_reloads_total{result="applied"}`).
+pub fn metric_value(metrics: &str, series: &str) -> Option<f64> {
+    metrics
+        .lines()
+        .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
 }
