@@ -1,0 +1,271 @@
+//! Dashboards and alerts against a real Prometheus (Debian's package): a gateway under load is
+//! scraped, then every Grafana panel query and every alert expression must parse and return
+//! series; the rule file must pass `promtool check rules` and load without errors.
+
+#[path = "support/mod.rs"]
+mod support;
+
+use serde_json::Value;
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+use support::*;
+
+/// A private Prometheus scraping `targets` every second, with the repository's alert rules.
+struct Prometheus {
+    addr: SocketAddr,
+    child: Child,
+    _dir: tempfile::TempDir,
+}
+
+impl Prometheus {
+    fn start(target: SocketAddr) -> Prometheus {
+        let dir = tempfile::tempdir().unwrap();
+        let rules = repo_path("prometheus/flashgate-alerts.yml");
+        let config = format!(
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files:\n  - \"{}\"\nscrape_configs:\n  - job_name: flashgate\n    static_configs:\n      - targets: [\"{target}\"]\n",
+            rules.display()
+        );
+        let config_path = dir.path().join("prometheus.yml");
+        std::fs::write(&config_path, config).unwrap();
+        let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        let child = Command::new("prometheus")
+            .arg(format!("--config.file={}", config_path.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.path().join("data").display()
+            ))
+            .arg(format!("--web.listen-address={addr}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect(
+                "prometheus starts (Debian package `prometheus`; scripts/ensure-deps installs it)",
+            );
+        wait_for("prometheus to listen", Duration::from_secs(30), || {
+            std::net::TcpStream::connect(addr).ok()
+        });
+        Prometheus {
+            addr,
+            child,
+            _dir: dir,
+        }
+    }
+
+    /// `/api/v1/query`: the `data.result` array, or the error Prometheus gave.
+    async fn query(&self, expr: &str) -> Result<Vec<Value>, String> {
+        let resp = get(
+            self.addr,
+            &format!("/api/v1/query?query={}", percent_encode(expr)),
+            &[],
+        )
+        .await;
+        let body = resp.json();
+        if body["status"] != "success" {
+            return Err(format!("{expr}: {body}"));
+        }
+        Ok(body["data"]["result"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default())
+    }
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn percent_encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// Every panel query of the dashboard, with its variables as "All" would set them.
+fn dashboard_queries() -> Vec<(String, String)> {
+    let dashboard: Value = serde_json::from_str(
+        &std::fs::read_to_string(repo_path("grafana/flashgate-dashboard.json")).unwrap(),
+    )
+    .unwrap();
+    let mut out = Vec::new();
+    for panel in dashboard["panels"].as_array().unwrap() {
+        for target in panel["targets"].as_array().unwrap() {
+            let expr = target["expr"].as_str().unwrap().replace("$activity", ".*");
+            out.push((panel["title"].as_str().unwrap().to_owned(), expr));
+        }
+    }
+    out
+}
+
+/// Every alert: (name, full expression, the expression without its threshold).
+fn alert_expressions() -> Vec<(String, String, String)> {
+    let rules: serde_yaml::Value = serde_yaml::from_str(
+        &std::fs::read_to_string(repo_path("prometheus/flashgate-alerts.yml")).unwrap(),
+    )
+    .unwrap();
+    let mut out = Vec::new();
+    for group in rules["groups"].as_sequence().unwrap() {
+        for rule in group["rules"].as_sequence().unwrap() {
+            let name = rule["alert"].as_str().unwrap().to_owned();
+            let expr = rule["expr"].as_str().unwrap().trim().to_owned();
+            let (signal, threshold) = [" > ", " == ", " < ", " != "]
+                .iter()
+                .filter_map(|op| expr.rsplit_once(op))
+                .max_by_key(|(left, _)| left.len())
+                .unwrap_or_else(|| panic!("alert {name} has no threshold: {expr}"));
+            assert!(
+                threshold.trim().parse::<f64>().is_ok(),
+                "alert {name} should end in a numeric threshold: {expr}"
+            );
+            out.push((name, expr.clone(), signal.trim().to_owned()));
+        }
+    }
+    out
+}
+
+#[test]
+fn promtool_checks_the_rules_and_the_example_config() {
+    for args in [
+        vec!["check", "rules", "prometheus/flashgate-alerts.yml"],
+        vec!["check", "config", "prometheus/prometheus.yml"],
+    ] {
+        let out = Command::new("promtool")
+            .args(&args)
+            .current_dir(repo_path("."))
+            .output()
+            .expect("promtool runs (Debian package `prometheus`)");
+        assert!(
+            out.status.success(),
+            "promtool {args:?}:\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+#[test]
+fn grafana_provisioning_points_at_the_dashboard_variable_not_import_inputs() {
+    let dashboard = std::fs::read_to_string(repo_path("grafana/flashgate-dashboard.json")).unwrap();
+    assert!(
+        !dashboard.contains("DS_PROMETHEUS"),
+        "provisioning cannot fill import inputs"
+    );
+    assert!(dashboard.contains(r#""uid": "${datasource}""#));
+    for file in [
+        "grafana/provisioning/datasources/flashgate.yaml",
+        "grafana/provisioning/dashboards/flashgate.yaml",
+    ] {
+        let yaml: serde_yaml::Value =
+            serde_yaml::from_str(&std::fs::read_to_string(repo_path(file)).unwrap()).unwrap();
+        assert_eq!(yaml["apiVersion"], 1, "{file}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_panel_and_alert_returns_series_from_a_real_prometheus() {
+    let mut explicit = TestActivity::open("2002", 3);
+    explicit.per_user_limit = 1;
+    let redis = RedisServer::start();
+    let upstream = Upstream::start();
+    let mut config = TestConfig::new(
+        &redis,
+        &upstream,
+        vec![TestActivity::open("1001", 5), explicit],
+    );
+    config.extra_upstream_yaml = "  max_inflight: 4\n  max_queue_wait_ms: 500\n".into();
+    let gw = GatewayProc::start(config);
+    let prometheus = Prometheus::start(gw.admin);
+
+    // Load: winners, sold out, limits, rate limits, unknown activities, pass-through routes.
+    let load = async {
+        for round in 0..3 {
+            let requests = (0..40)
+                .map(|i| {
+                    let user = format!("u{}", i % 12);
+                    let activity = ["1001", "2002", "9999"][i % 3];
+                    raw_request(
+                        "POST",
+                        &format!("/api/seckill/{activity}/buy"),
+                        &[("X-User-Id", &user)],
+                    )
+                })
+                .chain((0..5).map(|_| raw_request("GET", "/catalog", &[])))
+                .collect();
+            burst(gw.addr, requests).await;
+            if round < 2 {
+                tokio::time::sleep(Duration::from_millis(1200)).await;
+            }
+        }
+    };
+    load.await;
+
+    // Enough scrapes for rate() over every window the queries use.
+    wait_for_async("three scrapes", Duration::from_secs(30), || async {
+        let r = prometheus
+            .query("count_over_time(flashgate_config_generation[1m])")
+            .await
+            .ok()?;
+        let n: f64 = r.first()?["value"][1].as_str()?.parse().ok()?;
+        (n >= 3.0).then_some(())
+    })
+    .await;
+
+    let mut empty = Vec::new();
+    let panels = dashboard_queries();
+    assert!(panels.len() >= 20);
+    for (title, expr) in &panels {
+        let result = prometheus
+            .query(expr)
+            .await
+            .unwrap_or_else(|e| panic!("panel {title:?}: {e}"));
+        if result.is_empty() {
+            empty.push(format!("panel {title:?}: {expr}"));
+        }
+    }
+    let alerts = alert_expressions();
+    assert!(alerts.len() >= 8);
+    for (name, expr, signal) in &alerts {
+        prometheus
+            .query(expr)
+            .await
+            .unwrap_or_else(|e| panic!("alert {name}: {e}"));
+        let result = prometheus
+            .query(signal)
+            .await
+            .unwrap_or_else(|e| panic!("alert {name}: {e}"));
+        if result.is_empty() {
+            empty.push(format!("alert {name}: {signal}"));
+        }
+    }
+    assert!(
+        empty.is_empty(),
+        "queries without series:\n{}",
+        empty.join("\n")
+    );
+
+    // Prometheus loaded the rules and evaluates them without errors.
+    let rules = get(prometheus.addr, "/api/v1/rules", &[]).await.json();
+    let loaded: Vec<&Value> = rules["data"]["groups"][0]["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .collect();
+    assert_eq!(loaded.len(), alerts.len());
+    for rule in loaded {
+        assert_ne!(rule["health"], "err", "{rule}");
+    }
+    // Healthy gateway: nothing that pages is firing.
+    let firing = prometheus
+        .query("ALERTS{alertstate=\"firing\"}")
+        .await
+        .unwrap();
+    assert!(firing.is_empty(), "{firing:?}");
+}
