@@ -42,7 +42,9 @@ struct State {
     failures: u32,
     /// When the breaker opened; `None` while closed.
     opened_at: Option<Instant>,
-    probing: bool,
+    /// When the current probe started; a probe whose request vanished (never reported) is
+    /// given up after one open period, so the breaker cannot stay half-open forever.
+    probing: Option<Instant>,
 }
 
 pub struct Breaker {
@@ -58,7 +60,7 @@ impl Breaker {
                 mode: BreakerMode::Auto,
                 failures: 0,
                 opened_at: None,
-                probing: false,
+                probing: None,
             }),
             metrics,
         }
@@ -83,10 +85,13 @@ impl Breaker {
         let Some(opened_at) = s.opened_at else {
             return Pass::Call;
         };
-        if opened_at.elapsed() < s.settings.open_for || s.probing {
+        let probe_live = s
+            .probing
+            .is_some_and(|at| at.elapsed() < s.settings.open_for);
+        if opened_at.elapsed() < s.settings.open_for || probe_live {
             return Pass::Skip;
         }
-        s.probing = true;
+        s.probing = Some(Instant::now());
         self.show(&s);
         Pass::Probe
     }
@@ -95,7 +100,7 @@ impl Breaker {
     pub fn record(&self, pass: Pass, ok: bool) {
         let mut s = self.lock();
         if pass == Pass::Probe {
-            s.probing = false;
+            s.probing = None;
         }
         if ok {
             s.failures = 0;
@@ -130,7 +135,7 @@ impl Breaker {
             // Start afresh: a forced period says nothing about Redis.
             s.failures = 0;
             s.opened_at = None;
-            s.probing = false;
+            s.probing = None;
         }
         tracing::warn!(mode = mode.as_str(), "breaker switched by the admin API");
         self.show(&s);
@@ -151,7 +156,7 @@ fn state_of(s: &State) -> BreakerState {
     match (s.mode, s.opened_at) {
         (BreakerMode::ForcedOpen, _) => BreakerState::Open,
         (BreakerMode::ForcedClosed, _) | (BreakerMode::Auto, None) => BreakerState::Closed,
-        (BreakerMode::Auto, Some(_)) if s.probing => BreakerState::HalfOpen,
+        (BreakerMode::Auto, Some(_)) if s.probing.is_some() => BreakerState::HalfOpen,
         (BreakerMode::Auto, Some(at)) if at.elapsed() >= s.settings.open_for => {
             BreakerState::HalfOpen
         }
@@ -198,6 +203,10 @@ mod tests {
         let probe = b.pass();
         assert_eq!(probe, Pass::Probe);
         assert_eq!(b.pass(), Pass::Skip, "one probe at a time");
+        // A probe never reported (its request vanished) is given up after an open period.
+        tokio::time::advance(Duration::from_millis(500)).await;
+        let probe = b.pass();
+        assert_eq!(probe, Pass::Probe);
         // The probe fails: open for a whole period again.
         b.record(probe, false);
         assert_eq!(b.pass(), Pass::Skip);
