@@ -137,11 +137,13 @@ fn promtool_checks_the_rules_and_the_example_config() {
         vec!["check", "rules", "prometheus/flashgate-alerts.yml"],
         vec!["check", "config", "prometheus/prometheus.yml"],
     ] {
-        let out = Command::new("promtool")
-            .args(&args)
-            .current_dir(repo_path("."))
-            .output()
-            .expect("promtool runs (Debian package `prometheus`)");
+        let out = run_bounded(
+            "promtool (Debian package `prometheus`)",
+            Command::new("promtool")
+                .args(&args)
+                .current_dir(repo_path(".")),
+            Duration::from_secs(60),
+        );
         assert!(
             out.status.success(),
             "promtool {args:?}:\n{}{}",

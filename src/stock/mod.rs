@@ -105,9 +105,13 @@ pub struct ReserveRequest<'a> {
 /// Distinguishes stores in one process (tests run several) in the per-thread connection cache.
 static NEXT_STORE_ID: AtomicUsize = AtomicUsize::new(0);
 
+/// A thread's connection to one store: made once, by the first caller, while later callers on the
+/// same thread wait for it (a burst's first thousand requests must not each open a connection).
+type ThreadConn = Arc<tokio::sync::OnceCell<StoreConn>>;
+
 thread_local! {
     /// This thread's connection to each store, made on first use.
-    static THREAD_CONNECTIONS: RefCell<HashMap<usize, StoreConn>> = RefCell::new(HashMap::new());
+    static THREAD_CONNECTIONS: RefCell<HashMap<usize, ThreadConn>> = RefCell::new(HashMap::new());
 }
 
 /// A connection to a single Redis or to a Redis Cluster; scripts and commands run unchanged on
@@ -225,18 +229,19 @@ impl StockStore {
     /// on the worker that issues most of its commands, so a script call costs no cross-thread
     /// wake-ups (measured: see BENCHMARKS.md). Commands stay pipelined within each connection.
     async fn conn(&self) -> Result<StoreConn, StoreError> {
-        if let Some(conn) = THREAD_CONNECTIONS.with(|c| c.borrow().get(&self.id).cloned()) {
-            return Ok(conn);
-        }
-        let conn = match &self.cluster {
-            None => StoreConn::Single(ConnectionManager::new_lazy_with_config(
-                self.client.clone(),
-                self.config.clone(),
-            )?),
-            Some(cluster) => StoreConn::Cluster(cluster.get_async_connection().await?),
-        };
-        THREAD_CONNECTIONS.with(|c| c.borrow_mut().insert(self.id, conn.clone()));
-        Ok(conn)
+        let cell = THREAD_CONNECTIONS.with(|c| c.borrow_mut().entry(self.id).or_default().clone());
+        let conn = cell
+            .get_or_try_init(|| async {
+                Ok::<_, StoreError>(match &self.cluster {
+                    None => StoreConn::Single(ConnectionManager::new_lazy_with_config(
+                        self.client.clone(),
+                        self.config.clone(),
+                    )?),
+                    Some(cluster) => StoreConn::Cluster(cluster.get_async_connection().await?),
+                })
+            })
+            .await?;
+        Ok(conn.clone())
     }
 
     /// One command, bounded like every store call.

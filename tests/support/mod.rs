@@ -65,11 +65,87 @@ pub const SIGNING_SECRET: &str = "test-signing-secret-0123456789abcdef";
 pub const ADMIN_TOKEN: &str = "test-admin-token";
 pub const STARTUP_DEADLINE: Duration = Duration::from_secs(30);
 
+/// Ports for servers the tests start, below the kernel's ephemeral range (32768 and up): a port
+/// handed out here cannot meanwhile become the local end of some client's connection, which
+/// happens with `bind(:0)` ports while other tests open thousands of connections. Each port is
+/// handed out once per test binary; binaries run one after another.
+const GENERAL_PORTS: std::ops::Range<u16> = 23_000..32_700;
+/// Cluster nodes: their bus ports (+10000) fall in 20000..23000, which nothing else uses.
+const CLUSTER_PORTS: std::ops::Range<u16> = 10_000..13_000;
+
+fn next_port(range: std::ops::Range<u16>, next: &std::sync::atomic::AtomicU32) -> u16 {
+    use std::sync::atomic::Ordering;
+    let len = u32::from(range.end - range.start);
+    // Start somewhere the process id picks, so two binaries run by hand side by side rarely meet.
+    let start = (u64::from(std::process::id()) * 2_654_435_761 % u64::from(len)) as u32 + 1;
+    let _ = next.compare_exchange(0, start, Ordering::SeqCst, Ordering::SeqCst);
+    for _ in 0..len {
+        let port = range.start + (next.fetch_add(1, Ordering::SeqCst) % len) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port in {range:?}");
+}
+
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    next_port(GENERAL_PORTS, &NEXT)
+}
+
+/// A port for a cluster node whose bus port (+10000) is free too.
+fn free_cluster_port() -> u16 {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    loop {
+        let port = next_port(CLUSTER_PORTS, &NEXT);
+        if TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok() {
+            return port;
+        }
+    }
+}
+
+/// Runs `cmd` to completion within `deadline`, killing it and panicking (naming `what`) if it
+/// takes longer: a stuck child must fail its test, not hang the run.
+pub fn run_bounded(what: &str, cmd: &mut Command, deadline: Duration) -> std::process::Output {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{what} could not start: {e}"));
+    // Drain the pipes on threads so a chatty child cannot block on a full pipe.
+    let drain = |mut pipe: Box<dyn std::io::Read + Send>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            let _ = pipe.read_to_end(&mut buf);
+            buf
+        })
+    };
+    let stdout = drain(Box::new(child.stdout.take().unwrap()));
+    let stderr = drain(Box::new(child.stderr.take().unwrap()));
+    let status = wait_for_exit(&mut child, deadline).unwrap_or_else(|| {
+        kill(&mut child);
+        panic!("{what} did not finish within {deadline:?}");
+    });
+    std::process::Output {
+        status,
+        stdout: stdout.join().unwrap(),
+        stderr: stderr.join().unwrap(),
+    }
+}
+
+/// Polls `child` until it exits or `deadline` passes.
+pub fn wait_for_exit(child: &mut Child, deadline: Duration) -> Option<std::process::ExitStatus> {
+    let end = Instant::now() + deadline;
+    loop {
+        if let Some(status) = child.try_wait().expect("child status") {
+            return Some(status);
+        }
+        if Instant::now() >= end {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 /// Polls `check` until it returns `Some`, or panics with `what` after `deadline`.
@@ -205,17 +281,7 @@ pub struct RedisCluster {
 
 impl RedisCluster {
     pub fn start() -> Self {
-        let mut ports = Vec::new();
-        while ports.len() < 3 {
-            // The cluster bus listens on port + 10000: both must be free.
-            let port = free_port();
-            if port < 55_000
-                && !ports.contains(&port)
-                && TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok()
-            {
-                ports.push(port);
-            }
-        }
+        let ports: Vec<u16> = (0..3).map(|_| free_cluster_port()).collect();
         let mut cluster = RedisCluster {
             ports: ports.clone(),
             dirs: Vec::new(),
@@ -245,15 +311,20 @@ impl RedisCluster {
             });
         }
         let nodes: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
-        let status = Command::new("redis-cli")
-            .args(["--cluster", "create"])
-            .args(&nodes)
-            .args(["--cluster-replicas", "0", "--cluster-yes"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .expect("redis-cli runs");
-        assert!(status.success(), "redis-cli --cluster create failed");
+        // redis-cli waits for the nodes to meet with no limit of its own.
+        let out = run_bounded(
+            "redis-cli --cluster create",
+            Command::new("redis-cli")
+                .args(["--cluster", "create"])
+                .args(&nodes)
+                .args(["--cluster-replicas", "0", "--cluster-yes"]),
+            STARTUP_DEADLINE,
+        );
+        assert!(
+            out.status.success(),
+            "redis-cli --cluster create failed: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
         for port in &ports {
             let url = format!("redis://127.0.0.1:{port}/");
             wait_for("the cluster to be ok", STARTUP_DEADLINE, || {
@@ -809,7 +880,11 @@ pub fn run_cli(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
     for (k, v) in env {
         cmd.env(k, v);
     }
-    let out = cmd.output().expect("flashgate runs");
+    let out = run_bounded(
+        &format!("flashgate {}", args.join(" ")),
+        &mut cmd,
+        Duration::from_secs(60),
+    );
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),
