@@ -146,6 +146,7 @@ async fn three_gateways_on_a_cluster_sell_exactly_the_stock() {
         .collect();
 
     // Every buyer's connection is open first; then all of them go at once, across the three.
+    let connections_before = cluster.connections_received();
     let mut per_gateway = Vec::new();
     for (g, gw) in gateways.iter().enumerate() {
         let requests = (0..BUYERS / 3)
@@ -173,6 +174,10 @@ async fn three_gateways_on_a_cluster_sell_exactly_the_stock() {
         }
     }
     assert_eq!(winners, STOCK);
+    // Each gateway thread connects to the cluster once, however many buyers arrive at once.
+    let opened = cluster.connections_received() - connections_before;
+    eprintln!("connections opened to the cluster during the burst: {opened}");
+    assert!(opened <= 60, "{opened} connections for 3 gateways");
     assert_eq!(upstream.requests().await.len() as u64, STOCK);
     let mut conn = cluster.conn();
     let left: i64 = redis::cmd("GET")

@@ -359,6 +359,25 @@ impl RedisCluster {
             .expect("cluster connection")
     }
 
+    /// Connections the nodes have accepted since they started, summed (INFO stats).
+    pub fn connections_received(&self) -> u64 {
+        self.ports
+            .iter()
+            .map(|p| {
+                let url = format!("redis://127.0.0.1:{p}/");
+                let mut c = redis::Client::open(url.as_str())
+                    .unwrap()
+                    .get_connection()
+                    .unwrap();
+                let info: String = redis::cmd("INFO").arg("stats").query(&mut c).unwrap();
+                info.lines()
+                    .find_map(|l| l.strip_prefix("total_connections_received:"))
+                    .and_then(|v| v.trim().parse::<u64>().ok())
+                    .expect("total_connections_received")
+            })
+            .sum()
+    }
+
     /// The port of the master serving `key` (from CLUSTER SLOTS).
     pub fn node_of(&self, key: &str) -> u16 {
         let mut conn = self.conn();
