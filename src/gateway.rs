@@ -10,8 +10,8 @@ use crate::proxy::queue::UpstreamQueue;
 use crate::proxy::upstream::Upstreams;
 use crate::stock::breaker::Breaker;
 use crate::stock::StockStore;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 
 pub struct Gateway {
     /// The current configuration generation (replaced by reloads).
@@ -25,8 +25,8 @@ pub struct Gateway {
     pub upstreams: Upstreams,
     /// At most `upstream.max_inflight` sale requests at the backend; the rest wait in line.
     pub upstream_queue: Arc<UpstreamQueue>,
-    /// Set once shutdown began: no new reservations.
-    draining: AtomicBool,
+    /// When shutdown began (set once).
+    drain_started: OnceLock<Instant>,
     /// Test-only fault point (feature `fault-injection`, env `FLASHGATE_FAULT`).
     #[cfg(feature = "fault-injection")]
     pub fault: Option<Fault>,
@@ -42,13 +42,29 @@ pub enum Fault {
 }
 
 impl Gateway {
-    /// Shutdown began: sale requests are refused from now on (`unavailable`), readiness fails.
+    /// Shutdown began: readiness fails, and soon new sale requests are refused (see
+    /// [`Gateway::takes_new_reservations`]).
     pub fn start_draining(&self) {
-        self.draining.store(true, Ordering::Relaxed);
+        let _ = self.drain_started.set(Instant::now());
     }
 
     pub fn is_draining(&self) -> bool {
-        self.draining.load(Ordering::Relaxed)
+        self.drain_started.get().is_some()
+    }
+
+    /// Whether a sale request may still take a reservation: always before shutdown; after it
+    /// only while the rest of the grace period covers the request's longest trip, so that its
+    /// reservation is forwarded or released before the process exits. The requests this lets
+    /// in are those read from connections accepted just before the listeners closed (or
+    /// handed over, on an upgrade): served rather than turned away.
+    pub fn takes_new_reservations(&self, settings: &Settings) -> bool {
+        self.drain_started.get().is_none_or(|started| {
+            drain_window_open(
+                started.elapsed(),
+                settings.server.grace_period,
+                settings.server.longest_sale_trip,
+            )
+        })
     }
 
     /// Drops idle rate-limit buckets of the current generation.
@@ -115,7 +131,7 @@ impl Gateway {
         Gateway {
             admission: Admission::new(store.clone(), metrics.clone(), sold_out.clone(), breaker),
             upstream_queue,
-            draining: AtomicBool::new(false),
+            drain_started: OnceLock::new(),
             lifecycle: Arc::new(Lifecycle::new(
                 live.clone(),
                 store.clone(),
@@ -133,5 +149,27 @@ impl Gateway {
                 _ => None,
             },
         }
+    }
+}
+
+/// A request `elapsed` into a `grace` period that may take `trip` still ends within it.
+fn drain_window_open(elapsed: Duration, grace: Duration, trip: Duration) -> bool {
+    elapsed.saturating_add(trip) <= grace
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn after_shutdown_reservations_are_taken_only_while_the_grace_covers_a_trip() {
+        let s = Duration::from_secs;
+        let ms = Duration::from_millis;
+        // The default grace: the trip rounded up plus a second.
+        assert!(drain_window_open(s(0), s(10), ms(8500)));
+        assert!(drain_window_open(ms(1500), s(10), ms(8500)));
+        assert!(!drain_window_open(ms(1501), s(10), ms(8500)));
+        // A grace period shorter than a trip turns every new sale away.
+        assert!(!drain_window_open(s(0), s(2), ms(8500)));
     }
 }

@@ -10,6 +10,7 @@ pub mod decision_log;
 pub mod gateway;
 pub mod lifecycle;
 pub mod live;
+pub mod logging;
 pub mod maintenance;
 pub mod metrics;
 pub mod news;

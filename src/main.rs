@@ -2,6 +2,7 @@
 
 use clap::{Parser, Subcommand};
 use flashgate::reload::ConfigSource;
+use flashgate::server::Listeners;
 use flashgate::Settings;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -17,10 +18,16 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the gateway in the foreground until SIGTERM (graceful) or SIGINT (fast); SIGHUP (or
-    /// a change of the file) reloads the configuration.
+    /// a change of the file) reloads the configuration; SIGQUIT hands the listeners to a new
+    /// binary started with `--upgrade`, then drains.
     Serve {
         #[arg(long)]
         config: PathBuf,
+        /// Take the listening sockets over from the gateway running with this configuration
+        /// (zero-downtime binary upgrade): start this, then send the old process SIGQUIT
+        /// within about 6 s; without one to take over from, exits with status 1.
+        #[arg(long)]
+        upgrade: bool,
     },
     /// Validate a configuration file: exit 0 if valid, else name the offending key.
     Check {
@@ -93,7 +100,7 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::Serve { config } => {
+        Command::Serve { config, upgrade } => {
             let (settings, source) = match ConfigSource::load(&config) {
                 Ok(loaded) => loaded,
                 Err(e) => {
@@ -101,8 +108,13 @@ fn main() -> ExitCode {
                     return ExitCode::from(EXIT_CONFIG);
                 }
             };
-            let _log_guard = init_logging();
-            match flashgate::server::run(settings, Some(source), Default::default()) {
+            let _log_guard = flashgate::logging::init();
+            let listeners = if upgrade {
+                Listeners::TakeOver
+            } else {
+                Listeners::Bind
+            };
+            match flashgate::server::run(settings, Some(source), listeners, Default::default()) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     tracing::error!("{e}");
@@ -112,22 +124,4 @@ fn main() -> ExitCode {
             }
         }
     }
-}
-
-/// Logs to stdout through a non-blocking writer (decision lines must not stall requests).
-/// `RUST_LOG` filters; `FLASHGATE_LOG_FORMAT=json` switches to JSON lines.
-fn init_logging() -> tracing_appender::non_blocking::WorkerGuard {
-    use tracing_subscriber::EnvFilter;
-    let (writer, guard) = tracing_appender::non_blocking(std::io::stdout());
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
-        .with_writer(writer);
-    if std::env::var("FLASHGATE_LOG_FORMAT").as_deref() == Ok("json") {
-        builder.json().init();
-    } else {
-        builder.init();
-    }
-    guard
 }

@@ -110,8 +110,9 @@ impl Maintenance {
 }
 
 impl Maintenance {
-    /// On SIGTERM (Pingora stops accepting connections): refuse new reservations and report
-    /// the ones still in flight until they are forwarded or released, within the grace period
+    /// On SIGTERM, or after a SIGQUIT hand-over (Pingora stops accepting connections): stop
+    /// taking new reservations once a trip no longer fits in the grace period, and report the
+    /// ones still in flight until they are forwarded or released, within the grace period
     /// (after it the process exits; any left then return when their hold expires).
     async fn drain(&self) {
         let gw = &self.gw;
@@ -121,7 +122,7 @@ impl Maintenance {
         tracing::info!(
             in_flight = held(),
             grace_secs = grace.as_secs(),
-            "shutting down: no new reservations, draining requests in flight"
+            "shutting down: draining requests in flight"
         );
         let deadline = tokio::time::Instant::now() + grace;
         while held() > 0 && tokio::time::Instant::now() < deadline {

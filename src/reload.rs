@@ -190,6 +190,10 @@ pub fn restart_only_changes(current: &Settings, next: &Settings) -> Vec<&'static
             "server.reload_watch_interval_ms",
             a.server.reload_watch_interval != b.server.reload_watch_interval,
         ),
+        (
+            "server.upgrade_sock",
+            a.server.upgrade_sock != b.server.upgrade_sock,
+        ),
         ("admin.listen", a.admin.listen != b.admin.listen),
         ("redis", a.redis != b.redis),
         (

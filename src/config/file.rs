@@ -44,10 +44,11 @@ pub struct ServerSection {
     /// Worker threads of the proxy (match the machine's cores).
     #[serde(default = "default_threads")]
     pub threads: usize,
-    /// On SIGTERM: seconds in-flight requests get to finish (listeners close at once, new
-    /// sale requests on open connections get `unavailable`); the process exits after it.
-    /// Default: long enough for a queued winner's whole trip (upstream connect + read timeout +
-    /// max queue wait), rounded up.
+    /// On SIGTERM (or after a SIGQUIT hand-over): seconds in-flight requests get to finish;
+    /// the process exits after it. Listeners close at once; sale requests still arriving on
+    /// open connections take reservations only while the rest of the grace period covers a
+    /// whole trip, then get `unavailable`. Default: a queued winner's whole trip (store timeout +
+    /// max queue wait + upstream connect + read timeout), rounded up, plus one second.
     #[serde(default)]
     pub grace_period_secs: Option<u64>,
     /// On SIGTERM: seconds in-flight requests get to finish after the grace period.
@@ -63,6 +64,13 @@ pub struct ServerSection {
     /// changed); 0 turns the check off (SIGHUP and the admin API still reload).
     #[serde(default = "default_reload_watch_interval_ms")]
     pub reload_watch_interval_ms: u64,
+    /// Unix socket through which a running gateway hands its listening sockets to a new
+    /// binary (`flashgate serve --upgrade`, then SIGQUIT to the old process within about 6 s,
+    /// Pingora 0.9's fixed wait: 5 retries a second apart). Relative paths
+    /// are resolved against the configuration file's directory. Default:
+    /// `/tmp/flashgate-upgrade-<listen port>.sock`.
+    #[serde(default)]
+    pub upgrade_sock: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

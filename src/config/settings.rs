@@ -14,7 +14,7 @@ use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey};
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::num::{NonZeroU32, NonZeroUsize};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -40,11 +40,15 @@ pub struct ServerSettings {
     pub listen: SocketAddr,
     pub threads: NonZeroUsize,
     pub grace_period: Duration,
+    /// The longest a sale request can take once admitted (see `longest_sale_trip`).
+    pub longest_sale_trip: Duration,
     pub shutdown_timeout: Duration,
     pub max_sale_body_bytes: u64,
     pub max_sale_header_bytes: u64,
     /// `None`: the file is not watched.
     pub reload_watch_interval: Option<Duration>,
+    /// Where listening sockets are handed to a new binary on a graceful upgrade.
+    pub upgrade_sock: PathBuf,
 }
 
 #[derive(Debug)]
@@ -325,12 +329,14 @@ impl Settings {
             open_for: positive_ms("redis.breaker.open_ms", raw.redis.breaker.open_ms)?,
         };
         let upstream = upstream(raw.upstream)?;
+        let redis = redis(raw.redis)?;
+        let longest_trip = longest_sale_trip(&redis, &upstream);
         Ok(Settings {
             breaker,
-            server: server(raw.server, &upstream)?,
+            server: server(raw.server, longest_trip, base_dir)?,
             upstream,
             admin: admin(raw.admin, secrets)?,
-            redis: redis(raw.redis)?,
+            redis,
             identity: identity(raw.identity, base_dir, secrets)?,
             activities: activities(raw.activities, Duration::from_secs(raw.signing.ttl_secs))?,
             signing: signing(raw.signing, base_dir, secrets)?,
@@ -343,25 +349,57 @@ impl Settings {
     }
 }
 
+/// The longest a sale request can take once admitted: the stock call, the wait for a slot at
+/// the backend, connecting, and the backend's answer (its release on failure is bounded by the
+/// same store timeout, inside the read timeout's slack only approximately).
+fn longest_sale_trip(redis: &RedisSettings, upstream: &UpstreamSettings) -> Duration {
+    redis.timeout + upstream.max_queue_wait + upstream.connect_timeout + upstream.read_timeout
+}
+
 fn server(
     raw: file::ServerSection,
-    upstream: &UpstreamSettings,
+    longest_trip: Duration,
+    base_dir: &Path,
 ) -> Result<ServerSettings, ConfigError> {
-    let longest_trip = upstream.connect_timeout + upstream.read_timeout + upstream.max_queue_wait;
     let grace_period = match raw.grace_period_secs {
         Some(secs) => Duration::from_secs(secs),
-        None => Duration::from_secs(longest_trip.as_secs() + 1),
+        // Rounded up, plus a second in which requests read just before the listeners closed
+        // still take reservations (see `Gateway::takes_new_reservations`).
+        None => Duration::from_secs(longest_trip.as_secs() + 2),
     };
+    let listen = socket_addr("server.listen", &raw.listen)?;
+    let upgrade_sock = match raw.upgrade_sock {
+        Some(path) => base_dir.join(path),
+        None => PathBuf::from(format!("/tmp/flashgate-upgrade-{}.sock", listen.port())),
+    };
+    // sockaddr_un holds 108 bytes including the terminating NUL.
+    if upgrade_sock.as_os_str().len() > 107 {
+        return Err(ConfigError::invalid(
+            "server.upgrade_sock",
+            format!(
+                "{} is longer than a Unix socket path may be (107 bytes)",
+                upgrade_sock.display()
+            ),
+        ));
+    }
+    if upgrade_sock.to_str().is_none() {
+        return Err(ConfigError::invalid(
+            "server.upgrade_sock",
+            "must be valid UTF-8",
+        ));
+    }
     Ok(ServerSettings {
-        listen: socket_addr("server.listen", &raw.listen)?,
+        listen,
         threads: NonZeroUsize::new(raw.threads)
             .ok_or_else(|| ConfigError::invalid("server.threads", "must be at least 1"))?,
         grace_period,
+        longest_sale_trip: longest_trip,
         shutdown_timeout: Duration::from_secs(raw.shutdown_timeout_secs),
         max_sale_body_bytes: raw.max_sale_body_bytes,
         max_sale_header_bytes: raw.max_sale_header_bytes,
         reload_watch_interval: (raw.reload_watch_interval_ms > 0)
             .then(|| Duration::from_millis(raw.reload_watch_interval_ms)),
+        upgrade_sock,
     })
 }
 

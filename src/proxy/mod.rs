@@ -175,7 +175,7 @@ impl ProxyHttp for FlashProxy {
         if let Some(too_large) = oversized(req, &generation.settings.server) {
             return refuse(session, ctx, Decision::BadRequest(too_large)).await;
         }
-        if self.gw.is_draining() {
+        if !self.gw.takes_new_reservations(&generation.settings) {
             // A reservation taken now could be cut off by the end of the grace period.
             return refuse(session, ctx, Decision::ShuttingDown).await;
         }

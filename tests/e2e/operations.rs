@@ -421,3 +421,124 @@ async fn sigterm_stops_accepting_and_drains_every_reservation_in_flight() {
     let (code, table) = gw.reconcile();
     assert_eq!(code, 0, "{table}");
 }
+
+/// What one load worker saw.
+#[derive(Default)]
+struct Tally {
+    statuses: std::collections::BTreeMap<u16, usize>,
+    errors: Vec<String>,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigquit_hands_the_listeners_to_a_new_binary_under_load() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let (redis, upstream, mut config) = stack(vec![TestActivity::open("1001", 1_000_000)]);
+    let sock_dir = tempfile::tempdir().unwrap();
+    let sock = sock_dir.path().join("upgrade.sock");
+    config.extra_server_yaml = format!("  upgrade_sock: {}\n", sock.display());
+    // The default grace period follows the longest trip: keep it short.
+    config.read_timeout_ms = 1000;
+    let mut old = GatewayProc::start(config);
+
+    // Buyers on fresh connections, back to back, until told to stop.
+    let stop = Arc::new(AtomicBool::new(false));
+    let addr = old.addr;
+    let workers: Vec<_> = (0..8)
+        .map(|w| {
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                let mut tally = Tally::default();
+                let mut i = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    let user = format!("w{w}-{i}");
+                    let raw = raw_request("POST", "/api/seckill/1001/buy", &[("X-User-Id", &user)]);
+                    match send_raw(addr, raw.as_bytes()).await {
+                        Ok(resp) => *tally.statuses.entry(resp.status).or_default() += 1,
+                        Err(e) => tally.errors.push(format!("{user}: {e}")),
+                    }
+                    i += 1;
+                }
+                tally
+            })
+        })
+        .collect();
+    let sold = || async { upstream.requests().await.len() };
+    let wait_sold = |n: usize, what: &'static str| {
+        wait_for_async(what, Duration::from_secs(20), move || async move {
+            (sold().await >= n).then_some(())
+        })
+    };
+    wait_sold(50, "the old binary to sell under load").await;
+
+    let mut new = old.start_upgrade(&sock);
+    old.signal("QUIT");
+    // The old process hands its sockets over, keeps accepting a few seconds beside the new one,
+    // then drains its requests in flight and exits.
+    let status = old.wait_exit(Duration::from_secs(30));
+    assert!(status.success(), "{status}\n{}", old.logs());
+    assert!(
+        old.logs().contains("listener sockets sent"),
+        "{}",
+        old.logs()
+    );
+    let at_exit = sold().await;
+    wait_sold(at_exit + 50, "the new binary to sell alone").await;
+    stop.store(true, Ordering::Relaxed);
+
+    let mut statuses = std::collections::BTreeMap::<u16, usize>::new();
+    let mut errors = Vec::new();
+    for w in workers {
+        let tally = w.await.unwrap();
+        for (s, n) in tally.statuses {
+            *statuses.entry(s).or_default() += n;
+        }
+        errors.extend(tally.errors);
+    }
+    eprintln!("across the upgrade: {statuses:?}, {} errors", errors.len());
+    // No connection refused or dropped, and every buyer got a sale.
+    assert!(errors.is_empty(), "{errors:?}");
+    assert_eq!(
+        statuses.keys().collect::<Vec<_>>(),
+        vec![&200],
+        "{statuses:?}"
+    );
+    // Both binaries sold, every sale reached the backend once, and the ledger adds up.
+    for gw in [&old, &new] {
+        assert!(gw.logs().contains("outcome=\"admitted\""), "{}", gw.logs());
+    }
+    assert_eq!(sold().await, statuses[&200]);
+    assert_eq!(
+        redis.get_int("fg:{1001}:v1:stock"),
+        Some(1_000_000 - statuses[&200] as i64)
+    );
+    let (code, table) = new.reconcile();
+    assert_eq!(code, 0, "{table}");
+    new.signal("TERM");
+    assert!(new.wait_exit(Duration::from_secs(30)).success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upgrade_with_no_gateway_to_take_over_from_gives_up_and_says_so() {
+    let (_redis, _upstream, mut config) = stack(vec![TestActivity::open("1001", 10)]);
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("upgrade.sock");
+    config.extra_server_yaml = format!("  upgrade_sock: {}\n", sock.display());
+    let path = dir.path().join("gateway.yaml");
+    std::fs::write(&path, config.to_yaml()).unwrap();
+    let started = Instant::now();
+    let (code, out, err) = run_cli(
+        &["serve", "--config", path.to_str().unwrap(), "--upgrade"],
+        &[
+            ("FLASHGATE_SIGNING_SECRET", SIGNING_SECRET),
+            ("FLASHGATE_ADMIN_TOKEN", ADMIN_TOKEN),
+        ],
+    );
+    let logs = format!("{out}{err}");
+    assert_ne!(code, 0, "{logs}");
+    assert!(started.elapsed() < Duration::from_secs(15), "{logs}");
+    assert!(logs.contains("send it SIGQUIT"), "{logs}");
+    assert!(logs.contains("Giving up reading socket"), "{logs}");
+    // It never took the ports.
+    assert!(std::net::TcpListener::bind(("127.0.0.1", config.listen_port)).is_ok());
+}

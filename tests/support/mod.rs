@@ -705,6 +705,8 @@ pub struct GatewayProc {
     pub admin: SocketAddr,
     pub config: TestConfig,
     env: Vec<(String, String)>,
+    /// Extra arguments to `serve` (e.g. `--upgrade`).
+    args: Vec<String>,
     dir: TempDir,
     child: Option<Child>,
 }
@@ -730,11 +732,40 @@ impl GatewayProc {
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
+            args: Vec::new(),
             dir,
             child: None,
         };
         gw.spawn();
         gw.wait_ready();
+        gw
+    }
+
+    /// Starts `serve --upgrade` with this gateway's configuration: the new process waits on the
+    /// upgrade socket for this one's listeners (send this one SIGQUIT). Returns once the new
+    /// process is waiting.
+    pub fn start_upgrade(&self, upgrade_sock: &Path) -> GatewayProc {
+        let _ = std::fs::remove_file(upgrade_sock);
+        let mut gw = GatewayProc {
+            addr: self.addr,
+            admin: self.admin,
+            config: self.config.clone(),
+            env: self.env.clone(),
+            args: vec!["--upgrade".into()],
+            dir: tempfile::tempdir().expect("temp dir"),
+            child: None,
+        };
+        gw.spawn();
+        wait_for(
+            "the new binary to wait on the upgrade socket",
+            STARTUP_DEADLINE,
+            || {
+                if let Some(status) = gw.child.as_mut().unwrap().try_wait().unwrap() {
+                    panic!("the new binary exited with {status}:\n{}", gw.logs());
+                }
+                upgrade_sock.exists().then_some(())
+            },
+        );
         gw
     }
 
@@ -761,6 +792,7 @@ impl GatewayProc {
             .arg("serve")
             .arg("--config")
             .arg(self.config_path())
+            .args(&self.args)
             .env("FLASHGATE_SIGNING_SECRET", SIGNING_SECRET)
             .env("FLASHGATE_ADMIN_TOKEN", ADMIN_TOKEN)
             .env("RUST_LOG", "info")
