@@ -30,7 +30,6 @@ use crate::reservation::Reservation;
 use crate::stock::breaker::{Breaker, Pass};
 use crate::stock::{
     until_answered, PrewarmOutcome, ReleaseOutcome, ReserveOutcome, ReserveRequest, StockStore,
-    StoreError,
 };
 use chrono::Utc;
 use http::HeaderMap;
@@ -351,7 +350,7 @@ impl Admission {
         let outcome = match outcome {
             Ok(outcome) => outcome,
             Err(e) => {
-                if let StoreError::Timeout(_) = e {
+                if e.may_have_landed() {
                     // Only on this rare path: the home segment as an owned handle for the task.
                     let home = match activity.shards.get(segment as usize) {
                         Some(shard) => shard.clone(),
@@ -504,8 +503,8 @@ impl Admission {
         }
     }
 
-    /// A reserve whose outcome is unknown (timed out) is released by id until Redis answers, so
-    /// units never stay stranded behind a buyer who was told `unavailable`.
+    /// A reserve whose outcome is unknown (timed out, connection lost) is released by id until
+    /// Redis answers, so units never stay stranded behind a buyer who was told `unavailable`.
     fn abandon_in_background(&self, activity: Arc<Activity>, id: String) {
         let store = self.store.clone();
         let metrics = self.metrics.clone();

@@ -83,6 +83,16 @@ pub enum StoreError {
 }
 
 impl StoreError {
+    /// Whether the call may have run in Redis although it failed here: our time budget or
+    /// redis-rs's own response timeout ran out, the connection dropped after sending, or a
+    /// reply came that we could not read. Only a refused connection surely ran nothing.
+    pub fn may_have_landed(&self) -> bool {
+        match self {
+            StoreError::Timeout(_) | StoreError::Protocol { .. } => true,
+            StoreError::Redis(e) => !e.is_connection_refusal(),
+        }
+    }
+
     fn protocol(script: ScriptName, reply: impl std::fmt::Debug) -> Self {
         StoreError::Protocol {
             script: script.as_str(),
@@ -764,4 +774,24 @@ fn unix_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn io(kind: std::io::ErrorKind) -> StoreError {
+        StoreError::Redis(redis::RedisError::from(std::io::Error::from(kind)))
+    }
+
+    #[test]
+    fn only_a_refused_connection_surely_ran_nothing() {
+        // redis-rs's own response timeout reports an I/O error, not our Timeout: a reserve
+        // that timed out either way must be abandoned (found by the reliability suite).
+        assert!(io(std::io::ErrorKind::TimedOut).may_have_landed());
+        assert!(io(std::io::ErrorKind::ConnectionReset).may_have_landed());
+        assert!(io(std::io::ErrorKind::BrokenPipe).may_have_landed());
+        assert!(StoreError::Timeout(Duration::from_millis(5)).may_have_landed());
+        assert!(!io(std::io::ErrorKind::ConnectionRefused).may_have_landed());
+    }
 }

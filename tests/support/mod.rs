@@ -185,26 +185,42 @@ fn kill(child: &mut Child) {
 pub struct RedisServer {
     pub port: u16,
     dir: TempDir,
-    durable: bool,
+    /// `appendfsync` of an append-only file; `None`: no persistence.
+    fsync: Option<&'static str>,
     child: Option<Child>,
 }
 
 impl RedisServer {
     /// No persistence: fast, for most tests.
     pub fn start() -> Self {
-        Self::start_with(false)
+        Self::start_with(None)
     }
 
     /// AOF with fsync on every write, so a SIGKILL loses nothing.
     pub fn start_durable() -> Self {
-        Self::start_with(true)
+        Self::start_with(Some("always"))
     }
 
-    fn start_with(durable: bool) -> Self {
+    /// An append-only file with this `appendfsync` (`always`, `everysec`, `no`).
+    pub fn start_aof(fsync: &'static str) -> Self {
+        Self::start_with(Some(fsync))
+    }
+
+    /// The server's working directory (its append-only files live in `appendonlydir/`).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The process id, while running.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
+    fn start_with(fsync: Option<&'static str>) -> Self {
         let mut server = RedisServer {
             port: free_port(),
             dir: tempfile::tempdir().expect("temp dir"),
-            durable,
+            fsync,
             child: None,
         };
         server.spawn();
@@ -221,8 +237,8 @@ impl RedisServer {
             .arg(self.dir.path())
             .arg("--save")
             .arg("");
-        if self.durable {
-            cmd.args(["--appendonly", "yes", "--appendfsync", "always"]);
+        if let Some(fsync) = self.fsync {
+            cmd.args(["--appendonly", "yes", "--appendfsync", fsync]);
         } else {
             cmd.args(["--appendonly", "no"]);
         }
@@ -771,6 +787,11 @@ impl GatewayProc {
 
     pub fn config_path(&self) -> PathBuf {
         self.dir.path().join("gateway.yaml")
+    }
+
+    /// The process id, while running.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
     }
 
     pub fn log_path(&self) -> PathBuf {
