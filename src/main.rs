@@ -42,6 +42,11 @@ enum Command {
         /// Only this activity.
         #[arg(long)]
         activity: Option<String>,
+        /// Compare the backend's orders with Redis instead: a file of the reservation ids
+        /// (`jti`) the backend kept for `--activity`, one per line. Exit 1 if any is unknown
+        /// to Redis or was released after the sale (its unit would be sold again).
+        #[arg(long, requires = "activity")]
+        orders: Option<PathBuf>,
     },
 }
 
@@ -68,7 +73,11 @@ fn main() -> ExitCode {
                 ExitCode::from(EXIT_CONFIG)
             }
         },
-        Command::Reconcile { config, activity } => {
+        Command::Reconcile {
+            config,
+            activity,
+            orders,
+        } => {
             let settings = match Settings::load_without_secrets(&config) {
                 Ok(s) => s,
                 Err(e) => {
@@ -76,6 +85,9 @@ fn main() -> ExitCode {
                     return ExitCode::from(EXIT_CONFIG);
                 }
             };
+            if let (Some(orders), Some(activity)) = (orders, activity.as_deref()) {
+                return reconcile_orders(settings, activity, &orders);
+            }
             match flashgate::reconcile::run_cli(settings, activity.as_deref()) {
                 Ok(report) => {
                     print!("{}", report.table());
@@ -121,6 +133,37 @@ fn main() -> ExitCode {
                     eprintln!("flashgate: {e}");
                     ExitCode::FAILURE
                 }
+            }
+        }
+    }
+}
+
+fn reconcile_orders(settings: Settings, activity: &str, orders: &std::path::Path) -> ExitCode {
+    let text = match std::fs::read_to_string(orders) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("{}: {e}", orders.display());
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
+    match flashgate::reconcile::run_orders_cli(settings, activity, &text) {
+        Ok(report) => {
+            print!("{}", report.table());
+            if report.clean() {
+                println!("reconcile: orders clean");
+                ExitCode::SUCCESS
+            } else {
+                println!("reconcile: ORDERS DRIFT");
+                ExitCode::from(EXIT_DRIFT)
+            }
+        }
+        Err(e) => {
+            eprintln!("reconcile: {e}");
+            match e {
+                flashgate::reconcile::ReconcileError::UnknownActivity(_) => {
+                    ExitCode::from(EXIT_CONFIG)
+                }
+                flashgate::reconcile::ReconcileError::Store(_) => ExitCode::from(EXIT_STORE),
             }
         }
     }

@@ -214,3 +214,115 @@ pub fn run_cli(settings: Settings, only: Option<&str>) -> Result<Report, Reconci
         reconcile(&settings, &store, only).await
     })
 }
+
+/// `flashgate reconcile --orders FILE`: the backend's orders against Redis's records. The one
+/// check that catches what Redis itself cannot see: sales it forgot (a crash under
+/// `appendfsync everysec` loses up to about a second of them) and sales whose hold lapsed
+/// after the backend took them (a gateway killed before confirming, under `confirm: upstream`).
+/// Either way Redis's stock is too high by those units and would sell them again.
+#[derive(Debug, Default)]
+pub struct OrdersReport {
+    pub activity: String,
+    pub confirmed: Vec<String>,
+    /// Still held: confirm them (admin API) or they return to stock at their deadline.
+    pub pending: Vec<String>,
+    /// Given back to stock after the backend took them.
+    pub released: Vec<String>,
+    /// No record: Redis forgot the sale.
+    pub unknown: Vec<String>,
+}
+
+impl OrdersReport {
+    /// Nothing the backend sold is back in stock or unknown.
+    pub fn clean(&self) -> bool {
+        self.released.is_empty() && self.unknown.is_empty()
+    }
+
+    pub fn table(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "orders of {}: {} confirmed, {} pending, {} released after the sale, {} unknown to Redis",
+            self.activity,
+            self.confirmed.len(),
+            self.pending.len(),
+            self.released.len(),
+            self.unknown.len()
+        );
+        for (what, ids) in [
+            (
+                "pending (confirm it, or it returns to stock at its deadline)",
+                &self.pending,
+            ),
+            (
+                "released after the sale (its unit is back in stock)",
+                &self.released,
+            ),
+            (
+                "unknown to Redis (forgotten; its unit is back in stock)",
+                &self.unknown,
+            ),
+        ] {
+            for id in ids {
+                let _ = writeln!(out, "  {id}: {what}");
+            }
+        }
+        out
+    }
+}
+
+/// Looks up each of the backend's reservation ids (one HGET each: an operator command).
+pub async fn compare_orders(
+    store: &StockStore,
+    activity: &Activity,
+    reservation_ids: &[String],
+) -> Result<OrdersReport, StoreError> {
+    let mut report = OrdersReport {
+        activity: activity.id.to_string(),
+        ..OrdersReport::default()
+    };
+    for id in reservation_ids {
+        let segment =
+            crate::reservation::Reservation::segment_of(id).and_then(|n| activity.segment(n));
+        let record = match segment {
+            Some(segment) => store.lookup(segment, id).await?,
+            None => None,
+        };
+        let list = match record.map(|r| r.state) {
+            Some(RecordState::Confirmed) => &mut report.confirmed,
+            Some(RecordState::Pending) => &mut report.pending,
+            Some(RecordState::Released) => &mut report.released,
+            None => &mut report.unknown,
+        };
+        list.push(id.clone());
+    }
+    Ok(report)
+}
+
+/// Runs `flashgate reconcile --activity ID --orders FILE`: `FILE` holds the reservation ids
+/// (`jti`) of the orders the backend kept, one per line (blank lines and `#` comments skipped).
+pub fn run_orders_cli(
+    settings: Settings,
+    activity: &str,
+    orders: &str,
+) -> Result<OrdersReport, ReconcileError> {
+    let activity = settings
+        .activities
+        .get(activity)
+        .ok_or_else(|| ReconcileError::UnknownActivity(activity.to_owned()))?
+        .clone();
+    let ids: Vec<String> = orders
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(str::to_owned)
+        .collect();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| StoreError::Redis(redis::RedisError::from(e)))?;
+    runtime.block_on(async {
+        let store = StockStore::new(&settings.redis, Arc::new(crate::metrics::Metrics::new()))?;
+        Ok(compare_orders(&store, &activity, &ids).await?)
+    })
+}

@@ -294,6 +294,33 @@ async fn compare_with_records(
     (confirmed, forgotten, released)
 }
 
+/// `flashgate reconcile --orders`: the orders the backend kept (their `jti`) against Redis's
+/// records; exit code and report.
+fn reconcile_orders(gw: &GatewayProc, activity: &str, kept: &[Sale]) -> (i32, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("orders.txt");
+    let ids: String = kept.iter().map(|s| format!("{}\n", s.jti)).collect();
+    std::fs::write(&path, ids).unwrap();
+    let (code, out, err) = run_cli(
+        &[
+            "reconcile",
+            "--config",
+            gw.config_path().to_str().unwrap(),
+            "--activity",
+            activity,
+            "--orders",
+            path.to_str().unwrap(),
+        ],
+        &[],
+    );
+    (code, format!("{out}{err}"))
+}
+
+/// The end of the summary `reconcile --orders` prints for these counts.
+fn orders_summary(released: usize, unknown: usize) -> String {
+    format!("{released} released after the sale, {unknown} unknown to Redis")
+}
+
 fn assert_reconcile_clean(gw: &GatewayProc) {
     let (code, table) = gw.reconcile();
     assert_eq!(code, 0, "{table}");
@@ -381,6 +408,8 @@ async fn redis_killed_mid_burst(fsync: &'static str, scenario: &'static str) {
     assert_eq!(row.drift(), 0, "{row:?}");
     assert_eq!(sold, stock, "units lost: {}", stock - sold);
     assert_reconcile_clean(&gw);
+    let (code, report) = reconcile_orders(&gw, "1001", &sales);
+    assert_eq!(code, 0, "{report}");
     Figures::new(scenario)
         .add("stock", stock)
         .add("requests", seen.total())
@@ -499,6 +528,13 @@ async fn a_machine_crash_under_everysec_forgets_the_last_second_and_the_orders_s
     );
     assert_eq!(row.drift(), 0, "Redis is consistent with itself: {row:?}");
     assert_reconcile_clean(&gw);
+    // Redis alone cannot see the loss; the backend's orders against Redis's records find all.
+    let (code, report) = reconcile_orders(&gw, "1001", &sales);
+    assert_eq!(code, 1, "{report}");
+    assert!(
+        report.contains(&orders_summary(unconfirmed.len(), forgotten.len())),
+        "{report}"
+    );
     Figures::new("machine_crash_appendfsync_everysec")
         .add("requests", seen.total())
         .add("sales_before_crash", sold_before_crash)
@@ -511,7 +547,7 @@ async fn a_machine_crash_under_everysec_forgets_the_last_second_and_the_orders_s
             forgotten_units + unconfirmed_units,
         )
         .add(
-            "found_by_order_comparison",
+            "found_by_reconcile_orders",
             forgotten.len() + unconfirmed.len(),
         )
         .publish();
@@ -817,6 +853,12 @@ async fn a_gateway_killed_mid_burst_leaves_only_holds_that_expire() {
     assert_eq!(sold, stock);
     assert_eq!(row.drift(), 0, "{row:?}");
     assert_reconcile_clean(&gw);
+    let (code, report) = reconcile_orders(&gw, "1001", &sales);
+    assert_eq!(code, i32::from(!released_after.is_empty()), "{report}");
+    assert!(
+        report.contains(&orders_summary(released_after.len(), 0)),
+        "{report}"
+    );
     Figures::new("gateway_sigkill")
         .add("stock", stock)
         .add("kills", kills)
