@@ -47,6 +47,10 @@ enum Command {
         /// to Redis or was released after the sale (its unit would be sold again).
         #[arg(long, requires = "activity")]
         orders: Option<PathBuf>,
+        /// With --orders: confirm the backend's orders still pending in Redis, so that they
+        /// are not sold again when their hold runs out (after a gateway died before confirming).
+        #[arg(long, requires = "orders")]
+        confirm_pending: bool,
     },
 }
 
@@ -77,6 +81,7 @@ fn main() -> ExitCode {
             config,
             activity,
             orders,
+            confirm_pending,
         } => {
             let settings = match Settings::load_without_secrets(&config) {
                 Ok(s) => s,
@@ -86,7 +91,7 @@ fn main() -> ExitCode {
                 }
             };
             if let (Some(orders), Some(activity)) = (orders, activity.as_deref()) {
-                return reconcile_orders(settings, activity, &orders);
+                return reconcile_orders(settings, activity, &orders, confirm_pending);
             }
             match flashgate::reconcile::run_cli(settings, activity.as_deref()) {
                 Ok(report) => {
@@ -138,7 +143,12 @@ fn main() -> ExitCode {
     }
 }
 
-fn reconcile_orders(settings: Settings, activity: &str, orders: &std::path::Path) -> ExitCode {
+fn reconcile_orders(
+    settings: Settings,
+    activity: &str,
+    orders: &std::path::Path,
+    confirm_pending: bool,
+) -> ExitCode {
     let text = match std::fs::read_to_string(orders) {
         Ok(t) => t,
         Err(e) => {
@@ -146,7 +156,7 @@ fn reconcile_orders(settings: Settings, activity: &str, orders: &std::path::Path
             return ExitCode::from(EXIT_CONFIG);
         }
     };
-    match flashgate::reconcile::run_orders_cli(settings, activity, &text) {
+    match flashgate::reconcile::run_orders_cli(settings, activity, &text, confirm_pending) {
         Ok(report) => {
             print!("{}", report.table());
             if report.clean() {

@@ -9,7 +9,9 @@
 //! command, not something the request path does (the gateway's periodic check is check 1 only).
 
 use crate::config::{Activity, Settings};
-use crate::stock::{LedgerRow, RecordState, ReservationRecord, StockStore, StoreError};
+use crate::stock::{
+    ConfirmOutcome, ConfirmedVia, LedgerRow, RecordState, ReservationRecord, StockStore, StoreError,
+};
 use std::fmt::Write;
 use std::sync::Arc;
 
@@ -224,7 +226,10 @@ pub fn run_cli(settings: Settings, only: Option<&str>) -> Result<Report, Reconci
 pub struct OrdersReport {
     pub activity: String,
     pub confirmed: Vec<String>,
-    /// Still held: confirm them (admin API) or they return to stock at their deadline.
+    /// Pending ones this run confirmed (`--confirm-pending`); also in `confirmed`.
+    pub confirmed_now: Vec<String>,
+    /// Still held: confirm them (`--confirm-pending`, or the admin API) or they return to
+    /// stock at their deadline and are sold again.
     pub pending: Vec<String>,
     /// Given back to stock after the backend took them.
     pub released: Vec<String>,
@@ -242,14 +247,16 @@ impl OrdersReport {
         let mut out = String::new();
         let _ = writeln!(
             out,
-            "orders of {}: {} confirmed, {} pending, {} released after the sale, {} unknown to Redis",
+            "orders of {}: {} confirmed ({} just now), {} pending, {} released after the sale, {} unknown to Redis",
             self.activity,
             self.confirmed.len(),
+            self.confirmed_now.len(),
             self.pending.len(),
             self.released.len(),
             self.unknown.len()
         );
         for (what, ids) in [
+            ("confirmed just now (it was pending)", &self.confirmed_now),
             (
                 "pending (confirm it, or it returns to stock at its deadline)",
                 &self.pending,
@@ -271,11 +278,14 @@ impl OrdersReport {
     }
 }
 
-/// Looks up each of the backend's reservation ids (one HGET each: an operator command).
+/// Looks up each of the backend's reservation ids (one HGET each: an operator command). With
+/// `confirm_pending`, confirms those still pending: the backend has them, so they are sold
+/// (the remedy after a gateway died between the backend's answer and its confirm).
 pub async fn compare_orders(
     store: &StockStore,
     activity: &Activity,
     reservation_ids: &[String],
+    confirm_pending: bool,
 ) -> Result<OrdersReport, StoreError> {
     let mut report = OrdersReport {
         activity: activity.id.to_string(),
@@ -284,11 +294,27 @@ pub async fn compare_orders(
     for id in reservation_ids {
         let segment =
             crate::reservation::Reservation::segment_of(id).and_then(|n| activity.segment(n));
-        let record = match segment {
-            Some(segment) => store.lookup(segment, id).await?,
-            None => None,
+        let (segment, record) = match segment {
+            Some(segment) => (segment, store.lookup(segment, id).await?),
+            None => (activity, None),
         };
-        let list = match record.map(|r| r.state) {
+        let mut state = record.as_ref().map(|r| r.state);
+        if let (Some(RecordState::Pending), Some(record), true) =
+            (state, record.as_ref(), confirm_pending)
+        {
+            state = match store
+                .confirm(segment, record.ver, id, ConfirmedVia::Admin)
+                .await?
+            {
+                ConfirmOutcome::Confirmed | ConfirmOutcome::AlreadyConfirmed => {
+                    report.confirmed_now.push(id.clone());
+                    Some(RecordState::Confirmed)
+                }
+                ConfirmOutcome::Released => Some(RecordState::Released),
+                ConfirmOutcome::Unknown | ConfirmOutcome::VersionMismatch => state,
+            };
+        }
+        let list = match state {
             Some(RecordState::Confirmed) => &mut report.confirmed,
             Some(RecordState::Pending) => &mut report.pending,
             Some(RecordState::Released) => &mut report.released,
@@ -305,6 +331,7 @@ pub fn run_orders_cli(
     settings: Settings,
     activity: &str,
     orders: &str,
+    confirm_pending: bool,
 ) -> Result<OrdersReport, ReconcileError> {
     let activity = settings
         .activities
@@ -323,6 +350,6 @@ pub fn run_orders_cli(
         .map_err(|e| StoreError::Redis(redis::RedisError::from(e)))?;
     runtime.block_on(async {
         let store = StockStore::new(&settings.redis, Arc::new(crate::metrics::Metrics::new()))?;
-        Ok(compare_orders(&store, &activity, &ids).await?)
+        Ok(compare_orders(&store, &activity, &ids, confirm_pending).await?)
     })
 }
