@@ -969,18 +969,26 @@ async fn a_soak_under_mixed_load_keeps_memory_fds_and_latency_flat() {
             loadgen("/api/seckill/9999/buy", 50, 100, &[]),
             loadgen("/api/items/{n}", 100, 100, &["--method", "GET"]),
         ];
-        let children: Vec<_> = mix
-            .iter_mut()
-            .map(|c| c.stdout(std::process::Stdio::piped()).spawn().unwrap())
-            .collect();
-        let reports: Vec<Value> = children
-            .into_iter()
-            .map(|c| {
-                let out = c.wait_with_output().unwrap();
-                assert!(out.status.success(), "loadgen failed");
-                serde_json::from_slice(&out.stdout).unwrap()
-            })
-            .collect();
+        // All four at once, each bounded.
+        let limit = Duration::from_secs(window_secs + 60);
+        let reports: Vec<Value> = std::thread::scope(|scope| {
+            let running: Vec<_> = mix
+                .iter_mut()
+                .map(|c| scope.spawn(move || run_bounded("loadgen", c, limit)))
+                .collect();
+            running
+                .into_iter()
+                .map(|r| {
+                    let out = r.join().unwrap();
+                    assert!(
+                        out.status.success(),
+                        "loadgen failed: {}",
+                        String::from_utf8_lossy(&out.stderr)
+                    );
+                    serde_json::from_slice(&out.stdout).unwrap()
+                })
+                .collect()
+        });
         let requests: u64 = reports
             .iter()
             .map(|r| r["requests"].as_u64().unwrap())
