@@ -95,8 +95,9 @@ impl Maintenance {
                 tracing::error!(activity = %activity.id, version = activity.version,
                     "stock key was lost by Redis and created again: stock restarts from the configuration");
             }
+            // No sold-out mark to clear: any mark on this version was set after a reserve saw
+            // the key this call created (clearing it here would race with that reserve).
             PrewarmOutcome::Created => {
-                gw.sold_out.clear(activity.label(), activity.version);
                 tracing::info!(activity = %activity.id, version = activity.version,
                     stock = activity.stock, open = (window == SaleWindow::Open), "stock prewarmed");
             }

@@ -314,13 +314,20 @@ impl Admission {
             // another instance may have created it meanwhile.
             // (Never under a segment count other than the one the version was first sold with.)
             let layout_ok = matches!(self.store.claim_layout(activity).await, Ok(Ok(())));
-            if layout_ok
-                && matches!(
-                    self.store.prewarm(home).await,
-                    Ok(PrewarmOutcome::Created | PrewarmOutcome::Exists)
-                )
-            {
+            let prewarmed = if layout_ok {
+                self.store.prewarm(home).await.ok()
+            } else {
+                None
+            };
+            // Created by this call: a mark from before the key was lost is stale. Created by
+            // another caller: any mark was set since, by a reserve that saw the new key.
+            if prewarmed == Some(PrewarmOutcome::Created) {
                 self.sold_out.clear(&activity.id, activity.version);
+            }
+            if matches!(
+                prewarmed,
+                Some(PrewarmOutcome::Created | PrewarmOutcome::Exists)
+            ) {
                 outcome = self.store.reserve(request).await;
             }
         }
