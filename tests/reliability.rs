@@ -622,12 +622,13 @@ async fn redis_slowed_every_answer_within_the_budget_and_no_pile_up() {
             "{fault}: an answer took {:?}, over the budget {budget:?}",
             seen.slowest
         );
-        // No pile-up: nothing left in flight at the gateway or the backend's queue.
-        let metrics = gw.metrics().await;
-        assert_eq!(
-            metric_value(&metrics, "flashgate_reservations_in_flight"),
-            Some(0.0)
-        );
+        // No pile-up: nothing left in flight once the last answers are out (a request's
+        // gauge drops in its logging phase, just after its answer is sent).
+        wait_for_async("nothing in flight", Duration::from_secs(5), || async {
+            let m = gw.metrics().await;
+            (metric_value(&m, "flashgate_reservations_in_flight") == Some(0.0)).then_some(())
+        })
+        .await;
         figures
             .add(fault, format!("{pause_ms}ms"))
             .add("answers_during", during)
@@ -753,7 +754,16 @@ async fn backend_timeouts_errors_and_resets_return_each_unit_exactly_once() {
     assert_eq!(confirmed, stock, "{row:?}");
     assert_eq!(row.drift(), 0, "{row:?}");
     // Releases by reason, from the gateway's own count: each failure released once.
-    let metrics = gw.metrics().await;
+    let series = |reason: &str| {
+        format!("flashgate_reservations_released_total{{activity=\"1001\",reason=\"{reason}\"}}")
+    };
+    let total = |m: &str| -> u64 {
+        flashgate::metrics::ReleaseReason::ALL
+            .iter()
+            .map(|r| metric_value(m, &series(r.as_str())).unwrap_or(0.0) as u64)
+            .sum()
+    };
+    let metrics = gw.metrics_when(|m| total(m) == released.len() as u64).await;
     let by_reason = |reason: &str| {
         metric_value(
             &metrics,

@@ -194,21 +194,21 @@ async fn three_instances_sweep_one_redis_and_release_each_expiry_exactly_once() 
     }
     assert_eq!(releases.len(), BUYERS);
     assert!(releases.values().all(|&n| n == 1), "{releases:?}");
-    // The instances' metrics add up to the same count.
-    let mut counted = 0;
-    for gw in &instances {
-        let m = gw.metrics().await;
-        let line = m
-            .lines()
-            .find(|l| {
-                l.starts_with(
-                    r#"flashgate_reservations_released_total{activity="1001",reason="expired"}"#,
-                )
-            })
-            .unwrap();
-        counted += line.rsplit(' ').next().unwrap().parse::<usize>().unwrap();
-    }
-    assert_eq!(counted, BUYERS);
+    // The instances' metrics add up to the same count (each counts once its sweep returns).
+    let series = r#"flashgate_reservations_released_total{activity="1001",reason="expired"}"#;
+    let instances_ref = &instances;
+    wait_for_async(
+        "the instances' release counters to add up",
+        Duration::from_secs(5),
+        || async move {
+            let mut counted = 0.0;
+            for gw in instances_ref {
+                counted += metric_value(&gw.metrics().await, series)?;
+            }
+            (counted as usize == BUYERS).then_some(())
+        },
+    )
+    .await;
     let (code, table) = instances[0].reconcile();
     assert_eq!(code, 0, "{table}");
 }

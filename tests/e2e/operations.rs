@@ -281,10 +281,14 @@ async fn passthrough_forwards_marked_and_capped_while_the_switch_holds_the_break
     assert_eq!(redis.get_int("fg:{3003}:v1:stock"), stock_before);
     // A `reject` activity answers unavailable at once.
     assert_eq!(gw.buy("1001", "r", None).await.status, 503);
-    let m = gw.metrics().await;
     let forwarded =
         r#"flashgate_store_failure_passthrough_total{activity="3003",outcome="forwarded"}"#;
     let capped = r#"flashgate_store_failure_passthrough_total{activity="3003",outcome="capped"}"#;
+    let m = gw
+        .metrics_when(|m| {
+            metric_value(m, forwarded) == Some(3.0) && metric_value(m, capped) == Some(7.0)
+        })
+        .await;
     assert_eq!(metric_value(&m, forwarded), Some(3.0));
     assert_eq!(metric_value(&m, capped), Some(7.0));
     assert_eq!(
@@ -349,14 +353,12 @@ async fn winners_beyond_max_inflight_queue_and_are_released_on_timeout() {
         (view["remaining"].as_u64(), view["pending"].as_u64()),
         (Some(9), Some(1))
     );
-    let m = gw.metrics().await;
-    assert_eq!(
-        metric_value(
-            &m,
-            r#"flashgate_reservations_released_total{activity="1001",reason="queue_timeout"}"#
-        ),
-        Some(2.0)
-    );
+    let released =
+        r#"flashgate_reservations_released_total{activity="1001",reason="queue_timeout"}"#;
+    let m = gw
+        .metrics_when(|m| metric_value(m, released) == Some(2.0))
+        .await;
+    assert_eq!(metric_value(&m, released), Some(2.0));
     assert_eq!(
         metric_value(&m, "flashgate_upstream_queue_depth"),
         Some(0.0)

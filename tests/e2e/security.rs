@@ -142,7 +142,14 @@ async fn per_ip_and_per_activity_buckets_with_shadow_mode() {
     // A full bucket admits its burst; sending ten times faster than it refills empties it.
     assert_eq!(&statuses[..3], [200, 200, 200]);
     assert_eq!(statuses.last(), Some(&429), "{statuses:?}");
-    let m = gw.metrics().await;
+    let m = gw
+        .metrics_when(|m| {
+            m.contains(r#"flashgate_rate_limit_refusals_total{limit="per_ip",mode="enforced"}"#)
+                && !m.contains(
+                    r#"flashgate_rate_limit_refusals_total{limit="per_ip",mode="enforced"} 0"#,
+                )
+        })
+        .await;
     assert!(m.contains(r#"flashgate_rate_limit_refusals_total{limit="per_ip",mode="enforced"}"#));
     assert!(
         !m.contains(r#"flashgate_rate_limit_refusals_total{limit="per_ip",mode="enforced"} 0"#),
@@ -162,16 +169,11 @@ async fn per_ip_and_per_activity_buckets_with_shadow_mode() {
             200
         );
     }
-    let m = gw.metrics().await;
-    let shadow: u64 = m
-        .lines()
-        .find(|l| {
-            l.starts_with(
-                r#"flashgate_rate_limit_refusals_total{limit="per_activity",mode="shadow"}"#,
-            )
-        })
-        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
-        .unwrap();
+    let series = r#"flashgate_rate_limit_refusals_total{limit="per_activity",mode="shadow"}"#;
+    let m = gw
+        .metrics_when(|m| metric_value(m, series).is_some_and(|v| v >= 3.0))
+        .await;
+    let shadow = metric_value(&m, series).unwrap() as u64;
     assert!(shadow >= 3, "{shadow} shadow refusals counted");
     assert_eq!(redis.get_int("fg:{2002}:v1:stock"), Some(95));
 }

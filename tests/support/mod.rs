@@ -932,6 +932,19 @@ impl GatewayProc {
     pub async fn metrics(&self) -> String {
         String::from_utf8(get(self.admin, "/metrics", &[]).await.body).unwrap()
     }
+
+    /// The metrics once `ready` holds for them, polled: a request's counters move in its
+    /// logging phase, just after its answer is sent. Panics with the last text after 5 s.
+    pub async fn metrics_when(&self, ready: impl Fn(&str) -> bool) -> String {
+        let end = Instant::now() + Duration::from_secs(5);
+        loop {
+            let m = self.metrics().await;
+            if ready(&m) || Instant::now() >= end {
+                return m;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
 }
 
 impl Drop for GatewayProc {
