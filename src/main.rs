@@ -93,29 +93,9 @@ fn main() -> ExitCode {
             if let (Some(orders), Some(activity)) = (orders, activity.as_deref()) {
                 return reconcile_orders(settings, activity, &orders, confirm_pending);
             }
-            match flashgate::reconcile::run_cli(settings, activity.as_deref()) {
-                Ok(report) => {
-                    print!("{}", report.table());
-                    if report.clean() {
-                        println!("reconcile: clean");
-                        ExitCode::SUCCESS
-                    } else {
-                        println!("reconcile: DRIFT");
-                        ExitCode::from(EXIT_DRIFT)
-                    }
-                }
-                Err(e) => {
-                    eprintln!("reconcile: {e}");
-                    match e {
-                        flashgate::reconcile::ReconcileError::UnknownActivity(_) => {
-                            ExitCode::from(EXIT_CONFIG)
-                        }
-                        flashgate::reconcile::ReconcileError::Store(_) => {
-                            ExitCode::from(EXIT_STORE)
-                        }
-                    }
-                }
-            }
+            let report = flashgate::reconcile::run_cli(settings, activity.as_deref())
+                .map(|r| (r.table(), r.clean()));
+            reconcile_exit(report, "clean", "DRIFT")
         }
         Command::Serve { config, upgrade } => {
             let (settings, source) = match ConfigSource::load(&config) {
@@ -156,24 +136,35 @@ fn reconcile_orders(
             return ExitCode::from(EXIT_CONFIG);
         }
     };
-    match flashgate::reconcile::run_orders_cli(settings, activity, &text, confirm_pending) {
-        Ok(report) => {
-            print!("{}", report.table());
-            if report.clean() {
-                println!("reconcile: orders clean");
-                ExitCode::SUCCESS
-            } else {
-                println!("reconcile: ORDERS DRIFT");
-                ExitCode::from(EXIT_DRIFT)
-            }
+    let report = flashgate::reconcile::run_orders_cli(settings, activity, &text, confirm_pending)
+        .map(|r| (r.table(), r.clean()));
+    reconcile_exit(report, "orders clean", "ORDERS DRIFT")
+}
+
+/// Prints a reconcile report (its table and whether it is clean) and maps it, or the error
+/// that stopped it, to the exit code.
+fn reconcile_exit(
+    report: Result<(String, bool), flashgate::reconcile::ReconcileError>,
+    clean: &str,
+    drift: &str,
+) -> ExitCode {
+    use flashgate::reconcile::ReconcileError;
+    match report {
+        Ok((table, true)) => {
+            print!("{table}");
+            println!("reconcile: {clean}");
+            ExitCode::SUCCESS
+        }
+        Ok((table, false)) => {
+            print!("{table}");
+            println!("reconcile: {drift}");
+            ExitCode::from(EXIT_DRIFT)
         }
         Err(e) => {
             eprintln!("reconcile: {e}");
             match e {
-                flashgate::reconcile::ReconcileError::UnknownActivity(_) => {
-                    ExitCode::from(EXIT_CONFIG)
-                }
-                flashgate::reconcile::ReconcileError::Store(_) => ExitCode::from(EXIT_STORE),
+                ReconcileError::UnknownActivity(_) => ExitCode::from(EXIT_CONFIG),
+                ReconcileError::Store(_) => ExitCode::from(EXIT_STORE),
             }
         }
     }

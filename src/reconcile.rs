@@ -207,13 +207,23 @@ pub async fn reconcile(
 
 /// Runs `flashgate reconcile` on its own runtime: prints the table, returns whether it is clean.
 pub fn run_cli(settings: Settings, only: Option<&str>) -> Result<Report, ReconcileError> {
+    with_store(&settings, async |store| {
+        reconcile(&settings, store, only).await
+    })
+}
+
+/// Runs `work` against a store of its own on a current-thread runtime (the CLI commands).
+fn with_store<T>(
+    settings: &Settings,
+    work: impl AsyncFnOnce(&StockStore) -> Result<T, ReconcileError>,
+) -> Result<T, ReconcileError> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| StoreError::Redis(redis::RedisError::from(e)))?;
     runtime.block_on(async {
         let store = StockStore::new(&settings.redis, Arc::new(crate::metrics::Metrics::new()))?;
-        reconcile(&settings, &store, only).await
+        work(&store).await
     })
 }
 
@@ -344,12 +354,7 @@ pub fn run_orders_cli(
         .filter(|l| !l.is_empty() && !l.starts_with('#'))
         .map(str::to_owned)
         .collect();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| StoreError::Redis(redis::RedisError::from(e)))?;
-    runtime.block_on(async {
-        let store = StockStore::new(&settings.redis, Arc::new(crate::metrics::Metrics::new()))?;
-        Ok(compare_orders(&store, &activity, &ids, confirm_pending).await?)
+    with_store(&settings, async |store| {
+        Ok(compare_orders(store, &activity, &ids, confirm_pending).await?)
     })
 }

@@ -274,6 +274,15 @@ async fn settled(store: &StockStore, activity: &Activity, deadline: Duration) ->
     }
 }
 
+/// Waits until every unit of `activity` is sold and none is held; the ledger then.
+async fn sold_out(store: &StockStore, activity: &Activity) -> LedgerRow {
+    wait_for_async("the stock to sell out", Duration::from_secs(60), || async {
+        let row = store.ledger(activity, activity.version).await.ok()?;
+        (row.remaining == 0 && row.pending == 0).then_some(row)
+    })
+    .await
+}
+
 /// How the backend's sales compare with Redis's records: (recorded confirmed, forgotten, released
 /// after the backend got them).
 async fn compare_with_records(
@@ -399,11 +408,7 @@ async fn redis_killed_mid_burst(fsync: &'static str, scenario: &'static str) {
     let outage = killed.elapsed();
     // The sale goes on to the end: every unit sold once Redis is back and the holds the crash
     // cut off have expired.
-    let row = wait_for_async("the stock to sell out", Duration::from_secs(60), || async {
-        let row = store.ledger(&act, 1).await.ok()?;
-        (row.remaining == 0 && row.pending == 0).then_some(row)
-    })
-    .await;
+    let row = sold_out(&store, &act).await;
     let seen = buyers.finish().await;
     let sales = sales(&upstream).await;
     let sold = check_sales(&sales, stock, 2);
@@ -725,11 +730,7 @@ async fn backend_timeouts_errors_and_resets_return_each_unit_exactly_once() {
     // Phase 4: a healthy backend sells the rest.
     gw.rewrite_config(config.clone());
     gw.signal("HUP");
-    wait_for_async("the stock to sell out", Duration::from_secs(60), || async {
-        let row = store.ledger(&act, 1).await.ok()?;
-        (row.remaining == 0 && row.pending == 0).then_some(())
-    })
-    .await;
+    sold_out(&store, &act).await;
     let seen = buyers.finish().await;
     let row = settled(&store, &act, Duration::from_secs(20)).await;
 
@@ -866,11 +867,7 @@ async fn gateway_killed_mid_burst(remedy: bool, scenario: &'static str) {
     }
     // The restarted gateway's sweep returns what the dead ones held; buyers take it.
     let buyers = Buyers::start(gw.addr, "1001", 8, stock * 2, &[1, 2]);
-    wait_for_async("the stock to sell out", Duration::from_secs(60), || async {
-        let row = store.ledger(&act, 1).await.ok()?;
-        (row.remaining == 0 && row.pending == 0).then_some(())
-    })
-    .await;
+    sold_out(&store, &act).await;
     seen.merge(&buyers.finish().await);
     let row = settled(&store, &act, Duration::from_secs(20)).await;
     let sales = sales(&upstream).await;
