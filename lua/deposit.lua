@@ -1,20 +1,10 @@
--- flashgate deposit: second half of a transfer: units arrive in the receiving segment, exactly
--- once per transfer id.
+-- flashgate deposit: the second half of a transfer on its own (a sweep delivering one a gateway
+-- left half done; a buyer's rebalance deposits with its reserve). (lib.lua is prepended.)
 --
--- KEYS[1] stock key of the receiving segment   KEYS[2] its ledger   KEYS[3] transfers it received
+-- KEYS[1] stock of the transfer's version (receiving partition)   KEYS[2] its ledger
+-- KEYS[3] transfers the partition received
 -- ARGV[1] transfer id   ARGV[2] units
 --
--- Returns 1 deposited, 0 already deposited. If the receiving stock key is gone the units are
--- ledgered as retired (never created from nothing).
+-- Returns 1 deposited, 0 already deposited, -1 no ledger of that version here.
 
-if redis.call('HSETNX', KEYS[3], ARGV[1], ARGV[2]) == 0 then
-  return 0
-end
-local qty = tonumber(ARGV[2])
-redis.call('HINCRBY', KEYS[2], 'moved_in', qty)
-if redis.call('EXISTS', KEYS[1]) == 1 then
-  redis.call('INCRBY', KEYS[1], qty)
-else
-  redis.call('HINCRBY', KEYS[2], 'retired', qty)
-end
-return 1
+return deposit({stock = KEYS[1], ledger = KEYS[2], received = KEYS[3]}, ARGV[1], ARGV[2])

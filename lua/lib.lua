@@ -1,48 +1,137 @@
--- flashgate shared Lua: prepended to the lifecycle scripts when they are loaded.
+-- flashgate shared Lua, prepended to every script when it is loaded.
 --
--- A reservation record is a JSON object in the activity's reservations hash (field = jti):
---   {state = pending|confirmed|released, user, qty, ver, created_ms, deadline_ms,
---    confirmed_ms?, released_ms?, reason?, returned? (1: units went back to stock, 0: retired)}
--- Per stock version (and segment) a ledger hash keeps units: initial, pending, confirmed,
--- released, retired, moved_in, moved_out (segment rebalancing), so that at every moment:
--- initial + moved_in - moved_out == remaining + pending + confirmed + retired.
+-- Keys of one partition of an activity share its hash tag {<id>} (or {<id>~<n>} when the stock is
+-- split over n partitions); every key a script touches is passed in KEYS.
+--
+-- Numbers stay exact: they travel as decimal strings (ARGV, records, replies) and are turned
+-- into Lua numbers only for arithmetic on values far below 2^53 (units, milliseconds); versions
+-- and stock are bounded below 2^53 by the configuration. No cjson anywhere: it writes numbers
+-- with 14 significant digits.
+--
+-- Time comes from Redis (TIME), never from a gateway: hold deadlines, sweeps and timestamps agree
+-- whatever the gateways' clocks say.
+--
+-- A reservation record (field <jti> of the partition's res hash) is one string:
+--   state|qty|ver|created_ms|deadline_ms|done_ms|reason|flags|user
+-- state: pending, confirmed or released; done_ms: when it was confirmed or released; reason: why
+-- it was released; flags, any of:
+--   r  an idempotent replay handed it to a second request: the request that made it may no
+--      longer give it back (only a confirm, an admin release, the order lookup or expiry end it)
+--   k  released units went back to their version's stock
+--   x  released units were retired (their version is no longer on sale here)
+--   t  tombstone of an abandoned id that never reserved anything
+-- user comes last, so it may hold '|'.
+--
+-- Per version and partition a ledger hash counts units: initial, pending, confirmed, released,
+-- retired, moved_in, moved_out, so that at every moment
+--   initial + moved_in - moved_out == remaining + pending + confirmed + retired.
+-- retired holds units that can never sell again: released after their version stopped being on
+-- sale here, and (also counted in unsold_retired, which no reservation record accounts for) the
+-- stock left when a newer version went on sale, and transfers arriving after that.
 
+local LEDGER_FIELDS = {'initial', 'pending', 'confirmed', 'released', 'retired', 'moved_in',
+  'moved_out', 'unsold_retired'}
+
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- An integer-valued Lua number (below 2^53) as exact decimal digits.
+local function int(n)
+  return string.format('%.0f', n)
+end
+
+-- Moves a key's expiry to `at` (unix s) when that is later than the one it has, or when it has
+-- none; a missing key is left alone. An expiry never moves earlier.
+local function extend(key, at)
+  local t = redis.call('EXPIRETIME', key)
+  if t == -1 or (t >= 0 and t < tonumber(at)) then
+    redis.call('EXPIREAT', key, at)
+  end
+end
+
+local function decode(raw)
+  if not raw then
+    return nil
+  end
+  local state, qty, ver, created, deadline, done, reason, flags, user = string.match(raw,
+    '^(%a+)|(%d+)|(%d+)|(%d*)|(%d*)|(%d*)|([%w_]*)|(%a*)|(.*)$')
+  if not state then
+    return nil
+  end
+  return {state = state, qty = qty, ver = ver, created = created, deadline = deadline,
+    done = done, reason = reason, flags = flags, user = user}
+end
+
+local function encode(r)
+  return table.concat({r.state, r.qty, r.ver, r.created, r.deadline, r.done, r.reason, r.flags,
+    r.user}, '|')
+end
+
+local function flagged(r, flag)
+  return string.find(r.flags, flag, 1, true) ~= nil
+end
+
+-- Appends an event to the partition's stream, capped at about maxlen entries.
 local function emit(events, maxlen, ...)
   redis.call('XADD', events, 'MAXLEN', '~', maxlen, '*', ...)
 end
 
--- Moves a pending or confirmed reservation to released: its units go back to its own version's
--- stock key, or, if that key is gone or the version is retired (no longer the one on sale,
--- current ~= '1'), are counted as retired (stock is never created from nothing, and a retired
--- version never sells again). Returns the units now remaining in that version, or -1 if retired.
-local function give_back(res, users, stock, ledger, pending, events, maxlen, jti, rec, now, reason,
-                         current)
+-- Moves a pending or confirmed reservation to released: the user's units come back, and the
+-- units go back to their version's stock if that version is still on sale here (its stock key
+-- exists), else are counted retired (stock is never created from nothing, and a retired version
+-- never sells again). k: {res, users, stock, ledger, pending, events, maxlen}.
+-- Returns the units now remaining in that version, or -1 if they were retired.
+local function give_back(k, jti, rec, now, reason)
   local from = rec.state
-  local qty = rec.qty
-  rec.state = 'released'
-  rec.released_ms = tonumber(now)
-  rec.reason = reason
-  if redis.call('HINCRBY', users, rec.user, -qty) <= 0 then
-    redis.call('HDEL', users, rec.user)
+  local qty = tonumber(rec.qty)
+  if redis.call('HINCRBY', k.users, rec.user, -qty) <= 0 then
+    redis.call('HDEL', k.users, rec.user)
   end
-  redis.call('ZREM', pending, jti)
-  local has_ledger = redis.call('EXISTS', ledger) == 1
+  redis.call('ZREM', k.pending, jti)
+  local has_ledger = redis.call('EXISTS', k.ledger) == 1
   if has_ledger then
-    redis.call('HINCRBY', ledger, from, -qty)
-    redis.call('HINCRBY', ledger, 'released', qty)
+    redis.call('HINCRBY', k.ledger, from, -qty)
+    redis.call('HINCRBY', k.ledger, 'released', qty)
   end
   local remaining = -1
-  if current == '1' and redis.call('EXISTS', stock) == 1 then
-    remaining = redis.call('INCRBY', stock, qty)
-    rec.returned = 1
+  if redis.call('EXISTS', k.stock) == 1 then
+    remaining = redis.call('INCRBY', k.stock, qty)
+    rec.flags = rec.flags .. 'k'
   else
-    rec.returned = 0
+    rec.flags = rec.flags .. 'x'
     if has_ledger then
-      redis.call('HINCRBY', ledger, 'retired', qty)
+      redis.call('HINCRBY', k.ledger, 'retired', qty)
     end
   end
-  redis.call('HSET', res, jti, cjson.encode(rec))
-  emit(events, maxlen, 'type', 'release', 'jti', jti, 'user', rec.user, 'qty', qty,
+  rec.state = 'released'
+  rec.done = now
+  rec.reason = reason
+  redis.call('HSET', k.res, jti, encode(rec))
+  emit(k.events, k.maxlen, 'type', 'release', 'jti', jti, 'user', rec.user, 'qty', rec.qty,
     'ver', rec.ver, 'from', from, 'reason', reason, 'ts', now)
   return remaining
+end
+
+-- Second half of a transfer: units withdrawn from another partition arrive here, once per
+-- transfer id, into the version they left (never into another version). If that version is no
+-- longer on sale here they are counted retired. k: {stock, ledger, received}.
+-- Returns 1 deposited, 0 already deposited, -1 no ledger of that version here (nothing changes
+-- but the transfer counts as received).
+local function deposit(k, id, qty)
+  if redis.call('HSETNX', k.received, id, qty) == 0 then
+    return 0
+  end
+  if redis.call('EXISTS', k.ledger) == 0 then
+    return -1
+  end
+  redis.call('HINCRBY', k.ledger, 'moved_in', qty)
+  if redis.call('EXISTS', k.stock) == 1 then
+    redis.call('INCRBY', k.stock, qty)
+  else
+    redis.call('HINCRBY', k.ledger, 'retired', qty)
+    redis.call('HINCRBY', k.ledger, 'unsold_retired', qty)
+  end
+  return 1
 end

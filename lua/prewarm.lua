@@ -1,21 +1,81 @@
--- flashgate prewarm: create a stock version from the configuration, once.
+-- flashgate prewarm: put a version of an activity on sale in one partition, once, and keep every
+-- key of the partition alive until the sale's end plus the retention. (lib.lua is prepended.)
 --
--- KEYS[1] stock key of the version   KEYS[2] its ledger   KEYS[3] the activity's set of versions
--- ARGV[1] configured stock   ARGV[2] version   ARGV[3] expire-at (unix s)
+-- KEYS[1] meta   KEYS[2] stock of the version   KEYS[3] its ledger   KEYS[4] its pending
+-- KEYS[5] users   KEYS[6] res   KEYS[7] idem   KEYS[8] events   KEYS[9] transfers
+-- KEYS[10] received   KEYS[11..] stock, ledger and pending of each other version the partition
+-- has had (ARGV[5..], in that order)
+-- ARGV[1] version   ARGV[2] the version the caller read as on sale here ('' none)
+-- ARGV[3] units of this partition   ARGV[4] expire-at (unix s)   ARGV[5..] the other versions
 --
--- Returns 1 created, 0 already there, -1 the ledger exists but the stock key does not (someone
--- removed it): never re-created, since that would put sold units on sale again.
+-- Returns {code, version on sale here}:
+--   1 created: the version is on sale here (the one before it is retired: its units left are
+--     counted retired in its ledger and its stock key removed, so it can never sell again, and
+--     none of its units move into the new version)
+--   0 already on sale
+--  -1 the version is on sale here but its stock key is gone (removed by hand or lost): never
+--     re-created, since that would put sold units on sale again; raise the version to restock
+--  -2 a newer version is on sale here (an older YAML): refused
+--  -3 what is on sale changed since the caller read it: read again
+--
+-- Every key that exists gets its expiry moved to expire-at when that is later (never earlier),
+-- so extending ends_at mid-sale never lets the stock or its ledger vanish before the rest.
 
-if redis.call('EXISTS', KEYS[1]) == 1 then
-  return 0
+local current = redis.call('HGET', KEYS[1], 'current') or ''
+if current ~= ARGV[2] then
+  return {-3, current}
 end
-if redis.call('EXISTS', KEYS[2]) == 1 then
-  return -1
+local version = ARGV[1]
+if current ~= '' and tonumber(version) < tonumber(current) then
+  return {-2, current}
 end
-redis.call('SET', KEYS[1], ARGV[1], 'EXAT', ARGV[3])
-redis.call('HSET', KEYS[2], 'initial', ARGV[1], 'pending', 0, 'confirmed', 0, 'released', 0,
-  'retired', 0, 'moved_in', 0, 'moved_out', 0)
-redis.call('EXPIREAT', KEYS[2], ARGV[3])
-redis.call('SADD', KEYS[3], ARGV[2])
-redis.call('EXPIREAT', KEYS[3], ARGV[3])
-return 1
+local code = 0
+if current == version then
+  if redis.call('EXISTS', KEYS[2]) == 0 then
+    code = -1
+  end
+else
+  if current ~= '' then
+    local found = false
+    for i = 5, #ARGV do
+      found = found or ARGV[i] == current
+    end
+    if not found then
+      return redis.error_reply('prewarm: the keys of version ' .. current .. ' were not passed')
+    end
+    for i = 5, #ARGV do
+      if ARGV[i] == current then
+        local stock = KEYS[11 + (i - 5) * 3]
+        local ledger = KEYS[12 + (i - 5) * 3]
+        local left = tonumber(redis.call('GET', stock) or '0')
+        if left > 0 and redis.call('EXISTS', ledger) == 1 then
+          redis.call('HINCRBY', ledger, 'retired', left)
+          redis.call('HINCRBY', ledger, 'unsold_retired', left)
+        end
+        redis.call('DEL', stock)
+      end
+    end
+  end
+  redis.call('SET', KEYS[2], ARGV[3])
+  local ledger = {}
+  for _, field in ipairs(LEDGER_FIELDS) do
+    ledger[#ledger + 1] = field
+    ledger[#ledger + 1] = field == 'initial' and ARGV[3] or '0'
+  end
+  redis.call('HSET', KEYS[3], unpack(ledger))
+  redis.call('HSET', KEYS[1], 'current', version, 'v:' .. version, int(now_ms()))
+  code = 1
+end
+-- Placeholders keep keys in existence (an empty hash or set is removed), so that the scripts that
+-- write them on the buyer's path never create a key without an expiry.
+redis.call('ZADD', KEYS[4], 'NX', '+inf', '')
+for _, key in ipairs({KEYS[5], KEYS[6], KEYS[7], KEYS[9], KEYS[10]}) do
+  redis.call('HSETNX', key, '', '')
+end
+if redis.call('EXISTS', KEYS[8]) == 0 then
+  redis.call('XADD', KEYS[8], 'MAXLEN', '0', '*', 'type', 'init')
+end
+for _, key in ipairs(KEYS) do
+  extend(key, ARGV[4])
+end
+return {code, version}

@@ -1,36 +1,51 @@
 -- flashgate release: give a reservation's units back, atomically and exactly once.
 -- (lib.lua is prepended: give_back.)
 --
--- KEYS[1] reservations hash   KEYS[2] per-user units hash   KEYS[3] stock key of the version
--- KEYS[4] ledger of the version   KEYS[5] pending deadlines of the version   KEYS[6] event stream
--- ARGV[1] jti   ARGV[2] version the caller believes it belongs to   ARGV[3] now (unix ms)
--- ARGV[4] reason   ARGV[5] tombstone: 1 to mark an unknown id released (see below), else 0
--- ARGV[6] stream cap   ARGV[7] 1 if that version is the one on sale, else 0 (retired)
+-- KEYS[1] res   KEYS[2] users   KEYS[3] stock of the version   KEYS[4] ledger of the version
+-- KEYS[5] pending of the version   KEYS[6] events
+-- ARGV[1] jti   ARGV[2] version the caller believes it belongs to   ARGV[3] reason
+-- ARGV[4] who asks:
+--   owner    the request that made the reservation failed: only from pending, and not once an
+--            idempotent replay handed it to another request
+--   abandon  the request that sent the reserve does not know whether it landed: as owner, and an
+--            unknown id gets a released tombstone, so that the reserve can never land later
+--   lookup   the backend said it holds no such order: only from pending
+--   admin    the backend or an operator cancels: from pending or confirmed
+-- ARGV[5] stream cap
 --
 -- Returns {code, remaining}:
---   1 released from pending or confirmed; remaining in its version, -1 if its units were retired
---     (the version's key is gone, or the version is no longer on sale)
+--   1 released; remaining in its version, -1 if its units were retired
 --   0 already released (nothing changes: exactly once)
---  -1 unknown reservation (with ARGV[5] = 1 a released tombstone is written, so that a reserve
---     still in flight with this id can never succeed later)
+--  -1 unknown reservation
 --  -2 version mismatch (nothing changes)
+--  -3 kept: confirmed, and only admin gives back a confirmed sale
+--  -4 kept: a replay handed it to another request
 
-local raw = redis.call('HGET', KEYS[1], ARGV[1])
+local jti, mode = ARGV[1], ARGV[4]
+local raw = redis.call('HGET', KEYS[1], jti)
 if not raw then
-  if ARGV[5] == '1' then
-    redis.call('HSET', KEYS[1], ARGV[1], cjson.encode({
-      state = 'released', user = '', qty = 0, ver = tonumber(ARGV[2]),
-      released_ms = tonumber(ARGV[3]), reason = ARGV[4], tombstone = 1,
-    }))
+  if mode == 'abandon' then
+    redis.call('HSET', KEYS[1], jti, encode({state = 'released', qty = '0', ver = ARGV[2],
+      created = '', deadline = '', done = int(now_ms()), reason = ARGV[3], flags = 't', user = ''}))
   end
   return {-1, -1}
 end
-local rec = cjson.decode(raw)
+local rec = decode(raw)
+if not rec then
+  return redis.error_reply('unreadable reservation record ' .. jti)
+end
 if rec.state == 'released' then
   return {0, -1}
 end
-if rec.ver ~= tonumber(ARGV[2]) then
+if rec.ver ~= ARGV[2] then
   return {-2, -1}
 end
-return {1, give_back(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], ARGV[6], ARGV[1], rec,
-  ARGV[3], ARGV[4], ARGV[7])}
+if rec.state == 'confirmed' and mode ~= 'admin' then
+  return {-3, -1}
+end
+if flagged(rec, 'r') and (mode == 'owner' or mode == 'abandon') then
+  return {-4, -1}
+end
+local k = {res = KEYS[1], users = KEYS[2], stock = KEYS[3], ledger = KEYS[4], pending = KEYS[5],
+  events = KEYS[6], maxlen = ARGV[5]}
+return {1, give_back(k, jti, rec, int(now_ms()), ARGV[3])}

@@ -1,30 +1,43 @@
--- flashgate sweep: release pending reservations of one version whose hold deadline has passed.
--- (lib.lua is prepended: give_back.) Bounded: at most ARGV[2] reservations per call; the caller
--- calls again while a full batch came back. Any number of instances may sweep at once: a
--- reservation is released only while pending, so exactly once.
+-- flashgate sweep: pending reservations of one version whose time has come (the hold deadline,
+-- or the next order lookup). (lib.lua is prepended.) Bounded: at most ARGV[1] reservations per
+-- call; the caller calls again while a full batch came back. Any number of instances may sweep
+-- at once: a reservation is released only while pending, so exactly once.
 --
--- KEYS[1] pending deadlines of the version   KEYS[2] reservations hash   KEYS[3] per-user units
--- KEYS[4] stock key of the version   KEYS[5] ledger of the version   KEYS[6] event stream
--- ARGV[1] now (unix ms)   ARGV[2] batch size   ARGV[3] stream cap
--- ARGV[4] 1 if the version is the one on sale, else 0 (units of a retired version are retired)
+-- KEYS[1] pending of the version   KEYS[2] res   KEYS[3] users   KEYS[4] stock of the version
+-- KEYS[5] ledger of the version   KEYS[6] events
+-- ARGV[1] batch size   ARGV[2] stream cap
+-- ARGV[3] lease (ms): 0 releases what is due (expired); more hands what is due to the caller to
+--         ask the backend about (order lookup), due again after the lease unless settled
+-- ARGV[4] give up (ms, with a lease): a reservation still pending this long after its hold
+--         deadline is released as expired instead of handed out again; 0 never
 --
--- Returns {released, units, scanned, retired (released into a version whose stock key is gone)}.
+-- Returns {released, units, scanned, retired, jti...}: the ids handed out for lookup, if any.
 
-local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
+local now = now_ms()
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', int(now), 'LIMIT', 0, tonumber(ARGV[1]))
+local lease = tonumber(ARGV[3])
+local give_up = tonumber(ARGV[4])
+local k = {res = KEYS[2], users = KEYS[3], stock = KEYS[4], ledger = KEYS[5], pending = KEYS[1],
+  events = KEYS[6], maxlen = ARGV[2]}
 local released, units, retired = 0, 0, 0
+local handed = {}
 for _, jti in ipairs(due) do
-  local raw = redis.call('HGET', KEYS[2], jti)
-  local rec = raw and cjson.decode(raw)
-  if rec and rec.state == 'pending' then
-    local left = give_back(KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[1], KEYS[6], ARGV[3], jti, rec,
-      ARGV[1], 'expired', ARGV[4])
-    if left < 0 then
+  local rec = decode(redis.call('HGET', KEYS[2], jti))
+  if not rec or rec.state ~= 'pending' then
+    redis.call('ZREM', KEYS[1], jti)
+  elseif lease > 0 and (give_up == 0 or tonumber(rec.deadline) + give_up > now) then
+    redis.call('ZADD', KEYS[1], 'XX', int(now + lease), jti)
+    handed[#handed + 1] = jti
+  else
+    if give_back(k, jti, rec, int(now), 'expired') < 0 then
       retired = retired + 1
     end
     released = released + 1
-    units = units + rec.qty
-  else
-    redis.call('ZREM', KEYS[1], jti)
+    units = units + tonumber(rec.qty)
   end
 end
-return {released, units, #due, retired}
+local out = {released, units, #due, retired}
+for _, jti in ipairs(handed) do
+  out[#out + 1] = jti
+end
+return out

@@ -5,7 +5,7 @@ use crate::gateway::Gateway;
 use crate::lifecycle::AdminOutcome;
 use crate::metrics::BreakerMode;
 use crate::reload::Reloader;
-use crate::stock::{LedgerRow, ReservationRecord};
+use crate::stock::{LedgerRow, RecordState, ReservationRecord};
 use async_trait::async_trait;
 use http::{Method, Response, StatusCode};
 use pingora::apps::http_app::ServeHttp;
@@ -237,7 +237,8 @@ impl AdminApp {
                 ConfirmMode::Explicit => "explicit",
             },
             "hold_secs": activity.hold.as_secs(),
-            "segments": activity.segment_count(),
+            "segments": activity.segments,
+            "refused": self.gw.admission.refused.get(&activity.id).map(|r| r.to_string()),
             "versions": rows.map(|rows| rows.iter().map(|r| json!({
                 "version": r.version,
                 "initial": r.initial,
@@ -266,8 +267,8 @@ fn reservation_view(activity: &Activity, id: &str, r: &ReservationRecord) -> Val
         "version": r.ver,
         "created_ms": r.created_ms,
         "deadline_ms": r.deadline_ms,
-        "confirmed_ms": r.confirmed_ms,
-        "released_ms": r.released_ms,
+        "confirmed_ms": r.done_ms.filter(|_| r.state == RecordState::Confirmed),
+        "released_ms": r.done_ms.filter(|_| r.state == RecordState::Released),
         "reason": r.reason,
     })
 }

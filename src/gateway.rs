@@ -1,15 +1,16 @@
 //! Shared state of one gateway process: what every request and background task reads.
 
-use crate::admission::sold_out::SoldOutCache;
 use crate::admission::Admission;
 use crate::config::Settings;
 use crate::lifecycle::Lifecycle;
 use crate::live::{Generation, Live};
 use crate::metrics::Metrics;
 use crate::proxy::queue::UpstreamQueue;
-use crate::proxy::upstream::Upstreams;
+use crate::refusals::Refusals;
+use crate::sold_out::SoldOutCache;
 use crate::stock::breaker::Breaker;
 use crate::stock::StockStore;
+use crate::upstreams::Upstreams;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -22,7 +23,7 @@ pub struct Gateway {
     pub sold_out: Arc<SoldOutCache>,
     pub admission: Admission,
     pub lifecycle: Arc<Lifecycle>,
-    pub upstreams: Upstreams,
+    pub upstreams: Arc<Upstreams>,
     /// At most `upstream.max_inflight` sale requests at the backend; the rest wait in line.
     pub upstream_queue: Arc<UpstreamQueue>,
     /// When shutdown began (set once).
@@ -90,6 +91,9 @@ impl Gateway {
             }
         }
         self.sold_out.set_ttl(settings.sold_out_cache.ttl);
+        // Refusals are Redis's verdict on the old configuration: the next prewarm (or buyer)
+        // asks again about the new one.
+        self.admission.refused.clear();
         self.admission.breaker.configure(settings.breaker);
         if settings.upstream.max_inflight != current.settings.upstream.max_inflight {
             self.upstream_queue
@@ -121,6 +125,7 @@ impl Gateway {
         for activity in settings.activities.iter() {
             metrics.init_activity(&activity.id);
         }
+        let upstreams = Arc::new(upstreams);
         let sold_out = Arc::new(SoldOutCache::new(settings.sold_out_cache.ttl));
         let breaker = Arc::new(Breaker::new(settings.breaker, metrics.clone()));
         let upstream_queue = UpstreamQueue::new(
@@ -128,16 +133,25 @@ impl Gateway {
             metrics.clone(),
         );
         let live = Live::new(Generation::build(settings, None));
+        let lifecycle = Arc::new(Lifecycle::new(
+            live.clone(),
+            store.clone(),
+            metrics.clone(),
+            sold_out.clone(),
+            upstreams.clone(),
+        ));
         Gateway {
-            admission: Admission::new(store.clone(), metrics.clone(), sold_out.clone(), breaker),
-            upstream_queue,
-            drain_started: OnceLock::new(),
-            lifecycle: Arc::new(Lifecycle::new(
-                live.clone(),
+            admission: Admission::new(
                 store.clone(),
                 metrics.clone(),
                 sold_out.clone(),
-            )),
+                breaker,
+                Arc::new(Refusals::default()),
+                lifecycle.clone(),
+            ),
+            upstream_queue,
+            drain_started: OnceLock::new(),
+            lifecycle,
             sold_out,
             live,
             metrics,

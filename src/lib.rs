@@ -14,11 +14,15 @@ pub mod logging;
 pub mod maintenance;
 pub mod metrics;
 pub mod news;
+pub mod order_lookup;
 pub mod proxy;
 pub mod reconcile;
+pub mod refusals;
 pub mod reload;
 pub mod reservation;
 pub mod server;
+pub mod sold_out;
 pub mod stock;
+pub mod upstreams;
 
 pub use config::{ConfigError, Settings};

@@ -1,29 +1,41 @@
-//! Reservation lifecycle: every reservation ends exactly once as confirmed or released.
+//! Reservation lifecycle: every reservation ends exactly once as confirmed or released, and
+//! every release (a failed request's, an abandoned reserve's, an admin's, the order lookup's, an
+//! expiry) goes through here, so counting, the sold-out cache and news are kept in one place.
 //!
-//! - confirm: by a 2xx from the upstream (activity `confirm: upstream`) or the admin API;
-//! - release: by an upstream failure, the admin API (an order cancelled, even after payment), or
-//!   expiry: every instance sweeps pending reservations past their hold deadline, in bounded
-//!   batches; the scripts release only what is still pending, so exactly once however many sweep;
-//! - reconciliation: per version, `initial == remaining + pending + confirmed + retired`.
+//! - confirm: by a 2xx from the upstream (activity `confirm: upstream`), the admin API, or the
+//!   backend's order lookup;
+//! - release: by the request that made the reservation when its upstream failed (never a
+//!   reservation it did not make, never a confirmed one), the admin API (an order cancelled,
+//!   even after payment), the order lookup (the backend holds no such order), or expiry: every
+//!   instance sweeps pending reservations past their hold deadline (Redis's clock), in bounded
+//!   batches; the scripts release only what is still pending, so exactly once however many
+//!   sweep. With `upstream.order_lookup`, a reservation whose hold ran out is first asked about
+//!   (found: confirmed; not found: released; no answer: kept pending, asked again later).
+//! - reconciliation: per version and segment,
+//!   `initial + moved_in - moved_out == remaining + pending + confirmed + retired`.
 //!
 //! Approximation: an upstream confirm is sent after the upstream's 2xx, off the buyer's path, and
-//! retried for about a minute if Redis is unreachable. If it never lands, the reservation expires
-//! at its hold deadline and its units return although the backend took the order; backends that
-//! cannot tolerate that use `confirm: explicit` and confirm themselves.
+//! retried for about a minute if Redis is unreachable. If it never lands (or the gateway dies
+//! first), the reservation stays pending until its hold deadline: then the order lookup settles
+//! it, or, without one, it expires and its units return although the backend took the order.
 
-use crate::admission::sold_out::SoldOutCache;
-use crate::config::Activity;
+use crate::config::{Activity, OrderLookupSettings};
 use crate::live::Live;
-use crate::metrics::{Metrics, ReleaseReason};
-use crate::news::News;
+use crate::metrics::{LookupResult, Metrics, ReleaseReason};
+use crate::news::{self, News};
+use crate::order_lookup::{Answer, OrderLookup};
 use crate::reservation::Reservation;
+use crate::sold_out::SoldOutCache;
 use crate::stock::{
-    until_answered, ConfirmOutcome, ConfirmedVia, LedgerRow, ReleaseOutcome, ReservationRecord,
-    StockStore, StoreError,
+    segments, until_answered, ConfirmOutcome, ConfirmedVia, Layout, LedgerRow, LookupLease,
+    Partition, ReleaseMode, ReleaseOutcome, ReservationRecord, StockStore, StoreError,
 };
+use crate::upstreams::Upstreams;
+use futures_util::StreamExt;
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
-/// Longest reservation id accepted from the admin API (ids are UUIDs: 36 bytes).
+/// Longest reservation id accepted from the admin API (ids are UUIDs: 36 bytes, plus a segment).
 const MAX_RESERVATION_ID_LEN: usize = 64;
 
 /// A transfer still unacknowledged this long after its withdraw was cut short.
@@ -32,11 +44,19 @@ const STRANDED_TRANSFER_AFTER_MS: u64 = 5_000;
 /// Sweep calls per version per tick at most, so one tick stays short under a flood of expiries.
 const MAX_SWEEP_CALLS_PER_TICK: usize = 50;
 
+/// Order lookups in flight at once per sweep call.
+const LOOKUP_CONCURRENCY: usize = 16;
+
+/// Most reservations one confirm script call confirms.
+pub const CONFIRM_BATCH: usize = 100;
+
 pub struct Lifecycle {
     live: Live,
     store: Arc<StockStore>,
     metrics: Arc<Metrics>,
     sold_out: Arc<SoldOutCache>,
+    upstreams: Arc<Upstreams>,
+    lookup: OrderLookup,
 }
 
 /// An admin request's answer about one reservation.
@@ -54,48 +74,54 @@ impl Lifecycle {
         store: Arc<StockStore>,
         metrics: Arc<Metrics>,
         sold_out: Arc<SoldOutCache>,
+        upstreams: Arc<Upstreams>,
     ) -> Self {
         Lifecycle {
             live,
             store,
             metrics,
             sold_out,
+            upstreams,
+            lookup: OrderLookup::default(),
         }
     }
 
-    /// Releases a reservation of `activity`'s version `version`, exactly once; counts it and
-    /// makes the units purchasable here at once.
+    /// Releases a reservation of `version` in `partition`, exactly once and as far as `mode`
+    /// allows; counts it and makes the units purchasable here at once (everywhere by news).
     pub async fn release(
         &self,
-        activity: &Activity,
+        partition: Partition<'_>,
         version: u64,
         id: &str,
+        mode: ReleaseMode,
         reason: ReleaseReason,
     ) -> Result<ReleaseOutcome, StoreError> {
-        let outcome = self.store.release(activity, version, id, reason).await?;
+        let outcome = self
+            .store
+            .release(partition, version, id, mode, reason)
+            .await?;
         if let ReleaseOutcome::Released { remaining } = outcome {
-            self.count_release(activity, version, reason, remaining, 1);
+            self.count_release(partition.layout(), version, reason, remaining, 1);
         }
         Ok(outcome)
     }
 
     fn count_release(
         &self,
-        activity: &Activity,
+        layout: &Layout,
         version: u64,
         reason: ReleaseReason,
         remaining: Option<u64>,
         count: u64,
     ) {
-        let label = activity.label();
+        let label = &**layout.id();
         self.metrics
             .reservations_released
             .with_label_values(&[label, reason.as_str()])
             .inc_by(count);
-        self.units_returned(activity, version);
         match remaining {
             // A segment's own figure is not the activity's: the maintenance loop sums them.
-            Some(left) if version == activity.version && activity.parent.is_none() => self
+            Some(left) if !layout.is_segmented() => self
                 .metrics
                 .stock_remaining
                 .with_label_values(&[label])
@@ -107,54 +133,98 @@ impl Lifecycle {
                 .with_label_values(&[label])
                 .inc_by(count),
         }
+        self.units_returned(layout.id(), version);
     }
 
     /// Units came back to a version: purchasable again here at once, and everywhere by news.
-    fn units_returned(&self, activity: &Activity, version: u64) {
-        self.sold_out.clear(activity.label(), version);
-        self.store.announce(News::Available {
-            activity: activity.label().to_string(),
-            version,
-        });
+    fn units_returned(&self, activity: &Arc<str>, version: u64) {
+        self.sold_out.clear(activity, version);
+        news::publish(
+            &self.store,
+            News::Available {
+                activity: activity.to_string(),
+                version,
+            },
+        );
     }
 
-    /// The segment (the activity itself when not segmented) a reservation id belongs to.
-    fn segment_for<'a>(&self, activity: &'a Activity, id: &str) -> Option<&'a Activity> {
-        Reservation::segment_of(id).and_then(|n| activity.segment(n))
-    }
-
-    /// Releases the reservation of a request whose upstream failed. `activity` is the one the
-    /// request was admitted under (a reload since then does not matter).
+    /// Releases the reservation of a request whose upstream failed, if this request made it (an
+    /// idempotent retry that was handed an earlier request's reservation never releases it).
+    /// `activity` is the one the request was admitted under (a reload since does not matter).
     pub async fn release_failed(
         &self,
         activity: &Activity,
         reservation: &Reservation,
         reason: ReleaseReason,
     ) -> Result<ReleaseOutcome, StoreError> {
-        match activity.segment(reservation.segment) {
-            Some(segment) => {
-                self.release(segment, reservation.version, &reservation.id, reason)
-                    .await
-            }
-            None => Ok(ReleaseOutcome::Unknown),
+        if !reservation.owned {
+            return Ok(ReleaseOutcome::KeptReplayed);
         }
+        let layout = Layout::of(activity);
+        let Some(partition) = layout.partition(reservation.segment) else {
+            return Ok(ReleaseOutcome::Unknown);
+        };
+        self.release(
+            partition,
+            reservation.version,
+            &reservation.id,
+            ReleaseMode::Owner,
+            reason,
+        )
+        .await
     }
 
+    /// A reserve whose outcome is unknown (timed out, connection lost) is released by id until
+    /// Redis answers (a tombstone if it never landed, so it never will), so units never stay
+    /// stranded behind a buyer who was told `unavailable`. Not if a replay handed it on meanwhile.
+    pub fn abandon_in_background(
+        self: &Arc<Self>,
+        activity: Arc<Activity>,
+        partition: u32,
+        id: String,
+    ) {
+        let this = self.clone();
+        tokio::spawn(async move {
+            let layout = Layout::of(&activity);
+            let Some(partition) = layout.partition(partition) else {
+                return;
+            };
+            let abandon = || {
+                this.release(
+                    partition,
+                    activity.version,
+                    &id,
+                    ReleaseMode::Abandon,
+                    ReleaseReason::StoreTimeout,
+                )
+            };
+            if until_answered(abandon).await.is_none() {
+                tracing::error!(activity = %activity.id, reservation = %id,
+                    "could not release a reservation whose reserve timed out; it expires at its hold deadline");
+            }
+        });
+    }
+
+    /// Confirms reservations of one version in one partition (at most [`CONFIRM_BATCH`]).
     pub async fn confirm(
         &self,
-        activity: &Activity,
+        partition: Partition<'_>,
         version: u64,
-        id: &str,
+        ids: &[&str],
         via: ConfirmedVia,
-    ) -> Result<ConfirmOutcome, StoreError> {
-        let outcome = self.store.confirm(activity, version, id, via).await?;
-        if outcome == ConfirmOutcome::Confirmed {
+    ) -> Result<Vec<ConfirmOutcome>, StoreError> {
+        let outcomes = self.store.confirm(partition, version, ids, via).await?;
+        let confirmed = outcomes
+            .iter()
+            .filter(|o| **o == ConfirmOutcome::Confirmed)
+            .count();
+        if confirmed > 0 {
             self.metrics
                 .reservations_confirmed
-                .with_label_values(&[activity.label(), via.as_str()])
-                .inc();
+                .with_label_values(&[partition.layout().id(), via.as_str()])
+                .inc_by(confirmed as u64);
         }
-        Ok(outcome)
+        Ok(outcomes)
     }
 
     /// After a 2xx from the upstream on a `confirm: upstream` activity: confirms off the
@@ -166,25 +236,57 @@ impl Lifecycle {
     ) {
         let this = self.clone();
         tokio::spawn(async move {
-            let Some(segment) = activity.segment(reservation.segment) else {
+            let layout = Layout::of(&activity);
+            let Some(partition) = layout.partition(reservation.segment) else {
                 return;
             };
-            let confirm = || {
-                this.confirm(
-                    segment,
-                    reservation.version,
-                    &reservation.id,
-                    ConfirmedVia::Upstream,
-                )
-            };
-            match until_answered(confirm).await {
-                Some(ConfirmOutcome::Released) => tracing::warn!(reservation = %reservation.id,
+            let ids = [reservation.id.as_str()];
+            let confirm =
+                || this.confirm(partition, reservation.version, &ids, ConfirmedVia::Upstream);
+            match until_answered(confirm).await.as_deref() {
+                Some([ConfirmOutcome::Released]) => tracing::warn!(reservation = %reservation.id,
                     "upstream accepted a reservation that was already released"),
                 Some(_) => {}
                 None => tracing::error!(reservation = %reservation.id,
-                    "could not confirm a reservation the upstream accepted; it will expire at its hold deadline"),
+                    "could not confirm a reservation the upstream accepted; it stays pending until its hold deadline"),
             }
         });
+    }
+
+    /// The partition a reservation id names, and its record; tombstones of abandoned ids and
+    /// malformed ids are "not found".
+    async fn find<'l>(
+        &self,
+        layout: &'l Layout,
+        id: &str,
+    ) -> Result<Option<(Partition<'l>, ReservationRecord)>, StoreError> {
+        if id.is_empty()
+            || id.len() > MAX_RESERVATION_ID_LEN
+            || !id
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.')
+        {
+            return Ok(None);
+        }
+        let Some(partition) = Reservation::segment_of(id).and_then(|n| layout.partition(n)) else {
+            return Ok(None);
+        };
+        Ok(self
+            .store
+            .lookup(partition, id)
+            .await?
+            .filter(|r| !r.tombstone)
+            .map(|r| (partition, r)))
+    }
+
+    /// A reservation's record (admin API).
+    pub async fn lookup(
+        &self,
+        activity: &Activity,
+        id: &str,
+    ) -> Result<Option<ReservationRecord>, StoreError> {
+        let layout = Layout::of(activity);
+        Ok(self.find(&layout, id).await?.map(|(_, r)| r))
     }
 
     /// Admin confirm: 200 (idempotent), 409 if released, 404 unknown.
@@ -193,21 +295,20 @@ impl Lifecycle {
         activity: &Activity,
         id: &str,
     ) -> Result<AdminOutcome, StoreError> {
-        let Some(record) = self.lookup(activity, id).await? else {
-            return Ok(AdminOutcome::NotFound);
-        };
-        let Some(segment) = self.segment_for(activity, id) else {
+        let layout = Layout::of(activity);
+        let Some((partition, record)) = self.find(&layout, id).await? else {
             return Ok(AdminOutcome::NotFound);
         };
         match self
-            .confirm(segment, record.ver, id, ConfirmedVia::Admin)
+            .confirm(partition, record.ver, &[id], ConfirmedVia::Admin)
             .await?
+            .as_slice()
         {
-            ConfirmOutcome::Confirmed | ConfirmOutcome::AlreadyConfirmed => {
-                self.done(activity, id).await
+            [ConfirmOutcome::Confirmed | ConfirmOutcome::AlreadyConfirmed] => {
+                self.done(&layout, id).await
             }
-            ConfirmOutcome::Released => Ok(AdminOutcome::Conflict(record)),
-            ConfirmOutcome::Unknown | ConfirmOutcome::VersionMismatch => Ok(AdminOutcome::NotFound),
+            [ConfirmOutcome::Released] => Ok(AdminOutcome::Conflict(record)),
+            _ => Ok(AdminOutcome::NotFound),
         }
     }
 
@@ -218,97 +319,114 @@ impl Lifecycle {
         activity: &Activity,
         id: &str,
     ) -> Result<AdminOutcome, StoreError> {
-        let Some(record) = self.lookup(activity, id).await? else {
-            return Ok(AdminOutcome::NotFound);
-        };
-        let Some(segment) = self.segment_for(activity, id) else {
+        let layout = Layout::of(activity);
+        let Some((partition, record)) = self.find(&layout, id).await? else {
             return Ok(AdminOutcome::NotFound);
         };
         match self
-            .release(segment, record.ver, id, ReleaseReason::Admin)
+            .release(
+                partition,
+                record.ver,
+                id,
+                ReleaseMode::Admin,
+                ReleaseReason::Admin,
+            )
             .await?
         {
             ReleaseOutcome::Released { .. } | ReleaseOutcome::AlreadyReleased => {
-                self.done(activity, id).await
+                self.done(&layout, id).await
             }
-            ReleaseOutcome::Unknown | ReleaseOutcome::VersionMismatch => Ok(AdminOutcome::NotFound),
+            _ => Ok(AdminOutcome::NotFound),
         }
     }
 
-    async fn done(&self, activity: &Activity, id: &str) -> Result<AdminOutcome, StoreError> {
-        Ok(match self.lookup(activity, id).await? {
-            Some(record) => AdminOutcome::Done(record),
+    async fn done(&self, layout: &Layout, id: &str) -> Result<AdminOutcome, StoreError> {
+        Ok(match self.find(layout, id).await? {
+            Some((_, record)) => AdminOutcome::Done(record),
             None => AdminOutcome::NotFound,
         })
     }
 
-    /// A reservation's record; tombstones of abandoned ids and malformed ids are "not found".
-    pub async fn lookup(
-        &self,
-        activity: &Activity,
-        id: &str,
-    ) -> Result<Option<ReservationRecord>, StoreError> {
-        if id.is_empty()
-            || id.len() > MAX_RESERVATION_ID_LEN
-            || !id
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.')
-        {
-            return Ok(None);
-        }
-        let Some(segment) = self.segment_for(activity, id) else {
-            return Ok(None);
+    /// Every activity whose reservations this instance settles: the configured ones, and those
+    /// Redis remembers although the configuration dropped them (their holds still run out).
+    async fn layouts(&self) -> Vec<Layout> {
+        let settings = self.live.settings();
+        let mut layouts: Vec<Layout> = settings.activities.iter().map(|a| Layout::of(a)).collect();
+        let configured: BTreeSet<String> = settings
+            .activities
+            .iter()
+            .map(|a| a.id.to_string())
+            .collect();
+        let Ok(registered) = self.store.registered().await else {
+            return layouts;
         };
-        Ok(self
-            .store
-            .lookup(segment, id)
-            .await?
-            .filter(|r| r.tombstone.is_none()))
+        for id in registered.into_iter().filter(|id| !configured.contains(id)) {
+            match self.store.base_meta(&id).await {
+                Ok(meta) => match meta.segments {
+                    Some(segments) => layouts.push(Layout::new(Arc::from(id.as_str()), segments)),
+                    // Its keys are gone (expired): nothing left to settle.
+                    None => {
+                        let _ = self.store.unregister(&id).await;
+                    }
+                },
+                Err(e) => tracing::warn!(activity = %id, error = %e, "sweep skipped"),
+            }
+        }
+        layouts
     }
 
-    /// Releases every pending reservation past its deadline, over all activities and versions.
-    /// Returns how many were released by this instance.
+    /// Settles every pending reservation whose time has come, over all activities, segments
+    /// and versions. Returns how many this instance released.
     pub async fn sweep_expired(&self) -> u64 {
         let settings = self.live.settings();
         let batch = settings.redis.sweep_batch;
+        let lookup = settings.upstream.order_lookup.as_ref();
+        let lease = lookup.map(|l| LookupLease {
+            lease: l.retry_interval,
+            give_up_after: l.give_up_after,
+        });
         let mut total = 0;
-        for activity in settings.activities.iter().flat_map(|a| a.segments()) {
-            self.deliver_stranded_transfers(activity).await;
-            let versions = match self.store.versions(activity).await {
-                Ok(v) => v,
-                Err(e) => {
-                    tracing::warn!(activity = %activity.id, error = %e, "sweep skipped");
-                    continue;
-                }
-            };
-            for version in versions {
-                for _ in 0..MAX_SWEEP_CALLS_PER_TICK {
-                    match self.store.sweep(activity, version, batch).await {
-                        Ok(outcome) => {
-                            if outcome.released > 0 {
-                                total += outcome.released;
-                                self.metrics
-                                    .reservations_released
-                                    .with_label_values(&[
-                                        activity.label(),
-                                        ReleaseReason::Expired.as_str(),
-                                    ])
-                                    .inc_by(outcome.released);
-                                self.units_returned(activity, version);
-                                self.metrics
-                                    .reservations_retired
-                                    .with_label_values(&[activity.label()])
-                                    .inc_by(outcome.retired);
-                                tracing::info!(activity = %activity.id, version,
-                                    released = outcome.released, units = outcome.units,
-                                    "expired reservations released");
-                            }
-                            if outcome.scanned < u64::from(batch) {
+        for layout in self.layouts().await {
+            for partition in layout.partitions() {
+                self.deliver_stranded_transfers(partition).await;
+                let versions = match self.store.meta(partition).await {
+                    Ok(meta) => meta.versions,
+                    Err(e) => {
+                        tracing::warn!(activity = %layout.id(), error = %e, "sweep skipped");
+                        continue;
+                    }
+                };
+                for version in versions {
+                    for _ in 0..MAX_SWEEP_CALLS_PER_TICK {
+                        let outcome = match self.store.sweep(partition, version, batch, lease).await
+                        {
+                            Ok(outcome) => outcome,
+                            Err(e) => {
+                                tracing::warn!(activity = %layout.id(), version, error = %e, "sweep failed");
                                 break;
                             }
+                        };
+                        if outcome.released > 0 {
+                            total += outcome.released;
+                            self.metrics
+                                .reservations_released
+                                .with_label_values(&[layout.id(), ReleaseReason::Expired.as_str()])
+                                .inc_by(outcome.released);
+                            self.metrics
+                                .reservations_retired
+                                .with_label_values(&[layout.id()])
+                                .inc_by(outcome.retired);
+                            self.units_returned(layout.id(), version);
+                            tracing::info!(activity = %layout.id(), version,
+                                released = outcome.released, units = outcome.units,
+                                "expired reservations released");
                         }
-                        Err(e) => {
-                            tracing::warn!(activity = %activity.id, version, error = %e, "sweep failed");
+                        if let Some(lookup) = lookup.filter(|_| !outcome.for_lookup.is_empty()) {
+                            total += self
+                                .settle_by_lookup(partition, version, lookup, &outcome.for_lookup)
+                                .await;
+                        }
+                        if outcome.scanned < u64::from(batch) {
                             break;
                         }
                     }
@@ -318,46 +436,113 @@ impl Lifecycle {
         total
     }
 
-    /// Reads every version's ledger of every segment of one activity (atomically per version
-    /// and segment), in segment then version order.
-    pub async fn ledgers(&self, activity: &Activity) -> Result<Vec<LedgerRow>, StoreError> {
-        let mut rows = Vec::new();
-        for segment in activity.segments() {
-            for version in self.store.versions(segment).await? {
-                rows.push(self.store.ledger(segment, version).await?);
+    /// Asks the backend about reservations whose hold ran out: found ones are confirmed, ones it
+    /// does not hold released; unanswered ones stay pending (the sweep hands them out again after
+    /// `retry_interval_ms`). Returns how many were released.
+    async fn settle_by_lookup(
+        &self,
+        partition: Partition<'_>,
+        version: u64,
+        settings: &OrderLookupSettings,
+        ids: &[String],
+    ) -> u64 {
+        let label = &**partition.layout().id();
+        let asks: Vec<_> = ids.iter().map(|id| self.ask(settings, id)).collect();
+        let answers: Vec<(&String, Answer)> = futures_util::stream::iter(asks)
+            .buffer_unordered(LOOKUP_CONCURRENCY)
+            .collect()
+            .await;
+        let mut found = Vec::new();
+        let mut released = 0;
+        for (id, answer) in answers {
+            let result = match answer {
+                Answer::Found => {
+                    found.push(id.as_str());
+                    LookupResult::Found
+                }
+                Answer::NotFound => {
+                    match self
+                        .release(
+                            partition,
+                            version,
+                            id,
+                            ReleaseMode::Lookup,
+                            ReleaseReason::OrderNotFound,
+                        )
+                        .await
+                    {
+                        Ok(ReleaseOutcome::Released { .. }) => released += 1,
+                        Ok(_) => {}
+                        Err(e) => tracing::warn!(reservation = %id, error = %e,
+                            "could not release after the order lookup; asked again later"),
+                    }
+                    LookupResult::NotFound
+                }
+                Answer::Unanswered => LookupResult::Unanswered,
+            };
+            self.metrics
+                .order_lookups
+                .with_label_values(&[label, result.as_str()])
+                .inc();
+        }
+        for chunk in found.chunks(CONFIRM_BATCH) {
+            if let Err(e) = self
+                .confirm(partition, version, chunk, ConfirmedVia::Lookup)
+                .await
+            {
+                tracing::warn!(activity = %label, error = %e,
+                    "could not confirm after the order lookup; asked again later");
             }
         }
-        Ok(rows)
+        released
+    }
+
+    /// Asks a healthy backend about one reservation.
+    async fn ask<'i>(
+        &self,
+        settings: &OrderLookupSettings,
+        id: &'i String,
+    ) -> (&'i String, Answer) {
+        let answer = match self.upstreams.select() {
+            Some(backend) => self.lookup.ask(backend, settings, id).await,
+            None => Answer::Unanswered,
+        };
+        (id, answer)
+    }
+
+    /// Every version's ledger of every segment of one activity (atomically per version and
+    /// segment), in segment then version order.
+    pub async fn ledgers(&self, activity: &Activity) -> Result<Vec<LedgerRow>, StoreError> {
+        Ok(segments::ledgers(&self.store, &Layout::of(activity))
+            .await?
+            .into_iter()
+            .map(|(_, row)| row)
+            .collect())
     }
 
     /// Transfers a segment gave that never arrived (a gateway died between withdraw and
     /// deposit): delivered once they are older than a rebalance could still be in flight.
-    async fn deliver_stranded_transfers(&self, giver: &Activity) {
-        let settings = self.live.settings();
-        let Some(parent) = giver
-            .parent
-            .as_ref()
-            .and_then(|p| settings.activities.get(p))
-        else {
+    async fn deliver_stranded_transfers(&self, giver: Partition<'_>) {
+        if !giver.layout().is_segmented() {
+            return;
+        }
+        let Ok((transfers, now_ms)) = self.store.transfers(giver).await else {
             return;
         };
-        let Ok(transfers) = self.store.unacknowledged_transfers(giver).await else {
-            return;
-        };
-        let now_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
         for t in transfers
             .iter()
-            .filter(|t| t.ts + STRANDED_TRANSFER_AFTER_MS < now_ms)
+            .filter(|t| t.at_ms + STRANDED_TRANSFER_AFTER_MS < now_ms)
         {
-            let Some(receiver) = parent.segments().into_iter().find(|s| *s.id == *t.to) else {
+            let Some(receiver) = giver.layout().partition(t.to) else {
                 continue;
             };
-            if self.store.deposit(receiver, &t.id, t.qty).await.is_ok() {
+            if let Ok(deposited) = self.store.deposit(receiver, t.version, &t.id, t.qty).await {
                 let _ = self.store.acknowledge(giver, &t.id).await;
-                tracing::warn!(activity = %parent.id, transfer = %t.id, units = t.qty,
-                    "delivered a transfer a gateway left half done");
+                if deposited {
+                    self.units_returned(giver.layout().id(), t.version);
+                    tracing::warn!(activity = %giver.layout().id(), transfer = %t.id, units = t.qty,
+                        "delivered a transfer a gateway left half done");
+                }
             }
         }
     }

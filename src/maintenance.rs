@@ -1,9 +1,9 @@
 //! Periodic work off the request path: stock prewarm (and the stock gauge), expiry of pending
 //! reservations, the ledger check, and eviction of idle rate-limit buckets.
 
-use crate::config::SaleWindow;
+use crate::config::{Activity, SaleWindow};
 use crate::gateway::Gateway;
-use crate::stock::PrewarmOutcome;
+use crate::stock::segments::{self, Prewarmed};
 use async_trait::async_trait;
 use chrono::Utc;
 use pingora::server::ShutdownWatch;
@@ -28,84 +28,93 @@ impl Maintenance {
         }
     }
 
-    /// Makes sure every activity that has not ended has its current stock version (created once,
-    /// never reset), loads the scripts, and refreshes `flashgate_stock_remaining`.
+    /// Makes sure every activity that has not ended has its current stock version on sale in
+    /// every segment (created once, never reset), keeps every key alive until the sale's end plus
+    /// the retention, loads the scripts, refreshes `flashgate_stock_remaining`, and learns which
+    /// activities Redis's record refuses.
     ///
-    /// A key this process saw before and now had to create means Redis lost it (a restart
-    /// without persistence, a flush): the stock starts again from the YAML, which can sell units
-    /// twice. That is logged as an error; run Redis with `appendonly yes` and
-    /// `appendfsync always` for exact stock. A process that starts after the loss cannot tell.
+    /// A version this process saw on sale and now had to create means Redis lost the activity's
+    /// keys (a restart without persistence, a flush): the stock starts again from the YAML,
+    /// which can sell units twice. That is logged as an error; run Redis with `appendonly yes`
+    /// and `appendfsync always` for exact stock. A process that starts after the loss cannot tell.
     pub async fn prewarm_all(&self) {
         let gw = &self.gw;
         if let Err(e) = gw.store.ready().await {
             tracing::warn!(error = %e, "stock store not ready; prewarm postponed");
             return;
         }
-        for parent in gw.settings().activities.iter() {
-            let window = parent.window_at(Utc::now());
+        for activity in gw.settings().activities.iter() {
+            let window = activity.window_at(Utc::now());
             if window == SaleWindow::Ended {
                 continue;
             }
-            match gw.store.claim_layout(parent).await {
-                Ok(Ok(())) => {}
-                Ok(Err(first)) => {
-                    tracing::error!(activity = %parent.id, version = parent.version, first,
-                        now = parent.segment_count(),
-                        "segments changed without a new version: refused (it would sell units twice); raise version to re-split the stock");
-                    continue;
-                }
+            let prewarmed = match segments::prewarm(&gw.store, activity).await {
+                Ok(p) => p,
                 Err(e) => {
-                    tracing::warn!(activity = %parent.id, error = %e, "prewarm failed");
+                    tracing::warn!(activity = %activity.id, error = %e, "prewarm failed");
                     continue;
                 }
-            }
-            let mut total: Option<i64> = Some(0);
-            for activity in parent.segments() {
-                self.prewarm_one(activity, window).await;
-                let left = gw.store.remaining(activity).await.ok().flatten();
-                total = total.zip(left).map(|(t, l)| t + l);
-            }
-            if let Some(left) = total {
-                gw.metrics
-                    .stock_remaining
-                    .with_label_values(&[&parent.id])
-                    .set(left);
+            };
+            let refused = gw.admission.refused.get(&activity.id);
+            match prewarmed {
+                Err(refusal) => {
+                    if refused.as_ref() != Some(&refusal) {
+                        tracing::error!(activity = %activity.id, %refusal, "not on sale");
+                    }
+                    gw.admission.refused.set(&activity.id, Some(refusal));
+                    gw.metrics
+                        .activity_refused
+                        .with_label_values(&[&activity.id])
+                        .set(1);
+                }
+                Ok(report) => {
+                    if refused.is_some() {
+                        tracing::info!(activity = %activity.id, "configuration accepted again: on sale");
+                        gw.admission.refused.set(&activity.id, None);
+                    }
+                    gw.metrics
+                        .activity_refused
+                        .with_label_values(&[&activity.id])
+                        .set(0);
+                    self.report(activity, window, &report);
+                }
             }
         }
     }
 
-    /// Prewarms one activity or segment, saying what happened.
-    async fn prewarm_one(&self, activity: &crate::config::Activity, window: SaleWindow) {
+    /// Says what prewarming one activity did.
+    fn report(&self, activity: &Activity, window: SaleWindow, report: &Prewarmed) {
         let gw = &self.gw;
-        let outcome = match gw.store.prewarm(activity).await {
-            Ok(outcome) => outcome,
-            Err(e) => {
-                tracing::warn!(activity = %activity.id, error = %e, "prewarm failed");
-                return;
-            }
-        };
+        if let Some(left) = report.remaining {
+            gw.metrics
+                .stock_remaining
+                .with_label_values(&[&activity.id])
+                .set(left);
+        }
         let seen_before = !self
             .seen
             .lock()
             .expect("not poisoned")
             .insert((activity.id.clone(), activity.version));
-        match outcome {
-            PrewarmOutcome::Created if seen_before => {
-                gw.sold_out.clear(activity.label(), activity.version);
+        if report.created > 0 {
+            gw.metrics
+                .stock_keys_created
+                .with_label_values(&[&activity.id])
+                .inc_by(u64::from(report.created));
+            if seen_before {
+                gw.sold_out.clear(&activity.id, activity.version);
                 tracing::error!(activity = %activity.id, version = activity.version,
                     "stock key was lost by Redis and created again: stock restarts from the configuration");
-            }
-            // No sold-out mark to clear: any mark on this version was set after a reserve saw
-            // the key this call created (clearing it here would race with that reserve).
-            PrewarmOutcome::Created => {
+            } else {
+                // No sold-out mark to clear: any mark on this version was set after a reserve
+                // saw the key this call created (clearing it here would race with that reserve).
                 tracing::info!(activity = %activity.id, version = activity.version,
                     stock = activity.stock, open = (window == SaleWindow::Open), "stock prewarmed");
             }
-            PrewarmOutcome::StockKeyRemoved => {
-                tracing::error!(activity = %activity.id, version = activity.version,
-                    "stock key is gone but its ledger remains: not re-created; raise the version to restock");
-            }
-            PrewarmOutcome::Exists => {}
+        }
+        for segment in &report.stock_key_removed {
+            tracing::error!(activity = %activity.id, version = activity.version, segment,
+                "stock key is gone but the version is on sale there: not re-created; raise the version to restock");
         }
     }
 }

@@ -64,10 +64,13 @@ pub enum ReleaseReason {
     BadRequest,
     /// The winner waited longer than `upstream.max_queue_wait_ms` for an upstream slot.
     QueueTimeout,
+    /// The backend's order lookup said it holds no such order (`upstream.order_lookup`).
+    OrderNotFound,
 }
 
 impl ReleaseReason {
-    pub const ALL: [ReleaseReason; 7] = [
+    pub const ALL: [ReleaseReason; 8] = [
+        ReleaseReason::OrderNotFound,
         ReleaseReason::QueueTimeout,
         ReleaseReason::BadRequest,
         ReleaseReason::Upstream5xx,
@@ -86,6 +89,7 @@ impl ReleaseReason {
             ReleaseReason::Admin => "admin",
             ReleaseReason::BadRequest => "bad_request",
             ReleaseReason::QueueTimeout => "queue_timeout",
+            ReleaseReason::OrderNotFound => "order_not_found",
         }
     }
 }
@@ -114,6 +118,33 @@ impl UpstreamClass {
             UpstreamClass::ClientError => "4xx",
             UpstreamClass::ServerError => "5xx",
             UpstreamClass::Error => "error",
+        }
+    }
+}
+
+/// What the backend's order lookup answered, as the `result` label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LookupResult {
+    /// 200: it holds the order; the reservation is confirmed.
+    Found,
+    /// 404: it does not; the reservation is released.
+    NotFound,
+    /// Anything else, or nothing in time: the reservation stays pending and is asked again.
+    Unanswered,
+}
+
+impl LookupResult {
+    pub const ALL: [LookupResult; 3] = [
+        LookupResult::Found,
+        LookupResult::NotFound,
+        LookupResult::Unanswered,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LookupResult::Found => "found",
+            LookupResult::NotFound => "not_found",
+            LookupResult::Unanswered => "unanswered",
         }
     }
 }
@@ -333,6 +364,11 @@ pub struct Metrics {
     pub upstream_queue_wait: prometheus::Histogram,
     /// `flashgate_reservations_in_flight`: reservations held by requests not finished yet.
     pub reservations_in_flight: IntGauge,
+    /// `flashgate_order_lookups_total{activity, result}`: the backend's answers to order lookups.
+    pub order_lookups: IntCounterVec,
+    /// `flashgate_activity_refused{activity}`: 1 while Redis's record of the activity refuses its
+    /// configuration (segments changed, an older version, an older key layout): not on sale.
+    pub activity_refused: IntGaugeVec,
 }
 
 impl Metrics {
@@ -504,8 +540,26 @@ impl Metrics {
         )
         .expect("valid metric");
 
+        let order_lookups = IntCounterVec::new(
+            Opts::new(
+                "flashgate_order_lookups_total",
+                "Order lookups before a reservation expires: found (confirmed), not_found (released), unanswered (kept pending, asked again).",
+            ),
+            &["activity", "result"],
+        )
+        .expect("valid metric");
+        let activity_refused = IntGaugeVec::new(
+            Opts::new(
+                "flashgate_activity_refused",
+                "1 while Redis's record of an activity refuses its configuration (not on sale): segments changed, an older version, an older key layout.",
+            ),
+            &["activity"],
+        )
+        .expect("valid metric");
         for collector in [
-            Box::new(config_reloads.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(order_lookups.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(activity_refused.clone()),
+            Box::new(config_reloads.clone()),
             Box::new(config_generation.clone()),
             Box::new(breaker_state.clone()),
             Box::new(breaker_mode.clone()),
@@ -556,6 +610,8 @@ impl Metrics {
             upstream_queue_depth,
             upstream_queue_wait,
             reservations_in_flight,
+            order_lookups,
+            activity_refused,
         };
         metrics.init_static();
         metrics
@@ -573,7 +629,12 @@ impl Metrics {
         }
         self.stock_remaining.with_label_values(&[activity]);
         self.stock_keys_created.with_label_values(&[activity]);
-        for via in ["upstream", "admin"] {
+        for result in LookupResult::ALL {
+            self.order_lookups
+                .with_label_values(&[activity, result.as_str()]);
+        }
+        self.activity_refused.with_label_values(&[activity]);
+        for via in ["upstream", "admin", "lookup"] {
             self.reservations_confirmed
                 .with_label_values(&[activity, via]);
         }

@@ -13,10 +13,10 @@
 //! only costs that instance what it cost before news existed: a sold-out answer for up to the
 //! cache TTL, or one more script call to learn it. News never admits anyone: Redis still decides.
 
-use crate::admission::sold_out::SoldOutCache;
 use crate::config::Settings;
 use crate::live::Live;
-use crate::stock::StockStore;
+use crate::sold_out::SoldOutCache;
+use crate::stock::{segments, StockStore};
 use futures_util::StreamExt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -68,15 +68,23 @@ pub async fn apply(settings: &Settings, store: &StockStore, cache: &SoldOutCache
             if activity.version != *version || cache.is_sold_out(&activity.id, *version) {
                 return;
             }
-            // Sold out means every segment is empty.
-            for segment in activity.segments() {
-                if !matches!(store.remaining(segment).await, Ok(Some(0))) {
-                    return;
-                }
+            // Sold out means nothing left in any segment, nor in flight between two.
+            if matches!(segments::available(store, activity).await, Ok(left) if left <= 0) {
+                cache.mark_sold_out(&activity.id, *version);
             }
-            cache.mark_sold_out(&activity.id, *version);
         }
     }
+}
+
+/// Tells every instance, off the caller's path; a lost message costs only cache freshness.
+pub fn publish(store: &Arc<StockStore>, news: News) {
+    let store = store.clone();
+    tokio::spawn(async move {
+        let channel = store.keys().news_channel();
+        if let Err(e) = store.publish(&channel, &news.encode()).await {
+            tracing::debug!(error = %e, "sold-out news not published");
+        }
+    });
 }
 
 /// Listens for news until `shutdown` says stop, reconnecting with a back-off when the

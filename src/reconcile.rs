@@ -9,8 +9,10 @@
 //! command, not something the request path does (the gateway's periodic check is check 1 only).
 
 use crate::config::{Activity, Settings};
+use crate::reservation::Reservation;
 use crate::stock::{
-    ConfirmOutcome, ConfirmedVia, LedgerRow, RecordState, ReservationRecord, StockStore, StoreError,
+    ConfirmOutcome, ConfirmedVia, Layout, LedgerRow, RecordState, ReservationRecord, StockStore,
+    StoreError,
 };
 use std::fmt::Write;
 use std::sync::Arc;
@@ -27,9 +29,9 @@ pub struct VersionReport {
 }
 
 impl VersionReport {
-    fn new(activity: &Activity, ledger: LedgerRow, records: &[ReservationRecord]) -> Self {
+    fn new(label: Arc<str>, ledger: LedgerRow, records: &[ReservationRecord]) -> Self {
         let mut report = VersionReport {
-            activity: activity.id.clone(),
+            activity: label,
             ledger,
             records_pending: 0,
             records_confirmed: 0,
@@ -38,7 +40,7 @@ impl VersionReport {
         };
         for r in records
             .iter()
-            .filter(|r| r.ver == ledger.version && r.tombstone.is_none())
+            .filter(|r| r.ver == ledger.version && !r.tombstone)
         {
             let qty = r.qty as i64;
             match r.state {
@@ -46,7 +48,7 @@ impl VersionReport {
                 RecordState::Confirmed => report.records_confirmed += qty,
                 RecordState::Released => {
                     report.records_released += qty;
-                    if r.returned == Some(0) {
+                    if r.returned == Some(false) {
                         report.records_retired += qty;
                     }
                 }
@@ -65,7 +67,7 @@ impl VersionReport {
             self.ledger.pending,
             self.ledger.confirmed,
             self.ledger.released,
-            self.ledger.retired,
+            self.ledger.retired - self.ledger.unsold_retired,
         ) == (
             self.records_pending,
             self.records_confirmed,
@@ -172,22 +174,23 @@ pub async fn reconcile(
         None => settings.activities.iter().collect(),
     };
     let mut report = Report::default();
-    for parent in activities {
+    for activity in activities {
+        let layout = Layout::of(activity);
         let (mut moved_out, mut moved_in, mut in_flight) = (0i64, 0i64, 0i64);
-        for activity in parent.segments() {
-            let versions = store.versions(activity).await?;
-            let (ledgers, records) = store.snapshot(activity, &versions).await?;
+        for partition in layout.partitions() {
+            let versions = store.meta(partition).await?.versions;
+            let (ledgers, records) = store.snapshot(partition, &versions).await?;
+            let label: Arc<str> = Arc::from(partition.tag());
             for ledger in ledgers {
                 moved_out += ledger.moved_out;
                 moved_in += ledger.moved_in;
                 report
                     .versions
-                    .push(VersionReport::new(activity, ledger, &records));
+                    .push(VersionReport::new(label.clone(), ledger, &records));
             }
-            for t in store.unacknowledged_transfers(activity).await? {
-                let receiver = parent.segments().into_iter().find(|s| *s.id == *t.to);
-                let arrived = match receiver {
-                    Some(r) => store.received(r, &t.id).await?,
+            for t in store.transfers(partition).await?.0 {
+                let arrived = match layout.partition(t.to) {
+                    Some(receiver) => store.received(receiver, &t.id).await?,
                     None => false,
                 };
                 if !arrived {
@@ -199,7 +202,7 @@ pub async fn reconcile(
         if moved_out - moved_in != in_flight {
             report
                 .transfer_mismatches
-                .push((parent.id.clone(), moved_out - moved_in, in_flight));
+                .push((activity.id.clone(), moved_out - moved_in, in_flight));
         }
     }
     Ok(report)
@@ -301,27 +304,28 @@ pub async fn compare_orders(
         activity: activity.id.to_string(),
         ..OrdersReport::default()
     };
+    let layout = Layout::of(activity);
     for id in reservation_ids {
-        let segment =
-            crate::reservation::Reservation::segment_of(id).and_then(|n| activity.segment(n));
-        let (segment, record) = match segment {
-            Some(segment) => (segment, store.lookup(segment, id).await?),
-            None => (activity, None),
+        let partition = Reservation::segment_of(id).and_then(|n| layout.partition(n));
+        let record = match partition {
+            Some(partition) => store.lookup(partition, id).await?,
+            None => None,
         };
         let mut state = record.as_ref().map(|r| r.state);
-        if let (Some(RecordState::Pending), Some(record), true) =
-            (state, record.as_ref(), confirm_pending)
+        if let (Some(RecordState::Pending), Some(record), Some(partition), true) =
+            (state, record.as_ref(), partition, confirm_pending)
         {
             state = match store
-                .confirm(segment, record.ver, id, ConfirmedVia::Admin)
+                .confirm(partition, record.ver, &[id.as_str()], ConfirmedVia::Admin)
                 .await?
+                .as_slice()
             {
-                ConfirmOutcome::Confirmed | ConfirmOutcome::AlreadyConfirmed => {
+                [ConfirmOutcome::Confirmed | ConfirmOutcome::AlreadyConfirmed] => {
                     report.confirmed_now.push(id.clone());
                     Some(RecordState::Confirmed)
                 }
-                ConfirmOutcome::Released => Some(RecordState::Released),
-                ConfirmOutcome::Unknown | ConfirmOutcome::VersionMismatch => state,
+                [ConfirmOutcome::Released] => Some(RecordState::Released),
+                _ => state,
             };
         }
         let list = match state {

@@ -131,8 +131,9 @@ impl Reloader {
 }
 
 /// Refuses changes that would break a running sale: a stock version is created once from
-/// `stock` (and split into `segments`), so changing either needs a new version, and going back
-/// to an older version would sell its leftover units again.
+/// `stock`, so changing it needs a new version; going back to an older version would sell its
+/// leftover units again; and the segment count is fixed for the life of the activity's keys.
+/// (Redis enforces the same on every instance, whatever YAML it runs: see `claim.lua`.)
 pub fn check_transition(current: &Settings, next: &Settings) -> Result<(), ConfigError> {
     for (i, new) in next.activities.iter().enumerate() {
         let Some(old) = current.activities.get(&new.id) else {
@@ -157,14 +158,12 @@ pub fn check_transition(current: &Settings, next: &Settings) -> Result<(), Confi
                 ),
             ));
         }
-        if new.version == old.version && new.segment_count() != old.segment_count() {
+        if new.segments != old.segments {
             return Err(ConfigError::invalid(
                 key("segments"),
                 format!(
-                    "changed from {} to {} under the same version {}; raise version to re-split the stock",
-                    old.segment_count(),
-                    new.segment_count(),
-                    new.version
+                    "changed from {} to {}; an activity's segment count is fixed for the life of its keys (a buyer's units and idempotency keys live in their segment): keep {}, or sell under a new activity id",
+                    old.segments, new.segments, old.segments
                 ),
             ));
         }

@@ -14,10 +14,13 @@ pub struct Reservation {
     pub id: String,
     pub user: String,
     pub activity: Arc<str>,
-    /// The stock segment it was taken from (0 when the activity is not segmented).
+    /// The stock segment (partition) it was taken from (0 when the activity is not segmented).
     pub segment: u32,
     pub qty: u32,
     pub version: u64,
+    /// Whether this request made it. An idempotent retry that got an earlier request's
+    /// reservation back does not own it: whatever happens to the retry, it never releases it.
+    pub owned: bool,
 }
 
 impl Reservation {
@@ -31,7 +34,7 @@ impl Reservation {
     /// A reservation id that says which segment holds the reservation (`<uuid>.<segment>`), so
     /// the admin API finds it from the id alone; a plain UUID when the activity has one segment.
     pub fn id_in_segment(activity: &crate::config::Activity, segment: u32) -> String {
-        if activity.shards.is_empty() {
+        if activity.segments <= 1 {
             Self::new_id()
         } else {
             format!("{}.{segment}", Self::new_id())
@@ -135,6 +138,7 @@ mod tests {
             segment: 0,
             qty: 2,
             version: 3,
+            owned: true,
         }
     }
 

@@ -7,8 +7,9 @@ mod support;
 
 use flashgate::config::{Activity, ConfirmMode};
 use flashgate::metrics::ReleaseReason;
+use flashgate::stock::segments;
 use flashgate::stock::{
-    ConfirmOutcome, ConfirmedVia, PrewarmOutcome, ReleaseOutcome, ReserveOutcome, ReserveRequest,
+    ConfirmOutcome, ConfirmedVia, Layout, ReleaseMode, ReleaseOutcome, ReserveCall, ReserveOutcome,
     StockStore,
 };
 use std::collections::HashSet;
@@ -47,63 +48,78 @@ async fn every_script_runs_unchanged_on_a_cluster() {
 
     for id in ids {
         let a = activity(id, 3, 2, Duration::ZERO);
-        assert_eq!(store.prewarm(&a).await.unwrap(), PrewarmOutcome::Created);
-        let reserve = |user: &'static str,
-                       qty: u32,
-                       rid: &'static str,
-                       key: Option<&'static str>| ReserveRequest {
-            activity: &a,
-            user,
-            qty,
-            reservation_id: rid,
-            idempotency_key: key,
-        };
+        let prewarmed = segments::prewarm(&store, &a).await.unwrap().unwrap();
+        assert_eq!(prewarmed.created, 1);
+        let l = Layout::of(&a);
+        let p = l.partition(0).unwrap();
+        let reserve =
+            |user: &'static str, qty: u32, rid: &'static str, key: Option<&'static str>| {
+                ReserveCall {
+                    user,
+                    qty,
+                    per_user_limit: 2,
+                    version: 1,
+                    reservation_id: rid,
+                    hold: a.hold,
+                    idempotency_key: key,
+                    deposit: None,
+                }
+            };
         assert_eq!(
             store
-                .reserve(reserve("u1", 2, "r1", Some("k")))
+                .reserve(p, &reserve("u1", 2, "r1", Some("k")))
                 .await
                 .unwrap(),
             ReserveOutcome::Reserved { remaining: 1 }
         );
         assert!(matches!(
             store
-                .reserve(reserve("u1", 1, "r9", Some("k")))
+                .reserve(p, &reserve("u1", 1, "r9", Some("k")))
                 .await
                 .unwrap(),
             ReserveOutcome::Replayed { .. }
         ));
         assert_eq!(
-            store.reserve(reserve("u2", 2, "r2", None)).await.unwrap(),
+            store
+                .reserve(p, &reserve("u2", 2, "r2", None))
+                .await
+                .unwrap(),
             ReserveOutcome::Insufficient { remaining: 1 }
         );
         assert!(matches!(
-            store.reserve(reserve("u1", 1, "r3", None)).await.unwrap(),
+            store
+                .reserve(p, &reserve("u1", 1, "r3", None))
+                .await
+                .unwrap(),
             ReserveOutcome::LimitExceeded { .. }
         ));
         assert_eq!(
-            store.reserve(reserve("u3", 1, "r4", None)).await.unwrap(),
+            store
+                .reserve(p, &reserve("u3", 1, "r4", None))
+                .await
+                .unwrap(),
             ReserveOutcome::Reserved { remaining: 0 }
         );
         assert_eq!(
             store
-                .confirm(&a, 1, "r1", ConfirmedVia::Admin)
+                .confirm(p, 1, &["r1"], ConfirmedVia::Admin)
                 .await
                 .unwrap(),
-            ConfirmOutcome::Confirmed
+            [ConfirmOutcome::Confirmed]
         );
         assert!(matches!(
             store
-                .release(&a, 1, "r1", ReleaseReason::Admin)
+                .release(p, 1, "r1", ReleaseMode::Admin, ReleaseReason::Admin)
                 .await
                 .unwrap(),
             ReleaseOutcome::Released { remaining: Some(2) }
         ));
         // r4 is pending with a zero hold: the sweep releases it.
-        let swept = store.sweep(&a, 1, 10).await.unwrap();
+        let swept = store.sweep(p, 1, 10, None).await.unwrap();
         assert_eq!(swept.released, 1);
-        assert_eq!(store.versions(&a).await.unwrap(), vec![1]);
-        assert!(store.lookup(&a, "r4").await.unwrap().is_some());
-        let row = store.ledger(&a, 1).await.unwrap();
+        assert_eq!(store.meta(p).await.unwrap().versions, vec![1]);
+        assert!(store.lookup(p, "r4").await.unwrap().is_some());
+        let row = store.ledger(p, 1).await.unwrap();
         assert_eq!(
             (
                 row.remaining,
@@ -115,7 +131,7 @@ async fn every_script_runs_unchanged_on_a_cluster() {
             (3, 0, 0, 3, 0)
         );
         // The reconcile snapshot (MULTI/EXEC) runs on the activity's node.
-        let (rows, records) = store.snapshot(&a, &[1]).await.unwrap();
+        let (rows, records) = store.snapshot(p, &[1]).await.unwrap();
         assert_eq!(rows[0].drift(), 0);
         assert_eq!(records.len(), 2);
     }
@@ -250,7 +266,7 @@ async fn segments_spread_one_activity_over_masters_and_sell_it_all() {
     config.per_user = None;
     let gw = GatewayProc::start(config);
     let masters: HashSet<u16> = (0..6)
-        .map(|s| cluster.node_of(&format!("fg:{{7007~{s}}}:v1:stock")))
+        .map(|s| cluster.node_of(&format!("fg:{{7007~{s}/6}}:v1:stock")))
         .collect();
     assert!(
         masters.len() >= 2,
@@ -310,6 +326,84 @@ async fn segments_spread_one_activity_over_masters_and_sell_it_all() {
         "sold {sold} of {STOCK}"
     );
     assert!(per_user.values().all(|&u| u <= 2));
+    let (code, table) = gw.reconcile();
+    assert_eq!(code, 0, "{table}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_segmented_burst_sells_the_stock_and_never_says_sold_out_while_units_remain() {
+    // #12 defect 9: 2,600 requests at once (1,900 buyers, 1 or 2 units each) against 1,000
+    // units over 6 segments on a 3-master cluster sold 884 and 973, and told 1,771 buyers
+    // `sold_out` while units sat in five segments.
+    const STOCK: u64 = 1000;
+    let cluster = RedisCluster::start();
+    let upstream = Upstream::start();
+    let placeholder = RedisServer::start();
+    let activity = TestActivity {
+        segments: Some(6),
+        per_user_limit: 2,
+        max_per_request: 2,
+        ..TestActivity::open("9009", STOCK)
+    };
+    let mut config = TestConfig::new(&placeholder, &upstream, vec![activity]);
+    config.redis_cluster = Some(cluster.nodes());
+    config.redis_timeout_ms = 2000;
+    config.per_user = None;
+    let gw = GatewayProc::start(config);
+    // 1,900 buyers; 700 of them send a second request (2,600 in all); quantities 1 or 2.
+    let mut requests = Vec::new();
+    let mut qty_of = Vec::new();
+    for i in 0..2600usize {
+        let buyer = i % 1900;
+        let qty = 1 + (i * 7 % 2) as u32;
+        qty_of.push(qty);
+        requests.push(raw_request(
+            "POST",
+            &format!("/api/seckill/9009/buy?qty={qty}"),
+            &[("X-User-Id", &format!("buyer-{buyer}"))],
+        ));
+    }
+    let answers = burst(gw.addr, requests).await;
+    let mut statuses = std::collections::BTreeMap::<(u16, String), usize>::new();
+    for a in &answers {
+        let code = if a.status == 200 {
+            String::new()
+        } else {
+            a.code().to_owned()
+        };
+        *statuses.entry((a.status, code)).or_default() += 1;
+    }
+    eprintln!("one segmented burst on the cluster: {statuses:?}");
+    let sold: u64 = upstream
+        .requests()
+        .await
+        .iter()
+        .map(|r| {
+            let token = r["headers"]["x-flashgate-reservation"].as_str().unwrap();
+            jsonwebtoken::dangerous::insecure_decode::<serde_json::Value>(token)
+                .unwrap()
+                .claims["qty"]
+                .as_u64()
+                .unwrap()
+        })
+        .sum();
+    assert!(
+        sold * 1000 >= STOCK * 999 && sold <= STOCK,
+        "one burst sold {sold} of {STOCK}: {statuses:?}"
+    );
+    // Nothing was released in this burst, so what is left at the end was left all along: no
+    // buyer asking for at most that much may have been told `sold_out`.
+    let view = gw.admin_get("/v1/activities/9009").await.json();
+    let left = view["remaining"].as_i64().unwrap();
+    assert_eq!(left as u64, STOCK - sold, "{view}");
+    for (answer, qty) in answers.iter().zip(&qty_of) {
+        if answer.status == 410 {
+            assert!(
+                i64::from(*qty) > left,
+                "told sold_out for {qty} while {left} units were left"
+            );
+        }
+    }
     let (code, table) = gw.reconcile();
     assert_eq!(code, 0, "{table}");
 }

@@ -12,7 +12,7 @@
 mod support;
 
 use flashgate::config::{Activity, ConfirmMode};
-use flashgate::stock::{LedgerRow, RecordState, StockStore};
+use flashgate::stock::{Layout, LedgerRow, RecordState, StockStore};
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -265,7 +265,10 @@ fn store_for(redis: &RedisServer) -> StockStore {
 async fn settled(store: &StockStore, activity: &Activity, deadline: Duration) -> LedgerRow {
     let end = Instant::now() + deadline;
     loop {
-        let row = store.ledger(activity, activity.version).await.unwrap();
+        let row = store
+            .ledger(Layout::of(activity).partition(0).unwrap(), activity.version)
+            .await
+            .unwrap();
         if row.pending == 0 && row.pending_reservations == 0 {
             return row;
         }
@@ -277,7 +280,10 @@ async fn settled(store: &StockStore, activity: &Activity, deadline: Duration) ->
 /// Waits until every unit of `activity` is sold and none is held; the ledger then.
 async fn sold_out(store: &StockStore, activity: &Activity) -> LedgerRow {
     wait_for_async("the stock to sell out", Duration::from_secs(60), || async {
-        let row = store.ledger(activity, activity.version).await.ok()?;
+        let row = store
+            .ledger(Layout::of(activity).partition(0).unwrap(), activity.version)
+            .await
+            .ok()?;
         (row.remaining == 0 && row.pending == 0).then_some(row)
     })
     .await
@@ -294,7 +300,11 @@ async fn compare_with_records(
     let mut forgotten = Vec::new();
     let mut released = Vec::new();
     for s in sales {
-        match store.lookup(activity, &s.jti).await.unwrap() {
+        match store
+            .lookup(Layout::of(activity).partition(0).unwrap(), &s.jti)
+            .await
+            .unwrap()
+        {
             None => forgotten.push(s.clone()),
             Some(r) if r.state == RecordState::Released => released.push(s.clone()),
             Some(_) => confirmed += s.qty,
@@ -739,7 +749,10 @@ async fn backend_timeouts_errors_and_resets_return_each_unit_exactly_once() {
     let sales = sales(&upstream).await;
     let (confirmed, forgotten, released_after) = compare_with_records(&store, &act, &sales).await;
     assert!(forgotten.is_empty());
-    let (_, records) = store.snapshot(&act, &[1]).await.unwrap();
+    let (_, records) = store
+        .snapshot(Layout::of(&act).partition(0).unwrap(), &[1])
+        .await
+        .unwrap();
     let released: Vec<_> = records
         .iter()
         .filter(|r| r.state == RecordState::Released)
@@ -839,7 +852,10 @@ async fn gateway_killed_mid_burst(remedy: bool, scenario: &'static str) {
             },
         )
         .await;
-        let row = store.ledger(&act, 1).await.unwrap();
+        let row = store
+            .ledger(Layout::of(&act).partition(0).unwrap(), 1)
+            .await
+            .unwrap();
         in_flight_at_kill.push(row.pending);
         gw.kill();
         seen.merge(&buyers.finish().await);

@@ -1,13 +1,15 @@
-//! The Lua scripts' return codes, against a real redis-server, through the library's StockStore.
+//! The Lua scripts' return codes and guarantees, against a real redis-server, through the
+//! library's StockStore (the same calls the gateway makes).
 
 #[path = "support/mod.rs"]
 mod support;
 
 use flashgate::config::{Activity, ConfirmMode};
 use flashgate::metrics::ReleaseReason;
+use flashgate::stock::segments::{self, Refusal};
 use flashgate::stock::{
-    ConfirmOutcome, ConfirmedVia, PrewarmOutcome, RecordState, ReleaseOutcome, ReserveOutcome,
-    ReserveRequest, StockStore, StoreError,
+    ConfirmOutcome, ConfirmedVia, Layout, Partition, RecordState, ReleaseMode, ReleaseOutcome,
+    ReserveCall, ReserveOutcome, StockStore, StoreError,
 };
 use std::time::{Duration, Instant};
 use support::*;
@@ -27,16 +29,71 @@ fn store(url: String, timeout_ms: u64) -> StockStore {
     stock_store(url, vec![], Duration::from_millis(timeout_ms))
 }
 
-async fn reserve(s: &StockStore, a: &Activity, user: &str, qty: u32, id: &str) -> ReserveOutcome {
-    s.reserve(ReserveRequest {
-        activity: a,
+/// The one partition of an activity that is not segmented.
+fn one(layout: &Layout) -> Partition<'_> {
+    layout.partition(0).unwrap()
+}
+
+fn call<'a>(a: &Activity, user: &'a str, qty: u32, id: &'a str) -> ReserveCall<'a> {
+    ReserveCall {
         user,
         qty,
+        per_user_limit: a.per_user_limit.get(),
+        version: a.version,
         reservation_id: id,
+        hold: a.hold,
         idempotency_key: None,
-    })
-    .await
-    .unwrap()
+        deposit: None,
+    }
+}
+
+async fn prewarm(s: &StockStore, a: &Activity) -> segments::Prewarmed {
+    segments::prewarm(s, a).await.unwrap().unwrap()
+}
+
+async fn reserve(s: &StockStore, a: &Activity, user: &str, qty: u32, id: &str) -> ReserveOutcome {
+    let l = Layout::of(a);
+    s.reserve(one(&l), &call(a, user, qty, id)).await.unwrap()
+}
+
+async fn release(
+    s: &StockStore,
+    a: &Activity,
+    v: u64,
+    id: &str,
+    mode: ReleaseMode,
+) -> ReleaseOutcome {
+    let l = Layout::of(a);
+    s.release(one(&l), v, id, mode, ReleaseReason::Admin)
+        .await
+        .unwrap()
+}
+
+async fn confirm(s: &StockStore, a: &Activity, v: u64, id: &str) -> ConfirmOutcome {
+    let l = Layout::of(a);
+    s.confirm(one(&l), v, &[id], ConfirmedVia::Admin)
+        .await
+        .unwrap()[0]
+}
+
+async fn remaining(s: &StockStore, a: &Activity) -> Option<i64> {
+    let l = Layout::of(a);
+    s.remaining(one(&l), a.version).await.unwrap()
+}
+
+async fn record(s: &StockStore, a: &Activity, id: &str) -> flashgate::stock::ReservationRecord {
+    let l = Layout::of(a);
+    s.lookup(one(&l), id).await.unwrap().expect("record")
+}
+
+async fn ledger(s: &StockStore, a: &Activity, v: u64) -> flashgate::stock::LedgerRow {
+    let l = Layout::of(a);
+    s.ledger(one(&l), v).await.unwrap()
+}
+
+fn redis_time_ms(redis: &RedisServer) -> u64 {
+    let (secs, micros): (u64, u64) = redis::cmd("TIME").query(&mut redis.conn()).unwrap();
+    secs * 1000 + micros / 1000
 }
 
 #[tokio::test]
@@ -50,7 +107,7 @@ async fn reserve_return_codes() {
         ReserveOutcome::NoStockKey,
         "-1 before prewarm"
     );
-    assert_eq!(s.prewarm(&a).await.unwrap(), PrewarmOutcome::Created);
+    assert_eq!(prewarm(&s, &a).await.created, 1);
     assert_eq!(
         reserve(&s, &a, "u1", 2, "r1").await,
         ReserveOutcome::Reserved { remaining: 1 }
@@ -76,26 +133,27 @@ async fn reserve_return_codes() {
     );
 
     // Prewarm again never resets sold stock.
-    assert_eq!(s.prewarm(&a).await.unwrap(), PrewarmOutcome::Exists);
-    assert_eq!(s.remaining(&a).await.unwrap(), Some(0));
+    assert_eq!(prewarm(&s, &a).await.created, 0);
+    assert_eq!(remaining(&s, &a).await, Some(0));
 
-    // The record of a reservation is in Redis, pending, with the version.
-    let rec = s.lookup(&a, "r1").await.unwrap().expect("record");
+    // The record of a reservation is in Redis, pending, with the version, and its times come
+    // from Redis's clock.
+    let rec = record(&s, &a, "r1").await;
     assert_eq!((rec.user.as_str(), rec.qty, rec.ver), ("u1", 2, 1));
     assert_eq!(rec.state, RecordState::Pending);
-    assert!(rec.deadline_ms.unwrap() > rec.created_ms.unwrap());
+    assert_eq!(
+        rec.deadline_ms.unwrap() - rec.created_ms.unwrap(),
+        900_000,
+        "hold from the configuration"
+    );
+    assert!(rec.created_ms.unwrap().abs_diff(redis_time_ms(&redis)) < 5_000);
+    // Every key expires a day after the sale ends, from the first reserve on.
     let mut conn = redis.conn();
-    // Keys expire a day after the sale ends.
     let expected = a.ends_at.timestamp() + 86_400;
-    for key in [
-        "fg:{1001}:v1:stock",
-        "fg:{1001}:v1:ledger",
-        "fg:{1001}:users",
-        "fg:{1001}:res",
-        "fg:{1001}:v1:pending",
-        "fg:{1001}:events",
-    ] {
-        let at: i64 = redis::cmd("EXPIRETIME").arg(key).query(&mut conn).unwrap();
+    let keys: Vec<String> = redis::cmd("KEYS").arg("fg:*").query(&mut conn).unwrap();
+    assert!(keys.len() >= 10, "{keys:?}");
+    for key in keys {
+        let at: i64 = redis::cmd("EXPIRETIME").arg(&key).query(&mut conn).unwrap();
         assert_eq!(at, expected, "{key}");
     }
 }
@@ -105,7 +163,7 @@ async fn stock_is_compared_as_a_number() {
     let redis = RedisServer::start();
     let s = store(redis.url(), 1000);
     let a = activity("num", 10, 1, 9);
-    s.prewarm(&a).await.unwrap();
+    prewarm(&s, &a).await;
     // As strings "10" < "9"; as numbers 10 >= 9.
     assert_eq!(
         reserve(&s, &a, "u", 9, "r").await,
@@ -118,35 +176,36 @@ async fn release_return_codes_and_exactly_once() {
     let redis = RedisServer::start();
     let s = store(redis.url(), 1000);
     let a = activity("1001", 5, 2, 2);
-    s.prewarm(&a).await.unwrap();
+    prewarm(&s, &a).await;
     assert!(matches!(
         reserve(&s, &a, "u1", 2, "r1").await,
         ReserveOutcome::Reserved { remaining: 3 }
     ));
 
-    let r = ReleaseReason::Upstream5xx;
+    let owner = ReleaseMode::Owner;
     assert_eq!(
-        s.release(&a, 1, "r1", r).await.unwrap(),
+        release(&s, &a, 1, "r1", owner).await,
         ReleaseOutcome::VersionMismatch,
         "-2"
     );
     assert_eq!(
-        s.release(&a, 2, "r1", r).await.unwrap(),
+        release(&s, &a, 2, "r1", owner).await,
         ReleaseOutcome::Released { remaining: Some(5) }
     );
     assert_eq!(
-        s.release(&a, 2, "r1", r).await.unwrap(),
+        release(&s, &a, 2, "r1", owner).await,
         ReleaseOutcome::AlreadyReleased,
         "0: exactly once"
     );
-    assert_eq!(s.remaining(&a).await.unwrap(), Some(5));
+    assert_eq!(remaining(&s, &a).await, Some(5));
     assert_eq!(
-        s.release(&a, 2, "nope", r).await.unwrap(),
+        release(&s, &a, 2, "nope", owner).await,
         ReleaseOutcome::Unknown,
         "-1"
     );
+    let l = Layout::of(&a);
     assert!(
-        s.lookup(&a, "nope").await.unwrap().is_none(),
+        s.lookup(one(&l), "nope").await.unwrap().is_none(),
         "a plain release of an unknown id writes nothing"
     );
     // The user's units came back too: they can take their full limit again.
@@ -157,11 +216,38 @@ async fn release_return_codes_and_exactly_once() {
 }
 
 #[tokio::test]
-async fn release_never_resurrects_an_expired_stock_key() {
+async fn only_an_admin_release_gives_back_a_confirmed_sale() {
     let redis = RedisServer::start();
     let s = store(redis.url(), 1000);
     let a = activity("1001", 5, 1, 1);
-    s.prewarm(&a).await.unwrap();
+    prewarm(&s, &a).await;
+    reserve(&s, &a, "u1", 1, "r1").await;
+    assert_eq!(confirm(&s, &a, 1, "r1").await, ConfirmOutcome::Confirmed);
+    for mode in [
+        ReleaseMode::Owner,
+        ReleaseMode::Abandon,
+        ReleaseMode::Lookup,
+    ] {
+        assert_eq!(
+            release(&s, &a, 1, "r1", mode).await,
+            ReleaseOutcome::KeptConfirmed,
+            "{mode:?}"
+        );
+    }
+    assert_eq!(remaining(&s, &a).await, Some(4));
+    assert_eq!(
+        release(&s, &a, 1, "r1", ReleaseMode::Admin).await,
+        ReleaseOutcome::Released { remaining: Some(5) }
+    );
+    assert_eq!(ledger(&s, &a, 1).await.drift(), 0);
+}
+
+#[tokio::test]
+async fn release_never_resurrects_a_removed_stock_key() {
+    let redis = RedisServer::start();
+    let s = store(redis.url(), 1000);
+    let a = activity("1001", 5, 1, 1);
+    prewarm(&s, &a).await;
     reserve(&s, &a, "u1", 1, "r1").await;
     let mut conn = redis.conn();
     let _: () = redis::cmd("DEL")
@@ -169,9 +255,7 @@ async fn release_never_resurrects_an_expired_stock_key() {
         .query(&mut conn)
         .unwrap();
     assert_eq!(
-        s.release(&a, 1, "r1", ReleaseReason::UpstreamError)
-            .await
-            .unwrap(),
+        release(&s, &a, 1, "r1", ReleaseMode::Owner).await,
         ReleaseOutcome::Released { remaining: None }
     );
     let exists: bool = redis::cmd("EXISTS")
@@ -183,14 +267,11 @@ async fn release_never_resurrects_an_expired_stock_key() {
         "INCRBY on a missing key would create stock from nothing"
     );
     // The units are recorded as retired in the ledger and on the record.
-    let row = s.ledger(&a, 1).await.unwrap();
+    let row = ledger(&s, &a, 1).await;
     assert_eq!((row.pending, row.released, row.retired), (0, 1, 1));
-    assert_eq!(s.lookup(&a, "r1").await.unwrap().unwrap().returned, Some(0));
-    // And prewarm refuses to re-create a stock key whose ledger lives on.
-    assert_eq!(
-        s.prewarm(&a).await.unwrap(),
-        PrewarmOutcome::StockKeyRemoved
-    );
+    assert_eq!(record(&s, &a, "r1").await.returned, Some(false));
+    // And prewarm refuses to re-create a stock key the partition knows it had.
+    assert_eq!(prewarm(&s, &a).await.stock_key_removed, vec![0]);
     let exists: bool = redis::cmd("EXISTS")
         .arg("fg:{1001}:v1:stock")
         .query(&mut conn)
@@ -203,23 +284,113 @@ async fn abandoning_an_id_first_makes_a_late_reserve_impossible() {
     let redis = RedisServer::start();
     let s = store(redis.url(), 1000);
     let a = activity("1001", 5, 1, 1);
-    s.prewarm(&a).await.unwrap();
+    prewarm(&s, &a).await;
     // The reserve "timed out" before reaching Redis: the abandon lands first.
     assert_eq!(
-        s.abandon(&a, "late").await.unwrap(),
+        release(&s, &a, 1, "late", ReleaseMode::Abandon).await,
         ReleaseOutcome::Unknown
     );
     assert_eq!(
         reserve(&s, &a, "u1", 1, "late").await,
         ReserveOutcome::DuplicateId
     );
-    assert_eq!(s.remaining(&a).await.unwrap(), Some(5));
+    assert_eq!(remaining(&s, &a).await, Some(5));
     // The reserve landed first: the abandon gives it back.
     reserve(&s, &a, "u2", 1, "landed").await;
     assert_eq!(
-        s.abandon(&a, "landed").await.unwrap(),
+        release(&s, &a, 1, "landed", ReleaseMode::Abandon).await,
         ReleaseOutcome::Released { remaining: Some(5) }
     );
+}
+
+#[tokio::test]
+async fn a_replayed_reservation_is_never_released_by_its_maker_nor_by_an_abandon() {
+    // #12 defects 1 and 6: the request that made a reservation (or the background release of a
+    // reserve whose reply was lost) must not give it back once a replay handed it on.
+    let redis = RedisServer::start();
+    let s = store(redis.url(), 1000);
+    let a = activity("1001", 5, 1, 1);
+    prewarm(&s, &a).await;
+    let l = Layout::of(&a);
+    let keyed = |id: &'static str| ReserveCall {
+        idempotency_key: Some("k"),
+        ..call(&a, "u1", 1, id)
+    };
+    assert!(matches!(
+        s.reserve(one(&l), &keyed("r1")).await.unwrap(),
+        ReserveOutcome::Reserved { .. }
+    ));
+    // The buyer retries with the same key: r1 comes back, now claimed by the replay.
+    assert!(matches!(
+        s.reserve(one(&l), &keyed("r2")).await.unwrap(),
+        ReserveOutcome::Replayed { ref id, .. } if id == "r1"
+    ));
+    assert!(record(&s, &a, "r1").await.replayed);
+    for mode in [ReleaseMode::Owner, ReleaseMode::Abandon] {
+        assert_eq!(
+            release(&s, &a, 1, "r1", mode).await,
+            ReleaseOutcome::KeptReplayed,
+            "{mode:?}"
+        );
+    }
+    // The replay's 2xx confirms; a late abandon still changes nothing.
+    assert_eq!(confirm(&s, &a, 1, "r1").await, ConfirmOutcome::Confirmed);
+    assert_eq!(
+        release(&s, &a, 1, "r1", ReleaseMode::Abandon).await,
+        ReleaseOutcome::KeptConfirmed
+    );
+    assert_eq!(remaining(&s, &a).await, Some(4));
+    assert_eq!(
+        reserve(&s, &a, "u1", 1, "r3").await,
+        ReserveOutcome::LimitExceeded { held: 1 },
+        "the user still holds their unit"
+    );
+    // The backend's "no such order" may release a pending replayed one (not a confirmed one).
+    let b = ReserveCall {
+        idempotency_key: Some("k"),
+        ..call(&a, "u2", 1, "r4")
+    };
+    s.reserve(one(&l), &b).await.unwrap();
+    s.reserve(
+        one(&l),
+        &ReserveCall {
+            reservation_id: "r5",
+            ..b
+        },
+    )
+    .await
+    .unwrap();
+    assert!(matches!(
+        release(&s, &a, 1, "r4", ReleaseMode::Lookup).await,
+        ReleaseOutcome::Released { .. }
+    ));
+    assert_eq!(ledger(&s, &a, 1).await.drift(), 0);
+}
+
+#[tokio::test]
+async fn a_reserve_landing_after_a_newer_attempt_with_the_same_key_replays_it() {
+    // The first attempt's reply was lost and it reached Redis late: by then the retry with the
+    // same key had reserved. The late reserve must not make a second reservation for the key.
+    let redis = RedisServer::start();
+    let s = store(redis.url(), 1000);
+    let a = activity("1001", 5, 1, 2);
+    prewarm(&s, &a).await;
+    let l = Layout::of(&a);
+    let keyed = |id: &'static str| ReserveCall {
+        idempotency_key: Some("k"),
+        ..call(&a, "u1", 1, id)
+    };
+    s.reserve(one(&l), &keyed("retry")).await.unwrap();
+    assert!(matches!(
+        s.reserve(one(&l), &keyed("late")).await.unwrap(),
+        ReserveOutcome::Replayed { ref id, .. } if id == "retry"
+    ));
+    assert_eq!(
+        release(&s, &a, 1, "late", ReleaseMode::Abandon).await,
+        ReleaseOutcome::Unknown,
+        "the late id never reserved; its abandon tombstones it"
+    );
+    assert_eq!(remaining(&s, &a).await, Some(4));
 }
 
 #[tokio::test]
@@ -228,7 +399,7 @@ async fn scripts_survive_script_flush() {
     let s = store(redis.url(), 1000);
     let a = activity("1001", 5, 1, 1);
     s.ready().await.unwrap();
-    s.prewarm(&a).await.unwrap();
+    prewarm(&s, &a).await;
     let mut conn = redis.conn();
     let _: () = redis::cmd("SCRIPT").arg("FLUSH").query(&mut conn).unwrap();
     // EVALSHA fails with NOSCRIPT; the store loads the script and retries.
@@ -242,15 +413,10 @@ async fn scripts_survive_script_flush() {
 async fn an_unreachable_store_fails_fast() {
     let s = store(format!("redis://127.0.0.1:{}/0", free_port()), 50);
     let a = activity("1001", 5, 1, 1);
+    let l = Layout::of(&a);
     let started = Instant::now();
     let err = s
-        .reserve(ReserveRequest {
-            activity: &a,
-            user: "u",
-            qty: 1,
-            reservation_id: "r",
-            idempotency_key: None,
-        })
+        .reserve(one(&l), &call(&a, "u", 1, "r"))
         .await
         .unwrap_err();
     assert!(
@@ -270,33 +436,23 @@ async fn confirm_return_codes_and_the_ledger() {
     let redis = RedisServer::start();
     let s = store(redis.url(), 1000);
     let a = activity("1001", 10, 1, 5);
-    s.prewarm(&a).await.unwrap();
+    prewarm(&s, &a).await;
     reserve(&s, &a, "u1", 2, "r1").await;
     reserve(&s, &a, "u2", 3, "r2").await;
-    let via = ConfirmedVia::Admin;
     assert_eq!(
-        s.confirm(&a, 2, "r1", via).await.unwrap(),
+        confirm(&s, &a, 2, "r1").await,
         ConfirmOutcome::VersionMismatch
     );
+    assert_eq!(confirm(&s, &a, 1, "r1").await, ConfirmOutcome::Confirmed);
     assert_eq!(
-        s.confirm(&a, 1, "r1", via).await.unwrap(),
-        ConfirmOutcome::Confirmed
-    );
-    assert_eq!(
-        s.confirm(&a, 1, "r1", via).await.unwrap(),
+        confirm(&s, &a, 1, "r1").await,
         ConfirmOutcome::AlreadyConfirmed
     );
-    assert_eq!(
-        s.confirm(&a, 1, "nope", via).await.unwrap(),
-        ConfirmOutcome::Unknown
-    );
-    s.release(&a, 1, "r2", ReleaseReason::Admin).await.unwrap();
-    assert_eq!(
-        s.confirm(&a, 1, "r2", via).await.unwrap(),
-        ConfirmOutcome::Released
-    );
+    assert_eq!(confirm(&s, &a, 1, "nope").await, ConfirmOutcome::Unknown);
+    release(&s, &a, 1, "r2", ReleaseMode::Admin).await;
+    assert_eq!(confirm(&s, &a, 1, "r2").await, ConfirmOutcome::Released);
 
-    let row = s.ledger(&a, 1).await.unwrap();
+    let row = ledger(&s, &a, 1).await;
     assert_eq!(
         (
             row.initial,
@@ -314,14 +470,15 @@ async fn confirm_return_codes_and_the_ledger() {
         "confirmed and released leave the pending set"
     );
 
-    // A confirmed reservation can still be released (an order cancelled after payment).
+    // A confirmed reservation can still be released by an admin (an order cancelled after
+    // payment).
     assert!(matches!(
-        s.release(&a, 1, "r1", ReleaseReason::Admin).await.unwrap(),
+        release(&s, &a, 1, "r1", ReleaseMode::Admin).await,
         ReleaseOutcome::Released {
             remaining: Some(10)
         }
     ));
-    let row = s.ledger(&a, 1).await.unwrap();
+    let row = ledger(&s, &a, 1).await;
     assert_eq!(
         (row.remaining, row.confirmed, row.released, row.drift()),
         (10, 0, 5, 0)
@@ -329,50 +486,117 @@ async fn confirm_return_codes_and_the_ledger() {
 }
 
 #[tokio::test]
+async fn one_confirm_call_settles_a_batch() {
+    let redis = RedisServer::start();
+    let s = store(redis.url(), 1000);
+    let a = activity("1001", 10, 1, 1);
+    prewarm(&s, &a).await;
+    for i in 0..5 {
+        reserve(&s, &a, &format!("u{i}"), 1, &format!("r{i}")).await;
+    }
+    release(&s, &a, 1, "r3", ReleaseMode::Owner).await;
+    let l = Layout::of(&a);
+    let outcomes = s
+        .confirm(
+            one(&l),
+            1,
+            &["r0", "r1", "r0", "r3", "nope"],
+            ConfirmedVia::Upstream,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        outcomes,
+        [
+            ConfirmOutcome::Confirmed,
+            ConfirmOutcome::Confirmed,
+            ConfirmOutcome::AlreadyConfirmed,
+            ConfirmOutcome::Released,
+            ConfirmOutcome::Unknown
+        ]
+    );
+    let row = ledger(&s, &a, 1).await;
+    assert_eq!((row.pending, row.confirmed, row.drift()), (2, 2, 0));
+}
+
+#[tokio::test]
 async fn sweep_releases_only_expired_pending_reservations_in_batches() {
     let redis = RedisServer::start();
     let s = store(redis.url(), 1000);
     let mut a = activity("1001", 100, 1, 1);
-    a.hold = Duration::ZERO; // already due when made
-    s.prewarm(&a).await.unwrap();
+    a.hold = Duration::ZERO; // already due when made (by Redis's clock)
+    prewarm(&s, &a).await;
     for i in 0..25 {
         reserve(&s, &a, &format!("u{i}"), 1, &format!("r{i}")).await;
     }
-    s.confirm(&a, 1, "r0", ConfirmedVia::Admin).await.unwrap();
+    confirm(&s, &a, 1, "r0").await;
     let long = Activity {
         hold: Duration::from_secs(900),
         ..activity("1001", 100, 1, 1)
     };
     reserve(&s, &long, "later", 1, "r-later").await;
 
-    let first = s.sweep(&a, 1, 10).await.unwrap();
+    let l = Layout::of(&a);
+    let sweep = || s.sweep(one(&l), 1, 10, None);
+    let first = sweep().await.unwrap();
     assert_eq!((first.released, first.scanned), (10, 10));
-    let second = s.sweep(&a, 1, 10).await.unwrap();
-    let third = s.sweep(&a, 1, 10).await.unwrap();
+    let second = sweep().await.unwrap();
+    let third = sweep().await.unwrap();
     assert_eq!(
         first.released + second.released + third.released,
         24,
         "all expired but the confirmed one"
     );
-    assert_eq!(
-        s.sweep(&a, 1, 10).await.unwrap().released,
-        0,
-        "exactly once"
-    );
-    let row = s.ledger(&a, 1).await.unwrap();
+    assert_eq!(sweep().await.unwrap().released, 0, "exactly once");
+    let row = ledger(&s, &a, 1).await;
     assert_eq!(
         (row.remaining, row.pending, row.confirmed, row.released),
         (98, 1, 1, 24)
     );
     assert_eq!(row.drift(), 0);
     assert_eq!(
-        s.lookup(&a, "r5").await.unwrap().unwrap().reason.as_deref(),
+        record(&s, &a, "r5").await.reason.as_deref(),
         Some("expired")
     );
+    assert_eq!(record(&s, &a, "r-later").await.state, RecordState::Pending);
+}
+
+#[tokio::test]
+async fn a_sweep_with_an_order_lookup_hands_out_what_is_due_instead_of_releasing_it() {
+    let redis = RedisServer::start();
+    let s = store(redis.url(), 1000);
+    let mut a = activity("1001", 10, 1, 1);
+    a.hold = Duration::ZERO;
+    prewarm(&s, &a).await;
+    reserve(&s, &a, "u1", 1, "r1").await;
+    let l = Layout::of(&a);
+    let lease = flashgate::stock::LookupLease {
+        lease: Duration::from_secs(60),
+        give_up_after: None,
+    };
+    let first = s.sweep(one(&l), 1, 10, Some(lease)).await.unwrap();
     assert_eq!(
-        s.lookup(&a, "r-later").await.unwrap().unwrap().state,
-        RecordState::Pending
+        (first.released, first.for_lookup.clone()),
+        (0, vec!["r1".to_owned()])
     );
+    // Leased: another instance's sweep does not ask again until the lease runs out.
+    let second = s.sweep(one(&l), 1, 10, Some(lease)).await.unwrap();
+    assert!(second.for_lookup.is_empty());
+    assert_eq!(record(&s, &a, "r1").await.state, RecordState::Pending);
+    // Past its give-up time an unanswered reservation is released as expired.
+    let mut conn = redis.conn();
+    let _: () = redis::cmd("ZADD")
+        .arg("fg:{1001}:v1:pending")
+        .arg(0)
+        .arg("r1")
+        .query(&mut conn)
+        .unwrap();
+    let give_up = flashgate::stock::LookupLease {
+        give_up_after: Some(Duration::ZERO),
+        ..lease
+    };
+    let third = s.sweep(one(&l), 1, 10, Some(give_up)).await.unwrap();
+    assert_eq!((third.released, third.for_lookup.len()), (1, 0));
 }
 
 #[tokio::test]
@@ -380,21 +604,19 @@ async fn idempotency_key_replays_the_same_reservation() {
     let redis = RedisServer::start();
     let s = store(redis.url(), 1000);
     let a = activity("1001", 10, 1, 1);
-    s.prewarm(&a).await.unwrap();
-    let req = |id: &'static str, key: &'static str| ReserveRequest {
-        activity: &a,
-        user: "u1",
-        qty: 1,
-        reservation_id: id,
+    prewarm(&s, &a).await;
+    let l = Layout::of(&a);
+    let req = |id: &'static str, key: &'static str| ReserveCall {
         idempotency_key: Some(key),
+        ..call(&a, "u1", 1, id)
     };
     assert!(matches!(
-        s.reserve(req("r1", "k")).await.unwrap(),
+        s.reserve(one(&l), &req("r1", "k")).await.unwrap(),
         ReserveOutcome::Reserved { remaining: 9 }
     ));
     // The retry gets r1 back, takes nothing more.
     assert_eq!(
-        s.reserve(req("r2", "k")).await.unwrap(),
+        s.reserve(one(&l), &req("r2", "k")).await.unwrap(),
         ReserveOutcome::Replayed {
             id: "r1".into(),
             qty: 1,
@@ -404,25 +626,25 @@ async fn idempotency_key_replays_the_same_reservation() {
     );
     // Another key of the same user is a new purchase: over the limit.
     assert!(matches!(
-        s.reserve(req("r3", "other")).await.unwrap(),
+        s.reserve(one(&l), &req("r3", "other")).await.unwrap(),
         ReserveOutcome::LimitExceeded { .. }
     ));
     // The same key of another user is theirs alone.
-    let bob = ReserveRequest {
+    let bob = ReserveCall {
         user: "bob",
         ..req("r4", "k")
     };
     assert!(matches!(
-        s.reserve(bob).await.unwrap(),
+        s.reserve(one(&l), &bob).await.unwrap(),
         ReserveOutcome::Reserved { .. }
     ));
     // Once released, the key buys afresh.
-    s.release(&a, 1, "r1", ReleaseReason::Admin).await.unwrap();
+    release(&s, &a, 1, "r1", ReleaseMode::Admin).await;
     assert!(matches!(
-        s.reserve(req("r5", "k")).await.unwrap(),
+        s.reserve(one(&l), &req("r5", "k")).await.unwrap(),
         ReserveOutcome::Reserved { .. }
     ));
-    assert_eq!(s.ledger(&a, 1).await.unwrap().drift(), 0);
+    assert_eq!(ledger(&s, &a, 1).await.drift(), 0);
 }
 
 #[tokio::test]
@@ -430,21 +652,13 @@ async fn every_transition_appends_exactly_one_event() {
     let redis = RedisServer::start();
     let s = store(redis.url(), 1000);
     let a = activity("1001", 10, 1, 2);
-    s.prewarm(&a).await.unwrap();
+    prewarm(&s, &a).await;
     reserve(&s, &a, "u1", 1, "r1").await;
     reserve(&s, &a, "u2", 2, "r2").await;
-    s.confirm(&a, 1, "r1", ConfirmedVia::Upstream)
-        .await
-        .unwrap();
-    s.confirm(&a, 1, "r1", ConfirmedVia::Upstream)
-        .await
-        .unwrap(); // no-op: no event
-    s.release(&a, 1, "r2", ReleaseReason::Upstream5xx)
-        .await
-        .unwrap();
-    s.release(&a, 1, "r2", ReleaseReason::Upstream5xx)
-        .await
-        .unwrap(); // no-op: no event
+    confirm(&s, &a, 1, "r1").await;
+    confirm(&s, &a, 1, "r1").await; // no-op: no event
+    release(&s, &a, 1, "r2", ReleaseMode::Owner).await;
+    release(&s, &a, 1, "r2", ReleaseMode::Owner).await; // no-op: no event
     reserve(&s, &a, "u3", 5, "refused").await; // refused: no event
 
     let mut conn = redis.conn();
@@ -474,36 +688,198 @@ async fn every_transition_appends_exactly_one_event() {
         events,
         expected.map(|(t, j)| (t.to_owned(), j.to_owned())).to_vec()
     );
-    assert_eq!(
-        entries.ids[3].get::<String>("reason").unwrap(),
-        "upstream_5xx"
-    );
+    assert_eq!(entries.ids[3].get::<String>("reason").unwrap(), "admin");
     assert_eq!(entries.ids[1].get::<String>("qty").unwrap(), "2");
 }
 
 #[tokio::test]
-async fn releases_into_a_retired_version_are_recorded_as_retired() {
+async fn a_new_version_retires_the_old_one_and_late_releases_are_retired() {
     let redis = RedisServer::start();
     let s = store(redis.url(), 1000);
     let v1 = activity("1001", 5, 1, 1);
-    s.prewarm(&v1).await.unwrap();
+    prewarm(&s, &v1).await;
     reserve(&s, &v1, "u1", 1, "r1").await;
-    // Operations bump the version: v2 is on sale now, v1 is retired.
+    // Operations bump the version: v2 goes on sale, v1 retires: its 4 units left are counted
+    // retired and can never sell again, in v1 or v2.
     let v2 = activity("1001", 10, 2, 1);
-    s.prewarm(&v2).await.unwrap();
+    assert_eq!(prewarm(&s, &v2).await.created, 1);
+    assert_eq!(remaining(&s, &v1).await, None);
     assert_eq!(
-        s.release(&v2, 1, "r1", ReleaseReason::Admin).await.unwrap(),
+        reserve(&s, &v1, "u2", 1, "r-old").await,
+        ReserveOutcome::NoStockKey,
+        "an instance still on v1 sells nothing"
+    );
+    assert_eq!(
+        release(&s, &v2, 1, "r1", ReleaseMode::Admin).await,
         ReleaseOutcome::Released { remaining: None }
     );
-    let row = s.ledger(&v2, 1).await.unwrap();
+    let row = ledger(&s, &v2, 1).await;
     assert_eq!(
-        (row.remaining, row.pending, row.released, row.retired),
-        (4, 0, 1, 1)
+        (row.stock_key, row.pending, row.released, row.retired),
+        (false, 0, 1, 5)
     );
     assert_eq!(row.drift(), 0);
+    assert_eq!(ledger(&s, &v2, 2).await.remaining, 10, "v2 untouched");
+    // The per-user limit spans versions: u1 got their unit back, u9 never had one.
+    assert!(matches!(
+        reserve(&s, &v2, "u1", 1, "r2").await,
+        ReserveOutcome::Reserved { .. }
+    ));
+}
+
+#[tokio::test]
+async fn an_older_configuration_never_puts_a_retired_version_back_on_sale() {
+    let redis = RedisServer::start();
+    let s = store(redis.url(), 1000);
+    prewarm(&s, &activity("1001", 5, 2, 1)).await;
+    let old = activity("1001", 5, 1, 1);
     assert_eq!(
-        s.ledger(&v2, 2).await.unwrap().remaining,
-        10,
+        segments::prewarm(&s, &old).await.unwrap(),
+        Err(Refusal::OlderVersion {
+            id: "1001".into(),
+            configured: 1,
+            newest: 2
+        })
+    );
+    assert_eq!(remaining(&s, &old).await, None);
+    let message = Refusal::OlderVersion {
+        id: "1001".into(),
+        configured: 1,
+        newest: 2,
+    }
+    .to_string();
+    assert!(message.contains("1001") && message.contains("version 1") && message.contains("2"));
+}
+
+#[tokio::test]
+async fn the_segment_count_is_fixed_for_the_life_of_the_keys() {
+    let redis = RedisServer::start();
+    let s = store(redis.url(), 1000);
+    let a = activity("1001", 10, 1, 1);
+    prewarm(&s, &a).await;
+    reserve(&s, &a, "u1", 1, "r1").await;
+    // Re-split into 4, even with a version bump: the users' units live in the one segment.
+    for version in [1, 2] {
+        let four = Activity {
+            segments: 4,
+            ..activity("1001", 10, version, 1)
+        };
+        assert_eq!(
+            segments::prewarm(&s, &four).await.unwrap(),
+            Err(Refusal::SegmentsFixed {
+                id: "1001".into(),
+                first: 1,
+                configured: 4
+            })
+        );
+        let l = Layout::of(&four);
+        for p in l.partitions() {
+            assert_eq!(s.remaining(p, version).await.unwrap(), None);
+        }
+    }
+    assert_eq!(remaining(&s, &a).await, Some(9));
+}
+
+#[tokio::test]
+async fn versions_beyond_fifteen_digits_stay_exact() {
+    // #12 defect 3: cjson wrote 123456789012345 as 1.2345678901234e+14, so nothing confirmed.
+    let redis = RedisServer::start();
+    let s = store(redis.url(), 1000);
+    let version = flashgate::config::MAX_EXACT_INTEGER;
+    let a = activity("1001", 10, version, 2);
+    prewarm(&s, &a).await;
+    reserve(&s, &a, "u1", 1, "r1").await;
+    reserve(&s, &a, "u2", 1, "r2").await;
+    assert_eq!(record(&s, &a, "r1").await.ver, version);
+    assert_eq!(
+        confirm(&s, &a, version, "r1").await,
+        ConfirmOutcome::Confirmed
+    );
+    assert!(matches!(
+        release(&s, &a, version, "r2", ReleaseMode::Owner).await,
+        ReleaseOutcome::Released { .. }
+    ));
+    let row = ledger(&s, &a, version).await;
+    assert_eq!((row.confirmed, row.released, row.drift()), (1, 1, 0));
+    let mut conn = redis.conn();
+    let entries: redis::streams::StreamRangeReply = redis::cmd("XRANGE")
+        .arg("fg:{1001}:events")
+        .arg("-")
+        .arg("+")
+        .query(&mut conn)
+        .unwrap();
+    for e in &entries.ids {
+        assert_eq!(e.get::<String>("ver").unwrap(), version.to_string());
+    }
+}
+
+#[tokio::test]
+async fn extending_ends_at_extends_every_key_and_never_recreates_the_stock() {
+    // #12 defect 2: the stock key and ledger kept the expiry set at prewarm and vanished
+    // mid-sale after ends_at moved later; prewarm then created the whole stock again.
+    let redis = RedisServer::start();
+    let s = store(redis.url(), 1000);
+    let mut a = activity("1001", 10, 1, 1);
+    prewarm(&s, &a).await;
+    reserve(&s, &a, "u1", 1, "r1").await;
+    let before = a.ends_at.timestamp() + 86_400;
+    a.ends_at += chrono::Duration::days(30);
+    prewarm(&s, &a).await;
+    let after = a.ends_at.timestamp() + 86_400;
+    let mut conn = redis.conn();
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("fg:{1001}*")
+        .query(&mut conn)
+        .unwrap();
+    for key in &keys {
+        let at: i64 = redis::cmd("EXPIRETIME").arg(key).query(&mut conn).unwrap();
+        assert_eq!(at, after, "{key} (was {before})");
+    }
+    // Moving ends_at back never shortens anything.
+    a.ends_at -= chrono::Duration::days(60);
+    prewarm(&s, &a).await;
+    for key in &keys {
+        let at: i64 = redis::cmd("EXPIRETIME").arg(key).query(&mut conn).unwrap();
+        assert_eq!(at, after, "{key}");
+    }
+    // Even if the stock key went (lost), its partition remembers the version: not re-created.
+    let _: () = redis::cmd("DEL")
+        .arg("fg:{1001}:v1:stock")
+        .arg("fg:{1001}:v1:ledger")
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(prewarm(&s, &a).await.stock_key_removed, vec![0]);
+    assert_eq!(remaining(&s, &a).await, None);
+}
+
+#[tokio::test]
+async fn a_stranded_transfer_lands_in_the_version_it_left() {
+    // #12 defect 5: delivered into the receiver's current version, version 1 units went on sale
+    // in version 2 (or made a ledger with no initial and no expiry).
+    let redis = RedisServer::start();
+    let s = store(redis.url(), 1000);
+    let v1 = Activity {
+        segments: 2,
+        ..activity("1001", 100, 1, 1)
+    };
+    prewarm(&s, &v1).await;
+    let l = Layout::of(&v1);
+    let (giver, receiver) = (l.partition(1).unwrap(), l.partition(0).unwrap());
+    assert_eq!(s.withdraw(giver, 1, "t1", 10, 0).await.unwrap(), 10);
+    // The gateway dies; operations bump the version before the sweep delivers the transfer.
+    let v2 = Activity {
+        segments: 2,
+        ..activity("1001", 100, 2, 1)
+    };
+    prewarm(&s, &v2).await;
+    assert!(s.deposit(receiver, 1, "t1", 10).await.unwrap());
+    assert_eq!(
+        s.remaining(receiver, 2).await.unwrap(),
+        Some(50),
         "v2 untouched"
     );
+    let row = s.ledger(receiver, 1).await.unwrap();
+    assert_eq!((row.moved_in, row.retired, row.stock_key), (10, 60, false));
+    assert_eq!(row.drift(), 0);
+    assert_eq!(s.ledger(giver, 1).await.unwrap().drift(), 0);
 }

@@ -12,6 +12,8 @@ pub enum BadRequest {
     QuantityRepeated,
     IdempotencyKeyInvalid,
     BodyTooLarge,
+    /// The body did not arrive within `server.sale_body_timeout_ms`.
+    BodyTooSlow,
     HeadersTooLarge,
     MalformedBody,
 }
@@ -24,6 +26,7 @@ impl BadRequest {
             BadRequest::QuantityTooLarge => "quantity exceeds the most one request may buy",
             BadRequest::QuantityRepeated => "quantity must be given once",
             BadRequest::BodyTooLarge => "request body too large",
+            BadRequest::BodyTooSlow => "request body not received in time",
             BadRequest::HeadersTooLarge => "request headers too large",
             BadRequest::MalformedBody => "malformed request body",
             BadRequest::IdempotencyKeyInvalid => {

@@ -15,29 +15,29 @@ pub mod decision;
 pub mod identity;
 pub mod rate_limit;
 pub mod route;
-pub mod sold_out;
 
 pub use decision::{BadRequest, Decision, Reply};
 
 use crate::config::Bucket;
 use crate::config::{Activity, SaleWindow, Settings, StoreFailurePolicy};
+use crate::lifecycle::Lifecycle;
 use crate::live::Generation;
 use crate::metrics::Metrics;
 use crate::metrics::PassthroughOutcome;
 use crate::metrics::{LimitKind, LimitMode};
-use crate::news::News;
+use crate::news::{self, News};
+use crate::refusals::Refusals;
 use crate::reservation::Reservation;
+use crate::sold_out::SoldOutCache;
 use crate::stock::breaker::{Breaker, Pass};
-use crate::stock::{
-    until_answered, PrewarmOutcome, ReleaseOutcome, ReserveOutcome, ReserveRequest, StockStore,
-};
+use crate::stock::segments::{self, Purchase, Reserve};
+use crate::stock::{Layout, StockStore};
 use chrono::Utc;
 use http::HeaderMap;
 use identity::Identifier;
 use pingora::http::RequestHeader;
 use rate_limit::KeyedRateLimiter;
 use route::SaleRoute;
-use sold_out::SoldOutCache;
 use std::net::IpAddr;
 use std::num::NonZeroU32;
 use std::sync::Arc;
@@ -148,6 +148,15 @@ pub fn sale_route<'s, 'p>(
         .find_map(|r| r.match_request(&req.method, path).map(|act| (r, act)))
 }
 
+/// A sale request that passed every check made without Redis.
+#[derive(Debug)]
+pub struct Checked {
+    activity: Arc<Activity>,
+    user: String,
+    qty: u32,
+    idempotency_key: Option<String>,
+}
+
 /// What an admitted sale request carries upstream.
 #[derive(Debug)]
 pub enum Admitted {
@@ -163,6 +172,9 @@ pub struct Admission {
     store: Arc<StockStore>,
     metrics: Arc<Metrics>,
     pub breaker: Arc<Breaker>,
+    /// Activities Redis's record refuses (not on sale), learned by prewarm.
+    pub refused: Arc<Refusals>,
+    lifecycle: Arc<Lifecycle>,
 }
 
 impl Admission {
@@ -171,18 +183,22 @@ impl Admission {
         metrics: Arc<Metrics>,
         sold_out: Arc<SoldOutCache>,
         breaker: Arc<Breaker>,
+        refused: Arc<Refusals>,
+        lifecycle: Arc<Lifecycle>,
     ) -> Self {
         Admission {
             sold_out,
             store,
             metrics,
             breaker,
+            refused,
+            lifecycle,
         }
     }
 
-    /// Runs the whole admission for a request on `route`. On `Reserved` the stock is held in
-    /// Redis and the caller must either forward the reservation or release it.
-    pub async fn admit(
+    /// Steps 0 to 5: everything decided without Redis (identity, activity, quantity, window,
+    /// token buckets, the sold-out cache). What passes may then [`Admission::take`] stock.
+    pub fn check(
         &self,
         generation: &Generation,
         req: &RequestHeader,
@@ -190,7 +206,7 @@ impl Admission {
         raw_activity: &str,
         peer: Option<IpAddr>,
         facts: &mut SaleFacts,
-    ) -> Result<Admitted, Decision> {
+    ) -> Result<Checked, Decision> {
         let policy = &generation.policy;
         if let Some(ip) = policy.identifier.client_ip(&req.headers, peer) {
             self.take_token(&policy.per_ip, &ip)?;
@@ -199,8 +215,7 @@ impl Admission {
             .identifier
             .identify(&req.headers, peer)
             .ok_or(Decision::Unauthenticated)?;
-        let user = facts.user.insert(user).clone();
-        let user = user.as_str();
+        facts.user = Some(user.clone());
         let activity = generation
             .settings
             .activities
@@ -215,26 +230,51 @@ impl Admission {
         )
         .map_err(Decision::BadRequest)?;
         facts.qty = Some(qty);
-        let idempotency_key = idempotency_key(&req.headers).map_err(Decision::BadRequest)?;
+        let idempotency_key = idempotency_key(&req.headers)
+            .map_err(Decision::BadRequest)?
+            .map(str::to_owned);
         match activity.window_at(Utc::now()) {
             SaleWindow::NotStarted => return Err(Decision::NotStarted),
             SaleWindow::Ended => return Err(Decision::Ended),
             SaleWindow::Open => {}
         }
-        self.take_token(&policy.per_user, user)?;
+        self.take_token(&policy.per_user, user.as_str())?;
         if self.sold_out.is_sold_out(&activity.id, activity.version) {
             return Err(Decision::SoldOut);
         }
         self.take_token(&policy.per_activity, &*activity.id)?;
+        Ok(Checked {
+            activity,
+            user,
+            qty,
+            idempotency_key,
+        })
+    }
+
+    /// Step 6: one reserve in Redis (the only round trip), unless the breaker says Redis is
+    /// down; then the activity's `on_store_failure` decides. On `Reserved` the stock is held
+    /// and the caller must either forward the reservation or release it.
+    pub async fn take(
+        &self,
+        generation: &Generation,
+        checked: Checked,
+        facts: &mut SaleFacts,
+    ) -> Result<Admitted, Decision> {
+        let Checked {
+            activity,
+            user,
+            qty,
+            idempotency_key,
+        } = checked;
         match self
-            .reserve(&activity, user, qty, idempotency_key, facts)
+            .reserve(&activity, &user, qty, idempotency_key.as_deref(), facts)
             .await
         {
             Ok(reservation) => Ok(Admitted::Reserved(reservation)),
             Err(Decision::StoreUnavailable)
                 if activity.on_store_failure == StoreFailurePolicy::Passthrough =>
             {
-                self.pass_through(policy, &activity)
+                self.pass_through(&generation.policy, &activity)
             }
             Err(decision) => Err(decision),
         }
@@ -284,8 +324,8 @@ impl Admission {
         }
     }
 
-    /// Reserves in the buyer's home segment (the activity itself when it is not segmented); a
-    /// segmented activity whose home segment runs short pulls units from the others first.
+    /// Reserves through the stock layer (the buyer's home segment, pulling from the others when
+    /// it runs short) and turns its outcome into a reservation or a decision.
     async fn reserve(
         &self,
         activity: &Arc<Activity>,
@@ -294,251 +334,106 @@ impl Admission {
         idempotency_key: Option<&str>,
         facts: &mut SaleFacts,
     ) -> Result<Reservation, Decision> {
+        if self.refused.is_refused(&activity.id) {
+            return Err(Decision::Unavailable);
+        }
         let pass = self.breaker.pass();
         if pass == Pass::Skip {
             return Err(Decision::StoreUnavailable);
         }
-        let segment = activity.home_segment(user);
-        let home = activity.segment(segment).expect("the home segment exists");
-        let id = Reservation::id_in_segment(activity, segment);
-        let request = ReserveRequest {
-            activity: home,
+        let home = Layout::of(activity).home(user).index();
+        let id = Reservation::id_in_segment(activity, home);
+        let purchase = Purchase {
             user,
             qty,
             reservation_id: &id,
             idempotency_key,
         };
-        let mut outcome = self.store.reserve(request).await;
-        if let Ok(ReserveOutcome::NoStockKey) = outcome {
-            // Not prewarmed yet (or Redis lost it): create it once (never a reset) and retry once;
-            // another instance may have created it meanwhile.
-            // (Never under a segment count other than the one the version was first sold with.)
-            let layout_ok = matches!(self.store.claim_layout(activity).await, Ok(Ok(())));
-            let prewarmed = if layout_ok {
-                self.store.prewarm(home).await.ok()
-            } else {
-                None
-            };
-            // Created by this call: a mark from before the key was lost is stale. Created by
-            // another caller: any mark was set since, by a reserve that saw the new key.
-            if prewarmed == Some(PrewarmOutcome::Created) {
-                self.sold_out.clear(&activity.id, activity.version);
-            }
-            if matches!(
-                prewarmed,
-                Some(PrewarmOutcome::Created | PrewarmOutcome::Exists)
-            ) {
-                outcome = self.store.reserve(request).await;
-            }
-        }
-        // A segment short of units: move some over from the others, then try again. With one
-        // segment, "not enough here" is "not enough anywhere".
-        let mut exhausted = activity.shards.is_empty();
-        let mut rounds = 0;
-        while let Ok(ReserveOutcome::Insufficient { remaining }) = outcome {
-            if activity.shards.is_empty() || rounds == MAX_REBALANCE_ROUNDS {
-                break;
-            }
-            rounds += 1;
-            let needed = u64::from(qty).saturating_sub(remaining);
-            if self.rebalance(activity, segment, needed).await == 0 {
-                // The others are empty; concurrent buyers may just have moved units here, so
-                // look once more before calling it sold out.
-                if exhausted {
-                    break;
-                }
-                exhausted = true;
-            } else {
-                exhausted = false;
-            }
-            outcome = self.store.reserve(request).await;
-        }
+        let outcome = segments::reserve(&self.store, activity, purchase).await;
         self.breaker.record(pass, outcome.is_ok());
         let outcome = match outcome {
             Ok(outcome) => outcome,
-            Err(e) => {
-                if e.may_have_landed() {
-                    // Only on this rare path: the home segment as an owned handle for the task.
-                    let home = match activity.shards.get(segment as usize) {
-                        Some(shard) => shard.clone(),
-                        None => activity.clone(),
-                    };
-                    self.abandon_in_background(home, id);
+            Err(failed) => {
+                if let Some(partition) = failed.landed_maybe {
+                    self.lifecycle
+                        .abandon_in_background(activity.clone(), partition, id);
                 }
-                tracing::warn!(activity = %activity.id, error = %e, "reserve failed");
+                tracing::warn!(activity = %activity.id, error = %failed, "reserve failed");
                 return Err(Decision::StoreUnavailable);
             }
         };
-        let reservation = |id: String, qty: u32, version: u64| Reservation {
-            id,
-            user: user.to_owned(),
-            activity: activity.id.clone(),
-            segment,
-            qty,
-            version,
-        };
         match outcome {
-            ReserveOutcome::Replayed {
+            Reserve::Reserved {
                 id,
-                qty,
+                partition,
                 version,
+                qty,
+                replayed,
                 remaining,
             } => {
                 facts.qty = Some(qty);
                 facts.stock_after = remaining;
-                Ok(reservation(id, qty, version))
-            }
-            ReserveOutcome::Reserved { remaining } => {
-                self.learn_remaining(activity, remaining, activity.shards.is_empty());
-                facts.stock_after = Some(remaining);
-                Ok(reservation(id, qty, activity.version))
-            }
-            ReserveOutcome::Insufficient { remaining } => {
-                // Segmented: the others looked empty, but units may be on their way between two
-                // segments; only an activity whose every segment reads zero is sold out.
-                let everywhere = exhausted
-                    && (activity.shards.is_empty() || self.every_segment_empty(activity).await);
-                self.learn_remaining(activity, remaining, everywhere);
-                facts.stock_after = Some(remaining);
-                if exhausted {
-                    Err(Decision::SoldOut)
-                } else {
-                    // Other segments still had units, but others took them first every time:
-                    // not sold out; busy.
-                    Err(Decision::Unavailable)
+                if let Some(left) = remaining {
+                    self.learn_remaining(activity, left as i64);
                 }
+                Ok(Reservation {
+                    id,
+                    user: user.to_owned(),
+                    activity: activity.id.clone(),
+                    segment: partition,
+                    qty,
+                    version,
+                    owned: !replayed,
+                })
             }
-            ReserveOutcome::LimitExceeded { .. } => Err(Decision::LimitExceeded),
-            ReserveOutcome::NoStockKey | ReserveOutcome::DuplicateId => {
-                tracing::warn!(activity = %activity.id, ?outcome, "reserve refused by the store");
+            Reserve::SoldOut { left } => {
+                if !activity.is_segmented() {
+                    facts.stock_after = Some(left.max(0) as u64);
+                }
+                self.learn_remaining(activity, left);
+                Err(Decision::SoldOut)
+            }
+            Reserve::Busy => Err(Decision::Unavailable),
+            Reserve::LimitExceeded => Err(Decision::LimitExceeded),
+            Reserve::NotOnSale(refusal) => {
+                match refusal {
+                    Some(refusal) => {
+                        tracing::error!(activity = %activity.id, %refusal, "not on sale");
+                        self.refused.set(&activity.id, Some(refusal));
+                    }
+                    None => tracing::warn!(activity = %activity.id,
+                        "reserve found no stock key even after prewarming"),
+                }
+                Err(Decision::Unavailable)
+            }
+            Reserve::DuplicateId => {
+                tracing::warn!(activity = %activity.id, "reservation id already used");
                 Err(Decision::Unavailable)
             }
         }
     }
 
-    /// Whether every segment of an activity reads zero with no transfer between two of them
-    /// (two reads per segment; the reads are not one snapshot, so a transfer finishing between
-    /// them can still leave a sold-out mark that the next deposit or the cache TTL clears).
-    async fn every_segment_empty(&self, activity: &Activity) -> bool {
-        for segment in activity.segments() {
-            let in_flight = self.store.unacknowledged_transfers(segment).await;
-            if !matches!(in_flight, Ok(ref t) if t.is_empty()) {
-                return false;
-            }
-        }
-        for segment in activity.segments() {
-            if !matches!(self.store.remaining(segment).await, Ok(Some(0))) {
-                return false;
-            }
-        }
-        true
-    }
-
-    /// Moves units from the other segments into segment `to` until `needed` arrived (taking at
-    /// least a chunk, so a busy segment does not come back for every unit). Each move is a
-    /// withdraw on the giver and a deposit on the receiver, idempotent on a transfer id; one cut
-    /// short by a failure is delivered later by the sweep. Returns the units moved.
-    async fn rebalance(&self, activity: &Activity, to: u32, needed: u64) -> u64 {
-        let count = activity.segment_count();
-        let receiver = activity.segment(to).expect("the receiving segment exists");
-        let chunk = (activity.stock / (u64::from(count) * REBALANCE_CHUNKS_PER_SEGMENT)).max(1);
-        let want = needed.max(chunk);
-        let mut moved = 0;
-        for step in 1..count {
-            let giver = activity
-                .segment((to + step) % count)
-                .expect("segment index in range");
-            let transfer_id = Reservation::new_id();
-            let taken = match self
-                .store
-                .withdraw(giver, &transfer_id, want - moved, receiver)
-                .await
-            {
-                Ok(taken) => taken,
-                Err(e) => {
-                    tracing::warn!(activity = %activity.id, error = %e, "withdraw failed");
-                    continue;
-                }
-            };
-            if taken == 0 {
-                continue;
-            }
-            // On failure the transfer stays recorded on the giver; the sweep delivers it.
-            if self
-                .store
-                .deposit(receiver, &transfer_id, taken)
-                .await
-                .is_ok()
-            {
-                let _ = self.store.acknowledge(giver, &transfer_id).await;
-                moved += taken;
-                // Units arrived: an activity marked sold out meanwhile is not.
-                if self.sold_out.is_sold_out(&activity.id, activity.version) {
-                    self.sold_out.clear(&activity.id, activity.version);
-                    self.store.announce(News::Available {
-                        activity: activity.id.to_string(),
-                        version: activity.version,
-                    });
-                }
-            }
-            if moved >= needed {
-                break;
-            }
-        }
-        moved
-    }
-
-    /// Records what a script said about the stock: gauge, and the sold-out cache at zero. For a
-    /// segmented activity the script saw one segment only: the gauge is the maintenance loop's,
-    /// and "sold out" is learned when no segment had anything left to move.
-    fn learn_remaining(&self, activity: &Activity, remaining: u64, everywhere: bool) {
-        if activity.shards.is_empty() {
+    /// Records what the store said about the stock: the gauge (where the answer covered the
+    /// whole activity), and the sold-out cache when nothing is left anywhere.
+    fn learn_remaining(&self, activity: &Activity, left: i64) {
+        if !activity.is_segmented() {
             self.metrics
                 .stock_remaining
                 .with_label_values(&[&activity.id])
-                .set(remaining as i64);
+                .set(left);
         }
-        if everywhere
-            && remaining == 0
-            && !self.sold_out.is_sold_out(&activity.id, activity.version)
-        {
+        if left <= 0 && !self.sold_out.is_sold_out(&activity.id, activity.version) {
             self.sold_out.mark_sold_out(&activity.id, activity.version);
-            self.store.announce(News::SoldOut {
-                activity: activity.id.to_string(),
-                version: activity.version,
-            });
+            news::publish(
+                &self.store,
+                News::SoldOut {
+                    activity: activity.id.to_string(),
+                    version: activity.version,
+                },
+            );
         }
-    }
-
-    /// A reserve whose outcome is unknown (timed out, connection lost) is released by id until
-    /// Redis answers, so units never stay stranded behind a buyer who was told `unavailable`.
-    fn abandon_in_background(&self, activity: Arc<Activity>, id: String) {
-        let store = self.store.clone();
-        let metrics = self.metrics.clone();
-        tokio::spawn(async move {
-            match until_answered(|| store.abandon(&activity, &id)).await {
-                Some(ReleaseOutcome::Released { .. }) => metrics
-                    .reservations_released
-                    .with_label_values(&[
-                        &activity.id,
-                        crate::metrics::ReleaseReason::StoreTimeout.as_str(),
-                    ])
-                    .inc(),
-                Some(_) => {}
-                None => tracing::error!(activity = %activity.id, reservation = %id,
-                    "could not release a reservation whose reserve timed out"),
-            }
-        });
     }
 }
-
-/// Most rebalancing rounds one purchase may trigger (each round asks every other segment once
-/// and moves at least one unit, so the loop ends anyway; the cap bounds one buyer's wait while
-/// many buyers of one segment keep taking what was just moved in).
-const MAX_REBALANCE_ROUNDS: usize = 32;
-
-/// A segment short of units takes at least `stock / (segments * this)` from a giver at a time.
-const REBALANCE_CHUNKS_PER_SEGMENT: u64 = 8;
 
 /// Header a buyer's client sets to make retries of one purchase return the same reservation.
 pub const IDEMPOTENCY_HEADER: &str = "idempotency-key";

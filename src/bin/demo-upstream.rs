@@ -1,10 +1,17 @@
 //! A small shop backend for demos and tests: answers every request with JSON, records what it
 //! received, and can be told to fail.
 //!
+//! It keeps the orders it took: a request carrying a reservation (`X-Flashgate-Reservation`) that
+//! it answers 2xx is an order, kept by the reservation's `jti` (read from the token's claims; a
+//! real backend verifies the signature first). `GET /orders/{jti}` answers 200 for an order it
+//! holds, 404 otherwise: flashgate's `upstream.order_lookup`.
+//!
 //! Control endpoints (same port):
 //! - `GET  /__upstream/requests`              what was received, oldest first (JSON)
-//! - `POST /__upstream/reset`                 forget recorded requests
-//! - `POST /__upstream/mode?status=500&delay_ms=0`  answer every other request this way
+//! - `GET  /__upstream/orders`                the jti of every order taken (JSON)
+//! - `POST /__upstream/reset`                 forget recorded requests and orders
+//! - `POST /__upstream/mode?status=500&delay_ms=0&lookup_status=0`  answer every other request
+//!   this way (`lookup_status`: answer order lookups with this status instead; 0 = normally)
 #![forbid(unsafe_code)]
 
 use async_trait::async_trait;
@@ -30,8 +37,21 @@ struct Args {
 
 struct Backend {
     requests: Mutex<Vec<Value>>,
+    orders: Mutex<std::collections::BTreeSet<String>>,
     status: AtomicU16,
     delay_ms: AtomicU64,
+    lookup_status: AtomicU16,
+}
+
+/// The `jti` claim of a reservation token (unverified: a demo).
+fn reservation_jti(token: &[u8]) -> Option<String> {
+    use base64::Engine;
+    let payload = std::str::from_utf8(token).ok()?.split('.').nth(1)?;
+    let claims = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(payload)
+        .ok()?;
+    let claims: Value = serde_json::from_slice(&claims).ok()?;
+    claims["jti"].as_str().map(str::to_owned)
 }
 
 #[async_trait]
@@ -60,8 +80,28 @@ impl ServeHttp for Backend {
                 let recorded = self.requests.lock().expect("not poisoned").clone();
                 return json_response(StatusCode::OK, &json!({ "requests": recorded }));
             }
+            ("GET", "/__upstream/orders") => {
+                let orders = self.orders.lock().expect("not poisoned").clone();
+                return json_response(StatusCode::OK, &json!({ "orders": orders }));
+            }
+            ("GET", p) if p.starts_with("/orders/") => {
+                let jti = &p["/orders/".len()..];
+                let forced = self.lookup_status.load(Ordering::SeqCst);
+                if forced != 0 {
+                    let status = StatusCode::from_u16(forced).unwrap_or(StatusCode::OK);
+                    return json_response(status, &json!({"jti": jti}));
+                }
+                let held = self.orders.lock().expect("not poisoned").contains(jti);
+                let status = if held {
+                    StatusCode::OK
+                } else {
+                    StatusCode::NOT_FOUND
+                };
+                return json_response(status, &json!({"jti": jti, "held": held}));
+            }
             ("POST", "/__upstream/reset") => {
                 self.requests.lock().expect("not poisoned").clear();
+                self.orders.lock().expect("not poisoned").clear();
                 return json_response(StatusCode::OK, &json!({"reset": true}));
             }
             ("POST", "/__upstream/mode") => {
@@ -75,6 +115,11 @@ impl ServeHttp for Backend {
                         Some(("delay_ms", v)) => {
                             if let Ok(d) = v.parse() {
                                 self.delay_ms.store(d, Ordering::SeqCst)
+                            }
+                        }
+                        Some(("lookup_status", v)) => {
+                            if let Ok(s) = v.parse() {
+                                self.lookup_status.store(s, Ordering::SeqCst)
                             }
                         }
                         _ => {}
@@ -97,6 +142,12 @@ impl ServeHttp for Backend {
         }
         let status =
             StatusCode::from_u16(self.status.load(Ordering::SeqCst)).unwrap_or(StatusCode::OK);
+        if status.is_success() {
+            let reservation = session.req_header().headers.get("x-flashgate-reservation");
+            if let Some(jti) = reservation.and_then(|t| reservation_jti(t.as_bytes())) {
+                self.orders.lock().expect("not poisoned").insert(jti);
+            }
+        }
         json_response(status, &json!({"ok": status.is_success(), "path": path}))
     }
 }
@@ -123,8 +174,10 @@ fn main() {
     server.bootstrap();
     let backend = Backend {
         requests: Mutex::new(Vec::new()),
+        orders: Mutex::new(std::collections::BTreeSet::new()),
         status: AtomicU16::new(200),
         delay_ms: AtomicU64::new(0),
+        lookup_status: AtomicU16::new(0),
     };
     let mut service = Service::new("demo upstream".to_owned(), backend);
     service.add_tcp(&args.listen);

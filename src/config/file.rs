@@ -54,9 +54,14 @@ pub struct ServerSection {
     /// On SIGTERM: seconds in-flight requests get to finish after the grace period.
     #[serde(default = "default_shutdown_timeout_secs")]
     pub shutdown_timeout_secs: u64,
-    /// Largest request body a sale route accepts (bytes); larger ones get `bad_request`.
+    /// Largest request body a sale route accepts (bytes, at most 65536); larger ones get
+    /// `bad_request`. A sale request's body is read whole before any stock is taken.
     #[serde(default = "default_max_sale_body_bytes")]
     pub max_sale_body_bytes: u64,
+    /// Longest a sale request's body may take to arrive, after its headers; past it the buyer
+    /// gets `bad_request` and nothing was held for them (a slow body cannot hold stock or a slot).
+    #[serde(default = "default_sale_body_timeout_ms")]
+    pub sale_body_timeout_ms: u64,
     /// Largest total of header names and values a sale request may carry (bytes).
     #[serde(default = "default_max_sale_header_bytes")]
     pub max_sale_header_bytes: u64,
@@ -106,6 +111,29 @@ pub struct UpstreamSection {
     /// position and an estimated wait) and their reservation is released.
     #[serde(default = "default_max_queue_wait_ms")]
     pub max_queue_wait_ms: u64,
+    /// Ask the backend whether it holds an order before its reservation expires unconfirmed.
+    #[serde(default)]
+    pub order_lookup: Option<OrderLookupSection>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OrderLookupSection {
+    /// Path of the backend's order lookup, with `{jti}` where the reservation id goes:
+    /// `GET <path>` answers 200 (it holds the order: confirmed) or 404 (it does not: released);
+    /// anything else, or nothing, leaves the reservation pending and asks again later.
+    pub path: String,
+    /// Longest wait for one lookup's answer.
+    #[serde(default = "default_order_lookup_timeout_ms")]
+    pub timeout_ms: u64,
+    /// How long after an unanswered lookup the same reservation is asked about again.
+    #[serde(default = "default_order_lookup_retry_interval_ms")]
+    pub retry_interval_ms: u64,
+    /// When set: a reservation whose lookups went unanswered this long after its hold deadline
+    /// is released as expired (units may then sell twice if the backend did hold the order).
+    /// Absent: it stays pending, asked again every `retry_interval_ms`, until answered.
+    #[serde(default)]
+    pub give_up_after_secs: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -410,6 +438,9 @@ fn default_admin_listen() -> String {
 fn default_max_sale_body_bytes() -> u64 {
     16 * 1024
 }
+fn default_sale_body_timeout_ms() -> u64 {
+    3000
+}
 fn default_max_sale_header_bytes() -> u64 {
     16 * 1024
 }
@@ -418,6 +449,12 @@ fn default_reload_watch_interval_ms() -> u64 {
 }
 fn default_max_queue_wait_ms() -> u64 {
     2000
+}
+fn default_order_lookup_timeout_ms() -> u64 {
+    500
+}
+fn default_order_lookup_retry_interval_ms() -> u64 {
+    5000
 }
 fn default_breaker_failures() -> u32 {
     5

@@ -44,6 +44,7 @@ pub struct ServerSettings {
     pub longest_sale_trip: Duration,
     pub shutdown_timeout: Duration,
     pub max_sale_body_bytes: u64,
+    pub sale_body_timeout: Duration,
     pub max_sale_header_bytes: u64,
     /// `None`: the file is not watched.
     pub reload_watch_interval: Option<Duration>,
@@ -77,6 +78,25 @@ pub struct UpstreamSettings {
     /// `None`: no limit on sale requests at the backend at once.
     pub max_inflight: Option<NonZeroUsize>,
     pub max_queue_wait: Duration,
+    pub order_lookup: Option<OrderLookupSettings>,
+}
+
+/// `upstream.order_lookup`: the backend's answer to "do you hold this order?".
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OrderLookupSettings {
+    /// The path before and after `{jti}`.
+    pub path: (String, String),
+    pub timeout: Duration,
+    pub retry_interval: Duration,
+    pub give_up_after: Option<Duration>,
+}
+
+impl OrderLookupSettings {
+    /// The request path for one reservation id (ids are UUIDs with a segment suffix: nothing
+    /// to escape).
+    pub fn path_for(&self, jti: &str) -> String {
+        format!("{}{jti}{}", self.path.0, self.path.1)
+    }
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -95,6 +115,10 @@ pub struct RedisSettings {
     pub reconcile_interval: Duration,
     pub events_maxlen: u64,
 }
+
+/// Largest `server.max_sale_body_bytes`: the most Pingora buffers of a request body to send it
+/// upstream after it was read whole.
+pub const MAX_SALE_BODY_BYTES: u64 = 64 * 1024;
 
 /// Most reservations one sweep call may release.
 pub const MAX_SWEEP_BATCH: u32 = 1000;
@@ -209,57 +233,22 @@ pub struct Activity {
     pub on_store_failure: StoreFailurePolicy,
     /// How long a reservation stays pending before it expires.
     pub hold: Duration,
-    /// The stock segments when there are several (each an `Activity` of its own, id
-    /// `<id>~<n>`, so every store operation works on a segment unchanged); empty for one.
-    pub shards: Vec<Arc<Activity>>,
-    /// For a segment: the activity it belongs to.
-    pub parent: Option<Arc<str>>,
+    /// Partitions the stock is split over (1: not segmented); fixed for the life of the
+    /// activity's keys.
+    pub segments: u32,
 }
 
 /// Most segments one activity may have.
 pub const MAX_SEGMENTS: u32 = 64;
 
+/// Largest `stock` and `version`: 2^53 - 1, the integers Lua (and JSON readers) hold exactly.
+pub const MAX_EXACT_INTEGER: u64 = (1 << 53) - 1;
+
 impl Activity {
-    /// The configured activity id (a segment answers its parent's): metric labels, JWT `act`.
-    pub fn label(&self) -> &Arc<str> {
-        self.parent.as_ref().unwrap_or(&self.id)
+    /// Whether the stock is split over several segments.
+    pub fn is_segmented(&self) -> bool {
+        self.segments > 1
     }
-
-    pub fn segment_count(&self) -> u32 {
-        self.shards.len().max(1) as u32
-    }
-
-    /// Segment `n` (the activity itself when it is not segmented).
-    pub fn segment(&self, n: u32) -> Option<&Activity> {
-        if self.shards.is_empty() {
-            (n == 0).then_some(self)
-        } else {
-            self.shards.get(n as usize).map(|s| &**s)
-        }
-    }
-
-    /// Every segment (the activity itself when it is not segmented).
-    pub fn segments(&self) -> Vec<&Activity> {
-        if self.shards.is_empty() {
-            vec![self]
-        } else {
-            self.shards.iter().map(|s| &**s).collect()
-        }
-    }
-
-    /// A buyer's home segment: a stable hash of the user id (the same on every instance).
-    pub fn home_segment(&self, user: &str) -> u32 {
-        home_segment(user, self.segment_count())
-    }
-}
-
-/// The home segment of `user` among `count`: FNV-1a (64 bit) of the user id, stable across
-/// processes and releases, unlike std's per-process RandomState.
-pub fn home_segment(user: &str, count: u32) -> u32 {
-    let hash = user.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-    });
-    (hash % u64::from(count.max(1))) as u32
 }
 
 /// Where an activity stands at a given instant.
@@ -395,7 +384,16 @@ fn server(
         grace_period,
         longest_sale_trip: longest_trip,
         shutdown_timeout: Duration::from_secs(raw.shutdown_timeout_secs),
-        max_sale_body_bytes: raw.max_sale_body_bytes,
+        max_sale_body_bytes: match raw.max_sale_body_bytes {
+            0..=MAX_SALE_BODY_BYTES => raw.max_sale_body_bytes,
+            _ => {
+                return Err(ConfigError::invalid(
+                    "server.max_sale_body_bytes",
+                    format!("must be at most {MAX_SALE_BODY_BYTES} (a sale body is held in memory until the reservation is forwarded)"),
+                ))
+            }
+        },
+        sale_body_timeout: positive_ms("server.sale_body_timeout_ms", raw.sale_body_timeout_ms)?,
         max_sale_header_bytes: raw.max_sale_header_bytes,
         reload_watch_interval: (raw.reload_watch_interval_ms > 0)
             .then(|| Duration::from_millis(raw.reload_watch_interval_ms)),
@@ -585,6 +583,32 @@ fn upstream(raw: file::UpstreamSection) -> Result<UpstreamSettings, ConfigError>
             })
             .transpose()?,
         max_queue_wait: positive_ms("upstream.max_queue_wait_ms", raw.max_queue_wait_ms)?,
+        order_lookup: raw.order_lookup.map(order_lookup).transpose()?,
+    })
+}
+
+fn order_lookup(raw: file::OrderLookupSection) -> Result<OrderLookupSettings, ConfigError> {
+    let key = "upstream.order_lookup.path";
+    let valid = raw.path.starts_with('/')
+        && raw.path.matches("{jti}").count() == 1
+        && raw.path.bytes().all(|b| b.is_ascii_graphic());
+    let Some((before, after)) = raw.path.split_once("{jti}").filter(|_| valid) else {
+        return Err(ConfigError::invalid(
+            key,
+            format!(
+                "{:?} must start with '/' and hold {{jti}} exactly once",
+                raw.path
+            ),
+        ));
+    };
+    Ok(OrderLookupSettings {
+        path: (before.to_owned(), after.to_owned()),
+        timeout: positive_ms("upstream.order_lookup.timeout_ms", raw.timeout_ms)?,
+        retry_interval: positive_ms(
+            "upstream.order_lookup.retry_interval_ms",
+            raw.retry_interval_ms,
+        )?,
+        give_up_after: raw.give_up_after_secs.map(Duration::from_secs),
     })
 }
 
@@ -846,10 +870,16 @@ fn activities(
         if a.version == 0 {
             return Err(ConfigError::invalid(key("version"), "must be at least 1"));
         }
-        if i64::try_from(a.stock).is_err() {
+        if a.version > MAX_EXACT_INTEGER {
+            return Err(ConfigError::invalid(
+                key("version"),
+                format!("must be at most {MAX_EXACT_INTEGER} (2^53 - 1, kept exact everywhere)"),
+            ));
+        }
+        if a.stock > MAX_EXACT_INTEGER {
             return Err(ConfigError::invalid(
                 key("stock"),
-                "is larger than Redis integers allow",
+                format!("must be at most {MAX_EXACT_INTEGER} (2^53 - 1, kept exact everywhere)"),
             ));
         }
         let per_user_limit = NonZeroU32::new(a.per_user_limit)
@@ -883,10 +913,9 @@ fn activities(
                 format!("must be 1 to {MAX_SEGMENTS}"),
             ));
         }
-        let id: Arc<str> = Arc::from(a.id.as_str());
-        let view = |id: Arc<str>, stock: u64, parent: Option<Arc<str>>| Activity {
-            id,
-            stock,
+        let activity = Arc::new(Activity {
+            id: Arc::from(a.id.as_str()),
+            stock: a.stock,
             version: a.version,
             per_user_limit,
             max_per_request,
@@ -895,28 +924,7 @@ fn activities(
             confirm: a.confirm,
             on_store_failure: a.on_store_failure,
             hold,
-            shards: Vec::new(),
-            parent,
-        };
-        let shards = if a.segments == 1 {
-            Vec::new()
-        } else {
-            let n = u64::from(a.segments);
-            (0..n)
-                .map(|i| {
-                    // The first stock % n segments take one unit more.
-                    let share = a.stock / n + u64::from(i < a.stock % n);
-                    Arc::new(view(
-                        Arc::from(format!("{id}~{i}")),
-                        share,
-                        Some(id.clone()),
-                    ))
-                })
-                .collect()
-        };
-        let activity = Arc::new(Activity {
-            shards,
-            ..view(id, a.stock, None)
+            segments: a.segments,
         });
         out.by_id.insert(activity.id.clone(), activity.clone());
         out.ordered.push(activity);

@@ -4,7 +4,6 @@
 
 pub mod queue;
 mod respond;
-pub mod upstream;
 
 use crate::admission::{sale_route, Admitted, BadRequest, Decision, SaleFacts};
 use crate::config::ConfirmMode;
@@ -13,6 +12,7 @@ use crate::gateway::Gateway;
 use crate::live::Generation;
 use crate::metrics::{ReleaseReason, UpstreamClass, UNKNOWN_ACTIVITY_LABEL};
 use crate::reservation::Reservation;
+use crate::stock::ReleaseOutcome;
 use async_trait::async_trait;
 use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::prelude::*;
@@ -54,11 +54,57 @@ pub struct RequestCtx {
     upstream_status: Option<u16>,
     /// Whether an upstream was chosen (so a failure counts as an upstream error).
     upstream_attempted: bool,
+    /// The reservation was put on a request to the backend: from here on the backend may hold
+    /// the order, so no buyer-side event (hanging up, a broken body) may give the units back.
+    forwarded: bool,
     connect_failures: usize,
     /// Request body bytes seen so far (sale routes).
     body_bytes: u64,
     /// The body outgrew `server.max_sale_body_bytes` while streaming.
     body_too_large: bool,
+}
+
+/// Reads a sale request's whole body into Pingora's retry buffer (from which the proxy sends it
+/// upstream), within `deadline` and `limit` bytes. Answers `100 Continue` to a client that
+/// waits for it.
+async fn read_sale_body(
+    session: &mut Session,
+    limit: u64,
+    deadline: std::time::Duration,
+) -> std::result::Result<(), BadRequest> {
+    if session.as_mut().is_body_empty() {
+        return Ok(());
+    }
+    session.as_mut().enable_retry_buffering();
+    let read = async {
+        let expects_continue = session
+            .req_header()
+            .headers
+            .get(http::header::EXPECT)
+            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+        if expects_continue {
+            session
+                .as_mut()
+                .write_continue_response()
+                .await
+                .map_err(|_| BadRequest::MalformedBody)?;
+        }
+        let mut read = 0u64;
+        while let Some(chunk) = session
+            .read_request_body()
+            .await
+            .map_err(|_| BadRequest::MalformedBody)?
+        {
+            read += chunk.len() as u64;
+            if read > limit {
+                return Err(BadRequest::BodyTooLarge);
+            }
+        }
+        Ok(())
+    };
+    tokio::time::timeout(deadline, read)
+        .await
+        .unwrap_or(Err(BadRequest::BodyTooSlow))
 }
 
 /// Whether a sale request is too large to consider: its headers, or its declared body (a
@@ -90,8 +136,9 @@ impl FlashProxy {
         FlashProxy { gw }
     }
 
-    /// Gives a request's reservation back under the activity it was admitted with; `None` if
-    /// it stays pending in Redis (released when its hold expires).
+    /// Gives a request's reservation back under the activity it was admitted with, if this
+    /// request made it and it is still pending; `None` if it stays as it is (a replayed or
+    /// confirmed reservation, or Redis unreachable: released when its hold expires).
     async fn release(
         &self,
         facts: Option<&SaleFacts>,
@@ -105,7 +152,11 @@ impl FlashProxy {
             .release_failed(activity, reservation, reason)
             .await
         {
-            Ok(_) => Some(reason),
+            Ok(ReleaseOutcome::Released { .. }) => Some(reason),
+            Ok(kept) => {
+                tracing::debug!(reservation = %reservation.id, ?kept, "reservation not released");
+                None
+            }
             Err(err) => {
                 tracing::error!(reservation = %reservation.id, error = %err,
                     "could not release a reservation; it returns when its hold expires");
@@ -156,6 +207,7 @@ impl ProxyHttp for FlashProxy {
             released: None,
             upstream_status: None,
             upstream_attempted: false,
+            forwarded: false,
             connect_failures: 0,
             body_bytes: 0,
             body_too_large: false,
@@ -183,12 +235,31 @@ impl ProxyHttp for FlashProxy {
             .client_addr()
             .and_then(|a| a.as_inet())
             .map(|a| a.ip());
-        match self
-            .gw
-            .admission
-            .admit(&generation, req, route, raw_activity, peer, facts)
-            .await
+        let checked =
+            match self
+                .gw
+                .admission
+                .check(&generation, req, route, raw_activity, peer, facts)
+            {
+                Ok(checked) => checked,
+                Err(decision) => return refuse(session, ctx, decision).await,
+            };
+        // The whole body, within its deadline, before any stock or slot is taken: a slow or
+        // broken body then holds nothing, and nothing the buyer does later can cut a forwarded
+        // reservation's body short.
+        let server = &generation.settings.server;
+        if let Err(bad) = read_sale_body(
+            session,
+            server.max_sale_body_bytes,
+            server.sale_body_timeout,
+        )
+        .await
         {
+            ctx.body_too_large = bad == BadRequest::BodyTooLarge;
+            return refuse(session, ctx, Decision::BadRequest(bad)).await;
+        }
+        let facts = ctx.sale.get_or_insert_with(SaleFacts::default);
+        match self.gw.admission.take(&generation, checked, facts).await {
             Ok(Admitted::Reserved(reservation)) => {
                 ctx.reservation = Some(reservation);
                 ctx.in_flight = Some(InFlight::new(&self.gw.metrics));
@@ -279,6 +350,10 @@ impl ProxyHttp for FlashProxy {
         // on any route.
         upstream_request.remove_header(header);
         upstream_request.remove_header(PASSTHROUGH_HEADER);
+        if ctx.sale.is_some() {
+            // The gateway read the body (and answered any `Expect: 100-continue`) already.
+            upstream_request.remove_header(&http::header::EXPECT);
+        }
         if ctx.passthrough {
             upstream_request.insert_header(PASSTHROUGH_HEADER, PASSTHROUGH_VALUE)?;
         }
@@ -291,6 +366,7 @@ impl ProxyHttp for FlashProxy {
             }
             if let Some(token) = &ctx.token {
                 upstream_request.insert_header(header.clone(), token.as_str())?;
+                ctx.forwarded = true;
             }
         }
         Ok(())
@@ -350,6 +426,15 @@ impl ProxyHttp for FlashProxy {
         let Some(reservation) = ctx.reservation.as_ref().filter(|_| !upstream_accepted) else {
             return respond::proxy_error(session, e).await;
         };
+        let upstream_failed =
+            *e.esource() == ErrorSource::Upstream || ctx.upstream_status.is_some();
+        if ctx.forwarded && !upstream_failed {
+            // The backend has the reservation and may take the order whatever the buyer does
+            // now: it stays pending (confirmed by the order lookup, or expired at its deadline).
+            tracing::info!(reservation = %reservation.id, error = %e,
+                "the buyer's side failed after the reservation was forwarded; it stays pending");
+            return respond::proxy_error(session, e).await;
+        }
         let (reason, decision) = if ctx.body_too_large {
             (
                 ReleaseReason::BadRequest,

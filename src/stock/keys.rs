@@ -1,21 +1,42 @@
-//! Redis key layout. Every key of one activity carries the hash tag `{<activity id>}`, so each
-//! script's keys hash to one Redis Cluster slot (no CROSSSLOT). Only configured activity ids
-//! appear in key names; user ids and reservation ids are hash fields and script arguments.
+//! Redis key layout. Every key of one partition carries its hash tag (`{<act>}`, or
+//! `{<act>~<n>/<count>}` for partition n of an activity split into count segments), so each script's keys hash to one
+//! Redis Cluster slot (no CROSSSLOT). Only configured activity ids appear in key names; user ids
+//! and reservation ids are hash fields and script arguments. Every key expires at the sale's end
+//! plus `redis.key_ttl_after_end_secs` (prewarm moves expiries later, never earlier).
 //!
 //! ```text
-//! <prefix>:{<act>}:v<n>:stock     integer  units remaining in stock version n
-//! <prefix>:{<act>}:v<n>:ledger    hash     units: initial, pending, confirmed, released, retired
-//! <prefix>:{<act>}:v<n>:pending   zset     jti -> hold deadline (unix ms) of pending reservations
-//! <prefix>:{<act>}:versions       set      stock versions ever prewarmed
-//! <prefix>:{<act>}:users          hash     user id -> units held in the activity
-//! <prefix>:{<act>}:res            hash     jti -> reservation record (JSON)
-//! <prefix>:{<act>}:idem           hash     user id "\n" Idempotency-Key -> jti
-//! <prefix>:{<act>}:events         stream   reserve / confirm / release events
+//! <p>:{<tag>}:meta          hash    partition: current (version on sale here), v:<n> (when
+//!                                   version n went on sale here); on the base tag {<act>} also
+//!                                   segments (fixed for the activity) and version (newest claimed)
+//! <p>:{<tag>}:v<n>:stock    string  units of version n remaining here (only while n is on sale)
+//! <p>:{<tag>}:v<n>:ledger   hash    units of version n here: initial, pending, confirmed,
+//!                                   released, retired, moved_in, moved_out
+//! <p>:{<tag>}:v<n>:pending  zset    jti -> when due (hold deadline, or next order lookup), ms
+//! <p>:{<tag>}:users         hash    user id -> units held (all versions)
+//! <p>:{<tag>}:res           hash    jti -> reservation record (see lua/lib.lua)
+//! <p>:{<tag>}:idem          hash    user id "\n" Idempotency-Key -> jti
+//! <p>:{<tag>}:events        stream  reserve / confirm / release events
+//! <p>:{<tag>}:transfers     hash    transfer id -> version|to|units|ms, given but not yet acknowledged
+//! <p>:{<tag>}:received      hash    transfer id -> units, received (a deposit happens once)
+//! <p>:activities            set     activity ids ever prewarmed (sweeps reach removed ones too)
 //! ```
+//!
+//! Hashes and the pending sets hold a placeholder (field or member `""`; in `pending` at score
+//! +inf) so that they exist, with their expiry, from prewarm on: the buyer's path then never
+//! creates a key without one.
+
+use super::layout::{Layout, Partition};
 
 #[derive(Debug, Clone)]
 pub struct KeyLayout {
     prefix: String,
+}
+
+/// The keys of one partition.
+#[derive(Debug, Clone)]
+pub struct PartitionKeys {
+    /// `<prefix>:{<tag>}`
+    base: String,
 }
 
 impl KeyLayout {
@@ -25,59 +46,32 @@ impl KeyLayout {
         }
     }
 
-    fn versioned(&self, activity: &str, version: u64, what: &str) -> String {
-        format!("{}:{{{activity}}}:v{version}:{what}", self.prefix)
+    pub fn of(&self, partition: Partition<'_>) -> PartitionKeys {
+        PartitionKeys {
+            base: format!("{}:{{{}}}", self.prefix, partition.tag()),
+        }
     }
 
-    fn activity(&self, activity: &str, what: &str) -> String {
-        format!("{}:{{{activity}}}:{what}", self.prefix)
+    /// The activity's own tag `{<act>}`: its meta holds the segment count and newest version.
+    pub fn base(&self, layout: &Layout) -> PartitionKeys {
+        PartitionKeys {
+            base: format!("{}:{{{}}}", self.prefix, layout.id()),
+        }
     }
 
-    pub fn stock(&self, activity: &str, version: u64) -> String {
-        self.versioned(activity, version, "stock")
+    /// Keys for `claim.lua`: the base meta, then two keys only an older flashgate wrote.
+    pub fn for_claim(&self, layout: &Layout, version: u64) -> [String; 3] {
+        let base = self.base(layout);
+        [
+            base.meta(),
+            format!("{}:versions", base.base),
+            format!("{}:v{version}:segments", base.base),
+        ]
     }
 
-    pub fn ledger(&self, activity: &str, version: u64) -> String {
-        self.versioned(activity, version, "ledger")
-    }
-
-    pub fn pending(&self, activity: &str, version: u64) -> String {
-        self.versioned(activity, version, "pending")
-    }
-
-    pub fn versions(&self, activity: &str) -> String {
-        self.activity(activity, "versions")
-    }
-
-    pub fn user_units(&self, activity: &str) -> String {
-        self.activity(activity, "users")
-    }
-
-    pub fn reservations(&self, activity: &str) -> String {
-        self.activity(activity, "res")
-    }
-
-    pub fn idempotency(&self, activity: &str) -> String {
-        self.activity(activity, "idem")
-    }
-
-    pub fn events(&self, activity: &str) -> String {
-        self.activity(activity, "events")
-    }
-
-    /// The segment count a stock version was first prewarmed with (in the activity's own tag).
-    pub fn layout(&self, activity: &str, version: u64) -> String {
-        self.versioned(activity, version, "segments")
-    }
-
-    /// Outgoing transfers of a segment not yet acknowledged (transfer id -> JSON).
-    pub fn transfers(&self, activity: &str) -> String {
-        self.activity(activity, "transfers")
-    }
-
-    /// Transfers a segment has received (transfer id -> units): deposits happen once.
-    pub fn received(&self, activity: &str) -> String {
-        self.activity(activity, "received")
+    /// Every activity id ever prewarmed (no hash tag: read by background work only).
+    pub fn registry(&self) -> String {
+        format!("{}:activities", self.prefix)
     }
 
     /// The pub/sub channel of sold-out news (not a key; shared by the deployment).
@@ -86,9 +80,133 @@ impl KeyLayout {
     }
 }
 
+impl PartitionKeys {
+    fn versioned(&self, version: u64, what: &str) -> String {
+        format!("{}:v{version}:{what}", self.base)
+    }
+
+    fn key(&self, what: &str) -> String {
+        format!("{}:{what}", self.base)
+    }
+
+    pub fn meta(&self) -> String {
+        self.key("meta")
+    }
+    pub fn stock(&self, version: u64) -> String {
+        self.versioned(version, "stock")
+    }
+    pub fn ledger(&self, version: u64) -> String {
+        self.versioned(version, "ledger")
+    }
+    pub fn pending(&self, version: u64) -> String {
+        self.versioned(version, "pending")
+    }
+    pub fn users(&self) -> String {
+        self.key("users")
+    }
+    pub fn reservations(&self) -> String {
+        self.key("res")
+    }
+    pub fn idempotency(&self) -> String {
+        self.key("idem")
+    }
+    pub fn events(&self) -> String {
+        self.key("events")
+    }
+    pub fn transfers(&self) -> String {
+        self.key("transfers")
+    }
+    pub fn received(&self) -> String {
+        self.key("received")
+    }
+
+    // The KEYS of each script, in the order the script declares them.
+
+    pub fn for_reserve(&self, version: u64) -> [String; 8] {
+        [
+            self.stock(version),
+            self.users(),
+            self.reservations(),
+            self.ledger(version),
+            self.pending(version),
+            self.idempotency(),
+            self.events(),
+            self.received(),
+        ]
+    }
+
+    pub fn for_release(&self, version: u64) -> [String; 6] {
+        [
+            self.reservations(),
+            self.users(),
+            self.stock(version),
+            self.ledger(version),
+            self.pending(version),
+            self.events(),
+        ]
+    }
+
+    pub fn for_confirm(&self, version: u64) -> [String; 4] {
+        [
+            self.reservations(),
+            self.ledger(version),
+            self.pending(version),
+            self.events(),
+        ]
+    }
+
+    pub fn for_sweep(&self, version: u64) -> [String; 6] {
+        [
+            self.pending(version),
+            self.reservations(),
+            self.users(),
+            self.stock(version),
+            self.ledger(version),
+            self.events(),
+        ]
+    }
+
+    pub fn for_ledger(&self, version: u64) -> [String; 3] {
+        [
+            self.stock(version),
+            self.ledger(version),
+            self.pending(version),
+        ]
+    }
+
+    pub fn for_withdraw(&self, version: u64) -> [String; 3] {
+        [self.stock(version), self.ledger(version), self.transfers()]
+    }
+
+    pub fn for_deposit(&self, version: u64) -> [String; 3] {
+        [self.stock(version), self.ledger(version), self.received()]
+    }
+
+    /// `prewarm.lua`: the partition's keys, then stock, ledger and pending of each of `others`.
+    pub fn for_prewarm(&self, version: u64, others: &[u64]) -> Vec<String> {
+        let mut keys = vec![
+            self.meta(),
+            self.stock(version),
+            self.ledger(version),
+            self.pending(version),
+            self.users(),
+            self.reservations(),
+            self.idempotency(),
+            self.events(),
+            self.transfers(),
+            self.received(),
+        ];
+        for &v in others {
+            keys.extend([self.stock(v), self.ledger(v), self.pending(v)]);
+        }
+        keys
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
 
     fn hash_tag(key: &str) -> &str {
         let open = key.find('{').unwrap();
@@ -97,19 +215,23 @@ mod tests {
     }
 
     #[test]
-    fn all_keys_of_an_activity_share_one_hash_tag() {
+    fn all_keys_of_a_partition_share_one_hash_tag() {
         let k = KeyLayout::new("fg");
-        assert_eq!(k.stock("1001", 3), "fg:{1001}:v3:stock");
-        for key in [
-            k.stock("1001", 3),
-            k.ledger("1001", 3),
-            k.pending("1001", 3),
-            k.versions("1001"),
-            k.user_units("1001"),
-            k.reservations("1001"),
-            k.idempotency("1001"),
-            k.events("1001"),
+        let one = Layout::new(Arc::from("1001"), 1);
+        let p = k.of(one.partition(0).unwrap());
+        assert_eq!(p.stock(3), "fg:{1001}:v3:stock");
+        let four = Layout::new(Arc::from("1001"), 4);
+        let q = k.of(four.partition(2).unwrap());
+        assert_eq!(q.users(), "fg:{1001~2/4}:users");
+        for (keys, tag) in [
+            (p.for_prewarm(3, &[1, 2]), "1001"),
+            (q.for_prewarm(1, &[]), "1001~2/4"),
         ] {
+            for key in keys {
+                assert_eq!(hash_tag(&key), tag, "{key}");
+            }
+        }
+        for key in k.for_claim(&four, 1) {
             assert_eq!(hash_tag(&key), "1001", "{key}");
         }
     }

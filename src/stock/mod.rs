@@ -1,76 +1,43 @@
 //! The stock store: Redis, spoken to only through the Lua scripts in `lua/` and a few O(1)
-//! reads. It owns the key layout, the scripts, timeouts and the store's metrics.
+//! reads. It owns the key layout, the scripts, time budgets and the store's metrics; it knows
+//! nothing of requests, admission or news.
+//!
+//! - [`layout`]: an activity's partitions (segments) and a buyer's home partition;
+//! - [`keys`]: every key name, and each script's KEYS in the order it declares them;
+//! - [`ops`]: one script or command on one partition;
+//! - [`segments`]: what spans partitions: prewarming an activity, a buyer's reserve with
+//!   rebalancing, whether anything is left anywhere, every ledger;
+//! - [`records`]: the scripts' answers and records as Rust types;
+//! - [`breaker`]: the circuit breaker in front of the store on the buyer's path.
 //!
 //! What happens when Redis is down or slow: every call is bounded by `redis.timeout_ms`, and any
 //! error or timeout is reported to the caller, which answers `unavailable` (503). Nothing is
 //! retried on the buyer's time, and nothing is ever admitted without a successful reserve, so a
-//! sick Redis costs availability, never stock. The connection manager reconnects in the
-//! background; the gateway recovers without a restart.
-//!
-//! A reserve that times out may still have run in Redis. Because reservation ids are made by the
-//! gateway, [`StockStore::abandon`] releases that id afterwards, writing a tombstone when the
-//! reserve has not landed yet so that it can never land later: such units are never stranded.
+//! sick Redis costs availability, never stock. Connections reconnect in the background; the
+//! gateway recovers without a restart.
 
 pub mod breaker;
 mod keys;
+pub mod layout;
+mod ops;
 mod records;
+mod scripts;
+pub mod segments;
 
-pub use keys::KeyLayout;
+pub use keys::{KeyLayout, PartitionKeys};
+pub use layout::{Layout, Partition};
+pub use ops::{LookupLease, ReserveCall, Transfer};
 pub use records::*;
 
 use crate::config::{Activity, RedisSettings};
-use crate::metrics::{Metrics, ReleaseReason, ScriptName, StoreOp};
+use crate::metrics::{Metrics, ScriptName, StoreOp};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{FromRedisValue, Script, ScriptInvocation, Value};
+use redis::{FromRedisValue, ScriptInvocation, Value};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, LazyLock};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-
-const LIB: &str = include_str!("../../lua/lib.lua");
-
-static RESERVE_SCRIPT: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../lua/reserve.lua")));
-static RELEASE_SCRIPT: LazyLock<Script> =
-    LazyLock::new(|| Script::new(&format!("{LIB}\n{}", include_str!("../../lua/release.lua"))));
-static CONFIRM_SCRIPT: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../lua/confirm.lua")));
-static SWEEP_SCRIPT: LazyLock<Script> =
-    LazyLock::new(|| Script::new(&format!("{LIB}\n{}", include_str!("../../lua/sweep.lua"))));
-static PREWARM_SCRIPT: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../lua/prewarm.lua")));
-static LEDGER_SCRIPT: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../lua/ledger.lua")));
-static WITHDRAW_SCRIPT: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../lua/withdraw.lua")));
-static DEPOSIT_SCRIPT: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../lua/deposit.lua")));
-
-fn all_scripts() -> [&'static Script; 8] {
-    [
-        &RESERVE_SCRIPT,
-        &RELEASE_SCRIPT,
-        &CONFIRM_SCRIPT,
-        &SWEEP_SCRIPT,
-        &PREWARM_SCRIPT,
-        &LEDGER_SCRIPT,
-        &WITHDRAW_SCRIPT,
-        &DEPOSIT_SCRIPT,
-    ]
-}
-
-/// An outgoing transfer not yet acknowledged by its giving segment.
-#[derive(Debug, Clone, serde::Deserialize)]
-pub struct Transfer {
-    #[serde(skip)]
-    pub id: String,
-    /// The receiving segment's id.
-    pub to: String,
-    pub qty: u64,
-    /// When it was withdrawn (unix ms).
-    pub ts: u64,
-}
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -99,17 +66,6 @@ impl StoreError {
             reply: format!("{reply:?}"),
         }
     }
-}
-
-/// One reserve call's inputs.
-#[derive(Debug, Clone, Copy)]
-pub struct ReserveRequest<'a> {
-    pub activity: &'a Activity,
-    pub user: &'a str,
-    pub qty: u32,
-    pub reservation_id: &'a str,
-    /// The buyer's `Idempotency-Key`, if any.
-    pub idempotency_key: Option<&'a str>,
 }
 
 /// Distinguishes stores in one process (tests run several) in the per-thread connection cache.
@@ -215,22 +171,19 @@ impl StockStore {
         &self.client
     }
 
-    /// Tells every instance, off the caller's path; a lost message costs only cache freshness
-    /// (see `news`).
-    pub fn announce(self: &Arc<Self>, news: crate::news::News) {
-        let store = self.clone();
-        tokio::spawn(async move {
-            let channel = store.keys.news_channel();
-            let published: Result<i64, StoreError> = store
-                .query(
-                    StoreOp::Read,
-                    redis::cmd("PUBLISH").arg(&channel).arg(news.encode()),
-                )
-                .await;
-            if let Err(e) = published {
-                tracing::debug!(error = %e, "sold-out news not published");
-            }
-        });
+    /// The per-call time budget (`redis.timeout_ms`).
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// Publishes a message on a pub/sub channel (a cluster delivers it on every node).
+    pub async fn publish(&self, channel: &str, message: &str) -> Result<(), StoreError> {
+        self.query::<i64>(
+            StoreOp::Read,
+            redis::cmd("PUBLISH").arg(channel).arg(message),
+        )
+        .await
+        .map(|_| ())
     }
 
     /// This thread's multiplexed connection, made on first use on the runtime the thread runs.
@@ -260,22 +213,23 @@ impl StockStore {
         op: StoreOp,
         cmd: &redis::Cmd,
     ) -> Result<T, StoreError> {
-        self.bounded(op, async {
+        self.bounded(op, self.timeout, async {
             let mut conn = self.conn().await?;
             Ok(cmd.query_async(&mut conn).await?)
         })
         .await
     }
 
-    /// Runs `fut` within the store's time budget, counting failures.
+    /// Runs `fut` within `budget`, counting failures.
     async fn bounded<T>(
         &self,
         op: StoreOp,
+        budget: Duration,
         fut: impl std::future::Future<Output = Result<T, StoreError>>,
     ) -> Result<T, StoreError> {
-        let result = match tokio::time::timeout(self.timeout, fut).await {
+        let result = match tokio::time::timeout(budget, fut).await {
             Ok(r) => r,
-            Err(_) => Err(StoreError::Timeout(self.timeout)),
+            Err(_) => Err(StoreError::Timeout(budget)),
         };
         if result.is_err() {
             self.metrics
@@ -295,7 +249,7 @@ impl StockStore {
     ) -> Result<T, StoreError> {
         let started = Instant::now();
         let result = self
-            .bounded(op, async {
+            .bounded(op, self.timeout, async {
                 let mut conn = self.conn().await?;
                 Ok(invocation.invoke_async(&mut conn).await?)
             })
@@ -305,410 +259,6 @@ impl StockStore {
             .with_label_values(&[script.as_str()])
             .observe(started.elapsed().as_secs_f64());
         result
-    }
-
-    /// Atomically checks the per-user limit and the stock, deducts, and records the reservation
-    /// (ledger, hold deadline, event). With an idempotency key that already won, returns that
-    /// reservation instead.
-    pub async fn reserve(&self, req: ReserveRequest<'_>) -> Result<ReserveOutcome, StoreError> {
-        let act = req.activity;
-        let now = unix_ms();
-        let deadline = now + act.hold.as_millis() as u64;
-        let idempotency_field = req
-            .idempotency_key
-            .map(|key| format!("{}\n{key}", req.user))
-            .unwrap_or_default();
-        let mut invocation = RESERVE_SCRIPT.prepare_invoke();
-        invocation
-            .key(self.keys.stock(&act.id, act.version))
-            .key(self.keys.user_units(&act.id))
-            .key(self.keys.reservations(&act.id))
-            .key(self.keys.ledger(&act.id, act.version))
-            .key(self.keys.pending(&act.id, act.version))
-            .key(self.keys.idempotency(&act.id))
-            .key(self.keys.events(&act.id))
-            .arg(req.user)
-            .arg(req.qty)
-            .arg(act.per_user_limit.get())
-            .arg(act.version)
-            .arg(now)
-            .arg(self.expire_at(act))
-            .arg(req.reservation_id)
-            .arg(deadline)
-            .arg(idempotency_field)
-            .arg(self.events_maxlen);
-        let reply: Vec<Value> = self
-            .eval(ScriptName::Reserve, StoreOp::Reserve, &invocation)
-            .await?;
-        ReserveOutcome::parse(&reply)
-            .ok_or_else(|| StoreError::protocol(ScriptName::Reserve, reply))
-    }
-
-    /// Gives a reservation's units back to its version's stock and its user, exactly once, from
-    /// pending or confirmed.
-    pub async fn release(
-        &self,
-        activity: &Activity,
-        version: u64,
-        reservation_id: &str,
-        reason: ReleaseReason,
-    ) -> Result<ReleaseOutcome, StoreError> {
-        self.release_inner(activity, version, reservation_id, reason, false)
-            .await
-    }
-
-    /// Releases a reservation id whose reserve call had an unknown outcome (timed out). If the
-    /// reserve has not landed, a tombstone makes sure it never will.
-    pub async fn abandon(
-        &self,
-        activity: &Activity,
-        reservation_id: &str,
-    ) -> Result<ReleaseOutcome, StoreError> {
-        self.release_inner(
-            activity,
-            activity.version,
-            reservation_id,
-            ReleaseReason::StoreTimeout,
-            true,
-        )
-        .await
-    }
-
-    async fn release_inner(
-        &self,
-        activity: &Activity,
-        version: u64,
-        reservation_id: &str,
-        reason: ReleaseReason,
-        tombstone: bool,
-    ) -> Result<ReleaseOutcome, StoreError> {
-        let id = &activity.id;
-        let mut invocation = RELEASE_SCRIPT.prepare_invoke();
-        invocation
-            .key(self.keys.reservations(id))
-            .key(self.keys.user_units(id))
-            .key(self.keys.stock(id, version))
-            .key(self.keys.ledger(id, version))
-            .key(self.keys.pending(id, version))
-            .key(self.keys.events(id))
-            .arg(reservation_id)
-            .arg(version)
-            .arg(unix_ms())
-            .arg(reason.as_str())
-            .arg(u8::from(tombstone))
-            .arg(self.events_maxlen)
-            .arg(u8::from(version == activity.version));
-        let reply: Vec<i64> = self
-            .eval(ScriptName::Release, StoreOp::Release, &invocation)
-            .await?;
-        ReleaseOutcome::parse(&reply)
-            .ok_or_else(|| StoreError::protocol(ScriptName::Release, reply))
-    }
-
-    /// Moves a pending reservation to confirmed (the order exists), exactly once.
-    pub async fn confirm(
-        &self,
-        activity: &Activity,
-        version: u64,
-        reservation_id: &str,
-        via: ConfirmedVia,
-    ) -> Result<ConfirmOutcome, StoreError> {
-        let id = &activity.id;
-        let mut invocation = CONFIRM_SCRIPT.prepare_invoke();
-        invocation
-            .key(self.keys.reservations(id))
-            .key(self.keys.ledger(id, version))
-            .key(self.keys.pending(id, version))
-            .key(self.keys.events(id))
-            .arg(reservation_id)
-            .arg(version)
-            .arg(unix_ms())
-            .arg(self.events_maxlen)
-            .arg(via.as_str());
-        let reply: i64 = self
-            .eval(ScriptName::Confirm, StoreOp::Confirm, &invocation)
-            .await?;
-        ConfirmOutcome::parse(reply).ok_or_else(|| StoreError::protocol(ScriptName::Confirm, reply))
-    }
-
-    /// Releases up to `batch` pending reservations of one version whose hold has passed.
-    pub async fn sweep(
-        &self,
-        activity: &Activity,
-        version: u64,
-        batch: u32,
-    ) -> Result<SweepOutcome, StoreError> {
-        let id = &activity.id;
-        let mut invocation = SWEEP_SCRIPT.prepare_invoke();
-        invocation
-            .key(self.keys.pending(id, version))
-            .key(self.keys.reservations(id))
-            .key(self.keys.user_units(id))
-            .key(self.keys.stock(id, version))
-            .key(self.keys.ledger(id, version))
-            .key(self.keys.events(id))
-            .arg(unix_ms())
-            .arg(batch)
-            .arg(self.events_maxlen)
-            .arg(u8::from(version == activity.version));
-        let reply: Vec<u64> = self
-            .eval(ScriptName::Sweep, StoreOp::Sweep, &invocation)
-            .await?;
-        match reply.as_slice() {
-            [released, units, scanned, retired] => Ok(SweepOutcome {
-                released: *released,
-                units: *units,
-                scanned: *scanned,
-                retired: *retired,
-            }),
-            _ => Err(StoreError::protocol(ScriptName::Sweep, reply)),
-        }
-    }
-
-    /// Creates the activity's current stock version from the configured stock, with its ledger,
-    /// if it does not exist, expiring `key_ttl_after_end` after the sale ends. Never overwrites:
-    /// a restart or a second instance cannot reset stock already sold.
-    pub async fn prewarm(&self, activity: &Activity) -> Result<PrewarmOutcome, StoreError> {
-        let id = &activity.id;
-        let mut invocation = PREWARM_SCRIPT.prepare_invoke();
-        invocation
-            .key(self.keys.stock(id, activity.version))
-            .key(self.keys.ledger(id, activity.version))
-            .key(self.keys.versions(id))
-            .arg(activity.stock)
-            .arg(activity.version)
-            .arg(self.expire_at(activity));
-        let reply: i64 = self
-            .eval(ScriptName::Prewarm, StoreOp::Prewarm, &invocation)
-            .await?;
-        let outcome = match reply {
-            1 => PrewarmOutcome::Created,
-            0 => PrewarmOutcome::Exists,
-            -1 => PrewarmOutcome::StockKeyRemoved,
-            _ => return Err(StoreError::protocol(ScriptName::Prewarm, reply)),
-        };
-        if outcome == PrewarmOutcome::Created {
-            self.metrics
-                .stock_keys_created
-                .with_label_values(&[id])
-                .inc();
-        }
-        Ok(outcome)
-    }
-
-    /// Records the segment count an activity's current version is sold with, the first time; later
-    /// calls answer `Err(first)` if the count differs. Changing `segments` without a new
-    /// `version` would create the new segments' keys from the configured stock and sell units
-    /// twice, so such a layout is refused.
-    pub async fn claim_layout(&self, activity: &Activity) -> Result<Result<(), u32>, StoreError> {
-        let key = self.keys.layout(&activity.id, activity.version);
-        let count = activity.segment_count();
-        let claimed: Option<String> = self
-            .query(
-                StoreOp::Prewarm,
-                redis::cmd("SET")
-                    .arg(&key)
-                    .arg(count)
-                    .arg("NX")
-                    .arg("EXAT")
-                    .arg(self.expire_at(activity)),
-            )
-            .await?;
-        if claimed.is_some() {
-            return Ok(Ok(()));
-        }
-        let first: Option<u32> = self
-            .query(StoreOp::Prewarm, redis::cmd("GET").arg(&key))
-            .await?;
-        Ok(match first {
-            Some(first) if first != count => Err(first),
-            _ => Ok(()),
-        })
-    }
-
-    /// One version's stock and ledger, read atomically.
-    pub async fn ledger(&self, activity: &Activity, version: u64) -> Result<LedgerRow, StoreError> {
-        let id = &activity.id;
-        let mut invocation = LEDGER_SCRIPT.prepare_invoke();
-        invocation
-            .key(self.keys.stock(id, version))
-            .key(self.keys.ledger(id, version))
-            .key(self.keys.pending(id, version));
-        let reply: Vec<i64> = self
-            .eval(ScriptName::Ledger, StoreOp::Read, &invocation)
-            .await?;
-        LedgerRow::parse(version, &reply)
-            .ok_or_else(|| StoreError::protocol(ScriptName::Ledger, reply))
-    }
-
-    /// First half of moving units between segments: takes up to `want` units out of `from`'s
-    /// current version. Returns the units taken (0: that segment has none).
-    pub async fn withdraw(
-        &self,
-        from: &Activity,
-        transfer_id: &str,
-        want: u64,
-        to: &Activity,
-    ) -> Result<u64, StoreError> {
-        let mut invocation = WITHDRAW_SCRIPT.prepare_invoke();
-        invocation
-            .key(self.keys.stock(&from.id, from.version))
-            .key(self.keys.ledger(&from.id, from.version))
-            .key(self.keys.transfers(&from.id))
-            .arg(transfer_id)
-            .arg(want)
-            .arg(&*to.id)
-            .arg(unix_ms());
-        self.eval(ScriptName::Transfer, StoreOp::Transfer, &invocation)
-            .await
-    }
-
-    /// Second half: the units arrive in `to`'s current version, once per transfer id.
-    pub async fn deposit(
-        &self,
-        to: &Activity,
-        transfer_id: &str,
-        qty: u64,
-    ) -> Result<bool, StoreError> {
-        let mut invocation = DEPOSIT_SCRIPT.prepare_invoke();
-        invocation
-            .key(self.keys.stock(&to.id, to.version))
-            .key(self.keys.ledger(&to.id, to.version))
-            .key(self.keys.received(&to.id))
-            .arg(transfer_id)
-            .arg(qty);
-        let deposited: i64 = self
-            .eval(ScriptName::Transfer, StoreOp::Transfer, &invocation)
-            .await?;
-        Ok(deposited == 1)
-    }
-
-    /// The giving segment forgets a delivered transfer.
-    pub async fn acknowledge(&self, from: &Activity, transfer_id: &str) -> Result<(), StoreError> {
-        self.query::<i64>(
-            StoreOp::Transfer,
-            redis::cmd("HDEL")
-                .arg(self.keys.transfers(&from.id))
-                .arg(transfer_id),
-        )
-        .await
-        .map(|_| ())
-    }
-
-    /// Transfers a segment gave but has not seen acknowledged (a gateway died between halves).
-    pub async fn unacknowledged_transfers(
-        &self,
-        from: &Activity,
-    ) -> Result<Vec<Transfer>, StoreError> {
-        let raw: Vec<(String, String)> = self
-            .query(
-                StoreOp::Read,
-                redis::cmd("HGETALL").arg(self.keys.transfers(&from.id)),
-            )
-            .await?;
-        Ok(raw
-            .into_iter()
-            .filter_map(|(id, json)| {
-                let mut t: Transfer = serde_json::from_str(&json).ok()?;
-                t.id = id;
-                Some(t)
-            })
-            .collect())
-    }
-
-    /// Whether a segment has received a transfer.
-    pub async fn received(&self, to: &Activity, transfer_id: &str) -> Result<bool, StoreError> {
-        self.query(
-            StoreOp::Read,
-            redis::cmd("HEXISTS")
-                .arg(self.keys.received(&to.id))
-                .arg(transfer_id),
-        )
-        .await
-    }
-
-    /// The stock versions of an activity ever prewarmed, ascending, with the configured one.
-    pub async fn versions(&self, activity: &Activity) -> Result<Vec<u64>, StoreError> {
-        let mut versions: Vec<u64> = self
-            .query(
-                StoreOp::Read,
-                redis::cmd("SMEMBERS").arg(self.keys.versions(&activity.id)),
-            )
-            .await?;
-        versions.push(activity.version);
-        versions.sort_unstable();
-        versions.dedup();
-        Ok(versions)
-    }
-
-    /// A reservation's record, if the activity has one with that id.
-    pub async fn lookup(
-        &self,
-        activity: &Activity,
-        reservation_id: &str,
-    ) -> Result<Option<ReservationRecord>, StoreError> {
-        let raw: Option<String> = self
-            .query(
-                StoreOp::Read,
-                redis::cmd("HGET")
-                    .arg(self.keys.reservations(&activity.id))
-                    .arg(reservation_id),
-            )
-            .await?;
-        raw.map(|raw| {
-            serde_json::from_str(&raw).map_err(|e| StoreError::Protocol {
-                script: "reservation record",
-                reply: e.to_string(),
-            })
-        })
-        .transpose()
-    }
-
-    /// Every reservation record of an activity and the ledgers of the given versions, read in one
-    /// MULTI/EXEC snapshot (for `flashgate reconcile`; O(reservations), not for the hot path).
-    pub async fn snapshot(
-        &self,
-        activity: &Activity,
-        versions: &[u64],
-    ) -> Result<(Vec<LedgerRow>, Vec<ReservationRecord>), StoreError> {
-        let id = &activity.id;
-        let mut pipe = redis::pipe();
-        pipe.atomic();
-        for &v in versions {
-            pipe.cmd("EXISTS").arg(self.keys.stock(id, v));
-            pipe.cmd("GET").arg(self.keys.stock(id, v));
-            pipe.cmd("HMGET").arg(self.keys.ledger(id, v)).arg(&[
-                "initial",
-                "pending",
-                "confirmed",
-                "released",
-                "retired",
-                "moved_in",
-                "moved_out",
-            ]);
-            pipe.cmd("EXISTS").arg(self.keys.ledger(id, v));
-            pipe.cmd("ZCARD").arg(self.keys.pending(id, v));
-        }
-        pipe.cmd("HVALS").arg(self.keys.reservations(id));
-        // An operator command: allowed more time than a buyer's request.
-        let values: Vec<Value> =
-            tokio::time::timeout(self.timeout.max(Duration::from_secs(10)), async {
-                let mut conn = self.conn().await?;
-                Ok::<_, StoreError>(pipe.query_async(&mut conn).await?)
-            })
-            .await
-            .map_err(|_| StoreError::Timeout(self.timeout))??;
-        records::parse_snapshot(versions, &values)
-            .ok_or_else(|| StoreError::protocol(ScriptName::Ledger, "snapshot"))
-    }
-
-    /// Units remaining in the activity's current version; `None` if its key does not exist.
-    pub async fn remaining(&self, activity: &Activity) -> Result<Option<i64>, StoreError> {
-        self.query(
-            StoreOp::Read,
-            redis::cmd("GET").arg(self.keys.stock(&activity.id, activity.version)),
-        )
-        .await
     }
 
     /// Whether the store answers and every script is loaded (loading them if not). A connection
@@ -724,9 +274,9 @@ impl StockStore {
     }
 
     async fn ready_once(&self) -> Result<(), StoreError> {
-        self.bounded(StoreOp::Ready, async {
+        self.bounded(StoreOp::Ready, self.timeout, async {
             let mut conn = self.conn().await?;
-            let scripts = all_scripts();
+            let scripts = scripts::all();
             let loaded: Vec<bool> = redis::cmd("SCRIPT")
                 .arg("EXISTS")
                 .arg(scripts.map(|s| s.get_hash()).as_slice())
@@ -743,7 +293,7 @@ impl StockStore {
     }
 
     /// When an activity's keys expire: `ends_at` plus the configured retention.
-    fn expire_at(&self, activity: &Activity) -> u64 {
+    pub fn expire_at(&self, activity: &Activity) -> u64 {
         let end = u64::try_from(activity.ends_at.timestamp()).unwrap_or(0);
         end + self.key_ttl_after_end.as_secs()
     }
@@ -768,12 +318,6 @@ where
         }
     }
     None
-}
-
-fn unix_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! What the scripts answer, and the records and ledgers they keep, as Rust types.
 
 use redis::Value;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 /// What the reserve script decided.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -14,10 +14,10 @@ pub enum ReserveOutcome {
         id: String,
         qty: u32,
         version: u64,
-        /// Units left in the current version, if its key exists.
+        /// Units left in the partition's current version, if its key exists.
         remaining: Option<u64>,
     },
-    /// The stock key of this version does not exist (not prewarmed, or lost).
+    /// The stock key of this version does not exist (not prewarmed yet, or retired).
     NoStockKey,
     Insufficient {
         remaining: u64,
@@ -29,7 +29,7 @@ pub enum ReserveOutcome {
     DuplicateId,
 }
 
-fn int(v: Option<&Value>) -> Option<i64> {
+pub(crate) fn int(v: Option<&Value>) -> Option<i64> {
     match v? {
         Value::Int(i) => Some(*i),
         Value::BulkString(b) => std::str::from_utf8(b).ok()?.parse().ok(),
@@ -37,7 +37,7 @@ fn int(v: Option<&Value>) -> Option<i64> {
     }
 }
 
-fn string(v: Option<&Value>) -> Option<String> {
+pub(crate) fn string(v: Option<&Value>) -> Option<String> {
     match v? {
         Value::BulkString(b) => String::from_utf8(b.clone()).ok(),
         Value::SimpleString(s) => Some(s.clone()),
@@ -57,7 +57,7 @@ impl ReserveOutcome {
                 remaining: at(1).and_then(|r| u64::try_from(r).ok()),
                 qty: u32::try_from(at(2)?).ok()?,
                 id: string(reply.get(3))?,
-                version: u64::try_from(at(4)?).ok()?,
+                version: string(reply.get(4))?.parse().ok()?,
             },
             -1 => ReserveOutcome::NoStockKey,
             -2 => ReserveOutcome::Insufficient {
@@ -70,17 +70,47 @@ impl ReserveOutcome {
     }
 }
 
+/// Who asks for a release, which decides what may be released (see `lua/release.lua`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReleaseMode {
+    /// The request that made the reservation failed: pending only, and not once a replay handed
+    /// the reservation to another request.
+    Owner,
+    /// The request that sent the reserve does not know whether it landed: as `Owner`, and an
+    /// unknown id is tombstoned so the reserve can never land later.
+    Abandon,
+    /// The backend said it holds no such order: pending only.
+    Lookup,
+    /// The backend or an operator cancels: pending or confirmed.
+    Admin,
+}
+
+impl ReleaseMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReleaseMode::Owner => "owner",
+            ReleaseMode::Abandon => "abandon",
+            ReleaseMode::Lookup => "lookup",
+            ReleaseMode::Admin => "admin",
+        }
+    }
+}
+
 /// What the release script did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReleaseOutcome {
-    /// Units returned; `remaining` is `None` when the version's stock key no longer exists (the
-    /// units are then counted as retired: stock is never created from nothing).
+    /// Units returned; `remaining` is `None` when the version is no longer on sale in that
+    /// partition (the units are then counted as retired: stock is never created from nothing).
     Released {
         remaining: Option<u64>,
     },
     AlreadyReleased,
     Unknown,
     VersionMismatch,
+    /// Kept: it is confirmed, and only an admin release gives back a confirmed sale.
+    KeptConfirmed,
+    /// Kept: an idempotent replay handed it to another request.
+    KeptReplayed,
 }
 
 impl ReleaseOutcome {
@@ -92,12 +122,14 @@ impl ReleaseOutcome {
             (0, _) => ReleaseOutcome::AlreadyReleased,
             (-1, _) => ReleaseOutcome::Unknown,
             (-2, _) => ReleaseOutcome::VersionMismatch,
+            (-3, _) => ReleaseOutcome::KeptConfirmed,
+            (-4, _) => ReleaseOutcome::KeptReplayed,
             _ => return None,
         })
     }
 }
 
-/// What the confirm script did.
+/// What the confirm script did with one reservation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ConfirmOutcome {
     Confirmed,
@@ -128,40 +160,137 @@ pub enum ConfirmedVia {
     Upstream,
     /// `POST /v1/activities/{act}/reservations/{jti}/confirm`.
     Admin,
+    /// The backend said it holds the order (`upstream.order_lookup`).
+    Lookup,
 }
 
 impl ConfirmedVia {
+    pub const ALL: [ConfirmedVia; 3] = [
+        ConfirmedVia::Upstream,
+        ConfirmedVia::Admin,
+        ConfirmedVia::Lookup,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             ConfirmedVia::Upstream => "upstream",
             ConfirmedVia::Admin => "admin",
+            ConfirmedVia::Lookup => "lookup",
         }
     }
 }
 
 /// What one sweep call did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct SweepOutcome {
     pub released: u64,
     pub units: u64,
     /// Due entries looked at; a full batch means more may be due.
     pub scanned: u64,
-    /// Released reservations whose version's stock key was gone (units retired).
+    /// Released reservations whose version was no longer on sale (units retired).
     pub retired: u64,
+    /// Due reservations handed out to ask the backend about (order lookup).
+    pub for_lookup: Vec<String>,
 }
 
-/// What prewarm found.
+impl SweepOutcome {
+    pub(super) fn parse(reply: &[Value]) -> Option<Self> {
+        let n = |i: usize| int(reply.get(i)).and_then(|v| u64::try_from(v).ok());
+        Some(SweepOutcome {
+            released: n(0)?,
+            units: n(1)?,
+            scanned: n(2)?,
+            retired: n(3)?,
+            for_lookup: reply
+                .iter()
+                .skip(4)
+                .map(|v| string(Some(v)))
+                .collect::<Option<_>>()?,
+        })
+    }
+}
+
+/// Whether an activity's configuration agrees with what Redis recorded about it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClaimOutcome {
+    Claimed,
+    /// It was first sold with another segment count, fixed for the life of its keys.
+    SegmentsFixed {
+        first: u32,
+    },
+    /// A newer version was already prewarmed: this configuration is older.
+    Older {
+        newest: u64,
+    },
+    /// Its keys were written by an older flashgate's layout.
+    OldLayout,
+}
+
+impl ClaimOutcome {
+    pub(super) fn parse(reply: &[Value]) -> Option<Self> {
+        let value = string(reply.get(1));
+        Some(match int(reply.first())? {
+            1 => ClaimOutcome::Claimed,
+            -1 => ClaimOutcome::SegmentsFixed {
+                first: value?.parse().ok()?,
+            },
+            -2 => ClaimOutcome::Older {
+                newest: value?.parse().ok()?,
+            },
+            -3 => ClaimOutcome::OldLayout,
+            _ => return None,
+        })
+    }
+}
+
+/// What prewarm found in one partition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PrewarmOutcome {
+    /// The version went on sale here now (the one before it, if any, retired).
     Created,
     Exists,
-    /// The version's ledger exists but its stock key is gone (removed by hand, or lost): it is
+    /// The version is on sale here but its stock key is gone (removed by hand, or lost): it is
     /// not re-created, since that would put sold units on sale again.
     StockKeyRemoved,
+    /// A newer version is on sale here.
+    Older {
+        current: u64,
+    },
+}
+
+/// One partition's meta: what is on sale, and every version it ever had.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PartitionMeta {
+    pub current: Option<u64>,
+    /// Ascending.
+    pub versions: Vec<u64>,
+    /// On the base tag only: the segment count and newest version claimed.
+    pub segments: Option<u32>,
+    pub newest: Option<u64>,
+}
+
+impl PartitionMeta {
+    pub(super) fn parse(fields: Vec<(String, String)>) -> PartitionMeta {
+        let mut meta = PartitionMeta::default();
+        for (field, value) in fields {
+            match field.as_str() {
+                "current" => meta.current = value.parse().ok(),
+                "segments" => meta.segments = value.parse().ok(),
+                "version" => meta.newest = value.parse().ok(),
+                f => {
+                    if let Some(v) = f.strip_prefix("v:").and_then(|v| v.parse().ok()) {
+                        meta.versions.push(v);
+                    }
+                }
+            }
+        }
+        meta.versions.sort_unstable();
+        meta
+    }
 }
 
 /// Reservation states.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum RecordState {
     Pending,
@@ -169,33 +298,88 @@ pub enum RecordState {
     Released,
 }
 
-/// A reservation as the scripts record it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// A reservation as the scripts record it (`state|qty|ver|created|deadline|done|reason|flags|user`,
+/// see `lua/lib.lua`).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReservationRecord {
     pub state: RecordState,
-    #[serde(default)]
     pub user: String,
     pub qty: u64,
     pub ver: u64,
-    #[serde(default)]
     pub created_ms: Option<u64>,
-    #[serde(default)]
     pub deadline_ms: Option<u64>,
-    #[serde(default)]
-    pub confirmed_ms: Option<u64>,
-    #[serde(default)]
-    pub released_ms: Option<u64>,
-    #[serde(default)]
+    /// When it was confirmed or released.
+    pub done_ms: Option<u64>,
     pub reason: Option<String>,
-    /// 1 when released units went back to stock, 0 when their version was gone (retired).
-    #[serde(default)]
-    pub returned: Option<u8>,
-    /// Set on the released marker written for an abandoned id that never reserved anything.
-    #[serde(default)]
-    pub tombstone: Option<u8>,
+    /// An idempotent replay handed it to a second request.
+    pub replayed: bool,
+    /// Released units went back to stock (`Some(true)`) or were retired (`Some(false)`).
+    pub returned: Option<bool>,
+    /// The released marker written for an abandoned id that never reserved anything.
+    pub tombstone: bool,
 }
 
-/// One stock version's ledger, read atomically with its stock key.
+impl ReservationRecord {
+    pub fn parse(raw: &str) -> Option<ReservationRecord> {
+        let mut parts = raw.splitn(9, '|');
+        let mut next = || parts.next();
+        let state = match next()? {
+            "pending" => RecordState::Pending,
+            "confirmed" => RecordState::Confirmed,
+            "released" => RecordState::Released,
+            _ => return None,
+        };
+        let number = |s: &str| -> Option<Option<u64>> {
+            if s.is_empty() {
+                Some(None)
+            } else {
+                s.parse().ok().map(Some)
+            }
+        };
+        let qty = next()?.parse().ok()?;
+        let ver = next()?.parse().ok()?;
+        let created_ms = number(next()?)?;
+        let deadline_ms = number(next()?)?;
+        let done_ms = number(next()?)?;
+        let reason = Some(next()?).filter(|r| !r.is_empty()).map(str::to_owned);
+        let flags = next()?;
+        let user = next()?.to_owned();
+        Some(ReservationRecord {
+            state,
+            user,
+            qty,
+            ver,
+            created_ms,
+            deadline_ms,
+            done_ms,
+            reason,
+            replayed: flags.contains('r'),
+            returned: if flags.contains('k') {
+                Some(true)
+            } else if flags.contains('x') {
+                Some(false)
+            } else {
+                None
+            },
+            tombstone: flags.contains('t'),
+        })
+    }
+}
+
+/// The ledger fields as `lua/lib.lua`'s LEDGER_FIELDS lists them (the ledger script answers in
+/// this order; a test keeps the two lists equal).
+pub const LEDGER_FIELDS: [&str; 8] = [
+    "initial",
+    "pending",
+    "confirmed",
+    "released",
+    "retired",
+    "moved_in",
+    "moved_out",
+    "unsold_retired",
+];
+
+/// One stock version's ledger in one partition, read atomically with its stock key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct LedgerRow {
     pub version: u64,
@@ -206,17 +390,21 @@ pub struct LedgerRow {
     pub confirmed: i64,
     pub released: i64,
     pub retired: i64,
-    pub ledger: bool,
-    pub pending_reservations: i64,
-    /// Units moved in from / out to other segments (rebalancing).
+    /// Units moved in from / out to other partitions (rebalancing).
     pub moved_in: i64,
     pub moved_out: i64,
+    /// The part of `retired` no reservation accounts for: stock left when a newer version went
+    /// on sale here, and transfers arriving after that.
+    pub unsold_retired: i64,
+    pub ledger: bool,
+    pub pending_reservations: i64,
 }
 
 impl LedgerRow {
+    /// Parses the ledger script's answer (see `lua/ledger.lua`).
     pub(super) fn parse(version: u64, r: &[i64]) -> Option<Self> {
         match *r {
-            [stock_key, remaining, initial, pending, confirmed, released, retired, ledger, pending_reservations, moved_in, moved_out] => {
+            [stock_key, remaining, initial, pending, confirmed, released, retired, moved_in, moved_out, unsold_retired, ledger, pending_reservations] => {
                 Some(LedgerRow {
                     version,
                     stock_key: stock_key == 1,
@@ -226,38 +414,40 @@ impl LedgerRow {
                     confirmed,
                     released,
                     retired,
-                    ledger: ledger == 1,
-                    pending_reservations,
                     moved_in,
                     moved_out,
+                    unsold_retired,
+                    ledger: ledger == 1,
+                    pending_reservations,
                 })
             }
             _ => None,
         }
     }
 
-    /// The rows of one version summed over segments; `None` without rows.
+    /// The rows of one version summed over partitions; `None` without rows.
     pub fn total(rows: &[&LedgerRow]) -> Option<LedgerRow> {
         let first = *rows.first()?;
         Some(rows.iter().skip(1).fold(*first, |t, r| LedgerRow {
             version: t.version,
-            stock_key: t.stock_key && r.stock_key,
+            stock_key: t.stock_key || r.stock_key,
             remaining: t.remaining + r.remaining,
             initial: t.initial + r.initial,
             pending: t.pending + r.pending,
             confirmed: t.confirmed + r.confirmed,
             released: t.released + r.released,
             retired: t.retired + r.retired,
-            ledger: t.ledger || r.ledger,
-            pending_reservations: t.pending_reservations + r.pending_reservations,
             moved_in: t.moved_in + r.moved_in,
             moved_out: t.moved_out + r.moved_out,
+            unsold_retired: t.unsold_retired + r.unsold_retired,
+            ledger: t.ledger || r.ledger,
+            pending_reservations: t.pending_reservations + r.pending_reservations,
         }))
     }
 
     /// `initial + moved_in - moved_out - (remaining + pending + confirmed + retired)`: zero when
-    /// every unit is accounted for. A version with no ledger and no stock key (never prewarmed, or expired
-    /// with everything) has nothing to account for.
+    /// every unit is accounted for. A version with no ledger and no stock key (never prewarmed,
+    /// or expired with everything) has nothing to account for.
     pub fn drift(&self) -> i64 {
         if !self.ledger && !self.stock_key {
             return 0;
@@ -267,57 +457,23 @@ impl LedgerRow {
             - self.moved_out
             - (remaining + self.pending + self.confirmed + self.retired)
     }
-}
 
-/// Parses the MULTI/EXEC reply of [`super::StockStore::snapshot`].
-pub(super) fn parse_snapshot(
-    versions: &[u64],
-    values: &[Value],
-) -> Option<(Vec<LedgerRow>, Vec<ReservationRecord>)> {
-    const PER_VERSION: usize = 5;
-    if values.len() != versions.len() * PER_VERSION + 1 {
-        return None;
+    /// Units this partition can still sell or is owed: its stock plus what it sent off that has
+    /// not arrived anywhere yet. Summed over partitions this is the version's stock plus the
+    /// units in flight, whatever order the partitions were read in (a withdraw or a deposit
+    /// keeps each partition's figure as it was).
+    pub fn available(&self) -> i64 {
+        let remaining = if self.stock_key { self.remaining } else { 0 };
+        remaining + self.moved_out - self.moved_in
     }
-    let mut rows = Vec::with_capacity(versions.len());
-    for (i, &version) in versions.iter().enumerate() {
-        let v = &values[i * PER_VERSION..(i + 1) * PER_VERSION];
-        let ledger: Vec<i64> = match &v[2] {
-            Value::Array(fields) => fields.iter().map(|f| int(Some(f)).unwrap_or(0)).collect(),
-            _ => return None,
-        };
-        rows.push(LedgerRow {
-            version,
-            stock_key: int(v.first())? == 1,
-            remaining: int(v.get(1)).unwrap_or(0),
-            initial: *ledger.first()?,
-            pending: *ledger.get(1)?,
-            confirmed: *ledger.get(2)?,
-            released: *ledger.get(3)?,
-            retired: *ledger.get(4)?,
-            ledger: int(v.get(3))? == 1,
-            pending_reservations: int(v.get(4))?,
-            moved_in: *ledger.get(5)?,
-            moved_out: *ledger.get(6)?,
-        });
-    }
-    let records = match values.last()? {
-        Value::Array(raw) => raw
-            .iter()
-            .filter_map(|r| string(Some(r)))
-            .map(|s| serde_json::from_str(&s).ok())
-            .collect::<Option<Vec<ReservationRecord>>>()?,
-        _ => return None,
-    };
-    Some((rows, records))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn ledger_drift() {
-        let row = LedgerRow {
+    fn row() -> LedgerRow {
+        LedgerRow {
             version: 1,
             stock_key: true,
             remaining: 90,
@@ -326,11 +482,17 @@ mod tests {
             confirmed: 3,
             released: 5,
             retired: 1,
-            ledger: true,
-            pending_reservations: 6,
             moved_in: 0,
             moved_out: 0,
-        };
+            unsold_retired: 0,
+            ledger: true,
+            pending_reservations: 6,
+        }
+    }
+
+    #[test]
+    fn ledger_drift() {
+        let row = row();
         assert_eq!(row.drift(), 0);
         assert_eq!(
             LedgerRow {
@@ -365,10 +527,66 @@ mod tests {
     }
 
     #[test]
-    fn record_json_round_trip() {
-        let raw =
-            r#"{"state":"pending","user":"u","qty":2,"ver":3,"created_ms":1,"deadline_ms":2}"#;
-        let rec: ReservationRecord = serde_json::from_str(raw).unwrap();
-        assert_eq!((rec.state, rec.qty, rec.ver), (RecordState::Pending, 2, 3));
+    fn availability_is_kept_by_transfers_in_any_read_order() {
+        let giver = row();
+        let receiver = row();
+        let before = giver.available() + receiver.available();
+        // Withdraw 10 from the giver (read after), receiver not yet deposited (read before).
+        let giver_after = LedgerRow {
+            remaining: 80,
+            moved_out: 10,
+            ..giver
+        };
+        assert_eq!(giver_after.available() + receiver.available(), before);
+        let receiver_after = LedgerRow {
+            remaining: 100,
+            moved_in: 10,
+            ..receiver
+        };
+        assert_eq!(giver_after.available() + receiver_after.available(), before);
+    }
+
+    #[test]
+    fn records_parse_exactly() {
+        let rec = ReservationRecord::parse(
+            "released|2|123456789012345678|1733040000123|1733040900123|1733040000200|admin|rk|a|b",
+        )
+        .unwrap();
+        assert_eq!(rec.state, RecordState::Released);
+        assert_eq!((rec.qty, rec.ver), (2, 123_456_789_012_345_678));
+        assert_eq!(rec.user, "a|b", "the user id comes last and may hold '|'");
+        assert_eq!(
+            (rec.replayed, rec.returned, rec.tombstone),
+            (true, Some(true), false)
+        );
+        let tomb = ReservationRecord::parse("released|0|1|||17|store_timeout|t|").unwrap();
+        assert!(tomb.tombstone);
+        assert_eq!(tomb.created_ms, None);
+        for bad in [
+            "",
+            "pending|x|1||||||u",
+            "gone|1|1||||||u",
+            "pending|1|1|||",
+        ] {
+            assert!(ReservationRecord::parse(bad).is_none(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn ledger_fields_match_lib_lua() {
+        let lib = include_str!("../../lua/lib.lua");
+        let line = lib
+            .lines()
+            .skip_while(|l| !l.starts_with("local LEDGER_FIELDS"))
+            .take_while(|l| !l.trim_end().ends_with('}'))
+            .chain(
+                lib.lines()
+                    .skip_while(|l| !l.starts_with("local LEDGER_FIELDS"))
+                    .skip_while(|l| !l.trim_end().ends_with('}'))
+                    .take(1),
+            )
+            .collect::<String>();
+        let listed: Vec<&str> = line.split('\'').skip(1).step_by(2).collect();
+        assert_eq!(listed, LEDGER_FIELDS);
     }
 }

@@ -2,8 +2,14 @@
 //! home segment that holds their units, and rebalancing so the whole stock sells.
 
 use crate::support::*;
-use flashgate::config::home_segment;
+use flashgate::stock::Layout;
 use std::collections::HashMap;
+use std::sync::Arc;
+
+/// A user's home segment among `count`, as the gateway computes it.
+fn home_segment(user: &str, count: u32) -> u32 {
+    Layout::new(Arc::from("any"), count).home(user).index()
+}
 
 fn segmented(id: &'static str, stock: u64, segments: u32, limit: u32) -> TestActivity {
     TestActivity {
@@ -74,7 +80,7 @@ async fn a_segmented_sale_sells_its_stock_with_exact_per_user_limits() {
     assert_eq!(view["remaining"].as_u64(), Some(STOCK - sold));
     let (code, table) = gw.reconcile();
     assert_eq!(code, 0, "{table}");
-    assert!(table.contains("1001~3"), "{table}");
+    assert!(table.contains("1001~3/4"), "{table}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -111,13 +117,17 @@ async fn a_busy_home_segment_pulls_stock_from_the_others() {
     assert_eq!(units.values().sum::<u64>(), 300);
     let mut conn = redis.conn();
     let moved_in: i64 = redis::cmd("HGET")
-        .arg("fg:{1001~0}:v1:ledger")
+        .arg("fg:{1001~0/4}:v1:ledger")
         .arg("moved_in")
         .query(&mut conn)
         .unwrap();
     assert!(moved_in >= 200, "segment 0 received {moved_in}");
     let left: i64 = (0..4)
-        .map(|s| redis.get_int(&format!("fg:{{1001~{s}}}:v1:stock")).unwrap())
+        .map(|s| {
+            redis
+                .get_int(&format!("fg:{{1001~{s}/4}}:v1:stock"))
+                .unwrap()
+        })
         .sum();
     assert_eq!(left, 100, "no unit created or lost by transfers");
     let (code, table) = gw.reconcile();
@@ -154,19 +164,19 @@ async fn a_transfer_cut_in_half_is_accounted_for_and_delivered_by_the_sweep() {
     let settings = flashgate::Settings::load_without_secrets(&gw.config_path()).unwrap();
     let activity = settings.activities.get("1001").unwrap();
     let store = stock_store(redis.url(), vec![], std::time::Duration::from_secs(2));
-    let (giver, receiver) = (activity.segment(1).unwrap(), activity.segment(0).unwrap());
     // (The gateway prewarms at start-up; make sure, without racing it: create-once.)
-    store.prewarm(giver).await.unwrap();
-    store.prewarm(receiver).await.unwrap();
+    flashgate::stock::segments::prewarm(&store, activity)
+        .await
+        .unwrap()
+        .unwrap();
+    let layout = Layout::of(activity);
+    let (giver, receiver) = (layout.partition(1).unwrap(), layout.partition(0).unwrap());
     assert_eq!(
-        store
-            .withdraw(giver, "t-crash", 30, receiver)
-            .await
-            .unwrap(),
+        store.withdraw(giver, 1, "t-crash", 30, 0).await.unwrap(),
         30
     );
-    assert_eq!(redis.get_int("fg:{1001~1}:v1:stock"), Some(70));
-    assert_eq!(redis.get_int("fg:{1001~0}:v1:stock"), Some(100));
+    assert_eq!(redis.get_int("fg:{1001~1/4}:v1:stock"), Some(70));
+    assert_eq!(redis.get_int("fg:{1001~0/4}:v1:stock"), Some(100));
     let (code, table) = gw.reconcile();
     assert_eq!(code, 0, "units in flight are accounted for: {table}");
 
@@ -174,32 +184,41 @@ async fn a_transfer_cut_in_half_is_accounted_for_and_delivered_by_the_sweep() {
     wait_for_async(
         "the stranded transfer to be delivered",
         std::time::Duration::from_secs(20),
-        || async { (redis.get_int("fg:{1001~0}:v1:stock") == Some(130)).then_some(()) },
+        || async { (redis.get_int("fg:{1001~0/4}:v1:stock") == Some(130)).then_some(()) },
     )
     .await;
-    assert!(store
-        .unacknowledged_transfers(giver)
-        .await
-        .unwrap()
-        .is_empty());
+    wait_for_async(
+        "the giver to forget the delivered transfer",
+        std::time::Duration::from_secs(10),
+        || async {
+            store
+                .transfers(giver)
+                .await
+                .unwrap()
+                .0
+                .is_empty()
+                .then_some(())
+        },
+    )
+    .await;
     assert!(
-        !store.deposit(receiver, "t-crash", 30).await.unwrap(),
+        !store.deposit(receiver, 1, "t-crash", 30).await.unwrap(),
         "a second deposit changes nothing"
     );
-    assert_eq!(redis.get_int("fg:{1001~0}:v1:stock"), Some(130));
+    assert_eq!(redis.get_int("fg:{1001~0/4}:v1:stock"), Some(130));
     let (code, table) = gw.reconcile();
     assert_eq!(code, 0, "{table}");
 
     // A transfer that created units from nothing would be caught.
     let mut conn = redis.conn();
     let _: () = redis::cmd("HINCRBY")
-        .arg("fg:{1001~0}:v1:ledger")
+        .arg("fg:{1001~0/4}:v1:ledger")
         .arg("moved_in")
         .arg(5)
         .query(&mut conn)
         .unwrap();
     let _: () = redis::cmd("INCRBY")
-        .arg("fg:{1001~0}:v1:stock")
+        .arg("fg:{1001~0/4}:v1:stock")
         .arg(5)
         .query(&mut conn)
         .unwrap();
@@ -209,7 +228,7 @@ async fn a_transfer_cut_in_half_is_accounted_for_and_delivered_by_the_sweep() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn changing_segments_without_a_new_version_is_refused() {
+async fn changing_segments_is_refused_with_or_without_a_new_version() {
     let redis = RedisServer::start();
     let upstream = Upstream::start();
     let mut config = TestConfig::new(&redis, &upstream, vec![TestActivity::open("1001", 10)]);
@@ -217,28 +236,44 @@ async fn changing_segments_without_a_new_version_is_refused() {
     assert_eq!(gw.buy("1001", "alice", None).await.status, 200);
     drop(gw);
 
-    // Someone re-splits the same version into 4 segments: that would put 10 fresh units on
-    // sale next to the 9 left. Refused: buyers get 503, nothing is created.
-    config.activities[0].segments = Some(4);
-    config.listen_port = free_port();
-    config.admin_port = free_port();
-    let gw = GatewayProc::start(config.clone());
-    assert_eq!(gw.buy("1001", "bob", None).await.code(), "unavailable");
-    for s in 0..4 {
-        assert_eq!(redis.get_int(&format!("fg:{{1001~{s}}}:v1:stock")), None);
+    // Someone re-splits the activity into 4 segments: under the same version that would put 10
+    // fresh units on sale next to the 9 left; with a new version alice's unit would no longer
+    // count against her limit. Either way: refused, buyers get 503, nothing is created.
+    for version in [1, 2] {
+        config.activities[0].segments = Some(4);
+        config.activities[0].version = version;
+        config.listen_port = free_port();
+        config.admin_port = free_port();
+        let gw = GatewayProc::start(config.clone());
+        assert_eq!(gw.buy("1001", "bob", None).await.code(), "unavailable");
+        for s in 0..4 {
+            assert_eq!(
+                redis.get_int(&format!("fg:{{1001~{s}/4}}:v{version}:stock")),
+                None
+            );
+        }
+        assert_eq!(redis.get_int("fg:{1001}:v1:stock"), Some(9));
+        wait_for(
+            "the refusal to be logged",
+            std::time::Duration::from_secs(10),
+            || gw.logs().contains("it was first sold with 1").then_some(()),
+        );
+        let view = gw.admin_get("/v1/activities/1001").await.json();
+        assert!(
+            view["refused"].as_str().unwrap().contains("segments is 4"),
+            "{view}"
+        );
+        assert!(gw
+            .metrics()
+            .await
+            .contains(r#"flashgate_activity_refused{activity="1001"} 1"#));
     }
-    assert_eq!(redis.get_int("fg:{1001}:v1:stock"), Some(9));
-    assert!(
-        gw.logs().contains("segments changed without a new version"),
-        "{}",
-        gw.logs()
-    );
-    drop(gw);
-
-    // With a new version (a restock) the new layout is fine.
-    config.activities[0].version = 2;
+    // Back to the configuration Redis knows: on sale again, alice's unit still counted.
+    config.activities[0].segments = None;
+    config.activities[0].version = 1;
     config.listen_port = free_port();
     config.admin_port = free_port();
     let gw = GatewayProc::start(config);
     assert_eq!(gw.buy("1001", "carol", None).await.status, 200);
+    assert_eq!(gw.buy("1001", "alice", None).await.code(), "limit_exceeded");
 }

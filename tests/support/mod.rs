@@ -34,8 +34,7 @@ pub fn store_activity(
         confirm,
         on_store_failure: flashgate::config::StoreFailurePolicy::Reject,
         hold,
-        shards: Vec::new(),
-        parent: None,
+        segments: 1,
     }
 }
 

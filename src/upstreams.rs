@@ -74,6 +74,12 @@ impl Upstreams {
         }
     }
 
+    /// The next healthy backend's address.
+    pub fn select(&self) -> Option<std::net::SocketAddr> {
+        let backend = self.balancer.select(b"", 256)?;
+        backend.addr.as_inet().copied()
+    }
+
     /// The next healthy backend, as a peer with the configured timeouts.
     pub fn peer(&self, settings: &UpstreamSettings) -> Result<Box<HttpPeer>> {
         let backend = self.balancer.select(b"", 256).ok_or_else(|| {

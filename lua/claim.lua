@@ -1,0 +1,30 @@
+-- flashgate claim: an activity's layout and newest version, kept on its base tag {<id>} and
+-- checked before any partition is prewarmed. What Redis records here outlives every YAML edit and
+-- restart, so a configuration that disagrees with it is refused instead of selling twice.
+-- (lib.lua is prepended.)
+--
+-- KEYS[1] the activity's meta   KEYS[2] and KEYS[3] keys only an older flashgate wrote
+-- (<p>:{<id>}:versions, <p>:{<id>}:v<version>:segments)
+-- ARGV[1] configured version   ARGV[2] configured partitions (segments)   ARGV[3] expire-at (unix s)
+--
+-- Returns {code, value}:
+--   1 claimed: this version is the newest (value: the version)
+--  -1 the activity was first sold with another segment count (value: that count)
+--  -2 a newer version was already prewarmed (value: that version): an older YAML
+--  -3 the keys were written by an older flashgate's layout
+
+if redis.call('EXISTS', KEYS[1]) == 0 and
+    (redis.call('EXISTS', KEYS[2]) == 1 or redis.call('EXISTS', KEYS[3]) == 1) then
+  return {-3, ''}
+end
+local segments = redis.call('HGET', KEYS[1], 'segments')
+if segments and segments ~= ARGV[2] then
+  return {-1, segments}
+end
+local newest = redis.call('HGET', KEYS[1], 'version')
+if newest and tonumber(ARGV[1]) < tonumber(newest) then
+  return {-2, newest}
+end
+redis.call('HSET', KEYS[1], 'segments', ARGV[2], 'version', ARGV[1])
+extend(KEYS[1], ARGV[3])
+return {1, ARGV[1]}
