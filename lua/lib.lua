@@ -117,15 +117,16 @@ end
 -- Second half of a transfer: units withdrawn from another partition arrive here, once per
 -- transfer id, into the version they left (never into another version). If that version is no
 -- longer on sale here they are counted retired. k: {stock, ledger, received}.
--- Returns 1 deposited, 0 already deposited, -1 no ledger of that version here (nothing changes
--- but the transfer counts as received).
+-- Returns 1 deposited, 0 already deposited, -1 no ledger of that version here (nothing changes:
+-- the transfer stays in flight, and reconcile shows it).
 local function deposit(k, id, qty)
-  if redis.call('HSETNX', k.received, id, qty) == 0 then
+  if redis.call('HEXISTS', k.received, id) == 1 then
     return 0
   end
   if redis.call('EXISTS', k.ledger) == 0 then
     return -1
   end
+  redis.call('HSET', k.received, id, qty)
   redis.call('HINCRBY', k.ledger, 'moved_in', qty)
   if redis.call('EXISTS', k.stock) == 1 then
     redis.call('INCRBY', k.stock, qty)

@@ -3,8 +3,8 @@
 --
 -- KEYS[1] meta   KEYS[2] stock of the version   KEYS[3] its ledger   KEYS[4] its pending
 -- KEYS[5] users   KEYS[6] res   KEYS[7] idem   KEYS[8] events   KEYS[9] transfers
--- KEYS[10] received   KEYS[11..] stock, ledger and pending of each other version the partition
--- has had (ARGV[5..], in that order)
+-- KEYS[10] received   KEYS[11] acknowledged transfers   KEYS[12..] stock, ledger and pending of
+-- each other version the partition has had (ARGV[5..], in that order)
 -- ARGV[1] version   ARGV[2] the version the caller read as on sale here ('' none)
 -- ARGV[3] units of this partition   ARGV[4] expire-at (unix s)   ARGV[5..] the other versions
 --
@@ -13,10 +13,15 @@
 --     counted retired in its ledger and its stock key removed, so it can never sell again, and
 --     none of its units move into the new version)
 --   0 already on sale
---  -1 the version is on sale here but its stock key is gone (removed by hand or lost): never
+--   2 already on sale, but the partition's meta had been lost: repaired
+--  -1 the version's stock key or ledger is gone while the other remains, or the partition
+--     remembers the version on sale but both are gone (removed by hand or lost): never
 --     re-created, since that would put sold units on sale again; raise the version to restock
+--     (a stock key and ledger that outlived a lost meta are adopted as they are, never reset)
 --  -2 a newer version is on sale here (an older YAML): refused
 --  -3 what is on sale changed since the caller read it: read again
+--  -4 a key the partition had is gone (its placeholder is missing: removed by hand, evicted or
+--     lost): the per-user limit or the records can no longer be trusted; refused, never repaired
 --
 -- Every key that exists gets its expiry moved to expire-at when that is later (never earlier),
 -- so extending ends_at mid-sale never lets the stock or its ledger vanish before the rest.
@@ -29,9 +34,29 @@ local version = ARGV[1]
 if current ~= '' and tonumber(version) < tonumber(current) then
   return {-2, current}
 end
+if current ~= '' then
+  local lost = redis.call('ZSCORE', KEYS[4], '') == false and current == version
+  for _, key in ipairs({KEYS[5], KEYS[6], KEYS[7]}) do
+    lost = lost or redis.call('HEXISTS', key, '') == 0
+  end
+  if lost then
+    return {-4, current}
+  end
+end
 local code = 0
+local has_stock = redis.call('EXISTS', KEYS[2]) == 1
+local has_ledger = redis.call('EXISTS', KEYS[3]) == 1
 if current == version then
-  if redis.call('EXISTS', KEYS[2]) == 0 then
+  if not (has_stock and has_ledger) then
+    code = -1
+  end
+elseif has_stock or has_ledger then
+  -- The version's keys exist but the partition's meta does not say so: the meta was lost. Never
+  -- create over them: adopt them if both are there, else refuse.
+  if has_stock and has_ledger and current == '' then
+    redis.call('HSET', KEYS[1], 'current', version, 'v:' .. version, int(now_ms()))
+    code = 2
+  else
     code = -1
   end
 else
@@ -45,8 +70,8 @@ else
     end
     for i = 5, #ARGV do
       if ARGV[i] == current then
-        local stock = KEYS[11 + (i - 5) * 3]
-        local ledger = KEYS[12 + (i - 5) * 3]
+        local stock = KEYS[12 + (i - 5) * 3]
+        local ledger = KEYS[13 + (i - 5) * 3]
         local left = tonumber(redis.call('GET', stock) or '0')
         if left > 0 and redis.call('EXISTS', ledger) == 1 then
           redis.call('HINCRBY', ledger, 'retired', left)
@@ -69,7 +94,7 @@ end
 -- Placeholders keep keys in existence (an empty hash or set is removed), so that the scripts that
 -- write them on the buyer's path never create a key without an expiry.
 redis.call('ZADD', KEYS[4], 'NX', '+inf', '')
-for _, key in ipairs({KEYS[5], KEYS[6], KEYS[7], KEYS[9], KEYS[10]}) do
+for _, key in ipairs({KEYS[5], KEYS[6], KEYS[7], KEYS[9], KEYS[10], KEYS[11]}) do
   redis.call('HSETNX', key, '', '')
 end
 if redis.call('EXISTS', KEYS[8]) == 0 then

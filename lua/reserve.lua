@@ -8,14 +8,17 @@
 -- ARGV[5] reservation id (jti)   ARGV[6] hold (ms)   ARGV[7] idempotency field ('' for none)
 -- ARGV[8] stream cap   ARGV[9] transfer id to deposit first ('' for none)   ARGV[10] its units
 --
--- Returns:
---   {1, remaining, held}             reserved
---   {2, remaining, qty, jti, ver}    idempotent replay: the reservation this key already won (now
---                                    flagged r: the request that made it can no longer release it)
+-- Returns (times in ms, Redis's clock):
+--   {1, remaining, held, created, deadline}          reserved
+--   {2, remaining, qty, jti, ver, created, deadline} idempotent replay: the reservation this key
+--                                    already won (now flagged r: the request that made it can no
+--                                    longer release it)
 --  {-1, 0, 0}                        no stock key (not prewarmed yet, or the version is retired)
 --  {-2, remaining, held}             not enough stock
 --  {-3, remaining, held}             per-user limit
 --  {-4, remaining, held}             reservation id already used (never overwrite a record)
+--  {-5, 0, 0}                        the key's reservation is pending past its hold deadline: it
+--                                    is being settled (expiry or order lookup), never replayed
 --
 -- O(1): no loops, every key in KEYS, all keys share the partition's hash tag.
 -- Numbers are compared with tonumber: as strings "10" < "9".
@@ -28,11 +31,15 @@ if ARGV[7] ~= '' then
   local previous = redis.call('HGET', KEYS[6], ARGV[7])
   local rec = previous and decode(redis.call('HGET', KEYS[3], previous))
   if rec and rec.state ~= 'released' then
+    if rec.state == 'pending' and tonumber(rec.deadline) <= now_ms() then
+      return {-5, 0, 0}
+    end
     if not flagged(rec, 'r') then
       rec.flags = rec.flags .. 'r'
       redis.call('HSET', KEYS[3], previous, encode(rec))
     end
-    return {2, tonumber(redis.call('GET', KEYS[1]) or '-1'), tonumber(rec.qty), previous, rec.ver}
+    return {2, tonumber(redis.call('GET', KEYS[1]) or '-1'), tonumber(rec.qty), previous, rec.ver,
+      rec.created, rec.deadline}
   end
 end
 
@@ -66,4 +73,4 @@ if ARGV[7] ~= '' then
 end
 emit(KEYS[7], ARGV[8], 'type', 'reserve', 'jti', ARGV[5], 'user', ARGV[1], 'qty', ARGV[2],
   'ver', ARGV[4], 'ts', int(now))
-return {1, remaining, held}
+return {1, remaining, held, int(now), deadline}

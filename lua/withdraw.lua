@@ -4,12 +4,19 @@
 -- (lib.lua is prepended.)
 --
 -- KEYS[1] stock of the version (giving partition)   KEYS[2] its ledger   KEYS[3] its transfers
+-- (not yet acknowledged)   KEYS[4] its acknowledged transfers
 -- ARGV[1] transfer id   ARGV[2] units wanted   ARGV[3] receiving partition   ARGV[4] version
 --
 -- Returns the units taken (0 when the partition has none, or the version is not on sale here).
+-- Once per transfer id: the same id again (a retried call) returns what it took the first time.
 -- The transfer (version|to|units|ms) is recorded until acknowledged, so a gateway dying between
--- the halves leaves it to be delivered by a sweep.
+-- the halves leaves it to be delivered by a sweep, then kept as acknowledged: every unit a
+-- partition ever moved out is accounted for by its own transfers (see reconcile).
 
+local seen = redis.call('HGET', KEYS[3], ARGV[1]) or redis.call('HGET', KEYS[4], ARGV[1])
+if seen then
+  return tonumber(string.match(seen, '^%d+|%d+|(%d+)|'))
+end
 local stock = tonumber(redis.call('GET', KEYS[1]) or '0')
 local take = math.min(stock, tonumber(ARGV[2]))
 if take <= 0 then

@@ -32,7 +32,7 @@ use crate::stock::{
 };
 use crate::upstreams::Upstreams;
 use futures_util::StreamExt;
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// Longest reservation id accepted from the admin API (ids are UUIDs: 36 bytes, plus a segment).
@@ -205,6 +205,40 @@ impl Lifecycle {
         });
     }
 
+    /// A forwarded request ended without the backend's answer (the buyer's side broke, so the
+    /// proxy stopped reading it): with an order lookup the reservation is asked about once the
+    /// backend's answer is surely in (`after`), instead of at its hold deadline. Without one it
+    /// waits for its deadline. The due time is only a hint (the lookup decides), so the gateway's
+    /// clock is good enough for it.
+    pub fn settle_soon(
+        self: &Arc<Self>,
+        activity: Arc<Activity>,
+        reservation: &Reservation,
+        after: std::time::Duration,
+    ) {
+        if self.live.settings().upstream.order_lookup.is_none() {
+            return;
+        }
+        let this = self.clone();
+        let (id, segment, version) = (
+            reservation.id.clone(),
+            reservation.segment,
+            reservation.version,
+        );
+        tokio::spawn(async move {
+            let layout = Layout::of(&activity);
+            let Some(partition) = layout.partition(segment) else {
+                return;
+            };
+            let at = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| (d + after).as_millis() as u64);
+            if let Err(e) = this.store.due_by(partition, version, &id, at).await {
+                tracing::debug!(reservation = %id, error = %e, "could not move the lookup earlier");
+            }
+        });
+    }
+
     /// Confirms reservations of one version in one partition (at most [`CONFIRM_BATCH`]).
     pub async fn confirm(
         &self,
@@ -348,27 +382,33 @@ impl Lifecycle {
     }
 
     /// Every activity whose reservations this instance settles: the configured ones, and those
-    /// Redis remembers although the configuration dropped them (their holds still run out).
+    /// Redis remembers although the configuration dropped them (their holds still run out), each
+    /// with the segment count Redis recorded (a configuration that disagrees is refused, but what
+    /// is in Redis still settles).
     async fn layouts(&self) -> Vec<Layout> {
         let settings = self.live.settings();
-        let mut layouts: Vec<Layout> = settings.activities.iter().map(|a| Layout::of(a)).collect();
-        let configured: BTreeSet<String> = settings
+        let mut ids: BTreeMap<String, Option<u32>> = settings
             .activities
             .iter()
-            .map(|a| a.id.to_string())
+            .map(|a| (a.id.to_string(), None))
             .collect();
-        let Ok(registered) = self.store.registered().await else {
-            return layouts;
-        };
-        for id in registered.into_iter().filter(|id| !configured.contains(id)) {
+        match self.store.registered().await {
+            Ok(registered) => {
+                for (id, segments) in registered {
+                    ids.insert(id, Some(segments));
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "activity registry not read"),
+        }
+        let mut layouts = Vec::with_capacity(ids.len());
+        for (id, registered) in ids {
             match self.store.base_meta(&id).await {
-                Ok(meta) => match meta.segments {
-                    Some(segments) => layouts.push(Layout::new(Arc::from(id.as_str()), segments)),
-                    // Its keys are gone (expired): nothing left to settle.
-                    None => {
-                        let _ = self.store.unregister(&id).await;
+                Ok(meta) => {
+                    // Never prewarmed: nothing to settle.
+                    if let Some(segments) = meta.segments.or(registered) {
+                        layouts.push(Layout::new(Arc::from(id.as_str()), segments));
                     }
-                },
+                }
                 Err(e) => tracing::warn!(activity = %id, error = %e, "sweep skipped"),
             }
         }

@@ -18,6 +18,8 @@ pub struct Maintenance {
     /// Stock keys (activity, version) this process has seen exist: if one is created again, Redis
     /// lost it.
     seen: Mutex<HashSet<(Arc<str>, u64)>>,
+    /// Whether the eviction policy was reported yet.
+    checked_policy: std::sync::atomic::AtomicBool,
 }
 
 impl Maintenance {
@@ -25,6 +27,7 @@ impl Maintenance {
         Maintenance {
             gw,
             seen: Mutex::default(),
+            checked_policy: Default::default(),
         }
     }
 
@@ -43,6 +46,7 @@ impl Maintenance {
             tracing::warn!(error = %e, "stock store not ready; prewarm postponed");
             return;
         }
+        self.check_eviction_policy().await;
         for activity in gw.settings().activities.iter() {
             let window = activity.window_at(Utc::now());
             if window == SaleWindow::Ended {
@@ -82,6 +86,32 @@ impl Maintenance {
         }
     }
 
+    /// Says (once per change, and in `flashgate_redis_may_evict`) when Redis may evict keys.
+    async fn check_eviction_policy(&self) {
+        let gw = &self.gw;
+        let Ok(policy) = gw.store.eviction_policy().await else {
+            return;
+        };
+        let may_evict = match policy.as_deref() {
+            Some("noeviction") => 0,
+            Some(_) => 1,
+            None => -1,
+        };
+        if gw.metrics.redis_may_evict.get() != may_evict
+            || !self
+                .checked_policy
+                .swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            match policy.as_deref() {
+                Some("noeviction") => {}
+                Some(p) => tracing::error!(policy = p,
+                    "Redis's maxmemory-policy may evict flashgate's keys, and a lost key can sell units twice: set maxmemory-policy noeviction"),
+                None => tracing::warn!("cannot read Redis's maxmemory-policy (CONFIG GET refused); it must be noeviction"),
+            }
+        }
+        gw.metrics.redis_may_evict.set(may_evict);
+    }
+
     /// Says what prewarming one activity did.
     fn report(&self, activity: &Activity, window: SaleWindow, report: &Prewarmed) {
         let gw = &self.gw;
@@ -111,6 +141,10 @@ impl Maintenance {
                 tracing::info!(activity = %activity.id, version = activity.version,
                     stock = activity.stock, open = (window == SaleWindow::Open), "stock prewarmed");
             }
+        }
+        for segment in &report.meta_repaired {
+            tracing::error!(activity = %activity.id, version = activity.version, segment,
+                "a segment's meta was lost while its stock and ledger remained: adopted as they are (was a key evicted? Redis must run with maxmemory-policy noeviction)");
         }
         for segment in &report.stock_key_removed {
             tracing::error!(activity = %activity.id, version = activity.version, segment,

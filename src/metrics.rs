@@ -369,6 +369,9 @@ pub struct Metrics {
     /// `flashgate_activity_refused{activity}`: 1 while Redis's record of the activity refuses its
     /// configuration (segments changed, an older version, an older key layout): not on sale.
     pub activity_refused: IntGaugeVec,
+    /// `flashgate_redis_may_evict`: 1 when Redis's maxmemory-policy is not `noeviction` (a key
+    /// evicted can sell units twice), 0 when it is, -1 when it cannot be read.
+    pub redis_may_evict: IntGauge,
 }
 
 impl Metrics {
@@ -556,8 +559,14 @@ impl Metrics {
             &["activity"],
         )
         .expect("valid metric");
+        let redis_may_evict = IntGauge::new(
+            "flashgate_redis_may_evict",
+            "1 when Redis's maxmemory-policy may evict flashgate's keys (anything but noeviction; a lost key can sell units twice), 0 when noeviction, -1 unknown.",
+        )
+        .expect("valid metric");
         for collector in [
-            Box::new(order_lookups.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(redis_may_evict.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(order_lookups.clone()),
             Box::new(activity_refused.clone()),
             Box::new(config_reloads.clone()),
             Box::new(config_generation.clone()),
@@ -612,6 +621,7 @@ impl Metrics {
             reservations_in_flight,
             order_lookups,
             activity_refused,
+            redis_may_evict,
         };
         metrics.init_static();
         metrics

@@ -81,13 +81,21 @@ impl VersionReport {
     }
 }
 
+/// A segment whose transfers do not account for the units it moved.
+#[derive(Debug, Clone)]
+pub struct TransferMismatch {
+    pub segment: Arc<str>,
+    pub what: String,
+}
+
 /// The reconciliation of every (or one) configured activity.
 #[derive(Debug, Clone, Default)]
 pub struct Report {
     pub versions: Vec<VersionReport>,
-    /// Segmented activities whose moved-out units do not match moved-in plus transfers in
-    /// flight: (activity, moved out - moved in, units in flight).
-    pub transfer_mismatches: Vec<(Arc<str>, i64, i64)>,
+    pub transfer_mismatches: Vec<TransferMismatch>,
+    /// Activities configured with another segment count than Redis recorded: (activity,
+    /// configured, recorded). Reconciled as recorded; the gateway refuses such a configuration.
+    pub layout_notes: Vec<(Arc<str>, u32, u32)>,
 }
 
 impl Report {
@@ -141,10 +149,13 @@ impl Report {
                 records
             );
         }
-        for (activity, net, in_flight) in &self.transfer_mismatches {
+        for m in &self.transfer_mismatches {
+            let _ = writeln!(out, "{}: TRANSFER MISMATCH: {}", m.segment, m.what);
+        }
+        for (activity, configured, recorded) in &self.layout_notes {
             let _ = writeln!(
                 out,
-                "{activity}: TRANSFER MISMATCH: segments moved out {net} more units than they moved in, but {in_flight} are in flight"
+                "note: {activity} is configured with {configured} segments but Redis recorded {recorded}: reconciled as recorded (the gateway refuses this configuration)"
             );
         }
         out
@@ -175,34 +186,71 @@ pub async fn reconcile(
     };
     let mut report = Report::default();
     for activity in activities {
-        let layout = Layout::of(activity);
-        let (mut moved_out, mut moved_in, mut in_flight) = (0i64, 0i64, 0i64);
+        // Reconcile what is in Redis, in the layout Redis recorded.
+        let recorded = match store.base_meta(&activity.id).await?.segments {
+            Some(s) => Some(s),
+            None => store.registered_segments(&activity.id).await?,
+        };
+        let segments = recorded.unwrap_or(activity.segments);
+        if segments != activity.segments {
+            report
+                .layout_notes
+                .push((activity.id.clone(), activity.segments, segments));
+        }
+        let layout = Layout::new(activity.id.clone(), segments);
+        let mut received = Vec::new();
         for partition in layout.partitions() {
             let versions = store.meta(partition).await?.versions;
-            let (ledgers, records) = store.snapshot(partition, &versions).await?;
+            let snapshot = store.snapshot(partition, &versions).await?;
             let label: Arc<str> = Arc::from(partition.tag());
-            for ledger in ledgers {
-                moved_out += ledger.moved_out;
-                moved_in += ledger.moved_in;
+            // Every unit this partition moved out is one of its own transfers, and every unit
+            // it moved in one it received (both read with the ledgers, in one snapshot).
+            let given: i64 = snapshot
+                .books
+                .open
+                .iter()
+                .chain(&snapshot.books.acknowledged)
+                .map(|t| t.qty as i64)
+                .sum();
+            let moved_out: i64 = snapshot.ledgers.iter().map(|l| l.moved_out).sum();
+            let got: i64 = snapshot.books.received.values().map(|&q| q as i64).sum();
+            let moved_in: i64 = snapshot.ledgers.iter().map(|l| l.moved_in).sum();
+            if given != moved_out || got != moved_in {
+                report.transfer_mismatches.push(TransferMismatch {
+                    segment: label.clone(),
+                    what: format!(
+                        "moved out {moved_out} but its transfers hold {given}; moved in {moved_in} but it received {got}"
+                    ),
+                });
+            }
+            for (id, qty) in &snapshot.books.received {
+                received.push((partition.index(), id.clone(), *qty));
+            }
+            for ledger in snapshot.ledgers {
                 report
                     .versions
-                    .push(VersionReport::new(label.clone(), ledger, &records));
-            }
-            for t in store.transfers(partition).await?.0 {
-                let arrived = match layout.partition(t.to) {
-                    Some(receiver) => store.received(receiver, &t.id).await?,
-                    None => false,
-                };
-                if !arrived {
-                    in_flight += t.qty as i64;
-                }
+                    .push(VersionReport::new(label.clone(), ledger, &snapshot.records));
             }
         }
-        // Units between a withdraw and its deposit belong to no segment's stock for a moment.
-        if moved_out - moved_in != in_flight {
-            report
-                .transfer_mismatches
-                .push((activity.id.clone(), moved_out - moved_in, in_flight));
+        // Every transfer a segment received was given by another, with the same units: read the
+        // givers after the receivers (a transfer is given before it is received, and never
+        // forgotten), so one taking place meanwhile is never a false alarm.
+        if layout.is_segmented() {
+            let mut given = std::collections::HashMap::new();
+            for partition in layout.partitions() {
+                for t in store.transfers_given(partition).await? {
+                    given.insert(t.id.clone(), t);
+                }
+            }
+            for (to, id, qty) in received {
+                match given.get(&id) {
+                    Some(t) if t.to == to && t.qty == qty => {}
+                    _ => report.transfer_mismatches.push(TransferMismatch {
+                        segment: Arc::from(layout.partition(to).expect("in range").tag()),
+                        what: format!("received transfer {id} ({qty} units) that no segment gave"),
+                    }),
+                }
+            }
         }
     }
     Ok(report)

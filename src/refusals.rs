@@ -19,8 +19,13 @@ impl Refusals {
         self.0.load().get(activity).cloned()
     }
 
-    pub fn is_refused(&self, activity: &str) -> bool {
-        self.0.load().contains_key(activity)
+    /// Whether the activity, as configured now, is refused (a refusal of another version or
+    /// segment count does not apply).
+    pub fn is_refused(&self, activity: &crate::config::Activity) -> bool {
+        self.0
+            .load()
+            .get(&activity.id)
+            .is_some_and(|r| r.applies_to(activity))
     }
 
     /// Records (or clears, with `None`) the refusal of one activity.

@@ -5,7 +5,7 @@ use crate::config::SigningSettings;
 use jsonwebtoken::{EncodingKey, Header};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 /// Stock taken for one winner, not yet handed to the upstream.
 #[derive(Debug, Clone)]
@@ -21,6 +21,11 @@ pub struct Reservation {
     /// Whether this request made it. An idempotent retry that got an earlier request's
     /// reservation back does not own it: whatever happens to the retry, it never releases it.
     pub owned: bool,
+    /// When it was made, and when its hold runs out (Redis's clock, unix ms): the token's `iat`
+    /// and the latest its `exp` may be, so a replay signs the same claims and no token outlives
+    /// the hold.
+    pub created_ms: u64,
+    pub deadline_ms: u64,
 }
 
 impl Reservation {
@@ -85,9 +90,14 @@ impl Signer {
         }
     }
 
-    /// The compact JWS for a reservation, issued now.
+    /// The compact JWS for a reservation: `iat` is when Redis made it (a replay signs the same
+    /// claims again), `exp = iat + ttl_secs`, but never past the hold deadline (with a
+    /// `hold_secs` shorter than `ttl_secs`), so a backend that checks `exp` never accepts a
+    /// reservation whose units may have gone back on sale. No gateway clock is read.
     pub fn sign(&self, reservation: &Reservation) -> Result<String, SignError> {
-        self.sign_at(reservation, SystemTime::now())
+        let iat = reservation.created_ms / 1000;
+        let exp = (iat + self.ttl.as_secs()).min(reservation.deadline_ms / 1000);
+        self.sign_claims(reservation, iat, exp)
     }
 
     /// The JWKS (RFC 7517) of the Ed25519 keys backends may verify reservations with.
@@ -110,8 +120,7 @@ impl Signer {
         serde_json::json!({ "keys": keys })
     }
 
-    pub fn sign_at(&self, r: &Reservation, now: SystemTime) -> Result<String, SignError> {
-        let iat = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    fn sign_claims(&self, r: &Reservation, iat: u64, exp: u64) -> Result<String, SignError> {
         let claims = ReservationClaims {
             jti: r.id.clone(),
             sub: r.user.clone(),
@@ -119,7 +128,7 @@ impl Signer {
             qty: r.qty,
             ver: r.version,
             iat,
-            exp: iat + self.ttl.as_secs(),
+            exp,
         };
         Ok(jsonwebtoken::encode(&self.header, &claims, &self.key)?)
     }
@@ -130,7 +139,15 @@ mod tests {
     use super::*;
     use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 
+    fn now_ms() -> u64 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64
+    }
+
     fn reservation() -> Reservation {
+        let created_ms = now_ms();
         Reservation {
             id: Reservation::new_id(),
             user: "alice".into(),
@@ -139,6 +156,8 @@ mod tests {
             qty: 2,
             version: 3,
             owned: true,
+            created_ms,
+            deadline_ms: created_ms + 900_000,
         }
     }
 
@@ -179,6 +198,39 @@ mod tests {
             &validation
         )
         .is_err());
+    }
+
+    #[test]
+    fn a_token_is_dated_by_redis_and_never_outlives_the_hold() {
+        let settings = SigningSettings {
+            header: http::HeaderName::from_static("x-flashgate-reservation"),
+            algorithm: Algorithm::HS256,
+            key_id: "k1".into(),
+            key: EncodingKey::from_secret(b"s3cret").unwrap(),
+            ttl: Duration::from_secs(900),
+            published_keys: vec![],
+        };
+        let signer = Signer::new(&settings);
+        let claims = |r: &Reservation| {
+            let token = signer.sign(r).unwrap();
+            jsonwebtoken::dangerous::insecure_decode::<ReservationClaims>(&token)
+                .unwrap()
+                .claims
+        };
+        let r = reservation();
+        let c = claims(&r);
+        assert_eq!(c.iat, r.created_ms / 1000);
+        assert_eq!(c.exp, c.iat + 900, "exp = iat + ttl_secs");
+        assert_eq!(claims(&r), c, "a replay signs the same claims");
+        let short = Reservation {
+            deadline_ms: r.created_ms + 60_000,
+            ..r
+        };
+        assert_eq!(
+            claims(&short).exp,
+            short.deadline_ms / 1000,
+            "a hold shorter than the ttl"
+        );
     }
 
     #[test]

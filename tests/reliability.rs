@@ -749,10 +749,11 @@ async fn backend_timeouts_errors_and_resets_return_each_unit_exactly_once() {
     let sales = sales(&upstream).await;
     let (confirmed, forgotten, released_after) = compare_with_records(&store, &act, &sales).await;
     assert!(forgotten.is_empty());
-    let (_, records) = store
+    let records = store
         .snapshot(Layout::of(&act).partition(0).unwrap(), &[1])
         .await
-        .unwrap();
+        .unwrap()
+        .records;
     let released: Vec<_> = records
         .iter()
         .filter(|r| r.state == RecordState::Released)
@@ -813,16 +814,30 @@ async fn backend_timeouts_errors_and_resets_return_each_unit_exactly_once() {
 
 // ------------------------------------------------------------------------------- gateway killed
 
-/// The gateway SIGKILLed mid-burst, several times, started again each time. With `remedy`,
-/// each kill is followed by `flashgate reconcile --orders --confirm-pending` with the backend's
-/// orders, as the runbook says.
-async fn gateway_killed_mid_burst(remedy: bool, scenario: &'static str) {
+/// What settles the orders a killed gateway never confirmed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Remedy {
+    /// Nothing: they expire at their hold deadline (and sell again).
+    None,
+    /// `flashgate reconcile --orders --confirm-pending` after each kill, as the runbook says.
+    ReconcileOrders,
+    /// `upstream.order_lookup`: the next gateway asks the backend before each hold expires.
+    OrderLookup,
+}
+
+/// The gateway SIGKILLed mid-burst, several times, started again each time, settled by `remedy`.
+async fn gateway_killed_mid_burst(remedy: Remedy, scenario: &'static str) {
     let stock = scaled(600, 200);
     let mut activity = TestActivity::open("1001", stock);
     activity.per_user_limit = 2;
     activity.max_per_request = 2;
     activity.hold_secs = Some(6);
-    let (redis, upstream, config) = stack(vec![activity], RedisServer::start());
+    let (redis, upstream, mut config) = stack(vec![activity], RedisServer::start());
+    if remedy == Remedy::OrderLookup {
+        config.extra_upstream_yaml =
+            "  order_lookup: { path: \"/orders/{jti}\", timeout_ms: 500, retry_interval_ms: 500 }\n"
+                .to_owned();
+    }
     let mut gw = GatewayProc::start(config.clone());
     let store = store_for(&redis);
     let act = activity_of(&config, "1001");
@@ -859,7 +874,7 @@ async fn gateway_killed_mid_burst(remedy: bool, scenario: &'static str) {
         in_flight_at_kill.push(row.pending);
         gw.kill();
         seen.merge(&buyers.finish().await);
-        if remedy {
+        if remedy == Remedy::ReconcileOrders {
             // The backend's orders, once it has taken in what it was sent (unchanged twice).
             let end = Instant::now() + Duration::from_secs(10);
             let mut last = sales(&upstream).await;
@@ -893,7 +908,7 @@ async fn gateway_killed_mid_burst(remedy: bool, scenario: &'static str) {
     // keeps the invariants.
     let (confirmed, forgotten, released_after) = compare_with_records(&store, &act, &sales).await;
     assert!(forgotten.is_empty());
-    if remedy {
+    if remedy != Remedy::None {
         assert!(released_after.is_empty(), "{released_after:?}");
     }
     let lapsed: HashSet<&str> = released_after.iter().map(|s| s.jti.as_str()).collect();
@@ -921,6 +936,14 @@ async fn gateway_killed_mid_burst(remedy: bool, scenario: &'static str) {
         .add("connection_errors", seen.errors)
         .add("released_by_expiry", row.released)
         .add("confirmed_by_reconcile_orders", confirmed_by_reconcile)
+        .add(
+            "confirmed_by_order_lookup",
+            metric_value(
+                &gw.metrics().await,
+                r#"flashgate_order_lookups_total{activity="1001",result="found"}"#,
+            )
+            .unwrap_or(0.0),
+        )
         .add("sold_again_after_backend_took_it", released_after.len())
         .add("units_lost", stock - confirmed)
         .publish();
@@ -929,13 +952,23 @@ async fn gateway_killed_mid_burst(remedy: bool, scenario: &'static str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "reliability suite: scripts/reliability"]
 async fn a_gateway_killed_mid_burst_leaves_only_holds_that_expire() {
-    gateway_killed_mid_burst(false, "gateway_sigkill").await;
+    gateway_killed_mid_burst(Remedy::None, "gateway_sigkill").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "reliability suite: scripts/reliability"]
+async fn a_gateway_killed_mid_burst_with_an_order_lookup_sells_nothing_twice() {
+    gateway_killed_mid_burst(Remedy::OrderLookup, "gateway_sigkill_with_order_lookup").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "reliability suite: scripts/reliability"]
 async fn a_gateway_killed_then_reconcile_orders_confirm_pending_sells_nothing_twice() {
-    gateway_killed_mid_burst(true, "gateway_sigkill_then_reconcile_orders").await;
+    gateway_killed_mid_burst(
+        Remedy::ReconcileOrders,
+        "gateway_sigkill_then_reconcile_orders",
+    )
+    .await;
 }
 
 // ------------------------------------------------------------------------------- soak

@@ -14,6 +14,14 @@ use flashgate::stock::{
 use std::time::{Duration, Instant};
 use support::*;
 
+/// Units left after a reserve that took them; `None` for any other outcome.
+fn left(outcome: ReserveOutcome) -> Option<u64> {
+    match outcome {
+        ReserveOutcome::Reserved { remaining, .. } => Some(remaining),
+        _ => None,
+    }
+}
+
 fn activity(id: &str, stock: u64, version: u64, limit: u32) -> Activity {
     store_activity(
         id,
@@ -108,10 +116,7 @@ async fn reserve_return_codes() {
         "-1 before prewarm"
     );
     assert_eq!(prewarm(&s, &a).await.created, 1);
-    assert_eq!(
-        reserve(&s, &a, "u1", 2, "r1").await,
-        ReserveOutcome::Reserved { remaining: 1 }
-    );
+    assert_eq!(left(reserve(&s, &a, "u1", 2, "r1").await), Some(1));
     assert_eq!(
         reserve(&s, &a, "u2", 2, "r2").await,
         ReserveOutcome::Insufficient { remaining: 1 },
@@ -127,10 +132,7 @@ async fn reserve_return_codes() {
         ReserveOutcome::DuplicateId,
         "-4: ids are never reused"
     );
-    assert_eq!(
-        reserve(&s, &a, "u1", 1, "r4").await,
-        ReserveOutcome::Reserved { remaining: 0 }
-    );
+    assert_eq!(left(reserve(&s, &a, "u1", 1, "r4").await), Some(0));
 
     // Prewarm again never resets sold stock.
     assert_eq!(prewarm(&s, &a).await.created, 0);
@@ -165,10 +167,7 @@ async fn stock_is_compared_as_a_number() {
     let a = activity("num", 10, 1, 9);
     prewarm(&s, &a).await;
     // As strings "10" < "9"; as numbers 10 >= 9.
-    assert_eq!(
-        reserve(&s, &a, "u", 9, "r").await,
-        ReserveOutcome::Reserved { remaining: 1 }
-    );
+    assert_eq!(left(reserve(&s, &a, "u", 9, "r").await), Some(1));
 }
 
 #[tokio::test]
@@ -179,7 +178,7 @@ async fn release_return_codes_and_exactly_once() {
     prewarm(&s, &a).await;
     assert!(matches!(
         reserve(&s, &a, "u1", 2, "r1").await,
-        ReserveOutcome::Reserved { remaining: 3 }
+        ReserveOutcome::Reserved { remaining: 3, .. }
     ));
 
     let owner = ReleaseMode::Owner;
@@ -612,18 +611,19 @@ async fn idempotency_key_replays_the_same_reservation() {
     };
     assert!(matches!(
         s.reserve(one(&l), &req("r1", "k")).await.unwrap(),
-        ReserveOutcome::Reserved { remaining: 9 }
+        ReserveOutcome::Reserved { remaining: 9, .. }
     ));
     // The retry gets r1 back, takes nothing more.
-    assert_eq!(
+    assert!(matches!(
         s.reserve(one(&l), &req("r2", "k")).await.unwrap(),
         ReserveOutcome::Replayed {
-            id: "r1".into(),
+            ref id,
             qty: 1,
             version: 1,
-            remaining: Some(9)
-        }
-    );
+            remaining: Some(9),
+            ..
+        } if id == "r1"
+    ));
     // Another key of the same user is a new purchase: over the limit.
     assert!(matches!(
         s.reserve(one(&l), &req("r3", "other")).await.unwrap(),
@@ -882,4 +882,182 @@ async fn a_stranded_transfer_lands_in_the_version_it_left() {
     assert_eq!((row.moved_in, row.retired, row.stock_key), (10, 60, false));
     assert_eq!(row.drift(), 0);
     assert_eq!(s.ledger(giver, 1).await.unwrap().drift(), 0);
+}
+
+#[tokio::test]
+async fn the_reconcile_snapshot_survives_script_flush() {
+    let redis = RedisServer::start();
+    let s = store(redis.url(), 1000);
+    let a = activity("1001", 5, 1, 1);
+    prewarm(&s, &a).await;
+    reserve(&s, &a, "u1", 1, "r1").await;
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query(&mut redis.conn())
+        .unwrap();
+    let l = Layout::of(&a);
+    let snapshot = s.snapshot(one(&l), &[1]).await.unwrap();
+    assert_eq!(
+        (snapshot.ledgers[0].pending, snapshot.records.len()),
+        (1, 1)
+    );
+}
+
+#[tokio::test]
+async fn a_lost_meta_never_puts_a_version_on_sale_twice() {
+    // Review 12 F1: with its partition meta gone (DEL, or evicted), prewarm re-created the
+    // stock and overwrote the ledger: the sold units sold again.
+    let redis = RedisServer::start();
+    let s = store(redis.url(), 1000);
+    let a = activity("1001", 2, 1, 1);
+    prewarm(&s, &a).await;
+    reserve(&s, &a, "u1", 1, "r1").await;
+    reserve(&s, &a, "u2", 1, "r2").await;
+    let del = |key: &str| {
+        let _: () = redis::cmd("DEL").arg(key).query(&mut redis.conn()).unwrap();
+    };
+    del("fg:{1001}:meta");
+    // Stock and ledger outlived the meta: adopted as they are.
+    assert_eq!(prewarm(&s, &a).await.meta_repaired, vec![0]);
+    assert_eq!(remaining(&s, &a).await, Some(0));
+    assert_eq!(ledger(&s, &a, 1).await.drift(), 0);
+    // With the stock key gone too, nothing is created over the ledger.
+    del("fg:{1001}:meta");
+    del("fg:{1001}:v1:stock");
+    assert_eq!(prewarm(&s, &a).await.stock_key_removed, vec![0]);
+    assert_eq!(remaining(&s, &a).await, None);
+}
+
+#[tokio::test]
+async fn the_registry_keeps_the_segment_count_when_the_base_meta_is_lost() {
+    // Review 12 F1b: losing the base meta let another segment count be claimed.
+    let redis = RedisServer::start();
+    let s = store(redis.url(), 1000);
+    let four = Activity {
+        segments: 4,
+        ..activity("1001", 8, 1, 1)
+    };
+    prewarm(&s, &four).await;
+    let _: () = redis::cmd("DEL")
+        .arg("fg:{1001}:meta")
+        .query(&mut redis.conn())
+        .unwrap();
+    assert_eq!(
+        segments::prewarm(&s, &activity("1001", 8, 1, 1))
+            .await
+            .unwrap(),
+        Err(Refusal::SegmentsFixed {
+            id: "1001".into(),
+            first: 4,
+            configured: 1
+        })
+    );
+    assert_eq!(remaining(&s, &activity("1001", 8, 1, 1)).await, None);
+}
+
+#[tokio::test]
+async fn a_lost_key_refuses_the_activity_instead_of_trusting_it() {
+    // Review 12 F8: losing `users` broke the per-user limit, losing `res` or `pending` stranded
+    // units. Prewarm finds the placeholder gone and refuses the activity.
+    for key in ["users", "res", "idem", "v1:pending"] {
+        let redis = RedisServer::start();
+        let s = store(redis.url(), 1000);
+        let a = activity("1001", 5, 1, 1);
+        prewarm(&s, &a).await;
+        reserve(&s, &a, "u1", 1, "r1").await;
+        let _: () = redis::cmd("DEL")
+            .arg(format!("fg:{{1001}}:{key}"))
+            .query(&mut redis.conn())
+            .unwrap();
+        assert_eq!(
+            segments::prewarm(&s, &a).await.unwrap(),
+            Err(Refusal::Damaged {
+                id: "1001".into(),
+                segment: 0
+            }),
+            "{key}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_replay_past_its_hold_deadline_is_refused_and_a_replay_signs_the_same_claims() {
+    // Review 12 F3: a pending reservation was replayed whatever was left of its hold, and
+    // re-signed with exp = now + ttl, long after the sweep could release it.
+    let redis = RedisServer::start();
+    let s = store(redis.url(), 1000);
+    let a = Activity {
+        hold: Duration::from_millis(300),
+        ..activity("1001", 5, 1, 1)
+    };
+    prewarm(&s, &a).await;
+    let l = Layout::of(&a);
+    let keyed = |id: &'static str| ReserveCall {
+        idempotency_key: Some("k"),
+        ..call(&a, "u1", 1, id)
+    };
+    let ReserveOutcome::Reserved {
+        created_ms,
+        deadline_ms,
+        ..
+    } = s.reserve(one(&l), &keyed("r1")).await.unwrap()
+    else {
+        panic!("reserved")
+    };
+    assert_eq!(deadline_ms - created_ms, 300);
+    match s.reserve(one(&l), &keyed("r2")).await.unwrap() {
+        ReserveOutcome::Replayed {
+            created_ms: c,
+            deadline_ms: d,
+            ..
+        } => assert_eq!((c, d), (created_ms, deadline_ms), "the same claims to sign"),
+        other => panic!("{other:?}"),
+    }
+    wait_for(
+        "Redis's clock to pass the hold deadline",
+        Duration::from_secs(5),
+        || (redis_time_ms(&redis) > deadline_ms).then_some(()),
+    );
+    assert_eq!(
+        s.reserve(one(&l), &keyed("r3")).await.unwrap(),
+        ReserveOutcome::HoldRanOut
+    );
+}
+
+#[tokio::test]
+async fn transfer_halves_are_each_once_and_never_lose_units() {
+    // Review 12 F7: a withdraw sent twice took units twice; a deposit into a version with no
+    // ledger marked the transfer received and the units vanished.
+    let redis = RedisServer::start();
+    let s = store(redis.url(), 1000);
+    let a = Activity {
+        segments: 2,
+        ..activity("1001", 20, 1, 1)
+    };
+    prewarm(&s, &a).await;
+    let l = Layout::of(&a);
+    let (giver, receiver) = (l.partition(1).unwrap(), l.partition(0).unwrap());
+    assert_eq!(s.withdraw(giver, 1, "t1", 3, 0).await.unwrap(), 3);
+    assert_eq!(
+        s.withdraw(giver, 1, "t1", 3, 0).await.unwrap(),
+        3,
+        "a retry"
+    );
+    assert_eq!(s.remaining(giver, 1).await.unwrap(), Some(7));
+    s.acknowledge(giver, "t1").await.unwrap();
+    assert_eq!(
+        s.withdraw(giver, 1, "t1", 3, 0).await.unwrap(),
+        3,
+        "even once acknowledged"
+    );
+    assert_eq!(s.remaining(giver, 1).await.unwrap(), Some(7));
+    let _: () = redis::cmd("DEL")
+        .arg("fg:{1001~0/2}:v1:ledger")
+        .query(&mut redis.conn())
+        .unwrap();
+    assert!(!s.deposit(receiver, 1, "t1", 3).await.unwrap());
+    assert!(
+        !s.received(receiver, "t1").await.unwrap(),
+        "still in flight, for reconcile to show"
+    );
 }

@@ -239,7 +239,9 @@ impl Admission {
             SaleWindow::Open => {}
         }
         self.take_token(&policy.per_user, user.as_str())?;
-        if self.sold_out.is_sold_out(&activity.id, activity.version) {
+        // A retry with an Idempotency-Key may hold a reservation already: only Redis can say,
+        // so it is never answered from the cache (the activity bucket still caps such calls).
+        if idempotency_key.is_none() && self.sold_out.is_sold_out(&activity.id, activity.version) {
             return Err(Decision::SoldOut);
         }
         self.take_token(&policy.per_activity, &*activity.id)?;
@@ -260,6 +262,20 @@ impl Admission {
         checked: Checked,
         facts: &mut SaleFacts,
     ) -> Result<Admitted, Decision> {
+        let home = Layout::of(&checked.activity).home(&checked.user).index();
+        let id = Reservation::id_in_segment(&checked.activity, home);
+        self.take_with_id(generation, checked, facts, id).await
+    }
+
+    /// [`Admission::take`] with the reservation id made by the caller (the ids of a request are
+    /// the gateway's own; tests use this to replay a reserve whose abandon landed first).
+    pub async fn take_with_id(
+        &self,
+        generation: &Generation,
+        checked: Checked,
+        facts: &mut SaleFacts,
+        id: String,
+    ) -> Result<Admitted, Decision> {
         let Checked {
             activity,
             user,
@@ -267,7 +283,7 @@ impl Admission {
             idempotency_key,
         } = checked;
         match self
-            .reserve(&activity, &user, qty, idempotency_key.as_deref(), facts)
+            .reserve(&activity, &user, qty, idempotency_key.as_deref(), facts, id)
             .await
         {
             Ok(reservation) => Ok(Admitted::Reserved(reservation)),
@@ -333,16 +349,15 @@ impl Admission {
         qty: u32,
         idempotency_key: Option<&str>,
         facts: &mut SaleFacts,
+        id: String,
     ) -> Result<Reservation, Decision> {
-        if self.refused.is_refused(&activity.id) {
+        if self.refused.is_refused(activity) {
             return Err(Decision::Unavailable);
         }
         let pass = self.breaker.pass();
         if pass == Pass::Skip {
             return Err(Decision::StoreUnavailable);
         }
-        let home = Layout::of(activity).home(user).index();
-        let id = Reservation::id_in_segment(activity, home);
         let purchase = Purchase {
             user,
             qty,
@@ -370,6 +385,8 @@ impl Admission {
                 qty,
                 replayed,
                 remaining,
+                created_ms,
+                deadline_ms,
             } => {
                 facts.qty = Some(qty);
                 facts.stock_after = remaining;
@@ -384,6 +401,8 @@ impl Admission {
                     qty,
                     version,
                     owned: !replayed,
+                    created_ms,
+                    deadline_ms,
                 })
             }
             Reserve::SoldOut { left } => {
@@ -393,7 +412,7 @@ impl Admission {
                 self.learn_remaining(activity, left);
                 Err(Decision::SoldOut)
             }
-            Reserve::Busy => Err(Decision::Unavailable),
+            Reserve::Busy | Reserve::HoldRanOut => Err(Decision::Unavailable),
             Reserve::LimitExceeded => Err(Decision::LimitExceeded),
             Reserve::NotOnSale(refusal) => {
                 match refusal {

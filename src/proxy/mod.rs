@@ -58,10 +58,6 @@ pub struct RequestCtx {
     /// the order, so no buyer-side event (hanging up, a broken body) may give the units back.
     forwarded: bool,
     connect_failures: usize,
-    /// Request body bytes seen so far (sale routes).
-    body_bytes: u64,
-    /// The body outgrew `server.max_sale_body_bytes` while streaming.
-    body_too_large: bool,
 }
 
 /// Reads a sale request's whole body into Pingora's retry buffer (from which the proxy sends it
@@ -209,8 +205,6 @@ impl ProxyHttp for FlashProxy {
             upstream_attempted: false,
             forwarded: false,
             connect_failures: 0,
-            body_bytes: 0,
-            body_too_large: false,
         }
     }
 
@@ -255,12 +249,14 @@ impl ProxyHttp for FlashProxy {
         )
         .await
         {
-            ctx.body_too_large = bad == BadRequest::BodyTooLarge;
             return refuse(session, ctx, Decision::BadRequest(bad)).await;
         }
         let facts = ctx.sale.get_or_insert_with(SaleFacts::default);
         match self.gw.admission.take(&generation, checked, facts).await {
             Ok(Admitted::Reserved(reservation)) => {
+                // A buyer closing its half of the connection must not stop the proxy reading the
+                // backend's answer for the reservation it forwards (which confirms it).
+                session.as_downstream_mut().set_abort_on_close(false);
                 ctx.reservation = Some(reservation);
                 ctx.in_flight = Some(InFlight::new(&self.gw.metrics));
                 ctx.decision = Some(Decision::Admitted);
@@ -295,25 +291,6 @@ impl ProxyHttp for FlashProxy {
                 refuse(session, ctx, decision).await
             }
         }
-    }
-
-    /// A sale route's body without a Content-Length (chunked) is counted as it streams.
-    async fn request_body_filter(
-        &self,
-        _session: &mut Session,
-        body: &mut Option<bytes::Bytes>,
-        _end_of_stream: bool,
-        ctx: &mut RequestCtx,
-    ) -> Result<()> {
-        if ctx.sale.is_none() {
-            return Ok(());
-        }
-        ctx.body_bytes += body.as_ref().map_or(0, |b| b.len() as u64);
-        if ctx.body_bytes > ctx.generation.settings.server.max_sale_body_bytes {
-            ctx.body_too_large = true;
-            return Error::e_explain(ErrorType::InvalidHTTPHeader, "sale request body too large");
-        }
-        Ok(())
     }
 
     async fn upstream_peer(
@@ -430,18 +407,22 @@ impl ProxyHttp for FlashProxy {
             *e.esource() == ErrorSource::Upstream || ctx.upstream_status.is_some();
         if ctx.forwarded && !upstream_failed {
             // The backend has the reservation and may take the order whatever the buyer does
-            // now: it stays pending (confirmed by the order lookup, or expired at its deadline).
+            // now: it stays pending, settled by the order lookup once the backend's answer is
+            // surely in (or at its hold deadline without one).
             tracing::info!(reservation = %reservation.id, error = %e,
                 "the buyer's side failed after the reservation was forwarded; it stays pending");
+            if let Some(activity) = ctx.sale.as_ref().and_then(|f| f.activity.clone()) {
+                let upstream = &ctx.generation.settings.upstream;
+                self.gw.lifecycle.settle_soon(
+                    activity,
+                    reservation,
+                    2 * (upstream.connect_timeout + upstream.read_timeout),
+                );
+            }
             return respond::proxy_error(session, e).await;
         }
-        let (reason, decision) = if ctx.body_too_large {
-            (
-                ReleaseReason::BadRequest,
-                Decision::BadRequest(BadRequest::BodyTooLarge),
-            )
-        } else if *e.esource() == ErrorSource::Downstream {
-            // The buyer's own request broke (a malformed or cut-off body).
+        let (reason, decision) = if *e.esource() == ErrorSource::Downstream {
+            // The buyer's side broke before anything reached the backend.
             (
                 ReleaseReason::BadRequest,
                 Decision::BadRequest(BadRequest::MalformedBody),

@@ -17,8 +17,10 @@
 //! <p>:{<tag>}:idem          hash    user id "\n" Idempotency-Key -> jti
 //! <p>:{<tag>}:events        stream  reserve / confirm / release events
 //! <p>:{<tag>}:transfers     hash    transfer id -> version|to|units|ms, given but not yet acknowledged
+//! <p>:{<tag>}:acked         hash    the same, acknowledged (kept: they account for moved_out)
 //! <p>:{<tag>}:received      hash    transfer id -> units, received (a deposit happens once)
-//! <p>:activities            set     activity ids ever prewarmed (sweeps reach removed ones too)
+//! <p>:activities            hash    activity id -> segment count, of every activity prewarmed
+//!                                   (sweeps reach removed ones too; a second record of the count)
 //! ```
 //!
 //! Hashes and the pending sets hold a placeholder (field or member `""`; in `pending` at score
@@ -119,6 +121,9 @@ impl PartitionKeys {
     pub fn received(&self) -> String {
         self.key("received")
     }
+    pub fn acknowledged(&self) -> String {
+        self.key("acked")
+    }
 
     // The KEYS of each script, in the order the script declares them.
 
@@ -174,8 +179,17 @@ impl PartitionKeys {
         ]
     }
 
-    pub fn for_withdraw(&self, version: u64) -> [String; 3] {
-        [self.stock(version), self.ledger(version), self.transfers()]
+    pub fn for_withdraw(&self, version: u64) -> [String; 4] {
+        [
+            self.stock(version),
+            self.ledger(version),
+            self.transfers(),
+            self.acknowledged(),
+        ]
+    }
+
+    pub fn for_acknowledge(&self) -> [String; 2] {
+        [self.transfers(), self.acknowledged()]
     }
 
     pub fn for_deposit(&self, version: u64) -> [String; 3] {
@@ -195,6 +209,7 @@ impl PartitionKeys {
             self.events(),
             self.transfers(),
             self.received(),
+            self.acknowledged(),
         ];
         for &v in others {
             keys.extend([self.stock(v), self.ledger(v), self.pending(v)]);

@@ -26,7 +26,7 @@ pub mod segments;
 
 pub use keys::{KeyLayout, PartitionKeys};
 pub use layout::{Layout, Partition};
-pub use ops::{LookupLease, ReserveCall, Transfer};
+pub use ops::{LookupLease, ReserveCall, Snapshot, Transfer, TransferBooks};
 pub use records::*;
 
 use crate::config::{Activity, RedisSettings};

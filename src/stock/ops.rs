@@ -54,6 +54,24 @@ impl Transfer {
     }
 }
 
+/// One partition read in one MULTI/EXEC (see [`StockStore::snapshot`]).
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    pub ledgers: Vec<LedgerRow>,
+    pub records: Vec<ReservationRecord>,
+    pub books: TransferBooks,
+}
+
+/// A partition's transfer records.
+#[derive(Debug, Clone, Default)]
+pub struct TransferBooks {
+    /// Given, not yet acknowledged (in flight, or arrived and not yet known to have).
+    pub open: Vec<Transfer>,
+    pub acknowledged: Vec<Transfer>,
+    /// Received: transfer id -> units.
+    pub received: std::collections::HashMap<String, u64>,
+}
+
 /// How a sweep hands due reservations out for an order lookup.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LookupLease {
@@ -61,6 +79,14 @@ pub struct LookupLease {
     pub lease: Duration,
     /// Released as expired once this long past the hold deadline; `None`: never.
     pub give_up_after: Option<Duration>,
+}
+
+/// A hash's fields and values, as HGETALL answers.
+type Fields = Vec<(String, String)>;
+
+/// A reply value as a Rust type.
+fn from<T: redis::FromRedisValue>(v: &Value) -> Result<T, StoreError> {
+    Ok(redis::from_redis_value_ref(v).map_err(redis::RedisError::from)?)
 }
 
 /// How many times prewarm reads a partition's meta again when it changed under it.
@@ -247,6 +273,8 @@ impl StockStore {
             return Ok(match int(reply.first()) {
                 Some(1) => PrewarmOutcome::Created,
                 Some(0) => PrewarmOutcome::Exists,
+                Some(2) => PrewarmOutcome::MetaRepaired,
+                Some(-4) => PrewarmOutcome::Damaged,
                 Some(-1) => PrewarmOutcome::StockKeyRemoved,
                 Some(-2) => PrewarmOutcome::Older {
                     current: current.unwrap_or(0),
@@ -343,20 +371,20 @@ impl StockStore {
         Ok(deposited == 1)
     }
 
-    /// The giving partition forgets a delivered transfer.
+    /// The giving partition learns a transfer arrived (it is kept, as acknowledged).
     pub async fn acknowledge(
         &self,
         giver: Partition<'_>,
         transfer_id: &str,
     ) -> Result<(), StoreError> {
-        self.query::<i64>(
-            StoreOp::Transfer,
-            redis::cmd("HDEL")
-                .arg(self.keys.of(giver).transfers())
-                .arg(transfer_id),
-        )
-        .await
-        .map(|_| ())
+        let mut invocation = scripts::ACKNOWLEDGE.prepare_invoke();
+        for key in self.keys.of(giver).for_acknowledge() {
+            invocation.key(key);
+        }
+        invocation.arg(transfer_id);
+        self.eval::<i64>(ScriptName::Transfer, StoreOp::Transfer, &invocation)
+            .await
+            .map(|_| ())
     }
 
     /// Transfers a partition gave but has not seen acknowledged, with Redis's time now (ms).
@@ -380,6 +408,70 @@ impl StockStore {
             .filter_map(|(id, raw)| Transfer::parse(id, &raw))
             .collect();
         Ok((transfers, secs * 1000 + micros / 1000))
+    }
+
+    /// Every transfer a partition gave (not yet acknowledged, and acknowledged), read in one
+    /// MULTI/EXEC: reconcile checks each transfer another partition received against it.
+    pub async fn transfers_given(&self, giver: Partition<'_>) -> Result<Vec<Transfer>, StoreError> {
+        let keys = self.keys.of(giver);
+        let mut pipe = redis::pipe();
+        pipe.atomic()
+            .cmd("HGETALL")
+            .arg(keys.transfers())
+            .cmd("HGETALL")
+            .arg(keys.acknowledged());
+        let budget = self.timeout.max(Duration::from_secs(10));
+        let (open, done): (Fields, Fields) = self
+            .bounded(StoreOp::Read, budget, async {
+                let mut conn = self.conn().await?;
+                Ok(pipe.query_async(&mut conn).await?)
+            })
+            .await?;
+        Ok(open
+            .into_iter()
+            .chain(done)
+            .filter(|(id, _)| !id.is_empty())
+            .filter_map(|(id, raw)| Transfer::parse(id, &raw))
+            .collect())
+    }
+
+    /// Redis's `maxmemory-policy`, if it lets us read it (managed services may hide CONFIG).
+    /// Anything but `noeviction` may evict flashgate's keys (all of which expire, so the
+    /// `volatile-*` policies too), and a lost key can sell units twice.
+    pub async fn eviction_policy(&self) -> Result<Option<String>, StoreError> {
+        let reply: Result<Vec<String>, StoreError> = self
+            .query(
+                StoreOp::Read,
+                redis::cmd("CONFIG").arg("GET").arg("maxmemory-policy"),
+            )
+            .await;
+        Ok(match reply {
+            Ok(pair) => pair.into_iter().nth(1),
+            Err(StoreError::Redis(e)) if e.kind() != redis::ErrorKind::Io => None,
+            Err(e) => return Err(e),
+        })
+    }
+
+    /// Makes a pending reservation due (for the sweep) no later than `at_ms`: the due time only
+    /// moves earlier, and only for a reservation still in the pending set.
+    pub async fn due_by(
+        &self,
+        partition: Partition<'_>,
+        version: u64,
+        reservation_id: &str,
+        at_ms: u64,
+    ) -> Result<(), StoreError> {
+        self.query::<i64>(
+            StoreOp::Sweep,
+            redis::cmd("ZADD")
+                .arg(self.keys.of(partition).pending(version))
+                .arg("XX")
+                .arg("LT")
+                .arg(at_ms)
+                .arg(reservation_id),
+        )
+        .await
+        .map(|_| ())
     }
 
     /// Whether a partition has received a transfer.
@@ -421,49 +513,59 @@ impl StockStore {
             .transpose()
     }
 
-    /// Every reservation record of a partition and the ledgers of the given versions, read in
-    /// one MULTI/EXEC snapshot (for `flashgate reconcile`; O(reservations), not for the hot path).
+    /// Every reservation record of a partition, the ledgers of the given versions and its
+    /// transfer books, read in one MULTI/EXEC snapshot (for `flashgate reconcile`;
+    /// O(reservations), not for the hot path).
     pub async fn snapshot(
         &self,
         partition: Partition<'_>,
         versions: &[u64],
-    ) -> Result<(Vec<LedgerRow>, Vec<ReservationRecord>), StoreError> {
+    ) -> Result<Snapshot, StoreError> {
         let keys = self.keys.of(partition);
         let mut pipe = redis::pipe();
         pipe.atomic();
         for &v in versions {
-            // EVALSHA inside MULTI: the scripts are loaded by readiness before any snapshot;
-            // a NOSCRIPT here fails the command, which the caller reports.
+            // EVALSHA inside MULTI: a NOSCRIPT (after a restart or SCRIPT FLUSH) fails the
+            // transaction, which is then sent again once the script is loaded.
             pipe.cmd("EVALSHA")
                 .arg(scripts::LEDGER.get_hash())
                 .arg(3)
                 .arg(keys.for_ledger(v).as_slice());
         }
         pipe.cmd("HVALS").arg(keys.reservations());
+        for key in [keys.transfers(), keys.acknowledged(), keys.received()] {
+            pipe.cmd("HGETALL").arg(key);
+        }
         // An operator command: allowed more time than a buyer's request.
         let budget = self.timeout.max(Duration::from_secs(10));
         let values: Vec<Value> = self
             .bounded(StoreOp::Read, budget, async {
                 let mut conn = self.conn().await?;
-                scripts::LEDGER.load_async(&mut conn).await?;
-                Ok(pipe.query_async(&mut conn).await?)
+                match pipe.query_async(&mut conn).await {
+                    Err(e)
+                        if e.kind()
+                            == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
+                    {
+                        scripts::LEDGER.load_async(&mut conn).await?;
+                        Ok(pipe.query_async(&mut conn).await?)
+                    }
+                    other => Ok(other?),
+                }
             })
             .await?;
-        let mut rows = Vec::with_capacity(versions.len());
+        let n = versions.len();
+        if values.len() != n + 4 {
+            return Err(StoreError::protocol(ScriptName::Ledger, "snapshot"));
+        }
+        let mut ledgers = Vec::with_capacity(n);
         for (value, &v) in values.iter().zip(versions) {
-            let reply: Vec<i64> =
-                redis::from_redis_value_ref(value).map_err(redis::RedisError::from)?;
-            rows.push(
+            let reply: Vec<i64> = from(value)?;
+            ledgers.push(
                 LedgerRow::parse(v, &reply)
                     .ok_or_else(|| StoreError::protocol(ScriptName::Ledger, reply))?,
             );
         }
-        let raw: Vec<String> = match values.last() {
-            Some(v) if values.len() == versions.len() + 1 => {
-                redis::from_redis_value_ref(v).map_err(redis::RedisError::from)?
-            }
-            _ => return Err(StoreError::protocol(ScriptName::Ledger, "snapshot")),
-        };
+        let raw: Vec<String> = from(&values[n])?;
         let records = raw
             .iter()
             .filter(|r| !r.is_empty())
@@ -474,7 +576,28 @@ impl StockStore {
                 })
             })
             .collect::<Result<Vec<_>, _>>()?;
-        Ok((rows, records))
+        let transfers = |v: &Value| -> Result<Vec<Transfer>, StoreError> {
+            let raw: Vec<(String, String)> = from(v)?;
+            Ok(raw
+                .into_iter()
+                .filter(|(id, _)| !id.is_empty())
+                .filter_map(|(id, raw)| Transfer::parse(id, &raw))
+                .collect())
+        };
+        let received: Vec<(String, String)> = from(&values[n + 3])?;
+        Ok(Snapshot {
+            ledgers,
+            records,
+            books: TransferBooks {
+                open: transfers(&values[n + 1])?,
+                acknowledged: transfers(&values[n + 2])?,
+                received: received
+                    .into_iter()
+                    .filter(|(id, _)| !id.is_empty())
+                    .filter_map(|(id, qty)| Some((id, qty.parse().ok()?)))
+                    .collect(),
+            },
+        })
     }
 
     /// Units remaining in `version` of one partition; `None` if its key does not exist.
@@ -490,12 +613,19 @@ impl StockStore {
         .await
     }
 
-    /// Records an activity id as prewarmed, so that sweeps reach it even once it is removed
-    /// from the configuration; the registry lives as long as the longest-lived activity.
-    pub async fn register(&self, id: &str, expire_at: u64) -> Result<(), StoreError> {
+    /// Records an activity id as prewarmed, with its segment count (called once the claim on its
+    /// base tag succeeded, so the two agree), so that sweeps reach it even once it is removed
+    /// from the configuration, and so that the count has a second record outside the activity's
+    /// own keys. The registry lives as long as the longest-lived activity.
+    pub async fn register(
+        &self,
+        id: &str,
+        segments: u32,
+        expire_at: u64,
+    ) -> Result<(), StoreError> {
         let key = self.keys.registry();
         let mut pipe = redis::pipe();
-        pipe.cmd("SADD").arg(&key).arg(id).ignore();
+        pipe.cmd("HSET").arg(&key).arg(id).arg(segments).ignore();
         pipe.cmd("EXPIREAT")
             .arg(&key)
             .arg(expire_at)
@@ -513,22 +643,21 @@ impl StockStore {
         .await
     }
 
-    /// Every activity id ever prewarmed (and not yet expired).
-    pub async fn registered(&self) -> Result<Vec<String>, StoreError> {
+    /// Every activity id ever prewarmed (and not yet expired), with its segment count.
+    pub async fn registered(&self) -> Result<Vec<(String, u32)>, StoreError> {
         self.query(
             StoreOp::Read,
-            redis::cmd("SMEMBERS").arg(self.keys.registry()),
+            redis::cmd("HGETALL").arg(self.keys.registry()),
         )
         .await
     }
 
-    /// Forgets an activity id whose keys are all gone.
-    pub async fn unregister(&self, id: &str) -> Result<(), StoreError> {
-        self.query::<i64>(
+    /// The segment count the registry recorded for an activity.
+    pub async fn registered_segments(&self, id: &str) -> Result<Option<u32>, StoreError> {
+        self.query(
             StoreOp::Read,
-            redis::cmd("SREM").arg(self.keys.registry()).arg(id),
+            redis::cmd("HGET").arg(self.keys.registry()).arg(id),
         )
         .await
-        .map(|_| ())
     }
 }

@@ -8,6 +8,9 @@ use serde::Serialize;
 pub enum ReserveOutcome {
     Reserved {
         remaining: u64,
+        /// When it was made and when its hold runs out (Redis's clock, unix ms).
+        created_ms: u64,
+        deadline_ms: u64,
     },
     /// The buyer's `Idempotency-Key` already won this (not released) reservation.
     Replayed {
@@ -16,7 +19,12 @@ pub enum ReserveOutcome {
         version: u64,
         /// Units left in the partition's current version, if its key exists.
         remaining: Option<u64>,
+        created_ms: u64,
+        deadline_ms: u64,
     },
+    /// The key's reservation is pending past its hold deadline: being settled (expiry or the
+    /// order lookup), never handed out again.
+    HoldRanOut,
     /// The stock key of this version does not exist (not prewarmed yet, or retired).
     NoStockKey,
     Insufficient {
@@ -49,15 +57,20 @@ impl ReserveOutcome {
     pub(super) fn parse(reply: &[Value]) -> Option<Self> {
         let at = |i: usize| int(reply.get(i));
         let unsigned = |i: usize| at(i).map(|v| v.max(0) as u64);
+        let ms = |i: usize| string(reply.get(i))?.parse::<u64>().ok();
         Some(match at(0)? {
             1 => ReserveOutcome::Reserved {
                 remaining: unsigned(1)?,
+                created_ms: ms(3)?,
+                deadline_ms: ms(4)?,
             },
             2 => ReserveOutcome::Replayed {
                 remaining: at(1).and_then(|r| u64::try_from(r).ok()),
                 qty: u32::try_from(at(2)?).ok()?,
                 id: string(reply.get(3))?,
                 version: string(reply.get(4))?.parse().ok()?,
+                created_ms: ms(5)?,
+                deadline_ms: ms(6)?,
             },
             -1 => ReserveOutcome::NoStockKey,
             -2 => ReserveOutcome::Insufficient {
@@ -65,6 +78,7 @@ impl ReserveOutcome {
             },
             -3 => ReserveOutcome::LimitExceeded { held: unsigned(2)? },
             -4 => ReserveOutcome::DuplicateId,
+            -5 => ReserveOutcome::HoldRanOut,
             _ => return None,
         })
     }
@@ -249,6 +263,11 @@ pub enum PrewarmOutcome {
     /// The version went on sale here now (the one before it, if any, retired).
     Created,
     Exists,
+    /// On sale, but the partition's meta had been lost: repaired from the keys that remained.
+    MetaRepaired,
+    /// A key the partition had is gone (its placeholder missing): the per-user limit and the
+    /// records can no longer be trusted.
+    Damaged,
     /// The version is on sale here but its stock key is gone (removed by hand, or lost): it is
     /// not re-created, since that would put sold units on sale again.
     StockKeyRemoved,

@@ -23,10 +23,20 @@ script!(PREWARM, "../../lua/prewarm.lua");
 script!(LEDGER, "../../lua/ledger.lua");
 script!(WITHDRAW, "../../lua/withdraw.lua");
 script!(DEPOSIT, "../../lua/deposit.lua");
+script!(ACKNOWLEDGE, "../../lua/acknowledge.lua");
 
 /// Every script, for loading them up front (readiness).
-pub(super) fn all() -> [&'static Script; 9] {
+pub(super) fn all() -> [&'static Script; 10] {
     [
-        &RESERVE, &RELEASE, &CONFIRM, &SWEEP, &CLAIM, &PREWARM, &LEDGER, &WITHDRAW, &DEPOSIT,
+        &RESERVE,
+        &RELEASE,
+        &CONFIRM,
+        &SWEEP,
+        &CLAIM,
+        &PREWARM,
+        &LEDGER,
+        &WITHDRAW,
+        &DEPOSIT,
+        &ACKNOWLEDGE,
     ]
 }

@@ -38,6 +38,24 @@ pub enum Refusal {
          finish that sale first, or sell under a new activity id (see README, Upgrading)"
     )]
     OldLayout { id: String },
+    #[error(
+        "activity {id}: segment {segment} lost a key it had (removed by hand, evicted, or lost \
+         with Redis's data): its buyers' units or records can no longer be trusted; restore Redis, \
+         or sell under a new activity id (Redis must run with maxmemory-policy noeviction)"
+    )]
+    Damaged { id: String, segment: u32 },
+}
+
+impl Refusal {
+    /// Whether this refusal still holds for `activity` as now configured: a refusal of one
+    /// configuration says nothing about another (a reload raising the version, say).
+    pub fn applies_to(&self, activity: &Activity) -> bool {
+        match self {
+            Refusal::SegmentsFixed { configured, .. } => *configured == activity.segments,
+            Refusal::OlderVersion { configured, .. } => *configured == activity.version,
+            Refusal::OldLayout { .. } | Refusal::Damaged { .. } => true,
+        }
+    }
 }
 
 /// What prewarming an activity did.
@@ -48,6 +66,8 @@ pub struct Prewarmed {
     /// Partitions whose stock key of the version on sale is gone (removed by hand, or lost):
     /// never re-created; their buyers get `unavailable` until the version is raised.
     pub stock_key_removed: Vec<u32>,
+    /// Partitions whose meta was lost while their stock and ledger remained: adopted as they are.
+    pub meta_repaired: Vec<u32>,
     /// Units left over all partitions, when every partition could be read.
     pub remaining: Option<i64>,
 }
@@ -61,6 +81,18 @@ pub async fn prewarm(
     let layout = Layout::of(activity);
     let expire_at = store.expire_at(activity);
     let id = activity.id.to_string();
+    // The registry keeps a second record of the segment count, outside the activity's keys
+    // (it outlives them: a record whose segments hold nothing any more is stale).
+    if let Some(first) = store.registered_segments(&activity.id).await? {
+        if first != layout.count() && alive(store, &Layout::new(activity.id.clone(), first)).await?
+        {
+            return Ok(Err(Refusal::SegmentsFixed {
+                id,
+                first,
+                configured: layout.count(),
+            }));
+        }
+    }
     match store.claim(&layout, activity.version, expire_at).await? {
         ClaimOutcome::Claimed => {}
         ClaimOutcome::SegmentsFixed { first } => {
@@ -79,7 +111,9 @@ pub async fn prewarm(
         }
         ClaimOutcome::OldLayout => return Ok(Err(Refusal::OldLayout { id })),
     }
-    store.register(&activity.id, expire_at).await?;
+    store
+        .register(&activity.id, layout.count(), expire_at)
+        .await?;
     let mut report = Prewarmed {
         remaining: Some(0),
         ..Prewarmed::default()
@@ -92,6 +126,13 @@ pub async fn prewarm(
         {
             PrewarmOutcome::Created => report.created += 1,
             PrewarmOutcome::Exists => {}
+            PrewarmOutcome::MetaRepaired => report.meta_repaired.push(partition.index()),
+            PrewarmOutcome::Damaged => {
+                return Ok(Err(Refusal::Damaged {
+                    id,
+                    segment: partition.index(),
+                }))
+            }
             PrewarmOutcome::StockKeyRemoved => report.stock_key_removed.push(partition.index()),
             // The claim passed, so a newer version here means another instance claimed it since.
             PrewarmOutcome::Older { current } => {
@@ -106,6 +147,17 @@ pub async fn prewarm(
         report.remaining = report.remaining.zip(left).map(|(t, l)| t + l);
     }
     Ok(Ok(report))
+}
+
+/// Whether any partition of `layout` still has keys (its meta).
+async fn alive(store: &StockStore, layout: &Layout) -> Result<bool, StoreError> {
+    for partition in layout.partitions() {
+        let meta = store.meta(partition).await?;
+        if meta.current.is_some() || !meta.versions.is_empty() {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
 /// A buyer's purchase, as the stock layer takes it.
@@ -132,7 +184,13 @@ pub enum Reserve {
         replayed: bool,
         /// Units left in the activity, when a single partition answered for all of it.
         remaining: Option<u64>,
+        /// When it was made, and when its hold runs out (Redis's clock, unix ms).
+        created_ms: u64,
+        deadline_ms: u64,
     },
+    /// The idempotency key's reservation is pending past its hold deadline (being settled):
+    /// retry.
+    HoldRanOut,
     /// Not enough for the request anywhere: every partition, and every unit in flight between
     /// two of them, adds up to `left`, less than the quantity.
     SoldOut {
@@ -222,7 +280,9 @@ pub async fn reserve(
                     landed_maybe: None,
                 })?;
             if left < i64::from(purchase.qty) {
-                return Ok(Reserve::SoldOut { left });
+                return Ok(newer_version(store, activity)
+                    .await
+                    .map_or(Reserve::SoldOut { left }, |r| Reserve::NotOnSale(Some(r))));
             }
             if rounds == MAX_REBALANCE_ROUNDS {
                 return Ok(Reserve::Busy);
@@ -249,19 +309,27 @@ pub async fn reserve(
         };
     }
     Ok(match outcome {
-        ReserveOutcome::Reserved { remaining } => Reserve::Reserved {
+        ReserveOutcome::Reserved {
+            remaining,
+            created_ms,
+            deadline_ms,
+        } => Reserve::Reserved {
             id: purchase.reservation_id.to_owned(),
             partition: home.index(),
             version: activity.version,
             qty: purchase.qty,
             replayed: false,
             remaining: (!layout.is_segmented()).then_some(remaining),
+            created_ms,
+            deadline_ms,
         },
         ReserveOutcome::Replayed {
             id,
             qty,
             version,
             remaining,
+            created_ms,
+            deadline_ms,
         } => Reserve::Reserved {
             id,
             partition: home.index(),
@@ -269,11 +337,26 @@ pub async fn reserve(
             qty,
             replayed: true,
             remaining: remaining.filter(|_| !layout.is_segmented()),
+            created_ms,
+            deadline_ms,
         },
+        ReserveOutcome::HoldRanOut => Reserve::HoldRanOut,
         ReserveOutcome::LimitExceeded { .. } => Reserve::LimitExceeded,
         ReserveOutcome::NoStockKey => Reserve::NotOnSale(None),
         ReserveOutcome::DuplicateId => Reserve::DuplicateId,
         ReserveOutcome::Insufficient { .. } => unreachable!("the loop above ends every shortage"),
+    })
+}
+
+/// A newer version than this configuration's is on sale (this instance runs an older YAML
+/// while another's prewarm retires its version segment by segment): then "nothing left" is
+/// about a retired version, and the buyer is told `unavailable`, not `sold_out`.
+async fn newer_version(store: &StockStore, activity: &Activity) -> Option<Refusal> {
+    let newest = store.base_meta(&activity.id).await.ok()?.newest?;
+    (newest > activity.version).then(|| Refusal::OlderVersion {
+        id: activity.id.to_string(),
+        configured: activity.version,
+        newest,
     })
 }
 

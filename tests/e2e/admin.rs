@@ -65,6 +65,9 @@ async fn metrics_exports_the_contract_series_from_one_registry() {
         upstream: _upstream,
         gw,
     } = Stack::start(vec![TestActivity::open("1001", 1)]);
+    // Once the start-up prewarm ran (a buyer before it costs a prewarm and a second reserve).
+    gw.metrics_when(|m| m.contains(r#"flashgate_stock_remaining{activity="1001"} 1"#))
+        .await;
     assert_eq!(gw.buy("1001", "alice", None).await.status, 200);
     assert_eq!(gw.buy("1001", "bob", None).await.code(), "sold_out");
     assert_eq!(gw.buy("nope", "bob", None).await.code(), "unknown_activity");

@@ -8,6 +8,7 @@ mod admin;
 mod burst;
 mod decisions;
 mod failures;
+mod integrity;
 mod lifecycle;
 mod news;
 mod operations;

@@ -1,0 +1,422 @@
+//! The model test's generator driving the real binaries: two flashgate processes on one
+//! redis-server in front of the demo backend, over HTTP and the admin API. Fewer, longer
+//! sequences than `tests/model.rs` (each starts real processes), and since time runs for real
+//! here (holds of two seconds run out, sweeps and order lookups run in the background), the
+//! checks are the invariants rather than exact answers:
+//!
+//! - after every step: `reconcile` clean (every ledger balanced and agreeing with the records);
+//!   no version sold past its stock; no user over the highest limit ever configured; a keyed
+//!   purchase answered with a new reservation only once the old one was released;
+//! - at the end, once every hold has settled: every order the backend took is confirmed in
+//!   Redis (none released, so none sold twice), and nothing is left pending.
+//!
+//! `PROPTEST_CASES` sets the number of sequences (`scripts/reliability integrity` runs more).
+
+#[path = "support/mod.rs"]
+mod support;
+
+use proptest::prelude::*;
+use proptest::test_runner::Config;
+use std::collections::HashMap;
+use std::time::Duration;
+use support::*;
+use tokio::io::AsyncWriteExt;
+
+const USERS: usize = 6;
+const LIMIT: u32 = 2;
+
+#[derive(Clone, Debug)]
+enum Op {
+    Buy {
+        gw: usize,
+        act: usize,
+        user: usize,
+        qty: u32,
+        key: Option<u8>,
+    },
+    HangUp {
+        gw: usize,
+        user: usize,
+    },
+    Backend {
+        status: u16,
+        delay_ms: u64,
+    },
+    AdminConfirm {
+        gw: usize,
+        pick: usize,
+    },
+    AdminRelease {
+        gw: usize,
+        pick: usize,
+    },
+    /// A reload raising an activity's version.
+    Bump {
+        gw: usize,
+        act: usize,
+    },
+    /// A reload changing the per-user limit.
+    Limit {
+        gw: usize,
+        limit: u32,
+    },
+    /// A restart with the other gateway's configuration, or with an older version.
+    Restart {
+        gw: usize,
+        older: bool,
+    },
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let gw = 0..2usize;
+    prop_oneof![
+        10 => (gw.clone(), 0..2usize, 0..USERS, 1..=2u32, proptest::option::weighted(0.3, 0..3u8))
+            .prop_map(|(gw, act, user, qty, key)| Op::Buy { gw, act, user, qty, key }),
+        2 => (gw.clone(), 0..USERS).prop_map(|(gw, user)| Op::HangUp { gw, user }),
+        2 => (prop_oneof![Just(200u16), Just(500), Just(409)], prop_oneof![Just(0u64), Just(200)])
+            .prop_map(|(status, delay_ms)| Op::Backend { status, delay_ms }),
+        2 => (gw.clone(), any::<usize>()).prop_map(|(gw, pick)| Op::AdminConfirm { gw, pick }),
+        2 => (gw.clone(), any::<usize>()).prop_map(|(gw, pick)| Op::AdminRelease { gw, pick }),
+        1 => (gw.clone(), 0..2usize).prop_map(|(gw, act)| Op::Bump { gw, act }),
+        1 => (gw.clone(), 1..=LIMIT).prop_map(|(gw, limit)| Op::Limit { gw, limit }),
+        1 => (gw, any::<bool>()).prop_map(|(gw, older)| Op::Restart { gw, older }),
+    ]
+}
+
+const ACTS: [&str; 2] = ["plain", "split"];
+
+fn activities(versions: [u64; 2], limit: u32) -> Vec<TestActivity> {
+    vec![
+        TestActivity {
+            version: versions[0],
+            per_user_limit: limit,
+            max_per_request: limit.min(2),
+            hold_secs: Some(2),
+            ..TestActivity::open("plain", 8)
+        },
+        TestActivity {
+            version: versions[1],
+            per_user_limit: limit,
+            max_per_request: limit.min(2),
+            hold_secs: Some(2),
+            segments: Some(3),
+            confirm: Some("explicit"),
+            ..TestActivity::open("split", 9)
+        },
+    ]
+}
+
+struct Run {
+    redis: RedisServer,
+    upstream: Upstream,
+    gws: Vec<GatewayProc>,
+    versions: [[u64; 2]; 2],
+    limits: [u32; 2],
+    /// Every reservation id a buyer got, with its activity.
+    jtis: Vec<(usize, String)>,
+    /// (activity, user, key) -> the last reservation a keyed purchase got.
+    keyed: HashMap<(usize, usize, u8), String>,
+    store: flashgate::stock::StockStore,
+}
+
+fn config(
+    run_redis: &RedisServer,
+    upstream: &Upstream,
+    versions: [u64; 2],
+    limit: u32,
+) -> TestConfig {
+    let mut c = TestConfig::new(run_redis, upstream, activities(versions, limit));
+    c.per_user = None;
+    c.extra_upstream_yaml =
+        "  order_lookup: { path: \"/orders/{jti}\", timeout_ms: 500, retry_interval_ms: 300 }\n"
+            .to_owned();
+    c.extra_redis_yaml = "  prewarm_interval_ms: 300\n".to_owned();
+    c.read_timeout_ms = 1000;
+    c
+}
+
+fn record(redis: &RedisServer, tag: &str, jti: &str) -> Option<String> {
+    redis::cmd("HGET")
+        .arg(format!("fg:{{{tag}}}:res"))
+        .arg(jti)
+        .query(&mut redis.conn())
+        .unwrap()
+}
+
+/// The hash tag of the segment a reservation id names.
+fn tag_of(act: usize, jti: &str) -> String {
+    match jti.rsplit_once('.') {
+        Some((_, seg)) => format!("{}~{seg}/3", ACTS[act]),
+        None => ACTS[act].to_owned(),
+    }
+}
+
+impl Run {
+    async fn start() -> Run {
+        let redis = RedisServer::start_durable();
+        let upstream = Upstream::start();
+        let base = config(&redis, &upstream, [1, 1], LIMIT);
+        let mut second = base.clone();
+        second.listen_port = free_port();
+        second.admin_port = free_port();
+        let store = stock_store(redis.url(), vec![], Duration::from_secs(2));
+        Run {
+            gws: vec![GatewayProc::start(base), GatewayProc::start(second)],
+            redis,
+            upstream,
+            versions: [[1, 1]; 2],
+            limits: [LIMIT; 2],
+            jtis: Vec::new(),
+            keyed: HashMap::new(),
+            store,
+        }
+    }
+
+    fn reconfigure(&mut self, gw: usize, restart: bool) {
+        let mut c = config(
+            &self.redis,
+            &self.upstream,
+            self.versions[gw],
+            self.limits[gw],
+        );
+        c.listen_port = self.gws[gw].config.listen_port;
+        c.admin_port = self.gws[gw].config.admin_port;
+        if restart {
+            self.gws[gw].kill();
+            self.gws[gw].config = c;
+            self.gws[gw].restart();
+        } else {
+            self.gws[gw].rewrite_config(c);
+            self.gws[gw].signal("HUP");
+        }
+    }
+
+    async fn apply(&mut self, op: &Op) {
+        match *op {
+            Op::Buy {
+                gw,
+                act,
+                user,
+                qty,
+                key,
+            } => {
+                let user_id = format!("u{user}");
+                let path = format!("/api/seckill/{}/buy?qty={qty}", ACTS[act]);
+                let key_header = key.map(|k| format!("key-{k}"));
+                let mut headers = vec![("X-User-Id", user_id.as_str())];
+                if let Some(k) = &key_header {
+                    headers.push(("Idempotency-Key", k.as_str()));
+                }
+                let resp = request(self.gws[gw].addr, "POST", &path, &headers).await;
+                let Some(jti) = resp.header("x-flashgate-reservation-id").map(str::to_owned) else {
+                    return;
+                };
+                if let Some(k) = key {
+                    if let Some(before) = self.keyed.insert((act, user, k), jti.clone()) {
+                        if before != jti {
+                            let rec = record(&self.redis, &tag_of(act, &before), &before);
+                            assert!(
+                                rec.as_deref().is_some_and(|r| r.starts_with("released|")),
+                                "a keyed retry got a new reservation while {before} was {rec:?}"
+                            );
+                        }
+                    }
+                }
+                self.jtis.push((act, jti));
+            }
+            Op::HangUp { gw, user } => {
+                let before = self.upstream.requests().await.len();
+                let mut s = tokio::net::TcpStream::connect(self.gws[gw].addr)
+                    .await
+                    .unwrap();
+                let raw = raw_request(
+                    "POST",
+                    "/api/seckill/plain/buy",
+                    &[("X-User-Id", &format!("u{user}"))],
+                );
+                s.write_all(raw.as_bytes()).await.unwrap();
+                let deadline = std::time::Instant::now() + Duration::from_secs(5);
+                loop {
+                    let mut probe = [0u8; 1];
+                    let answered = matches!(
+                        tokio::time::timeout(Duration::from_millis(5), s.peek(&mut probe)).await,
+                        Ok(Ok(n)) if n > 0
+                    );
+                    if answered
+                        || self.upstream.requests().await.len() > before
+                        || std::time::Instant::now() > deadline
+                    {
+                        break;
+                    }
+                }
+            }
+            Op::Backend { status, delay_ms } => {
+                request(
+                    self.upstream.addr,
+                    "POST",
+                    &format!("/__upstream/mode?status={status}&delay_ms={delay_ms}"),
+                    &[],
+                )
+                .await;
+            }
+            Op::AdminConfirm { gw, pick } | Op::AdminRelease { gw, pick } => {
+                if self.jtis.is_empty() {
+                    return;
+                }
+                let (act, jti) = self.jtis[pick % self.jtis.len()].clone();
+                let verb = if matches!(op, Op::AdminConfirm { .. }) {
+                    "confirm"
+                } else {
+                    "release"
+                };
+                let resp = self.gws[gw]
+                    .admin_post(&format!(
+                        "/v1/activities/{}/reservations/{jti}/{verb}",
+                        ACTS[act]
+                    ))
+                    .await;
+                assert!(
+                    matches!(resp.status, 200 | 404 | 409 | 503),
+                    "{verb}: {}",
+                    resp.status
+                );
+            }
+            Op::Bump { gw, act } => {
+                self.versions[gw][act] += 1;
+                self.reconfigure(gw, false);
+            }
+            Op::Limit { gw, limit } => {
+                self.limits[gw] = limit;
+                self.reconfigure(gw, false);
+            }
+            Op::Restart { gw, older } => {
+                if older {
+                    for v in &mut self.versions[gw] {
+                        *v = v.saturating_sub(1).max(1);
+                    }
+                } else {
+                    self.versions[gw] = self.versions[1 - gw];
+                }
+                self.reconfigure(gw, true);
+            }
+        }
+    }
+
+    /// The settings that read Redis as it is (versions do not matter to reconcile).
+    fn settings(&self) -> flashgate::config::Settings {
+        flashgate::config::Settings::load_without_secrets(&self.gws[0].config_path()).unwrap()
+    }
+
+    async fn check(&self) {
+        let settings = self.settings();
+        let report = flashgate::reconcile::reconcile(&settings, &self.store, None)
+            .await
+            .unwrap();
+        assert!(report.clean(), "{}", report.table());
+        for v in &report.versions {
+            assert!(
+                v.ledger.pending + v.ledger.confirmed <= v.ledger.initial + v.ledger.moved_in,
+                "{}",
+                report.table()
+            );
+        }
+        let mut conn = self.redis.conn();
+        for (act, tags) in [
+            (0, vec!["plain".to_owned()]),
+            (1, (0..3).map(|s| format!("split~{s}/3")).collect()),
+        ] {
+            let mut held: HashMap<String, u64> = HashMap::new();
+            for tag in tags {
+                let users: HashMap<String, String> = redis::cmd("HGETALL")
+                    .arg(format!("fg:{{{tag}}}:users"))
+                    .query(&mut conn)
+                    .unwrap();
+                for (u, n) in users.into_iter().filter(|(u, _)| !u.is_empty()) {
+                    *held.entry(u).or_default() += n.parse::<u64>().unwrap();
+                }
+            }
+            for (user, units) in held {
+                assert!(
+                    units <= u64::from(LIMIT),
+                    "{} {user} holds {units}",
+                    ACTS[act]
+                );
+            }
+        }
+    }
+
+    /// Waits until nothing is pending (every hold settled), then: every order the backend
+    /// took is confirmed.
+    async fn settle(&self) {
+        request(
+            self.upstream.addr,
+            "POST",
+            "/__upstream/mode?status=200&delay_ms=0",
+            &[],
+        )
+        .await;
+        let settings = self.settings();
+        wait_for_async("every hold to settle", Duration::from_secs(30), || async {
+            let report = flashgate::reconcile::reconcile(&settings, &self.store, None)
+                .await
+                .ok()?;
+            report
+                .versions
+                .iter()
+                .all(|v| v.ledger.pending == 0)
+                .then_some(())
+        })
+        .await;
+        let orders = get(self.upstream.addr, "/__upstream/orders", &[])
+            .await
+            .json();
+        for jti in orders["orders"].as_array().unwrap() {
+            let jti = jti.as_str().unwrap();
+            let act = self
+                .jtis
+                .iter()
+                .find(|(_, j)| j == jti)
+                .map_or_else(|| if jti.contains('.') { 1 } else { 0 }, |(a, _)| *a);
+            let rec = record(&self.redis, &tag_of(act, jti), jti).unwrap_or_default();
+            // An admin release (a cancelled order) is the backend's own doing.
+            assert!(
+                rec.starts_with("confirmed|") || rec.contains("|admin|"),
+                "the backend took {jti} but Redis says {rec:?}"
+            );
+        }
+        self.check().await;
+    }
+}
+
+fn cases() -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(3)
+}
+
+proptest! {
+    #![proptest_config(Config {
+        cases: cases(),
+        max_shrink_iters: 64,
+        failure_persistence: Some(Box::new(proptest::test_runner::FileFailurePersistence::WithSource("proptest-regressions"))),
+        .. Config::default()
+    })]
+
+    #[test]
+    fn two_gateways_over_http_keep_every_invariant(ops in proptest::collection::vec(op(), 10..40)) {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let mut run = Run::start().await;
+            for op in &ops {
+                run.apply(op).await;
+                run.check().await;
+            }
+            run.settle().await;
+        });
+    }
+}
