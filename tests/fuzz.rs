@@ -5,6 +5,7 @@
 
 use flashgate::admission::identity::Identifier;
 use flashgate::admission::route::SaleRoute;
+use flashgate::admission::target::Target;
 use flashgate::admission::{idempotency_key, quantity};
 use flashgate::config::{IdentitySettings, IdentitySource, Settings};
 use http::{HeaderMap, HeaderName, HeaderValue, Method};
@@ -59,13 +60,24 @@ proptest! {
     }
 
     #[test]
-    fn route_matching_never_panics(path in "(/[a-zA-Z0-9%{}._-]{0,8}){0,6}/?", method in "[A-Z]{1,7}") {
+    fn route_matching_never_panics(path in "(/[a-zA-Z0-9%{}._;\\\\-]{0,8}){0,6}/?", method in "[A-Za-z]{1,7}") {
         let route = SaleRoute::parse("POST", "/api/seckill/{activity}/buy", "qty").unwrap();
         let Ok(method) = Method::from_bytes(method.as_bytes()) else { return Ok(()) };
-        if let Some(activity) = route.match_request(&method, &path) {
-            prop_assert_eq!(&method, &Method::POST);
-            prop_assert!(path.split('/').any(|s| s == activity));
+        let target = Target::of(&method, path.as_bytes());
+        if let Some(activity) = route.match_target(&target) {
+            prop_assert!(method.as_str().eq_ignore_ascii_case("POST"));
             prop_assert!(!activity.is_empty());
+            // The canonical form it is forwarded as reads the same again.
+            let again = Target::of(&Method::POST, route.path_for(activity).as_bytes());
+            prop_assert_eq!(route.match_target(&again), Some(activity));
+        }
+    }
+
+    #[test]
+    fn any_request_target_normalises_without_panicking(raw in prop::collection::vec(any::<u8>(), 0..300)) {
+        let target = Target::of(&Method::POST, &raw);
+        if let Some(segments) = target.segments {
+            prop_assert!(segments.iter().all(|s| !s.is_empty() && s != "." && s != ".." && !s.contains(['/', '\\', ';'])));
         }
     }
 

@@ -28,7 +28,8 @@
 #[path = "support/mod.rs"]
 mod support;
 
-use flashgate::admission::{sale_route, Admission, Admitted, SaleFacts};
+use flashgate::admission::target::Target;
+use flashgate::admission::{sale_route, Admission, Admitted, SaleFacts, SaleRequest};
 use flashgate::config::Settings;
 use flashgate::lifecycle::{AdminOutcome, Lifecycle};
 use flashgate::live::{Generation, Live};
@@ -884,18 +885,25 @@ impl System {
             req.insert_header("idempotency-key", format!("key-{k}"))
                 .unwrap();
         }
-        let Some((route, raw)) = sale_route(&generation.settings, &req) else {
+        let target = Target::of(&req.method, req.raw_path());
+        let Some((route, raw)) = sale_route(&generation.settings, &target) else {
             panic!("a sale route");
         };
         let mut facts = SaleFacts::default();
-        let checked =
-            match instance
-                .admission
-                .check(&generation, &req, route, raw, None, &mut facts)
-            {
-                Ok(checked) => checked,
-                Err(decision) => return (decision.code(), None),
-            };
+        let checked = match instance.admission.check(
+            &generation,
+            &SaleRequest {
+                req: &req,
+                target: &target,
+                route,
+                activity: raw,
+                peer: None,
+            },
+            &mut facts,
+        ) {
+            Ok(checked) => checked,
+            Err(decision) => return (decision.code(), None),
+        };
         let taken = match id {
             // A reserve whose id was abandoned first: the same path, with that id.
             Some(id) => block_on(instance.admission.take_with_id(

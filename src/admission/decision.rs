@@ -10,12 +10,17 @@ pub enum BadRequest {
     QuantityTooSmall,
     QuantityTooLarge,
     QuantityRepeated,
+    /// A parameter another spelling of the quantity's name (`QTY`, `%71ty`, `qty[]`), or a
+    /// body's quantity that differs from the query's.
+    QuantityAmbiguous,
     IdempotencyKeyInvalid,
     BodyTooLarge,
     /// The body did not arrive within `server.sale_body_timeout_ms`.
     BodyTooSlow,
     HeadersTooLarge,
     MalformedBody,
+    /// The request-target cannot be forwarded in its canonical form (a malformed query).
+    MalformedTarget,
 }
 
 impl BadRequest {
@@ -25,10 +30,14 @@ impl BadRequest {
             BadRequest::QuantityTooSmall => "quantity must be at least 1",
             BadRequest::QuantityTooLarge => "quantity exceeds the most one request may buy",
             BadRequest::QuantityRepeated => "quantity must be given once",
+            BadRequest::QuantityAmbiguous => {
+                "quantity must be given once, as the route's quantity parameter"
+            }
             BadRequest::BodyTooLarge => "request body too large",
             BadRequest::BodyTooSlow => "request body not received in time",
             BadRequest::HeadersTooLarge => "request headers too large",
             BadRequest::MalformedBody => "malformed request body",
+            BadRequest::MalformedTarget => "malformed request target",
             BadRequest::IdempotencyKeyInvalid => {
                 "Idempotency-Key must be given once, 1 to 128 visible ASCII characters"
             }

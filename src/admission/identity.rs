@@ -48,7 +48,8 @@ impl Identifier {
         }
     }
 
-    fn trusts(&self, peer: Option<IpAddr>) -> bool {
+    /// Whether `peer` is one of `identity.trusted_proxies`.
+    pub fn trusts(&self, peer: Option<IpAddr>) -> bool {
         peer.is_some_and(|ip| self.trusted_proxies.iter().any(|net| net.contains(&ip)))
     }
 

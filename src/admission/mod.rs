@@ -15,6 +15,7 @@ pub mod decision;
 pub mod identity;
 pub mod rate_limit;
 pub mod route;
+pub mod target;
 
 pub use decision::{BadRequest, Decision, Reply};
 
@@ -41,6 +42,7 @@ use route::SaleRoute;
 use std::net::IpAddr;
 use std::num::NonZeroU32;
 use std::sync::Arc;
+use target::{lenient_name, Target};
 
 /// What admission learned about a sale request, kept for the response and the decision log.
 #[derive(Debug, Default, Clone)]
@@ -119,6 +121,16 @@ impl Policy {
         }
     }
 
+    /// Whether `peer` is one of `identity.trusted_proxies`.
+    pub fn trusts(&self, peer: Option<IpAddr>) -> bool {
+        self.identifier.trusts(peer)
+    }
+
+    /// The client's address: the peer, or from a trusted proxy's `X-Forwarded-For`.
+    pub fn client_ip(&self, headers: &HeaderMap, peer: Option<IpAddr>) -> Option<IpAddr> {
+        self.identifier.client_ip(headers, peer)
+    }
+
     fn limits(&self) -> impl Iterator<Item = &Limit> {
         [&self.per_user, &self.per_ip, &self.per_activity]
             .into_iter()
@@ -136,16 +148,29 @@ impl Policy {
     }
 }
 
-/// The sale route a request is on, with the raw activity segment; `None` passes through.
-pub fn sale_route<'s, 'p>(
+/// The sale route a (normalised) request is on, with its activity segment; `None` passes
+/// through.
+pub fn sale_route<'s, 't>(
     settings: &'s Settings,
-    req: &'p RequestHeader,
-) -> Option<(&'s SaleRoute, &'p str)> {
-    let path = req.uri.path();
+    target: &'t Target,
+) -> Option<(&'s SaleRoute, &'t str)> {
     settings
         .sale_routes
         .iter()
-        .find_map(|r| r.match_request(&req.method, path).map(|act| (r, act)))
+        .find_map(|r| r.match_target(target).map(|act| (r, act)))
+}
+
+/// A request on a sale route, as admission reads it.
+#[derive(Debug, Clone, Copy)]
+pub struct SaleRequest<'a> {
+    pub req: &'a RequestHeader,
+    /// Its target, normalised.
+    pub target: &'a Target,
+    pub route: &'a SaleRoute,
+    /// The activity segment of its path.
+    pub activity: &'a str,
+    /// The TCP peer.
+    pub peer: Option<IpAddr>,
 }
 
 /// A sale request that passed every check made without Redis.
@@ -201,12 +226,16 @@ impl Admission {
     pub fn check(
         &self,
         generation: &Generation,
-        req: &RequestHeader,
-        route: &SaleRoute,
-        raw_activity: &str,
-        peer: Option<IpAddr>,
+        sale: &SaleRequest<'_>,
         facts: &mut SaleFacts,
     ) -> Result<Checked, Decision> {
+        let SaleRequest {
+            req,
+            target,
+            route,
+            activity: raw_activity,
+            peer,
+        } = *sale;
         let policy = &generation.policy;
         if let Some(ip) = policy.identifier.client_ip(&req.headers, peer) {
             self.take_token(&policy.per_ip, &ip)?;
@@ -224,7 +253,7 @@ impl Admission {
             .clone();
         facts.activity = Some(activity.clone());
         let qty = quantity(
-            req.uri.query(),
+            target.query.as_deref(),
             route.quantity_query(),
             activity.max_per_request,
         )
@@ -479,13 +508,68 @@ pub fn idempotency_key(headers: &HeaderMap) -> Result<Option<&str>, BadRequest> 
     Ok(std::str::from_utf8(key).ok())
 }
 
+/// A quantity a sale request's body names under the quantity parameter's name (or a lenient
+/// spelling of it), for a backend that reads it there: form fields
+/// (`application/x-www-form-urlencoded`) and top-level keys of a JSON object. `Err` when one is
+/// not a plain number or two disagree; `None` when the body names none (or is of another type,
+/// which flashgate does not read).
+pub fn body_quantity(
+    content_type: Option<&str>,
+    body: &[u8],
+    name: &str,
+) -> Result<Option<u32>, BadRequest> {
+    let media = content_type
+        .and_then(|c| c.split(';').next())
+        .map(|m| m.trim().to_ascii_lowercase());
+    let lenient = name.to_ascii_lowercase();
+    let mut found: Vec<String> = Vec::new();
+    match media.as_deref() {
+        Some("application/x-www-form-urlencoded") => {
+            for pair in String::from_utf8_lossy(body).split('&') {
+                let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+                if lenient_name(key) == lenient {
+                    found.push(value.to_owned());
+                }
+            }
+        }
+        Some(m) if m == "application/json" || m.ends_with("+json") => {
+            let Ok(serde_json::Value::Object(map)) = serde_json::from_slice(body) else {
+                return Ok(None);
+            };
+            for (key, value) in map {
+                if lenient_name(&key) == lenient {
+                    found.push(match value {
+                        serde_json::Value::String(s) => s,
+                        other => other.to_string(),
+                    });
+                }
+            }
+        }
+        _ => return Ok(None),
+    }
+    let mut qty = None;
+    for value in found {
+        let n: u32 = value
+            .trim()
+            .parse()
+            .map_err(|_| BadRequest::QuantityAmbiguous)?;
+        if qty.is_some_and(|q| q != n) {
+            return Err(BadRequest::QuantityAmbiguous);
+        }
+        qty = Some(n);
+    }
+    Ok(qty)
+}
+
 /// Most digits a quantity may have (keeps parsing trivially overflow-free).
 const MAX_QUANTITY_DIGITS: usize = 9;
 
 /// The requested quantity from the query string: absent means 1; otherwise plain decimal
-/// digits, given once, between 1 and `max`.
+/// digits, given once, between 1 and `max`. A parameter a lenient backend would read as the
+/// quantity under another spelling (`QTY`, `%71ty`, `qty[]`) is refused, never ignored.
 pub fn quantity(query: Option<&str>, name: &str, max: NonZeroU32) -> Result<u32, BadRequest> {
     let mut found = None;
+    let lenient = name.to_ascii_lowercase();
     for pair in query.unwrap_or("").split('&') {
         let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
         if key == name {
@@ -493,6 +577,8 @@ pub fn quantity(query: Option<&str>, name: &str, max: NonZeroU32) -> Result<u32,
                 return Err(BadRequest::QuantityRepeated);
             }
             found = Some(value);
+        } else if lenient_name(key) == lenient {
+            return Err(BadRequest::QuantityAmbiguous);
         }
     }
     let Some(value) = found else {
@@ -545,6 +631,35 @@ mod tests {
             Err(BadRequest::QuantityTooLarge)
         );
         assert_eq!(q(Some("qty=1&qty=1")), Err(BadRequest::QuantityRepeated));
+        for lookalike in ["QTY=5", "qty=1&%71ty=5", "qty[]=5", "Qty%5B%5D=2"] {
+            assert_eq!(
+                q(Some(lookalike)),
+                Err(BadRequest::QuantityAmbiguous),
+                "{lookalike}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_body_quantity_is_read_as_a_backend_would() {
+        let form = Some("application/x-www-form-urlencoded; charset=utf-8");
+        assert_eq!(body_quantity(form, b"item=7&qty=2", "qty"), Ok(Some(2)));
+        assert_eq!(body_quantity(form, b"QTY=2&qty=2", "qty"), Ok(Some(2)));
+        assert_eq!(
+            body_quantity(form, b"qty=2&qty%5B%5D=5", "qty"),
+            Err(BadRequest::QuantityAmbiguous)
+        );
+        assert_eq!(body_quantity(form, b"note=hi", "qty"), Ok(None));
+        let json = Some("application/json");
+        assert_eq!(body_quantity(json, br#"{"qty": 3}"#, "qty"), Ok(Some(3)));
+        assert_eq!(body_quantity(json, br#"{"Qty": "3"}"#, "qty"), Ok(Some(3)));
+        assert_eq!(
+            body_quantity(json, br#"{"qty": 1.5}"#, "qty"),
+            Err(BadRequest::QuantityAmbiguous)
+        );
+        assert_eq!(body_quantity(json, b"not json", "qty"), Ok(None));
+        assert_eq!(body_quantity(Some("text/plain"), b"qty=9", "qty"), Ok(None));
+        assert_eq!(body_quantity(None, b"qty=9", "qty"), Ok(None));
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! Which requests are purchase attempts: sale route templates like `/api/seckill/{activity}/buy`.
 
+use super::target::Target;
 use http::Method;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -79,28 +80,43 @@ impl SaleRoute {
         })
     }
 
-    /// If the request is on this route, the raw activity segment of its path.
-    ///
-    /// Empty segments are ignored, so `//a//b/` matches `/a/b`: a buyer must not skip admission
-    /// by adding slashes that the backend's router would ignore.
-    pub fn match_request<'p>(&self, method: &Method, path: &'p str) -> Option<&'p str> {
-        if *method != self.method {
+    /// If the (normalised) request is on this route, its activity segment. Literal segments
+    /// match case-insensitively: a buyer must not skip admission with a spelling the backend's
+    /// router reads as the purchase (see [`super::target`]).
+    pub fn match_target<'t>(&self, target: &'t Target) -> Option<&'t str> {
+        if target.method != self.method {
+            return None;
+        }
+        let parts = target.segments.as_ref()?;
+        if parts.len() != self.segments.len() {
             return None;
         }
         let mut activity = None;
-        let mut parts = path.split('/').filter(|s| !s.is_empty());
-        for segment in &self.segments {
-            let part = parts.next()?;
+        for (segment, part) in self.segments.iter().zip(parts) {
             match segment {
-                Segment::Literal(lit) if lit == part => {}
+                Segment::Literal(lit) if lit.eq_ignore_ascii_case(part) => {}
                 Segment::Literal(_) => return None,
-                Segment::Activity => activity = Some(part),
+                Segment::Activity => activity = Some(part.as_str()),
             }
         }
-        if parts.next().is_some() {
-            return None;
-        }
         activity
+    }
+
+    /// The route's canonical path for an activity: what an admitted request is forwarded as.
+    pub fn path_for(&self, activity: &str) -> String {
+        let mut path = String::new();
+        for segment in &self.segments {
+            path.push('/');
+            match segment {
+                Segment::Literal(lit) => path.push_str(lit),
+                Segment::Activity => path.push_str(activity),
+            }
+        }
+        path
+    }
+
+    pub fn method(&self) -> &Method {
+        &self.method
     }
 
     pub fn quantity_query(&self) -> &str {
@@ -120,24 +136,25 @@ mod tests {
         SaleRoute::parse("POST", "/api/seckill/{activity}/buy", "qty").unwrap()
     }
 
+    fn matches(method: &str, raw: &str) -> Option<String> {
+        let target = Target::of(
+            &Method::from_bytes(method.as_bytes()).unwrap(),
+            raw.as_bytes(),
+        );
+        route().match_target(&target).map(str::to_owned)
+    }
+
     #[test]
     fn matches_the_activity_segment() {
-        let r = route();
-        assert_eq!(
-            r.match_request(&Method::POST, "/api/seckill/1001/buy"),
-            Some("1001")
-        );
-        assert_eq!(
-            r.match_request(&Method::POST, "//api/seckill/1001/buy/"),
-            Some("1001")
-        );
-        assert_eq!(r.match_request(&Method::GET, "/api/seckill/1001/buy"), None);
-        assert_eq!(
-            r.match_request(&Method::POST, "/api/seckill/1001/buy/x"),
-            None
-        );
-        assert_eq!(r.match_request(&Method::POST, "/api/seckill/1001"), None);
-        assert_eq!(r.match_request(&Method::POST, "/api/other/1001/buy"), None);
+        let some = Some("1001".to_owned());
+        assert_eq!(matches("POST", "/api/seckill/1001/buy"), some);
+        assert_eq!(matches("POST", "//api/seckill/1001/buy/"), some);
+        assert_eq!(matches("post", "/API/Seckill/10%301/buy"), some);
+        assert_eq!(matches("GET", "/api/seckill/1001/buy"), None);
+        assert_eq!(matches("POST", "/api/seckill/1001/buy/x"), None);
+        assert_eq!(matches("POST", "/api/seckill/1001"), None);
+        assert_eq!(matches("POST", "/api/other/1001/buy"), None);
+        assert_eq!(route().path_for("1001"), "/api/seckill/1001/buy");
     }
 
     #[test]

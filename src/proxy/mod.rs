@@ -2,11 +2,17 @@
 //! owns it (admission, reservation signing, compensation) and records per-request facts in
 //! [`RequestCtx`]; metrics and the decision log are written once, in `logging`.
 
+pub mod headers;
 pub mod queue;
 mod respond;
 
-use crate::admission::{sale_route, Admitted, BadRequest, Decision, SaleFacts};
+use crate::admission::route::SaleRoute;
+use crate::admission::target::Target;
+use crate::admission::{
+    body_quantity, sale_route, Admitted, BadRequest, Decision, SaleFacts, SaleRequest,
+};
 use crate::config::ConfirmMode;
+use crate::config::IdentitySource;
 use crate::decision_log;
 use crate::gateway::Gateway;
 use crate::live::Generation;
@@ -20,15 +26,6 @@ use pingora::proxy::FailToProxy;
 use std::sync::Arc;
 use std::time::Instant;
 
-/// Response header telling the buyer which reservation they won.
-pub const RESERVATION_ID_HEADER: &str = "x-flashgate-reservation-id";
-
-/// Request header marking a sale request forwarded without a reservation (the store was down
-/// and the activity is `on_store_failure: passthrough`): the backend's own stock check decides.
-pub const PASSTHROUGH_HEADER: &str = "x-flashgate-passthrough";
-/// Its value: why no reservation was made.
-pub const PASSTHROUGH_VALUE: &str = "store-unavailable";
-
 /// Per-request facts, from the first phase to `logging`.
 pub struct RequestCtx {
     started: Instant,
@@ -36,6 +33,8 @@ pub struct RequestCtx {
     generation: Arc<Generation>,
     /// Set on sale routes only.
     sale: Option<SaleFacts>,
+    /// A sale request's canonical method and target: what it is forwarded as once admitted.
+    canonical: Option<(http::Method, http::Uri)>,
     /// The final decision on a sale route (the buyer's answer).
     decision: Option<Decision>,
     /// Stock held for this request until it is forwarded or released.
@@ -67,9 +66,9 @@ async fn read_sale_body(
     session: &mut Session,
     limit: u64,
     deadline: std::time::Duration,
-) -> std::result::Result<(), BadRequest> {
+) -> std::result::Result<Vec<u8>, BadRequest> {
     if session.as_mut().is_body_empty() {
-        return Ok(());
+        return Ok(Vec::new());
     }
     session.as_mut().enable_retry_buffering();
     let read = async {
@@ -85,22 +84,33 @@ async fn read_sale_body(
                 .await
                 .map_err(|_| BadRequest::MalformedBody)?;
         }
-        let mut read = 0u64;
+        let mut body = Vec::new();
         while let Some(chunk) = session
             .read_request_body()
             .await
             .map_err(|_| BadRequest::MalformedBody)?
         {
-            read += chunk.len() as u64;
-            if read > limit {
+            if (body.len() + chunk.len()) as u64 > limit {
                 return Err(BadRequest::BodyTooLarge);
             }
+            body.extend_from_slice(&chunk);
         }
-        Ok(())
+        Ok(body)
     };
     tokio::time::timeout(deadline, read)
         .await
         .unwrap_or(Err(BadRequest::BodyTooSlow))
+}
+
+/// The URI an admitted request is forwarded with: the route's path for the activity, and the
+/// query as sent. `None` if the query cannot be part of a URI.
+fn canonical_uri(route: &SaleRoute, activity: &str, query: Option<&str>) -> Option<http::Uri> {
+    let path = route.path_for(activity);
+    let target = match query {
+        Some(q) => format!("{path}?{q}"),
+        None => path,
+    };
+    target.parse().ok()
 }
 
 /// Whether a sale request is too large to consider: its headers, or its declared body (a
@@ -162,6 +172,23 @@ impl FlashProxy {
     }
 }
 
+/// The TCP peer's address.
+fn peer_ip(session: &Session) -> Option<std::net::IpAddr> {
+    session
+        .client_addr()
+        .and_then(|a| a.as_inet())
+        .map(|a| a.ip())
+}
+
+impl FlashProxy {
+    /// Whether the identity header may pass: from everyone when no `trusted_proxies` are set
+    /// (the auth layer in front is the only way in), else only from those peers.
+    fn peer_trusted(&self, session: &Session, generation: &Generation) -> bool {
+        generation.settings.identity.trusted_proxies.is_empty()
+            || generation.policy.trusts(peer_ip(session))
+    }
+}
+
 /// Answers a sale request with the gateway's own decision; the request ends here.
 async fn refuse(session: &mut Session, ctx: &mut RequestCtx, decision: Decision) -> Result<bool> {
     ctx.decision = Some(decision);
@@ -194,6 +221,7 @@ impl ProxyHttp for FlashProxy {
             started: Instant::now(),
             generation: self.gw.live.current(),
             sale: None,
+            canonical: None,
             decision: None,
             reservation: None,
             in_flight: None,
@@ -214,10 +242,31 @@ impl ProxyHttp for FlashProxy {
     async fn request_filter(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<bool> {
         let req = session.req_header();
         let generation = ctx.generation.clone();
-        let Some((route, raw_activity)) = sale_route(&generation.settings, req) else {
+        // Framing first, on every route: differing lengths are a smuggling attempt.
+        if headers::content_length(req).is_err() {
+            if let Err(e) = session.respond_error(400).await {
+                tracing::debug!(error = %e, "could not refuse a conflicting Content-Length");
+            }
+            return Ok(true);
+        }
+        let target = Target::of(&req.method, req.raw_path());
+        let Some((route, raw_activity)) = sale_route(&generation.settings, &target) else {
             return Ok(false);
         };
         let facts = ctx.sale.insert(SaleFacts::default());
+        // What an admitted request is forwarded as: the route's method and path.
+        let canonical = match canonical_uri(route, raw_activity, target.query.as_deref()) {
+            Some(uri) => uri,
+            None => {
+                return refuse(
+                    session,
+                    ctx,
+                    Decision::BadRequest(BadRequest::MalformedTarget),
+                )
+                .await
+            }
+        };
+        ctx.canonical = Some((route.method().clone(), canonical));
         if let Some(too_large) = oversized(req, &generation.settings.server) {
             return refuse(session, ctx, Decision::BadRequest(too_large)).await;
         }
@@ -229,27 +278,48 @@ impl ProxyHttp for FlashProxy {
             .client_addr()
             .and_then(|a| a.as_inet())
             .map(|a| a.ip());
-        let checked =
-            match self
-                .gw
-                .admission
-                .check(&generation, req, route, raw_activity, peer, facts)
-            {
-                Ok(checked) => checked,
-                Err(decision) => return refuse(session, ctx, decision).await,
-            };
+        let sale = SaleRequest {
+            req,
+            target: &target,
+            route,
+            activity: raw_activity,
+            peer,
+        };
+        let checked = match self.gw.admission.check(&generation, &sale, facts) {
+            Ok(checked) => checked,
+            Err(decision) => return refuse(session, ctx, decision).await,
+        };
         // The whole body, within its deadline, before any stock or slot is taken: a slow or
         // broken body then holds nothing, and nothing the buyer does later can cut a forwarded
         // reservation's body short.
         let server = &generation.settings.server;
-        if let Err(bad) = read_sale_body(
+        let body = match read_sale_body(
             session,
             server.max_sale_body_bytes,
             server.sale_body_timeout,
         )
         .await
         {
-            return refuse(session, ctx, Decision::BadRequest(bad)).await;
+            Ok(body) => body,
+            Err(bad) => return refuse(session, ctx, Decision::BadRequest(bad)).await,
+        };
+        // A quantity the body names (for a backend that reads it there) must be the admitted one.
+        let content_type = session
+            .req_header()
+            .headers
+            .get(http::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok());
+        match body_quantity(content_type, &body, route.quantity_query()) {
+            Ok(None) => {}
+            Ok(Some(q)) if Some(q) == ctx.sale.as_ref().and_then(|f| f.qty) => {}
+            Ok(Some(_)) | Err(_) => {
+                return refuse(
+                    session,
+                    ctx,
+                    Decision::BadRequest(BadRequest::QuantityAmbiguous),
+                )
+                .await
+            }
         }
         let facts = ctx.sale.get_or_insert_with(SaleFacts::default);
         match self.gw.admission.take(&generation, checked, facts).await {
@@ -317,22 +387,46 @@ impl ProxyHttp for FlashProxy {
 
     async fn upstream_request_filter(
         &self,
-        _session: &mut Session,
+        session: &mut Session,
         upstream_request: &mut RequestHeader,
         ctx: &mut RequestCtx,
     ) -> Result<()> {
         let generation = &ctx.generation;
-        let header = &generation.settings.signing.header;
+        let settings = &generation.settings;
+        let header = &settings.signing.header;
         // The upstream never sees a reservation (or passthrough mark) the gateway did not make,
-        // on any route.
-        upstream_request.remove_header(header);
-        upstream_request.remove_header(PASSTHROUGH_HEADER);
+        // on any route, under any spelling.
+        headers::remove_lookalikes(upstream_request, header.as_str());
+        headers::remove_lookalikes(upstream_request, headers::PASSTHROUGH);
+        if let IdentitySource::Header(identity) = &settings.identity.source {
+            // The identity only as the trusted auth layer set it.
+            if self.peer_trusted(session, generation) {
+                headers::remove_other_spellings(upstream_request, identity.as_str());
+            } else {
+                headers::remove_lookalikes(upstream_request, identity.as_str());
+            }
+        }
+        let peer = peer_ip(session);
+        let client = generation
+            .policy
+            .client_ip(&session.req_header().headers, peer);
+        headers::write_forwarding(
+            upstream_request,
+            peer,
+            generation.policy.trusts(peer),
+            client,
+        )?;
+        headers::normalise_content_length(upstream_request)?;
         if ctx.sale.is_some() {
             // The gateway read the body (and answered any `Expect: 100-continue`) already.
             upstream_request.remove_header(&http::header::EXPECT);
+            if let Some((method, uri)) = &ctx.canonical {
+                upstream_request.set_method(method.clone());
+                upstream_request.set_uri(uri.clone());
+            }
         }
         if ctx.passthrough {
-            upstream_request.insert_header(PASSTHROUGH_HEADER, PASSTHROUGH_VALUE)?;
+            upstream_request.insert_header(headers::PASSTHROUGH, headers::PASSTHROUGH_VALUE)?;
         }
         if let Some(reservation) = &ctx.reservation {
             if ctx.token.is_none() {
@@ -388,7 +482,7 @@ impl ProxyHttp for FlashProxy {
         ctx: &mut RequestCtx,
     ) -> Result<()> {
         if let Some(reservation) = &ctx.reservation {
-            upstream_response.insert_header(RESERVATION_ID_HEADER, reservation.id.as_str())?;
+            upstream_response.insert_header(headers::RESERVATION_ID, reservation.id.as_str())?;
         }
         Ok(())
     }

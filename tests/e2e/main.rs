@@ -5,6 +5,7 @@
 mod support;
 
 mod admin;
+mod attacks;
 mod burst;
 mod decisions;
 mod failures;

@@ -1,0 +1,242 @@
+//! The headers flashgate reads or writes, and what reaches the backend on every route:
+//!
+//! - nothing that reads as the reservation or passthrough header (case, and `_` for `-`: CGI-style
+//!   servers map `X_Flashgate_Reservation` onto the same variable as the real header) unless the
+//!   gateway set it;
+//! - the identity header only from a trusted peer when `identity.trusted_proxies` is set, and no
+//!   look-alike of it ever;
+//! - `X-Forwarded-For`, `Forwarded` and `X-Real-IP` written as a proxy should: the real peer
+//!   appended to what a trusted proxy sent, and what an untrusted peer claimed dropped;
+//! - one `Content-Length` (a repeated identical value normalised; differing ones are refused
+//!   before anything else, as smuggling attempts).
+
+use http::HeaderName;
+use pingora::http::RequestHeader;
+use std::net::IpAddr;
+
+/// Response header telling the buyer which reservation they won.
+pub const RESERVATION_ID: &str = "x-flashgate-reservation-id";
+
+/// Request header marking a sale request forwarded without a reservation (the store was down
+/// and the activity is `on_store_failure: passthrough`): the backend's own stock check decides.
+pub const PASSTHROUGH: &str = "x-flashgate-passthrough";
+/// Its value: why no reservation was made.
+pub const PASSTHROUGH_VALUE: &str = "store-unavailable";
+
+/// Request header a buyer's client sets to make retries of one purchase return the same
+/// reservation.
+pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
+
+pub const X_FORWARDED_FOR: &str = "x-forwarded-for";
+pub const X_REAL_IP: &str = "x-real-ip";
+pub const FORWARDED: &str = "forwarded";
+
+/// A header name as CGI-style servers read it: case and `_` / `-` do not matter.
+fn reads_as(name: &str, other: &str) -> bool {
+    name.len() == other.len()
+        && name
+            .bytes()
+            .zip(other.bytes())
+            .all(|(a, b)| norm(a) == norm(b))
+}
+
+fn norm(b: u8) -> u8 {
+    match b {
+        b'_' => b'-',
+        b => b.to_ascii_lowercase(),
+    }
+}
+
+/// Removes every header that reads as `name` (the exact one too).
+pub fn remove_lookalikes(req: &mut RequestHeader, name: &str) {
+    let doomed: Vec<HeaderName> = req
+        .headers
+        .keys()
+        .filter(|k| reads_as(k.as_str(), name))
+        .cloned()
+        .collect();
+    for k in doomed {
+        req.remove_header(&k);
+    }
+}
+
+/// Removes the look-alikes of `name` but keeps the exact header.
+pub fn remove_other_spellings(req: &mut RequestHeader, name: &str) {
+    let doomed: Vec<HeaderName> = req
+        .headers
+        .keys()
+        .filter(|k| k.as_str() != name && reads_as(k.as_str(), name))
+        .cloned()
+        .collect();
+    for k in doomed {
+        req.remove_header(&k);
+    }
+}
+
+/// The address as `Forwarded: for=` writes it (IPv6 quoted and bracketed, RFC 7239).
+fn forwarded_for(ip: IpAddr) -> String {
+    match ip {
+        IpAddr::V4(v4) => format!("for={v4}"),
+        IpAddr::V6(v6) => format!("for=\"[{v6}]\""),
+    }
+}
+
+/// Rewrites the forwarding headers: from a trusted proxy, the peer is appended to its chain;
+/// from anyone else, the chain starts at the peer. `X-Real-IP` becomes the client address
+/// flashgate itself uses.
+pub fn write_forwarding(
+    req: &mut RequestHeader,
+    peer: Option<IpAddr>,
+    peer_trusted: bool,
+    client: Option<IpAddr>,
+) -> pingora::Result<()> {
+    let joined = |req: &RequestHeader, name: &str| -> Option<String> {
+        let values: Vec<&str> = req
+            .headers
+            .get_all(name)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .collect();
+        (!values.is_empty()).then(|| values.join(", "))
+    };
+    let (xff, forwarded) = if peer_trusted {
+        (joined(req, X_FORWARDED_FOR), joined(req, FORWARDED))
+    } else {
+        (None, None)
+    };
+    for name in [X_FORWARDED_FOR, FORWARDED, X_REAL_IP] {
+        remove_lookalikes(req, name);
+    }
+    let Some(peer) = peer else {
+        return Ok(());
+    };
+    let chain = |before: Option<String>, hop: String| match before {
+        Some(b) if !b.is_empty() => format!("{b}, {hop}"),
+        _ => hop,
+    };
+    req.insert_header(X_FORWARDED_FOR, chain(xff, peer.to_string()))?;
+    req.insert_header(FORWARDED, chain(forwarded, forwarded_for(peer)))?;
+    req.insert_header(X_REAL_IP, client.unwrap_or(peer).to_string())?;
+    Ok(())
+}
+
+/// `Content-Length` values that disagree, or one that is not a number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("conflicting or malformed Content-Length")]
+pub struct ConflictingLength;
+
+/// The request's `Content-Length` values (every header, every comma-separated item): `Err` when
+/// they disagree (or one is not a number), else the one value if any.
+pub fn content_length(req: &RequestHeader) -> Result<Option<u64>, ConflictingLength> {
+    let mut found: Option<u64> = None;
+    for value in req.headers.get_all(http::header::CONTENT_LENGTH) {
+        let text = value.to_str().map_err(|_| ConflictingLength)?;
+        for item in text.split(',') {
+            let n: u64 = item.trim().parse().map_err(|_| ConflictingLength)?;
+            match found {
+                Some(f) if f != n => return Err(ConflictingLength),
+                _ => found = Some(n),
+            }
+        }
+    }
+    Ok(found)
+}
+
+/// Writes a single `Content-Length` where the request had the same value repeated.
+pub fn normalise_content_length(req: &mut RequestHeader) -> pingora::Result<()> {
+    let repeated = req
+        .headers
+        .get_all(http::header::CONTENT_LENGTH)
+        .iter()
+        .count()
+        > 1
+        || req
+            .headers
+            .get(http::header::CONTENT_LENGTH)
+            .is_some_and(|v| v.as_bytes().contains(&b','));
+    if repeated {
+        if let Ok(Some(n)) = content_length(req) {
+            req.insert_header(http::header::CONTENT_LENGTH, n.to_string())?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(headers: &[(&str, &str)]) -> RequestHeader {
+        let mut r = RequestHeader::build("POST", b"/", None).unwrap();
+        for (k, v) in headers {
+            r.append_header(k.to_string(), *v).unwrap();
+        }
+        r
+    }
+
+    #[test]
+    fn lookalikes_of_a_header_are_all_removed() {
+        let mut r = req(&[
+            ("X-Flashgate-Reservation", "forged"),
+            ("X_Flashgate_Reservation", "forged"),
+            ("x_FLASHGATE-reservation", "forged"),
+            ("X-Flashgate-Reservations", "kept"),
+        ]);
+        remove_lookalikes(&mut r, "x-flashgate-reservation");
+        let left: Vec<&str> = r.headers.keys().map(|k| k.as_str()).collect();
+        assert_eq!(left, ["x-flashgate-reservations"]);
+        let mut r = req(&[("X-User-Id", "alice"), ("X_User_Id", "mallory")]);
+        remove_other_spellings(&mut r, "x-user-id");
+        assert_eq!(r.headers.get("x-user-id").unwrap(), "alice");
+        assert_eq!(r.headers.len(), 1);
+    }
+
+    #[test]
+    fn forwarding_headers_chain_only_from_trusted_peers() {
+        let peer: IpAddr = "10.0.0.5".parse().unwrap();
+        let client: IpAddr = "203.0.113.9".parse().unwrap();
+        let claims = [
+            ("X-Forwarded-For", "203.0.113.9"),
+            ("Forwarded", "for=203.0.113.9"),
+            ("X-Real-IP", "1.2.3.4"),
+        ];
+        let mut trusted = req(&claims);
+        write_forwarding(&mut trusted, Some(peer), true, Some(client)).unwrap();
+        assert_eq!(
+            trusted.headers.get(X_FORWARDED_FOR).unwrap(),
+            "203.0.113.9, 10.0.0.5"
+        );
+        assert_eq!(
+            trusted.headers.get(FORWARDED).unwrap(),
+            "for=203.0.113.9, for=10.0.0.5"
+        );
+        assert_eq!(trusted.headers.get(X_REAL_IP).unwrap(), "203.0.113.9");
+        let mut untrusted = req(&claims);
+        write_forwarding(&mut untrusted, Some(peer), false, Some(peer)).unwrap();
+        assert_eq!(untrusted.headers.get(X_FORWARDED_FOR).unwrap(), "10.0.0.5");
+        assert_eq!(untrusted.headers.get(FORWARDED).unwrap(), "for=10.0.0.5");
+        assert_eq!(untrusted.headers.get(X_REAL_IP).unwrap(), "10.0.0.5");
+        let mut v6 = req(&[]);
+        write_forwarding(&mut v6, Some("::1".parse().unwrap()), false, None).unwrap();
+        assert_eq!(v6.headers.get(FORWARDED).unwrap(), "for=\"[::1]\"");
+    }
+
+    #[test]
+    fn content_lengths_agree_or_are_refused() {
+        assert_eq!(content_length(&req(&[])), Ok(None));
+        assert_eq!(
+            content_length(&req(&[("Content-Length", "3")])),
+            Ok(Some(3))
+        );
+        let mut repeated = req(&[("Content-Length", "3, 3")]);
+        assert_eq!(content_length(&repeated), Ok(Some(3)));
+        normalise_content_length(&mut repeated).unwrap();
+        assert_eq!(repeated.headers.get("content-length").unwrap(), "3");
+        let mut twice = req(&[("Content-Length", "3"), ("Content-Length", "3")]);
+        normalise_content_length(&mut twice).unwrap();
+        assert_eq!(twice.headers.get_all("content-length").iter().count(), 1);
+        assert!(content_length(&req(&[("Content-Length", "3, 4")])).is_err());
+        assert!(content_length(&req(&[("Content-Length", "3"), ("Content-Length", "5")])).is_err());
+        assert!(content_length(&req(&[("Content-Length", "x")])).is_err());
+    }
+}
