@@ -3,8 +3,8 @@
 use crate::config::{Activity, AdminToken, ConfirmMode};
 use crate::gateway::Gateway;
 use crate::lifecycle::AdminOutcome;
-use crate::metrics::BreakerMode;
 use crate::reload::Reloader;
+use crate::stock::breaker::BreakerMode;
 use crate::stock::{LedgerRow, RecordState, ReservationRecord};
 use async_trait::async_trait;
 use http::{Method, Response, StatusCode};
@@ -26,7 +26,11 @@ impl AdminApp {
 
     /// `GET /v1/breaker`: the store breaker's state and the admin switch.
     fn breaker_view(&self) -> Response<Vec<u8>> {
-        let (state, mode) = self.gw.admission.breaker.status();
+        let (state, mode) = self
+            .gw
+            .admission
+            .breaker
+            .status(&self.gw.settings().breaker);
         json_response(
             StatusCode::OK,
             &json!({"state": state.as_str(), "mode": mode.as_str()}),
@@ -231,7 +235,11 @@ impl AdminApp {
             "retired": field(|r| r.retired),
             "sold_out": remaining.map(|r| r <= 0),
             // Whether this instance answers sold_out locally (its cache, or news from another).
-            "sold_out_cached": self.gw.sold_out.is_sold_out(&activity.id, activity.version),
+            "sold_out_cached": self.gw.sold_out.is_sold_out(
+                &activity.id,
+                activity.version,
+                self.gw.settings().sold_out_cache.ttl,
+            ),
             "confirm": match activity.confirm {
                 ConfirmMode::Upstream => "upstream",
                 ConfirmMode::Explicit => "explicit",

@@ -5,8 +5,8 @@
 //! are dropped rather than stalling requests; metrics still count every decision.
 
 use crate::admission::{Decision, SaleFacts};
-use crate::metrics::ReleaseReason;
 use crate::reservation::Reservation;
+use crate::stock::ReleaseReason;
 use pingora::Error;
 use std::time::Duration;
 

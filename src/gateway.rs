@@ -1,16 +1,17 @@
 //! Shared state of one gateway process: what every request and background task reads.
 
-use crate::admission::Admission;
+use crate::admission::{Admission, Decision, LimitKind, LimitMode, PassthroughOutcome};
 use crate::config::Settings;
 use crate::lifecycle::Lifecycle;
 use crate::live::{Generation, Live};
 use crate::metrics::Metrics;
-use crate::proxy::queue::UpstreamQueue;
 use crate::refusals::Refusals;
 use crate::sold_out::SoldOutCache;
 use crate::stock::breaker::Breaker;
-use crate::stock::StockStore;
-use crate::upstreams::Upstreams;
+use crate::stock::{ConfirmedVia, ReleaseReason, ScriptName, StockStore, StoreOp};
+use crate::upstream::lookup::Answer;
+use crate::upstream::queue::UpstreamQueue;
+use crate::upstream::{UpstreamClass, Upstreams};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -87,21 +88,20 @@ impl Gateway {
         let settings = Arc::new(settings);
         for activity in settings.activities.iter() {
             if current.settings.activities.get(&activity.id).is_none() {
-                self.metrics.init_activity(&activity.id);
+                preset_activity_series(&self.metrics, &activity.id);
             }
         }
-        self.sold_out.set_ttl(settings.sold_out_cache.ttl);
         // Refusals are Redis's verdict on the old configuration: the next prewarm (or buyer)
         // asks again about the new one.
         self.admission.refused.clear();
-        self.admission.breaker.configure(settings.breaker);
-        if settings.upstream.max_inflight != current.settings.upstream.max_inflight {
-            self.upstream_queue
-                .set_max_inflight(settings.upstream.max_inflight.map(|n| n.get()));
-        }
         if settings.upstream.addresses != current.settings.upstream.addresses {
+            // Health-checked: the new addresses, and the old ones for requests still in
+            // flight under the previous generation (each request picks from its own list).
             self.upstreams
-                .set_addresses(&settings.upstream.addresses)
+                .set_addresses(
+                    &settings.upstream.addresses,
+                    &current.settings.upstream.addresses,
+                )
                 .await;
         }
         let next = Generation::build(settings, Some(&current));
@@ -122,16 +122,14 @@ impl Gateway {
         store: Arc<StockStore>,
         upstreams: Upstreams,
     ) -> Gateway {
+        preset_static_series(&metrics);
         for activity in settings.activities.iter() {
-            metrics.init_activity(&activity.id);
+            preset_activity_series(&metrics, &activity.id);
         }
         let upstreams = Arc::new(upstreams);
-        let sold_out = Arc::new(SoldOutCache::new(settings.sold_out_cache.ttl));
-        let breaker = Arc::new(Breaker::new(settings.breaker, metrics.clone()));
-        let upstream_queue = UpstreamQueue::new(
-            settings.upstream.max_inflight.map(|n| n.get()),
-            metrics.clone(),
-        );
+        let sold_out = Arc::new(SoldOutCache::new());
+        let breaker = Arc::new(Breaker::new(metrics.clone()));
+        let upstream_queue = UpstreamQueue::new(metrics.clone());
         let live = Live::new(Generation::build(settings, None));
         let lifecycle = Arc::new(Lifecycle::new(
             live.clone(),
@@ -142,12 +140,11 @@ impl Gateway {
         ));
         Gateway {
             admission: Admission::new(
-                store.clone(),
+                Arc::new(lifecycle.clone()),
                 metrics.clone(),
                 sold_out.clone(),
                 breaker,
                 Arc::new(Refusals::default()),
-                lifecycle.clone(),
             ),
             upstream_queue,
             drain_started: OnceLock::new(),
@@ -166,6 +163,75 @@ impl Gateway {
     }
 }
 
+/// Creates the label-free (and fixed-label) series at zero, so dashboards and alerts see them
+/// before the first event.
+fn preset_static_series(metrics: &Metrics) {
+    for class in UpstreamClass::ALL {
+        metrics
+            .upstream_responses
+            .with_label_values(&[class.as_str()]);
+    }
+    for limit in [LimitKind::PerUser, LimitKind::PerIp, LimitKind::PerActivity] {
+        for mode in LimitMode::ALL {
+            metrics
+                .rate_limit_refusals
+                .with_label_values(&[limit.as_str(), mode.as_str()]);
+        }
+    }
+    for op in StoreOp::ALL {
+        metrics.redis_errors.with_label_values(&[op.as_str()]);
+    }
+    for script in ScriptName::ALL {
+        metrics
+            .script_duration
+            .with_label_values(&[script.as_str()]);
+    }
+    for result in ReloadResult::ALL {
+        metrics.config_reloads.with_label_values(&[result.as_str()]);
+    }
+    metrics.config_generation.set(1);
+}
+
+/// Creates the series of a configured activity at zero.
+pub fn preset_activity_series(metrics: &Metrics, activity: &str) {
+    for decision in Decision::ALL_CODES {
+        metrics.decisions.with_label_values(&[activity, decision]);
+    }
+    for reason in ReleaseReason::ALL {
+        metrics
+            .reservations_released
+            .with_label_values(&[activity, reason.as_str()]);
+    }
+    for via in ConfirmedVia::ALL {
+        metrics
+            .reservations_confirmed
+            .with_label_values(&[activity, via.as_str()]);
+    }
+    for answer in Answer::ALL {
+        metrics
+            .order_lookups
+            .with_label_values(&[activity, answer.as_str()]);
+    }
+    for outcome in PassthroughOutcome::ALL {
+        metrics
+            .passthrough
+            .with_label_values(&[activity, outcome.as_str()]);
+    }
+    metrics.stock_remaining.with_label_values(&[activity]);
+    metrics.stock_keys_created.with_label_values(&[activity]);
+    metrics.reservations_retired.with_label_values(&[activity]);
+    metrics.reconcile_drift.with_label_values(&[activity]);
+    metrics.activity_refused.with_label_values(&[activity]);
+}
+
+crate::label_enum! {
+    /// How a configuration reload ended, as the `result` label.
+    pub enum ReloadResult {
+        Applied => "applied",
+        Refused => "refused",
+    }
+}
+
 /// A request `elapsed` into a `grace` period that may take `trip` still ends within it.
 fn drain_window_open(elapsed: Duration, grace: Duration, trip: Duration) -> bool {
     elapsed.saturating_add(trip) <= grace
@@ -174,6 +240,26 @@ fn drain_window_open(elapsed: Duration, grace: Duration, trip: Duration) -> bool
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn series_exist_before_the_first_request() {
+        let metrics = Metrics::new();
+        preset_static_series(&metrics);
+        preset_activity_series(&metrics, "1001");
+        let text = String::from_utf8(metrics.encode()).unwrap();
+        for needle in [
+            r#"flashgate_admission_decisions_total{activity="1001",decision="sold_out"} 0"#,
+            r#"flashgate_reservations_released_total{activity="1001",reason="upstream_5xx"} 0"#,
+            r#"flashgate_reservations_confirmed_total{activity="1001",via="lookup"} 0"#,
+            r#"flashgate_order_lookups_total{activity="1001",result="unanswered"} 0"#,
+            r#"flashgate_upstream_responses_total{class="error"} 0"#,
+            r#"flashgate_stock_remaining{activity="1001"} 0"#,
+            r#"flashgate_redis_errors_total{op="transfer"} 0"#,
+            "flashgate_config_generation 1",
+        ] {
+            assert!(text.contains(needle), "{needle}");
+        }
+    }
 
     #[test]
     fn after_shutdown_reservations_are_taken_only_while_the_grace_covers_a_trip() {

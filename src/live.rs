@@ -5,7 +5,7 @@
 //! a reload never changes the rules, activity or signing key of a request already in flight.
 //! Background tasks read the current generation each time they run.
 
-use crate::admission::Policy;
+use crate::admission::{Policy, Rules};
 use crate::config::Settings;
 use crate::reservation::Signer;
 use arc_swap::ArcSwap;
@@ -29,6 +29,16 @@ impl Generation {
             policy: Policy::new(&settings, previous.map(|p| &p.policy)),
             signer: Signer::new(&settings.signing),
             settings,
+        }
+    }
+}
+
+impl Generation {
+    /// What admission reads from this generation.
+    pub fn rules(&self) -> Rules<'_> {
+        Rules {
+            settings: &self.settings,
+            policy: &self.policy,
         }
     }
 }

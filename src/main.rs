@@ -1,3 +1,5 @@
+//! The `flashgate` command line: `serve`, `check`, `reconcile` and the other subcommands of the
+//! contract, each a thin call into the library.
 #![forbid(unsafe_code)]
 
 use clap::{Parser, Subcommand};

@@ -1,15 +1,17 @@
 //! Periodic work off the request path: stock prewarm (and the stock gauge), expiry of pending
-//! reservations, the ledger check, and eviction of idle rate-limit buckets.
+//! reservations, the ledger check, sold-out news, and eviction of idle rate-limit buckets; on
+//! shutdown it hands over to [`crate::shutdown`].
 
 use crate::config::{Activity, SaleWindow};
 use crate::gateway::Gateway;
 use crate::stock::segments::{self, Prewarmed};
 use async_trait::async_trait;
 use chrono::Utc;
+use parking_lot::Mutex;
 use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
 use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::{interval, Interval, MissedTickBehavior};
 
@@ -124,7 +126,6 @@ impl Maintenance {
         let seen_before = !self
             .seen
             .lock()
-            .expect("not poisoned")
             .insert((activity.id.clone(), activity.version));
         if report.created > 0 {
             gw.metrics
@@ -153,33 +154,6 @@ impl Maintenance {
     }
 }
 
-impl Maintenance {
-    /// On SIGTERM, or after a SIGQUIT hand-over (Pingora stops accepting connections): stop
-    /// taking new reservations once a trip no longer fits in the grace period, and report the
-    /// ones still in flight until they are forwarded or released, within the grace period
-    /// (after it the process exits; any left then return when their hold expires).
-    async fn drain(&self) {
-        let gw = &self.gw;
-        gw.start_draining();
-        let grace = gw.settings().server.grace_period;
-        let held = || gw.metrics.reservations_in_flight.get();
-        tracing::info!(
-            in_flight = held(),
-            grace_secs = grace.as_secs(),
-            "shutting down: draining requests in flight"
-        );
-        let deadline = tokio::time::Instant::now() + grace;
-        while held() > 0 && tokio::time::Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        match held() {
-            0 => tracing::info!("drained: no reservation in flight"),
-            n => tracing::warn!(in_flight = n,
-                "grace period over with reservations in flight; they return when their hold expires"),
-        }
-    }
-}
-
 fn ticker(period: Duration) -> Interval {
     let mut t = interval(period);
     t.set_missed_tick_behavior(MissedTickBehavior::Delay);
@@ -194,8 +168,9 @@ impl BackgroundService for Maintenance {
         let mut sweep = ticker(settings.redis.sweep_interval);
         let mut reconcile = ticker(settings.redis.reconcile_interval);
         let mut evict = ticker(settings.rate_limits.evict_interval);
+        let live = self.gw.live.clone();
         tokio::spawn(crate::news::listen(
-            self.gw.live.clone(),
+            move || live.settings(),
             self.gw.store.clone(),
             self.gw.sold_out.clone(),
             shutdown.clone(),
@@ -203,7 +178,7 @@ impl BackgroundService for Maintenance {
         loop {
             tokio::select! {
                 _ = shutdown.changed() => {
-                    self.drain().await;
+                    crate::shutdown::drain(&self.gw).await;
                     return;
                 }
                 _ = prewarm.tick() => self.prewarm_all().await,

@@ -14,7 +14,6 @@
 //! cache TTL, or one more script call to learn it. News never admits anyone: Redis still decides.
 
 use crate::config::Settings;
-use crate::live::Live;
 use crate::sold_out::SoldOutCache;
 use crate::stock::{segments, StockStore};
 use futures_util::StreamExt;
@@ -65,12 +64,13 @@ pub async fn apply(settings: &Settings, store: &StockStore, cache: &SoldOutCache
             let Some(activity) = settings.activities.get(activity) else {
                 return;
             };
-            if activity.version != *version || cache.is_sold_out(&activity.id, *version) {
+            let ttl = settings.sold_out_cache.ttl;
+            if activity.version != *version || cache.is_sold_out(&activity.id, *version, ttl) {
                 return;
             }
             // Sold out means nothing left in any segment, nor in flight between two.
             if matches!(segments::available(store, activity).await, Ok(left) if left <= 0) {
-                cache.mark_sold_out(&activity.id, *version);
+                cache.mark_sold_out(&activity.id, *version, ttl);
             }
         }
     }
@@ -88,9 +88,9 @@ pub fn publish(store: &Arc<StockStore>, news: News) {
 }
 
 /// Listens for news until `shutdown` says stop, reconnecting with a back-off when the
-/// subscription breaks.
+/// subscription breaks. `settings` gives the running configuration for each message.
 pub async fn listen(
-    live: Live,
+    settings: impl Fn() -> Arc<Settings>,
     store: Arc<StockStore>,
     cache: Arc<SoldOutCache>,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
@@ -124,7 +124,7 @@ pub async fn listen(
                         .as_deref()
                         .and_then(News::decode)
                     {
-                        apply(&live.settings(), &store, &cache, &news).await;
+                        apply(&settings(), &store, &cache, &news).await;
                     }
                 }
                 tracing::warn!("sold-out news subscription ended; reconnecting");

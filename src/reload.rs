@@ -12,8 +12,7 @@
 //! reservations (remove an activity once its holds have run out).
 
 use crate::config::{ConfigError, Settings};
-use crate::gateway::Gateway;
-use crate::metrics::ReloadResult;
+use crate::gateway::{Gateway, ReloadResult};
 use async_trait::async_trait;
 use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;

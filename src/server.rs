@@ -10,7 +10,7 @@ use crate::metrics::Metrics;
 use crate::proxy::FlashProxy;
 use crate::reload::{ConfigSource, ReloadWatcher, Reloader};
 use crate::stock::{StockStore, StoreError};
-use crate::upstreams::Upstreams;
+use crate::upstream::Upstreams;
 use async_trait::async_trait;
 use pingora::apps::ServerApp;
 use pingora::protocols::Stream;

@@ -6,8 +6,8 @@
 mod support;
 
 use flashgate::config::{Activity, ConfirmMode};
-use flashgate::metrics::ReleaseReason;
 use flashgate::stock::segments;
+use flashgate::stock::ReleaseReason;
 use flashgate::stock::{
     ConfirmOutcome, ConfirmedVia, Layout, ReleaseMode, ReleaseOutcome, ReserveCall, ReserveOutcome,
     StockStore,

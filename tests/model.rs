@@ -33,13 +33,14 @@ use flashgate::admission::{sale_route, Admission, Admitted, SaleFacts, SaleReque
 use flashgate::config::Settings;
 use flashgate::lifecycle::{AdminOutcome, Lifecycle};
 use flashgate::live::{Generation, Live};
-use flashgate::metrics::{Metrics, ReleaseReason};
+use flashgate::metrics::Metrics;
 use flashgate::refusals::Refusals;
 use flashgate::reservation::Reservation;
 use flashgate::sold_out::SoldOutCache;
 use flashgate::stock::breaker::Breaker;
+use flashgate::stock::ReleaseReason;
 use flashgate::stock::{segments, ConfirmedVia, Layout, ReleaseMode, StockStore};
-use flashgate::upstreams::Upstreams;
+use flashgate::upstream::Upstreams;
 use pingora::http::RequestHeader;
 use proptest::prelude::*;
 use proptest::test_runner::Config;
@@ -816,12 +817,11 @@ impl Instance {
             Arc::new(upstreams),
         ));
         let admission = Admission::new(
-            w.store.clone(),
+            Arc::new(lifecycle.clone()),
             metrics.clone(),
             sold_out.clone(),
-            Arc::new(Breaker::new(settings.breaker, metrics)),
+            Arc::new(Breaker::new(metrics)),
             Arc::new(Refusals::default()),
-            lifecycle.clone(),
         );
         Instance {
             live,
@@ -891,7 +891,7 @@ impl System {
         };
         let mut facts = SaleFacts::default();
         let checked = match instance.admission.check(
-            &generation,
+            generation.rules(),
             &SaleRequest {
                 req: &req,
                 target: &target,
@@ -907,12 +907,16 @@ impl System {
         let taken = match id {
             // A reserve whose id was abandoned first: the same path, with that id.
             Some(id) => block_on(instance.admission.take_with_id(
-                &generation,
+                generation.rules(),
                 checked,
                 &mut facts,
                 id.to_owned(),
             )),
-            None => block_on(instance.admission.take(&generation, checked, &mut facts)),
+            None => block_on(
+                instance
+                    .admission
+                    .take(generation.rules(), checked, &mut facts),
+            ),
         };
         match taken {
             Ok(Admitted::Reserved(r)) => ("admitted", Some(r)),
@@ -953,7 +957,7 @@ impl StateMachineTest for System {
         ));
         with_conn(|conn| redis::cmd("FLUSHALL").query::<()>(conn).unwrap());
         block_on(w.upstream.reset());
-        let sold_out = Arc::new(SoldOutCache::new(Duration::from_secs(3600)));
+        let sold_out = Arc::new(SoldOutCache::new());
         System {
             _serial: serial,
             instances: model

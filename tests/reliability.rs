@@ -773,7 +773,7 @@ async fn backend_timeouts_errors_and_resets_return_each_unit_exactly_once() {
         format!("flashgate_reservations_released_total{{activity=\"1001\",reason=\"{reason}\"}}")
     };
     let total = |m: &str| -> u64 {
-        flashgate::metrics::ReleaseReason::ALL
+        flashgate::stock::ReleaseReason::ALL
             .iter()
             .map(|r| metric_value(m, &series(r.as_str())).unwrap_or(0.0) as u64)
             .sum()
@@ -788,7 +788,7 @@ async fn backend_timeouts_errors_and_resets_return_each_unit_exactly_once() {
         )
         .unwrap_or(0.0) as u64
     };
-    let released_by_gateway: u64 = flashgate::metrics::ReleaseReason::ALL
+    let released_by_gateway: u64 = flashgate::stock::ReleaseReason::ALL
         .iter()
         .map(|r| by_reason(r.as_str()))
         .sum();

@@ -5,8 +5,8 @@
 mod support;
 
 use flashgate::config::{Activity, ConfirmMode};
-use flashgate::metrics::ReleaseReason;
 use flashgate::stock::segments::{self, Refusal};
+use flashgate::stock::ReleaseReason;
 use flashgate::stock::{
     ConfirmOutcome, ConfirmedVia, Layout, Partition, RecordState, ReleaseMode, ReleaseOutcome,
     ReserveCall, ReserveOutcome, StockStore, StoreError,

@@ -73,7 +73,11 @@ impl Identifier {
             return peer;
         }
         let mut client = peer;
-        for value in headers.get_all("x-forwarded-for").iter().rev() {
+        for value in headers
+            .get_all(crate::header_names::X_FORWARDED_FOR)
+            .iter()
+            .rev()
+        {
             let Ok(list) = value.to_str() else {
                 return client;
             };

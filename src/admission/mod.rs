@@ -13,36 +13,29 @@
 
 pub mod decision;
 pub mod identity;
+pub mod policy;
 pub mod rate_limit;
+pub mod request;
 pub mod route;
 pub mod target;
 
 pub use decision::{BadRequest, Decision, Reply};
+pub use policy::{LimitKind, LimitMode, PassthroughOutcome, Policy};
+pub use request::{body_quantity, idempotency_key, quantity, IDEMPOTENCY_HEADER};
 
-use crate::config::Bucket;
-use crate::config::{Activity, SaleWindow, Settings, StoreFailurePolicy};
-use crate::lifecycle::Lifecycle;
-use crate::live::Generation;
+use crate::config::{Activity, SaleRoute, SaleWindow, Settings, StoreFailurePolicy};
 use crate::metrics::Metrics;
-use crate::metrics::PassthroughOutcome;
-use crate::metrics::{LimitKind, LimitMode};
-use crate::news::{self, News};
 use crate::refusals::Refusals;
 use crate::reservation::Reservation;
 use crate::sold_out::SoldOutCache;
 use crate::stock::breaker::{Breaker, Pass};
-use crate::stock::segments::{self, Purchase, Reserve};
-use crate::stock::{Layout, StockStore};
+use crate::stock::segments::{Purchase, Reserve};
+use crate::stock::{Layout, StoreError};
 use chrono::Utc;
-use http::HeaderMap;
-use identity::Identifier;
 use pingora::http::RequestHeader;
-use rate_limit::KeyedRateLimiter;
-use route::SaleRoute;
 use std::net::IpAddr;
-use std::num::NonZeroU32;
 use std::sync::Arc;
-use target::{lenient_name, Target};
+use target::Target;
 
 /// What admission learned about a sale request, kept for the response and the decision log.
 #[derive(Debug, Default, Clone)]
@@ -54,98 +47,29 @@ pub struct SaleFacts {
     pub stock_after: Option<u64>,
 }
 
-/// One configured token bucket: its limiter, and whether it only counts (shadow).
-struct Limit {
-    kind: LimitKind,
-    quota: governor::Quota,
-    limiter: Arc<KeyedRateLimiter>,
-    shadow: bool,
+/// What admission needs from the stock store: one reserve over all of an activity's segments,
+/// and word that a version sold out. The gateway's implementation is the lifecycle, which
+/// abandons a reserve whose reply was lost (so every release is counted in one place) and tells
+/// the other instances; unit tests use a fake.
+#[async_trait::async_trait]
+pub trait StockPort: Send + Sync {
+    /// Reserves `purchase` (see `stock::segments::reserve`). An `Err` is a store failure whose
+    /// reserve, if it landed, the implementation gives back.
+    async fn reserve(
+        &self,
+        activity: &Arc<Activity>,
+        purchase: Purchase<'_>,
+    ) -> Result<Reserve, StoreError>;
+
+    /// `activity`'s current version has nothing left anywhere: tell the other instances.
+    fn sold_out(&self, activity: &Activity);
 }
 
-impl Limit {
-    /// The limit for `bucket`, keeping `previous`'s buckets when the quota is the same (only
-    /// `shadow` changed, or nothing did). A changed quota starts every bucket full.
-    fn new(kind: LimitKind, bucket: Option<Bucket>, previous: Option<&Limit>) -> Option<Limit> {
-        bucket.map(|b| Limit {
-            kind,
-            quota: b.quota,
-            limiter: match previous {
-                Some(p) if p.quota == b.quota => p.limiter.clone(),
-                _ => Arc::new(KeyedRateLimiter::new(Some(b.quota))),
-            },
-            shadow: b.shadow,
-        })
-    }
-}
-
-/// The admission rules built from one configuration: who the buyer is, and the token buckets.
-/// Part of a [`crate::live::Generation`], so a reload swaps them with the settings.
-pub struct Policy {
-    identifier: Identifier,
-    per_user: Option<Limit>,
-    per_ip: Option<Limit>,
-    per_activity: Option<Limit>,
-    /// The cap on unreserved forwards while the store is down (one bucket).
-    passthrough: Limit,
-}
-
-impl Policy {
-    pub fn new(settings: &Settings, previous: Option<&Policy>) -> Policy {
-        let limits = &settings.rate_limits;
-        Policy {
-            identifier: Identifier::new(&settings.identity),
-            per_user: Limit::new(
-                LimitKind::PerUser,
-                limits.per_user,
-                previous.and_then(|p| p.per_user.as_ref()),
-            ),
-            per_ip: Limit::new(
-                LimitKind::PerIp,
-                limits.per_ip,
-                previous.and_then(|p| p.per_ip.as_ref()),
-            ),
-            per_activity: Limit::new(
-                LimitKind::PerActivity,
-                limits.per_activity,
-                previous.and_then(|p| p.per_activity.as_ref()),
-            ),
-            passthrough: Limit::new(
-                LimitKind::Passthrough,
-                Some(Bucket {
-                    quota: limits.passthrough,
-                    shadow: false,
-                }),
-                previous.map(|p| &p.passthrough),
-            )
-            .expect("a bucket is given"),
-        }
-    }
-
-    /// Whether `peer` is one of `identity.trusted_proxies`.
-    pub fn trusts(&self, peer: Option<IpAddr>) -> bool {
-        self.identifier.trusts(peer)
-    }
-
-    /// The client's address: the peer, or from a trusted proxy's `X-Forwarded-For`.
-    pub fn client_ip(&self, headers: &HeaderMap, peer: Option<IpAddr>) -> Option<IpAddr> {
-        self.identifier.client_ip(headers, peer)
-    }
-
-    fn limits(&self) -> impl Iterator<Item = &Limit> {
-        [&self.per_user, &self.per_ip, &self.per_activity]
-            .into_iter()
-            .flatten()
-    }
-
-    /// Drops idle rate-limit buckets; returns how many remain.
-    pub fn evict_idle_buckets(&self) -> usize {
-        self.limits().map(|l| l.limiter.evict_idle()).sum()
-    }
-
-    /// Token buckets held in memory.
-    pub fn buckets(&self) -> usize {
-        self.limits().map(|l| l.limiter.len()).sum()
-    }
+/// The rules one configuration generation gives admission: the settings and its buckets.
+#[derive(Clone, Copy)]
+pub struct Rules<'a> {
+    pub settings: &'a Settings,
+    pub policy: &'a Policy,
 }
 
 /// The sale route a (normalised) request is on, with its activity segment; `None` passes
@@ -157,7 +81,7 @@ pub fn sale_route<'s, 't>(
     settings
         .sale_routes
         .iter()
-        .find_map(|r| r.match_target(target).map(|act| (r, act)))
+        .find_map(|r| route::match_target(r, target).map(|act| (r, act)))
 }
 
 /// A request on a sale route, as admission reads it.
@@ -191,33 +115,31 @@ pub enum Admitted {
     Passthrough,
 }
 
-/// Admission's shared parts: the store, the sold-out cache, the breaker in front of the store.
+/// Admission's shared parts: the stock port, the sold-out cache, the breaker in front of the
+/// store, and what Redis refused. The rules come with each call, from the request's generation.
 pub struct Admission {
+    stock: Arc<dyn StockPort>,
     sold_out: Arc<SoldOutCache>,
-    store: Arc<StockStore>,
     metrics: Arc<Metrics>,
     pub breaker: Arc<Breaker>,
     /// Activities Redis's record refuses (not on sale), learned by prewarm.
     pub refused: Arc<Refusals>,
-    lifecycle: Arc<Lifecycle>,
 }
 
 impl Admission {
     pub fn new(
-        store: Arc<StockStore>,
+        stock: Arc<dyn StockPort>,
         metrics: Arc<Metrics>,
         sold_out: Arc<SoldOutCache>,
         breaker: Arc<Breaker>,
         refused: Arc<Refusals>,
-        lifecycle: Arc<Lifecycle>,
     ) -> Self {
         Admission {
+            stock,
             sold_out,
-            store,
             metrics,
             breaker,
             refused,
-            lifecycle,
         }
     }
 
@@ -225,7 +147,7 @@ impl Admission {
     /// token buckets, the sold-out cache). What passes may then [`Admission::take`] stock.
     pub fn check(
         &self,
-        generation: &Generation,
+        rules: Rules<'_>,
         sale: &SaleRequest<'_>,
         facts: &mut SaleFacts,
     ) -> Result<Checked, Decision> {
@@ -236,17 +158,16 @@ impl Admission {
             activity: raw_activity,
             peer,
         } = *sale;
-        let policy = &generation.policy;
-        if let Some(ip) = policy.identifier.client_ip(&req.headers, peer) {
-            self.take_token(&policy.per_ip, &ip)?;
+        let Rules { settings, policy } = rules;
+        let metrics = &*self.metrics;
+        if let Some(ip) = policy.client_ip(&req.headers, peer) {
+            policy.take_token(LimitKind::PerIp, &ip, metrics)?;
         }
         let user = policy
-            .identifier
             .identify(&req.headers, peer)
             .ok_or(Decision::Unauthenticated)?;
         facts.user = Some(user.clone());
-        let activity = generation
-            .settings
+        let activity = settings
             .activities
             .get(raw_activity)
             .ok_or(Decision::UnknownActivity)?
@@ -267,13 +188,19 @@ impl Admission {
             SaleWindow::Ended => return Err(Decision::Ended),
             SaleWindow::Open => {}
         }
-        self.take_token(&policy.per_user, user.as_str())?;
+        policy.take_token(LimitKind::PerUser, user.as_str(), metrics)?;
         // A retry with an Idempotency-Key may hold a reservation already: only Redis can say,
         // so it is never answered from the cache (the activity bucket still caps such calls).
-        if idempotency_key.is_none() && self.sold_out.is_sold_out(&activity.id, activity.version) {
+        if idempotency_key.is_none()
+            && self.sold_out.is_sold_out(
+                &activity.id,
+                activity.version,
+                settings.sold_out_cache.ttl,
+            )
+        {
             return Err(Decision::SoldOut);
         }
-        self.take_token(&policy.per_activity, &*activity.id)?;
+        policy.take_token(LimitKind::PerActivity, &*activity.id, metrics)?;
         Ok(Checked {
             activity,
             user,
@@ -287,20 +214,20 @@ impl Admission {
     /// and the caller must either forward the reservation or release it.
     pub async fn take(
         &self,
-        generation: &Generation,
+        rules: Rules<'_>,
         checked: Checked,
         facts: &mut SaleFacts,
     ) -> Result<Admitted, Decision> {
         let home = Layout::of(&checked.activity).home(&checked.user).index();
         let id = Reservation::id_in_segment(&checked.activity, home);
-        self.take_with_id(generation, checked, facts, id).await
+        self.take_with_id(rules, checked, facts, id).await
     }
 
     /// [`Admission::take`] with the reservation id made by the caller (the ids of a request are
     /// the gateway's own; tests use this to replay a reserve whose abandon landed first).
     pub async fn take_with_id(
         &self,
-        generation: &Generation,
+        rules: Rules<'_>,
         checked: Checked,
         facts: &mut SaleFacts,
         id: String,
@@ -311,98 +238,52 @@ impl Admission {
             qty,
             idempotency_key,
         } = checked;
+        let purchase = Purchase {
+            user: &user,
+            qty,
+            reservation_id: &id,
+            idempotency_key: idempotency_key.as_deref(),
+        };
         match self
-            .reserve(&activity, &user, qty, idempotency_key.as_deref(), facts, id)
+            .reserve(rules.settings, &activity, purchase, facts)
             .await
         {
             Ok(reservation) => Ok(Admitted::Reserved(reservation)),
             Err(Decision::StoreUnavailable)
                 if activity.on_store_failure == StoreFailurePolicy::Passthrough =>
             {
-                self.pass_through(&generation.policy, &activity)
+                match rules.policy.pass_through(&activity.id, &self.metrics) {
+                    PassthroughOutcome::Forwarded => Ok(Admitted::Passthrough),
+                    PassthroughOutcome::Capped => Err(Decision::StoreUnavailable),
+                }
             }
             Err(decision) => Err(decision),
         }
     }
 
-    /// The store cannot be asked and the activity passes through: forward unreserved while the
-    /// instance-wide cap allows, for the backend's own stock check to decide.
-    fn pass_through(&self, policy: &Policy, activity: &Activity) -> Result<Admitted, Decision> {
-        let outcome = if policy.passthrough.limiter.check(&()).is_ok() {
-            PassthroughOutcome::Forwarded
-        } else {
-            PassthroughOutcome::Capped
-        };
-        self.metrics
-            .passthrough
-            .with_label_values(&[&activity.id, outcome.as_str()])
-            .inc();
-        match outcome {
-            PassthroughOutcome::Forwarded => Ok(Admitted::Passthrough),
-            PassthroughOutcome::Capped => Err(Decision::StoreUnavailable),
-        }
-    }
-
-    /// Takes a token from `limit`'s bucket for `key`; a shadow limit only counts its refusals.
-    fn take_token<K: std::hash::Hash + ?Sized>(
-        &self,
-        limit: &Option<Limit>,
-        key: &K,
-    ) -> Result<(), Decision> {
-        let Some(limit) = limit else { return Ok(()) };
-        let Err(retry_after) = limit.limiter.check(key) else {
-            return Ok(());
-        };
-        let mode = if limit.shadow {
-            LimitMode::Shadow
-        } else {
-            LimitMode::Enforced
-        };
-        self.metrics
-            .rate_limit_refusals
-            .with_label_values(&[limit.kind.as_str(), mode.as_str()])
-            .inc();
-        if limit.shadow {
-            Ok(())
-        } else {
-            Err(Decision::RateLimited { retry_after })
-        }
-    }
-
-    /// Reserves through the stock layer (the buyer's home segment, pulling from the others when
+    /// Reserves through the stock port (the buyer's home segment, pulling from the others when
     /// it runs short) and turns its outcome into a reservation or a decision.
     async fn reserve(
         &self,
+        settings: &Settings,
         activity: &Arc<Activity>,
-        user: &str,
-        qty: u32,
-        idempotency_key: Option<&str>,
+        purchase: Purchase<'_>,
         facts: &mut SaleFacts,
-        id: String,
     ) -> Result<Reservation, Decision> {
         if self.refused.is_refused(activity) {
             return Err(Decision::Unavailable);
         }
-        let pass = self.breaker.pass();
+        let pass = self.breaker.pass(&settings.breaker);
         if pass == Pass::Skip {
             return Err(Decision::StoreUnavailable);
         }
-        let purchase = Purchase {
-            user,
-            qty,
-            reservation_id: &id,
-            idempotency_key,
-        };
-        let outcome = segments::reserve(&self.store, activity, purchase).await;
-        self.breaker.record(pass, outcome.is_ok());
+        let outcome = self.stock.reserve(activity, purchase).await;
+        self.breaker
+            .record(&settings.breaker, pass, outcome.is_ok());
         let outcome = match outcome {
             Ok(outcome) => outcome,
-            Err(failed) => {
-                if let Some(partition) = failed.landed_maybe {
-                    self.lifecycle
-                        .abandon_in_background(activity.clone(), partition, id);
-                }
-                tracing::warn!(activity = %activity.id, error = %failed, "reserve failed");
+            Err(error) => {
+                tracing::warn!(activity = %activity.id, %error, "reserve failed");
                 return Err(Decision::StoreUnavailable);
             }
         };
@@ -420,11 +301,11 @@ impl Admission {
                 facts.qty = Some(qty);
                 facts.stock_after = remaining;
                 if let Some(left) = remaining {
-                    self.learn_remaining(activity, left as i64);
+                    self.learn_remaining(settings, activity, left as i64);
                 }
                 Ok(Reservation {
                     id,
-                    user: user.to_owned(),
+                    user: purchase.user.to_owned(),
                     activity: activity.id.clone(),
                     segment: partition,
                     qty,
@@ -438,7 +319,7 @@ impl Admission {
                 if !activity.is_segmented() {
                     facts.stock_after = Some(left.max(0) as u64);
                 }
-                self.learn_remaining(activity, left);
+                self.learn_remaining(settings, activity, left);
                 Err(Decision::SoldOut)
             }
             Reserve::Busy | Reserve::HoldRanOut => Err(Decision::Unavailable),
@@ -463,225 +344,25 @@ impl Admission {
 
     /// Records what the store said about the stock: the gauge (where the answer covered the
     /// whole activity), and the sold-out cache when nothing is left anywhere.
-    fn learn_remaining(&self, activity: &Activity, left: i64) {
+    fn learn_remaining(&self, settings: &Settings, activity: &Activity, left: i64) {
         if !activity.is_segmented() {
             self.metrics
                 .stock_remaining
                 .with_label_values(&[&activity.id])
                 .set(left);
         }
-        if left <= 0 && !self.sold_out.is_sold_out(&activity.id, activity.version) {
-            self.sold_out.mark_sold_out(&activity.id, activity.version);
-            news::publish(
-                &self.store,
-                News::SoldOut {
-                    activity: activity.id.to_string(),
-                    version: activity.version,
-                },
-            );
+        let ttl = settings.sold_out_cache.ttl;
+        if left <= 0
+            && !self
+                .sold_out
+                .is_sold_out(&activity.id, activity.version, ttl)
+        {
+            self.sold_out
+                .mark_sold_out(&activity.id, activity.version, ttl);
+            self.stock.sold_out(activity);
         }
-    }
-}
-
-/// Header a buyer's client sets to make retries of one purchase return the same reservation.
-pub const IDEMPOTENCY_HEADER: &str = "idempotency-key";
-
-/// Longest `Idempotency-Key` accepted.
-pub const MAX_IDEMPOTENCY_KEY_LEN: usize = 128;
-
-/// The `Idempotency-Key`, if sent: once, 1 to 128 visible ASCII characters.
-pub fn idempotency_key(headers: &HeaderMap) -> Result<Option<&str>, BadRequest> {
-    let mut values = headers.get_all(IDEMPOTENCY_HEADER).iter();
-    let Some(value) = values.next() else {
-        return Ok(None);
-    };
-    if values.next().is_some() {
-        return Err(BadRequest::IdempotencyKeyInvalid);
-    }
-    let key = value.as_bytes();
-    let valid = !key.is_empty()
-        && key.len() <= MAX_IDEMPOTENCY_KEY_LEN
-        && key.iter().all(u8::is_ascii_graphic);
-    if !valid {
-        return Err(BadRequest::IdempotencyKeyInvalid);
-    }
-    Ok(std::str::from_utf8(key).ok())
-}
-
-/// A quantity a sale request's body names under the quantity parameter's name (or a lenient
-/// spelling of it), for a backend that reads it there: form fields
-/// (`application/x-www-form-urlencoded`) and top-level keys of a JSON object. `Err` when one is
-/// not a plain number or two disagree; `None` when the body names none (or is of another type,
-/// which flashgate does not read).
-pub fn body_quantity(
-    content_type: Option<&str>,
-    body: &[u8],
-    name: &str,
-) -> Result<Option<u32>, BadRequest> {
-    let media = content_type
-        .and_then(|c| c.split(';').next())
-        .map(|m| m.trim().to_ascii_lowercase());
-    let lenient = name.to_ascii_lowercase();
-    let mut found: Vec<String> = Vec::new();
-    match media.as_deref() {
-        Some("application/x-www-form-urlencoded") => {
-            for pair in String::from_utf8_lossy(body).split('&') {
-                let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-                if lenient_name(key) == lenient {
-                    found.push(value.to_owned());
-                }
-            }
-        }
-        Some(m) if m == "application/json" || m.ends_with("+json") => {
-            let Ok(serde_json::Value::Object(map)) = serde_json::from_slice(body) else {
-                return Ok(None);
-            };
-            for (key, value) in map {
-                if lenient_name(&key) == lenient {
-                    found.push(match value {
-                        serde_json::Value::String(s) => s,
-                        other => other.to_string(),
-                    });
-                }
-            }
-        }
-        _ => return Ok(None),
-    }
-    let mut qty = None;
-    for value in found {
-        let n: u32 = value
-            .trim()
-            .parse()
-            .map_err(|_| BadRequest::QuantityAmbiguous)?;
-        if qty.is_some_and(|q| q != n) {
-            return Err(BadRequest::QuantityAmbiguous);
-        }
-        qty = Some(n);
-    }
-    Ok(qty)
-}
-
-/// Most digits a quantity may have (keeps parsing trivially overflow-free).
-const MAX_QUANTITY_DIGITS: usize = 9;
-
-/// The requested quantity from the query string: absent means 1; otherwise plain decimal
-/// digits, given once, between 1 and `max`. A parameter a lenient backend would read as the
-/// quantity under another spelling (`QTY`, `%71ty`, `qty[]`) is refused, never ignored.
-pub fn quantity(query: Option<&str>, name: &str, max: NonZeroU32) -> Result<u32, BadRequest> {
-    let mut found = None;
-    let lenient = name.to_ascii_lowercase();
-    for pair in query.unwrap_or("").split('&') {
-        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-        if key == name {
-            if found.is_some() {
-                return Err(BadRequest::QuantityRepeated);
-            }
-            found = Some(value);
-        } else if lenient_name(key) == lenient {
-            return Err(BadRequest::QuantityAmbiguous);
-        }
-    }
-    let Some(value) = found else {
-        return Ok(1);
-    };
-    if value.is_empty() || !value.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(BadRequest::QuantityNotInteger);
-    }
-    let digits = value.trim_start_matches('0');
-    if digits.len() > MAX_QUANTITY_DIGITS {
-        return Err(BadRequest::QuantityTooLarge);
-    }
-    let qty: u32 = if digits.is_empty() {
-        0
-    } else {
-        digits.parse().map_err(|_| BadRequest::QuantityNotInteger)?
-    };
-    if qty == 0 {
-        Err(BadRequest::QuantityTooSmall)
-    } else if qty > max.get() {
-        Err(BadRequest::QuantityTooLarge)
-    } else {
-        Ok(qty)
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use http::HeaderValue;
-
-    #[test]
-    fn quantity_rules() {
-        let max = NonZeroU32::new(3).unwrap();
-        let q = |s: Option<&str>| quantity(s, "qty", max);
-        assert_eq!(q(None), Ok(1));
-        assert_eq!(q(Some("a=1")), Ok(1));
-        assert_eq!(q(Some("qty=2")), Ok(2));
-        assert_eq!(q(Some("x=9&qty=03")), Ok(3));
-        assert_eq!(q(Some("qty=4")), Err(BadRequest::QuantityTooLarge));
-        assert_eq!(q(Some("qty=0")), Err(BadRequest::QuantityTooSmall));
-        assert_eq!(q(Some("qty=000")), Err(BadRequest::QuantityTooSmall));
-        for bad in [
-            "qty=", "qty", "qty=-1", "qty=+1", "qty=1.0", "qty=%201", "qty=one", "qty=1 ",
-        ] {
-            assert_eq!(q(Some(bad)), Err(BadRequest::QuantityNotInteger), "{bad}");
-        }
-        assert_eq!(
-            q(Some("qty=99999999999999999999")),
-            Err(BadRequest::QuantityTooLarge)
-        );
-        assert_eq!(q(Some("qty=1&qty=1")), Err(BadRequest::QuantityRepeated));
-        for lookalike in ["QTY=5", "qty=1&%71ty=5", "qty[]=5", "Qty%5B%5D=2"] {
-            assert_eq!(
-                q(Some(lookalike)),
-                Err(BadRequest::QuantityAmbiguous),
-                "{lookalike}"
-            );
-        }
-    }
-
-    #[test]
-    fn a_body_quantity_is_read_as_a_backend_would() {
-        let form = Some("application/x-www-form-urlencoded; charset=utf-8");
-        assert_eq!(body_quantity(form, b"item=7&qty=2", "qty"), Ok(Some(2)));
-        assert_eq!(body_quantity(form, b"QTY=2&qty=2", "qty"), Ok(Some(2)));
-        assert_eq!(
-            body_quantity(form, b"qty=2&qty%5B%5D=5", "qty"),
-            Err(BadRequest::QuantityAmbiguous)
-        );
-        assert_eq!(body_quantity(form, b"note=hi", "qty"), Ok(None));
-        let json = Some("application/json");
-        assert_eq!(body_quantity(json, br#"{"qty": 3}"#, "qty"), Ok(Some(3)));
-        assert_eq!(body_quantity(json, br#"{"Qty": "3"}"#, "qty"), Ok(Some(3)));
-        assert_eq!(
-            body_quantity(json, br#"{"qty": 1.5}"#, "qty"),
-            Err(BadRequest::QuantityAmbiguous)
-        );
-        assert_eq!(body_quantity(json, b"not json", "qty"), Ok(None));
-        assert_eq!(body_quantity(Some("text/plain"), b"qty=9", "qty"), Ok(None));
-        assert_eq!(body_quantity(None, b"qty=9", "qty"), Ok(None));
-    }
-
-    #[test]
-    fn idempotency_key_rules() {
-        let with = |values: &[&[u8]]| {
-            let mut h = HeaderMap::new();
-            for v in values {
-                h.append(IDEMPOTENCY_HEADER, HeaderValue::from_bytes(v).unwrap());
-            }
-            h
-        };
-        assert_eq!(idempotency_key(&with(&[])), Ok(None));
-        assert_eq!(idempotency_key(&with(&[b"k-1"])), Ok(Some("k-1")));
-        for bad in [&b""[..], b"a b", &[b'k'; 129], &[0xff]] {
-            assert_eq!(
-                idempotency_key(&with(&[bad])),
-                Err(BadRequest::IdempotencyKeyInvalid)
-            );
-        }
-        assert_eq!(
-            idempotency_key(&with(&[b"a", b"b"])),
-            Err(BadRequest::IdempotencyKeyInvalid)
-        );
-    }
-}
+mod tests;

@@ -1,136 +1,36 @@
-//! Which requests are purchase attempts: sale route templates like `/api/seckill/{activity}/buy`.
+//! Which requests are purchase attempts: a normalised request target matched against the
+//! configured sale route templates.
 
 use super::target::Target;
-use http::Method;
+pub use crate::config::route::SaleRoute;
+use crate::config::route::Segment;
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Segment {
-    Literal(String),
-    Activity,
-}
-
-/// One configured sale route.
-#[derive(Debug, Clone)]
-pub struct SaleRoute {
-    method: Method,
-    segments: Vec<Segment>,
-    quantity_query: String,
-}
-
-/// The placeholder a template uses for the activity id.
-const ACTIVITY_PLACEHOLDER: &str = "{activity}";
-
-impl SaleRoute {
-    /// Parses a route from its configuration. On error: the offending field and why.
-    pub fn parse(
-        method: &str,
-        path: &str,
-        quantity_query: &str,
-    ) -> Result<SaleRoute, (&'static str, String)> {
-        let method = Method::from_bytes(method.as_bytes())
-            .ok()
-            .filter(|m| m.as_str().bytes().all(|b| b.is_ascii_uppercase()))
-            .ok_or_else(|| {
-                (
-                    "method",
-                    format!("{method:?} is not an upper-case HTTP method"),
-                )
-            })?;
-        if !path.starts_with('/') {
-            return Err(("path", format!("{path:?} must start with '/'")));
-        }
-        let segments: Vec<Segment> = path
-            .split('/')
-            .filter(|s| !s.is_empty())
-            .map(|s| {
-                if s == ACTIVITY_PLACEHOLDER {
-                    Ok(Segment::Activity)
-                } else if s.contains(['{', '}', '?', '#']) {
-                    Err((
-                        "path",
-                        format!("segment {s:?}: only {ACTIVITY_PLACEHOLDER} may be a placeholder"),
-                    ))
-                } else {
-                    Ok(Segment::Literal(s.to_owned()))
-                }
-            })
-            .collect::<Result<_, _>>()?;
-        if segments.iter().filter(|s| **s == Segment::Activity).count() != 1 {
-            return Err((
-                "path",
-                format!(
-                    "{path:?} must contain {ACTIVITY_PLACEHOLDER} exactly once as a whole segment"
-                ),
-            ));
-        }
-        if quantity_query.is_empty()
-            || !quantity_query
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
-        {
-            return Err((
-                "quantity_query",
-                format!("{quantity_query:?} must be a plain query parameter name"),
-            ));
-        }
-        Ok(SaleRoute {
-            method,
-            segments,
-            quantity_query: quantity_query.to_owned(),
-        })
+/// If the (normalised) request is on this route, its activity segment. Literal segments
+/// match case-insensitively: a buyer must not skip admission with a spelling the backend's
+/// router reads as the purchase (see [`super::target`]).
+pub fn match_target<'t>(route: &SaleRoute, target: &'t Target) -> Option<&'t str> {
+    if target.method != *route.method() {
+        return None;
     }
-
-    /// If the (normalised) request is on this route, its activity segment. Literal segments
-    /// match case-insensitively: a buyer must not skip admission with a spelling the backend's
-    /// router reads as the purchase (see [`super::target`]).
-    pub fn match_target<'t>(&self, target: &'t Target) -> Option<&'t str> {
-        if target.method != self.method {
-            return None;
+    let parts = target.segments.as_ref()?;
+    if parts.len() != route.segments().len() {
+        return None;
+    }
+    let mut activity = None;
+    for (segment, part) in route.segments().iter().zip(parts) {
+        match segment {
+            Segment::Literal(lit) if lit.eq_ignore_ascii_case(part) => {}
+            Segment::Literal(_) => return None,
+            Segment::Activity => activity = Some(part.as_str()),
         }
-        let parts = target.segments.as_ref()?;
-        if parts.len() != self.segments.len() {
-            return None;
-        }
-        let mut activity = None;
-        for (segment, part) in self.segments.iter().zip(parts) {
-            match segment {
-                Segment::Literal(lit) if lit.eq_ignore_ascii_case(part) => {}
-                Segment::Literal(_) => return None,
-                Segment::Activity => activity = Some(part.as_str()),
-            }
-        }
-        activity
     }
-
-    /// The route's canonical path for an activity: what an admitted request is forwarded as.
-    pub fn path_for(&self, activity: &str) -> String {
-        let mut path = String::new();
-        for segment in &self.segments {
-            path.push('/');
-            match segment {
-                Segment::Literal(lit) => path.push_str(lit),
-                Segment::Activity => path.push_str(activity),
-            }
-        }
-        path
-    }
-
-    pub fn method(&self) -> &Method {
-        &self.method
-    }
-
-    pub fn quantity_query(&self) -> &str {
-        &self.quantity_query
-    }
-
-    pub(crate) fn same_pattern(&self, other: &SaleRoute) -> bool {
-        self.method == other.method && self.segments == other.segments
-    }
+    activity
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http::Method;
 
     fn route() -> SaleRoute {
         SaleRoute::parse("POST", "/api/seckill/{activity}/buy", "qty").unwrap()
@@ -141,7 +41,7 @@ mod tests {
             &Method::from_bytes(method.as_bytes()).unwrap(),
             raw.as_bytes(),
         );
-        route().match_target(&target).map(str::to_owned)
+        match_target(&route(), &target).map(str::to_owned)
     }
 
     #[test]
@@ -155,43 +55,5 @@ mod tests {
         assert_eq!(matches("POST", "/api/seckill/1001"), None);
         assert_eq!(matches("POST", "/api/other/1001/buy"), None);
         assert_eq!(route().path_for("1001"), "/api/seckill/1001/buy");
-    }
-
-    #[test]
-    fn rejects_bad_templates() {
-        assert_eq!(
-            SaleRoute::parse("POST", "api/{activity}", "qty")
-                .unwrap_err()
-                .0,
-            "path"
-        );
-        assert_eq!(
-            SaleRoute::parse("POST", "/api/buy", "qty").unwrap_err().0,
-            "path"
-        );
-        assert_eq!(
-            SaleRoute::parse("POST", "/{activity}/{activity}", "qty")
-                .unwrap_err()
-                .0,
-            "path"
-        );
-        assert_eq!(
-            SaleRoute::parse("POST", "/x{activity}", "qty")
-                .unwrap_err()
-                .0,
-            "path"
-        );
-        assert_eq!(
-            SaleRoute::parse("post", "/{activity}", "qty")
-                .unwrap_err()
-                .0,
-            "method"
-        );
-        assert_eq!(
-            SaleRoute::parse("POST", "/{activity}", "q&x")
-                .unwrap_err()
-                .0,
-            "quantity_query"
-        );
     }
 }

@@ -4,10 +4,14 @@
 //! unchecked value, and `flashgate check` reports exactly what `serve` would refuse.
 
 pub mod file;
+mod keys;
+pub mod route;
 mod settings;
+mod validate;
 
 pub use settings::*;
 
+use http::HeaderName;
 use std::path::{Path, PathBuf};
 
 /// Why a configuration was refused. Messages name the offending key (`activities[0].stock`), and
@@ -32,6 +36,13 @@ impl ConfigError {
             reason: reason.into(),
         }
     }
+}
+
+/// A header name from the configuration, or an error naming `key`.
+fn header_name(key: &str, value: &str) -> Result<HeaderName, ConfigError> {
+    HeaderName::from_bytes(value.as_bytes()).map_err(|_| {
+        ConfigError::invalid(key, format!("{value:?} is not a valid HTTP header name"))
+    })
 }
 
 /// Where secrets come from: the process environment in production, a map in tests.

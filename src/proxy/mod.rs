@@ -2,11 +2,11 @@
 //! owns it (admission, reservation signing, compensation) and records per-request facts in
 //! [`RequestCtx`]; metrics and the decision log are written once, in `logging`.
 
+mod body;
+pub mod failure;
 pub mod headers;
-pub mod queue;
 mod respond;
 
-use crate::admission::route::SaleRoute;
 use crate::admission::target::Target;
 use crate::admission::{
     body_quantity, sale_route, Admitted, BadRequest, Decision, SaleFacts, SaleRequest,
@@ -16,10 +16,13 @@ use crate::config::IdentitySource;
 use crate::decision_log;
 use crate::gateway::Gateway;
 use crate::live::Generation;
-use crate::metrics::{ReleaseReason, UpstreamClass, UNKNOWN_ACTIVITY_LABEL};
+use crate::metrics::UNKNOWN_ACTIVITY_LABEL;
 use crate::reservation::Reservation;
-use crate::stock::ReleaseOutcome;
+use crate::stock::{ReleaseOutcome, ReleaseReason};
+use crate::upstream::{queue, UpstreamClass};
 use async_trait::async_trait;
+use body::{canonical_uri, oversized, read_sale_body};
+use failure::{Failure, OnFailure};
 use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::prelude::*;
 use pingora::proxy::FailToProxy;
@@ -57,80 +60,6 @@ pub struct RequestCtx {
     /// the order, so no buyer-side event (hanging up, a broken body) may give the units back.
     forwarded: bool,
     connect_failures: usize,
-}
-
-/// Reads a sale request's whole body into Pingora's retry buffer (from which the proxy sends it
-/// upstream), within `deadline` and `limit` bytes. Answers `100 Continue` to a client that
-/// waits for it.
-async fn read_sale_body(
-    session: &mut Session,
-    limit: u64,
-    deadline: std::time::Duration,
-) -> std::result::Result<Vec<u8>, BadRequest> {
-    if session.as_mut().is_body_empty() {
-        return Ok(Vec::new());
-    }
-    session.as_mut().enable_retry_buffering();
-    let read = async {
-        let expects_continue = session
-            .req_header()
-            .headers
-            .get(http::header::EXPECT)
-            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
-        if expects_continue {
-            session
-                .as_mut()
-                .write_continue_response()
-                .await
-                .map_err(|_| BadRequest::MalformedBody)?;
-        }
-        let mut body = Vec::new();
-        while let Some(chunk) = session
-            .read_request_body()
-            .await
-            .map_err(|_| BadRequest::MalformedBody)?
-        {
-            if (body.len() + chunk.len()) as u64 > limit {
-                return Err(BadRequest::BodyTooLarge);
-            }
-            body.extend_from_slice(&chunk);
-        }
-        Ok(body)
-    };
-    tokio::time::timeout(deadline, read)
-        .await
-        .unwrap_or(Err(BadRequest::BodyTooSlow))
-}
-
-/// The URI an admitted request is forwarded with: the route's path for the activity, and the
-/// query as sent. `None` if the query cannot be part of a URI.
-fn canonical_uri(route: &SaleRoute, activity: &str, query: Option<&str>) -> Option<http::Uri> {
-    let path = route.path_for(activity);
-    let target = match query {
-        Some(q) => format!("{path}?{q}"),
-        None => path,
-    };
-    target.parse().ok()
-}
-
-/// Whether a sale request is too large to consider: its headers, or its declared body (a
-/// malformed Content-Length counts as too large). Chunked bodies are counted as they stream.
-fn oversized(req: &RequestHeader, limits: &crate::config::ServerSettings) -> Option<BadRequest> {
-    let header_bytes: u64 = req
-        .headers
-        .iter()
-        .map(|(k, v)| (k.as_str().len() + v.len()) as u64)
-        .sum();
-    if header_bytes > limits.max_sale_header_bytes {
-        return Some(BadRequest::HeadersTooLarge);
-    }
-    let length = req.headers.get(http::header::CONTENT_LENGTH)?;
-    let length = length
-        .to_str()
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(u64::MAX);
-    (length > limits.max_sale_body_bytes).then_some(BadRequest::BodyTooLarge)
 }
 
 pub struct FlashProxy {
@@ -285,7 +214,7 @@ impl ProxyHttp for FlashProxy {
             activity: raw_activity,
             peer,
         };
-        let checked = match self.gw.admission.check(&generation, &sale, facts) {
+        let checked = match self.gw.admission.check(generation.rules(), &sale, facts) {
             Ok(checked) => checked,
             Err(decision) => return refuse(session, ctx, decision).await,
         };
@@ -322,7 +251,12 @@ impl ProxyHttp for FlashProxy {
             }
         }
         let facts = ctx.sale.get_or_insert_with(SaleFacts::default);
-        match self.gw.admission.take(&generation, checked, facts).await {
+        match self
+            .gw
+            .admission
+            .take(generation.rules(), checked, facts)
+            .await
+        {
             Ok(Admitted::Reserved(reservation)) => {
                 // A buyer closing its half of the connection must not stop the proxy reading the
                 // backend's answer for the reservation it forwards (which confirms it).
@@ -342,8 +276,14 @@ impl ProxyHttp for FlashProxy {
             Err(decision) => return refuse(session, ctx, decision).await,
         }
         // Winners (and passthroughs) take a slot at the backend, waiting in line if need be.
-        let max_wait = generation.settings.upstream.max_queue_wait;
-        match self.gw.upstream_queue.enter(max_wait).await {
+        let upstream = &generation.settings.upstream;
+        let limit = upstream.max_inflight.map(|n| n.get());
+        match self
+            .gw
+            .upstream_queue
+            .enter(limit, upstream.max_queue_wait)
+            .await
+        {
             Ok(slot) => {
                 ctx.slot = Some(slot);
                 Ok(false)
@@ -493,38 +433,31 @@ impl ProxyHttp for FlashProxy {
         e: &Error,
         ctx: &mut RequestCtx,
     ) -> FailToProxy {
-        let upstream_accepted = ctx.upstream_status.is_some_and(|s| s < 500);
-        let Some(reservation) = ctx.reservation.as_ref().filter(|_| !upstream_accepted) else {
-            return respond::proxy_error(session, e).await;
+        let failure = Failure {
+            holds_reservation: ctx.reservation.is_some(),
+            upstream_status: ctx.upstream_status,
+            from_upstream: *e.esource() == ErrorSource::Upstream,
+            from_downstream: *e.esource() == ErrorSource::Downstream,
+            forwarded: ctx.forwarded,
         };
-        let upstream_failed =
-            *e.esource() == ErrorSource::Upstream || ctx.upstream_status.is_some();
-        if ctx.forwarded && !upstream_failed {
-            // The backend has the reservation and may take the order whatever the buyer does
-            // now: it stays pending, settled by the order lookup once the backend's answer is
-            // surely in (or at its hold deadline without one).
-            tracing::info!(reservation = %reservation.id, error = %e,
-                "the buyer's side failed after the reservation was forwarded; it stays pending");
-            if let Some(activity) = ctx.sale.as_ref().and_then(|f| f.activity.clone()) {
-                let upstream = &ctx.generation.settings.upstream;
-                self.gw.lifecycle.settle_soon(
-                    activity,
-                    reservation,
-                    2 * (upstream.connect_timeout + upstream.read_timeout),
-                );
+        let (reservation, (reason, decision)) = match (failure.decide(), &ctx.reservation) {
+            (OnFailure::Release(reason, decision), Some(reservation)) => {
+                (reservation, (reason, decision))
             }
-            return respond::proxy_error(session, e).await;
-        }
-        let (reason, decision) = if *e.esource() == ErrorSource::Downstream {
-            // The buyer's side broke before anything reached the backend.
-            (
-                ReleaseReason::BadRequest,
-                Decision::BadRequest(BadRequest::MalformedBody),
-            )
-        } else if ctx.upstream_status.is_some() {
-            (ReleaseReason::Upstream5xx, Decision::Unavailable)
-        } else {
-            (ReleaseReason::UpstreamError, Decision::Unavailable)
+            (OnFailure::Keep, Some(reservation)) => {
+                tracing::info!(reservation = %reservation.id, error = %e,
+                    "the buyer's side failed after the reservation was forwarded; it stays pending");
+                if let Some(activity) = ctx.sale.as_ref().and_then(|f| f.activity.clone()) {
+                    let upstream = &ctx.generation.settings.upstream;
+                    self.gw.lifecycle.settle_soon(
+                        activity,
+                        reservation,
+                        2 * (upstream.connect_timeout + upstream.read_timeout),
+                    );
+                }
+                return respond::proxy_error(session, e).await;
+            }
+            _ => return respond::proxy_error(session, e).await,
         };
         ctx.released = self.release(ctx.sale.as_ref(), reservation, reason).await;
         ctx.decision = Some(decision);

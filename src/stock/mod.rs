@@ -20,17 +20,22 @@ pub mod breaker;
 mod keys;
 pub mod layout;
 mod ops;
+mod outcomes;
+mod reads;
 mod records;
 mod scripts;
 pub mod segments;
 
 pub use keys::{KeyLayout, PartitionKeys};
 pub use layout::{Layout, Partition};
-pub use ops::{LookupLease, ReserveCall, Snapshot, Transfer, TransferBooks};
+pub use ops::{LookupLease, ReserveCall};
+pub use outcomes::*;
+pub use reads::{Snapshot, Transfer, TransferBooks};
 pub use records::*;
 
 use crate::config::{Activity, RedisSettings};
-use crate::metrics::{Metrics, ScriptName, StoreOp};
+use crate::label_enum;
+use crate::metrics::Metrics;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{FromRedisValue, ScriptInvocation, Value};
 use std::cell::RefCell;
@@ -38,6 +43,33 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+label_enum! {
+    /// The Lua scripts, as the `script` label.
+    pub enum ScriptName {
+        Reserve => "reserve",
+        Release => "release",
+        Confirm => "confirm",
+        Sweep => "sweep",
+        Prewarm => "prewarm",
+        Ledger => "ledger",
+        Transfer => "transfer",
+    }
+}
+
+label_enum! {
+    /// Stock-store operations, as the `op` label of `flashgate_redis_errors_total`.
+    pub enum StoreOp {
+        Reserve => "reserve",
+        Release => "release",
+        Confirm => "confirm",
+        Sweep => "sweep",
+        Prewarm => "prewarm",
+        Read => "read",
+        Ready => "ready",
+        Transfer => "transfer",
+    }
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {

@@ -10,15 +10,17 @@ use pingora::upstreams::peer::HttpPeer;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-/// The backend's answer about one order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Answer {
-    /// 200: the backend holds the order.
-    Found,
-    /// 404: it does not.
-    NotFound,
-    /// Any other status, an error, or no answer in time.
-    Unanswered,
+crate::label_enum! {
+    /// The backend's answer about one order (the `result` label of
+    /// `flashgate_order_lookups_total`).
+    pub enum Answer {
+        /// 200: the backend holds the order; the reservation is confirmed.
+        Found => "found",
+        /// 404: it does not; the reservation is released.
+        NotFound => "not_found",
+        /// Any other status, an error, or no answer in time: kept pending, asked again.
+        Unanswered => "unanswered",
+    }
 }
 
 /// How long an idle lookup connection is kept for the next lookup.

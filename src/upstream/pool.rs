@@ -1,6 +1,7 @@
 //! The shop backend(s): round robin over TCP-health-checked addresses (Pingora load balancing).
-//! The address list is read from [`ConfiguredAddresses`], which a reload replaces; timeouts come
-//! from the request's own configuration generation.
+//! A request picks among the healthy addresses of its own configuration generation, with that
+//! generation's timeouts. The balancer health-checks the addresses of the current generation and
+//! of the one before (for requests still in flight under it); a reload replaces that set.
 
 use crate::config::UpstreamSettings;
 use arc_swap::ArcSwap;
@@ -66,23 +67,36 @@ impl Upstreams {
         Ok((upstreams, service))
     }
 
-    /// Replaces the backend list (a reload). New backends count as healthy until checked.
-    pub async fn set_addresses(&self, addresses: &[SocketAddr]) {
-        self.addresses.set(addresses);
+    /// Replaces the health-checked list (a reload): the new addresses and the previous
+    /// generation's. New backends count as healthy until checked.
+    pub async fn set_addresses(&self, addresses: &[SocketAddr], previous: &[SocketAddr]) {
+        let mut both = addresses.to_vec();
+        both.extend(previous.iter().filter(|a| !addresses.contains(a)));
+        self.addresses.set(&both);
         if let Err(e) = self.balancer.update().await {
             tracing::error!(error = %e, "cannot update the upstream list");
         }
     }
 
-    /// The next healthy backend's address.
-    pub fn select(&self) -> Option<std::net::SocketAddr> {
-        let backend = self.balancer.select(b"", 256)?;
-        backend.addr.as_inet().copied()
+    /// The next healthy backend among `settings.addresses`.
+    fn pick(&self, settings: &UpstreamSettings) -> Option<Backend> {
+        self.balancer.select_with(b"", 256, |backend, healthy| {
+            healthy
+                && backend
+                    .addr
+                    .as_inet()
+                    .is_some_and(|a| settings.addresses.contains(a))
+        })
     }
 
-    /// The next healthy backend, as a peer with the configured timeouts.
+    /// The next healthy backend's address among `settings.addresses`.
+    pub fn select(&self, settings: &UpstreamSettings) -> Option<SocketAddr> {
+        self.pick(settings)?.addr.as_inet().copied()
+    }
+
+    /// The next healthy backend of `settings`, as a peer with its timeouts.
     pub fn peer(&self, settings: &UpstreamSettings) -> Result<Box<HttpPeer>> {
-        let backend = self.balancer.select(b"", 256).ok_or_else(|| {
+        let backend = self.pick(settings).ok_or_else(|| {
             Error::explain(ErrorType::ConnectNoRoute, "no healthy upstream").into_up()
         })?;
         let mut peer = HttpPeer::new(backend.addr, false, String::new());

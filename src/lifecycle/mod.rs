@@ -19,36 +19,29 @@
 //! first), the reservation stays pending until its hold deadline: then the order lookup settles
 //! it, or, without one, it expires and its units return although the backend took the order.
 
-use crate::config::{Activity, OrderLookupSettings};
+use crate::admission::StockPort;
+use crate::config::Activity;
 use crate::live::Live;
-use crate::metrics::{LookupResult, Metrics, ReleaseReason};
+use crate::metrics::Metrics;
 use crate::news::{self, News};
-use crate::order_lookup::{Answer, OrderLookup};
 use crate::reservation::Reservation;
 use crate::sold_out::SoldOutCache;
 use crate::stock::{
-    segments, until_answered, ConfirmOutcome, ConfirmedVia, Layout, LedgerRow, LookupLease,
-    Partition, ReleaseMode, ReleaseOutcome, ReservationRecord, StockStore, StoreError,
+    segments::{self, Purchase, Reserve},
+    until_answered, ConfirmOutcome, ConfirmedVia, Layout, LedgerRow, Partition, ReleaseMode,
+    ReleaseOutcome, ReleaseReason, ReservationRecord, StockStore, StoreError,
 };
-use crate::upstreams::Upstreams;
-use futures_util::StreamExt;
-use std::collections::BTreeMap;
+use crate::upstream::lookup::OrderLookup;
+use crate::upstream::Upstreams;
 use std::sync::Arc;
 
 /// Longest reservation id accepted from the admin API (ids are UUIDs: 36 bytes, plus a segment).
 const MAX_RESERVATION_ID_LEN: usize = 64;
 
-/// A transfer still unacknowledged this long after its withdraw was cut short.
-const STRANDED_TRANSFER_AFTER_MS: u64 = 5_000;
-
-/// Sweep calls per version per tick at most, so one tick stays short under a flood of expiries.
-const MAX_SWEEP_CALLS_PER_TICK: usize = 50;
-
-/// Order lookups in flight at once per sweep call.
-const LOOKUP_CONCURRENCY: usize = 16;
-
 /// Most reservations one confirm script call confirms.
 pub const CONFIRM_BATCH: usize = 100;
+
+mod sweep;
 
 pub struct Lifecycle {
     live: Live,
@@ -177,7 +170,7 @@ impl Lifecycle {
     /// A reserve whose outcome is unknown (timed out, connection lost) is released by id until
     /// Redis answers (a tombstone if it never landed, so it never will), so units never stay
     /// stranded behind a buyer who was told `unavailable`. Not if a replay handed it on meanwhile.
-    pub fn abandon_in_background(
+    fn abandon_in_background(
         self: &Arc<Self>,
         activity: Arc<Activity>,
         partition: u32,
@@ -381,175 +374,6 @@ impl Lifecycle {
         })
     }
 
-    /// Every activity whose reservations this instance settles: the configured ones, and those
-    /// Redis remembers although the configuration dropped them (their holds still run out), each
-    /// with the segment count Redis recorded (a configuration that disagrees is refused, but what
-    /// is in Redis still settles).
-    async fn layouts(&self) -> Vec<Layout> {
-        let settings = self.live.settings();
-        let mut ids: BTreeMap<String, Option<u32>> = settings
-            .activities
-            .iter()
-            .map(|a| (a.id.to_string(), None))
-            .collect();
-        match self.store.registered().await {
-            Ok(registered) => {
-                for (id, segments) in registered {
-                    ids.insert(id, Some(segments));
-                }
-            }
-            Err(e) => tracing::warn!(error = %e, "activity registry not read"),
-        }
-        let mut layouts = Vec::with_capacity(ids.len());
-        for (id, registered) in ids {
-            match self.store.base_meta(&id).await {
-                Ok(meta) => {
-                    // Never prewarmed: nothing to settle.
-                    if let Some(segments) = meta.segments.or(registered) {
-                        layouts.push(Layout::new(Arc::from(id.as_str()), segments));
-                    }
-                }
-                Err(e) => tracing::warn!(activity = %id, error = %e, "sweep skipped"),
-            }
-        }
-        layouts
-    }
-
-    /// Settles every pending reservation whose time has come, over all activities, segments
-    /// and versions. Returns how many this instance released.
-    pub async fn sweep_expired(&self) -> u64 {
-        let settings = self.live.settings();
-        let batch = settings.redis.sweep_batch;
-        let lookup = settings.upstream.order_lookup.as_ref();
-        let lease = lookup.map(|l| LookupLease {
-            lease: l.retry_interval,
-            give_up_after: l.give_up_after,
-        });
-        let mut total = 0;
-        for layout in self.layouts().await {
-            for partition in layout.partitions() {
-                self.deliver_stranded_transfers(partition).await;
-                let versions = match self.store.meta(partition).await {
-                    Ok(meta) => meta.versions,
-                    Err(e) => {
-                        tracing::warn!(activity = %layout.id(), error = %e, "sweep skipped");
-                        continue;
-                    }
-                };
-                for version in versions {
-                    for _ in 0..MAX_SWEEP_CALLS_PER_TICK {
-                        let outcome = match self.store.sweep(partition, version, batch, lease).await
-                        {
-                            Ok(outcome) => outcome,
-                            Err(e) => {
-                                tracing::warn!(activity = %layout.id(), version, error = %e, "sweep failed");
-                                break;
-                            }
-                        };
-                        if outcome.released > 0 {
-                            total += outcome.released;
-                            self.metrics
-                                .reservations_released
-                                .with_label_values(&[layout.id(), ReleaseReason::Expired.as_str()])
-                                .inc_by(outcome.released);
-                            self.metrics
-                                .reservations_retired
-                                .with_label_values(&[layout.id()])
-                                .inc_by(outcome.retired);
-                            self.units_returned(layout.id(), version);
-                            tracing::info!(activity = %layout.id(), version,
-                                released = outcome.released, units = outcome.units,
-                                "expired reservations released");
-                        }
-                        if let Some(lookup) = lookup.filter(|_| !outcome.for_lookup.is_empty()) {
-                            total += self
-                                .settle_by_lookup(partition, version, lookup, &outcome.for_lookup)
-                                .await;
-                        }
-                        if outcome.scanned < u64::from(batch) {
-                            break;
-                        }
-                    }
-                }
-            }
-        }
-        total
-    }
-
-    /// Asks the backend about reservations whose hold ran out: found ones are confirmed, ones it
-    /// does not hold released; unanswered ones stay pending (the sweep hands them out again after
-    /// `retry_interval_ms`). Returns how many were released.
-    async fn settle_by_lookup(
-        &self,
-        partition: Partition<'_>,
-        version: u64,
-        settings: &OrderLookupSettings,
-        ids: &[String],
-    ) -> u64 {
-        let label = &**partition.layout().id();
-        let asks: Vec<_> = ids.iter().map(|id| self.ask(settings, id)).collect();
-        let answers: Vec<(&String, Answer)> = futures_util::stream::iter(asks)
-            .buffer_unordered(LOOKUP_CONCURRENCY)
-            .collect()
-            .await;
-        let mut found = Vec::new();
-        let mut released = 0;
-        for (id, answer) in answers {
-            let result = match answer {
-                Answer::Found => {
-                    found.push(id.as_str());
-                    LookupResult::Found
-                }
-                Answer::NotFound => {
-                    match self
-                        .release(
-                            partition,
-                            version,
-                            id,
-                            ReleaseMode::Lookup,
-                            ReleaseReason::OrderNotFound,
-                        )
-                        .await
-                    {
-                        Ok(ReleaseOutcome::Released { .. }) => released += 1,
-                        Ok(_) => {}
-                        Err(e) => tracing::warn!(reservation = %id, error = %e,
-                            "could not release after the order lookup; asked again later"),
-                    }
-                    LookupResult::NotFound
-                }
-                Answer::Unanswered => LookupResult::Unanswered,
-            };
-            self.metrics
-                .order_lookups
-                .with_label_values(&[label, result.as_str()])
-                .inc();
-        }
-        for chunk in found.chunks(CONFIRM_BATCH) {
-            if let Err(e) = self
-                .confirm(partition, version, chunk, ConfirmedVia::Lookup)
-                .await
-            {
-                tracing::warn!(activity = %label, error = %e,
-                    "could not confirm after the order lookup; asked again later");
-            }
-        }
-        released
-    }
-
-    /// Asks a healthy backend about one reservation.
-    async fn ask<'i>(
-        &self,
-        settings: &OrderLookupSettings,
-        id: &'i String,
-    ) -> (&'i String, Answer) {
-        let answer = match self.upstreams.select() {
-            Some(backend) => self.lookup.ask(backend, settings, id).await,
-            None => Answer::Unanswered,
-        };
-        (id, answer)
-    }
-
     /// Every version's ledger of every segment of one activity (atomically per version and
     /// segment), in segment then version order.
     pub async fn ledgers(&self, activity: &Activity) -> Result<Vec<LedgerRow>, StoreError> {
@@ -559,52 +383,39 @@ impl Lifecycle {
             .map(|(_, row)| row)
             .collect())
     }
+}
 
-    /// Transfers a segment gave that never arrived (a gateway died between withdraw and
-    /// deposit): delivered once they are older than a rebalance could still be in flight.
-    async fn deliver_stranded_transfers(&self, giver: Partition<'_>) {
-        if !giver.layout().is_segmented() {
-            return;
-        }
-        let Ok((transfers, now_ms)) = self.store.transfers(giver).await else {
-            return;
-        };
-        for t in transfers
-            .iter()
-            .filter(|t| t.at_ms + STRANDED_TRANSFER_AFTER_MS < now_ms)
-        {
-            let Some(receiver) = giver.layout().partition(t.to) else {
-                continue;
-            };
-            if let Ok(deposited) = self.store.deposit(receiver, t.version, &t.id, t.qty).await {
-                let _ = self.store.acknowledge(giver, &t.id).await;
-                if deposited {
-                    self.units_returned(giver.layout().id(), t.version);
-                    tracing::warn!(activity = %giver.layout().id(), transfer = %t.id, units = t.qty,
-                        "delivered a transfer a gateway left half done");
+/// The lifecycle is admission's way to the stock: a reserve whose reply was lost is abandoned
+/// here, and a sold-out version is announced to the other instances.
+#[async_trait::async_trait]
+impl StockPort for Arc<Lifecycle> {
+    async fn reserve(
+        &self,
+        activity: &Arc<Activity>,
+        purchase: Purchase<'_>,
+    ) -> Result<Reserve, StoreError> {
+        match segments::reserve(&self.store, activity, purchase).await {
+            Ok(outcome) => Ok(outcome),
+            Err(failed) => {
+                if let Some(partition) = failed.landed_maybe {
+                    self.abandon_in_background(
+                        activity.clone(),
+                        partition,
+                        purchase.reservation_id.to_owned(),
+                    );
                 }
+                Err(failed.error)
             }
         }
     }
 
-    /// Checks every activity's ledgers and exports `flashgate_reconcile_drift`.
-    pub async fn check_drift(&self) {
-        for activity in self.live.settings().activities.iter() {
-            match self.ledgers(activity).await {
-                Ok(rows) => {
-                    let drift: i64 = rows.iter().map(|r| r.drift().abs()).sum();
-                    self.metrics
-                        .reconcile_drift
-                        .with_label_values(&[&activity.id])
-                        .set(drift);
-                    if drift != 0 {
-                        tracing::error!(activity = %activity.id, drift, ?rows, "stock ledger drift");
-                    }
-                }
-                Err(e) => {
-                    tracing::warn!(activity = %activity.id, error = %e, "ledger check failed")
-                }
-            }
-        }
+    fn sold_out(&self, activity: &Activity) {
+        news::publish(
+            &self.store,
+            News::SoldOut {
+                activity: activity.id.to_string(),
+                version: activity.version,
+            },
+        );
     }
 }

@@ -1,0 +1,358 @@
+//! Admission's pipeline against a fake stock port: every decision it makes from what the store
+//! answers (or fails to), without Redis. The real store is proven by tests/scripts.rs, the
+//! model test and the end-to-end suites.
+
+use super::*;
+use crate::config::Settings;
+use crate::stock::breaker::{BreakerMode, BreakerState};
+use crate::stock::segments::Refusal;
+use parking_lot::Mutex;
+use std::collections::VecDeque;
+use std::path::Path;
+use std::time::Duration;
+
+/// A stock port that answers from a script and records what it was asked.
+#[derive(Default)]
+struct FakeStock {
+    answers: Mutex<VecDeque<Result<Reserve, StoreError>>>,
+    asked: Mutex<Vec<(String, u32, Option<String>)>>,
+    announced: Mutex<Vec<(String, u64)>>,
+}
+
+impl FakeStock {
+    fn answering(answers: Vec<Result<Reserve, StoreError>>) -> Arc<FakeStock> {
+        Arc::new(FakeStock {
+            answers: Mutex::new(answers.into()),
+            ..Default::default()
+        })
+    }
+}
+
+#[async_trait::async_trait]
+impl StockPort for FakeStock {
+    async fn reserve(
+        &self,
+        _activity: &Arc<Activity>,
+        purchase: Purchase<'_>,
+    ) -> Result<Reserve, StoreError> {
+        self.asked.lock().push((
+            purchase.user.to_owned(),
+            purchase.qty,
+            purchase.idempotency_key.map(str::to_owned),
+        ));
+        self.answers
+            .lock()
+            .pop_front()
+            .expect("the test scripted an answer for every reserve")
+    }
+
+    fn sold_out(&self, activity: &Activity) {
+        self.announced
+            .lock()
+            .push((activity.id.to_string(), activity.version));
+    }
+}
+
+fn settings(extra_activity: &str, extra_top: &str) -> Settings {
+    let yaml = format!(
+        r#"server: {{ listen: "127.0.0.1:1" }}
+admin: {{ listen: "127.0.0.1:2" }}
+upstream: {{ addresses: ["127.0.0.1:3"] }}
+redis: {{ url: "redis://127.0.0.1:4", breaker: {{ consecutive_failures: 2, open_ms: 60000 }} }}
+identity: {{ header: X-User-Id }}
+signing: {{ header: X-Flashgate-Reservation, algorithm: HS256, key_id: k, secret_env: SECRET, ttl_secs: 900 }}
+sold_out_cache: {{ ttl_ms: 3600000 }}
+sale_routes:
+  - {{ method: POST, path: "/buy/{{activity}}" }}
+{extra_top}activities:
+  - {{ id: a1, stock: 10, version: 1, per_user_limit: 5, max_per_request: 3, starts_at: "2020-01-01T00:00:00Z", ends_at: "2099-01-01T00:00:00Z", hold_secs: 900{extra_activity} }}
+  - {{ id: later, stock: 10, version: 1, per_user_limit: 5, max_per_request: 1, starts_at: "2098-01-01T00:00:00Z", ends_at: "2099-01-01T00:00:00Z", hold_secs: 900 }}
+"#
+    );
+    let secrets = |name: &str| (name == "SECRET").then(|| "s".repeat(32));
+    Settings::from_yaml(&yaml, Path::new("."), &secrets).expect("valid test configuration")
+}
+
+struct Harness {
+    settings: Settings,
+    policy: Policy,
+    stock: Arc<FakeStock>,
+    admission: Admission,
+    sold_out: Arc<SoldOutCache>,
+    metrics: Arc<Metrics>,
+}
+
+impl Harness {
+    fn new(settings: Settings, answers: Vec<Result<Reserve, StoreError>>) -> Harness {
+        let metrics = Arc::new(Metrics::new());
+        let stock = FakeStock::answering(answers);
+        let sold_out = Arc::new(SoldOutCache::new());
+        let admission = Admission::new(
+            stock.clone(),
+            metrics.clone(),
+            sold_out.clone(),
+            Arc::new(Breaker::new(metrics.clone())),
+            Arc::new(Refusals::default()),
+        );
+        Harness {
+            policy: Policy::new(&settings, None),
+            settings,
+            stock,
+            admission,
+            sold_out,
+            metrics,
+        }
+    }
+
+    fn rules(&self) -> Rules<'_> {
+        Rules {
+            settings: &self.settings,
+            policy: &self.policy,
+        }
+    }
+
+    /// One sale request through check and take, as the proxy makes it.
+    fn buy(
+        &self,
+        user: Option<&str>,
+        path: &str,
+        headers: &[(&str, &str)],
+    ) -> Result<Admitted, Decision> {
+        let mut req = RequestHeader::build("POST", path.as_bytes(), None).unwrap();
+        if let Some(user) = user {
+            req.insert_header("x-user-id", user).unwrap();
+        }
+        for (name, value) in headers {
+            req.append_header(name.to_string(), *value).unwrap();
+        }
+        let target = Target::of(&req.method, req.raw_path());
+        let (route, activity) = sale_route(&self.settings, &target).expect("a sale route");
+        let sale = SaleRequest {
+            req: &req,
+            target: &target,
+            route,
+            activity,
+            peer: None,
+        };
+        let mut facts = SaleFacts::default();
+        let checked = self.admission.check(self.rules(), &sale, &mut facts)?;
+        futures_executor(self.admission.take(self.rules(), checked, &mut facts))
+    }
+}
+
+/// Runs a future to completion on a fresh current-thread runtime.
+fn futures_executor<F: std::future::Future>(f: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(f)
+}
+
+fn reserved(remaining: Option<u64>, replayed: bool) -> Result<Reserve, StoreError> {
+    Ok(Reserve::Reserved {
+        id: "r-1".into(),
+        partition: 0,
+        version: 1,
+        qty: 2,
+        replayed,
+        remaining,
+        created_ms: 1_000,
+        deadline_ms: 901_000,
+    })
+}
+
+fn down() -> Result<Reserve, StoreError> {
+    Err(StoreError::Timeout(Duration::from_millis(5)))
+}
+
+#[test]
+fn checks_made_without_the_store_never_reach_it() {
+    let h = Harness::new(settings("", ""), vec![]);
+    assert_eq!(
+        h.buy(None, "/buy/a1", &[]).unwrap_err(),
+        Decision::Unauthenticated
+    );
+    assert_eq!(
+        h.buy(Some("u"), "/buy/nope", &[]).unwrap_err(),
+        Decision::UnknownActivity
+    );
+    assert_eq!(
+        h.buy(Some("u"), "/buy/later", &[]).unwrap_err(),
+        Decision::NotStarted
+    );
+    assert_eq!(
+        h.buy(Some("u"), "/buy/a1?qty=4", &[]).unwrap_err(),
+        Decision::BadRequest(BadRequest::QuantityTooLarge)
+    );
+    assert_eq!(
+        h.buy(
+            Some("u"),
+            "/buy/a1",
+            &[("idempotency-key", "a"), ("idempotency-key", "b")]
+        )
+        .unwrap_err(),
+        Decision::BadRequest(BadRequest::IdempotencyKeyInvalid)
+    );
+    assert!(h.stock.asked.lock().is_empty());
+}
+
+#[test]
+fn a_reservation_carries_what_the_store_answered() {
+    let h = Harness::new(
+        settings("", ""),
+        vec![reserved(Some(8), false), reserved(Some(8), true)],
+    );
+    let Ok(Admitted::Reserved(r)) = h.buy(Some("alice"), "/buy/a1?qty=2", &[]) else {
+        panic!("reserved");
+    };
+    assert_eq!(
+        (r.user.as_str(), r.qty, r.version, r.owned),
+        ("alice", 2, 1, true)
+    );
+    assert_eq!((r.created_ms, r.deadline_ms), (1_000, 901_000));
+    // A replay is handed the earlier reservation, which this request may never release.
+    let Ok(Admitted::Reserved(r)) =
+        h.buy(Some("alice"), "/buy/a1?qty=2", &[("idempotency-key", "k")])
+    else {
+        panic!("replayed");
+    };
+    assert!(!r.owned);
+    assert_eq!(
+        h.stock.asked.lock()[1],
+        ("alice".to_owned(), 2, Some("k".to_owned()))
+    );
+}
+
+#[test]
+fn sold_out_is_learned_announced_and_answered_from_memory() {
+    let h = Harness::new(
+        settings("", ""),
+        vec![
+            Ok(Reserve::SoldOut { left: 0 }),
+            Ok(Reserve::SoldOut { left: 0 }),
+        ],
+    );
+    assert_eq!(
+        h.buy(Some("u1"), "/buy/a1", &[]).unwrap_err(),
+        Decision::SoldOut
+    );
+    assert_eq!(*h.stock.announced.lock(), [("a1".to_owned(), 1)]);
+    // The next buyer is answered by the cache: no store call.
+    assert_eq!(
+        h.buy(Some("u2"), "/buy/a1", &[]).unwrap_err(),
+        Decision::SoldOut
+    );
+    assert_eq!(h.stock.asked.lock().len(), 1);
+    // A keyed retry may hold a reservation already: only the store can say.
+    assert_eq!(
+        h.buy(Some("u3"), "/buy/a1", &[("idempotency-key", "k")])
+            .unwrap_err(),
+        Decision::SoldOut
+    );
+    assert_eq!(h.stock.asked.lock().len(), 2);
+    assert_eq!(h.stock.announced.lock().len(), 1, "announced once");
+    let ttl = h.settings.sold_out_cache.ttl;
+    assert!(h.sold_out.is_sold_out(&Arc::from("a1"), 1, ttl));
+}
+
+#[test]
+fn store_answers_map_to_decisions() {
+    let refusal = Refusal::OldLayout { id: "a1".into() };
+    let h = Harness::new(
+        settings("", ""),
+        vec![
+            Ok(Reserve::LimitExceeded),
+            Ok(Reserve::Busy),
+            Ok(Reserve::HoldRanOut),
+            Ok(Reserve::DuplicateId),
+            Ok(Reserve::NotOnSale(Some(refusal.clone()))),
+        ],
+    );
+    assert_eq!(
+        h.buy(Some("u"), "/buy/a1", &[]).unwrap_err(),
+        Decision::LimitExceeded
+    );
+    for _ in 0..3 {
+        assert_eq!(
+            h.buy(Some("u"), "/buy/a1", &[]).unwrap_err(),
+            Decision::Unavailable
+        );
+    }
+    assert_eq!(
+        h.buy(Some("u"), "/buy/a1", &[]).unwrap_err(),
+        Decision::Unavailable
+    );
+    assert_eq!(h.admission.refused.get("a1"), Some(refusal));
+    // Refused: buyers are turned away without a store call.
+    assert_eq!(
+        h.buy(Some("u"), "/buy/a1", &[]).unwrap_err(),
+        Decision::Unavailable
+    );
+    assert_eq!(h.stock.asked.lock().len(), 5);
+}
+
+#[test]
+fn a_failing_store_opens_the_breaker_under_the_requests_settings() {
+    let h = Harness::new(settings("", ""), vec![down(), down()]);
+    for _ in 0..2 {
+        assert_eq!(
+            h.buy(Some("u"), "/buy/a1", &[]).unwrap_err(),
+            Decision::StoreUnavailable
+        );
+    }
+    // consecutive_failures: 2 → open for a minute: no store call.
+    assert_eq!(
+        h.buy(Some("u"), "/buy/a1", &[]).unwrap_err(),
+        Decision::StoreUnavailable
+    );
+    assert_eq!(h.stock.asked.lock().len(), 2);
+    assert_eq!(
+        h.admission.breaker.status(&h.settings.breaker),
+        (BreakerState::Open, BreakerMode::Auto)
+    );
+}
+
+#[test]
+fn passthrough_forwards_unreserved_under_its_cap() {
+    let top = "rate_limits: { passthrough: { per_second: 1, burst: 1 } }\n";
+    let h = Harness::new(
+        settings(", on_store_failure: passthrough", top),
+        vec![down(), down()],
+    );
+    assert!(matches!(
+        h.buy(Some("u"), "/buy/a1", &[]),
+        Ok(Admitted::Passthrough)
+    ));
+    assert_eq!(
+        h.buy(Some("u"), "/buy/a1", &[]).unwrap_err(),
+        Decision::StoreUnavailable,
+        "capped"
+    );
+    let text = String::from_utf8(h.metrics.encode()).unwrap();
+    assert!(text.contains(
+        r#"flashgate_store_failure_passthrough_total{activity="a1",outcome="capped"} 1"#
+    ));
+}
+
+#[test]
+fn token_buckets_refuse_before_the_store_and_shadow_only_counts() {
+    let top = "rate_limits: { per_user: { per_second: 1, burst: 1 }, per_activity: { per_second: 1, burst: 1, shadow: true } }\n";
+    let h = Harness::new(
+        settings("", top),
+        vec![reserved(Some(9), false), reserved(Some(8), false)],
+    );
+    assert!(h.buy(Some("u1"), "/buy/a1", &[]).is_ok());
+    assert!(matches!(
+        h.buy(Some("u1"), "/buy/a1", &[]).unwrap_err(),
+        Decision::RateLimited { .. }
+    ));
+    // Another user: the activity bucket is empty but only in shadow.
+    assert!(h.buy(Some("u2"), "/buy/a1", &[]).is_ok());
+    let text = String::from_utf8(h.metrics.encode()).unwrap();
+    assert!(text
+        .contains(r#"flashgate_rate_limit_refusals_total{limit="per_activity",mode="shadow"} 1"#));
+    assert!(
+        text.contains(r#"flashgate_rate_limit_refusals_total{limit="per_user",mode="enforced"} 1"#)
+    );
+}

@@ -1,0 +1,487 @@
+//! From the YAML as written ([`super::file`]) to the runtime types ([`super::settings`]): each
+//! section checked, with an error naming the offending key.
+
+use super::file::{self, FileConfig};
+use super::keys::{jwt_identity, secret, signing};
+use super::settings::*;
+use super::{header_name, ConfigError, SecretSource};
+use chrono::{DateTime, Utc};
+use governor::Quota;
+use ipnet::IpNet;
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+use std::num::{NonZeroU32, NonZeroUsize};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+impl Settings {
+    pub(super) fn validate(
+        raw: FileConfig,
+        base_dir: &Path,
+        secrets: &dyn SecretSource,
+    ) -> Result<Settings, ConfigError> {
+        let breaker = BreakerSettings {
+            consecutive_failures: match raw.redis.breaker.consecutive_failures {
+                0 => {
+                    return Err(ConfigError::invalid(
+                        "redis.breaker.consecutive_failures",
+                        "must be at least 1",
+                    ))
+                }
+                n => n,
+            },
+            open_for: positive_ms("redis.breaker.open_ms", raw.redis.breaker.open_ms)?,
+        };
+        let upstream = upstream(raw.upstream)?;
+        let redis = redis(raw.redis)?;
+        let longest_trip = longest_sale_trip(&redis, &upstream);
+        Ok(Settings {
+            breaker,
+            server: server(raw.server, longest_trip, base_dir)?,
+            upstream,
+            admin: admin(raw.admin, secrets)?,
+            redis,
+            identity: identity(raw.identity, base_dir, secrets)?,
+            activities: activities(raw.activities, Duration::from_secs(raw.signing.ttl_secs))?,
+            signing: signing(raw.signing, base_dir, secrets)?,
+            rate_limits: rate_limits(raw.rate_limits)?,
+            sold_out_cache: SoldOutCacheSettings {
+                ttl: positive_ms("sold_out_cache.ttl_ms", raw.sold_out_cache.ttl_ms)?,
+            },
+            sale_routes: sale_routes(raw.sale_routes)?,
+        })
+    }
+}
+
+/// The longest a sale request can take once admitted: the stock call, the wait for a slot at
+/// the backend, connecting, and the backend's answer (its release on failure is bounded by the
+/// same store timeout, inside the read timeout's slack only approximately).
+fn longest_sale_trip(redis: &RedisSettings, upstream: &UpstreamSettings) -> Duration {
+    redis.timeout + upstream.max_queue_wait + upstream.connect_timeout + upstream.read_timeout
+}
+
+fn server(
+    raw: file::ServerSection,
+    longest_trip: Duration,
+    base_dir: &Path,
+) -> Result<ServerSettings, ConfigError> {
+    let grace_period = match raw.grace_period_secs {
+        Some(secs) => Duration::from_secs(secs),
+        // Rounded up, plus a second in which requests read just before the listeners closed
+        // still take reservations (see `Gateway::takes_new_reservations`).
+        None => Duration::from_secs(longest_trip.as_secs() + 2),
+    };
+    let listen = socket_addr("server.listen", &raw.listen)?;
+    let upgrade_sock = match raw.upgrade_sock {
+        Some(path) => base_dir.join(path),
+        None => PathBuf::from(format!("/tmp/flashgate-upgrade-{}.sock", listen.port())),
+    };
+    // sockaddr_un holds 108 bytes including the terminating NUL.
+    if upgrade_sock.as_os_str().len() > 107 {
+        return Err(ConfigError::invalid(
+            "server.upgrade_sock",
+            format!(
+                "{} is longer than a Unix socket path may be (107 bytes)",
+                upgrade_sock.display()
+            ),
+        ));
+    }
+    if upgrade_sock.to_str().is_none() {
+        return Err(ConfigError::invalid(
+            "server.upgrade_sock",
+            "must be valid UTF-8",
+        ));
+    }
+    Ok(ServerSettings {
+        listen,
+        threads: NonZeroUsize::new(raw.threads)
+            .ok_or_else(|| ConfigError::invalid("server.threads", "must be at least 1"))?,
+        grace_period,
+        longest_sale_trip: longest_trip,
+        shutdown_timeout: Duration::from_secs(raw.shutdown_timeout_secs),
+        max_sale_body_bytes: match raw.max_sale_body_bytes {
+            0..=MAX_SALE_BODY_BYTES => raw.max_sale_body_bytes,
+            _ => {
+                return Err(ConfigError::invalid(
+                    "server.max_sale_body_bytes",
+                    format!("must be at most {MAX_SALE_BODY_BYTES} (a sale body is held in memory until the reservation is forwarded)"),
+                ))
+            }
+        },
+        sale_body_timeout: positive_ms("server.sale_body_timeout_ms", raw.sale_body_timeout_ms)?,
+        max_sale_header_bytes: raw.max_sale_header_bytes,
+        reload_watch_interval: (raw.reload_watch_interval_ms > 0)
+            .then(|| Duration::from_millis(raw.reload_watch_interval_ms)),
+        upgrade_sock,
+    })
+}
+
+fn identity(
+    raw: file::IdentitySection,
+    base_dir: &Path,
+    secrets: &dyn SecretSource,
+) -> Result<IdentitySettings, ConfigError> {
+    let trusted_proxies = raw
+        .trusted_proxies
+        .iter()
+        .enumerate()
+        .map(|(i, cidr)| {
+            cidr.parse::<IpNet>()
+                .or_else(|_| cidr.parse::<IpAddr>().map(IpNet::from))
+                .map_err(|_| {
+                    ConfigError::invalid(
+                        format!("identity.trusted_proxies[{i}]"),
+                        format!("{cidr:?} is not a CIDR like 10.0.0.0/8 or an IP address"),
+                    )
+                })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let source = match (raw.header, raw.jwt) {
+        (Some(header), None) => IdentitySource::Header(header_name("identity.header", &header)?),
+        (None, Some(jwt)) => IdentitySource::Jwt(jwt_identity(jwt, base_dir, secrets)?),
+        (Some(_), Some(_)) => {
+            return Err(ConfigError::invalid(
+                "identity",
+                "set either header or jwt, not both",
+            ))
+        }
+        (None, None) => {
+            return Err(ConfigError::invalid(
+                "identity",
+                "set header (a trusted auth layer in front) or jwt (verify bearer tokens)",
+            ))
+        }
+    };
+    Ok(IdentitySettings {
+        source,
+        trusted_proxies,
+    })
+}
+
+fn admin(
+    raw: file::AdminSection,
+    secrets: &dyn SecretSource,
+) -> Result<AdminSettings, ConfigError> {
+    let token = match raw.token_env {
+        None => None,
+        Some(var) => Some(AdminToken(secret("admin.token_env", &var, secrets)?)),
+    };
+    let listen = socket_addr("admin.listen", &raw.listen)?;
+    if token.is_none() && !listen.ip().is_loopback() {
+        return Err(ConfigError::invalid(
+            "admin.listen",
+            format!("{listen} is reachable from other hosts: set admin.token_env, or listen on loopback"),
+        ));
+    }
+    Ok(AdminSettings { listen, token })
+}
+
+fn upstream(raw: file::UpstreamSection) -> Result<UpstreamSettings, ConfigError> {
+    if raw.addresses.is_empty() {
+        return Err(ConfigError::invalid(
+            "upstream.addresses",
+            "needs at least one backend address",
+        ));
+    }
+    let addresses = raw
+        .addresses
+        .iter()
+        .enumerate()
+        .map(|(i, a)| socket_addr(&format!("upstream.addresses[{i}]"), a))
+        .collect::<Result<_, _>>()?;
+    Ok(UpstreamSettings {
+        addresses,
+        connect_timeout: positive_ms("upstream.connect_timeout_ms", raw.connect_timeout_ms)?,
+        read_timeout: positive_ms("upstream.read_timeout_ms", raw.read_timeout_ms)?,
+        health_check_interval: positive_ms(
+            "upstream.health_check_interval_ms",
+            raw.health_check_interval_ms,
+        )?,
+        max_inflight: raw
+            .max_inflight
+            .map(|n| {
+                NonZeroUsize::new(n).ok_or_else(|| {
+                    ConfigError::invalid("upstream.max_inflight", "must be at least 1 (or absent)")
+                })
+            })
+            .transpose()?,
+        max_queue_wait: positive_ms("upstream.max_queue_wait_ms", raw.max_queue_wait_ms)?,
+        order_lookup: raw.order_lookup.map(order_lookup).transpose()?,
+    })
+}
+
+fn order_lookup(raw: file::OrderLookupSection) -> Result<OrderLookupSettings, ConfigError> {
+    let key = "upstream.order_lookup.path";
+    let valid = raw.path.starts_with('/')
+        && raw.path.matches("{jti}").count() == 1
+        && raw.path.bytes().all(|b| b.is_ascii_graphic());
+    let Some((before, after)) = raw.path.split_once("{jti}").filter(|_| valid) else {
+        return Err(ConfigError::invalid(
+            key,
+            format!(
+                "{:?} must start with '/' and hold {{jti}} exactly once",
+                raw.path
+            ),
+        ));
+    };
+    Ok(OrderLookupSettings {
+        path: (before.to_owned(), after.to_owned()),
+        timeout: positive_ms("upstream.order_lookup.timeout_ms", raw.timeout_ms)?,
+        retry_interval: positive_ms(
+            "upstream.order_lookup.retry_interval_ms",
+            raw.retry_interval_ms,
+        )?,
+        give_up_after: raw.give_up_after_secs.map(Duration::from_secs),
+    })
+}
+
+fn redis(raw: file::RedisSection) -> Result<RedisSettings, ConfigError> {
+    let (url, cluster_nodes) = match (raw.url, raw.cluster) {
+        (Some(url), None) => {
+            if let Err(e) = redis::Client::open(url.as_str()) {
+                return Err(ConfigError::invalid(
+                    "redis.url",
+                    format!("not a Redis URL ({e})"),
+                ));
+            }
+            (url, Vec::new())
+        }
+        (None, Some(cluster)) => {
+            if cluster.nodes.is_empty() {
+                return Err(ConfigError::invalid(
+                    "redis.cluster.nodes",
+                    "needs at least one seed node",
+                ));
+            }
+            let mut urls = Vec::with_capacity(cluster.nodes.len());
+            for (i, node) in cluster.nodes.iter().enumerate() {
+                socket_addr(&format!("redis.cluster.nodes[{i}]"), node)?;
+                urls.push(format!("redis://{node}"));
+            }
+            (urls[0].clone(), urls)
+        }
+        (Some(_), Some(_)) => {
+            return Err(ConfigError::invalid(
+                "redis",
+                "set either url (one Redis) or cluster (a Redis Cluster), not both",
+            ))
+        }
+        (None, None) => {
+            return Err(ConfigError::invalid(
+                "redis",
+                "set url (one Redis) or cluster: { nodes: [...] }",
+            ))
+        }
+    };
+    if raw.key_prefix.is_empty() || !raw.key_prefix.chars().all(is_key_char) {
+        return Err(ConfigError::invalid(
+            "redis.key_prefix",
+            "must be non-empty letters, digits, '-', '_', ':' or '.'",
+        ));
+    }
+    Ok(RedisSettings {
+        url,
+        cluster_nodes,
+        timeout: positive_ms("redis.timeout_ms", raw.timeout_ms)?,
+        key_prefix: raw.key_prefix,
+        key_ttl_after_end: Duration::from_secs(raw.key_ttl_after_end_secs),
+        prewarm_interval: positive_ms("redis.prewarm_interval_ms", raw.prewarm_interval_ms)?,
+        sweep_interval: positive_ms("redis.sweep_interval_ms", raw.sweep_interval_ms)?,
+        sweep_batch: match raw.sweep_batch {
+            1..=MAX_SWEEP_BATCH => raw.sweep_batch,
+            _ => {
+                return Err(ConfigError::invalid(
+                    "redis.sweep_batch",
+                    format!("must be 1 to {MAX_SWEEP_BATCH}"),
+                ))
+            }
+        },
+        reconcile_interval: positive_ms("redis.reconcile_interval_ms", raw.reconcile_interval_ms)?,
+        events_maxlen: match raw.events_maxlen {
+            0 => {
+                return Err(ConfigError::invalid(
+                    "redis.events_maxlen",
+                    "must be at least 1",
+                ))
+            }
+            n => n,
+        },
+    })
+}
+
+fn rate_limits(raw: file::RateLimitsSection) -> Result<RateLimitSettings, ConfigError> {
+    let bucket =
+        |key: &str, raw: Option<file::BucketSection>| -> Result<Option<Bucket>, ConfigError> {
+            raw.map(|b| {
+                Ok(Bucket {
+                    quota: quota(key, &b)?,
+                    shadow: b.shadow,
+                })
+            })
+            .transpose()
+        };
+    Ok(RateLimitSettings {
+        per_user: bucket("rate_limits.per_user", raw.per_user)?,
+        per_ip: bucket("rate_limits.per_ip", raw.per_ip)?,
+        per_activity: bucket("rate_limits.per_activity", raw.per_activity)?,
+        evict_interval: positive_ms("rate_limits.evict_interval_ms", raw.evict_interval_ms)?,
+        passthrough: match &raw.passthrough {
+            Some(b) if b.shadow => {
+                return Err(ConfigError::invalid(
+                    "rate_limits.passthrough.shadow",
+                    "a cap on unreserved forwards cannot be shadow",
+                ))
+            }
+            Some(b) => quota("rate_limits.passthrough", b)?,
+            None => Quota::per_second(
+                NonZeroU32::new(DEFAULT_PASSTHROUGH_PER_SECOND).expect("non-zero"),
+            ),
+        },
+    })
+}
+
+fn quota(key: &str, bucket: &file::BucketSection) -> Result<Quota, ConfigError> {
+    let rate = NonZeroU32::new(bucket.per_second)
+        .ok_or_else(|| ConfigError::invalid(format!("{key}.per_second"), "must be at least 1"))?;
+    let burst = NonZeroU32::new(bucket.burst)
+        .ok_or_else(|| ConfigError::invalid(format!("{key}.burst"), "must be at least 1"))?;
+    Ok(Quota::per_second(rate).allow_burst(burst))
+}
+
+fn sale_routes(raw: Vec<file::SaleRouteSection>) -> Result<Vec<SaleRoute>, ConfigError> {
+    let mut routes: Vec<SaleRoute> = Vec::with_capacity(raw.len());
+    for (i, r) in raw.iter().enumerate() {
+        let route = SaleRoute::parse(&r.method, &r.path, &r.quantity_query).map_err(
+            |(field, reason)| ConfigError::invalid(format!("sale_routes[{i}].{field}"), reason),
+        )?;
+        if routes.iter().any(|other| other.same_pattern(&route)) {
+            return Err(ConfigError::invalid(
+                format!("sale_routes[{i}].path"),
+                format!("{} {} is listed twice", r.method, r.path),
+            ));
+        }
+        routes.push(route);
+    }
+    Ok(routes)
+}
+
+fn activities(
+    raw: Vec<file::ActivitySection>,
+    default_hold: Duration,
+) -> Result<Activities, ConfigError> {
+    let mut out = Activities::default();
+    for (i, a) in raw.into_iter().enumerate() {
+        let key = |field: &str| format!("activities[{i}].{field}");
+        if a.id.is_empty() || a.id.len() > MAX_ACTIVITY_ID_LEN || !a.id.chars().all(is_id_char) {
+            return Err(ConfigError::invalid(
+                key("id"),
+                format!(
+                    "{:?} must be 1 to {MAX_ACTIVITY_ID_LEN} letters, digits, '-' or '_'",
+                    a.id
+                ),
+            ));
+        }
+        if out.by_id.contains_key(a.id.as_str()) {
+            return Err(ConfigError::invalid(
+                key("id"),
+                format!("{:?} is configured twice", a.id),
+            ));
+        }
+        if a.version == 0 {
+            return Err(ConfigError::invalid(key("version"), "must be at least 1"));
+        }
+        if a.version > MAX_EXACT_INTEGER {
+            return Err(ConfigError::invalid(
+                key("version"),
+                format!("must be at most {MAX_EXACT_INTEGER} (2^53 - 1, kept exact everywhere)"),
+            ));
+        }
+        if a.stock > MAX_EXACT_INTEGER {
+            return Err(ConfigError::invalid(
+                key("stock"),
+                format!("must be at most {MAX_EXACT_INTEGER} (2^53 - 1, kept exact everywhere)"),
+            ));
+        }
+        let per_user_limit = NonZeroU32::new(a.per_user_limit)
+            .ok_or_else(|| ConfigError::invalid(key("per_user_limit"), "must be at least 1"))?;
+        let max_per_request = NonZeroU32::new(a.max_per_request)
+            .ok_or_else(|| ConfigError::invalid(key("max_per_request"), "must be at least 1"))?;
+        if max_per_request > per_user_limit {
+            return Err(ConfigError::invalid(
+                key("max_per_request"),
+                format!(
+                    "{max_per_request} exceeds per_user_limit {per_user_limit}: such requests could never succeed"
+                ),
+            ));
+        }
+        let starts_at = timestamp(&key("starts_at"), &a.starts_at)?;
+        let ends_at = timestamp(&key("ends_at"), &a.ends_at)?;
+        if ends_at <= starts_at {
+            return Err(ConfigError::invalid(
+                key("ends_at"),
+                "must be after starts_at",
+            ));
+        }
+        let hold = match a.hold_secs {
+            Some(0) => return Err(ConfigError::invalid(key("hold_secs"), "must be at least 1")),
+            Some(secs) => Duration::from_secs(secs),
+            None => default_hold,
+        };
+        if a.segments == 0 || a.segments > MAX_SEGMENTS {
+            return Err(ConfigError::invalid(
+                key("segments"),
+                format!("must be 1 to {MAX_SEGMENTS}"),
+            ));
+        }
+        let activity = Arc::new(Activity {
+            id: Arc::from(a.id.as_str()),
+            stock: a.stock,
+            version: a.version,
+            per_user_limit,
+            max_per_request,
+            starts_at,
+            ends_at,
+            confirm: a.confirm,
+            on_store_failure: a.on_store_failure,
+            hold,
+            segments: a.segments,
+        });
+        out.by_id.insert(activity.id.clone(), activity.clone());
+        out.ordered.push(activity);
+    }
+    Ok(out)
+}
+
+fn is_id_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || c == '-' || c == '_'
+}
+
+fn is_key_char(c: char) -> bool {
+    is_id_char(c) || c == ':' || c == '.'
+}
+
+fn socket_addr(key: &str, value: &str) -> Result<SocketAddr, ConfigError> {
+    value
+        .to_socket_addrs()
+        .ok()
+        .and_then(|mut addrs| addrs.next())
+        .ok_or_else(|| ConfigError::invalid(key, format!("{value:?} is not a host:port address")))
+}
+
+fn positive_ms(key: &str, ms: u64) -> Result<Duration, ConfigError> {
+    if ms == 0 {
+        return Err(ConfigError::invalid(key, "must be at least 1"));
+    }
+    Ok(Duration::from_millis(ms))
+}
+
+fn timestamp(key: &str, value: &str) -> Result<DateTime<Utc>, ConfigError> {
+    DateTime::parse_from_rfc3339(value)
+        .map(|t| t.with_timezone(&Utc))
+        .map_err(|e| {
+            ConfigError::invalid(
+                key,
+                format!("{value:?} is not an RFC 3339 time like 2026-01-01T10:00:00Z ({e})"),
+            )
+        })
+}

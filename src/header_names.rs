@@ -1,0 +1,20 @@
+//! The names of the HTTP headers flashgate itself reads or writes (the configurable ones, the
+//! identity and reservation headers, come from the configuration): one list, for admission and
+//! the proxy alike.
+
+/// Response header telling the buyer which reservation they won.
+pub const RESERVATION_ID: &str = "x-flashgate-reservation-id";
+
+/// Request header marking a sale request forwarded without a reservation (the store was down
+/// and the activity is `on_store_failure: passthrough`): the backend's own stock check decides.
+pub const PASSTHROUGH: &str = "x-flashgate-passthrough";
+/// Its value: why no reservation was made.
+pub const PASSTHROUGH_VALUE: &str = "store-unavailable";
+
+/// Request header a buyer's client sets to make retries of one purchase return the same
+/// reservation.
+pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
+
+pub const X_FORWARDED_FOR: &str = "x-forwarded-for";
+pub const X_REAL_IP: &str = "x-real-ip";
+pub const FORWARDED: &str = "forwarded";

@@ -1,0 +1,85 @@
+//! What the proxy reads from a sale request before admission takes stock: its size against the
+//! limits, its whole body (within a deadline), and the canonical target it is forwarded as.
+
+use crate::admission::BadRequest;
+use crate::config::{SaleRoute, ServerSettings};
+use pingora::http::RequestHeader;
+use pingora::proxy::Session;
+
+/// Reads a sale request's whole body into Pingora's retry buffer (from which the proxy sends it
+/// upstream), within `deadline` and `limit` bytes. Answers `100 Continue` to a client that
+/// waits for it.
+pub(super) async fn read_sale_body(
+    session: &mut Session,
+    limit: u64,
+    deadline: std::time::Duration,
+) -> std::result::Result<Vec<u8>, BadRequest> {
+    if session.as_mut().is_body_empty() {
+        return Ok(Vec::new());
+    }
+    session.as_mut().enable_retry_buffering();
+    let read = async {
+        let expects_continue = session
+            .req_header()
+            .headers
+            .get(http::header::EXPECT)
+            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+        if expects_continue {
+            session
+                .as_mut()
+                .write_continue_response()
+                .await
+                .map_err(|_| BadRequest::MalformedBody)?;
+        }
+        let mut body = Vec::new();
+        while let Some(chunk) = session
+            .read_request_body()
+            .await
+            .map_err(|_| BadRequest::MalformedBody)?
+        {
+            if (body.len() + chunk.len()) as u64 > limit {
+                return Err(BadRequest::BodyTooLarge);
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok(body)
+    };
+    tokio::time::timeout(deadline, read)
+        .await
+        .unwrap_or(Err(BadRequest::BodyTooSlow))
+}
+
+/// The URI an admitted request is forwarded with: the route's path for the activity, and the
+/// query as sent. `None` if the query cannot be part of a URI.
+pub(super) fn canonical_uri(
+    route: &SaleRoute,
+    activity: &str,
+    query: Option<&str>,
+) -> Option<http::Uri> {
+    let path = route.path_for(activity);
+    let target = match query {
+        Some(q) => format!("{path}?{q}"),
+        None => path,
+    };
+    target.parse().ok()
+}
+
+/// Whether a sale request is too large to consider: its headers, or its declared body (a
+/// malformed Content-Length counts as too large). Chunked bodies are counted as they stream.
+pub(super) fn oversized(req: &RequestHeader, limits: &ServerSettings) -> Option<BadRequest> {
+    let header_bytes: u64 = req
+        .headers
+        .iter()
+        .map(|(k, v)| (k.as_str().len() + v.len()) as u64)
+        .sum();
+    if header_bytes > limits.max_sale_header_bytes {
+        return Some(BadRequest::HeadersTooLarge);
+    }
+    let length = req.headers.get(http::header::CONTENT_LENGTH)?;
+    let length = length
+        .to_str()
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(u64::MAX);
+    (length > limits.max_sale_body_bytes).then_some(BadRequest::BodyTooLarge)
+}

@@ -1,0 +1,353 @@
+//! Reads of one partition (and of the activity registry): metas, ledgers, records, transfer
+//! books and the reconcile snapshot. Nothing here changes stock; each read is bounded by the
+//! store's time budget (the snapshot, for reconcile only, by a longer one).
+
+use super::records::from;
+use super::scripts;
+use super::{
+    LedgerRow, Partition, PartitionMeta, ReservationRecord, ScriptName, StockStore, StoreError,
+    StoreOp,
+};
+use redis::Value;
+use std::time::Duration;
+
+/// An outgoing transfer not yet acknowledged by its giving partition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Transfer {
+    pub id: String,
+    pub version: u64,
+    /// The receiving partition's index.
+    pub to: u32,
+    pub qty: u64,
+    /// When it was withdrawn (Redis time, unix ms).
+    pub at_ms: u64,
+}
+
+impl Transfer {
+    fn parse(id: String, raw: &str) -> Option<Transfer> {
+        let mut parts = raw.split('|');
+        let transfer = Transfer {
+            id,
+            version: parts.next()?.parse().ok()?,
+            to: parts.next()?.parse().ok()?,
+            qty: parts.next()?.parse().ok()?,
+            at_ms: parts.next()?.parse().ok()?,
+        };
+        parts.next().is_none().then_some(transfer)
+    }
+}
+
+/// One partition read in one MULTI/EXEC (see [`StockStore::snapshot`]).
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    pub ledgers: Vec<LedgerRow>,
+    pub records: Vec<ReservationRecord>,
+    pub books: TransferBooks,
+}
+
+/// A partition's transfer records.
+#[derive(Debug, Clone, Default)]
+pub struct TransferBooks {
+    /// Given, not yet acknowledged (in flight, or arrived and not yet known to have).
+    pub open: Vec<Transfer>,
+    pub acknowledged: Vec<Transfer>,
+    /// Received: transfer id -> units.
+    pub received: std::collections::HashMap<String, u64>,
+}
+
+/// A hash's fields and values, as HGETALL answers.
+type Fields = Vec<(String, String)>;
+
+impl StockStore {
+    /// A partition's meta (the base tag's also carries the activity's segment count).
+    pub async fn meta(&self, partition: Partition<'_>) -> Result<PartitionMeta, StoreError> {
+        let fields: Vec<(String, String)> = self
+            .query(
+                StoreOp::Read,
+                redis::cmd("HGETALL").arg(self.keys.of(partition).meta()),
+            )
+            .await?;
+        Ok(PartitionMeta::parse(fields))
+    }
+
+    /// The base tag's meta of an activity id (its segment count), if it was ever prewarmed.
+    pub async fn base_meta(&self, id: &str) -> Result<PartitionMeta, StoreError> {
+        let layout = super::Layout::new(std::sync::Arc::from(id), 1);
+        let fields: Vec<(String, String)> = self
+            .query(
+                StoreOp::Read,
+                redis::cmd("HGETALL").arg(self.keys.base(&layout).meta()),
+            )
+            .await?;
+        Ok(PartitionMeta::parse(fields))
+    }
+
+    /// One version's stock and ledger in one partition, read atomically.
+    pub async fn ledger(
+        &self,
+        partition: Partition<'_>,
+        version: u64,
+    ) -> Result<LedgerRow, StoreError> {
+        let mut invocation = scripts::LEDGER.prepare_invoke();
+        for key in self.keys.of(partition).for_ledger(version) {
+            invocation.key(key);
+        }
+        let reply: Vec<i64> = self
+            .eval(ScriptName::Ledger, StoreOp::Read, &invocation)
+            .await?;
+        LedgerRow::parse(version, &reply)
+            .ok_or_else(|| StoreError::protocol(ScriptName::Ledger, reply))
+    }
+
+    /// Transfers a partition gave but has not seen acknowledged, with Redis's time now (ms).
+    pub async fn transfers(
+        &self,
+        giver: Partition<'_>,
+    ) -> Result<(Vec<Transfer>, u64), StoreError> {
+        let mut pipe = redis::pipe();
+        pipe.cmd("HGETALL")
+            .arg(self.keys.of(giver).transfers())
+            .cmd("TIME");
+        let (raw, (secs, micros)): (Vec<(String, String)>, (u64, u64)) = self
+            .bounded(StoreOp::Read, self.timeout, async {
+                let mut conn = self.conn().await?;
+                Ok(pipe.query_async(&mut conn).await?)
+            })
+            .await?;
+        let transfers = raw
+            .into_iter()
+            .filter(|(id, _)| !id.is_empty())
+            .filter_map(|(id, raw)| Transfer::parse(id, &raw))
+            .collect();
+        Ok((transfers, secs * 1000 + micros / 1000))
+    }
+
+    /// Every transfer a partition gave (not yet acknowledged, and acknowledged), read in one
+    /// MULTI/EXEC: reconcile checks each transfer another partition received against it.
+    pub async fn transfers_given(&self, giver: Partition<'_>) -> Result<Vec<Transfer>, StoreError> {
+        let keys = self.keys.of(giver);
+        let mut pipe = redis::pipe();
+        pipe.atomic()
+            .cmd("HGETALL")
+            .arg(keys.transfers())
+            .cmd("HGETALL")
+            .arg(keys.acknowledged());
+        let budget = self.timeout.max(Duration::from_secs(10));
+        let (open, done): (Fields, Fields) = self
+            .bounded(StoreOp::Read, budget, async {
+                let mut conn = self.conn().await?;
+                Ok(pipe.query_async(&mut conn).await?)
+            })
+            .await?;
+        Ok(open
+            .into_iter()
+            .chain(done)
+            .filter(|(id, _)| !id.is_empty())
+            .filter_map(|(id, raw)| Transfer::parse(id, &raw))
+            .collect())
+    }
+
+    /// Redis's `maxmemory-policy`, if it lets us read it (managed services may hide CONFIG).
+    /// Anything but `noeviction` may evict flashgate's keys (all of which expire, so the
+    /// `volatile-*` policies too), and a lost key can sell units twice.
+    pub async fn eviction_policy(&self) -> Result<Option<String>, StoreError> {
+        let reply: Result<Vec<String>, StoreError> = self
+            .query(
+                StoreOp::Read,
+                redis::cmd("CONFIG").arg("GET").arg("maxmemory-policy"),
+            )
+            .await;
+        Ok(match reply {
+            Ok(pair) => pair.into_iter().nth(1),
+            Err(StoreError::Redis(e)) if e.kind() != redis::ErrorKind::Io => None,
+            Err(e) => return Err(e),
+        })
+    }
+
+    /// Whether a partition has received a transfer.
+    pub async fn received(
+        &self,
+        receiver: Partition<'_>,
+        transfer_id: &str,
+    ) -> Result<bool, StoreError> {
+        self.query(
+            StoreOp::Read,
+            redis::cmd("HEXISTS")
+                .arg(self.keys.of(receiver).received())
+                .arg(transfer_id),
+        )
+        .await
+    }
+
+    /// A reservation's record, if the partition has one with that id.
+    pub async fn lookup(
+        &self,
+        partition: Partition<'_>,
+        reservation_id: &str,
+    ) -> Result<Option<ReservationRecord>, StoreError> {
+        let raw: Option<String> = self
+            .query(
+                StoreOp::Read,
+                redis::cmd("HGET")
+                    .arg(self.keys.of(partition).reservations())
+                    .arg(reservation_id),
+            )
+            .await?;
+        raw.filter(|r| !r.is_empty())
+            .map(|raw| {
+                ReservationRecord::parse(&raw).ok_or_else(|| StoreError::Protocol {
+                    script: "reservation record",
+                    reply: raw,
+                })
+            })
+            .transpose()
+    }
+
+    /// Every reservation record of a partition, the ledgers of the given versions and its
+    /// transfer books, read in one MULTI/EXEC snapshot (for `flashgate reconcile`;
+    /// O(reservations), not for the hot path).
+    pub async fn snapshot(
+        &self,
+        partition: Partition<'_>,
+        versions: &[u64],
+    ) -> Result<Snapshot, StoreError> {
+        let keys = self.keys.of(partition);
+        let mut pipe = redis::pipe();
+        pipe.atomic();
+        for &v in versions {
+            // EVALSHA inside MULTI: a NOSCRIPT (after a restart or SCRIPT FLUSH) fails the
+            // transaction, which is then sent again once the script is loaded.
+            pipe.cmd("EVALSHA")
+                .arg(scripts::LEDGER.get_hash())
+                .arg(3)
+                .arg(keys.for_ledger(v).as_slice());
+        }
+        pipe.cmd("HVALS").arg(keys.reservations());
+        for key in [keys.transfers(), keys.acknowledged(), keys.received()] {
+            pipe.cmd("HGETALL").arg(key);
+        }
+        // An operator command: allowed more time than a buyer's request.
+        let budget = self.timeout.max(Duration::from_secs(10));
+        let values: Vec<Value> = self
+            .bounded(StoreOp::Read, budget, async {
+                let mut conn = self.conn().await?;
+                match pipe.query_async(&mut conn).await {
+                    Err(e)
+                        if e.kind()
+                            == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
+                    {
+                        scripts::LEDGER.load_async(&mut conn).await?;
+                        Ok(pipe.query_async(&mut conn).await?)
+                    }
+                    other => Ok(other?),
+                }
+            })
+            .await?;
+        let n = versions.len();
+        if values.len() != n + 4 {
+            return Err(StoreError::protocol(ScriptName::Ledger, "snapshot"));
+        }
+        let mut ledgers = Vec::with_capacity(n);
+        for (value, &v) in values.iter().zip(versions) {
+            let reply: Vec<i64> = from(value)?;
+            ledgers.push(
+                LedgerRow::parse(v, &reply)
+                    .ok_or_else(|| StoreError::protocol(ScriptName::Ledger, reply))?,
+            );
+        }
+        let raw: Vec<String> = from(&values[n])?;
+        let records = raw
+            .iter()
+            .filter(|r| !r.is_empty())
+            .map(|r| {
+                ReservationRecord::parse(r).ok_or_else(|| StoreError::Protocol {
+                    script: "reservation record",
+                    reply: r.clone(),
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let transfers = |v: &Value| -> Result<Vec<Transfer>, StoreError> {
+            let raw: Vec<(String, String)> = from(v)?;
+            Ok(raw
+                .into_iter()
+                .filter(|(id, _)| !id.is_empty())
+                .filter_map(|(id, raw)| Transfer::parse(id, &raw))
+                .collect())
+        };
+        let received: Vec<(String, String)> = from(&values[n + 3])?;
+        Ok(Snapshot {
+            ledgers,
+            records,
+            books: TransferBooks {
+                open: transfers(&values[n + 1])?,
+                acknowledged: transfers(&values[n + 2])?,
+                received: received
+                    .into_iter()
+                    .filter(|(id, _)| !id.is_empty())
+                    .filter_map(|(id, qty)| Some((id, qty.parse().ok()?)))
+                    .collect(),
+            },
+        })
+    }
+
+    /// Units remaining in `version` of one partition; `None` if its key does not exist.
+    pub async fn remaining(
+        &self,
+        partition: Partition<'_>,
+        version: u64,
+    ) -> Result<Option<i64>, StoreError> {
+        self.query(
+            StoreOp::Read,
+            redis::cmd("GET").arg(self.keys.of(partition).stock(version)),
+        )
+        .await
+    }
+
+    /// Records an activity id as prewarmed, with its segment count (called once the claim on its
+    /// base tag succeeded, so the two agree), so that sweeps reach it even once it is removed
+    /// from the configuration, and so that the count has a second record outside the activity's
+    /// own keys. The registry lives as long as the longest-lived activity.
+    pub async fn register(
+        &self,
+        id: &str,
+        segments: u32,
+        expire_at: u64,
+    ) -> Result<(), StoreError> {
+        let key = self.keys.registry();
+        let mut pipe = redis::pipe();
+        pipe.cmd("HSET").arg(&key).arg(id).arg(segments).ignore();
+        pipe.cmd("EXPIREAT")
+            .arg(&key)
+            .arg(expire_at)
+            .arg("NX")
+            .ignore();
+        pipe.cmd("EXPIREAT")
+            .arg(&key)
+            .arg(expire_at)
+            .arg("GT")
+            .ignore();
+        self.bounded(StoreOp::Prewarm, self.timeout, async {
+            let mut conn = self.conn().await?;
+            Ok(pipe.query_async::<()>(&mut conn).await?)
+        })
+        .await
+    }
+
+    /// Every activity id ever prewarmed (and not yet expired), with its segment count.
+    pub async fn registered(&self) -> Result<Vec<(String, u32)>, StoreError> {
+        self.query(
+            StoreOp::Read,
+            redis::cmd("HGETALL").arg(self.keys.registry()),
+        )
+        .await
+    }
+
+    /// The segment count the registry recorded for an activity.
+    pub async fn registered_segments(&self, id: &str) -> Result<Option<u32>, StoreError> {
+        self.query(
+            StoreOp::Read,
+            redis::cmd("HGET").arg(self.keys.registry()).arg(id),
+        )
+        .await
+    }
+}

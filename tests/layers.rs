@@ -1,0 +1,305 @@
+//! The shape of src/, read from the source: layers point one way (no import circle between
+//! top-level modules, nor between the files of one folder), the ground floor imports nothing
+//! above it, and no file is past 600 lines.
+//!
+//! References are read from `use crate::…` (grouped ones too) and inline `crate::…` paths, and,
+//! between the files of a folder, from `super::<sibling>`; unit-test blocks and test-only files
+//! (`tests.rs`) are left out.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+const MAX_LINES: usize = 600;
+
+/// A source file and the module path it defines (`["stock", "ops"]`).
+struct Source {
+    path: PathBuf,
+    module: Vec<String>,
+    text: String,
+}
+
+fn sources() -> Vec<Source> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut out = Vec::new();
+    let mut dirs = vec![root.clone()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                if path.file_name().unwrap() != "bin" {
+                    dirs.push(path);
+                }
+                continue;
+            }
+            if path.extension().is_none_or(|e| e != "rs") {
+                continue;
+            }
+            let rel = path.strip_prefix(&root).unwrap().with_extension("");
+            let mut module: Vec<String> = rel
+                .components()
+                .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                .collect();
+            if module.last().is_some_and(|m| m == "mod") {
+                module.pop();
+            }
+            out.push(Source {
+                text: std::fs::read_to_string(&path).unwrap(),
+                path,
+                module,
+            });
+        }
+    }
+    out.sort_by(|a, b| a.path.cmp(&b.path));
+    out
+}
+
+/// The code that is compiled outside tests: unit-test modules cut off, comment lines dropped
+/// (a doc link is not an import).
+fn production(text: &str) -> String {
+    let code = text
+        .find("#[cfg(test)]\nmod tests")
+        .map_or(text, |at| &text[..at]);
+    code.lines()
+        .filter(|l| !l.trim_start().starts_with("//"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn ident(s: &str) -> String {
+    s.chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+        .collect()
+}
+
+/// The first segment of every path after `prefix` (`crate::`, `super::`), grouped ones
+/// (`crate::{a::b, c}`) included.
+fn referenced(text: &str, prefix: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    for (at, _) in text.match_indices(prefix) {
+        let before = text[..at].chars().last();
+        if before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_') {
+            continue;
+        }
+        let rest = &text[at + prefix.len()..];
+        if let Some(group) = rest.strip_prefix('{') {
+            let mut depth = 1;
+            let mut start = true;
+            for (i, c) in group.char_indices() {
+                match c {
+                    '{' => depth += 1,
+                    '}' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            break;
+                        }
+                    }
+                    ',' if depth == 1 => start = true,
+                    c if start && depth == 1 && !c.is_whitespace() => {
+                        start = false;
+                        out.insert(ident(&group[i..]));
+                    }
+                    _ => {}
+                }
+            }
+        } else {
+            out.insert(ident(rest));
+        }
+    }
+    out.retain(|name| !name.is_empty());
+    out
+}
+
+/// A cycle in `graph`, if there is one.
+fn cycle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
+    fn visit(
+        node: &str,
+        graph: &BTreeMap<String, BTreeSet<String>>,
+        path: &mut Vec<String>,
+        done: &mut BTreeSet<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(at) = path.iter().position(|n| n == node) {
+            let mut found = path[at..].to_vec();
+            found.push(node.to_owned());
+            return Some(found);
+        }
+        if done.contains(node) {
+            return None;
+        }
+        path.push(node.to_owned());
+        for next in graph.get(node).into_iter().flatten() {
+            if let Some(found) = visit(next, graph, path, done) {
+                return Some(found);
+            }
+        }
+        path.pop();
+        done.insert(node.to_owned());
+        None
+    }
+    let mut done = BTreeSet::new();
+    for node in graph.keys() {
+        if let Some(found) = visit(node, graph, &mut Vec::new(), &mut done) {
+            return Some(found);
+        }
+    }
+    None
+}
+
+fn is_library_module(s: &Source) -> bool {
+    !s.module.is_empty()
+        && s.module != ["lib"]
+        && s.module != ["main"]
+        && s.module.last().is_some_and(|m| m != "tests")
+}
+
+/// Top-level module → the top-level modules it references.
+fn top_level_graph() -> BTreeMap<String, BTreeSet<String>> {
+    let sources = sources();
+    let modules: BTreeSet<String> = sources
+        .iter()
+        .filter(|s| is_library_module(s))
+        .map(|s| s.module[0].clone())
+        .collect();
+    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for s in sources.iter().filter(|s| is_library_module(s)) {
+        let from = &s.module[0];
+        let entry = graph.entry(from.clone()).or_default();
+        for to in referenced(&production(&s.text), "crate::") {
+            if &to != from && modules.contains(&to) {
+                entry.insert(to);
+            }
+        }
+    }
+    graph
+}
+
+#[test]
+fn no_import_circle_between_top_level_modules() {
+    let graph = top_level_graph();
+    assert!(graph.len() > 10, "read the modules: {graph:?}");
+    if let Some(found) = cycle(&graph) {
+        panic!("import circle: {}", found.join(" -> "));
+    }
+}
+
+#[test]
+fn lower_layers_import_nothing_above_them() {
+    let graph = top_level_graph();
+    let allowed: &[(&str, &[&str])] = &[
+        ("config", &[]),
+        ("metrics", &[]),
+        ("header_names", &[]),
+        ("stock", &["config", "metrics"]),
+        ("reservation", &["config"]),
+        ("sold_out", &[]),
+        ("refusals", &["config", "stock"]),
+        ("upstream", &["config", "metrics"]),
+        ("news", &["config", "sold_out", "stock"]),
+        (
+            "admission",
+            &[
+                "config",
+                "metrics",
+                "header_names",
+                "refusals",
+                "reservation",
+                "sold_out",
+                "stock",
+            ],
+        ),
+    ];
+    for (module, may) in allowed {
+        let uses = graph
+            .get(*module)
+            .unwrap_or_else(|| panic!("no module {module}"));
+        let beyond: Vec<&String> = uses.iter().filter(|u| !may.contains(&u.as_str())).collect();
+        assert!(
+            beyond.is_empty(),
+            "{module} imports {beyond:?}; it may only import {may:?}"
+        );
+    }
+}
+
+#[test]
+fn no_import_circle_between_the_files_of_a_folder() {
+    let sources = sources();
+    // Folder → its files' module names → the sibling files they reference.
+    let mut folders: BTreeMap<Vec<String>, BTreeMap<String, BTreeSet<String>>> = BTreeMap::new();
+    let is_folder: BTreeSet<Vec<String>> = sources
+        .iter()
+        .filter(|s| s.path.file_name().unwrap() == "mod.rs")
+        .map(|s| s.module.clone())
+        .collect();
+    for s in sources.iter().filter(|s| is_library_module(s)) {
+        // Files directly inside a folder (not the folder's own mod.rs).
+        if is_folder.contains(&s.module) || s.module.len() < 2 {
+            continue;
+        }
+        let folder = s.module[..s.module.len() - 1].to_vec();
+        let name = s.module.last().unwrap().clone();
+        let text = production(&s.text);
+        let mut refs = referenced(&text, "super::");
+        let absolute = format!("crate::{}::", folder.join("::"));
+        refs.extend(referenced(&text, &absolute));
+        folders
+            .entry(folder)
+            .or_default()
+            .entry(name)
+            .or_default()
+            .extend(refs);
+    }
+    let mut checked = 0;
+    for (folder, files) in &folders {
+        let names: BTreeSet<String> = files.keys().cloned().collect();
+        let graph: BTreeMap<String, BTreeSet<String>> = files
+            .iter()
+            .map(|(file, refs)| {
+                let siblings = refs
+                    .iter()
+                    .filter(|r| names.contains(*r) && *r != file)
+                    .cloned()
+                    .collect();
+                (file.clone(), siblings)
+            })
+            .collect();
+        checked += graph.len();
+        if let Some(found) = cycle(&graph) {
+            panic!(
+                "import circle in src/{}: {}",
+                folder.join("/"),
+                found.join(" -> ")
+            );
+        }
+    }
+    assert!(checked > 20, "read the folders' files: {folders:?}");
+}
+
+#[test]
+fn no_source_file_is_past_600_lines() {
+    let long: Vec<String> = sources()
+        .iter()
+        .map(|s| (s.path.display().to_string(), s.text.lines().count()))
+        .filter(|(_, n)| *n > MAX_LINES)
+        .map(|(p, n)| format!("{p}: {n} lines"))
+        .collect();
+    assert!(long.is_empty(), "files past {MAX_LINES} lines: {long:#?}");
+}
+
+#[test]
+fn every_module_says_its_job() {
+    let silent: Vec<String> = sources()
+        .iter()
+        .filter(|s| s.module.last().is_none_or(|m| m != "tests"))
+        .filter(|s| !s.text.trim_start().starts_with("//!"))
+        .map(|s| s.path.display().to_string())
+        .collect();
+    assert!(silent.is_empty(), "no module doc comment: {silent:#?}");
+}
+
+#[test]
+fn the_reader_understands_grouped_imports() {
+    let text = "use crate::{a::{b, c}, d};\nuse crate::e::f;\nlet x = crate::g::h();\nuse super::{i, j::k};";
+    let top: Vec<String> = referenced(text, "crate::").into_iter().collect();
+    assert_eq!(top, ["a", "d", "e", "g"]);
+    let sup: Vec<String> = referenced(text, "super::").into_iter().collect();
+    assert_eq!(sup, ["i", "j"]);
+}
