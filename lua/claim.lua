@@ -4,7 +4,8 @@
 -- (lib.lua is prepended.)
 --
 -- KEYS[1] the activity's meta   KEYS[2] and KEYS[3] keys only an older flashgate wrote
--- (<p>:{<id>}:versions, <p>:{<id>}:v<version>:segments)
+-- (<p>:{<id>}:versions, <p>:{<id>}:v<version>:segments)   KEYS[4] and KEYS[5] users and res of
+-- the base tag: an unsegmented activity's only partition, which shares the meta's tag
 -- ARGV[1] configured version   ARGV[2] configured partitions (segments)   ARGV[3] expire-at (unix s)
 --
 -- Returns {code, value}:
@@ -18,6 +19,10 @@ if redis.call('EXISTS', KEYS[1]) == 0 and
   return {-3, ''}
 end
 local segments = redis.call('HGET', KEYS[1], 'segments')
+if not segments and (marked(KEYS[4]) or marked(KEYS[5])) then
+  -- The meta is gone but the activity was sold unsegmented (its one partition is here).
+  segments = '1'
+end
 if segments and segments ~= ARGV[2] then
   return {-1, segments}
 end
@@ -25,6 +30,9 @@ local newest = redis.call('HGET', KEYS[1], 'version')
 if newest and tonumber(ARGV[1]) < tonumber(newest) then
   return {-2, newest}
 end
-redis.call('HSET', KEYS[1], 'segments', ARGV[2], 'version', ARGV[1])
+redis.call('HSET', KEYS[1], 'segments', ARGV[2])
+if not newest or tonumber(ARGV[1]) > tonumber(newest) then
+  redis.call('HSET', KEYS[1], 'version', ARGV[1])
+end
 extend(KEYS[1], ARGV[3])
 return {1, ARGV[1]}

@@ -29,6 +29,9 @@
 -- sale here, and (also counted in unsold_retired, which no reservation record accounts for) the
 -- stock left when a newer version went on sale, and transfers arriving after that.
 
+-- How long a tombstone written into a partition that was never prewarmed keeps its hash.
+local ABANDONED_TTL_SECS = 86400
+
 local LEDGER_FIELDS = {'initial', 'pending', 'confirmed', 'released', 'retired', 'moved_in',
   'moved_out', 'unsold_retired'}
 
@@ -73,9 +76,19 @@ local function flagged(r, flag)
   return string.find(r.flags, flag, 1, true) ~= nil
 end
 
--- Appends an event to the partition's stream, capped at about maxlen entries.
+-- Whether a hash still holds the '' placeholder prewarm gave it. A hash without it was lost
+-- (removed by hand, evicted, or lost with Redis's data) or never prewarmed; scripts never write
+-- into such a hash on the buyer's path, so no key is ever re-created without an expiry.
+local function marked(hash)
+  return redis.call('HEXISTS', hash, '') == 1
+end
+
+-- Appends an event to the partition's stream, capped at about maxlen entries. A stream that is
+-- gone is not re-created here (it would have no expiry): prewarm reports the partition damaged.
 local function emit(events, maxlen, ...)
-  redis.call('XADD', events, 'MAXLEN', '~', maxlen, '*', ...)
+  if redis.call('EXISTS', events) == 1 then
+    redis.call('XADD', events, 'MAXLEN', '~', maxlen, '*', ...)
+  end
 end
 
 -- Moves a pending or confirmed reservation to released: the user's units come back, and the
@@ -86,7 +99,7 @@ end
 local function give_back(k, jti, rec, now, reason)
   local from = rec.state
   local qty = tonumber(rec.qty)
-  if redis.call('HINCRBY', k.users, rec.user, -qty) <= 0 then
+  if marked(k.users) and redis.call('HINCRBY', k.users, rec.user, -qty) <= 0 then
     redis.call('HDEL', k.users, rec.user)
   end
   redis.call('ZREM', k.pending, jti)
@@ -117,9 +130,13 @@ end
 -- Second half of a transfer: units withdrawn from another partition arrive here, once per
 -- transfer id, into the version they left (never into another version). If that version is no
 -- longer on sale here they are counted retired. k: {stock, ledger, received}.
--- Returns 1 deposited, 0 already deposited, -1 no ledger of that version here (nothing changes:
--- the transfer stays in flight, and reconcile shows it).
+-- Returns 1 deposited, 0 already deposited, -1 no ledger of that version here, -2 the received
+-- book is gone (lost: it can no longer tell whether this transfer arrived before). On -1 and -2
+-- nothing changes: the transfer stays in flight, and reconcile shows it.
 local function deposit(k, id, qty)
+  if not marked(k.received) then
+    return -2
+  end
   if redis.call('HEXISTS', k.received, id) == 1 then
     return 0
   end

@@ -13,15 +13,15 @@
 --     counted retired in its ledger and its stock key removed, so it can never sell again, and
 --     none of its units move into the new version)
 --   0 already on sale
---   2 already on sale, but the partition's meta had been lost: repaired
---  -1 the version's stock key or ledger is gone while the other remains, or the partition
---     remembers the version on sale but both are gone (removed by hand or lost): never
---     re-created, since that would put sold units on sale again; raise the version to restock
---     (a stock key and ledger that outlived a lost meta are adopted as they are, never reset)
+--  -1 the version's stock key is gone (removed by hand) while the partition remembers the
+--     version on sale, or keys of a version the meta does not list exist: never re-created,
+--     since that would put sold units on sale again; raise the version to restock
 --  -2 a newer version is on sale here (an older YAML): refused
 --  -3 what is on sale changed since the caller read it: read again
---  -4 a key the partition had is gone (its placeholder is missing: removed by hand, evicted or
---     lost): the per-user limit or the records can no longer be trusted; refused, never repaired
+--  -4 a key the partition had is gone: a placeholder, the event stream, the ledger of the
+--     version on sale, or the meta while anything else remains (removed by hand, evicted or
+--     lost with Redis's data): the per-user limit, the records or the versions to sweep can no
+--     longer be trusted; refused, never repaired
 --
 -- Every key that exists gets its expiry moved to expire-at when that is later (never earlier),
 -- so extending ends_at mid-sale never lets the stock or its ledger vanish before the rest.
@@ -34,31 +34,40 @@ local version = ARGV[1]
 if current ~= '' and tonumber(version) < tonumber(current) then
   return {-2, current}
 end
-if current ~= '' then
-  local lost = redis.call('ZSCORE', KEYS[4], '') == false and current == version
-  for _, key in ipairs({KEYS[5], KEYS[6], KEYS[7]}) do
-    lost = lost or redis.call('HEXISTS', key, '') == 0
-  end
-  if lost then
-    return {-4, current}
-  end
-end
-local code = 0
 local has_stock = redis.call('EXISTS', KEYS[2]) == 1
 local has_ledger = redis.call('EXISTS', KEYS[3]) == 1
+-- What an earlier prewarm left here besides the meta: the placeholders and the event stream.
+local marks, expected = 0, 0
+for _, key in ipairs({KEYS[5], KEYS[6], KEYS[7], KEYS[9], KEYS[10], KEYS[11]}) do
+  expected = expected + 1
+  if marked(key) then
+    marks = marks + 1
+  end
+end
+expected = expected + 1
+if redis.call('EXISTS', KEYS[8]) == 1 then
+  marks = marks + 1
+end
+local pending_marked = redis.call('ZSCORE', KEYS[4], '') ~= false
+if current == '' then
+  -- No meta. A partition with nothing in it is new; one that has anything prewarm writes lost
+  -- its meta, the only list of the versions it had (their pending reservations, the version to
+  -- retire): never adopted, never created over.
+  if marks > 0 or pending_marked or has_stock or has_ledger then
+    return {-4, ''}
+  end
+elseif marks < expected or (current == version and not pending_marked)
+    or (current == version and has_stock and not has_ledger) then
+  return {-4, current}
+end
+local code = 0
 if current == version then
-  if not (has_stock and has_ledger) then
+  if not has_stock then
     code = -1
   end
 elseif has_stock or has_ledger then
-  -- The version's keys exist but the partition's meta does not say so: the meta was lost. Never
-  -- create over them: adopt them if both are there, else refuse.
-  if has_stock and has_ledger and current == '' then
-    redis.call('HSET', KEYS[1], 'current', version, 'v:' .. version, int(now_ms()))
-    code = 2
-  else
-    code = -1
-  end
+  -- The version's keys exist but the meta does not list it as on sale: never create over them.
+  code = -1
 else
   if current ~= '' then
     local found = false

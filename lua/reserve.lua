@@ -7,6 +7,9 @@
 -- ARGV[1] user   ARGV[2] qty (>= 1)   ARGV[3] per-user limit (units)   ARGV[4] version
 -- ARGV[5] reservation id (jti)   ARGV[6] hold (ms)   ARGV[7] idempotency field ('' for none)
 -- ARGV[8] stream cap   ARGV[9] transfer id to deposit first ('' for none)   ARGV[10] its units
+-- ARGV[11] in flight (ms): the longest a forwarded request may take; the reservation is not due
+--          for the sweep before that long from now, even when its hold is shorter, so a request
+--          still at the backend never has its units released under it
 --
 -- Returns (times in ms, Redis's clock):
 --   {1, remaining, held, created, deadline}          reserved
@@ -19,12 +22,28 @@
 --  {-4, remaining, held}             reservation id already used (never overwrite a record)
 --  {-5, 0, 0}                        the key's reservation is pending past its hold deadline: it
 --                                    is being settled (expiry or order lookup), never replayed
+--  {-6, 0, 0}                        the partition lost a key it had (users or res): refused
+--  {-7, code, 0}                     the transfer to deposit first could not land (deposit's
+--                                    code: -1 no ledger of its version, -2 received book lost);
+--                                    nothing changed, the transfer stays in flight
 --
 -- O(1): no loops, every key in KEYS, all keys share the partition's hash tag.
 -- Numbers are compared with tonumber: as strings "10" < "9".
 
+if not (marked(KEYS[2]) and marked(KEYS[3])) then
+  -- Never prewarmed here (no stock key either), or damaged.
+  if redis.call('EXISTS', KEYS[1]) == 0 then
+    return {-1, 0, 0}
+  end
+  return {-6, 0, 0}
+end
+
 if ARGV[9] ~= '' then
-  deposit({stock = KEYS[1], ledger = KEYS[4], received = KEYS[8]}, ARGV[9], ARGV[10])
+  local landed = deposit({stock = KEYS[1], ledger = KEYS[4], received = KEYS[8]}, ARGV[9],
+    ARGV[10])
+  if landed < 0 then
+    return {-7, landed, 0}
+  end
 end
 
 if ARGV[7] ~= '' then
@@ -37,6 +56,10 @@ if ARGV[7] ~= '' then
     if not flagged(rec, 'r') then
       rec.flags = rec.flags .. 'r'
       redis.call('HSET', KEYS[3], previous, encode(rec))
+    end
+    if rec.state == 'pending' then
+      -- Forwarded again: not due while this request may still be at the backend.
+      redis.call('ZADD', KEYS[5], 'XX', 'GT', int(now_ms() + tonumber(ARGV[11])), previous)
     end
     return {2, tonumber(redis.call('GET', KEYS[1]) or '-1'), tonumber(rec.qty), previous, rec.ver,
       rec.created, rec.deadline}
@@ -67,7 +90,7 @@ end
 local remaining = redis.call('DECRBY', KEYS[1], qty)
 held = redis.call('HINCRBY', KEYS[2], ARGV[1], qty)
 redis.call('HINCRBY', KEYS[4], 'pending', qty)
-redis.call('ZADD', KEYS[5], deadline, ARGV[5])
+redis.call('ZADD', KEYS[5], int(math.max(tonumber(deadline), now + tonumber(ARGV[11]))), ARGV[5])
 if ARGV[7] ~= '' then
   redis.call('HSET', KEYS[6], ARGV[7], ARGV[5])
 end

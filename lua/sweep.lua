@@ -6,8 +6,9 @@
 -- KEYS[1] pending of the version   KEYS[2] res   KEYS[3] users   KEYS[4] stock of the version
 -- KEYS[5] ledger of the version   KEYS[6] events
 -- ARGV[1] batch size   ARGV[2] stream cap
--- ARGV[3] lease (ms): 0 releases what is due (expired); more hands what is due to the caller to
---         ask the backend about (order lookup), due again after the lease unless settled
+-- ARGV[3] lease (ms): 0 releases what is due and past its hold deadline (expired); more hands
+--         what is due to the caller to ask the backend about (order lookup), due again after the
+--         lease unless settled
 -- ARGV[4] give up (ms, with a lease): a reservation still pending this long after its hold
 --         deadline is released as expired instead of handed out again; 0 never
 --
@@ -28,6 +29,10 @@ for _, jti in ipairs(due) do
   elseif lease > 0 and (give_up == 0 or tonumber(rec.deadline) + give_up > now) then
     redis.call('ZADD', KEYS[1], 'XX', int(now + lease), jti)
     handed[#handed + 1] = jti
+  elseif lease == 0 and tonumber(rec.deadline) > now then
+    -- Made due early for an order lookup this instance does not make (another instance's
+    -- configuration): it expires at its hold deadline, not before.
+    redis.call('ZADD', KEYS[1], 'XX', rec.deadline, jti)
   else
     if give_back(k, jti, rec, int(now), 'expired') < 0 then
       retired = retired + 1

@@ -143,10 +143,6 @@ impl Maintenance {
                     stock = activity.stock, open = (window == SaleWindow::Open), "stock prewarmed");
             }
         }
-        for segment in &report.meta_repaired {
-            tracing::error!(activity = %activity.id, version = activity.version, segment,
-                "a segment's meta was lost while its stock and ledger remained: adopted as they are (was a key evicted? Redis must run with maxmemory-policy noeviction)");
-        }
         for segment in &report.stock_key_removed {
             tracing::error!(activity = %activity.id, version = activity.version, segment,
                 "stock key is gone but the version is on sale there: not re-created; raise the version to restock");

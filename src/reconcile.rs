@@ -11,7 +11,7 @@
 use crate::config::{Activity, Settings};
 use crate::reservation::Reservation;
 use crate::stock::{
-    ConfirmOutcome, ConfirmedVia, Layout, LedgerRow, RecordState, ReservationRecord, StockStore,
+    segments, ConfirmOutcome, ConfirmedVia, LedgerRow, RecordState, ReservationRecord, StockStore,
     StoreError,
 };
 use std::fmt::Write;
@@ -172,6 +172,9 @@ pub enum ReconcileError {
 }
 
 /// Reconciles every configured activity, or only `only`.
+/// How many times a partition's snapshot is taken again when its versions changed meanwhile.
+const SNAPSHOT_ATTEMPTS: usize = 8;
+
 pub async fn reconcile(
     settings: &Settings,
     store: &StockStore,
@@ -187,21 +190,40 @@ pub async fn reconcile(
     let mut report = Report::default();
     for activity in activities {
         // Reconcile what is in Redis, in the layout Redis recorded.
-        let recorded = match store.base_meta(&activity.id).await?.segments {
-            Some(s) => Some(s),
-            None => store.registered_segments(&activity.id).await?,
-        };
-        let segments = recorded.unwrap_or(activity.segments);
-        if segments != activity.segments {
+        let layout = segments::recorded_layout(store, activity).await?;
+        if layout.count() != activity.segments {
             report
                 .layout_notes
-                .push((activity.id.clone(), activity.segments, segments));
+                .push((activity.id.clone(), activity.segments, layout.count()));
         }
-        let layout = Layout::new(activity.id.clone(), segments);
         let mut received = Vec::new();
         for partition in layout.partitions() {
-            let versions = store.meta(partition).await?.versions;
-            let snapshot = store.snapshot(partition, &versions).await?;
+            // The versions and their ledgers, read in one transaction: a version put on sale (and
+            // a unit of it moved) between the two reads would look like a transfer mismatch.
+            // The configured version is read too: a partition that lost its meta (refused) still
+            // has its ledger checked.
+            let with_configured = |mut listed: Vec<u64>| {
+                if !listed.contains(&activity.version) {
+                    listed.push(activity.version);
+                    listed.sort_unstable();
+                }
+                listed
+            };
+            let mut versions = with_configured(store.meta(partition).await?.versions);
+            let mut snapshot = store.snapshot(partition, &versions).await?;
+            for _ in 0..SNAPSHOT_ATTEMPTS {
+                if snapshot.versions.iter().all(|v| versions.contains(v)) {
+                    break;
+                }
+                versions = with_configured(snapshot.versions.clone());
+                snapshot = store.snapshot(partition, &versions).await?;
+            }
+            // The configured version, where the meta does not list it and it has no keys, was
+            // never put on sale here: nothing to report.
+            let listed = snapshot.versions.contains(&activity.version);
+            snapshot
+                .ledgers
+                .retain(|l| listed || l.ledger || l.stock_key || l.version != activity.version);
             let label: Arc<str> = Arc::from(partition.tag());
             // Every unit this partition moved out is one of its own transfers, and every unit
             // it moved in one it received (both read with the ledgers, in one snapshot).
@@ -352,7 +374,7 @@ pub async fn compare_orders(
         activity: activity.id.to_string(),
         ..OrdersReport::default()
     };
-    let layout = Layout::of(activity);
+    let layout = segments::recorded_layout(store, activity).await?;
     for id in reservation_ids {
         let partition = Reservation::segment_of(id).and_then(|n| layout.partition(n));
         let record = match partition {

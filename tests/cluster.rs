@@ -76,6 +76,7 @@ async fn every_script_runs_unchanged_on_a_cluster() {
                     },
                     idempotency_key: key,
                     deposit: None,
+                    in_flight: Duration::ZERO,
                 }
             };
         assert_eq!(

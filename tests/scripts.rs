@@ -6,11 +6,11 @@ mod support;
 
 use flashgate::config::{Activity, ConfirmMode};
 use flashgate::stock::segments::{self, Refusal};
-use flashgate::stock::ReleaseReason;
 use flashgate::stock::{
     ConfirmOutcome, ConfirmedVia, Layout, Partition, RecordState, ReleaseMode, ReleaseOutcome,
     ReserveCall, ReserveOutcome, StockStore, StoreError,
 };
+use flashgate::stock::{Deposit, ReleaseReason};
 use std::time::{Duration, Instant};
 use support::*;
 
@@ -52,6 +52,7 @@ fn call<'a>(a: &Activity, user: &'a str, qty: u32, id: &'a str) -> ReserveCall<'
         hold: a.hold,
         idempotency_key: None,
         deposit: None,
+        in_flight: Duration::ZERO,
     }
 }
 
@@ -872,7 +873,10 @@ async fn a_stranded_transfer_lands_in_the_version_it_left() {
         ..activity("1001", 100, 2, 1)
     };
     prewarm(&s, &v2).await;
-    assert!(s.deposit(receiver, 1, "t1", 10).await.unwrap());
+    assert_eq!(
+        s.deposit(receiver, 1, "t1", 10).await.unwrap(),
+        Deposit::Landed
+    );
     assert_eq!(
         s.remaining(receiver, 2).await.unwrap(),
         Some(50),
@@ -906,28 +910,270 @@ async fn the_reconcile_snapshot_survives_script_flush() {
 #[tokio::test]
 async fn a_lost_meta_never_puts_a_version_on_sale_twice() {
     // Review 12 F1: with its partition meta gone (DEL, or evicted), prewarm re-created the
-    // stock and overwrote the ledger: the sold units sold again.
+    // stock and overwrote the ledger: the sold units sold again. Review 12b R2/R4: adopting
+    // what outlived the meta forgot the partition's older versions (their reservations never
+    // swept, the old version never retired) and hid every other lost key. A partition that lost
+    // its meta is refused, whatever else it lost with it; the stock is never created again.
+    let damaged = Err(Refusal::Damaged {
+        id: "1001".into(),
+        segment: 0,
+    });
+    for lost in [
+        &["meta"][..],
+        &["meta", "users"],
+        &["meta", "res"],
+        &["meta", "v1:pending"],
+        &["meta", "v1:stock", "v1:ledger"],
+        &["meta", "v1:stock", "v1:ledger", "users", "res", "idem"],
+    ] {
+        let redis = RedisServer::start();
+        let s = store(redis.url(), 1000);
+        let a = activity("1001", 4, 1, 2);
+        prewarm(&s, &a).await;
+        reserve(&s, &a, "u1", 1, "r1").await;
+        reserve(&s, &a, "u2", 2, "r2").await;
+        for key in lost {
+            let _: () = redis::cmd("DEL")
+                .arg(format!("fg:{{1001}}:{key}"))
+                .query(&mut redis.conn())
+                .unwrap();
+        }
+        assert_eq!(
+            segments::prewarm(&s, &a).await.unwrap(),
+            damaged,
+            "{lost:?}"
+        );
+        // Nor does a version bump create a new version over what remains.
+        let bumped = activity("1001", 4, 2, 2);
+        assert_eq!(
+            segments::prewarm(&s, &bumped).await.unwrap(),
+            damaged,
+            "{lost:?}"
+        );
+        assert_eq!(remaining(&s, &bumped).await, None, "{lost:?}");
+        assert!(
+            remaining(&s, &a).await.is_none_or(|left| left <= 1),
+            "{lost:?}: nothing went back on sale"
+        );
+    }
+    // With only the stock key gone, nothing is created over the ledger.
     let redis = RedisServer::start();
     let s = store(redis.url(), 1000);
     let a = activity("1001", 2, 1, 1);
     prewarm(&s, &a).await;
-    reserve(&s, &a, "u1", 1, "r1").await;
-    reserve(&s, &a, "u2", 1, "r2").await;
-    let del = |key: &str| {
-        let _: () = redis::cmd("DEL").arg(key).query(&mut redis.conn()).unwrap();
-    };
-    del("fg:{1001}:meta");
-    // Stock and ledger outlived the meta: adopted as they are.
-    assert_eq!(prewarm(&s, &a).await.meta_repaired, vec![0]);
-    assert_eq!(remaining(&s, &a).await, Some(0));
-    assert_eq!(ledger(&s, &a, 1).await.drift(), 0);
-    // With the stock key gone too, nothing is created over the ledger.
-    del("fg:{1001}:meta");
-    del("fg:{1001}:v1:stock");
+    let _: () = redis::cmd("DEL")
+        .arg("fg:{1001}:v1:stock")
+        .query(&mut redis.conn())
+        .unwrap();
     assert_eq!(prewarm(&s, &a).await.stock_key_removed, vec![0]);
     assert_eq!(remaining(&s, &a).await, None);
 }
 
+#[tokio::test]
+async fn an_unsegmented_activity_that_lost_its_meta_keeps_its_segment_count() {
+    // Review 12b R1: the registry's record was judged stale because the only meta it checked
+    // was the lost one; claiming two segments put the whole stock on sale again.
+    let redis = RedisServer::start();
+    let s = store(redis.url(), 1000);
+    let one = activity("1001", 2, 1, 1);
+    prewarm(&s, &one).await;
+    reserve(&s, &one, "u1", 1, "r1").await;
+    reserve(&s, &one, "u2", 1, "r2").await;
+    let _: () = redis::cmd("DEL")
+        .arg("fg:{1001}:meta")
+        .query(&mut redis.conn())
+        .unwrap();
+    let two = Activity {
+        segments: 2,
+        ..activity("1001", 2, 1, 1)
+    };
+    assert_eq!(
+        segments::prewarm(&s, &two).await.unwrap(),
+        Err(Refusal::SegmentsFixed {
+            id: "1001".into(),
+            first: 1,
+            configured: 2
+        })
+    );
+    // Also without the registry's record: the base tag holds the partition itself.
+    let _: () = redis::cmd("DEL")
+        .arg("fg:activities")
+        .query(&mut redis.conn())
+        .unwrap();
+    assert!(matches!(
+        segments::prewarm(&s, &two).await.unwrap(),
+        Err(Refusal::SegmentsFixed { first: 1, .. })
+    ));
+    assert_eq!(remaining(&s, &two).await, None, "no segment went on sale");
+}
+
+#[tokio::test]
+async fn a_damaged_partition_refuses_buyers_at_once_and_writes_no_key_without_an_expiry() {
+    // Review 12b R2: a lost `users` or `res` still sold until the next prewarm tick, and the
+    // hashes reserve re-created had no expiry.
+    for key in ["users", "res"] {
+        let redis = RedisServer::start();
+        let s = store(redis.url(), 1000);
+        let a = activity("1001", 5, 1, 2);
+        prewarm(&s, &a).await;
+        reserve(&s, &a, "u1", 2, "r1").await;
+        let _: () = redis::cmd("DEL")
+            .arg(format!("fg:{{1001}}:{key}"))
+            .query(&mut redis.conn())
+            .unwrap();
+        assert_eq!(
+            reserve(&s, &a, "u1", 1, "r2").await,
+            ReserveOutcome::Damaged,
+            "{key}"
+        );
+        assert_eq!(remaining(&s, &a).await, Some(3), "{key}: nothing taken");
+        let ttl: i64 = redis::cmd("TTL")
+            .arg(format!("fg:{{1001}}:{key}"))
+            .query(&mut redis.conn())
+            .unwrap();
+        assert_eq!(ttl, -2, "{key}: not re-created");
+    }
+}
+
+#[tokio::test]
+async fn a_lost_received_book_never_lets_a_transfer_land_twice() {
+    // Review 12b R3: prewarm re-created a lost `received` empty, and the sweep then deposited a
+    // transfer that had landed already: units from nothing.
+    let redis = RedisServer::start();
+    let s = store(redis.url(), 1000);
+    let a = Activity {
+        segments: 2,
+        ..activity("1001", 4, 1, 4)
+    };
+    prewarm(&s, &a).await;
+    let l = Layout::of(&a);
+    let (receiver, giver) = (l.partition(0).unwrap(), l.partition(1).unwrap());
+    assert_eq!(s.withdraw(giver, 1, "t1", 2, 0).await.unwrap(), 2);
+    assert_eq!(
+        s.deposit(receiver, 1, "t1", 2).await.unwrap(),
+        Deposit::Landed
+    );
+    let _: () = redis::cmd("DEL")
+        .arg("fg:{1001~0/2}:received")
+        .query(&mut redis.conn())
+        .unwrap();
+    assert_eq!(
+        s.deposit(receiver, 1, "t1", 2).await.unwrap(),
+        Deposit::Refused
+    );
+    assert_eq!(
+        s.remaining(receiver, 1).await.unwrap(),
+        Some(4),
+        "landed once"
+    );
+    assert!(matches!(
+        segments::prewarm(&s, &a).await.unwrap(),
+        Err(Refusal::Damaged { segment: 0, .. })
+    ));
+    // Every other book and the event stream are checked the same way.
+    for key in ["transfers", "acked", "events"] {
+        let redis = RedisServer::start();
+        let s = store(redis.url(), 1000);
+        prewarm(&s, &a).await;
+        let _: () = redis::cmd("DEL")
+            .arg(format!("fg:{{1001~1/2}}:{key}"))
+            .query(&mut redis.conn())
+            .unwrap();
+        assert!(
+            matches!(
+                segments::prewarm(&s, &a).await.unwrap(),
+                Err(Refusal::Damaged { segment: 1, .. })
+            ),
+            "{key}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_lost_ledger_beside_its_stock_refuses_the_partition() {
+    // Review 12b R2: a lost ledger was reported but sales went on, and reserve re-created it.
+    let redis = RedisServer::start();
+    let s = store(redis.url(), 1000);
+    let a = activity("1001", 5, 1, 2);
+    prewarm(&s, &a).await;
+    let _: () = redis::cmd("DEL")
+        .arg("fg:{1001}:v1:ledger")
+        .query(&mut redis.conn())
+        .unwrap();
+    assert!(matches!(
+        segments::prewarm(&s, &a).await.unwrap(),
+        Err(Refusal::Damaged { .. })
+    ));
+}
+
+#[tokio::test]
+async fn an_abandon_into_a_partition_never_prewarmed_leaves_a_key_that_expires() {
+    // Review 12b R9: the tombstone's hash had no expiry.
+    let redis = RedisServer::start();
+    let s = store(redis.url(), 1000);
+    let a = Activity {
+        segments: 4,
+        ..activity("1001", 8, 1, 1)
+    };
+    let l = Layout::of(&a);
+    let outcome = s
+        .release(
+            l.partition(3).unwrap(),
+            1,
+            "r1.3",
+            ReleaseMode::Abandon,
+            ReleaseReason::StoreTimeout,
+        )
+        .await
+        .unwrap();
+    assert_eq!(outcome, ReleaseOutcome::Unknown);
+    let ttl: i64 = redis::cmd("TTL")
+        .arg("fg:{1001~3/4}:res")
+        .query(&mut redis.conn())
+        .unwrap();
+    assert!(ttl > 0, "{ttl}");
+    // The tombstone is not taken for a lost key: the partition goes on sale as new.
+    assert_eq!(prewarm(&s, &a).await.created, 4);
+}
+
+#[tokio::test]
+async fn a_reservation_is_never_due_while_its_request_may_be_at_the_backend() {
+    // Review 12b R7: a hold shorter than a forwarded request may take was swept (or asked
+    // about) while the backend still worked on it; a replay with little hold left likewise.
+    let redis = RedisServer::start();
+    let s = store(redis.url(), 1000);
+    let a = Activity {
+        hold: Duration::from_millis(1),
+        ..activity("1001", 5, 1, 2)
+    };
+    prewarm(&s, &a).await;
+    let l = Layout::of(&a);
+    let in_flight = Duration::from_secs(30);
+    let first = ReserveCall {
+        in_flight,
+        idempotency_key: Some("k"),
+        ..call(&a, "u1", 1, "r1")
+    };
+    let ReserveOutcome::Reserved { deadline_ms, .. } = s.reserve(one(&l), &first).await.unwrap()
+    else {
+        panic!("reserved");
+    };
+    let score = |id: &str| -> f64 {
+        redis::cmd("ZSCORE")
+            .arg("fg:{1001}:v1:pending")
+            .arg(id)
+            .query(&mut redis.conn())
+            .unwrap()
+    };
+    assert!(
+        score("r1") >= (deadline_ms + 29_000) as f64,
+        "due after the trip, not the hold"
+    );
+    // Its hold ran out, but its request may still be at the backend: not released.
+    let swept = s.sweep(one(&l), 1, 100, None).await.unwrap();
+    assert_eq!(swept.released, 0);
+    assert_eq!(ledger(&s, &a, 1).await.pending, 1);
+}
 #[tokio::test]
 async fn the_registry_keeps_the_segment_count_when_the_base_meta_is_lost() {
     // Review 12 F1b: losing the base meta let another segment count be claimed.
@@ -1055,7 +1301,10 @@ async fn transfer_halves_are_each_once_and_never_lose_units() {
         .arg("fg:{1001~0/2}:v1:ledger")
         .query(&mut redis.conn())
         .unwrap();
-    assert!(!s.deposit(receiver, 1, "t1", 3).await.unwrap());
+    assert_eq!(
+        s.deposit(receiver, 1, "t1", 3).await.unwrap(),
+        Deposit::Refused
+    );
     assert!(
         !s.received(receiver, "t1").await.unwrap(),
         "still in flight, for reconcile to show"

@@ -243,6 +243,7 @@ impl Admission {
             qty,
             reservation_id: &id,
             idempotency_key: idempotency_key.as_deref(),
+            in_flight: rules.settings.server.longest_sale_trip,
         };
         match self
             .reserve(rules.settings, &activity, purchase, facts)

@@ -201,8 +201,8 @@ impl Lifecycle {
     /// A forwarded request ended without the backend's answer (the buyer's side broke, so the
     /// proxy stopped reading it): with an order lookup the reservation is asked about once the
     /// backend's answer is surely in (`after`), instead of at its hold deadline. Without one it
-    /// waits for its deadline. The due time is only a hint (the lookup decides), so the gateway's
-    /// clock is good enough for it.
+    /// waits for its deadline. The due time is counted on Redis's clock: a gateway whose clock is
+    /// off never asks while the backend may still be working on the order.
     pub fn settle_soon(
         self: &Arc<Self>,
         activity: Arc<Activity>,
@@ -223,10 +223,7 @@ impl Lifecycle {
             let Some(partition) = layout.partition(segment) else {
                 return;
             };
-            let at = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| (d + after).as_millis() as u64);
-            if let Err(e) = this.store.due_by(partition, version, &id, at).await {
+            if let Err(e) = this.store.due_in(partition, version, &id, after).await {
                 tracing::debug!(reservation = %id, error = %e, "could not move the lookup earlier");
             }
         });
@@ -312,7 +309,7 @@ impl Lifecycle {
         activity: &Activity,
         id: &str,
     ) -> Result<Option<ReservationRecord>, StoreError> {
-        let layout = Layout::of(activity);
+        let layout = segments::recorded_layout(&self.store, activity).await?;
         Ok(self.find(&layout, id).await?.map(|(_, r)| r))
     }
 
@@ -322,7 +319,7 @@ impl Lifecycle {
         activity: &Activity,
         id: &str,
     ) -> Result<AdminOutcome, StoreError> {
-        let layout = Layout::of(activity);
+        let layout = segments::recorded_layout(&self.store, activity).await?;
         let Some((partition, record)) = self.find(&layout, id).await? else {
             return Ok(AdminOutcome::NotFound);
         };
@@ -346,7 +343,7 @@ impl Lifecycle {
         activity: &Activity,
         id: &str,
     ) -> Result<AdminOutcome, StoreError> {
-        let layout = Layout::of(activity);
+        let layout = segments::recorded_layout(&self.store, activity).await?;
         let Some((partition, record)) = self.find(&layout, id).await? else {
             return Ok(AdminOutcome::NotFound);
         };
@@ -377,7 +374,8 @@ impl Lifecycle {
     /// Every version's ledger of every segment of one activity (atomically per version and
     /// segment), in segment then version order.
     pub async fn ledgers(&self, activity: &Activity) -> Result<Vec<LedgerRow>, StoreError> {
-        Ok(segments::ledgers(&self.store, &Layout::of(activity))
+        let layout = segments::recorded_layout(&self.store, activity).await?;
+        Ok(segments::ledgers(&self.store, &layout)
             .await?
             .into_iter()
             .map(|(_, row)| row)

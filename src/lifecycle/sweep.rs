@@ -5,7 +5,8 @@
 use super::{Lifecycle, CONFIRM_BATCH};
 use crate::config::{OrderLookupSettings, UpstreamSettings};
 use crate::stock::{
-    ConfirmedVia, Layout, LookupLease, Partition, ReleaseMode, ReleaseOutcome, ReleaseReason,
+    ConfirmedVia, Deposit, Layout, LookupLease, Partition, ReleaseMode, ReleaseOutcome,
+    ReleaseReason,
 };
 use crate::upstream::lookup::Answer;
 use futures_util::StreamExt;
@@ -214,9 +215,14 @@ impl Lifecycle {
             let Some(receiver) = giver.layout().partition(t.to) else {
                 continue;
             };
-            if let Ok(deposited) = self.store.deposit(receiver, t.version, &t.id, t.qty).await {
+            if let Ok(deposit) = self.store.deposit(receiver, t.version, &t.id, t.qty).await {
+                if !deposit.arrived() {
+                    tracing::error!(activity = %giver.layout().id(), transfer = %t.id,
+                        "a transfer cannot land (its version has no ledger there, or the receiver lost its book): left in flight");
+                    continue;
+                }
                 let _ = self.store.acknowledge(giver, &t.id).await;
-                if deposited {
+                if deposit == Deposit::Landed {
                     self.units_returned(giver.layout().id(), t.version);
                     tracing::warn!(activity = %giver.layout().id(), transfer = %t.id, units = t.qty,
                         "delivered a transfer a gateway left half done");

@@ -61,13 +61,16 @@ impl KeyLayout {
         }
     }
 
-    /// Keys for `claim.lua`: the base meta, then two keys only an older flashgate wrote.
-    pub fn for_claim(&self, layout: &Layout, version: u64) -> [String; 3] {
+    /// Keys for `claim.lua`: the base meta, two keys only an older flashgate wrote, then the
+    /// users and res hashes of the base tag (an unsegmented activity's only partition).
+    pub fn for_claim(&self, layout: &Layout, version: u64) -> [String; 5] {
         let base = self.base(layout);
         [
             base.meta(),
             format!("{}:versions", base.base),
             format!("{}:v{version}:segments", base.base),
+            base.users(),
+            base.reservations(),
         ]
     }
 

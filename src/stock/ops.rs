@@ -5,7 +5,7 @@
 use super::records::{int, string};
 use super::scripts;
 use super::{
-    ClaimOutcome, ConfirmOutcome, ConfirmedVia, Partition, PrewarmOutcome, ReleaseMode,
+    ClaimOutcome, ConfirmOutcome, ConfirmedVia, Deposit, Partition, PrewarmOutcome, ReleaseMode,
     ReleaseOutcome, ReleaseReason, ReserveOutcome, ScriptName, StockStore, StoreError, StoreOp,
     SweepOutcome,
 };
@@ -25,6 +25,9 @@ pub struct ReserveCall<'a> {
     pub idempotency_key: Option<&'a str>,
     /// A transfer withdrawn from another partition, deposited in the same step: (id, units).
     pub deposit: Option<(&'a str, u64)>,
+    /// The longest a forwarded request may take: the reservation is not due for the sweep
+    /// before that long from now (nor, when replayed, from the replay), whatever its hold.
+    pub in_flight: Duration,
 }
 
 /// How a sweep hands due reservations out for an order lookup.
@@ -67,7 +70,8 @@ impl StockStore {
             .arg(idempotency_field)
             .arg(self.events_maxlen)
             .arg(transfer)
-            .arg(units);
+            .arg(units)
+            .arg(call.in_flight.as_millis() as u64);
         let reply: Vec<Value> = self
             .eval(ScriptName::Reserve, StoreOp::Reserve, &invocation)
             .await?;
@@ -220,7 +224,6 @@ impl StockStore {
             return Ok(match int(reply.first()) {
                 Some(1) => PrewarmOutcome::Created,
                 Some(0) => PrewarmOutcome::Exists,
-                Some(2) => PrewarmOutcome::MetaRepaired,
                 Some(-4) => PrewarmOutcome::Damaged,
                 Some(-1) => PrewarmOutcome::StockKeyRemoved,
                 Some(-2) => PrewarmOutcome::Older {
@@ -266,16 +269,16 @@ impl StockStore {
         version: u64,
         transfer_id: &str,
         qty: u64,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<Deposit, StoreError> {
         let mut invocation = scripts::DEPOSIT.prepare_invoke();
         for key in self.keys.of(receiver).for_deposit(version) {
             invocation.key(key);
         }
         invocation.arg(transfer_id).arg(qty);
-        let deposited: i64 = self
+        let code: i64 = self
             .eval(ScriptName::Transfer, StoreOp::Transfer, &invocation)
             .await?;
-        Ok(deposited == 1)
+        Deposit::parse(code).ok_or_else(|| StoreError::protocol(ScriptName::Transfer, code))
     }
 
     /// The giving partition learns a transfer arrived (it is kept, as acknowledged).
@@ -294,25 +297,23 @@ impl StockStore {
             .map(|_| ())
     }
 
-    /// Makes a pending reservation due (for the sweep) no later than `at_ms`: the due time only
-    /// moves earlier, and only for a reservation still in the pending set.
-    pub async fn due_by(
+    /// Makes a pending reservation due (for the sweep and its order lookup) no later than
+    /// `after` from now, by Redis's clock: the due time only moves earlier, and only for a
+    /// reservation still pending.
+    pub async fn due_in(
         &self,
         partition: Partition<'_>,
         version: u64,
         reservation_id: &str,
-        at_ms: u64,
+        after: Duration,
     ) -> Result<(), StoreError> {
-        self.query::<i64>(
-            StoreOp::Sweep,
-            redis::cmd("ZADD")
-                .arg(self.keys.of(partition).pending(version))
-                .arg("XX")
-                .arg("LT")
-                .arg(at_ms)
-                .arg(reservation_id),
-        )
-        .await
-        .map(|_| ())
+        let mut invocation = scripts::DUE.prepare_invoke();
+        invocation
+            .key(self.keys.of(partition).pending(version))
+            .arg(reservation_id)
+            .arg(after.as_millis() as u64);
+        self.eval::<i64>(ScriptName::Sweep, StoreOp::Sweep, &invocation)
+            .await
+            .map(|_| ())
     }
 }

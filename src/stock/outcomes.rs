@@ -35,6 +35,14 @@ pub enum ReserveOutcome {
     },
     /// The reservation id exists already (a tombstone of an abandoned attempt).
     DuplicateId,
+    /// The partition lost a key it had (its users or records): refused.
+    Damaged,
+    /// The transfer to deposit first could not land (its version has no ledger here, or the
+    /// partition lost its book of received transfers): nothing changed, it stays in flight.
+    DepositRefused {
+        /// The received book is lost (the partition is damaged).
+        damaged: bool,
+    },
 }
 
 impl ReserveOutcome {
@@ -63,6 +71,10 @@ impl ReserveOutcome {
             -3 => ReserveOutcome::LimitExceeded { held: unsigned(2)? },
             -4 => ReserveOutcome::DuplicateId,
             -5 => ReserveOutcome::HoldRanOut,
+            -6 => ReserveOutcome::Damaged,
+            -7 => ReserveOutcome::DepositRefused {
+                damaged: at(1)? == -2,
+            },
             _ => return None,
         })
     }
@@ -220,10 +232,9 @@ pub enum PrewarmOutcome {
     /// The version went on sale here now (the one before it, if any, retired).
     Created,
     Exists,
-    /// On sale, but the partition's meta had been lost: repaired from the keys that remained.
-    MetaRepaired,
-    /// A key the partition had is gone (its placeholder missing): the per-user limit and the
-    /// records can no longer be trusted.
+    /// A key the partition had is gone (a placeholder, the event stream, the ledger on sale, or
+    /// the meta while anything else remains): the per-user limit, the records or the versions
+    /// to sweep can no longer be trusted.
     Damaged,
     /// The version is on sale here but its stock key is gone (removed by hand, or lost): it is
     /// not re-created, since that would put sold units on sale again.
@@ -232,4 +243,32 @@ pub enum PrewarmOutcome {
     Older {
         current: u64,
     },
+}
+
+/// What a deposit (the second half of a transfer) did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Deposit {
+    /// The units arrived now.
+    Landed,
+    /// They had arrived before (once per transfer id).
+    AlreadyLanded,
+    /// They cannot land: no ledger of their version here, or the partition lost its book of
+    /// received transfers. Nothing changed; the transfer stays in flight (never acknowledged).
+    Refused,
+}
+
+impl Deposit {
+    pub(super) fn parse(code: i64) -> Option<Deposit> {
+        match code {
+            1 => Some(Deposit::Landed),
+            0 => Some(Deposit::AlreadyLanded),
+            -1 | -2 => Some(Deposit::Refused),
+            _ => None,
+        }
+    }
+
+    /// Whether the giver may forget the transfer (acknowledge it).
+    pub fn arrived(self) -> bool {
+        self != Deposit::Refused
+    }
 }

@@ -40,6 +40,9 @@ impl Transfer {
 /// One partition read in one MULTI/EXEC (see [`StockStore::snapshot`]).
 #[derive(Debug, Clone)]
 pub struct Snapshot {
+    /// Every version the partition's meta listed in the same transaction: when it is not the
+    /// list asked for (a version went on sale meanwhile), take the snapshot again with it.
+    pub versions: Vec<u64>,
     pub ledgers: Vec<LedgerRow>,
     pub records: Vec<ReservationRecord>,
     pub books: TransferBooks,
@@ -68,6 +71,21 @@ impl StockStore {
             )
             .await?;
         Ok(PartitionMeta::parse(fields))
+    }
+
+    /// Whether a partition has any of its meta, users or records (one EXISTS: same slot).
+    pub async fn has_keys(&self, partition: Partition<'_>) -> Result<bool, StoreError> {
+        let keys = self.keys.of(partition);
+        let found: u64 = self
+            .query(
+                StoreOp::Read,
+                redis::cmd("EXISTS")
+                    .arg(keys.meta())
+                    .arg(keys.users())
+                    .arg(keys.reservations()),
+            )
+            .await?;
+        Ok(found > 0)
     }
 
     /// The base tag's meta of an activity id (its segment count), if it was ever prewarmed.
@@ -223,7 +241,12 @@ impl StockStore {
                 .arg(keys.for_ledger(v).as_slice());
         }
         pipe.cmd("HVALS").arg(keys.reservations());
-        for key in [keys.transfers(), keys.acknowledged(), keys.received()] {
+        for key in [
+            keys.transfers(),
+            keys.acknowledged(),
+            keys.received(),
+            keys.meta(),
+        ] {
             pipe.cmd("HGETALL").arg(key);
         }
         // An operator command: allowed more time than a buyer's request.
@@ -244,7 +267,7 @@ impl StockStore {
             })
             .await?;
         let n = versions.len();
-        if values.len() != n + 4 {
+        if values.len() != n + 5 {
             return Err(StoreError::protocol(ScriptName::Ledger, "snapshot"));
         }
         let mut ledgers = Vec::with_capacity(n);
@@ -275,7 +298,9 @@ impl StockStore {
                 .collect())
         };
         let received: Vec<(String, String)> = from(&values[n + 3])?;
+        let meta: Vec<(String, String)> = from(&values[n + 4])?;
         Ok(Snapshot {
+            versions: PartitionMeta::parse(meta).versions,
             ledgers,
             records,
             books: TransferBooks {

@@ -24,9 +24,10 @@ script!(LEDGER, "../../lua/ledger.lua");
 script!(WITHDRAW, "../../lua/withdraw.lua");
 script!(DEPOSIT, "../../lua/deposit.lua");
 script!(ACKNOWLEDGE, "../../lua/acknowledge.lua");
+script!(DUE, "../../lua/due.lua");
 
 /// Every script, for loading them up front (readiness).
-pub(super) fn all() -> [&'static Script; 10] {
+pub(super) fn all() -> [&'static Script; 11] {
     [
         &RESERVE,
         &RELEASE,
@@ -38,5 +39,6 @@ pub(super) fn all() -> [&'static Script; 10] {
         &WITHDRAW,
         &DEPOSIT,
         &ACKNOWLEDGE,
+        &DUE,
     ]
 }

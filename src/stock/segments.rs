@@ -66,8 +66,6 @@ pub struct Prewarmed {
     /// Partitions whose stock key of the version on sale is gone (removed by hand, or lost):
     /// never re-created; their buyers get `unavailable` until the version is raised.
     pub stock_key_removed: Vec<u32>,
-    /// Partitions whose meta was lost while their stock and ledger remained: adopted as they are.
-    pub meta_repaired: Vec<u32>,
     /// Units left over all partitions, when every partition could be read.
     pub remaining: Option<i64>,
 }
@@ -126,7 +124,6 @@ pub async fn prewarm(
         {
             PrewarmOutcome::Created => report.created += 1,
             PrewarmOutcome::Exists => {}
-            PrewarmOutcome::MetaRepaired => report.meta_repaired.push(partition.index()),
             PrewarmOutcome::Damaged => {
                 return Ok(Err(Refusal::Damaged {
                     id,
@@ -149,11 +146,28 @@ pub async fn prewarm(
     Ok(Ok(report))
 }
 
-/// Whether any partition of `layout` still has keys (its meta).
+/// The layout Redis recorded for an activity: the segment count its base meta holds, else the
+/// registry's record, else (never prewarmed) the configured one. Whatever reads or settles what
+/// is in Redis uses this, not the configuration, which may disagree (and is then refused).
+pub async fn recorded_layout(
+    store: &StockStore,
+    activity: &Activity,
+) -> Result<Layout, StoreError> {
+    let segments = match store.base_meta(&activity.id).await?.segments {
+        Some(s) => Some(s),
+        None => store.registered_segments(&activity.id).await?,
+    };
+    Ok(Layout::new(
+        activity.id.clone(),
+        segments.unwrap_or(activity.segments),
+    ))
+}
+
+/// Whether any partition of `layout` still has keys: its meta, or what a lost meta leaves
+/// behind (a buyer's units, the records).
 async fn alive(store: &StockStore, layout: &Layout) -> Result<bool, StoreError> {
     for partition in layout.partitions() {
-        let meta = store.meta(partition).await?;
-        if meta.current.is_some() || !meta.versions.is_empty() {
+        if store.has_keys(partition).await? {
             return Ok(true);
         }
     }
@@ -169,6 +183,9 @@ pub struct Purchase<'a> {
     /// abandoned by id.
     pub reservation_id: &'a str,
     pub idempotency_key: Option<&'a str>,
+    /// The longest the request may take once admitted (`server.longest_sale_trip`): its
+    /// reservation is not released under it while it is at the backend.
+    pub in_flight: Duration,
 }
 
 /// What a buyer's reserve came to, over every partition.
@@ -245,6 +262,7 @@ pub async fn reserve(
         hold: activity.hold,
         idempotency_key: purchase.idempotency_key,
         deposit: None,
+        in_flight: purchase.in_flight,
     };
     let mut outcome = attempt(store, home, &call).await?;
     if outcome == ReserveOutcome::NoStockKey {
@@ -344,6 +362,13 @@ pub async fn reserve(
         ReserveOutcome::LimitExceeded { .. } => Reserve::LimitExceeded,
         ReserveOutcome::NoStockKey => Reserve::NotOnSale(None),
         ReserveOutcome::DuplicateId => Reserve::DuplicateId,
+        ReserveOutcome::Damaged | ReserveOutcome::DepositRefused { damaged: true } => {
+            Reserve::NotOnSale(Some(Refusal::Damaged {
+                id: activity.id.to_string(),
+                segment: home.index(),
+            }))
+        }
+        ReserveOutcome::DepositRefused { damaged: false } => Reserve::Busy,
         ReserveOutcome::Insufficient { .. } => unreachable!("the loop above ends every shortage"),
     })
 }
@@ -434,7 +459,10 @@ async fn pull(
             ..*call
         };
         let outcome = store.reserve(home, &with_deposit).await;
-        if outcome.is_ok() {
+        if outcome
+            .as_ref()
+            .is_ok_and(|o| !matches!(o, ReserveOutcome::DepositRefused { .. }))
+        {
             // On failure the transfer stays recorded; the sweep finds it received and forgets it.
             let _ = store.acknowledge(giver, &transfer_id).await;
         }

@@ -201,8 +201,9 @@ async fn a_transfer_cut_in_half_is_accounted_for_and_delivered_by_the_sweep() {
         },
     )
     .await;
-    assert!(
-        !store.deposit(receiver, 1, "t-crash", 30).await.unwrap(),
+    assert_eq!(
+        store.deposit(receiver, 1, "t-crash", 30).await.unwrap(),
+        flashgate::stock::Deposit::AlreadyLanded,
         "a second deposit changes nothing"
     );
     assert_eq!(redis.get_int("fg:{1001~0/4}:v1:stock"), Some(130));
