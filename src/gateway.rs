@@ -9,6 +9,7 @@ use crate::refusals::Refusals;
 use crate::sold_out::SoldOutCache;
 use crate::stock::breaker::Breaker;
 use crate::stock::{ConfirmedVia, ReleaseReason, ScriptName, StockStore, StoreOp};
+use crate::upstream::forward::Forwarder;
 use crate::upstream::lookup::Answer;
 use crate::upstream::queue::UpstreamQueue;
 use crate::upstream::{UpstreamClass, Upstreams};
@@ -27,6 +28,8 @@ pub struct Gateway {
     pub upstreams: Arc<Upstreams>,
     /// At most `upstream.max_inflight` sale requests at the backend; the rest wait in line.
     pub upstream_queue: Arc<UpstreamQueue>,
+    /// Sends purchases holding stock to the backend on the gateway's own connections.
+    pub forwarder: Forwarder,
     /// When shutdown began (set once).
     drain_started: OnceLock<Instant>,
     /// Test-only fault point (feature `fault-injection`, env `FLASHGATE_FAULT`).
@@ -147,6 +150,7 @@ impl Gateway {
                 Arc::new(Refusals::default()),
             ),
             upstream_queue,
+            forwarder: Forwarder::default(),
             drain_started: OnceLock::new(),
             lifecycle,
             sold_out,

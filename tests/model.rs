@@ -19,7 +19,7 @@
 //!
 //! The gateways' clocks are not an input: no stock call takes a time from the gateway (holds,
 //! deadlines and sweeps use Redis's TIME); a hold running out is simulated by moving that
-//! reservation's due time into the past.
+//! reservation's deadline (in its record) and due time (in the pending set) into the past.
 //!
 //! `PROPTEST_CASES` sets the number of sequences (`scripts/reliability integrity --long` runs
 //! many); every sequence proptest finds is kept as a regression case in
@@ -106,6 +106,8 @@ struct Res {
     claimed: bool,
     /// Its hold ran out (the sweep settles it), and it is not leased to an order lookup.
     due: bool,
+    /// Its hold deadline passed (for good: a keyed replay of it is refused while pending).
+    ran_out: bool,
     /// Its keys expired with the activity's retention: nothing left to check.
     gone: bool,
 }
@@ -326,6 +328,10 @@ impl Model {
             .filter(|_| layout_ok)
             .and_then(|k| self.acts[a].idem.get(&(user, k)))
         {
+            if self.res[r].state == St::Pending && self.res[r].ran_out {
+                // Being settled (expiry or order lookup): never handed out again.
+                return refuse("unavailable");
+            }
             if self.res[r].state != St::Released {
                 self.res[r].claimed = true;
                 let act = &self.acts[a];
@@ -387,6 +393,7 @@ impl Model {
             state: St::Pending,
             claimed: false,
             due: false,
+            ran_out: false,
             gone: false,
         });
         self.handles.push(Handle {
@@ -409,11 +416,10 @@ impl Model {
     /// The instance's admin API can find a reservation when its configuration has the
     /// activity with the segment count Redis recorded.
     fn admin_sees(&self, inst: usize, r: usize) -> bool {
+        // In the layout Redis recorded, whatever this instance's configuration says (review 12b
+        // R8); an activity the instance does not configure is not found.
         let res = &self.res[r];
-        !res.gone
-            && self.conf[inst][res.act]
-                .as_ref()
-                .is_some_and(|c| Some(c.segments) == self.acts[res.act].segments)
+        !res.gone && self.conf[inst][res.act].is_some()
     }
 }
 
@@ -607,6 +613,7 @@ impl ReferenceStateMachine for Model {
             Op::HoldRunsOut { res } => {
                 if !state.res[res].gone && state.res[res].state == St::Pending {
                     state.res[res].due = true;
+                    state.res[res].ran_out = true;
                 }
             }
             Op::Sweep { lookup, .. } => {
@@ -1106,13 +1113,28 @@ impl StateMachineTest for System {
                         model.acts[r.act].segments.unwrap(),
                     );
                     let partition = System::partition_of(&layout, &sys.jtis[res]);
-                    let key = w.store.keys().of(partition).pending(r.version);
+                    let keys = w.store.keys().of(partition);
+                    let jti = &sys.jtis[res];
                     with_conn(|conn| {
+                        // Its deadline (in the record) and its due time (in the pending set).
+                        let raw: String = redis::cmd("HGET")
+                            .arg(keys.reservations())
+                            .arg(jti)
+                            .query(conn)
+                            .unwrap();
+                        let mut fields: Vec<&str> = raw.splitn(9, '|').collect();
+                        fields[4] = "1";
+                        redis::cmd("HSET")
+                            .arg(keys.reservations())
+                            .arg(jti)
+                            .arg(fields.join("|"))
+                            .query::<()>(conn)
+                            .unwrap();
                         redis::cmd("ZADD")
-                            .arg(key)
+                            .arg(keys.pending(r.version))
                             .arg("XX")
                             .arg(0)
-                            .arg(&sys.jtis[res])
+                            .arg(jti)
                             .query::<()>(conn)
                             .unwrap()
                     });
@@ -1320,4 +1342,42 @@ fn regression_an_expired_activity_may_be_sold_again_with_another_segment_count()
             },
         ]);
     }
+}
+
+/// Found by the generator (after review 12b's fixes): an abandon landing after the activity's
+/// keys expired wrote its tombstone into a fresh `res` hash, and the registry check counted that
+/// segment as still alive, refusing the new segment count. Only what prewarm writes (the meta,
+/// the placeholders) keeps a layout alive.
+#[test]
+fn regression_a_late_abandon_tombstone_does_not_keep_an_expired_layout_alive() {
+    replay(vec![
+        Op::Reserve {
+            inst: 0,
+            act: 0,
+            user: 0,
+            qty: 1,
+            key: None,
+        },
+        Op::Reserve {
+            inst: 0,
+            act: 0,
+            user: 0,
+            qty: 1,
+            key: None,
+        },
+        Op::Reconfigure {
+            inst: 1,
+            act: 0,
+            change: Change::Segments(2),
+        },
+        Op::Expire { act: 0 },
+        Op::LostReply { handle: 0 },
+        Op::Reserve {
+            inst: 1,
+            act: 0,
+            user: 0,
+            qty: 1,
+            key: None,
+        },
+    ]);
 }

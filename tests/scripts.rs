@@ -1310,3 +1310,44 @@ async fn transfer_halves_are_each_once_and_never_lose_units() {
         "still in flight, for reconcile to show"
     );
 }
+
+#[tokio::test]
+async fn an_early_lookup_is_timed_by_redis_clock_and_only_ever_moves_earlier() {
+    // Review 12b R6: the due time was the gateway's clock plus a delay; a gateway an hour slow
+    // asked the backend at once, while it was still working on the order.
+    let redis = RedisServer::start();
+    let s = store(redis.url(), 1000);
+    let a = activity("1001", 5, 1, 2);
+    prewarm(&s, &a).await;
+    reserve(&s, &a, "u1", 1, "r1").await;
+    let l = Layout::of(&a);
+    let score = || -> u64 {
+        let score: f64 = redis::cmd("ZSCORE")
+            .arg("fg:{1001}:v1:pending")
+            .arg("r1")
+            .query(&mut redis.conn())
+            .unwrap();
+        score as u64
+    };
+    let before = redis_time_ms(&redis);
+    s.due_in(one(&l), 1, "r1", Duration::from_secs(10))
+        .await
+        .unwrap();
+    let due = score();
+    assert!(
+        (before + 10_000..before + 11_000).contains(&due),
+        "{due} vs {before}"
+    );
+    s.due_in(one(&l), 1, "r1", Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert_eq!(score(), due, "never later");
+    s.due_in(one(&l), 1, "nobody", Duration::from_secs(1))
+        .await
+        .unwrap();
+    let members: u64 = redis::cmd("ZCARD")
+        .arg("fg:{1001}:v1:pending")
+        .query(&mut redis.conn())
+        .unwrap();
+    assert_eq!(members, 2, "r1 and the placeholder: nothing added");
+}

@@ -54,10 +54,16 @@ impl Settings {
 }
 
 /// The longest a sale request can take once admitted: the stock call, the wait for a slot at
-/// the backend, connecting, and the backend's answer (its release on failure is bounded by the
-/// same store timeout, inside the read timeout's slack only approximately).
+/// the backend, a connect to each address in turn (one try per address), and the backend's
+/// answer (its release on failure is bounded by the same store timeout, inside the read
+/// timeout's slack only approximately). A reservation is never due for the sweep sooner than
+/// this after it was made, whatever its hold.
 fn longest_sale_trip(redis: &RedisSettings, upstream: &UpstreamSettings) -> Duration {
-    redis.timeout + upstream.max_queue_wait + upstream.connect_timeout + upstream.read_timeout
+    let connects = upstream.addresses.len().max(1) as u32;
+    redis.timeout
+        + upstream.max_queue_wait
+        + upstream.connect_timeout * connects
+        + upstream.read_timeout
 }
 
 fn server(

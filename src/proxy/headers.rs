@@ -11,10 +11,55 @@
 //!   before anything else, as smuggling attempts).
 
 use http::HeaderName;
-use pingora::http::RequestHeader;
+use pingora::http::{RequestHeader, ResponseHeader};
 use std::net::IpAddr;
 
 pub use crate::header_names::*;
+
+/// Hop-by-hop headers: meant for one connection, never forwarded.
+const HOP_BY_HOP: [&str; 9] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
+
+/// Headers a proxy never forwards upstream: the hop-by-hop ones, and those the buyer's
+/// `Connection` header nominates (except the ones a client may not remove that way).
+pub fn strip_hop_by_hop(req: &mut RequestHeader) {
+    let nominated: Vec<String> = req
+        .headers
+        .get_all(http::header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|t| t.trim().to_ascii_lowercase())
+        .filter(|t| !t.is_empty())
+        .filter(|t| {
+            !matches!(
+                t.as_str(),
+                "host" | "x-forwarded-for" | "x-forwarded-host" | "x-forwarded-proto"
+            )
+        })
+        .take(16)
+        .collect();
+    for name in nominated.iter().map(String::as_str).chain(HOP_BY_HOP) {
+        req.remove_header(name);
+    }
+}
+
+/// The backend's hop-by-hop headers, removed before its answer is relayed (the buyer's
+/// connection frames the body itself).
+pub fn strip_response_hop_by_hop(resp: &mut ResponseHeader) {
+    for name in ["connection", "keep-alive", "proxy-connection", "upgrade"] {
+        resp.remove_header(name);
+    }
+}
 
 /// A header name as CGI-style servers read it: case and `_` / `-` do not matter.
 fn reads_as(name: &str, other: &str) -> bool {

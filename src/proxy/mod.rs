@@ -3,16 +3,15 @@
 //! [`RequestCtx`]; metrics and the decision log are written once, in `logging`.
 
 mod body;
-pub mod failure;
+mod forward;
 pub mod headers;
 mod respond;
+pub mod settle;
 
 use crate::admission::target::Target;
 use crate::admission::{
     body_quantity, sale_route, Admitted, BadRequest, Decision, SaleFacts, SaleRequest,
 };
-use crate::config::ConfirmMode;
-use crate::config::IdentitySource;
 use crate::decision_log;
 use crate::gateway::Gateway;
 use crate::live::Generation;
@@ -22,7 +21,6 @@ use crate::stock::{ReleaseOutcome, ReleaseReason};
 use crate::upstream::{queue, UpstreamClass};
 use async_trait::async_trait;
 use body::{canonical_uri, oversized, read_sale_body};
-use failure::{Failure, OnFailure};
 use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::prelude::*;
 use pingora::proxy::FailToProxy;
@@ -59,6 +57,11 @@ pub struct RequestCtx {
     /// The reservation was put on a request to the backend: from here on the backend may hold
     /// the order, so no buyer-side event (hanging up, a broken body) may give the units back.
     forwarded: bool,
+    /// The backend's answer to the reserved purchase was read and acted on (confirmed or
+    /// released): nothing that happens afterwards touches the reservation.
+    settled: bool,
+    /// A sale request's body, read whole before admission took stock.
+    body: bytes::Bytes,
     connect_failures: usize,
 }
 
@@ -161,6 +164,8 @@ impl ProxyHttp for FlashProxy {
             upstream_status: None,
             upstream_attempted: false,
             forwarded: false,
+            settled: false,
+            body: bytes::Bytes::new(),
             connect_failures: 0,
         }
     }
@@ -250,6 +255,7 @@ impl ProxyHttp for FlashProxy {
                 .await
             }
         }
+        ctx.body = bytes::Bytes::from(body);
         let facts = ctx.sale.get_or_insert_with(SaleFacts::default);
         match self
             .gw
@@ -258,9 +264,6 @@ impl ProxyHttp for FlashProxy {
             .await
         {
             Ok(Admitted::Reserved(reservation)) => {
-                // A buyer closing its half of the connection must not stop the proxy reading the
-                // backend's answer for the reservation it forwards (which confirms it).
-                session.as_downstream_mut().set_abort_on_close(false);
                 ctx.reservation = Some(reservation);
                 ctx.in_flight = Some(InFlight::new(&self.gw.metrics));
                 ctx.decision = Some(Decision::Admitted);
@@ -286,6 +289,12 @@ impl ProxyHttp for FlashProxy {
         {
             Ok(slot) => {
                 ctx.slot = Some(slot);
+                if ctx.reservation.is_some() {
+                    // The gateway sends a purchase holding stock itself, and reads the backend's
+                    // answer whatever the buyer's connection does meanwhile.
+                    self.forward_reserved(session, ctx).await;
+                    return Ok(true);
+                }
                 Ok(false)
             }
             Err(turned_away) => {
@@ -331,56 +340,7 @@ impl ProxyHttp for FlashProxy {
         upstream_request: &mut RequestHeader,
         ctx: &mut RequestCtx,
     ) -> Result<()> {
-        let generation = &ctx.generation;
-        let settings = &generation.settings;
-        let header = &settings.signing.header;
-        // The upstream never sees a reservation (or passthrough mark) the gateway did not make,
-        // on any route, under any spelling.
-        headers::remove_lookalikes(upstream_request, header.as_str());
-        headers::remove_lookalikes(upstream_request, headers::PASSTHROUGH);
-        if let IdentitySource::Header(identity) = &settings.identity.source {
-            // The identity only as the trusted auth layer set it.
-            if self.peer_trusted(session, generation) {
-                headers::remove_other_spellings(upstream_request, identity.as_str());
-            } else {
-                headers::remove_lookalikes(upstream_request, identity.as_str());
-            }
-        }
-        let peer = peer_ip(session);
-        let client = generation
-            .policy
-            .client_ip(&session.req_header().headers, peer);
-        headers::write_forwarding(
-            upstream_request,
-            peer,
-            generation.policy.trusts(peer),
-            client,
-        )?;
-        headers::normalise_content_length(upstream_request)?;
-        if ctx.sale.is_some() {
-            // The gateway read the body (and answered any `Expect: 100-continue`) already.
-            upstream_request.remove_header(&http::header::EXPECT);
-            if let Some((method, uri)) = &ctx.canonical {
-                upstream_request.set_method(method.clone());
-                upstream_request.set_uri(uri.clone());
-            }
-        }
-        if ctx.passthrough {
-            upstream_request.insert_header(headers::PASSTHROUGH, headers::PASSTHROUGH_VALUE)?;
-        }
-        if let Some(reservation) = &ctx.reservation {
-            if ctx.token.is_none() {
-                let token = generation.signer.sign(reservation).map_err(|e| {
-                    Error::because(ErrorType::InternalError, "signing the reservation", e)
-                })?;
-                ctx.token = Some(token);
-            }
-            if let Some(token) = &ctx.token {
-                upstream_request.insert_header(header.clone(), token.as_str())?;
-                ctx.forwarded = true;
-            }
-        }
-        Ok(())
+        self.prepare_upstream(session, upstream_request, ctx)
     }
 
     async fn upstream_response_filter(
@@ -389,85 +349,22 @@ impl ProxyHttp for FlashProxy {
         upstream_response: &mut ResponseHeader,
         ctx: &mut RequestCtx,
     ) -> Result<()> {
-        let status = upstream_response.status.as_u16();
-        if upstream_response.status.is_informational() {
-            return Ok(());
-        }
-        ctx.upstream_status = Some(status);
-        let Some(reservation) = &ctx.reservation else {
-            return Ok(());
-        };
-        if status >= 500 {
-            // Fail the request so `fail_to_proxy` releases the stock and answers `unavailable`.
-            return Error::e_explain(
-                ErrorType::HTTPStatus(status),
-                "upstream answered 5xx to a reservation",
-            );
-        }
-        let activity = ctx.sale.as_ref().and_then(|f| f.activity.as_ref());
-        if let Some(activity) = activity.filter(|a| a.confirm == ConfirmMode::Upstream) {
-            if upstream_response.status.is_success() {
-                self.gw
-                    .lifecycle
-                    .confirm_in_background(activity.clone(), reservation.clone());
-            }
+        if !upstream_response.status.is_informational() {
+            ctx.upstream_status = Some(upstream_response.status.as_u16());
         }
         Ok(())
     }
 
-    async fn response_filter(
-        &self,
-        _session: &mut Session,
-        upstream_response: &mut ResponseHeader,
-        ctx: &mut RequestCtx,
-    ) -> Result<()> {
-        if let Some(reservation) = &ctx.reservation {
-            upstream_response.insert_header(headers::RESERVATION_ID, reservation.id.as_str())?;
-        }
-        Ok(())
-    }
-
+    /// Only requests that hold no stock take Pingora's path (pass-through routes, and
+    /// purchases forwarded unreserved while the store is down): their failures are Pingora's
+    /// usual answers. A purchase holding stock is settled by `forward_reserved`.
     async fn fail_to_proxy(
         &self,
         session: &mut Session,
         e: &Error,
-        ctx: &mut RequestCtx,
+        _ctx: &mut RequestCtx,
     ) -> FailToProxy {
-        let failure = Failure {
-            holds_reservation: ctx.reservation.is_some(),
-            upstream_status: ctx.upstream_status,
-            from_upstream: *e.esource() == ErrorSource::Upstream,
-            from_downstream: *e.esource() == ErrorSource::Downstream,
-            forwarded: ctx.forwarded,
-        };
-        let (reservation, (reason, decision)) = match (failure.decide(), &ctx.reservation) {
-            (OnFailure::Release(reason, decision), Some(reservation)) => {
-                (reservation, (reason, decision))
-            }
-            (OnFailure::Keep, Some(reservation)) => {
-                tracing::info!(reservation = %reservation.id, error = %e,
-                    "the buyer's side failed after the reservation was forwarded; it stays pending");
-                if let Some(activity) = ctx.sale.as_ref().and_then(|f| f.activity.clone()) {
-                    let upstream = &ctx.generation.settings.upstream;
-                    self.gw.lifecycle.settle_soon(
-                        activity,
-                        reservation,
-                        2 * (upstream.connect_timeout + upstream.read_timeout),
-                    );
-                }
-                return respond::proxy_error(session, e).await;
-            }
-            _ => return respond::proxy_error(session, e).await,
-        };
-        ctx.released = self.release(ctx.sale.as_ref(), reservation, reason).await;
-        ctx.decision = Some(decision);
-        let code = respond::decision(session, &decision)
-            .await
-            .map_or(0, |_| decision.reply().status.as_u16());
-        FailToProxy {
-            error_code: code,
-            can_reuse_downstream: false,
-        }
+        respond::proxy_error(session, e).await
     }
 
     async fn logging(&self, _session: &mut Session, e: Option<&Error>, ctx: &mut RequestCtx) {

@@ -73,19 +73,27 @@ impl StockStore {
         Ok(PartitionMeta::parse(fields))
     }
 
-    /// Whether a partition has any of its meta, users or records (one EXISTS: same slot).
+    /// Whether a partition has its meta, or the placeholders prewarm gave its users and records
+    /// (what a lost meta leaves behind; a hash holding only tombstones of abandoned reserves
+    /// does not count).
     pub async fn has_keys(&self, partition: Partition<'_>) -> Result<bool, StoreError> {
         let keys = self.keys.of(partition);
-        let found: u64 = self
-            .query(
-                StoreOp::Read,
-                redis::cmd("EXISTS")
-                    .arg(keys.meta())
-                    .arg(keys.users())
-                    .arg(keys.reservations()),
-            )
+        let mut pipe = redis::pipe();
+        pipe.cmd("EXISTS")
+            .arg(keys.meta())
+            .cmd("HEXISTS")
+            .arg(keys.users())
+            .arg("")
+            .cmd("HEXISTS")
+            .arg(keys.reservations())
+            .arg("");
+        let found: (u64, u64, u64) = self
+            .bounded(StoreOp::Read, self.timeout, async {
+                let mut conn = self.conn().await?;
+                Ok(pipe.query_async(&mut conn).await?)
+            })
             .await?;
-        Ok(found > 0)
+        Ok(found.0 + found.1 + found.2 > 0)
     }
 
     /// The base tag's meta of an activity id (its segment count), if it was ever prewarmed.

@@ -23,6 +23,7 @@ fn verify(token: &str) -> Claims {
     assert_eq!(header.typ.as_deref(), Some("JWT"));
     let mut validation = Validation::new(Algorithm::HS256);
     validation.set_required_spec_claims(&["exp", "iat", "jti", "sub"]);
+    validation.leeway = 0;
     jsonwebtoken::decode::<Claims>(
         token,
         &DecodingKey::from_secret(SIGNING_SECRET.as_bytes()).unwrap(),

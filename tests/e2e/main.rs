@@ -10,6 +10,7 @@ mod burst;
 mod decisions;
 mod failures;
 mod integrity;
+mod integrity_review;
 mod lifecycle;
 mod news;
 mod operations;

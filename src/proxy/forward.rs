@@ -1,0 +1,207 @@
+//! What reaches the backend: the request headers every forwarded request gets (both paths), and
+//! the gateway's own exchange for a purchase holding stock, which reads the backend's answer
+//! and settles the reservation before relaying anything to the buyer (so nothing the buyer's
+//! connection does can lose a confirm or release a unit the backend sold).
+
+use super::settle::{settle, Exchange, Settlement};
+use super::{headers, peer_ip, respond, FlashProxy, RequestCtx};
+use crate::config::{ConfirmMode, IdentitySource};
+use crate::upstream::forward::ForwardError;
+use pingora::http::{RequestHeader, ResponseHeader};
+use pingora::prelude::*;
+
+impl FlashProxy {
+    /// The headers of a request to the backend, on any route: no look-alike of the gateway's
+    /// own headers, the identity only as a trusted auth layer set it, forwarding headers written
+    /// as a proxy should, one Content-Length; on a sale route the canonical target and, when it
+    /// holds stock, the signed reservation.
+    pub(super) fn prepare_upstream(
+        &self,
+        session: &Session,
+        upstream_request: &mut RequestHeader,
+        ctx: &mut RequestCtx,
+    ) -> Result<()> {
+        let generation = &ctx.generation;
+        let settings = &generation.settings;
+        let header = &settings.signing.header;
+        // The upstream never sees a reservation (or passthrough mark) the gateway did not make,
+        // on any route, under any spelling.
+        headers::remove_lookalikes(upstream_request, header.as_str());
+        headers::remove_lookalikes(upstream_request, headers::PASSTHROUGH);
+        if let IdentitySource::Header(identity) = &settings.identity.source {
+            // The identity only as the trusted auth layer set it.
+            if self.peer_trusted(session, generation) {
+                headers::remove_other_spellings(upstream_request, identity.as_str());
+            } else {
+                headers::remove_lookalikes(upstream_request, identity.as_str());
+            }
+        }
+        let peer = peer_ip(session);
+        let client = generation
+            .policy
+            .client_ip(&session.req_header().headers, peer);
+        headers::write_forwarding(
+            upstream_request,
+            peer,
+            generation.policy.trusts(peer),
+            client,
+        )?;
+        headers::normalise_content_length(upstream_request)?;
+        if ctx.sale.is_some() {
+            // The gateway read the body (and answered any `Expect: 100-continue`) already.
+            upstream_request.remove_header(&http::header::EXPECT);
+            if let Some((method, uri)) = &ctx.canonical {
+                upstream_request.set_method(method.clone());
+                upstream_request.set_uri(uri.clone());
+            }
+        }
+        if ctx.passthrough {
+            upstream_request.insert_header(headers::PASSTHROUGH, headers::PASSTHROUGH_VALUE)?;
+        }
+        if let Some(reservation) = &ctx.reservation {
+            if ctx.token.is_none() {
+                let token = generation.signer.sign(reservation).map_err(|e| {
+                    Error::because(ErrorType::InternalError, "signing the reservation", e)
+                })?;
+                ctx.token = Some(token);
+            }
+            if let Some(token) = &ctx.token {
+                upstream_request.insert_header(header.clone(), token.as_str())?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends a purchase holding stock to the backend, settles its reservation on the answer
+    /// (or its absence), then answers the buyer: the backend's answer relayed, or the gateway's
+    /// own decision. Every outcome is recorded in `ctx` for `logging`.
+    pub(super) async fn forward_reserved(&self, session: &mut Session, ctx: &mut RequestCtx) {
+        let mut req = session.req_header().clone();
+        headers::strip_hop_by_hop(&mut req);
+        let prepared = self
+            .prepare_upstream(session, &mut req, ctx)
+            .and_then(|()| {
+                req.remove_header(&http::header::TRANSFER_ENCODING);
+                req.insert_header(http::header::CONTENT_LENGTH, ctx.body.len().to_string())
+            });
+        if let Err(e) = prepared {
+            tracing::error!(error = %e, "could not build the request to the backend");
+            self.settle_without_answer(session, ctx, Exchange::NotSent)
+                .await;
+            return;
+        }
+        ctx.upstream_attempted = true;
+        ctx.forwarded = true;
+        let upstream = &ctx.generation.settings.upstream;
+        let sent = self
+            .gw
+            .forwarder
+            .send(&self.gw.upstreams, upstream, &req, &ctx.body)
+            .await;
+        let mut answer = match sent {
+            Ok(answer) => answer,
+            Err(e) => {
+                let exchange = match &e {
+                    ForwardError::NotSent(_) => Exchange::NotSent,
+                    ForwardError::NoAnswer(_) => Exchange::NoAnswer,
+                };
+                tracing::info!(error = %e.error(), ?exchange, "the backend did not answer a purchase");
+                self.settle_without_answer(session, ctx, exchange).await;
+                return;
+            }
+        };
+        let status = answer.header.status.as_u16();
+        ctx.upstream_status = Some(status);
+        if let Some(decision) = self.settle(ctx, Exchange::Answered(status)).await {
+            ctx.decision = Some(decision);
+            if let Err(e) = respond::decision(session, &decision).await {
+                tracing::debug!(error = %e, "could not answer the buyer");
+            }
+            return;
+        }
+        // Settled: relay the answer; the buyer's side failing now changes nothing.
+        let mut resp: ResponseHeader = answer.header.clone();
+        headers::strip_response_hop_by_hop(&mut resp);
+        if let Some(reservation) = &ctx.reservation {
+            let _ = resp.insert_header(headers::RESERVATION_ID, reservation.id.as_str());
+        }
+        if let Err(e) = session.write_response_header(Box::new(resp), false).await {
+            tracing::debug!(error = %e, "the buyer left before the backend's answer was relayed");
+            return;
+        }
+        let mut body_done = false;
+        loop {
+            match answer.body_chunk().await {
+                Ok(Some(chunk)) => {
+                    if let Err(e) = session.write_response_body(Some(chunk), false).await {
+                        tracing::debug!(error = %e, "the buyer left while the answer was relayed");
+                        break;
+                    }
+                }
+                Ok(None) => {
+                    body_done = true;
+                    if let Err(e) = session.write_response_body(None, true).await {
+                        tracing::debug!(error = %e, "the buyer left at the end of the answer");
+                    }
+                    break;
+                }
+                Err(e) => {
+                    tracing::info!(error = %e, "the backend's answer broke off after its header");
+                    break;
+                }
+            }
+        }
+        answer.finish(&self.gw.forwarder, body_done).await;
+    }
+
+    /// No answer to relay: settle, then answer with the gateway's own decision.
+    async fn settle_without_answer(
+        &self,
+        session: &mut Session,
+        ctx: &mut RequestCtx,
+        exchange: Exchange,
+    ) {
+        if let Some(decision) = self.settle(ctx, exchange).await {
+            ctx.decision = Some(decision);
+            if let Err(e) = respond::decision(session, &decision).await {
+                tracing::debug!(error = %e, "could not answer the buyer");
+            }
+        }
+    }
+
+    /// Acts on the exchange's settlement; returns the gateway's own answer where it replaces
+    /// the backend's.
+    async fn settle(
+        &self,
+        ctx: &mut RequestCtx,
+        exchange: Exchange,
+    ) -> Option<crate::admission::Decision> {
+        let reservation = ctx.reservation.clone()?;
+        let activity = ctx.sale.as_ref().and_then(|f| f.activity.clone())?;
+        let settings = &ctx.generation.settings;
+        let lookup = settings.upstream.order_lookup.is_some();
+        ctx.settled = true;
+        match settle(exchange, activity.confirm == ConfirmMode::Upstream, lookup) {
+            Settlement::Confirm => {
+                self.gw
+                    .lifecycle
+                    .confirm_in_background(activity, reservation);
+                None
+            }
+            Settlement::Keep => None,
+            Settlement::Ask(decision) => {
+                let upstream = &settings.upstream;
+                self.gw.lifecycle.settle_soon(
+                    activity,
+                    &reservation,
+                    2 * (upstream.connect_timeout + upstream.read_timeout),
+                );
+                Some(decision)
+            }
+            Settlement::Release(reason, decision) => {
+                ctx.released = self.release(ctx.sale.as_ref(), &reservation, reason).await;
+                Some(decision)
+            }
+        }
+    }
+}
