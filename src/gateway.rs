@@ -13,6 +13,7 @@ use crate::upstream::forward::Forwarder;
 use crate::upstream::lookup::Answer;
 use crate::upstream::queue::UpstreamQueue;
 use crate::upstream::{UpstreamClass, Upstreams};
+use crate::waiting::{Standing, WaitingRoom};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -30,6 +31,8 @@ pub struct Gateway {
     pub upstream_queue: Arc<UpstreamQueue>,
     /// Sends purchases holding stock to the backend on the gateway's own connections.
     pub forwarder: Forwarder,
+    /// The activities' waiting rooms.
+    pub waiting: WaitingRoom,
     /// When shutdown began (set once).
     drain_started: OnceLock<Instant>,
     /// Test-only fault point (feature `fault-injection`, env `FLASHGATE_FAULT`).
@@ -90,8 +93,9 @@ impl Gateway {
         let current = self.live.current();
         let settings = Arc::new(settings);
         for activity in settings.activities.iter() {
-            if current.settings.activities.get(&activity.id).is_none() {
-                preset_activity_series(&self.metrics, &activity.id);
+            let old = current.settings.activities.get(&activity.id);
+            if old.is_none_or(|old| old.queue.is_none()) {
+                preset_activity_series(&self.metrics, &activity.id, activity.queue.is_some());
             }
         }
         // Refusals are Redis's verdict on the old configuration: the next prewarm (or buyer)
@@ -127,7 +131,7 @@ impl Gateway {
     ) -> Gateway {
         preset_static_series(&metrics);
         for activity in settings.activities.iter() {
-            preset_activity_series(&metrics, &activity.id);
+            preset_activity_series(&metrics, &activity.id, activity.queue.is_some());
         }
         let upstreams = Arc::new(upstreams);
         let sold_out = Arc::new(SoldOutCache::new());
@@ -151,6 +155,7 @@ impl Gateway {
             ),
             upstream_queue,
             forwarder: Forwarder::default(),
+            waiting: WaitingRoom::new(store.clone(), metrics.clone()),
             drain_started: OnceLock::new(),
             lifecycle,
             sold_out,
@@ -197,7 +202,26 @@ fn preset_static_series(metrics: &Metrics) {
 }
 
 /// Creates the series of a configured activity at zero.
-pub fn preset_activity_series(metrics: &Metrics, activity: &str) {
+pub fn preset_activity_series(metrics: &Metrics, activity: &str, has_queue: bool) {
+    if has_queue {
+        for family in [
+            &metrics.queue_tickets,
+            &metrics.queue_admitted,
+            &metrics.queue_lapsed,
+            &metrics.queue_too_late,
+            &metrics.queue_polls,
+        ] {
+            family.with_label_values(&[activity]);
+        }
+        metrics.queue_length.with_label_values(&[activity]);
+        metrics.queue_cursor.with_label_values(&[activity]);
+        metrics.queue_wait.with_label_values(&[activity]);
+        for why in Standing::ALL {
+            metrics
+                .queue_paused
+                .with_label_values(&[activity, why.as_str()]);
+        }
+    }
     for decision in Decision::ALL_CODES {
         metrics.decisions.with_label_values(&[activity, decision]);
     }
@@ -249,7 +273,7 @@ mod tests {
     fn series_exist_before_the_first_request() {
         let metrics = Metrics::new();
         preset_static_series(&metrics);
-        preset_activity_series(&metrics, "1001");
+        preset_activity_series(&metrics, "1001", true);
         let text = String::from_utf8(metrics.encode()).unwrap();
         for needle in [
             r#"flashgate_admission_decisions_total{activity="1001",decision="sold_out"} 0"#,
@@ -260,6 +284,10 @@ mod tests {
             r#"flashgate_stock_remaining{activity="1001"} 0"#,
             r#"flashgate_redis_errors_total{op="transfer"} 0"#,
             "flashgate_config_generation 1",
+            r#"flashgate_queue_tickets_total{activity="1001"} 0"#,
+            r#"flashgate_queue_length{activity="1001"} 0"#,
+            r#"flashgate_queue_admitted_total{activity="1001"} 0"#,
+            r#"flashgate_queue_wait_seconds_count{activity="1001"} 0"#,
         ] {
             assert!(text.contains(needle), "{needle}");
         }

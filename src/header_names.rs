@@ -18,3 +18,19 @@ pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
 pub const X_FORWARDED_FOR: &str = "x-forwarded-for";
 pub const X_REAL_IP: &str = "x-real-ip";
 pub const FORWARDED: &str = "forwarded";
+
+/// Request and response header carrying a waiting-room ticket (also the `flashgate_ticket`
+/// cookie).
+pub const QUEUE_TICKET: &str = "x-flashgate-ticket";
+
+/// The value of cookie `name` in a request's `Cookie` headers, if any.
+pub fn cookie<'h>(headers: &'h http::HeaderMap, name: &str) -> Option<&'h str> {
+    headers
+        .get_all(http::header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(k, _)| *k == name)
+        .map(|(_, v)| v.trim())
+}

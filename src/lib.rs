@@ -25,5 +25,6 @@ pub mod shutdown;
 pub mod sold_out;
 pub mod stock;
 pub mod upstream;
+pub mod waiting;
 
 pub use config::{ConfigError, Settings};

@@ -122,6 +122,7 @@ impl Maintenance {
                 .stock_remaining
                 .with_label_values(&[&activity.id])
                 .set(left);
+            gw.waiting.note_left(&activity.id, left);
         }
         let seen_before = !self
             .seen
@@ -164,6 +165,7 @@ impl BackgroundService for Maintenance {
         let mut sweep = ticker(settings.redis.sweep_interval);
         let mut reconcile = ticker(settings.redis.reconcile_interval);
         let mut evict = ticker(settings.rate_limits.evict_interval);
+        let mut queues = ticker(crate::waiting::REFRESH_INTERVAL);
         let live = self.gw.live.clone();
         tokio::spawn(crate::news::listen(
             move || live.settings(),
@@ -182,6 +184,7 @@ impl BackgroundService for Maintenance {
                     self.gw.lifecycle.sweep_expired().await;
                 }
                 _ = reconcile.tick() => self.gw.lifecycle.check_drift().await,
+                _ = queues.tick() => self.gw.waiting.refresh(&self.gw.settings()).await,
                 _ = evict.tick() => {
                     self.gw.evict_idle_buckets();
                 }

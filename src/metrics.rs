@@ -107,6 +107,10 @@ macro_rules! metrics {
 const SCRIPT_BUCKETS: [f64; 12] = [
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0,
 ];
+/// Waiting-room waits: from a second to an hour.
+const WAIT_BUCKETS: [f64; 12] = [
+    1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 900.0, 1800.0, 2700.0, 3600.0,
+];
 const QUEUE_BUCKETS: [f64; 12] = [
     0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 ];
@@ -189,6 +193,34 @@ metrics! {
     /// 1 when Redis may evict keys (maxmemory-policy not noeviction), 0 when not, -1 unknown.
     redis_may_evict: IntGauge = "flashgate_redis_may_evict" [],
         "1 when Redis's maxmemory-policy may evict flashgate's keys (anything but noeviction; a lost key can sell units twice), 0 when noeviction, -1 unknown.";
+    /// Waiting-room tickets issued (one per user and activity).
+    queue_tickets: IntCounterVec = "flashgate_queue_tickets_total" ["activity"],
+        "Waiting-room tickets issued (one per user and activity), counted by the gateway that issued each.";
+    /// Tickets issued and not yet reached by the cursor.
+    queue_length: IntGaugeVec = "flashgate_queue_length" ["activity"],
+        "Waiting-room tickets issued and not yet reached by the serving cursor, as this gateway last read it.";
+    /// Places the serving cursor admitted.
+    queue_cursor: IntGaugeVec = "flashgate_queue_cursor" ["activity"],
+        "The waiting room's serving cursor (places admitted so far, fleet-wide), as this gateway last read it.";
+    /// 1 while an operator paused the cursor, or nothing is left and it is held.
+    queue_paused: IntGaugeVec = "flashgate_queue_paused" ["activity", "why"],
+        "1 while the waiting room's cursor stands: why=operator (paused) or why=sold_out (held until units come back).";
+    /// Tickets admitted to the purchase (the first purchase each made through this gateway).
+    queue_admitted: IntCounterVec = "flashgate_queue_admitted_total" ["activity"],
+        "Waiting-room tickets admitted to the purchase, counted once by each gateway that saw them buy.";
+    /// Time from ticket to admission.
+    queue_wait: HistogramVec = "flashgate_queue_wait_seconds" ["activity"]
+        buckets WAIT_BUCKETS,
+        "Time from a ticket's issue to its first purchase (by Redis's clock).";
+    /// Purchases refused because the ticket's admission window had passed.
+    queue_lapsed: IntCounterVec = "flashgate_queue_lapsed_total" ["activity"],
+        "Purchases with a waiting-room ticket whose admission window had passed (410 ticket_expired).";
+    /// New tickets told they are very likely too late.
+    queue_too_late: IntCounterVec = "flashgate_queue_too_late_total" ["activity"],
+        "New waiting-room tickets whose place was already behind the units left (times too_late_factor).";
+    /// Poll answers (`GET /flashgate/queue/{activity}`).
+    queue_polls: IntCounterVec = "flashgate_queue_polls_total" ["activity"],
+        "Waiting-room polls answered (GET /flashgate/queue/{activity}).";
 }
 
 impl Metrics {

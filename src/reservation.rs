@@ -170,6 +170,7 @@ mod tests {
             key: EncodingKey::from_secret(b"s3cret").unwrap(),
             ttl: Duration::from_secs(900),
             published_keys: vec![],
+            ticket_key: [7; 32],
         };
         let r = reservation();
         let token = Signer::new(&settings).sign(&r).unwrap();
@@ -209,6 +210,7 @@ mod tests {
             key: EncodingKey::from_secret(b"s3cret").unwrap(),
             ttl: Duration::from_secs(900),
             published_keys: vec![],
+            ticket_key: [7; 32],
         };
         let signer = Signer::new(&settings);
         let claims = |r: &Reservation| {

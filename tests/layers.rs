@@ -194,6 +194,7 @@ fn lower_layers_import_nothing_above_them() {
         ("refusals", &["config", "stock"]),
         ("upstream", &["config", "metrics"]),
         ("news", &["config", "sold_out", "stock"]),
+        ("waiting", &["admission", "config", "metrics", "stock"]),
         (
             "admission",
             &[

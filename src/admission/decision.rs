@@ -74,6 +74,13 @@ pub enum Decision {
     },
     /// The gateway is shutting down: no new reservations.
     ShuttingDown,
+    /// The activity's waiting room: not this buyer's turn yet (or just given a ticket); the
+    /// answer carries the place, the estimate and the ticket.
+    Waiting,
+    /// A waiting-room ticket that is forged, another buyer's or another activity's.
+    InvalidTicket,
+    /// A waiting-room ticket whose admission window passed.
+    TicketExpired,
 }
 
 /// What the gateway answers for a decision it makes itself.
@@ -93,7 +100,7 @@ pub const UNAVAILABLE_RETRY_AFTER_SECS: u64 = 1;
 
 impl Decision {
     /// Every `decision` label value, for creating metric series up front.
-    pub const ALL_CODES: [&'static str; 11] = [
+    pub const ALL_CODES: [&'static str; 14] = [
         "passthrough",
         "admitted",
         "unauthenticated",
@@ -105,6 +112,9 @@ impl Decision {
         "sold_out",
         "limit_exceeded",
         "unavailable",
+        "queued",
+        "invalid_ticket",
+        "ticket_expired",
     ];
 
     /// The buyer-facing answer: status, contract code, message, Retry-After. The only mapping.
@@ -157,6 +167,24 @@ impl Decision {
                 "unavailable",
                 "the shop is busy: too many buyers ahead of you, please retry",
                 Some(ceil_secs(estimated_wait)),
+            ),
+            Decision::Waiting => (
+                StatusCode::ACCEPTED,
+                "queued",
+                "you are in the queue for this sale",
+                None,
+            ),
+            Decision::InvalidTicket => (
+                StatusCode::FORBIDDEN,
+                "invalid_ticket",
+                "this queue ticket is not valid for you or for this sale",
+                None,
+            ),
+            Decision::TicketExpired => (
+                StatusCode::GONE,
+                "ticket_expired",
+                "your turn passed: the queue ticket has lapsed",
+                None,
             ),
             // Never sent by the gateway: the backend answers.
             Decision::Passthrough => (StatusCode::OK, "passthrough", "forwarded unreserved", None),
@@ -237,6 +265,9 @@ mod tests {
                 503,
                 "unavailable",
             ),
+            (Decision::Waiting, 202, "queued"),
+            (Decision::InvalidTicket, 403, "invalid_ticket"),
+            (Decision::TicketExpired, 410, "ticket_expired"),
         ];
         for (decision, status, code) in cases {
             assert!(Decision::ALL_CODES.contains(&code));

@@ -131,15 +131,7 @@ impl JwtVerifier {
                 .eq_ignore_ascii_case("bearer")
                 .then_some(token.trim());
         }
-        let name = self.cookie.as_deref()?;
-        headers
-            .get_all(header::COOKIE)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(';'))
-            .filter_map(|pair| pair.trim().split_once('='))
-            .find(|(k, _)| *k == name)
-            .map(|(_, v)| v.trim())
+        crate::header_names::cookie(headers, self.cookie.as_deref()?)
     }
 
     fn verify(&self, headers: &HeaderMap) -> Option<String> {

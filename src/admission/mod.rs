@@ -106,6 +106,16 @@ pub struct Checked {
     idempotency_key: Option<String>,
 }
 
+impl Checked {
+    pub fn activity(&self) -> &Arc<Activity> {
+        &self.activity
+    }
+
+    pub fn user(&self) -> &str {
+        &self.user
+    }
+}
+
 /// What an admitted sale request carries upstream.
 #[derive(Debug)]
 pub enum Admitted {
@@ -183,7 +193,10 @@ impl Admission {
         let idempotency_key = idempotency_key(&req.headers)
             .map_err(Decision::BadRequest)?
             .map(str::to_owned);
-        match activity.window_at(Utc::now()) {
+        let now = Utc::now();
+        match activity.window_at(now) {
+            // An open waiting room takes arrivals before the start (and gives them tickets).
+            SaleWindow::NotStarted if activity.queue_open_at(now) => {}
             SaleWindow::NotStarted => return Err(Decision::NotStarted),
             SaleWindow::Ended => return Err(Decision::Ended),
             SaleWindow::Open => {}

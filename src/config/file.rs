@@ -408,6 +408,34 @@ pub struct ActivitySection {
     /// the `rate_limits.passthrough` cap, for the backend's own stock check to decide.
     #[serde(default)]
     pub on_store_failure: StoreFailurePolicy,
+    /// A waiting room in front of the purchase: buyers take a numbered ticket and buy in turn,
+    /// at one admission rate for the whole fleet.
+    #[serde(default)]
+    pub queue: Option<QueueSection>,
+}
+
+/// `activities[].queue`: the waiting room.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QueueSection {
+    /// Tickets admitted to the purchase per second, for all gateways together.
+    pub admit_per_second: u32,
+    /// Arrivals from here until `starts_at` are put in a random order at `starts_at` (RFC
+    /// 3339); without it the queue opens at `starts_at`, first come, first served.
+    #[serde(default)]
+    pub opens_at: Option<String>,
+    /// How long an admitted ticket may buy, in seconds of the queue's progress at
+    /// `admit_per_second`, before it lapses.
+    #[serde(default = "default_admission_window_secs")]
+    pub admission_window_secs: u64,
+    /// A new arrival is told it is very likely too late when the places ahead of it exceed the
+    /// units left times this (room for buyers ahead who do not buy).
+    #[serde(default = "default_too_late_factor")]
+    pub too_late_factor: f64,
+    /// Where the waiting page sends a browser whose turn came (the shop's checkout page); by
+    /// default the page submits the purchase itself.
+    #[serde(default)]
+    pub landing_url: Option<String>,
 }
 
 /// What a sale request gets while the stock store cannot be asked.
@@ -432,6 +460,12 @@ pub enum ConfirmMode {
     Explicit,
 }
 
+fn default_admission_window_secs() -> u64 {
+    60
+}
+fn default_too_late_factor() -> f64 {
+    1.5
+}
 fn default_admin_listen() -> String {
     "127.0.0.1:9091".to_owned()
 }

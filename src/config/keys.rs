@@ -117,7 +117,7 @@ pub(super) fn signing(
         ));
     }
     let mut published_keys = Vec::new();
-    let (algorithm, key) = match raw.algorithm {
+    let (algorithm, key, ticket_key) = match raw.algorithm {
         SigningAlgorithm::HS256 => {
             let var = raw.secret_env.as_deref().ok_or_else(|| {
                 ConfigError::invalid("signing.secret_env", "is required for algorithm HS256")
@@ -126,7 +126,7 @@ pub(super) fn signing(
             let key = EncodingKey::from_secret(secret.as_bytes()).map_err(|e| {
                 ConfigError::invalid("signing.secret_env", format!("unusable secret ({e})"))
             })?;
-            (Algorithm::HS256, key)
+            (Algorithm::HS256, key, ticket_key(secret.as_bytes()))
         }
         SigningAlgorithm::EdDSA => {
             let file = raw.private_key_file.as_deref().ok_or_else(|| {
@@ -161,7 +161,11 @@ pub(super) fn signing(
                 kid: raw.key_id.clone(),
                 public_key: signing_key.verifying_key().to_bytes(),
             });
-            (Algorithm::EdDSA, key)
+            (
+                Algorithm::EdDSA,
+                key,
+                ticket_key(&signing_key.to_bytes()),
+            )
         }
     };
     for (i, previous) in raw.previous_keys.iter().enumerate() {
@@ -202,7 +206,19 @@ pub(super) fn signing(
         key,
         ttl: Duration::from_secs(raw.ttl_secs),
         published_keys,
+        ticket_key,
     })
+}
+
+/// The key waiting-room tickets are signed with: derived from the reservation signing key
+/// (every gateway of a fleet has it), never the signing key itself, so a ticket can never pass
+/// for a reservation or the other way round.
+fn ticket_key(material: &[u8]) -> [u8; 32] {
+    use hmac::{KeyInit, Mac};
+    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(material)
+        .expect("HMAC takes a key of any length");
+    mac.update(b"flashgate waiting-room ticket key v1");
+    mac.finalize().into_bytes().into()
 }
 
 pub(super) fn secret(

@@ -179,6 +179,8 @@ pub struct SigningSettings {
     /// Ed25519 public keys backends may fetch (JWKS): the active one (EdDSA only) first, then
     /// `previous_keys`.
     pub published_keys: Vec<PublishedKey>,
+    /// Signs waiting-room tickets (derived from the signing key: the same on every gateway).
+    pub ticket_key: [u8; 32],
 }
 
 /// An Ed25519 verification key, by `kid`.
@@ -242,7 +244,35 @@ pub struct Activity {
     /// Partitions the stock is split over (1: not segmented); fixed for the life of the
     /// activity's keys.
     pub segments: u32,
+    /// The waiting room in front of the purchase, if any.
+    pub queue: Option<QueueSettings>,
 }
+
+/// `activities[].queue`, validated.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueueSettings {
+    /// Tickets admitted per second, fleet-wide.
+    pub admit_per_second: u32,
+    /// When arrivals start queueing: `opens_at`, or `starts_at`. Arrivals before `starts_at`
+    /// are shuffled at `starts_at`.
+    pub opens_at: DateTime<Utc>,
+    /// Seconds (of the queue's progress) an admitted ticket may buy before it lapses.
+    pub admission_window: Duration,
+    pub too_late_factor: f64,
+    /// Where the waiting page sends a browser whose turn came; `None`: the page buys itself.
+    pub landing_url: Option<String>,
+}
+
+impl QueueSettings {
+    /// Places the queue admits within one admission window: a ticket the cursor is further
+    /// past than this has lapsed.
+    pub fn window_places(&self) -> u64 {
+        (self.admission_window.as_secs_f64() * f64::from(self.admit_per_second)).ceil() as u64
+    }
+}
+
+/// Most tickets admitted per second a queue may be configured with.
+pub const MAX_ADMIT_PER_SECOND: u32 = 1_000_000;
 
 /// Most segments one activity may have.
 pub const MAX_SEGMENTS: u32 = 64;
@@ -266,6 +296,13 @@ pub enum SaleWindow {
 }
 
 impl Activity {
+    /// Whether the waiting room takes arrivals at `now` (from `opens_at` until `ends_at`).
+    pub fn queue_open_at(&self, now: DateTime<Utc>) -> bool {
+        self.queue
+            .as_ref()
+            .is_some_and(|q| now >= q.opens_at && now < self.ends_at)
+    }
+
     pub fn window_at(&self, now: DateTime<Utc>) -> SaleWindow {
         if now < self.starts_at {
             SaleWindow::NotStarted

@@ -439,6 +439,10 @@ fn activities(
                 format!("must be 1 to {MAX_SEGMENTS}"),
             ));
         }
+        let queue = a
+            .queue
+            .map(|q| queue(&key("queue"), q, starts_at))
+            .transpose()?;
         let activity = Arc::new(Activity {
             id: Arc::from(a.id.as_str()),
             stock: a.stock,
@@ -451,11 +455,69 @@ fn activities(
             on_store_failure: a.on_store_failure,
             hold,
             segments: a.segments,
+            queue,
         });
         out.by_id.insert(activity.id.clone(), activity.clone());
         out.ordered.push(activity);
     }
     Ok(out)
+}
+
+fn queue(
+    key: &str,
+    raw: file::QueueSection,
+    starts_at: DateTime<Utc>,
+) -> Result<QueueSettings, ConfigError> {
+    let field = |f: &str| format!("{key}.{f}");
+    if raw.admit_per_second == 0 || raw.admit_per_second > MAX_ADMIT_PER_SECOND {
+        return Err(ConfigError::invalid(
+            field("admit_per_second"),
+            format!("must be 1 to {MAX_ADMIT_PER_SECOND}"),
+        ));
+    }
+    let opens_at = match raw.opens_at {
+        Some(t) => {
+            let opens_at = timestamp(&field("opens_at"), &t)?;
+            if opens_at > starts_at {
+                return Err(ConfigError::invalid(
+                    field("opens_at"),
+                    "must not be after starts_at (the queue opens before or at the sale's start)",
+                ));
+            }
+            opens_at
+        }
+        None => starts_at,
+    };
+    if raw.admission_window_secs == 0 {
+        return Err(ConfigError::invalid(
+            field("admission_window_secs"),
+            "must be at least 1",
+        ));
+    }
+    if !(raw.too_late_factor.is_finite() && raw.too_late_factor >= 1.0) {
+        return Err(ConfigError::invalid(
+            field("too_late_factor"),
+            "must be a number of at least 1",
+        ));
+    }
+    if let Some(url) = &raw.landing_url {
+        let ok = (url.starts_with('/') && !url.starts_with("//"))
+            || url.starts_with("https://")
+            || url.starts_with("http://");
+        if !ok || url.chars().any(|c| c.is_control() || c == '"' || c == '<' || c == '>') {
+            return Err(ConfigError::invalid(
+                field("landing_url"),
+                format!("{url:?} must be a path starting with '/' or an http(s) URL"),
+            ));
+        }
+    }
+    Ok(QueueSettings {
+        admit_per_second: raw.admit_per_second,
+        opens_at,
+        admission_window: Duration::from_secs(raw.admission_window_secs),
+        too_late_factor: raw.too_late_factor,
+        landing_url: raw.landing_url,
+    })
 }
 
 fn is_id_char(c: char) -> bool {

@@ -5,6 +5,7 @@
 mod body;
 mod forward;
 pub mod headers;
+mod waiting;
 mod respond;
 pub mod settle;
 
@@ -184,6 +185,10 @@ impl ProxyHttp for FlashProxy {
             return Ok(true);
         }
         let target = Target::of(&req.method, req.raw_path());
+        if let Some(activity) = waiting::poll_activity(&target) {
+            let activity = activity.to_owned();
+            return self.queue_poll(session, ctx, &activity).await;
+        }
         let Some((route, raw_activity)) = sale_route(&generation.settings, &target) else {
             return Ok(false);
         };
@@ -223,6 +228,10 @@ impl ProxyHttp for FlashProxy {
             Ok(checked) => checked,
             Err(decision) => return refuse(session, ctx, decision).await,
         };
+        // An open waiting room: a buyer without their turn gets a ticket and a place instead.
+        if let Some(answered) = self.queue_gate(session, ctx, &checked).await {
+            return answered;
+        }
         // The whole body, within its deadline, before any stock or slot is taken: a slow or
         // broken body then holds nothing, and nothing the buyer does later can cut a forwarded
         // reservation's body short.

@@ -46,3 +46,17 @@ pub async fn proxy_error(session: &mut Session, e: &Error) -> FailToProxy {
         can_reuse_downstream: false,
     }
 }
+
+/// Writes a waiting-room answer: the ticket in its header and cookie, never cached.
+pub async fn queue(session: &mut Session, reply: crate::waiting::page::Reply) -> Result<()> {
+    let mut resp = ResponseHeader::build(reply.status, Some(6))?;
+    resp.insert_header(http::header::CONTENT_TYPE, reply.content_type)?;
+    resp.insert_header(http::header::CONTENT_LENGTH, reply.body.len().to_string())?;
+    resp.insert_header(http::header::CACHE_CONTROL, "no-store")?;
+    resp.insert_header(crate::header_names::QUEUE_TICKET, reply.ticket)?;
+    resp.insert_header(http::header::SET_COOKIE, reply.cookie)?;
+    session.write_response_header(Box::new(resp), false).await?;
+    session
+        .write_response_body(Some(Bytes::from(reply.body)), true)
+        .await
+}

@@ -94,6 +94,12 @@ impl PartitionKeys {
         format!("{}:{what}", self.base)
     }
 
+    /// A key of this tag named `what`, for layers that keep their own keys beside the stock's
+    /// (the waiting room), in the same slot.
+    pub fn named(&self, what: &str) -> String {
+        self.key(what)
+    }
+
     pub fn meta(&self) -> String {
         self.key("meta")
     }

@@ -54,6 +54,7 @@ label_enum! {
         Prewarm => "prewarm",
         Ledger => "ledger",
         Transfer => "transfer",
+        Queue => "queue",
     }
 }
 
@@ -68,6 +69,7 @@ label_enum! {
         Read => "read",
         Ready => "ready",
         Transfer => "transfer",
+        Queue => "queue",
     }
 }
 
@@ -92,7 +94,7 @@ impl StoreError {
         }
     }
 
-    fn protocol(script: ScriptName, reply: impl std::fmt::Debug) -> Self {
+    pub fn protocol(script: ScriptName, reply: impl std::fmt::Debug) -> Self {
         StoreError::Protocol {
             script: script.as_str(),
             reply: format!("{reply:?}"),
@@ -273,7 +275,9 @@ impl StockStore {
     }
 
     /// One script call (EVALSHA, loading the script on NOSCRIPT), timed and bounded.
-    async fn eval<T: FromRedisValue>(
+    /// Runs a script (EVALSHA, loading it on NOSCRIPT) within the time budget, timed and counted
+    /// under `script` and `op`.
+    pub async fn eval<T: FromRedisValue>(
         &self,
         script: ScriptName,
         op: StoreOp,

@@ -35,6 +35,7 @@ pub fn store_activity(
         on_store_failure: flashgate::config::StoreFailurePolicy::Reject,
         hold,
         segments: 1,
+        queue: None,
     }
 }
 

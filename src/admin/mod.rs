@@ -1,5 +1,7 @@
 //! The admin listener: `/metrics`, `/healthz`, `/readyz` open; `/v1/*` behind the bearer token.
 
+mod queue;
+
 use crate::config::{Activity, AdminToken, ConfirmMode};
 use crate::gateway::Gateway;
 use crate::lifecycle::AdminOutcome;
@@ -145,6 +147,17 @@ impl ServeHttp for AdminApp {
                     "no such activity",
                 ),
             },
+            (method, ["v1", "activities", act, "queue", rest @ ..]) => {
+                let Some(activity) = settings.activities.get(act) else {
+                    return error(
+                        StatusCode::NOT_FOUND,
+                        "unknown_activity",
+                        "no such activity",
+                    );
+                };
+                let query = session.req_header().uri.query().map(str::to_owned);
+                queue::handle(&self.gw, activity, method, rest, query.as_deref()).await
+            }
             (method, ["v1", "activities", act, "reservations", id, rest @ ..]) => {
                 let Some(activity) = settings.activities.get(act) else {
                     return error(

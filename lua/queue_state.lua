@@ -1,0 +1,40 @@
+-- flashgate queue state: what every gateway keeps in memory to answer polls and admit tickets
+-- without a Redis call per request; read every few hundred milliseconds. Also draws the
+-- pre-queue at the start and holds the cursor while nothing is left to sell.
+-- (lib.lua and queue_lib.lua are prepended.) O(1).
+--
+-- KEYS[1] the queue hash   KEYS[2] the stock key of the version on sale (unsegmented: same
+-- tag; segmented: ARGV[6] says instead)
+-- ARGV[1] configured rate   ARGV[2] the sale's start (unix ms)   ARGV[3] a seed for the draw
+-- ARGV[4] expire-at (unix s)   ARGV[5] 1 to set the rate to ARGV[1] (a reload changed it)
+-- ARGV[6] units left over all segments ('' for unsegmented: KEYS[2] is read)
+--
+-- Returns the queue state (see queue_reply) followed by the units left (-1: not known).
+
+local q = KEYS[1]
+local now = now_ms()
+queue_init(q, ARGV[1], ARGV[2])
+local s = queue_state(q)
+queue_freeze(q, s, now, ARGV[3])
+if ARGV[5] == '1' and tonumber(ARGV[1]) ~= s.rate then
+  queue_rebase(q, s, now)
+  s.rate = tonumber(ARGV[1])
+  redis.call('HSET', q, 'rate', ARGV[1])
+end
+local left
+if ARGV[6] ~= '' then
+  left = tonumber(ARGV[6])
+else
+  left = tonumber(redis.call('GET', KEYS[2]) or '-1')
+end
+-- A stock key that does not exist (not prewarmed yet) says nothing: left as it is.
+if left >= 0 then
+  local held = left == 0
+  if held ~= s.held then
+    queue_rebase(q, s, now)
+    s.held = held
+    redis.call('HSET', q, 'held', held and '1' or '0')
+  end
+end
+extend(q, ARGV[4])
+return queue_reply(s, now, {int(left)})

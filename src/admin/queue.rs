@@ -1,0 +1,81 @@
+//! `/v1/activities/{act}/queue`: a waiting room's state, read fresh from Redis, and the
+//! operator's controls (pause, resume, the rate), which act for the whole fleet at once.
+
+use super::{error, json_response};
+use crate::config::{Activity, MAX_ADMIT_PER_SECOND};
+use crate::gateway::Gateway;
+use crate::waiting::store::Control;
+use crate::waiting::view::View;
+use http::{Method, Response, StatusCode};
+use serde_json::{json, Value};
+
+pub(super) async fn handle(
+    gw: &Gateway,
+    activity: &Activity,
+    method: &Method,
+    rest: &[&str],
+    query: Option<&str>,
+) -> Response<Vec<u8>> {
+    let Some(queue) = &activity.queue else {
+        return error(
+            StatusCode::NOT_FOUND,
+            "no_queue",
+            "this activity has no waiting room (activities[].queue)",
+        );
+    };
+    let control = match (method, rest) {
+        (&Method::GET, []) => None,
+        (&Method::POST, ["pause"]) => Some(Control::Pause),
+        (&Method::POST, ["resume"]) => Some(Control::Resume),
+        (&Method::POST, ["rate"]) => match per_second(query) {
+            Some(rate) => Some(Control::Rate(rate)),
+            None => {
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    "bad_request",
+                    &format!("give the new rate as ?per_second=N, 1 to {MAX_ADMIT_PER_SECOND}"),
+                )
+            }
+        },
+        _ => return error(StatusCode::NOT_FOUND, "not_found", "no such admin endpoint"),
+    };
+    let view = match control {
+        None => gw.waiting.read_fresh(activity, queue).await,
+        Some(control) => gw.waiting.control(activity, control).await,
+    };
+    match view {
+        Ok(view) => json_response(StatusCode::OK, &queue_view(&view)),
+        Err(e) => error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "unavailable",
+            &e.to_string(),
+        ),
+    }
+}
+
+fn per_second(query: Option<&str>) -> Option<u32> {
+    let rate: u32 = query?
+        .split('&')
+        .find_map(|p| p.strip_prefix("per_second="))?
+        .parse()
+        .ok()?;
+    (1..=MAX_ADMIT_PER_SECOND).contains(&rate).then_some(rate)
+}
+
+/// The contract's fields (`length`, `cursor`, `admit_per_second`, `paused`), and what else an
+/// operator (or an auditor of the draw) needs.
+fn queue_view(view: &View) -> Value {
+    let s = &view.state;
+    json!({
+        "length": view.length(),
+        "cursor": view.cursor(),
+        "admit_per_second": s.rate,
+        "paused": s.paused,
+        "held_sold_out": s.held,
+        "tickets_issued": s.seq,
+        "units_left": view.left,
+        "starts_at_ms": s.start_ms,
+        "redis_time_ms": s.now_ms,
+        "draw": s.drawn.map(|(drawn, seed)| json!({ "tickets": drawn, "seed": seed.to_string() })),
+    })
+}

@@ -1,0 +1,180 @@
+//! The waiting room at the edge: the gate in front of a purchase, and the poll endpoint
+//! (`GET /flashgate/queue/{activity}`). Glue only: the waiting room decides, this writes.
+
+use super::{peer_ip, refuse, respond, FlashProxy, RequestCtx};
+use crate::admission::target::Target;
+use crate::admission::{Checked, Decision, LimitKind};
+use crate::header_names::{cookie, QUEUE_TICKET};
+use crate::waiting::page::{self, Landing, TICKET_COOKIE};
+use crate::waiting::Gate;
+use http::StatusCode;
+use pingora::prelude::*;
+
+/// The ticket a request presents: the `X-Flashgate-Ticket` header, else the cookie.
+fn presented(session: &Session) -> Option<String> {
+    let headers = &session.req_header().headers;
+    headers
+        .get(QUEUE_TICKET)
+        .and_then(|v| v.to_str().ok())
+        .or_else(|| cookie(headers, TICKET_COOKIE))
+        .map(|t| t.trim().to_owned())
+        .filter(|t| !t.is_empty())
+}
+
+fn wants_html(session: &Session) -> bool {
+    page::wants_html(
+        session
+            .req_header()
+            .headers
+            .get(http::header::ACCEPT)
+            .and_then(|v| v.to_str().ok()),
+    )
+}
+
+/// The activity of a poll (`GET /flashgate/queue/{activity}`, read as sale routes are), if
+/// the request is one.
+pub(super) fn poll_activity(target: &Target) -> Option<&str> {
+    if target.method != http::Method::GET {
+        return None;
+    }
+    match target.segments.as_deref()? {
+        [a, b, id] if a == "flashgate" && b == "queue" => Some(id),
+        _ => None,
+    }
+}
+
+impl FlashProxy {
+    /// The waiting room in front of a checked purchase: `Some(answered)` when the request ends
+    /// here (its place, or a refusal), `None` when it goes on to take stock.
+    pub(super) async fn queue_gate(
+        &self,
+        session: &mut Session,
+        ctx: &mut RequestCtx,
+        checked: &Checked,
+    ) -> Option<Result<bool>> {
+        let activity = checked.activity();
+        let queue = activity.queue.as_ref()?;
+        let ticket = presented(session);
+        let settings = &ctx.generation.settings;
+        match self
+            .gw
+            .waiting
+            .gate(settings, activity, checked.user(), ticket.as_deref())
+            .await
+        {
+            Gate::Pass => None,
+            Gate::Refuse(decision) => Some(refuse(session, ctx, decision).await),
+            Gate::Wait(answer) => {
+                let landing = match (&queue.landing_url, &ctx.canonical) {
+                    (Some(url), _) => Landing::Url(url.clone()),
+                    (None, Some((method, uri))) => Landing::Purchase {
+                        method: method.to_string(),
+                        target: uri.to_string(),
+                    },
+                    (None, None) => Landing::Url("/".to_owned()),
+                };
+                let reply = page::reply(
+                    &answer,
+                    StatusCode::ACCEPTED,
+                    wants_html(session),
+                    &activity.id,
+                    &landing,
+                );
+                ctx.decision = Some(Decision::Waiting);
+                Some(respond::queue(session, reply).await.map(|()| true))
+            }
+        }
+    }
+
+    /// `GET /flashgate/queue/{activity}`: where the buyer stands (from memory; a buyer without
+    /// a ticket is given one).
+    pub(super) async fn queue_poll(
+        &self,
+        session: &mut Session,
+        ctx: &mut RequestCtx,
+        raw_activity: &str,
+    ) -> Result<bool> {
+        let generation = ctx.generation.clone();
+        let policy = &generation.policy;
+        let settings = &generation.settings;
+        let headers = &session.req_header().headers;
+        let peer = peer_ip(session);
+        let answer = async {
+            if let Some(ip) = policy.client_ip(headers, peer) {
+                policy.take_token(LimitKind::PerIp, &ip, &self.gw.metrics)?;
+            }
+            let user = policy
+                .identify(headers, peer)
+                .ok_or(Decision::Unauthenticated)?;
+            let activity = settings
+                .activities
+                .get(raw_activity)
+                .filter(|a| a.queue.is_some())
+                .ok_or(Decision::UnknownActivity)?
+                .clone();
+            let ticket = presented(session).or_else(|| query_ticket(session));
+            let answer = self
+                .gw
+                .waiting
+                .poll(settings, &activity, &user, ticket.as_deref())
+                .await?;
+            Ok::<_, Decision>((activity, answer))
+        }
+        .await;
+        match answer {
+            Ok((activity, answer)) => {
+                let landing = match activity.queue.as_ref().and_then(|q| q.landing_url.clone()) {
+                    Some(url) => Landing::Url(url),
+                    None => match settings.sale_routes.first() {
+                        Some(route) => Landing::Purchase {
+                            method: route.method().to_string(),
+                            target: route.path_for(&activity.id),
+                        },
+                        None => Landing::Url("/".to_owned()),
+                    },
+                };
+                let reply = page::reply(
+                    &answer,
+                    StatusCode::OK,
+                    wants_html(session),
+                    &activity.id,
+                    &landing,
+                );
+                respond::queue(session, reply).await?;
+                Ok(true)
+            }
+            Err(decision) => {
+                respond::decision(session, &decision).await?;
+                Ok(true)
+            }
+        }
+    }
+}
+
+/// `?ticket=` on a poll (a link the shop's page built). A ticket is URL-safe as it is.
+fn query_ticket(session: &Session) -> Option<String> {
+    let query = session.req_header().uri.query()?;
+    query
+        .split('&')
+        .find_map(|pair| pair.strip_prefix("ticket="))
+        .map(str::to_owned)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn poll_paths_name_one_activity() {
+        let poll = |m: &str, p: &str| {
+            let t = Target::of(&http::Method::from_bytes(m.as_bytes()).unwrap(), p.as_bytes());
+            poll_activity(&t).map(str::to_owned)
+        };
+        assert_eq!(poll("GET", "/flashgate/queue/1001").as_deref(), Some("1001"));
+        assert_eq!(poll("GET", "/flashgate/queue/1001?ticket=x").as_deref(), Some("1001"));
+        assert_eq!(poll("get", "/flashgate//queue/%31001").as_deref(), Some("1001"));
+        assert_eq!(poll("GET", "/flashgate/queue/"), None);
+        assert_eq!(poll("GET", "/flashgate/queue/1001/x"), None);
+        assert_eq!(poll("POST", "/flashgate/queue/1001"), None);
+    }
+}

@@ -1,0 +1,262 @@
+//! What a ticket holder is sent: the JSON answer for apps, or the waiting page for browsers
+//! (`Accept: text/html`), with the ticket in the `X-Flashgate-Ticket` header and the
+//! `flashgate_ticket` cookie. Built here as plain data; the proxy writes it.
+//!
+//! The page has no external assets: its script polls `GET /flashgate/queue/{activity}` (JSON)
+//! every `refresh_after_ms`, shows the place and the estimate, and at the buyer's turn goes to
+//! the queue's `landing_url`, or submits the purchase itself. Without script, it reloads itself.
+
+use super::view::Status;
+use super::Answer;
+use http::StatusCode;
+
+/// The cookie a browser keeps its ticket in.
+pub const TICKET_COOKIE: &str = "flashgate_ticket";
+/// Where ticket holders poll: `POLL_PREFIX` + the activity id.
+pub const POLL_PREFIX: &str = "/flashgate/queue/";
+
+/// Where the waiting page goes when the buyer's turn comes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Landing {
+    /// The queue's `landing_url` (the shop's own purchase page).
+    Url(String),
+    /// Submit the purchase itself: the sale route's method and target.
+    Purchase { method: String, target: String },
+}
+
+/// An answer ready to be written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reply {
+    pub status: StatusCode,
+    pub content_type: &'static str,
+    /// `X-Flashgate-Ticket`.
+    pub ticket: String,
+    /// `Set-Cookie`.
+    pub cookie: String,
+    pub body: Vec<u8>,
+}
+
+/// The `code` and `message` of an answer in `status`.
+fn code(status: &Status) -> (&'static str, String) {
+    match *status {
+        Status::Waiting {
+            likely_too_late: true,
+            position,
+            ..
+        } => (
+            "queued",
+            format!(
+                "you are number {position} in the queue, but very likely too late: \
+                 the buyers ahead of you want more than is left"
+            ),
+        ),
+        Status::Waiting {
+            drawn: false,
+            position,
+            ..
+        } => (
+            "queued",
+            format!(
+                "you are in the queue with {position} buyers so far: places are drawn at \
+                 random when the sale starts, arriving earlier gives no advantage"
+            ),
+        ),
+        Status::Waiting { position, .. } => (
+            "queued",
+            format!("you are number {position} in the queue"),
+        ),
+        Status::YourTurn => ("your_turn", "it is your turn: buy now".to_owned()),
+        Status::SoldOut => ("sold_out", "the item is sold out".to_owned()),
+        Status::Expired => (
+            "ticket_expired",
+            "your turn passed: the queue ticket has lapsed".to_owned(),
+        ),
+    }
+}
+
+/// The JSON answer's fields (the contract's, plus `state`, `place_final`).
+pub fn json(answer: &Answer) -> serde_json::Value {
+    let (code, message) = code(&answer.status);
+    let (position, wait, refresh, too_late, drawn) = match answer.status {
+        Status::Waiting {
+            position,
+            estimated_wait_ms,
+            refresh_after_ms,
+            likely_too_late,
+            drawn,
+        } => (
+            position,
+            estimated_wait_ms,
+            refresh_after_ms,
+            likely_too_late,
+            drawn,
+        ),
+        // At the front: nothing left to wait for; come back soon only to learn what changed.
+        Status::YourTurn => (0, 0, 1_000, false, true),
+        Status::SoldOut | Status::Expired => (0, 0, 0, matches!(answer.status, Status::SoldOut), true),
+    };
+    serde_json::json!({
+        "code": code,
+        "message": message,
+        "state": answer.status.state(),
+        "queue_position": position,
+        "estimated_wait_ms": wait,
+        "refresh_after_ms": refresh,
+        "ticket": answer.ticket,
+        "likely_too_late": too_late,
+        "place_final": drawn,
+    })
+}
+
+/// The answer to a ticket holder: `status` (202 on a sale route, 200 on the poll endpoint),
+/// JSON, or the waiting page when `html`.
+pub fn reply(
+    answer: &Answer,
+    status: StatusCode,
+    html: bool,
+    activity: &str,
+    landing: &Landing,
+) -> Reply {
+    let json = json(answer);
+    let cookie = format!(
+        "{TICKET_COOKIE}={}; Path=/; Max-Age={}; HttpOnly; SameSite=Lax",
+        answer.ticket,
+        answer.cookie_max_age_secs.max(1)
+    );
+    let (content_type, body) = if html {
+        ("text/html; charset=utf-8", page(&json, activity, landing).into_bytes())
+    } else {
+        ("application/json", json.to_string().into_bytes())
+    };
+    Reply {
+        status,
+        content_type,
+        ticket: answer.ticket.clone(),
+        cookie,
+        body,
+    }
+}
+
+/// Whether the client asked for a page (a browser's navigation) rather than JSON.
+pub fn wants_html(accept: Option<&str>) -> bool {
+    accept.is_some_and(|a| {
+        a.split(',')
+            .any(|m| m.trim().split(';').next() == Some("text/html"))
+    })
+}
+
+/// JSON safe inside a `<script>` element.
+fn script_json(value: &serde_json::Value) -> String {
+    value
+        .to_string()
+        .replace('<', "\\u003c")
+        .replace('>', "\\u003e")
+        .replace('&', "\\u0026")
+}
+
+fn escape(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+const PAGE: &str = include_str!("waiting.html");
+
+/// The waiting page for the answer `json`.
+fn page(json: &serde_json::Value, activity: &str, landing: &Landing) -> String {
+    let landing = match landing {
+        Landing::Url(url) => serde_json::json!({ "url": url }),
+        Landing::Purchase { method, target } => {
+            serde_json::json!({ "method": method, "target": target })
+        }
+    };
+    let config = serde_json::json!({
+        "poll": format!("{POLL_PREFIX}{activity}"),
+        "answer": json,
+        "landing": landing,
+    });
+    let refresh_secs = (json["refresh_after_ms"].as_u64().unwrap_or(5_000) / 1000).max(1);
+    PAGE.replace("{{MESSAGE}}", &escape(json["message"].as_str().unwrap_or("")))
+        .replace("{{REFRESH_SECS}}", &refresh_secs.to_string())
+        .replace("{{CONFIG}}", &script_json(&config))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn waiting(position: u64) -> Answer {
+        Answer {
+            ticket: "t1.a.1.2.x".into(),
+            status: Status::Waiting {
+                position,
+                estimated_wait_ms: 4_000,
+                refresh_after_ms: 1_000,
+                likely_too_late: false,
+                drawn: true,
+            },
+            cookie_max_age_secs: 60,
+        }
+    }
+
+    #[test]
+    fn the_json_answer_has_every_contract_field() {
+        let v = json(&waiting(7));
+        for field in [
+            "code",
+            "message",
+            "queue_position",
+            "estimated_wait_ms",
+            "refresh_after_ms",
+            "ticket",
+            "likely_too_late",
+            "state",
+        ] {
+            assert!(v.get(field).is_some(), "{field} missing in {v}");
+        }
+        assert_eq!(v["code"], "queued");
+        assert_eq!(v["queue_position"], 7);
+        assert_eq!(v["state"], "waiting");
+    }
+
+    #[test]
+    fn the_ticket_goes_in_a_header_and_an_http_only_cookie() {
+        let r = reply(
+            &waiting(1),
+            StatusCode::ACCEPTED,
+            false,
+            "a",
+            &Landing::Url("/buy".into()),
+        );
+        assert_eq!(r.ticket, "t1.a.1.2.x");
+        assert_eq!(
+            r.cookie,
+            "flashgate_ticket=t1.a.1.2.x; Path=/; Max-Age=60; HttpOnly; SameSite=Lax"
+        );
+        assert_eq!(r.content_type, "application/json");
+    }
+
+    #[test]
+    fn the_page_cannot_be_broken_out_of() {
+        let landing = Landing::Purchase {
+            method: "POST".into(),
+            target: "/seckill/a?x=</script><script>alert(1)</script>".into(),
+        };
+        let r = reply(&waiting(3), StatusCode::ACCEPTED, true, "a", &landing);
+        let html = String::from_utf8(r.body).unwrap();
+        assert_eq!(html.matches("</script>").count(), html.matches("<script").count());
+        assert!(!html.contains("alert(1)</script>"));
+        assert!(html.contains("you are number 3 in the queue"));
+    }
+
+    #[test]
+    fn browsers_get_the_page_and_apps_json() {
+        assert!(wants_html(Some(
+            "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
+        )));
+        assert!(!wants_html(Some("application/json")));
+        assert!(!wants_html(Some("*/*")));
+        assert!(!wants_html(None));
+    }
+}

@@ -1,0 +1,145 @@
+//! The waiting room's keys and scripts in Redis: `<prefix>:{<id>}:q` (the queue's state) and
+//! `<prefix>:{<id>}:q:tickets` (user -> ticket number), on the activity's own hash tag (one
+//! Cluster slot, with an unsegmented activity's stock). Scripts in `lua/queue_*.lua`, with
+//! `lib.lua` and `queue_lib.lua` prepended; every call bounded by the store's time budget.
+
+use super::view::{QueueState, STATE_FIELDS};
+use crate::config::{Activity, QueueSettings};
+use crate::stock::{Layout, ScriptName, StockStore, StoreError, StoreOp};
+use redis::Script;
+use std::sync::LazyLock;
+
+const LIB: &str = concat!(
+    include_str!("../../lua/lib.lua"),
+    "\n",
+    include_str!("../../lua/queue_lib.lua"),
+    "\n"
+);
+
+static TICKET: LazyLock<Script> =
+    LazyLock::new(|| Script::new(&format!("{LIB}{}", include_str!("../../lua/queue_ticket.lua"))));
+static STATE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(&format!("{LIB}{}", include_str!("../../lua/queue_state.lua"))));
+static CONTROL: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&format!("{LIB}{}", include_str!("../../lua/queue_control.lua")))
+});
+
+/// An operator's change to a queue (admin API).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Control {
+    Pause,
+    Resume,
+    Rate(u32),
+}
+
+fn keys(store: &StockStore, activity: &Activity) -> (String, String) {
+    let layout = Layout::new(activity.id.clone(), 1);
+    let base = store.keys().base(&layout);
+    (base.named("q"), base.named("q:tickets"))
+}
+
+fn start_ms(activity: &Activity) -> i64 {
+    activity.starts_at.timestamp_millis()
+}
+
+fn parse(reply: &[String]) -> Result<QueueState, StoreError> {
+    QueueState::parse(reply).ok_or_else(|| StoreError::protocol(ScriptName::Queue, reply.join("|")))
+}
+
+/// The user's ticket number (issued now if they had none), and the queue's state.
+pub async fn ticket(
+    store: &StockStore,
+    activity: &Activity,
+    queue: &QueueSettings,
+    user: &str,
+    seed: u64,
+) -> Result<(QueueState, u64, bool), StoreError> {
+    let (q, tickets) = keys(store, activity);
+    let mut invocation = TICKET.prepare_invoke();
+    invocation
+        .key(q)
+        .key(tickets)
+        .arg(user)
+        .arg(queue.admit_per_second)
+        .arg(start_ms(activity))
+        .arg(seed)
+        .arg(store.expire_at(activity));
+    let reply: Vec<String> = store
+        .eval(ScriptName::Queue, StoreOp::Queue, &invocation)
+        .await?;
+    let state = parse(&reply)?;
+    let number = reply
+        .get(STATE_FIELDS)
+        .and_then(|n| n.parse().ok())
+        .ok_or_else(|| StoreError::protocol(ScriptName::Queue, reply.join("|")))?;
+    let fresh = reply.get(STATE_FIELDS + 1).is_some_and(|f| f == "1");
+    Ok((state, number, fresh))
+}
+
+/// Reads the queue's state (setting it up the first time, drawing the pre-queue once the start
+/// passed, holding the cursor while nothing is left). `left`: units left over all segments,
+/// for a segmented activity (an unsegmented one's stock key is read in the script).
+/// `set_rate`: a reload changed the configured rate. Also answers the units left, where known.
+pub async fn state(
+    store: &StockStore,
+    activity: &Activity,
+    queue: &QueueSettings,
+    seed: u64,
+    set_rate: bool,
+    left: Option<i64>,
+) -> Result<(QueueState, Option<i64>), StoreError> {
+    let (q, _) = keys(store, activity);
+    let layout = Layout::of(activity);
+    let stock_key = store
+        .keys()
+        .of(layout.partition(0).expect("one partition at least"))
+        .stock(activity.version);
+    let mut invocation = STATE.prepare_invoke();
+    // A segmented activity's stock is in other slots: only the queue's key is passed.
+    if activity.is_segmented() {
+        invocation.key(q);
+    } else {
+        invocation.key(q).key(stock_key);
+    }
+    invocation
+        .arg(queue.admit_per_second)
+        .arg(start_ms(activity))
+        .arg(seed)
+        .arg(store.expire_at(activity))
+        .arg(if set_rate { "1" } else { "0" })
+        .arg(match (activity.is_segmented(), left) {
+            (true, Some(left)) => left.to_string(),
+            // Not known yet: say nothing about holding.
+            (true, None) => "-1".to_owned(),
+            (false, _) => String::new(),
+        });
+    let reply: Vec<String> = store
+        .eval(ScriptName::Queue, StoreOp::Queue, &invocation)
+        .await?;
+    let state = parse(&reply)?;
+    let left = reply
+        .get(STATE_FIELDS)
+        .and_then(|n| n.parse::<i64>().ok())
+        .filter(|n| *n >= 0);
+    Ok((state, left))
+}
+
+/// Pauses or resumes the cursor, or changes the rate.
+pub async fn control(
+    store: &StockStore,
+    activity: &Activity,
+    control: Control,
+) -> Result<QueueState, StoreError> {
+    let (q, _) = keys(store, activity);
+    let mut invocation = CONTROL.prepare_invoke();
+    invocation.key(q);
+    match control {
+        Control::Pause => invocation.arg("pause"),
+        Control::Resume => invocation.arg("resume"),
+        Control::Rate(rate) => invocation.arg("rate").arg(rate),
+    };
+    let reply: Vec<String> = store
+        .eval(ScriptName::Queue, StoreOp::Queue, &invocation)
+        .await?;
+    parse(&reply)
+}

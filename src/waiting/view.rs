@@ -1,0 +1,332 @@
+//! A queue as one gateway knows it: the state the queue scripts last answered (read every few
+//! hundred milliseconds), and what a ticket's place means against it. Polls and admissions are
+//! answered from here, never with a Redis call per request.
+//!
+//! The cursor is a function of Redis's clock (`base + (now - t0) * rate`): every gateway
+//! computes the same one, so the fleet admits `admit_per_second` together, not N times it. A
+//! gateway's estimate of Redis's clock is the time of the last read plus the time elapsed
+//! locally since (a monotonic clock), so a gateway whose own clock is off admits on time too.
+//!
+//! Approximations: a change of rate, a pause or a hold reaches a gateway at its next read (up to
+//! the refresh interval late); the lapse of an admitted ticket is measured in the queue's
+//! progress (`admission_window_secs × admit_per_second` places), which is the window's length
+//! in seconds while the queue runs at its rate, and stops while it is paused or held.
+
+use super::draw;
+use crate::config::QueueSettings;
+use std::time::{Duration, Instant};
+
+/// The queue hash as the scripts answer it (see `lua/queue_lib.lua`, `queue_reply`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueueState {
+    /// Tickets issued.
+    pub seq: u64,
+    /// The sale's start (unix ms): the cursor is 0 before it.
+    pub start_ms: u64,
+    pub rate: u64,
+    pub base: u64,
+    pub t0_ms: u64,
+    pub paused: bool,
+    /// Nothing is left to sell: the cursor waits.
+    pub held: bool,
+    /// Tickets issued before the start, once drawn, and the draw's seed.
+    pub drawn: Option<(u64, u64)>,
+    /// Redis's clock when it answered (unix ms).
+    pub now_ms: u64,
+}
+
+/// Fields of a state reply, before any extra the script adds.
+pub const STATE_FIELDS: usize = 10;
+
+impl QueueState {
+    pub fn parse(reply: &[String]) -> Option<QueueState> {
+        let n = |i: usize| reply.get(i)?.parse::<u64>().ok();
+        let drawn = match (reply.get(7)?.as_str(), reply.get(8)?.as_str()) {
+            ("", _) => None,
+            (d, s) => Some((d.parse().ok()?, s.parse().ok()?)),
+        };
+        Some(QueueState {
+            seq: n(0)?,
+            start_ms: n(1)?,
+            rate: n(2)?.max(1),
+            base: n(3)?,
+            t0_ms: n(4)?,
+            paused: reply.get(5)? == "1",
+            held: reply.get(6)? == "1",
+            drawn,
+            now_ms: n(9)?,
+        })
+    }
+
+    /// Places admitted at Redis time `now_ms`.
+    pub fn cursor_at(&self, now_ms: u64) -> u64 {
+        if now_ms < self.start_ms {
+            return 0;
+        }
+        if self.paused || self.held {
+            return self.base;
+        }
+        self.base + now_ms.saturating_sub(self.t0_ms) * self.rate / 1000
+    }
+}
+
+/// What a ticket holder is told.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    /// Not yet: `position` 1 is next. Before the draw, `position` is the pre-queue's size (the
+    /// place is drawn at the start).
+    Waiting {
+        position: u64,
+        estimated_wait_ms: u64,
+        refresh_after_ms: u64,
+        likely_too_late: bool,
+        drawn: bool,
+    },
+    /// The ticket may buy now.
+    YourTurn,
+    /// Nothing is left to sell.
+    SoldOut,
+    /// Its admission window passed.
+    Expired,
+}
+
+impl Status {
+    /// The `state` field of the poll answer.
+    pub fn state(&self) -> &'static str {
+        match self {
+            Status::Waiting { .. } => "waiting",
+            Status::YourTurn => "your_turn",
+            Status::SoldOut => "sold_out",
+            Status::Expired => "expired",
+        }
+    }
+}
+
+/// Shortest and longest pause a waiting client is asked to take before asking again.
+const MIN_REFRESH_MS: u64 = 1_000;
+const MAX_REFRESH_MS: u64 = 30_000;
+
+/// One queue as this gateway read it.
+#[derive(Debug, Clone)]
+pub struct View {
+    pub state: QueueState,
+    /// When it was read (this process's monotonic clock).
+    pub read_at: Instant,
+    /// Units left over the activity, as last read (`None`: not known yet).
+    pub left: Option<i64>,
+}
+
+impl View {
+    pub fn new(state: QueueState, left: Option<i64>) -> View {
+        View {
+            state,
+            read_at: Instant::now(),
+            left,
+        }
+    }
+
+    /// Redis's clock now, estimated from the last read.
+    pub fn redis_now_ms(&self) -> u64 {
+        self.state.now_ms + self.read_at.elapsed().as_millis() as u64
+    }
+
+    pub fn cursor(&self) -> u64 {
+        self.state.cursor_at(self.redis_now_ms())
+    }
+
+    /// Ticket `number`'s place, once it is known: the draw at the start decides every place
+    /// (the pre-queue's by lot, later ones by number), so until this gateway has read it, none.
+    pub fn place(&self, number: u64) -> Option<u64> {
+        self.state
+            .drawn
+            .map(|(drawn, seed)| draw::place(number, Some(drawn), seed))
+    }
+
+    /// What the holder of ticket `number` is told now.
+    pub fn status(&self, number: u64, settings: &QueueSettings) -> Status {
+        if self.state.held {
+            return Status::SoldOut;
+        }
+        let rate = self.state.rate;
+        let Some(place) = self.place(number) else {
+            // Before the draw: everyone in the pre-queue shares it.
+            let until_start = self.state.start_ms.saturating_sub(self.redis_now_ms());
+            let expected = (self.state.seq / 2).max(1) * 1000 / rate;
+            return Status::Waiting {
+                position: self.state.seq.max(1),
+                estimated_wait_ms: until_start + expected,
+                refresh_after_ms: refresh_after(until_start.max(MIN_REFRESH_MS)),
+                likely_too_late: false,
+                drawn: false,
+            };
+        };
+        let cursor = self.cursor();
+        if place <= cursor {
+            return if cursor - place > settings.window_places() {
+                Status::Expired
+            } else {
+                Status::YourTurn
+            };
+        }
+        let ahead = place - cursor - 1;
+        let until_start = self.state.start_ms.saturating_sub(self.redis_now_ms());
+        let estimated_wait_ms = until_start + (ahead + 1) * 1000 / rate;
+        Status::Waiting {
+            position: ahead + 1,
+            estimated_wait_ms,
+            refresh_after_ms: refresh_after(estimated_wait_ms),
+            likely_too_late: self
+                .left
+                .is_some_and(|left| ahead as f64 >= left.max(0) as f64 * settings.too_late_factor),
+            drawn: true,
+        }
+    }
+
+    /// Tickets issued and not yet reached by the cursor.
+    pub fn length(&self) -> u64 {
+        self.state.seq.saturating_sub(self.cursor())
+    }
+}
+
+/// Asks a client to come back after a quarter of its expected wait, between 1 and 30 seconds:
+/// often near the front, rarely far from it.
+fn refresh_after(wait_ms: u64) -> u64 {
+    (wait_ms / 4).clamp(MIN_REFRESH_MS, MAX_REFRESH_MS)
+}
+
+/// How stale a view may be before polls stop trusting it (the store is unreachable).
+pub const STALE_AFTER: Duration = Duration::from_secs(5);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::Utc;
+
+    fn settings() -> QueueSettings {
+        QueueSettings {
+            admit_per_second: 10,
+            opens_at: Utc::now(),
+            admission_window: Duration::from_secs(2),
+            too_late_factor: 1.5,
+            landing_url: None,
+        }
+    }
+
+    fn state(now_ms: u64) -> QueueState {
+        QueueState {
+            seq: 100,
+            start_ms: 10_000,
+            rate: 10,
+            base: 0,
+            t0_ms: 10_000,
+            paused: false,
+            held: false,
+            drawn: Some((0, 1)),
+            now_ms,
+        }
+    }
+
+    #[test]
+    fn the_cursor_runs_at_the_rate_from_the_start_and_stops_when_paused_or_held() {
+        let s = state(0);
+        assert_eq!(s.cursor_at(5_000), 0, "before the start");
+        assert_eq!(s.cursor_at(10_000), 0);
+        assert_eq!(s.cursor_at(10_099), 0);
+        assert_eq!(s.cursor_at(10_100), 1);
+        assert_eq!(s.cursor_at(20_000), 100);
+        let paused = QueueState {
+            paused: true,
+            base: 7,
+            ..s
+        };
+        assert_eq!(paused.cursor_at(99_000), 7);
+        let held = QueueState {
+            held: true,
+            base: 9,
+            ..s
+        };
+        assert_eq!(held.cursor_at(99_000), 9);
+    }
+
+    #[test]
+    fn a_ticket_waits_then_buys_within_its_window_then_lapses() {
+        let q = settings();
+        // 1 s after the start at 10/s: places 1..=10 admitted.
+        let v = View::new(state(11_000), Some(1000));
+        assert_eq!(v.status(10, &q), Status::YourTurn);
+        let Status::Waiting {
+            position,
+            estimated_wait_ms,
+            ..
+        } = v.status(15, &q)
+        else {
+            panic!("waiting");
+        };
+        assert_eq!(position, 5);
+        assert!((400..=600).contains(&estimated_wait_ms), "{estimated_wait_ms}");
+        // 3 s later (30 places on, window 2 s = 20 places): place 10 lapsed, 25 has its turn.
+        let later = View::new(state(14_000), Some(1000));
+        assert_eq!(later.status(10, &q), Status::Expired);
+        assert_eq!(later.status(25, &q), Status::YourTurn);
+    }
+
+    #[test]
+    fn too_far_behind_the_units_left_is_told_at_once() {
+        let q = settings();
+        let v = View::new(state(10_000), Some(10));
+        let told = |n| match v.status(n, &q) {
+            Status::Waiting {
+                likely_too_late, ..
+            } => likely_too_late,
+            other => panic!("{other:?}"),
+        };
+        assert!(!told(10), "9 ahead, 10 left x 1.5");
+        assert!(told(16), "15 ahead of 10 left x 1.5");
+        let sold = View::new(
+            QueueState {
+                held: true,
+                ..state(10_000)
+            },
+            Some(0),
+        );
+        assert_eq!(sold.status(1, &q), Status::SoldOut);
+    }
+
+    #[test]
+    fn pre_queue_tickets_wait_for_the_draw_then_take_their_drawn_place() {
+        let q = settings();
+        let before = View::new(
+            QueueState {
+                drawn: None,
+                seq: 40,
+                ..state(9_000)
+            },
+            None,
+        );
+        assert!(matches!(
+            before.status(3, &q),
+            Status::Waiting {
+                drawn: false,
+                position: 40,
+                ..
+            }
+        ));
+        let after = View::new(
+            QueueState {
+                drawn: Some((40, 77)),
+                seq: 45,
+                ..state(10_000)
+            },
+            None,
+        );
+        assert_eq!(after.place(3), Some(draw::place(3, Some(40), 77)));
+        assert_eq!(after.place(41), Some(41), "after the start: first come, first served");
+    }
+
+    #[test]
+    fn refresh_grows_with_the_distance_from_the_front() {
+        assert_eq!(refresh_after(0), 1_000);
+        assert_eq!(refresh_after(20_000), 5_000);
+        assert_eq!(refresh_after(10_000_000), 30_000);
+    }
+}
