@@ -2,7 +2,8 @@
 --
 -- The queue of one activity lives on its base tag: <p>:{<id>}:q, a hash, and <p>:{<id>}:q:tickets
 -- (user id -> ticket number). Fields of the hash:
---   seq      tickets issued (ticket numbers are 1..seq, one per user)
+--   seq      the last ticket number issued (one per user; numbers skip the places a cursor
+--            that ran past everyone passed)
 --   start    the sale's start (unix ms): the cursor is 0 before it
 --   rate     places admitted per second, for the whole fleet
 --   base, t0 the cursor: base + (now - t0) * rate / 1000 places while running (times in ms, by
@@ -24,9 +25,11 @@ end
 
 -- Sets up a queue the first time (the rate from the configuration; later changes come from a
 -- reload or the admin API, never from a restart with an older file).
-local function queue_init(q, rate, start)
+-- The cursor runs from the start, or from now for a queue set up after it.
+local function queue_init(q, rate, start, now)
   if redis.call('HSETNX', q, 'start', start) == 1 then
-    redis.call('HSET', q, 'rate', rate, 'base', 0, 't0', start, 'seq', 0)
+    redis.call('HSET', q, 'rate', rate, 'base', 0, 't0', int(math.max(now, tonumber(start))),
+      'seq', 0)
   end
 end
 

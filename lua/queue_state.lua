@@ -13,7 +13,7 @@
 
 local q = KEYS[1]
 local now = now_ms()
-queue_init(q, ARGV[1], ARGV[2])
+queue_init(q, ARGV[1], ARGV[2], now)
 local s = queue_state(q)
 queue_freeze(q, s, now, ARGV[3])
 if ARGV[5] == '1' and tonumber(ARGV[1]) ~= s.rate then

@@ -7,22 +7,25 @@
 -- ARGV[5] expire-at (unix s)
 --
 -- Returns the queue state (see queue_reply) followed by the ticket number and 1 if it was
--- issued now, 0 if the user had it already.
+-- issued now, 0 if the user had it already. Numbers grow with arrival (FIFO after the start)
+-- but may skip: see below.
 
 local q, tickets = KEYS[1], KEYS[2]
 local now = now_ms()
-queue_init(q, ARGV[2], ARGV[3])
+queue_init(q, ARGV[2], ARGV[3], now)
 local s = queue_state(q)
 queue_freeze(q, s, now, ARGV[4])
 local n = redis.call('HGET', tickets, ARGV[1])
 local fresh = '0'
 if not n then
-  -- The cursor caught up with everyone issued: start it again from here, so that a queue that
-  -- was empty admits newcomers no faster than its rate.
-  if now >= s.start and not (s.paused or s.held) and queue_cursor(s, now) >= s.seq then
-    s.base = s.seq
-    s.t0 = now
-    redis.call('HSET', q, 'base', int(s.base), 't0', int(s.t0))
+  -- The cursor passed everyone issued (the queue ran empty): the next number is the next
+  -- place the cursor reaches, so a newcomer waits its turn at the rate like anyone, and the
+  -- cursor never moves back (a ticket that lapsed stays lapsed). Numbers skipped are places
+  -- nobody holds.
+  local cursor = queue_cursor(s, now)
+  if cursor > s.seq then
+    s.seq = cursor
+    redis.call('HSET', q, 'seq', int(s.seq))
   end
   s.seq = redis.call('HINCRBY', q, 'seq', 1)
   n = tostring(s.seq)

@@ -72,7 +72,7 @@ fn queue_view(view: &View) -> Value {
         "admit_per_second": s.rate,
         "paused": s.paused,
         "held_sold_out": s.held,
-        "tickets_issued": s.seq,
+        "last_ticket_number": s.seq,
         "units_left": view.left,
         "starts_at_ms": s.start_ms,
         "redis_time_ms": s.now_ms,

@@ -210,13 +210,14 @@ impl WaitingRoom {
                 }
                 Status::YourTurn | Status::Waiting { .. } => Gate::Wait(answer),
                 Status::SoldOut => Gate::Refuse(Decision::SoldOut),
-                Status::Expired => {
+                Status::Expired if presented.is_some() => {
                     self.metrics
                         .queue_lapsed
                         .with_label_values(&[&activity.id])
                         .inc();
                     Gate::Refuse(Decision::TicketExpired)
                 }
+                Status::Expired => Gate::Refuse(Decision::TicketExpired),
             },
             Err(decision) => Gate::Refuse(decision),
         }

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 /// The queue hash as the scripts answer it (see `lua/queue_lib.lua`, `queue_reply`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct QueueState {
-    /// Tickets issued.
+    /// The last ticket number issued (numbers skip places a cursor that ran ahead passed).
     pub seq: u64,
     /// The sale's start (unix ms): the cursor is 0 before it.
     pub start_ms: u64,

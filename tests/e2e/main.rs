@@ -13,6 +13,7 @@ mod integrity;
 mod integrity_review;
 mod lifecycle;
 mod news;
+mod queue;
 mod operations;
 mod reservations;
 mod security;

@@ -507,6 +507,8 @@ pub struct TestActivity {
     pub segments: Option<u32>,
     /// `reject` (default) or `passthrough`.
     pub on_store_failure: Option<&'static str>,
+    /// The `queue:` section as a YAML flow mapping (`{ admit_per_second: 5 }`).
+    pub queue: Option<String>,
 }
 
 impl TestActivity {
@@ -523,6 +525,7 @@ impl TestActivity {
             hold_secs: None,
             segments: None,
             on_store_failure: None,
+            queue: None,
         }
     }
 
@@ -673,6 +676,9 @@ sale_routes:
             }
             if let Some(policy) = a.on_store_failure {
                 y.push_str(&format!("    on_store_failure: {policy}\n"));
+            }
+            if let Some(queue) = &a.queue {
+                y.push_str(&format!("    queue: {queue}\n"));
             }
         }
         y
