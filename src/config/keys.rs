@@ -161,11 +161,7 @@ pub(super) fn signing(
                 kid: raw.key_id.clone(),
                 public_key: signing_key.verifying_key().to_bytes(),
             });
-            (
-                Algorithm::EdDSA,
-                key,
-                ticket_key(&signing_key.to_bytes()),
-            )
+            (Algorithm::EdDSA, key, ticket_key(&signing_key.to_bytes()))
         }
     };
     for (i, previous) in raw.previous_keys.iter().enumerate() {

@@ -504,7 +504,11 @@ fn queue(
         let ok = (url.starts_with('/') && !url.starts_with("//"))
             || url.starts_with("https://")
             || url.starts_with("http://");
-        if !ok || url.chars().any(|c| c.is_control() || c == '"' || c == '<' || c == '>') {
+        if !ok
+            || url
+                .chars()
+                .any(|c| c.is_control() || c == '"' || c == '<' || c == '>')
+        {
             return Err(ConfigError::invalid(
                 field("landing_url"),
                 format!("{url:?} must be a path starting with '/' or an http(s) URL"),

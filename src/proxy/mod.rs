@@ -5,9 +5,9 @@
 mod body;
 mod forward;
 pub mod headers;
-mod waiting;
 mod respond;
 pub mod settle;
+mod waiting;
 
 use crate::admission::target::Target;
 use crate::admission::{

@@ -167,12 +167,24 @@ mod tests {
     #[test]
     fn poll_paths_name_one_activity() {
         let poll = |m: &str, p: &str| {
-            let t = Target::of(&http::Method::from_bytes(m.as_bytes()).unwrap(), p.as_bytes());
+            let t = Target::of(
+                &http::Method::from_bytes(m.as_bytes()).unwrap(),
+                p.as_bytes(),
+            );
             poll_activity(&t).map(str::to_owned)
         };
-        assert_eq!(poll("GET", "/flashgate/queue/1001").as_deref(), Some("1001"));
-        assert_eq!(poll("GET", "/flashgate/queue/1001?ticket=x").as_deref(), Some("1001"));
-        assert_eq!(poll("get", "/flashgate//queue/%31001").as_deref(), Some("1001"));
+        assert_eq!(
+            poll("GET", "/flashgate/queue/1001").as_deref(),
+            Some("1001")
+        );
+        assert_eq!(
+            poll("GET", "/flashgate/queue/1001?ticket=x").as_deref(),
+            Some("1001")
+        );
+        assert_eq!(
+            poll("get", "/flashgate//queue/%31001").as_deref(),
+            Some("1001")
+        );
         assert_eq!(poll("GET", "/flashgate/queue/"), None);
         assert_eq!(poll("GET", "/flashgate/queue/1001/x"), None);
         assert_eq!(poll("POST", "/flashgate/queue/1001"), None);

@@ -78,7 +78,10 @@ mod tests {
         let a: Vec<u64> = (1..=50).map(|k| place(k, Some(50), 1)).collect();
         let b: Vec<u64> = (1..=50).map(|k| place(k, Some(50), 2)).collect();
         assert_ne!(a, b);
-        assert_eq!(a, (1..=50).map(|k| place(k, Some(50), 1)).collect::<Vec<_>>());
+        assert_eq!(
+            a,
+            (1..=50).map(|k| place(k, Some(50), 1)).collect::<Vec<_>>()
+        );
     }
 
     /// Spearman's rank correlation between arrival and place, for 10,000 pre-queue tickets

@@ -122,7 +122,9 @@ impl WaitingRoom {
     /// What the maintenance loop last summed over a segmented activity's segments (an
     /// unsegmented activity's stock is read by the queue script itself).
     pub fn note_left(&self, activity: &str, left: i64) {
-        self.segmented_left.write().insert(Arc::from(activity), left);
+        self.segmented_left
+            .write()
+            .insert(Arc::from(activity), left);
     }
 
     async fn read(
@@ -246,9 +248,15 @@ impl WaitingRoom {
             .queue_polls
             .with_label_values(&[&activity.id])
             .inc();
-        self.answer(&settings.signing.ticket_key, activity, queue, user, presented)
-            .await
-            .map(|(answer, _)| answer)
+        self.answer(
+            &settings.signing.ticket_key,
+            activity,
+            queue,
+            user,
+            presented,
+        )
+        .await
+        .map(|(answer, _)| answer)
     }
 
     /// Where `user` stands: from a presented ticket (checked, answered from memory), or from

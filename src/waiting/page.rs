@@ -61,10 +61,9 @@ fn code(status: &Status) -> (&'static str, String) {
                  random when the sale starts, arriving earlier gives no advantage"
             ),
         ),
-        Status::Waiting { position, .. } => (
-            "queued",
-            format!("you are number {position} in the queue"),
-        ),
+        Status::Waiting { position, .. } => {
+            ("queued", format!("you are number {position} in the queue"))
+        }
         Status::YourTurn => ("your_turn", "it is your turn: buy now".to_owned()),
         Status::SoldOut => ("sold_out", "the item is sold out".to_owned()),
         Status::Expired => (
@@ -93,7 +92,9 @@ pub fn json(answer: &Answer) -> serde_json::Value {
         ),
         // At the front: nothing left to wait for; come back soon only to learn what changed.
         Status::YourTurn => (0, 0, 1_000, false, true),
-        Status::SoldOut | Status::Expired => (0, 0, 0, matches!(answer.status, Status::SoldOut), true),
+        Status::SoldOut | Status::Expired => {
+            (0, 0, 0, matches!(answer.status, Status::SoldOut), true)
+        }
     };
     serde_json::json!({
         "code": code,
@@ -124,7 +125,10 @@ pub fn reply(
         answer.cookie_max_age_secs.max(1)
     );
     let (content_type, body) = if html {
-        ("text/html; charset=utf-8", page(&json, activity, landing).into_bytes())
+        (
+            "text/html; charset=utf-8",
+            page(&json, activity, landing).into_bytes(),
+        )
     } else {
         ("application/json", json.to_string().into_bytes())
     };
@@ -177,9 +181,12 @@ fn page(json: &serde_json::Value, activity: &str, landing: &Landing) -> String {
         "landing": landing,
     });
     let refresh_secs = (json["refresh_after_ms"].as_u64().unwrap_or(5_000) / 1000).max(1);
-    PAGE.replace("{{MESSAGE}}", &escape(json["message"].as_str().unwrap_or("")))
-        .replace("{{REFRESH_SECS}}", &refresh_secs.to_string())
-        .replace("{{CONFIG}}", &script_json(&config))
+    PAGE.replace(
+        "{{MESSAGE}}",
+        &escape(json["message"].as_str().unwrap_or("")),
+    )
+    .replace("{{REFRESH_SECS}}", &refresh_secs.to_string())
+    .replace("{{CONFIG}}", &script_json(&config))
 }
 
 #[cfg(test)]
@@ -245,7 +252,10 @@ mod tests {
         };
         let r = reply(&waiting(3), StatusCode::ACCEPTED, true, "a", &landing);
         let html = String::from_utf8(r.body).unwrap();
-        assert_eq!(html.matches("</script>").count(), html.matches("<script").count());
+        assert_eq!(
+            html.matches("</script>").count(),
+            html.matches("<script").count()
+        );
         assert!(!html.contains("alert(1)</script>"));
         assert!(html.contains("you are number 3 in the queue"));
     }

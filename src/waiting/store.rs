@@ -16,12 +16,23 @@ const LIB: &str = concat!(
     "\n"
 );
 
-static TICKET: LazyLock<Script> =
-    LazyLock::new(|| Script::new(&format!("{LIB}{}", include_str!("../../lua/queue_ticket.lua"))));
-static STATE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(&format!("{LIB}{}", include_str!("../../lua/queue_state.lua"))));
+static TICKET: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&format!(
+        "{LIB}{}",
+        include_str!("../../lua/queue_ticket.lua")
+    ))
+});
+static STATE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&format!(
+        "{LIB}{}",
+        include_str!("../../lua/queue_state.lua")
+    ))
+});
 static CONTROL: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(&format!("{LIB}{}", include_str!("../../lua/queue_control.lua")))
+    Script::new(&format!(
+        "{LIB}{}",
+        include_str!("../../lua/queue_control.lua")
+    ))
 });
 
 /// An operator's change to a queue (admin API).

@@ -30,7 +30,13 @@ pub enum Invalid {
 
 fn mac(key: &[u8; 32], activity: &str, user: &str, number: u64, issued_ms: u64) -> [u8; 16] {
     let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(key).expect("32-byte key");
-    mac.update(format!("t1\n{activity}\n{}\n{user}\n{number}\n{issued_ms}", user.len()).as_bytes());
+    mac.update(
+        format!(
+            "t1\n{activity}\n{}\n{user}\n{number}\n{issued_ms}",
+            user.len()
+        )
+        .as_bytes(),
+    );
     mac.finalize().into_bytes()[..16]
         .try_into()
         .expect("16 bytes")
@@ -98,8 +104,14 @@ mod tests {
         let raw = sign(&KEY, "1001", "alice", T);
         assert_eq!(verify(&KEY, "1001", "alice", &raw), Ok(T));
         assert_eq!(verify(&KEY, "1001", "bob", &raw), Err(Invalid::Forged));
-        assert_eq!(verify(&KEY, "2002", "alice", &raw), Err(Invalid::OtherActivity));
-        assert_eq!(verify(&[8; 32], "1001", "alice", &raw), Err(Invalid::Forged));
+        assert_eq!(
+            verify(&KEY, "2002", "alice", &raw),
+            Err(Invalid::OtherActivity)
+        );
+        assert_eq!(
+            verify(&[8; 32], "1001", "alice", &raw),
+            Err(Invalid::Forged)
+        );
     }
 
     #[test]
@@ -107,8 +119,19 @@ mod tests {
         let raw = sign(&KEY, "1001", "alice", T);
         let moved = raw.replace(".42.", ".1.");
         assert_eq!(verify(&KEY, "1001", "alice", &moved), Err(Invalid::Forged));
-        for bad in ["", "t1", "t1.1001.42.1", "t2.1001.42.1.AAAA", "t1.1001.x.1.AAAA", &"t".repeat(500)] {
-            assert_eq!(verify(&KEY, "1001", "alice", bad), Err(Invalid::Forged), "{bad}");
+        for bad in [
+            "",
+            "t1",
+            "t1.1001.42.1",
+            "t2.1001.42.1.AAAA",
+            "t1.1001.x.1.AAAA",
+            &"t".repeat(500),
+        ] {
+            assert_eq!(
+                verify(&KEY, "1001", "alice", bad),
+                Err(Invalid::Forged),
+                "{bad}"
+            );
         }
         let extra = format!("{raw}.x");
         assert_eq!(verify(&KEY, "1001", "alice", &extra), Err(Invalid::Forged));

@@ -263,7 +263,10 @@ mod tests {
             panic!("waiting");
         };
         assert_eq!(position, 5);
-        assert!((400..=600).contains(&estimated_wait_ms), "{estimated_wait_ms}");
+        assert!(
+            (400..=600).contains(&estimated_wait_ms),
+            "{estimated_wait_ms}"
+        );
         // 3 s later (30 places on, window 2 s = 20 places): place 10 lapsed, 25 has its turn.
         let later = View::new(state(14_000), Some(1000));
         assert_eq!(later.status(10, &q), Status::Expired);
@@ -320,7 +323,11 @@ mod tests {
             None,
         );
         assert_eq!(after.place(3), Some(draw::place(3, Some(40), 77)));
-        assert_eq!(after.place(41), Some(41), "after the start: first come, first served");
+        assert_eq!(
+            after.place(41),
+            Some(41),
+            "after the start: first come, first served"
+        );
     }
 
     #[test]

@@ -22,7 +22,10 @@ fn queued(id: &'static str, stock: u64, queue: &str) -> TestActivity {
 /// An RFC 3339 time `secs` from now (leaked: test activities hold `&'static str`).
 fn in_secs(secs: i64) -> &'static str {
     let t = Utc::now() + chrono::Duration::seconds(secs);
-    Box::leak(t.to_rfc3339_opts(SecondsFormat::Secs, true).into_boxed_str())
+    Box::leak(
+        t.to_rfc3339_opts(SecondsFormat::Secs, true)
+            .into_boxed_str(),
+    )
 }
 
 async fn buy(gw: &GatewayProc, act: &str, user: &str, ticket: Option<&str>) -> HttpResponse {
@@ -79,7 +82,14 @@ fn redis_calls(redis: &RedisServer) -> u64 {
         .unwrap();
     info.lines()
         .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
-        .filter_map(|l| l.split("calls=").nth(1)?.split(',').next()?.parse::<u64>().ok())
+        .filter_map(|l| {
+            l.split("calls=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
         .sum()
 }
 
@@ -143,13 +153,24 @@ async fn a_buyer_is_queued_with_a_ticket_and_buys_at_their_turn() {
     assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
     r.reservation_id();
     // Her second purchase is refused by the per-user limit, as without a queue.
-    assert_eq!(buy(gw, "1001", "alice", Some(&ticket)).await.code(), "limit_exceeded");
+    assert_eq!(
+        buy(gw, "1001", "alice", Some(&ticket)).await.code(),
+        "limit_exceeded"
+    );
     let m = gw
         .metrics_when(|m| m.contains("flashgate_queue_admitted_total{activity=\"1001\"} 1"))
         .await;
-    assert!(m.contains("flashgate_queue_tickets_total{activity=\"1001\"} 2"), "{m}");
-    assert!(m.contains("flashgate_queue_wait_seconds_count{activity=\"1001\"} 1"), "{m}");
-    assert!(m.contains("flashgate_admission_decisions_total{activity=\"1001\",decision=\"queued\"}"));
+    assert!(
+        m.contains("flashgate_queue_tickets_total{activity=\"1001\"} 2"),
+        "{m}"
+    );
+    assert!(
+        m.contains("flashgate_queue_wait_seconds_count{activity=\"1001\"} 1"),
+        "{m}"
+    );
+    assert!(
+        m.contains("flashgate_admission_decisions_total{activity=\"1001\",decision=\"queued\"}")
+    );
     let (code, table) = gw.reconcile();
     assert_eq!(code, 0, "{table}");
 }
@@ -162,7 +183,11 @@ async fn forged_others_and_lapsed_tickets_are_refused() {
         &redis,
         &upstream,
         vec![
-            queued("1001", 10, "{ admit_per_second: 5, admission_window_secs: 1 }"),
+            queued(
+                "1001",
+                10,
+                "{ admit_per_second: 5, admission_window_secs: 1 }",
+            ),
             queued("1002", 10, "{ admit_per_second: 5 }"),
         ],
     );
@@ -197,7 +222,10 @@ async fn forged_others_and_lapsed_tickets_are_refused() {
     let m = gw
         .metrics_when(|m| m.contains("flashgate_queue_lapsed_total{activity=\"1001\"} 1"))
         .await;
-    assert!(m.contains("flashgate_queue_lapsed_total{activity=\"1001\"} 1"), "{m}");
+    assert!(
+        m.contains("flashgate_queue_lapsed_total{activity=\"1001\"} 1"),
+        "{m}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -207,7 +235,11 @@ async fn everyone_waiting_learns_sold_out_and_a_released_unit_goes_to_the_next_i
     let activity = TestActivity {
         confirm: Some("explicit"),
         hold_secs: Some(600),
-        ..queued("1001", 1, "{ admit_per_second: 1, admission_window_secs: 60 }")
+        ..queued(
+            "1001",
+            1,
+            "{ admit_per_second: 1, admission_window_secs: 60 }",
+        )
     };
     let gw = GatewayProc::start(TestConfig::new(&redis, &upstream, vec![activity]));
     let users = ["u0", "u1", "u2", "u3", "u4"];
@@ -225,12 +257,20 @@ async fn everyone_waiting_learns_sold_out_and_a_released_unit_goes_to_the_next_i
     for (u, t) in users.iter().zip(&tickets).skip(1) {
         wait_state(&gw, "1001", u, t, "sold_out").await;
     }
-    assert!(told.elapsed() < Duration::from_secs(2), "{:?}", told.elapsed());
+    assert!(
+        told.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        told.elapsed()
+    );
     let r = buy(&gw, "1001", "u4", Some(&tickets[4])).await;
     assert_eq!((r.status, r.code().as_str()), (410, "sold_out"));
     // A newcomer is told at once too (place given anyway).
     let late = buy(&gw, "1001", "late", None).await;
-    assert!(late.status == 410 || late.json()["state"] == "sold_out", "{:?}", late.json());
+    assert!(
+        late.status == 410 || late.json()["state"] == "sold_out",
+        "{:?}",
+        late.json()
+    );
     // The unit comes back: it goes to the next in line, u1, not to u4 clicking fastest.
     let r = gw
         .admin_post(&format!("/v1/activities/1001/reservations/{jti}/release"))
@@ -274,18 +314,30 @@ async fn pre_queue_arrivals_are_drawn_at_the_start_and_later_ones_queue_in_order
     let stack = Stack::start(vec![activity]);
     let gw = &stack.gw;
     // The cursor stands still (paused), so each buyer's position is their place.
-    assert_eq!(gw.admin_post("/v1/activities/1001/queue/pause").await.status, 200);
+    assert_eq!(
+        gw.admin_post("/v1/activities/1001/queue/pause")
+            .await
+            .status,
+        200
+    );
     let n = 40;
     let mut tickets = Vec::new();
     for i in 0..n {
         let (t, body) = take_ticket(gw, "1001", &format!("early{i}")).await;
         assert_eq!(number(&t), i + 1, "tickets are numbered in arrival order");
         assert_eq!(body["state"], "waiting");
-        assert_eq!(body["place_final"], false, "no place before the draw: {body}");
+        assert_eq!(
+            body["place_final"], false,
+            "no place before the draw: {body}"
+        );
         tickets.push(t);
     }
     wait_for("the start", Duration::from_secs(10), || {
-        (Utc::now().to_rfc3339_opts(SecondsFormat::Secs, true).as_str() > starts_at).then_some(())
+        (Utc::now()
+            .to_rfc3339_opts(SecondsFormat::Secs, true)
+            .as_str()
+            > starts_at)
+            .then_some(())
     });
     // After the start, later arrivals queue first come, first served, behind the pre-queue.
     let (late1, _) = take_ticket(gw, "1001", "late1").await;
@@ -297,13 +349,23 @@ async fn pre_queue_arrivals_are_drawn_at_the_start_and_later_ones_queue_in_order
         places.push(v["queue_position"].as_u64().unwrap());
     }
     let set: BTreeSet<u64> = places.iter().copied().collect();
-    assert_eq!(set, (1..=n).collect(), "the draw is a permutation of the pre-queue");
+    assert_eq!(
+        set,
+        (1..=n).collect(),
+        "the draw is a permutation of the pre-queue"
+    );
     assert_ne!(places, (1..=n).collect::<Vec<_>>(), "arrival order kept");
     // Uncorrelated with arrival order (a loose bound for 40; draw.rs tests the statistic).
     let rho = spearman(&places);
     assert!(rho.abs() < 0.6, "rank correlation {rho}");
-    assert_eq!(poll(gw, "1001", "late1", &late1).await["queue_position"], n + 1);
-    assert_eq!(poll(gw, "1001", "late2", &late2).await["queue_position"], n + 2);
+    assert_eq!(
+        poll(gw, "1001", "late1", &late1).await["queue_position"],
+        n + 1
+    );
+    assert_eq!(
+        poll(gw, "1001", "late2", &late2).await["queue_position"],
+        n + 2
+    );
     // The draw is written down: the seed and the pre-queue's size, checkable afterwards.
     let q = gw.admin_get("/v1/activities/1001/queue").await.json();
     assert_eq!(q["draw"]["tickets"], n);
@@ -319,9 +381,21 @@ async fn pre_queue_arrivals_are_drawn_at_the_start_and_later_ones_queue_in_order
     assert_eq!(q["length"], n + 2);
     assert_eq!(q["admit_per_second"], 1);
     // Resumed: the buyer drawn first goes first.
-    assert_eq!(gw.admin_post("/v1/activities/1001/queue/resume").await.status, 200);
+    assert_eq!(
+        gw.admin_post("/v1/activities/1001/queue/resume")
+            .await
+            .status,
+        200
+    );
     let first = places.iter().position(|p| *p == 1).unwrap();
-    wait_state(gw, "1001", &format!("early{first}"), &tickets[first], "your_turn").await;
+    wait_state(
+        gw,
+        "1001",
+        &format!("early{first}"),
+        &tickets[first],
+        "your_turn",
+    )
+    .await;
     let second = places.iter().position(|p| *p == 2).unwrap();
     assert_eq!(
         poll(gw, "1001", &format!("early{second}"), &tickets[second]).await["state"],
@@ -350,10 +424,14 @@ async fn the_admin_api_pauses_resumes_and_changes_the_rate_for_the_fleet() {
         assert!(q.get(field).is_some(), "{field}: {q}");
     }
     assert_eq!(q["admit_per_second"], 3);
-    let r = gw.admin_post("/v1/activities/1001/queue/rate?per_second=70").await;
+    let r = gw
+        .admin_post("/v1/activities/1001/queue/rate?per_second=70")
+        .await;
     assert_eq!(r.status, 200);
     assert_eq!(r.json()["admit_per_second"], 70);
-    let r = gw.admin_post("/v1/activities/1001/queue/rate?per_second=0").await;
+    let r = gw
+        .admin_post("/v1/activities/1001/queue/rate?per_second=0")
+        .await;
     assert_eq!(r.status, 400);
     let r = gw.admin_post("/v1/activities/1001/queue/pause").await;
     assert_eq!(r.json()["paused"], true);
@@ -377,7 +455,11 @@ async fn three_gateways_admit_ten_thousand_buyers_at_one_rate() {
     let upstream = Upstream::start();
     let activity = TestActivity {
         stock: 100_000,
-        ..queued("1001", 100_000, "{ admit_per_second: 200, admission_window_secs: 600 }")
+        ..queued(
+            "1001",
+            100_000,
+            "{ admit_per_second: 200, admission_window_secs: 600 }",
+        )
     };
     let gws: Vec<Arc<GatewayProc>> = (0..3)
         .map(|_| {
@@ -386,7 +468,13 @@ async fn three_gateways_admit_ten_thousand_buyers_at_one_rate() {
             Arc::new(GatewayProc::start(config))
         })
         .collect();
-    assert_eq!(gws[0].admin_post("/v1/activities/1001/queue/pause").await.status, 200);
+    assert_eq!(
+        gws[0]
+            .admin_post("/v1/activities/1001/queue/pause")
+            .await
+            .status,
+        200
+    );
     // Every buyer arrives at once, spread over the three gateways.
     let next = Arc::new(AtomicUsize::new(0));
     let tickets = Arc::new(parking_lot::Mutex::new(vec![String::new(); BUYERS]));
@@ -417,13 +505,22 @@ async fn three_gateways_admit_ten_thousand_buyers_at_one_rate() {
         "one number per buyer, none twice, none skipped while the queue was full"
     );
     // Buyers in the order of their places, each eager: they try at their estimated turn.
-    let mut by_number: Vec<(u64, usize)> =
-        tickets.iter().enumerate().map(|(i, t)| (number(t), i)).collect();
+    let mut by_number: Vec<(u64, usize)> = tickets
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (number(t), i))
+        .collect();
     by_number.sort();
     let order: Arc<Vec<usize>> = Arc::new(by_number.into_iter().map(|(_, i)| i).collect());
     let tickets = Arc::new(tickets);
     let resumed = Instant::now();
-    assert_eq!(gws[1].admin_post("/v1/activities/1001/queue/resume").await.status, 200);
+    assert_eq!(
+        gws[1]
+            .admin_post("/v1/activities/1001/queue/resume")
+            .await
+            .status,
+        200
+    );
     let next = Arc::new(AtomicUsize::new(0));
     let admitted_at = Arc::new(parking_lot::Mutex::new(Vec::new()));
     let workers: Vec<_> = (0..32)
@@ -454,8 +551,7 @@ async fn three_gateways_admit_ten_thousand_buyers_at_one_rate() {
                             }
                             202 => {
                                 let wait = r.json()["estimated_wait_ms"].as_u64().unwrap();
-                                tokio::time::sleep(Duration::from_millis(wait.clamp(5, 200)))
-                                    .await;
+                                tokio::time::sleep(Duration::from_millis(wait.clamp(5, 200))).await;
                             }
                             s => panic!("{user}: {s} {}", String::from_utf8_lossy(&r.body)),
                         }
