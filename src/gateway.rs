@@ -215,6 +215,7 @@ pub fn preset_activity_series(metrics: &Metrics, activity: &str, has_queue: bool
         }
         metrics.queue_length.with_label_values(&[activity]);
         metrics.queue_cursor.with_label_values(&[activity]);
+        metrics.queue_start_time.with_label_values(&[activity]);
         metrics.queue_wait.with_label_values(&[activity]);
         for why in Standing::ALL {
             metrics

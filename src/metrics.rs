@@ -202,6 +202,9 @@ metrics! {
     /// Places the serving cursor admitted.
     queue_cursor: IntGaugeVec = "flashgate_queue_cursor" ["activity"],
         "The waiting room's serving cursor (places admitted so far, fleet-wide), as this gateway last read it.";
+    /// The sale's start: the cursor runs from here.
+    queue_start_time: IntGaugeVec = "flashgate_queue_start_time_seconds" ["activity"],
+        "When the waiting room's cursor starts (the sale's start, unix seconds).";
     /// 1 while an operator paused the cursor, or nothing is left and it is held.
     queue_paused: IntGaugeVec = "flashgate_queue_paused" ["activity", "why"],
         "1 while the waiting room's cursor stands: why=operator (paused) or why=sold_out (held until units come back).";
@@ -278,6 +281,24 @@ mod tests {
         ] {
             family.with_label_values(&["x"]);
         }
+        for family in [
+            &metrics.queue_tickets,
+            &metrics.queue_admitted,
+            &metrics.queue_lapsed,
+            &metrics.queue_too_late,
+            &metrics.queue_polls,
+        ] {
+            family.with_label_values(&["x"]);
+        }
+        for family in [
+            &metrics.queue_length,
+            &metrics.queue_cursor,
+            &metrics.queue_start_time,
+        ] {
+            family.with_label_values(&["x"]);
+        }
+        metrics.queue_paused.with_label_values(&["x", "y"]);
+        metrics.queue_wait.with_label_values(&["x"]).observe(1.0);
         metrics.stock_keys_created.with_label_values(&["x"]);
         metrics.reservations_retired.with_label_values(&["x"]);
         metrics

@@ -180,7 +180,14 @@ async fn every_panel_and_alert_returns_series_from_a_real_prometheus() {
     let mut config = TestConfig::new(
         &redis,
         &upstream,
-        vec![TestActivity::open("1001", 5), explicit],
+        vec![
+            TestActivity::open("1001", 5),
+            explicit,
+            TestActivity {
+                queue: Some("{ admit_per_second: 2 }".into()),
+                ..TestActivity::open("3003", 5)
+            },
+        ],
     );
     config.extra_upstream_yaml = "  max_inflight: 4\n  max_queue_wait_ms: 500\n".into();
     let gw = GatewayProc::start(config);
@@ -192,7 +199,7 @@ async fn every_panel_and_alert_returns_series_from_a_real_prometheus() {
             let requests = (0..40)
                 .map(|i| {
                     let user = format!("u{}", i % 12);
-                    let activity = ["1001", "2002", "9999"][i % 3];
+                    let activity = ["1001", "2002", "9999", "3003"][i % 4];
                     raw_request(
                         "POST",
                         &format!("/api/seckill/{activity}/buy"),

@@ -154,6 +154,10 @@ impl WaitingRoom {
             .queue_cursor
             .with_label_values(&[label])
             .set(view.cursor() as i64);
+        self.metrics
+            .queue_start_time
+            .with_label_values(&[label])
+            .set((view.state.start_ms / 1000) as i64);
         for (why, on) in [
             (Standing::Operator, view.state.paused),
             (Standing::SoldOut, view.state.held),
