@@ -425,3 +425,101 @@ async fn one_segmented_burst_sells_the_stock_and_never_says_sold_out_while_units
     let (code, table) = gw.reconcile();
     assert_eq!(code, 0, "{table}");
 }
+
+/// The waiting room on a Redis Cluster, for an unsegmented and a segmented activity: its keys
+/// share the activity's hash tag, tickets are issued and admitted in order, the stock sells
+/// exactly, and once it is gone everyone still waiting is told `sold_out`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_waiting_room_runs_on_a_cluster_plain_and_segmented() {
+    let cluster = RedisCluster::start();
+    let upstream = Upstream::start();
+    let placeholder = RedisServer::start();
+    let queue = Some("{ admit_per_second: 20, admission_window_secs: 60 }".to_owned());
+    let plain = TestActivity {
+        queue: queue.clone(),
+        ..TestActivity::open("8008", 3)
+    };
+    let segmented = TestActivity {
+        queue,
+        segments: Some(3),
+        ..TestActivity::open("9009", 3)
+    };
+    let mut config = TestConfig::new(&placeholder, &upstream, vec![plain, segmented]);
+    config.redis_cluster = Some(cluster.nodes());
+    config.redis_timeout_ms = 2000;
+    config.per_user = None;
+    config.extra_redis_yaml = "  prewarm_interval_ms: 200\n".into();
+    let gw = GatewayProc::start(config);
+    for act in ["8008", "9009"] {
+        let mut tickets = Vec::new();
+        for i in 0..8 {
+            let user = format!("{act}-u{i}");
+            let r = request(
+                gw.addr,
+                "POST",
+                &format!("/api/seckill/{act}/buy"),
+                &[("X-User-Id", &user)],
+            )
+            .await;
+            assert_eq!(r.status, 202, "{}", String::from_utf8_lossy(&r.body));
+            tickets.push((user, r.json()["ticket"].as_str().unwrap().to_owned()));
+        }
+        let poll = |user: String, ticket: String| {
+            let addr = gw.addr;
+            async move {
+                let r = get(
+                    addr,
+                    &format!("/flashgate/queue/{act}"),
+                    &[("X-User-Id", &user), ("X-Flashgate-Ticket", &ticket)],
+                )
+                .await;
+                r.json()["state"].as_str().unwrap_or_default().to_owned()
+            }
+        };
+        let mut sold = 0;
+        for (user, ticket) in &tickets {
+            let state = wait_for_async("a turn or sold out", Duration::from_secs(20), || {
+                let (user, ticket) = (user.clone(), ticket.clone());
+                async move {
+                    let s = poll(user, ticket).await;
+                    (s == "your_turn" || s == "sold_out").then_some(s)
+                }
+            })
+            .await;
+            if state == "sold_out" {
+                break;
+            }
+            let r = request(
+                gw.addr,
+                "POST",
+                &format!("/api/seckill/{act}/buy"),
+                &[("X-User-Id", user), ("X-Flashgate-Ticket", ticket)],
+            )
+            .await;
+            match r.status {
+                200 => sold += 1,
+                410 => break,
+                s => panic!("{act} {user}: {s} {}", String::from_utf8_lossy(&r.body)),
+            }
+        }
+        assert_eq!(sold, 3, "{act}: sold {sold} of 3");
+        for (user, ticket) in &tickets[3..] {
+            wait_for_async(
+                "everyone waiting to learn sold out",
+                Duration::from_secs(10),
+                || {
+                    let (user, ticket) = (user.clone(), ticket.clone());
+                    async move { (poll(user, ticket).await == "sold_out").then_some(()) }
+                },
+            )
+            .await;
+        }
+        let q = gw
+            .admin_get(&format!("/v1/activities/{act}/queue"))
+            .await
+            .json();
+        assert_eq!(q["held_sold_out"], true, "{q}");
+    }
+    let (code, table) = gw.reconcile();
+    assert_eq!(code, 0, "{table}");
+}
