@@ -166,7 +166,7 @@ fn reconcile_exit(
             eprintln!("reconcile: {e}");
             match e {
                 ReconcileError::UnknownActivity(_) => ExitCode::from(EXIT_CONFIG),
-                ReconcileError::Store(_) => ExitCode::from(EXIT_STORE),
+                ReconcileError::Store(_) | ReconcileError::Busy(_) => ExitCode::from(EXIT_STORE),
             }
         }
     }

@@ -169,11 +169,16 @@ pub enum ReconcileError {
     UnknownActivity(String),
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// Versions were put on sale faster than a snapshot could be taken: no honest answer yet.
+    #[error("partition {0}: versions changed during every read; run reconcile again")]
+    Busy(String),
 }
 
 /// Reconciles every configured activity, or only `only`.
 /// How many times a partition's snapshot is taken again when its versions changed meanwhile.
-const SNAPSHOT_ATTEMPTS: usize = 8;
+const SNAPSHOT_ATTEMPTS: usize = 16;
+/// Version numbers past the newest listed that a snapshot reads as well.
+const VERSIONS_AHEAD: u64 = 8;
 
 pub async fn reconcile(
     settings: &Settings,
@@ -209,15 +214,41 @@ pub async fn reconcile(
                 }
                 listed
             };
-            let mut versions = with_configured(store.meta(partition).await?.versions);
+            // The next few version numbers are read too, in case one is put on sale (and a unit
+            // of it moved) while the snapshot is on its way; versions bumped faster than that
+            // are caught by taking the snapshot again.
+            let with_next = |listed: Vec<u64>| {
+                let newest = listed.iter().copied().max().unwrap_or(activity.version);
+                let mut all = with_configured(listed);
+                for v in newest.saturating_add(1)..=newest.saturating_add(VERSIONS_AHEAD) {
+                    all.push(v);
+                }
+                all.sort_unstable();
+                all.dedup();
+                all
+            };
+            let mut versions = with_next(store.meta(partition).await?.versions);
             let mut snapshot = store.snapshot(partition, &versions).await?;
+            let mut covered = false;
             for _ in 0..SNAPSHOT_ATTEMPTS {
-                if snapshot.versions.iter().all(|v| versions.contains(v)) {
+                covered = snapshot.versions.iter().all(|v| versions.contains(v));
+                if covered {
                     break;
                 }
-                versions = with_configured(snapshot.versions.clone());
+                versions = with_next(snapshot.versions.clone());
                 snapshot = store.snapshot(partition, &versions).await?;
             }
+            if !covered && !snapshot.versions.iter().all(|v| versions.contains(v)) {
+                return Err(ReconcileError::Busy(partition.tag().to_owned()));
+            }
+            // Versions read ahead that do not exist are not reported.
+            let on_record = snapshot.versions.clone();
+            snapshot.ledgers.retain(|l| {
+                on_record.contains(&l.version)
+                    || l.ledger
+                    || l.stock_key
+                    || l.version == activity.version
+            });
             // The configured version, where the meta does not list it and it has no keys, was
             // never put on sale here: nothing to report.
             let listed = snapshot.versions.contains(&activity.version);
