@@ -17,19 +17,35 @@
 
 local function queue_state(q)
   local f = redis.call('HMGET', q, 'seq', 'start', 'rate', 'base', 't0', 'paused', 'held',
-    'drawn', 'seed')
+    'drawn', 'seed', 'epoch')
   return {seq = tonumber(f[1] or '0'), start = tonumber(f[2] or '0'), rate = tonumber(f[3] or '1'),
     base = tonumber(f[4] or '0'), t0 = tonumber(f[5] or '0'), paused = f[6] == '1',
-    held = f[7] == '1', drawn = f[8], seed = f[9]}
+    held = f[7] == '1', drawn = f[8], seed = f[9], epoch = tonumber(f[10] or '0')}
 end
 
 -- Sets up a queue the first time (the rate from the configuration; later changes come from a
 -- reload or the admin API, never from a restart with an older file).
--- The cursor runs from the start, or from now for a queue set up after it.
-local function queue_init(q, rate, start, now)
+-- A sale postponed (a reload, or a restart with a newer file) before its start: the queue waits
+-- for the later start. Never earlier, and never once the start passed: a gateway with an older
+-- file cannot move it back, and a running queue keeps its places.
+local function queue_reschedule(q, s, start, now)
+  local want = tonumber(start)
+  if want > s.start and now < s.start then
+    s.start = want
+    s.t0 = want
+    redis.call('HSET', q, 'start', int(want), 't0', int(want), 'base', 0)
+    s.base = 0
+  end
+end
+
+-- The cursor runs from the start, or from now for a queue set up after it. `epoch`: when this
+-- queue was set up; a ticket issued before it belongs to a queue Redis lost, and is not honoured.
+local function queue_init(q, tickets, rate, start, now)
   if redis.call('HSETNX', q, 'start', start) == 1 then
+    -- Tickets of a lost queue say nothing about this one.
+    redis.call('DEL', tickets)
     redis.call('HSET', q, 'rate', rate, 'base', 0, 't0', int(math.max(now, tonumber(start))),
-      'seq', 0)
+      'seq', 0, 'epoch', int(now))
   end
 end
 
@@ -61,7 +77,8 @@ end
 
 local function queue_reply(s, now, extra)
   local out = {int(s.seq), int(s.start), int(s.rate), int(s.base), int(s.t0),
-    s.paused and '1' or '0', s.held and '1' or '0', s.drawn or '', s.seed or '', int(now)}
+    s.paused and '1' or '0', s.held and '1' or '0', s.drawn or '', s.seed or '', int(now),
+    int(s.epoch)}
   for _, v in ipairs(extra or {}) do
     out[#out + 1] = v
   end

@@ -3,8 +3,8 @@
 -- pre-queue at the start and holds the cursor while nothing is left to sell.
 -- (lib.lua and queue_lib.lua are prepended.) O(1).
 --
--- KEYS[1] the queue hash   KEYS[2] the stock key of the version on sale (unsegmented: same
--- tag; segmented: ARGV[6] says instead)
+-- KEYS[1] the queue hash   KEYS[2] its tickets   KEYS[3] the stock key of the version on sale
+-- (unsegmented: same tag; segmented: not passed, ARGV[6] says instead)
 -- ARGV[1] configured rate   ARGV[2] the sale's start (unix ms)   ARGV[3] a seed for the draw
 -- ARGV[4] expire-at (unix s)   ARGV[5] 1 to set the rate to ARGV[1] (a reload changed it)
 -- ARGV[6] units left over all segments ('' for unsegmented: KEYS[2] is read)
@@ -13,8 +13,9 @@
 
 local q = KEYS[1]
 local now = now_ms()
-queue_init(q, ARGV[1], ARGV[2], now)
+queue_init(q, KEYS[2], ARGV[1], ARGV[2], now)
 local s = queue_state(q)
+queue_reschedule(q, s, ARGV[2], now)
 queue_freeze(q, s, now, ARGV[3])
 if ARGV[5] == '1' and tonumber(ARGV[1]) ~= s.rate then
   queue_rebase(q, s, now)
@@ -25,7 +26,7 @@ local left
 if ARGV[6] ~= '' then
   left = tonumber(ARGV[6])
 else
-  left = tonumber(redis.call('GET', KEYS[2]) or '-1')
+  left = tonumber(redis.call('GET', KEYS[3]) or '-1')
 end
 -- A stock key that does not exist (not prewarmed yet) says nothing: left as it is.
 if left >= 0 then

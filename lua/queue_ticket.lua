@@ -12,8 +12,9 @@
 
 local q, tickets = KEYS[1], KEYS[2]
 local now = now_ms()
-queue_init(q, ARGV[2], ARGV[3], now)
+queue_init(q, tickets, ARGV[2], ARGV[3], now)
 local s = queue_state(q)
+queue_reschedule(q, s, ARGV[3], now)
 queue_freeze(q, s, now, ARGV[4])
 local n = redis.call('HGET', tickets, ARGV[1])
 local fresh = '0'

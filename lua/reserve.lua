@@ -10,6 +10,8 @@
 -- ARGV[11] in flight (ms): the longest a forwarded request may take; the reservation is not due
 --          for the sweep before that long from now, even when its hold is shorter, so a request
 --          still at the backend never has its units released under it
+-- ARGV[12] '1': replay only (a waiting room refused the buyer a new purchase): answer the
+--          key's reservation if it has one, else -8 and change nothing
 --
 -- Returns (times in ms, Redis's clock):
 --   {1, remaining, held, created, deadline}          reserved
@@ -26,6 +28,7 @@
 --  {-7, code, 0}                     the transfer to deposit first could not land (deposit's
 --                                    code: -1 no ledger of its version, -2 received book lost);
 --                                    nothing changed, the transfer stays in flight
+--  {-8, 0, 0}                        replay only, and the key won nothing: nothing changed
 --
 -- O(1): no loops, every key in KEYS, all keys share the partition's hash tag.
 -- Numbers are compared with tonumber: as strings "10" < "9".
@@ -64,6 +67,9 @@ if ARGV[7] ~= '' then
     return {2, tonumber(redis.call('GET', KEYS[1]) or '-1'), tonumber(rec.qty), previous, rec.ver,
       rec.created, rec.deadline}
   end
+end
+if ARGV[12] == '1' then
+  return {-8, 0, 0}
 end
 
 local stock = redis.call('GET', KEYS[1])

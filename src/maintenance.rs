@@ -122,7 +122,6 @@ impl Maintenance {
                 .stock_remaining
                 .with_label_values(&[&activity.id])
                 .set(left);
-            gw.waiting.note_left(&activity.id, left);
         }
         let seen_before = !self
             .seen

@@ -77,6 +77,7 @@ async fn every_script_runs_unchanged_on_a_cluster() {
                     idempotency_key: key,
                     deposit: None,
                     in_flight: Duration::ZERO,
+                    replay_only: false,
                 }
             };
         assert_eq!(

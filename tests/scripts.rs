@@ -53,6 +53,7 @@ fn call<'a>(a: &Activity, user: &'a str, qty: u32, id: &'a str) -> ReserveCall<'
         idempotency_key: None,
         deposit: None,
         in_flight: Duration::ZERO,
+        replay_only: false,
     }
 }
 
@@ -1350,4 +1351,46 @@ async fn an_early_lookup_is_timed_by_redis_clock_and_only_ever_moves_earlier() {
         .query(&mut redis.conn())
         .unwrap();
     assert_eq!(members, 2, "r1 and the placeholder: nothing added");
+}
+
+#[tokio::test]
+async fn a_replay_only_reserve_answers_the_keys_reservation_and_takes_nothing_else() {
+    // Review of #15, finding 3: a buyer the waiting room holds back (lapsed, or sold out for
+    // everyone waiting) who retries a purchase made at their turn gets its reservation back;
+    // any other key, or none, takes no stock.
+    let redis = RedisServer::start();
+    let s = store(redis.url(), 1000);
+    let a = activity("1001", 5, 1, 1);
+    prewarm(&s, &a).await;
+    let l = Layout::of(&a);
+    let keyed = |id: &'static str, key: &'static str, replay_only: bool| ReserveCall {
+        idempotency_key: Some(key),
+        replay_only,
+        ..call(&a, "u1", 1, id)
+    };
+    assert!(matches!(
+        s.reserve(one(&l), &keyed("r1", "k", false)).await.unwrap(),
+        ReserveOutcome::Reserved { remaining: 4, .. }
+    ));
+    assert!(matches!(
+        s.reserve(one(&l), &keyed("r2", "k", true)).await.unwrap(),
+        ReserveOutcome::Replayed { ref id, .. } if id == "r1"
+    ));
+    assert_eq!(
+        s.reserve(one(&l), &keyed("r3", "other", true))
+            .await
+            .unwrap(),
+        ReserveOutcome::NotReplayed
+    );
+    let unkeyed = ReserveCall {
+        replay_only: true,
+        ..call(&a, "u2", 1, "r4")
+    };
+    assert_eq!(
+        s.reserve(one(&l), &unkeyed).await.unwrap(),
+        ReserveOutcome::NotReplayed
+    );
+    assert_eq!(s.remaining(one(&l), 1).await.unwrap(), Some(4));
+    assert!(s.lookup(one(&l), "r3").await.unwrap().is_none());
+    assert!(s.lookup(one(&l), "r4").await.unwrap().is_none());
 }

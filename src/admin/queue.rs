@@ -41,7 +41,11 @@ pub(super) async fn handle(
     };
     let view = match control {
         None => gw.waiting.read_fresh(activity, queue).await,
-        Some(control) => gw.waiting.control(activity, control).await,
+        // Read first: that sets the queue up if Redis does not have it (lost, or never read).
+        Some(control) => match gw.waiting.read_fresh(activity, queue).await {
+            Ok(_) => gw.waiting.control(activity, control).await,
+            Err(e) => Err(e),
+        },
     };
     match view {
         Ok(view) => json_response(StatusCode::OK, &queue_view(&view)),

@@ -104,6 +104,11 @@ pub struct Checked {
     user: String,
     qty: u32,
     idempotency_key: Option<String>,
+    /// Set when something in front (the waiting room) refused a new purchase: only the
+    /// idempotency key's reservation may be handed out, else this refusal.
+    replay_only: Option<Decision>,
+    /// The activity's token is taken after the waiting room (see [`Admission::after_queue`]).
+    activity_token_due: bool,
 }
 
 impl Checked {
@@ -114,7 +119,21 @@ impl Checked {
     pub fn user(&self) -> &str {
         &self.user
     }
+
+    pub fn has_idempotency_key(&self) -> bool {
+        self.idempotency_key.is_some()
+    }
+
+    /// A new purchase is refused with `refusal`; a replay of the idempotency key's
+    /// reservation is still answered (one script call that takes nothing).
+    pub fn replay_only(&mut self, refusal: Decision) {
+        self.replay_only = Some(refusal);
+    }
 }
+
+/// What `reserve` answers for a replay-only call whose key won nothing; `take` turns it into
+/// the refusal the caller gave.
+const NOT_REPLAYED: Decision = Decision::Waiting;
 
 /// What an admitted sale request carries upstream.
 #[derive(Debug)]
@@ -213,13 +232,33 @@ impl Admission {
         {
             return Err(Decision::SoldOut);
         }
-        policy.take_token(LimitKind::PerActivity, &*activity.id, metrics)?;
+        // Behind an open waiting room the activity's bucket counts only what goes on to Redis
+        // (see [`Admission::after_queue`]): buyers re-asking for their place do not use it up.
+        let queued = activity.queue_open_at(now);
+        if !queued {
+            policy.take_token(LimitKind::PerActivity, &*activity.id, metrics)?;
+        }
         Ok(Checked {
             activity,
             user,
             qty,
             idempotency_key,
+            replay_only: None,
+            activity_token_due: queued,
         })
+    }
+
+    /// Once the waiting room let a checked request through to the reserve script: the
+    /// activity's token bucket, if it was not taken in [`Admission::check`].
+    pub fn after_queue(&self, rules: Rules<'_>, checked: &mut Checked) -> Result<(), Decision> {
+        if std::mem::take(&mut checked.activity_token_due) {
+            rules.policy.take_token(
+                LimitKind::PerActivity,
+                &*checked.activity.id,
+                &self.metrics,
+            )?;
+        }
+        Ok(())
     }
 
     /// Step 6: one reserve in Redis (the only round trip), unless the breaker says Redis is
@@ -250,6 +289,8 @@ impl Admission {
             user,
             qty,
             idempotency_key,
+            replay_only,
+            activity_token_due: _,
         } = checked;
         let purchase = Purchase {
             user: &user,
@@ -257,14 +298,18 @@ impl Admission {
             reservation_id: &id,
             idempotency_key: idempotency_key.as_deref(),
             in_flight: rules.settings.server.longest_sale_trip,
+            replay_only: replay_only.is_some(),
         };
         match self
             .reserve(rules.settings, &activity, purchase, facts)
             .await
         {
             Ok(reservation) => Ok(Admitted::Reserved(reservation)),
+            Err(NOT_REPLAYED) if replay_only.is_some() => Err(replay_only.expect("set")),
+            // Never unreserved past a waiting room that held the buyer back.
             Err(Decision::StoreUnavailable)
-                if activity.on_store_failure == StoreFailurePolicy::Passthrough =>
+                if activity.on_store_failure == StoreFailurePolicy::Passthrough
+                    && replay_only.is_none() =>
             {
                 match rules.policy.pass_through(&activity.id, &self.metrics) {
                     PassthroughOutcome::Forwarded => Ok(Admitted::Passthrough),
@@ -349,6 +394,7 @@ impl Admission {
                 }
                 Err(Decision::Unavailable)
             }
+            Reserve::NotReplayed => Err(NOT_REPLAYED),
             Reserve::DuplicateId => {
                 tracing::warn!(activity = %activity.id, "reservation id already used");
                 Err(Decision::Unavailable)

@@ -264,10 +264,10 @@ pub struct QueueSettings {
 }
 
 impl QueueSettings {
-    /// Places the queue admits within one admission window: a ticket the cursor is further
-    /// past than this has lapsed.
-    pub fn window_places(&self) -> u64 {
-        (self.admission_window.as_secs_f64() * f64::from(self.admit_per_second)).ceil() as u64
+    /// Places the queue admits within one admission window at `rate` (the rate in force, which
+    /// an operator may have changed): a ticket the cursor is further past than this has lapsed.
+    pub fn window_places(&self, rate: u64) -> u64 {
+        (self.admission_window.as_secs_f64() * rate as f64).ceil() as u64
     }
 }
 

@@ -61,6 +61,9 @@ pub struct RequestCtx {
     /// The backend's answer to the reserved purchase was read and acted on (confirmed or
     /// released): nothing that happens afterwards touches the reservation.
     settled: bool,
+    /// The waiting room's answer, held while a keyed request asks the reserve script for a
+    /// replay only; given if the key won nothing.
+    queued: Option<crate::waiting::page::Reply>,
     /// A sale request's body, read whole before admission took stock.
     body: bytes::Bytes,
     connect_failures: usize,
@@ -166,6 +169,7 @@ impl ProxyHttp for FlashProxy {
             upstream_attempted: false,
             forwarded: false,
             settled: false,
+            queued: None,
             body: bytes::Bytes::new(),
             connect_failures: 0,
         }
@@ -224,13 +228,20 @@ impl ProxyHttp for FlashProxy {
             activity: raw_activity,
             peer,
         };
-        let checked = match self.gw.admission.check(generation.rules(), &sale, facts) {
+        let mut checked = match self.gw.admission.check(generation.rules(), &sale, facts) {
             Ok(checked) => checked,
             Err(decision) => return refuse(session, ctx, decision).await,
         };
         // An open waiting room: a buyer without their turn gets a ticket and a place instead.
-        if let Some(answered) = self.queue_gate(session, ctx, &checked).await {
+        if let Some(answered) = self.queue_gate(session, ctx, &mut checked).await {
             return answered;
+        }
+        if let Err(decision) = self
+            .gw
+            .admission
+            .after_queue(generation.rules(), &mut checked)
+        {
+            return refuse(session, ctx, decision).await;
         }
         // The whole body, within its deadline, before any stock or slot is taken: a slow or
         // broken body then holds nothing, and nothing the buyer does later can cut a forwarded
@@ -284,6 +295,10 @@ impl ProxyHttp for FlashProxy {
             Ok(Admitted::Passthrough) => {
                 ctx.passthrough = true;
                 ctx.decision = Some(Decision::Passthrough);
+            }
+            Err(Decision::Waiting) if ctx.queued.is_some() => {
+                let reply = ctx.queued.take().expect("checked");
+                return self.answer_queued(session, ctx, reply).await;
             }
             Err(decision) => return refuse(session, ctx, decision).await,
         }

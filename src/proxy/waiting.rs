@@ -6,19 +6,31 @@ use crate::admission::target::Target;
 use crate::admission::{Checked, Decision, LimitKind};
 use crate::header_names::{cookie, QUEUE_TICKET};
 use crate::waiting::page::{self, Landing, TICKET_COOKIE};
-use crate::waiting::Gate;
+use crate::waiting::{Gate, Presented};
 use http::StatusCode;
 use pingora::prelude::*;
 
-/// The ticket a request presents: the `X-Flashgate-Ticket` header, else the cookie.
-fn presented(session: &Session) -> Option<String> {
+/// The ticket a request presents: the `X-Flashgate-Ticket` header, else the cookie (an empty
+/// header does not hide the cookie).
+fn presented(session: &Session) -> Option<Presented> {
     let headers = &session.req_header().headers;
-    headers
+    let non_empty = |t: &str| Some(t.trim().to_owned()).filter(|t| !t.is_empty());
+    if let Some(t) = headers
         .get(QUEUE_TICKET)
         .and_then(|v| v.to_str().ok())
-        .or_else(|| cookie(headers, TICKET_COOKIE))
-        .map(|t| t.trim().to_owned())
-        .filter(|t| !t.is_empty())
+        .and_then(non_empty)
+    {
+        return Some(Presented {
+            ticket: t,
+            from_cookie: false,
+        });
+    }
+    cookie(headers, TICKET_COOKIE)
+        .and_then(non_empty)
+        .map(|ticket| Presented {
+            ticket,
+            from_cookie: true,
+        })
 }
 
 fn wants_html(session: &Session) -> bool {
@@ -45,24 +57,32 @@ pub(super) fn poll_activity(target: &Target) -> Option<&str> {
 
 impl FlashProxy {
     /// The waiting room in front of a checked purchase: `Some(answered)` when the request ends
-    /// here (its place, or a refusal), `None` when it goes on to take stock.
+    /// here (its place, or a refusal), `None` when it goes on to the reserve script. A request
+    /// with an `Idempotency-Key` the room holds back still goes on, replay only: the reserve
+    /// script answers the key's reservation if it won one (a buyer retrying a purchase they
+    /// made at their turn), else the room's answer is given ([`RequestCtx::queued`]).
     pub(super) async fn queue_gate(
         &self,
         session: &mut Session,
         ctx: &mut RequestCtx,
-        checked: &Checked,
+        checked: &mut Checked,
     ) -> Option<Result<bool>> {
         let activity = checked.activity();
         let queue = activity.queue.as_ref()?;
         let ticket = presented(session);
         let settings = &ctx.generation.settings;
-        match self
+        let gate = self
             .gw
             .waiting
-            .gate(settings, activity, checked.user(), ticket.as_deref())
-            .await
-        {
+            .gate(settings, activity, checked.user(), ticket.as_ref())
+            .await;
+        let keyed = checked.has_idempotency_key();
+        match gate {
             Gate::Pass => None,
+            Gate::Refuse(decision) if keyed && decision != Decision::Unavailable => {
+                checked.replay_only(decision);
+                None
+            }
             Gate::Refuse(decision) => Some(refuse(session, ctx, decision).await),
             Gate::Wait(answer) => {
                 let landing = match (&queue.landing_url, &ctx.canonical) {
@@ -80,10 +100,25 @@ impl FlashProxy {
                     &activity.id,
                     &landing,
                 );
-                ctx.decision = Some(Decision::Waiting);
-                Some(respond::queue(session, reply).await.map(|()| true))
+                if keyed {
+                    checked.replay_only(Decision::Waiting);
+                    ctx.queued = Some(reply);
+                    return None;
+                }
+                Some(self.answer_queued(session, ctx, reply).await)
             }
         }
+    }
+
+    /// Answers with the buyer's place (202 `queued`).
+    pub(super) async fn answer_queued(
+        &self,
+        session: &mut Session,
+        ctx: &mut RequestCtx,
+        reply: page::Reply,
+    ) -> Result<bool> {
+        ctx.decision = Some(Decision::Waiting);
+        respond::queue(session, reply).await.map(|()| true)
     }
 
     /// `GET /flashgate/queue/{activity}`: where the buyer stands (from memory; a buyer without
@@ -112,11 +147,16 @@ impl FlashProxy {
                 .filter(|a| a.queue.is_some())
                 .ok_or(Decision::UnknownActivity)?
                 .clone();
-            let ticket = presented(session).or_else(|| query_ticket(session));
+            let ticket = presented(session).or_else(|| {
+                query_ticket(session).map(|ticket| Presented {
+                    ticket,
+                    from_cookie: false,
+                })
+            });
             let answer = self
                 .gw
                 .waiting
-                .poll(settings, &activity, &user, ticket.as_deref())
+                .poll(settings, &activity, &user, ticket.as_ref())
                 .await?;
             Ok::<_, Decision>((activity, answer))
         }

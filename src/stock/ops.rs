@@ -28,6 +28,8 @@ pub struct ReserveCall<'a> {
     /// The longest a forwarded request may take: the reservation is not due for the sweep
     /// before that long from now (nor, when replayed, from the replay), whatever its hold.
     pub in_flight: Duration,
+    /// Only answer the `idempotency_key`'s reservation, if it has one; never take stock.
+    pub replay_only: bool,
 }
 
 /// How a sweep hands due reservations out for an order lookup.
@@ -71,7 +73,8 @@ impl StockStore {
             .arg(self.events_maxlen)
             .arg(transfer)
             .arg(units)
-            .arg(call.in_flight.as_millis() as u64);
+            .arg(call.in_flight.as_millis() as u64)
+            .arg(if call.replay_only { "1" } else { "0" });
         let reply: Vec<Value> = self
             .eval(ScriptName::Reserve, StoreOp::Reserve, &invocation)
             .await?;

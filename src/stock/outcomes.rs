@@ -25,6 +25,8 @@ pub enum ReserveOutcome {
     /// The key's reservation is pending past its hold deadline: being settled (expiry or the
     /// order lookup), never handed out again.
     HoldRanOut,
+    /// Replay only, and the key had won nothing.
+    NotReplayed,
     /// The stock key of this version does not exist (not prewarmed yet, or retired).
     NoStockKey,
     Insufficient {
@@ -72,6 +74,7 @@ impl ReserveOutcome {
             -4 => ReserveOutcome::DuplicateId,
             -5 => ReserveOutcome::HoldRanOut,
             -6 => ReserveOutcome::Damaged,
+            -8 => ReserveOutcome::NotReplayed,
             -7 => ReserveOutcome::DepositRefused {
                 damaged: at(1)? == -2,
             },

@@ -186,6 +186,8 @@ pub struct Purchase<'a> {
     /// The longest the request may take once admitted (`server.longest_sale_trip`): its
     /// reservation is not released under it while it is at the backend.
     pub in_flight: Duration,
+    /// Only the idempotency key's reservation, never new stock (see [`ReserveCall::replay_only`]).
+    pub replay_only: bool,
 }
 
 /// What a buyer's reserve came to, over every partition.
@@ -221,6 +223,8 @@ pub enum Reserve {
     NotOnSale(Option<Refusal>),
     /// The reservation id exists already (a tombstone of an abandoned attempt).
     DuplicateId,
+    /// Replay only, and the idempotency key had won nothing.
+    NotReplayed,
 }
 
 /// A reserve failed with an unknown outcome: the caller abandons `reservation_id` in
@@ -263,6 +267,7 @@ pub async fn reserve(
         idempotency_key: purchase.idempotency_key,
         deposit: None,
         in_flight: purchase.in_flight,
+        replay_only: purchase.replay_only,
     };
     let mut outcome = attempt(store, home, &call).await?;
     if outcome == ReserveOutcome::NoStockKey {
@@ -359,6 +364,7 @@ pub async fn reserve(
             deadline_ms,
         },
         ReserveOutcome::HoldRanOut => Reserve::HoldRanOut,
+        ReserveOutcome::NotReplayed => Reserve::NotReplayed,
         ReserveOutcome::LimitExceeded { .. } => Reserve::LimitExceeded,
         ReserveOutcome::NoStockKey => Reserve::NotOnSale(None),
         ReserveOutcome::DuplicateId => Reserve::DuplicateId,

@@ -18,7 +18,7 @@ pub mod ticket;
 pub mod view;
 
 use crate::admission::Decision;
-use crate::config::{Activity, QueueSettings, Settings};
+use crate::config::{Activity, QueueSettings, SaleWindow, Settings};
 use crate::metrics::Metrics;
 use crate::stock::{StockStore, StoreError};
 use moka::sync::Cache;
@@ -37,6 +37,17 @@ crate::label_enum! {
         /// Nothing is left to sell: held until units come back.
         SoldOut => "sold_out",
     }
+}
+
+/// A ticket a request carries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Presented {
+    pub ticket: String,
+    /// From the `flashgate_ticket` cookie (one per browser, whatever the activity): a genuine
+    /// ticket of another activity there is a browser that queued elsewhere too, and is not
+    /// held against it (a new ticket is issued and the cookie replaced). From the header every
+    /// ticket not this buyer's for this activity is refused.
+    pub from_cookie: bool,
 }
 
 /// What the waiting room says about one request.
@@ -66,13 +77,12 @@ pub struct WaitingRoom {
     store: Arc<StockStore>,
     metrics: Arc<Metrics>,
     views: RwLock<HashMap<Arc<str>, View>>,
-    /// The rate each activity's queue was last configured with here: a reload that changes it
-    /// writes the new rate to Redis (a restart does not: an operator's change stands).
-    configured_rates: RwLock<HashMap<Arc<str>, u32>>,
+    /// The rate each activity's queue was last configured with here, and whether it is still
+    /// to be written: a reload that changes it writes the new rate to Redis (a restart does
+    /// not: an operator's change stands).
+    configured_rates: RwLock<HashMap<Arc<str>, (u32, bool)>>,
     /// Tickets seen admitted by this process, counted once.
     admitted: Cache<(Arc<str>, u64), ()>,
-    /// Units left over a segmented activity's segments, as the maintenance loop last summed.
-    segmented_left: RwLock<HashMap<Arc<str>, i64>>,
 }
 
 /// How often each gateway reads each queue's state: a waiting buyer learns `sold_out` (or that
@@ -86,7 +96,6 @@ impl WaitingRoom {
             metrics,
             views: RwLock::default(),
             configured_rates: RwLock::default(),
-            segmented_left: RwLock::default(),
             admitted: Cache::builder()
                 .max_capacity(SEEN_CAPACITY)
                 .time_to_live(Duration::from_secs(24 * 3600))
@@ -101,30 +110,31 @@ impl WaitingRoom {
             let Some(queue) = &activity.queue else {
                 continue;
             };
+            // A rate this process was reloaded with is written until a write succeeds.
             let set_rate = {
                 let mut rates = self.configured_rates.write();
-                let previous = rates.insert(activity.id.clone(), queue.admit_per_second);
-                previous.is_some_and(|p| p != queue.admit_per_second)
+                let entry = rates
+                    .entry(activity.id.clone())
+                    .or_insert((queue.admit_per_second, false));
+                if entry.0 != queue.admit_per_second {
+                    *entry = (queue.admit_per_second, true);
+                }
+                entry.1
             };
             match self.read(activity, queue, set_rate).await {
+                Ok(()) if set_rate => {
+                    if let Some(entry) = self.configured_rates.write().get_mut(&activity.id) {
+                        if entry.0 == queue.admit_per_second {
+                            entry.1 = false;
+                        }
+                    }
+                }
                 Ok(()) => {}
                 Err(e) => {
-                    if set_rate {
-                        // Try again next time.
-                        self.configured_rates.write().remove(&activity.id);
-                    }
                     tracing::warn!(activity = %activity.id, error = %e, "queue state not read");
                 }
             }
         }
-    }
-
-    /// What the maintenance loop last summed over a segmented activity's segments (an
-    /// unsegmented activity's stock is read by the queue script itself).
-    pub fn note_left(&self, activity: &str, left: i64) {
-        self.segmented_left
-            .write()
-            .insert(Arc::from(activity), left);
     }
 
     async fn read(
@@ -133,8 +143,10 @@ impl WaitingRoom {
         queue: &QueueSettings,
         set_rate: bool,
     ) -> Result<(), StoreError> {
+        // A segmented activity's units are in other slots: summed here, fresh on every read (one
+        // ledger read per segment), so that no gateway holds or frees the cursor on an old sum.
         let known = if activity.is_segmented() {
-            self.segmented_left.read().get(&activity.id).copied()
+            Some(crate::stock::segments::available(&self.store, activity).await?)
         } else {
             None
         };
@@ -199,7 +211,7 @@ impl WaitingRoom {
         settings: &Settings,
         activity: &Activity,
         user: &str,
-        presented: Option<&str>,
+        presented: Option<&Presented>,
     ) -> Gate {
         let Some(queue) = activity.queue.as_ref() else {
             return Gate::Pass;
@@ -208,15 +220,32 @@ impl WaitingRoom {
             return Gate::Pass;
         }
         let key = &settings.signing.ticket_key;
+        let now = chrono::Utc::now();
         match self.answer(key, activity, queue, user, presented).await {
-            Ok((answer, ticket)) => match answer.status {
-                Status::YourTurn if presented.is_some() => {
+            // Redis's queue may run on an earlier start than this configuration's (a sale
+            // postponed since): nobody buys before the configured start.
+            Ok((mut answer, _, _))
+                if answer.status == Status::YourTurn
+                    && activity.window_at(now) == SaleWindow::NotStarted =>
+            {
+                let until_start = (activity.starts_at - now).num_milliseconds().max(0) as u64;
+                answer.status = Status::Waiting {
+                    position: 1,
+                    estimated_wait_ms: until_start,
+                    refresh_after_ms: until_start.clamp(1_000, 30_000),
+                    likely_too_late: false,
+                    drawn: true,
+                };
+                Gate::Wait(answer)
+            }
+            Ok((answer, ticket, honoured)) => match answer.status {
+                Status::YourTurn if honoured => {
                     self.count_admitted(activity, ticket);
                     Gate::Pass
                 }
                 Status::YourTurn | Status::Waiting { .. } => Gate::Wait(answer),
                 Status::SoldOut => Gate::Refuse(Decision::SoldOut),
-                Status::Expired if presented.is_some() => {
+                Status::Expired if honoured => {
                     self.metrics
                         .queue_lapsed
                         .with_label_values(&[&activity.id])
@@ -236,7 +265,7 @@ impl WaitingRoom {
         settings: &Settings,
         activity: &Activity,
         user: &str,
-        presented: Option<&str>,
+        presented: Option<&Presented>,
     ) -> Result<Answer, Decision> {
         let Some(queue) = activity.queue.as_ref() else {
             return Err(Decision::UnknownActivity);
@@ -260,32 +289,52 @@ impl WaitingRoom {
             presented,
         )
         .await
-        .map(|(answer, _)| answer)
+        .map(|(answer, _, _)| answer)
     }
 
     /// Where `user` stands: from a presented ticket (checked, answered from memory), or from
-    /// the ticket Redis issues (or already issued) them.
+    /// the ticket Redis issues (or already issued) them. The flag: the presented ticket was
+    /// the one answered for (not one issued now).
     async fn answer(
         &self,
         key: &[u8; 32],
         activity: &Activity,
         queue: &QueueSettings,
         user: &str,
-        presented: Option<&str>,
-    ) -> Result<(Answer, Ticket), Decision> {
-        let (ticket, raw) = match presented {
-            Some(raw) => {
-                let ticket = ticket::verify(key, &activity.id, user, raw)
-                    .map_err(|_| Decision::InvalidTicket)?;
-                if self.view(activity).is_none() {
-                    // Nothing read lately (just started, or the store was away): read now.
-                    self.read(activity, queue, false).await.map_err(|e| {
-                        tracing::warn!(activity = %activity.id, error = %e, "queue state not read");
-                        Decision::Unavailable
-                    })?;
-                }
-                (ticket, raw.to_owned())
+        presented: Option<&Presented>,
+    ) -> Result<(Answer, Ticket, bool), Decision> {
+        let mut kept = None;
+        let presented = match presented {
+            Some(p) => match ticket::verify(key, &activity.id, user, &p.ticket) {
+                Ok(ticket) => Some((ticket, p.ticket.as_str())),
+                Err(ticket::Invalid::OtherActivity) if p.from_cookie => None,
+                Err(_) => return Err(Decision::InvalidTicket),
+            },
+            None => None,
+        };
+        if let Some((ticket, raw)) = presented {
+            if self.view(activity).is_none() {
+                // Nothing read lately (just started, or the store was away): read now.
+                self.read(activity, queue, false).await.map_err(|e| {
+                    tracing::warn!(activity = %activity.id, error = %e, "queue state not read");
+                    Decision::Unavailable
+                })?;
             }
+            // A ticket of a queue Redis lost (set up again since) holds no place in this one:
+            // the buyer is given a new ticket, as if they had none.
+            let current = self
+                .view(activity)
+                .is_some_and(|v| ticket.issued_ms >= v.state.epoch_ms);
+            if current {
+                kept = Some((ticket, raw.to_owned()));
+            } else {
+                tracing::warn!(activity = %activity.id,
+                    "a ticket from before the queue was set up again: issuing a new one");
+            }
+        }
+        let honoured = kept.is_some();
+        let (ticket, raw) = match kept {
+            Some(kept) => kept,
             None => {
                 let (state, number, fresh) =
                     store::ticket(&self.store, activity, queue, user, seed())
@@ -312,7 +361,7 @@ impl WaitingRoom {
         };
         let view = self.view(activity).ok_or(Decision::Unavailable)?;
         let status = view.status(ticket.number, queue);
-        if presented.is_none() {
+        if !honoured {
             if let Status::Waiting {
                 likely_too_late: true,
                 ..
@@ -332,6 +381,7 @@ impl WaitingRoom {
                 cookie_max_age_secs: ends_in,
             },
             ticket,
+            honoured,
         ))
     }
 

@@ -99,7 +99,7 @@ pub async fn state(
     set_rate: bool,
     left: Option<i64>,
 ) -> Result<(QueueState, Option<i64>), StoreError> {
-    let (q, _) = keys(store, activity);
+    let (q, tickets) = keys(store, activity);
     let layout = Layout::of(activity);
     let stock_key = store
         .keys()
@@ -107,10 +107,9 @@ pub async fn state(
         .stock(activity.version);
     let mut invocation = STATE.prepare_invoke();
     // A segmented activity's stock is in other slots: only the queue's key is passed.
-    if activity.is_segmented() {
-        invocation.key(q);
-    } else {
-        invocation.key(q).key(stock_key);
+    invocation.key(q).key(tickets);
+    if !activity.is_segmented() {
+        invocation.key(stock_key);
     }
     invocation
         .arg(queue.admit_per_second)

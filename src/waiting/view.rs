@@ -33,10 +33,12 @@ pub struct QueueState {
     pub drawn: Option<(u64, u64)>,
     /// Redis's clock when it answered (unix ms).
     pub now_ms: u64,
+    /// When this queue was set up (unix ms): a ticket issued before it is of a queue Redis lost.
+    pub epoch_ms: u64,
 }
 
 /// Fields of a state reply, before any extra the script adds.
-pub const STATE_FIELDS: usize = 10;
+pub const STATE_FIELDS: usize = 11;
 
 impl QueueState {
     pub fn parse(reply: &[String]) -> Option<QueueState> {
@@ -55,6 +57,7 @@ impl QueueState {
             held: reply.get(6)? == "1",
             drawn,
             now_ms: n(9)?,
+            epoch_ms: n(10)?,
         })
     }
 
@@ -162,7 +165,7 @@ impl View {
         };
         let cursor = self.cursor();
         if place <= cursor {
-            return if cursor - place > settings.window_places() {
+            return if cursor - place > settings.window_places(rate) {
                 Status::Expired
             } else {
                 Status::YourTurn
@@ -223,6 +226,7 @@ mod tests {
             held: false,
             drawn: Some((0, 1)),
             now_ms,
+            epoch_ms: 0,
         }
     }
 

@@ -535,6 +535,7 @@ async fn reconcile_stays_clean_while_segments_rebalance() {
                     idempotency_key: None,
                     deposit: Some((&t, taken)),
                     in_flight: Duration::ZERO,
+                    replay_only: false,
                 };
                 store.reserve(home, &call).await.unwrap();
                 store.acknowledge(giver, &t).await.unwrap();

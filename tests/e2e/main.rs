@@ -15,6 +15,8 @@ mod lifecycle;
 mod news;
 mod operations;
 mod queue;
+mod queue_review;
+mod queue_support;
 mod reservations;
 mod security;
 mod segments;

@@ -2,96 +2,13 @@
 //! lapses, refusals, sold out for everyone waiting, released units to the next in line, the
 //! fair start's draw, and one admission rate over three gateways.
 
+use super::queue_support::*;
 use crate::support::*;
 use chrono::{SecondsFormat, Utc};
-use serde_json::Value;
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-const TICKET: &str = "X-Flashgate-Ticket";
-
-fn queued(id: &'static str, stock: u64, queue: &str) -> TestActivity {
-    TestActivity {
-        queue: Some(queue.to_owned()),
-        ..TestActivity::open(id, stock)
-    }
-}
-
-/// An RFC 3339 time `secs` from now (leaked: test activities hold `&'static str`).
-fn in_secs(secs: i64) -> &'static str {
-    let t = Utc::now() + chrono::Duration::seconds(secs);
-    Box::leak(
-        t.to_rfc3339_opts(SecondsFormat::Secs, true)
-            .into_boxed_str(),
-    )
-}
-
-async fn buy(gw: &GatewayProc, act: &str, user: &str, ticket: Option<&str>) -> HttpResponse {
-    let path = format!("/api/seckill/{act}/buy");
-    let mut headers = vec![("X-User-Id", user)];
-    if let Some(t) = ticket {
-        headers.push((TICKET, t));
-    }
-    request(gw.addr, "POST", &path, &headers).await
-}
-
-async fn poll(gw: &GatewayProc, act: &str, user: &str, ticket: &str) -> Value {
-    let r = get(
-        gw.addr,
-        &format!("/flashgate/queue/{act}"),
-        &[("X-User-Id", user), (TICKET, ticket)],
-    )
-    .await;
-    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
-    r.json()
-}
-
-/// A ticket for `user`: the 202 answer to a purchase without one.
-async fn take_ticket(gw: &GatewayProc, act: &str, user: &str) -> (String, Value) {
-    let r = buy(gw, act, user, None).await;
-    assert_eq!(r.status, 202, "{}", String::from_utf8_lossy(&r.body));
-    let body = r.json();
-    let ticket = body["ticket"].as_str().unwrap().to_owned();
-    assert_eq!(r.header(TICKET), Some(ticket.as_str()));
-    (ticket, body)
-}
-
-/// The ticket's number (`t1.<act>.<number>.<issued>.<mac>`).
-fn number(ticket: &str) -> u64 {
-    ticket.split('.').nth(2).unwrap().parse().unwrap()
-}
-
-async fn wait_state(gw: &GatewayProc, act: &str, user: &str, ticket: &str, state: &str) -> Value {
-    wait_for_async(
-        &format!("{user}'s ticket to be {state}"),
-        Duration::from_secs(15),
-        || async {
-            let v = poll(gw, act, user, ticket).await;
-            (v["state"] == state).then_some(v)
-        },
-    )
-    .await
-}
-
-fn redis_calls(redis: &RedisServer) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query(&mut redis.conn())
-        .unwrap();
-    info.lines()
-        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
-        .filter_map(|l| {
-            l.split("calls=")
-                .nth(1)?
-                .split(',')
-                .next()?
-                .parse::<u64>()
-                .ok()
-        })
-        .sum()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_buyer_is_queued_with_a_ticket_and_buys_at_their_turn() {
@@ -590,4 +507,62 @@ async fn three_gateways_admit_ten_thousand_buyers_at_one_rate() {
             .unwrap();
     }
     assert_eq!(admitted, MEASURED as u64);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ticket_of_a_queue_redis_lost_holds_no_place_in_the_new_one() {
+    let stack = Stack::start(vec![queued("1001", 10, "{ admit_per_second: 1 }")]);
+    let gw = &stack.gw;
+    let (alice, _) = take_ticket(gw, "1001", "alice").await;
+    // Redis loses the queue (a flush, a failover without the keys).
+    let _: () = redis::cmd("DEL")
+        .arg("fg:{1001}:q")
+        .arg("fg:{1001}:q:tickets")
+        .query(&mut stack.redis.conn())
+        .unwrap();
+    let (bob, _) = take_ticket(gw, "1001", "bob").await;
+    // Alice's old ticket is genuine but of the lost queue: she is given a new place, behind
+    // bob, never bob's place nor an admission on the old number.
+    let r = buy(gw, "1001", "alice", Some(&alice)).await;
+    assert_eq!(r.status, 202, "{}", String::from_utf8_lossy(&r.body));
+    let renewed = r.json()["ticket"].as_str().unwrap().to_owned();
+    assert_ne!(renewed, alice);
+    assert!(number(&renewed) > number(&bob), "{renewed} vs bob's {bob}");
+    // The renewed ticket is hers from now on.
+    let (again, _) = take_ticket(gw, "1001", "alice").await;
+    assert_eq!(number(&again), number(&renewed));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn buyers_asking_for_their_place_do_not_use_up_the_activity_bucket() {
+    let redis = RedisServer::start();
+    let upstream = Upstream::start();
+    let mut config = TestConfig::new(
+        &redis,
+        &upstream,
+        vec![queued("1001", 10, "{ admit_per_second: 1 }")],
+    );
+    config.per_user = None;
+    config.extra_rate_limits_yaml = "  per_activity: { per_second: 2, burst: 2 }\n".into();
+    let gw = GatewayProc::start(config);
+    let (alice, _) = take_ticket(&gw, "1001", "alice").await;
+    let mut waiting = Vec::new();
+    for i in 0..4 {
+        waiting.push(take_ticket(&gw, "1001", &format!("w{i}")).await.0);
+    }
+    // The others keep asking for their place (202s) while alice's turn comes.
+    for _ in 0..3 {
+        for (i, t) in waiting.iter().enumerate() {
+            assert_eq!(
+                buy(&gw, "1001", &format!("w{i}"), Some(t)).await.status,
+                202
+            );
+        }
+    }
+    wait_state(&gw, "1001", "alice", &alice, "your_turn").await;
+    for (i, t) in waiting.iter().enumerate() {
+        buy(&gw, "1001", &format!("w{i}"), Some(t)).await;
+    }
+    let r = buy(&gw, "1001", "alice", Some(&alice)).await;
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
 }

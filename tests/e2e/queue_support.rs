@@ -1,0 +1,108 @@
+//! Helpers of the waiting-room tests (tests/e2e/queue.rs, queue_review.rs).
+
+use crate::support::*;
+use chrono::{SecondsFormat, Utc};
+use serde_json::Value;
+use std::time::Duration;
+
+pub const TICKET: &str = "X-Flashgate-Ticket";
+
+pub fn queued(id: &'static str, stock: u64, queue: &str) -> TestActivity {
+    TestActivity {
+        queue: Some(queue.to_owned()),
+        ..TestActivity::open(id, stock)
+    }
+}
+
+/// An RFC 3339 time `secs` from now (leaked: test activities hold `&'static str`).
+pub fn in_secs(secs: i64) -> &'static str {
+    let t = Utc::now() + chrono::Duration::seconds(secs);
+    Box::leak(
+        t.to_rfc3339_opts(SecondsFormat::Secs, true)
+            .into_boxed_str(),
+    )
+}
+
+pub async fn buy(gw: &GatewayProc, act: &str, user: &str, ticket: Option<&str>) -> HttpResponse {
+    let path = format!("/api/seckill/{act}/buy");
+    let mut headers = vec![("X-User-Id", user)];
+    if let Some(t) = ticket {
+        headers.push((TICKET, t));
+    }
+    request(gw.addr, "POST", &path, &headers).await
+}
+
+pub async fn poll(gw: &GatewayProc, act: &str, user: &str, ticket: &str) -> Value {
+    let r = get(
+        gw.addr,
+        &format!("/flashgate/queue/{act}"),
+        &[("X-User-Id", user), (TICKET, ticket)],
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    r.json()
+}
+
+/// A ticket for `user`: the 202 answer to a purchase without one.
+pub async fn take_ticket(gw: &GatewayProc, act: &str, user: &str) -> (String, Value) {
+    let r = buy(gw, act, user, None).await;
+    assert_eq!(r.status, 202, "{}", String::from_utf8_lossy(&r.body));
+    let body = r.json();
+    let ticket = body["ticket"].as_str().unwrap().to_owned();
+    assert_eq!(r.header(TICKET), Some(ticket.as_str()));
+    (ticket, body)
+}
+
+/// The ticket's number (`t1.<act>.<number>.<issued>.<mac>`).
+pub fn number(ticket: &str) -> u64 {
+    ticket.split('.').nth(2).unwrap().parse().unwrap()
+}
+
+pub async fn wait_state(
+    gw: &GatewayProc,
+    act: &str,
+    user: &str,
+    ticket: &str,
+    state: &str,
+) -> Value {
+    wait_for_async(
+        &format!("{user}'s ticket to be {state}"),
+        Duration::from_secs(15),
+        || async {
+            let v = poll(gw, act, user, ticket).await;
+            (v["state"] == state).then_some(v)
+        },
+    )
+    .await
+}
+
+pub fn redis_calls(redis: &RedisServer) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut redis.conn())
+        .unwrap();
+    info.lines()
+        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+        .filter_map(|l| {
+            l.split("calls=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
+}
+
+/// A purchase with extra request headers.
+pub async fn buy_with(
+    gw: &GatewayProc,
+    act: &str,
+    user: &str,
+    extra: &[(&str, &str)],
+) -> HttpResponse {
+    let path = format!("/api/seckill/{act}/buy");
+    let mut headers = vec![("X-User-Id", user)];
+    headers.extend_from_slice(extra);
+    request(gw.addr, "POST", &path, &headers).await
+}
