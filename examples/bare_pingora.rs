@@ -71,6 +71,16 @@ impl ProxyHttp for Bare {
     fn init_downstream_modules(&self, _modules: &mut pingora::modules::http::HttpModules) {}
 
     async fn request_filter(&self, session: &mut Session, _ctx: &mut ()) -> Result<bool> {
+        // With `--features dhat-heap`: the allocations so far (scripts/alloc-per-request).
+        #[cfg(feature = "dhat-heap")]
+        if session.req_header().uri.path() == "/__allocs" {
+            let body = Bytes::from(dhat::HeapStats::get().total_blocks.to_string());
+            let mut resp = ResponseHeader::build(200, Some(2))?;
+            resp.insert_header(http::header::CONTENT_LENGTH, body.len().to_string())?;
+            session.write_response_header(Box::new(resp), false).await?;
+            session.write_response_body(Some(body), true).await?;
+            return Ok(true);
+        }
         if self.mode == Mode::Proxy {
             return Ok(false);
         }
@@ -94,7 +104,13 @@ impl ProxyHttp for Bare {
     }
 }
 
+#[cfg(feature = "dhat-heap")]
+#[global_allocator]
+static ALLOC: dhat::Alloc = dhat::Alloc;
+
 fn main() {
+    #[cfg(feature = "dhat-heap")]
+    std::mem::forget(dhat::Profiler::builder().testing().build());
     let args = Args::parse();
     let conf = ServerConf {
         threads: args.threads,

@@ -61,7 +61,14 @@ const EXIT_DRIFT: u8 = 1;
 const EXIT_CONFIG: u8 = 2;
 const EXIT_STORE: u8 = 3;
 
+#[cfg(feature = "dhat-heap")]
+#[global_allocator]
+static ALLOC: dhat::Alloc = dhat::Alloc;
+
 fn main() -> ExitCode {
+    // Counting only: the profile is never written (the process may end without unwinding).
+    #[cfg(feature = "dhat-heap")]
+    std::mem::forget(dhat::Profiler::builder().testing().build());
     let cli = Cli::parse();
     match cli.command {
         Command::Check { config } => match Settings::load(&config) {

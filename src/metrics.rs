@@ -236,6 +236,17 @@ impl Metrics {
         TextEncoder::new()
             .encode(&families, &mut out)
             .expect("text encoding to a Vec cannot fail");
+        #[cfg(feature = "dhat-heap")]
+        {
+            let stats = dhat::HeapStats::get();
+            out.extend_from_slice(
+                format!(
+                    "flashgate_debug_heap_allocations_total {}\nflashgate_debug_heap_bytes_total {}\n",
+                    stats.total_blocks, stats.total_bytes
+                )
+                .as_bytes(),
+            );
+        }
         out
     }
 }
