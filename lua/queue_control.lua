@@ -26,4 +26,5 @@ elseif ARGV[1] == 'rate' then
 else
   return redis.error_reply('unknown queue control ' .. ARGV[1])
 end
+queue_mark(q, s)
 return queue_reply(s, now)

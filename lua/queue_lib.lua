@@ -4,66 +4,97 @@
 -- (user id -> ticket number). Fields of the hash:
 --   seq      the last ticket number issued (one per user; numbers skip the places a cursor
 --            that ran past everyone passed)
---   start    the sale's start (unix ms): the cursor is 0 before it
+--   start    when the cursor starts (unix ms): the sale's start, or a later one it was postponed
+--            to; the cursor stands at base before it
 --   rate     places admitted per second, for the whole fleet
 --   base, t0 the cursor: base + (now - t0) * rate / 1000 places while running (times in ms, by
---            Redis's clock), base while paused or held
+--            Redis's clock), base while paused or held, or before start
 --   paused   1 while an operator paused it
 --   held     1 while nothing is left to sell (the cursor waits for units to come back)
 --   drawn    the tickets issued before the start (their places are drawn at the start), once
 --            the start has passed; seed: the draw's seed (see src/waiting/draw.rs)
+--   epoch    a random id written when the queue was set up: tickets carry it, so a ticket of a
+--            queue Redis lost holds no place in the one set up again
+--   hist     the cursor's recent history, for when each place was reached (its admission
+--            window runs from then): up to HIST_MAX marks "t,c,r,run" (from time t the cursor was
+--            at c, moving at r places a second if run is 1), oldest first, ';'-separated
+--   lapsed   every place up to this one has lapsed (set when old marks are dropped)
 -- A ticket's place: its number, or for a ticket drawn at the start its drawn place (1..drawn).
 -- Place p is admitted once the cursor reaches p.
 
+local HIST_MAX = 16
+
 local function queue_state(q)
   local f = redis.call('HMGET', q, 'seq', 'start', 'rate', 'base', 't0', 'paused', 'held',
-    'drawn', 'seed', 'epoch')
+    'drawn', 'seed', 'epoch', 'hist', 'lapsed')
   return {seq = tonumber(f[1] or '0'), start = tonumber(f[2] or '0'), rate = tonumber(f[3] or '1'),
     base = tonumber(f[4] or '0'), t0 = tonumber(f[5] or '0'), paused = f[6] == '1',
-    held = f[7] == '1', drawn = f[8], seed = f[9], epoch = tonumber(f[10] or '0')}
+    held = f[7] == '1', drawn = f[8], seed = f[9], epoch = f[10] or '0', hist = f[11] or '',
+    lapsed = tonumber(f[12] or '0')}
 end
 
--- Sets up a queue the first time (the rate from the configuration; later changes come from a
--- reload or the admin API, never from a restart with an older file).
--- A sale postponed (a reload, or a restart with a newer file) before its start: the queue waits
--- for the later start. Never earlier, and never once the start passed: a gateway with an older
--- file cannot move it back, and a running queue keeps its places.
-local function queue_reschedule(q, s, start, now)
-  local want = tonumber(start)
-  if want > s.start and now < s.start then
-    s.start = want
-    s.t0 = want
-    redis.call('HSET', q, 'start', int(want), 't0', int(want), 'base', 0)
-    s.base = 0
+local function queue_running(s)
+  return not (s.paused or s.held)
+end
+
+-- Records where the cursor is from s.t0 on (after a start, a change of rate, a pause, a
+-- resume, a hold). Marks every place of a dropped mark lapsed, so that no place's window ever
+-- starts later than it did (a lapsed ticket stays lapsed).
+local function queue_mark(q, s)
+  local marks = {}
+  for m in string.gmatch(s.hist, '[^;]+') do
+    marks[#marks + 1] = m
   end
+  marks[#marks + 1] = int(s.t0) .. ',' .. int(s.base) .. ',' .. int(s.rate) .. ',' ..
+    (queue_running(s) and '1' or '0')
+  while #marks > HIST_MAX do
+    table.remove(marks, 1)
+    local c = tonumber(string.match(marks[1], '^[^,]+,([^,]+),'))
+    if c > s.lapsed then
+      s.lapsed = c
+    end
+  end
+  s.hist = table.concat(marks, ';')
+  redis.call('HSET', q, 'hist', s.hist, 'lapsed', int(s.lapsed))
 end
 
--- The cursor runs from the start, or from now for a queue set up after it. `epoch`: when this
--- queue was set up; a ticket issued before it belongs to a queue Redis lost, and is not honoured.
-local function queue_init(q, tickets, rate, start, now)
+-- The cursor runs from the start, or from now for a queue set up after it.
+local function queue_init(q, tickets, rate, start, now, epoch)
   if redis.call('HSETNX', q, 'start', start) == 1 then
     -- Tickets of a lost queue say nothing about this one.
     redis.call('DEL', tickets)
-    redis.call('HSET', q, 'rate', rate, 'base', 0, 't0', int(math.max(now, tonumber(start))),
-      'seq', 0, 'epoch', int(now))
+    local t0 = math.max(now, tonumber(start))
+    redis.call('HSET', q, 'rate', rate, 'base', 0, 't0', int(t0), 'seq', 0, 'epoch', epoch,
+      'hist', int(t0) .. ',0,' .. rate .. ',1', 'lapsed', 0)
   end
 end
 
 local function queue_cursor(s, now)
-  if now < s.start then
-    return 0
-  end
-  if s.paused or s.held then
+  if now < s.start or now < s.t0 or not queue_running(s) then
     return s.base
   end
   return s.base + math.floor((now - s.t0) * s.rate / 1000)
 end
 
--- Restarts the cursor from where it is now (before a change of rate, pause or hold).
+-- Restarts the cursor from where it is now (before a change of rate, pause or hold; the caller
+-- then records the change with queue_mark).
 local function queue_rebase(q, s, now)
   s.base = queue_cursor(s, now)
   s.t0 = math.max(now, s.start)
   redis.call('HSET', q, 'base', int(s.base), 't0', int(s.t0))
+end
+
+-- A sale postponed (a reload, or a restart with a newer file): the cursor stands where it is
+-- until the later start. Never earlier: a gateway with an older file cannot move it back.
+local function queue_reschedule(q, s, start, now)
+  local want = tonumber(start)
+  if want > s.start then
+    s.base = queue_cursor(s, now)
+    s.start = want
+    s.t0 = want
+    redis.call('HSET', q, 'start', int(want), 't0', int(want), 'base', int(s.base))
+    queue_mark(q, s)
+  end
 end
 
 -- At the first call at or after the start: the tickets issued so far are drawn, from `seed`.
@@ -78,7 +109,7 @@ end
 local function queue_reply(s, now, extra)
   local out = {int(s.seq), int(s.start), int(s.rate), int(s.base), int(s.t0),
     s.paused and '1' or '0', s.held and '1' or '0', s.drawn or '', s.seed or '', int(now),
-    int(s.epoch)}
+    s.epoch, s.hist, int(s.lapsed)}
   for _, v in ipairs(extra or {}) do
     out[#out + 1] = v
   end

@@ -5,7 +5,8 @@
 --
 -- KEYS[1] the queue hash   KEYS[2] its tickets   KEYS[3] the stock key of the version on sale
 -- (unsegmented: same tag; segmented: not passed, ARGV[6] says instead)
--- ARGV[1] configured rate   ARGV[2] the sale's start (unix ms)   ARGV[3] a seed for the draw
+-- ARGV[1] configured rate   ARGV[2] the sale's start (unix ms)   ARGV[3] a random number (the
+-- draw's seed, and the epoch of a queue set up now)
 -- ARGV[4] expire-at (unix s)   ARGV[5] 1 to set the rate to ARGV[1] (a reload changed it)
 -- ARGV[6] units left over all segments ('' for unsegmented: KEYS[2] is read)
 --
@@ -13,7 +14,7 @@
 
 local q = KEYS[1]
 local now = now_ms()
-queue_init(q, KEYS[2], ARGV[1], ARGV[2], now)
+queue_init(q, KEYS[2], ARGV[1], ARGV[2], now, ARGV[3])
 local s = queue_state(q)
 queue_reschedule(q, s, ARGV[2], now)
 queue_freeze(q, s, now, ARGV[3])
@@ -21,6 +22,7 @@ if ARGV[5] == '1' and tonumber(ARGV[1]) ~= s.rate then
   queue_rebase(q, s, now)
   s.rate = tonumber(ARGV[1])
   redis.call('HSET', q, 'rate', ARGV[1])
+  queue_mark(q, s)
 end
 local left
 if ARGV[6] ~= '' then
@@ -35,6 +37,7 @@ if left >= 0 then
     queue_rebase(q, s, now)
     s.held = held
     redis.call('HSET', q, 'held', held and '1' or '0')
+    queue_mark(q, s)
   end
 end
 extend(q, ARGV[4])

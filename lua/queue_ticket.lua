@@ -3,7 +3,8 @@
 --
 -- KEYS[1] the queue hash   KEYS[2] its tickets (user -> number)
 -- ARGV[1] user   ARGV[2] configured rate   ARGV[3] the sale's start (unix ms)
--- ARGV[4] a seed for the draw, used if the start passed and none was drawn yet
+-- ARGV[4] a random number: the draw's seed if the start passed and none was drawn yet, and the
+--         queue's epoch if it is set up now
 -- ARGV[5] expire-at (unix s)
 --
 -- Returns the queue state (see queue_reply) followed by the ticket number and 1 if it was
@@ -12,7 +13,7 @@
 
 local q, tickets = KEYS[1], KEYS[2]
 local now = now_ms()
-queue_init(q, tickets, ARGV[2], ARGV[3], now)
+queue_init(q, tickets, ARGV[2], ARGV[3], now, ARGV[4])
 local s = queue_state(q)
 queue_reschedule(q, s, ARGV[3], now)
 queue_freeze(q, s, now, ARGV[4])

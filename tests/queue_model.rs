@@ -79,6 +79,8 @@ struct Model {
     highest: u64,
     /// The cursor and Redis's time at the last reply.
     last: Option<(u64, u64)>,
+    /// When each admitted place was reached, as first answered (its window runs from there).
+    reached: HashMap<u64, Option<u64>>,
 }
 
 impl Model {
@@ -102,6 +104,21 @@ impl Model {
             );
         }
         self.last = Some((cursor, s.now_ms));
+        // A place's reach time, once known, never changes (a rate change, a pause or a hold
+        // does not move an admitted buyer's window), except to "lapsed" when old history is
+        // dropped; a lapsed place never comes back.
+        for place in 1..=cursor.min(200) {
+            let now = s.reached_at(place);
+            match self.reached.get(&place) {
+                Some(None) => assert_eq!(now, None, "place {place} came back after lapsing"),
+                Some(Some(at)) => assert!(
+                    now.is_none() || now == Some(*at),
+                    "place {place} was reached at {at}, now {now:?} after {op:?}"
+                ),
+                None => {}
+            }
+            self.reached.insert(place, now);
+        }
     }
 }
 
@@ -138,6 +155,7 @@ fn run(ops: Vec<Op>) {
         numbers: HashMap::new(),
         highest: 0,
         last: None,
+        reached: HashMap::new(),
     };
     let mut configured = queue.clone();
     fx.runtime.block_on(async {

@@ -250,8 +250,11 @@ impl Admission {
 
     /// Once the waiting room let a checked request through to the reserve script: the
     /// activity's token bucket, if it was not taken in [`Admission::check`].
+    /// A replay-only call takes no stock: it takes no token either (buyers held back re-asking
+    /// with their key would otherwise use up what admitted buyers need).
     pub fn after_queue(&self, rules: Rules<'_>, checked: &mut Checked) -> Result<(), Decision> {
-        if std::mem::take(&mut checked.activity_token_due) {
+        let due = std::mem::take(&mut checked.activity_token_due);
+        if due && checked.replay_only.is_none() {
             rules.policy.take_token(
                 LimitKind::PerActivity,
                 &*checked.activity.id,

@@ -146,7 +146,7 @@ impl WaitingRoom {
         // A segmented activity's units are in other slots: summed here, fresh on every read (one
         // ledger read per segment), so that no gateway holds or frees the cursor on an old sum.
         let known = if activity.is_segmented() {
-            Some(crate::stock::segments::available(&self.store, activity).await?)
+            self.segmented_left(activity).await
         } else {
             None
         };
@@ -154,6 +154,26 @@ impl WaitingRoom {
             store::state(&self.store, activity, queue, seed(), set_rate, known).await?;
         self.learn(activity, View::new(state, left));
         Ok(())
+    }
+
+    /// Units of the configured version left over a segmented activity's segments (stock plus
+    /// units in flight between them), read now; `None` when a segment cannot say (not
+    /// prewarmed, a newer version on sale there, a failed read): then the queue's hold is left
+    /// as it is, never set on a guess.
+    async fn segmented_left(&self, activity: &Activity) -> Option<i64> {
+        let layout = crate::stock::Layout::of(activity);
+        let reads = layout
+            .partitions()
+            .map(|p| self.store.ledger(p, activity.version));
+        let mut total = 0;
+        for row in futures_util::future::join_all(reads).await {
+            let row = row.ok()?;
+            if !row.stock_key {
+                return None;
+            }
+            total += row.available();
+        }
+        Some(total)
     }
 
     fn learn(&self, activity: &Activity, view: View) {
@@ -180,6 +200,12 @@ impl WaitingRoom {
                 .set(i64::from(on));
         }
         let mut views = self.views.write();
+        if let Some(old) = views.get(&activity.id) {
+            if old.state.epoch != view.state.epoch {
+                tracing::error!(activity = %activity.id,
+                    "the waiting room's queue was set up again (Redis lost its keys): earlier tickets hold no place, their holders are given new ones");
+            }
+        }
         // Keep what this gateway knew of the units left if the new read did not say.
         let view = match (views.get(&activity.id), view.left) {
             (Some(old), None) => View {
@@ -220,24 +246,7 @@ impl WaitingRoom {
             return Gate::Pass;
         }
         let key = &settings.signing.ticket_key;
-        let now = chrono::Utc::now();
         match self.answer(key, activity, queue, user, presented).await {
-            // Redis's queue may run on an earlier start than this configuration's (a sale
-            // postponed since): nobody buys before the configured start.
-            Ok((mut answer, _, _))
-                if answer.status == Status::YourTurn
-                    && activity.window_at(now) == SaleWindow::NotStarted =>
-            {
-                let until_start = (activity.starts_at - now).num_milliseconds().max(0) as u64;
-                answer.status = Status::Waiting {
-                    position: 1,
-                    estimated_wait_ms: until_start,
-                    refresh_after_ms: until_start.clamp(1_000, 30_000),
-                    likely_too_late: false,
-                    drawn: true,
-                };
-                Gate::Wait(answer)
-            }
             Ok((answer, ticket, honoured)) => match answer.status {
                 Status::YourTurn if honoured => {
                     self.count_admitted(activity, ticket);
@@ -324,12 +333,12 @@ impl WaitingRoom {
             // the buyer is given a new ticket, as if they had none.
             let current = self
                 .view(activity)
-                .is_some_and(|v| ticket.issued_ms >= v.state.epoch_ms);
+                .is_some_and(|v| ticket.epoch == v.state.epoch);
             if current {
                 kept = Some((ticket, raw.to_owned()));
             } else {
                 tracing::warn!(activity = %activity.id,
-                    "a ticket from before the queue was set up again: issuing a new one");
+                    "a ticket of a queue Redis lost (set up again since): issuing a new one");
             }
         }
         let honoured = kept.is_some();
@@ -343,6 +352,11 @@ impl WaitingRoom {
                             tracing::warn!(activity = %activity.id, error = %e, "no ticket issued");
                             Decision::Unavailable
                         })?;
+                let ticket = Ticket {
+                    number,
+                    issued_ms: state.now_ms,
+                    epoch: state.epoch,
+                };
                 let known = self.view(activity).and_then(|v| v.left);
                 self.learn(activity, View::new(state, known));
                 if fresh {
@@ -351,16 +365,25 @@ impl WaitingRoom {
                         .with_label_values(&[&activity.id])
                         .inc();
                 }
-                let ticket = Ticket {
-                    number,
-                    issued_ms: state.now_ms,
-                };
                 let raw = ticket::sign(key, &activity.id, user, ticket);
                 (ticket, raw)
             }
         };
         let view = self.view(activity).ok_or(Decision::Unavailable)?;
-        let status = view.status(ticket.number, queue);
+        let mut status = view.status(ticket.number, queue);
+        // Redis's queue may run on an earlier start than this configuration's (a sale
+        // postponed, this gateway reloaded first): nobody buys before the configured start.
+        let now = chrono::Utc::now();
+        if status == Status::YourTurn && activity.window_at(now) == SaleWindow::NotStarted {
+            let until_start = (activity.starts_at - now).num_milliseconds().max(0) as u64;
+            status = Status::Waiting {
+                position: 1,
+                estimated_wait_ms: until_start,
+                refresh_after_ms: until_start.clamp(1_000, 30_000),
+                likely_too_late: false,
+                drawn: true,
+            };
+        }
         if !honoured {
             if let Status::Waiting {
                 likely_too_late: true,

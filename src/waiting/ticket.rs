@@ -1,6 +1,8 @@
-//! Waiting-room tickets: `t1.<activity>.<number>.<issued_ms>.<mac>`, the MAC an HMAC-SHA256
-//! (truncated to 128 bits) over the activity, the user, the number and the issue time, keyed
-//! by the ticket key every gateway derives from the signing key. The user is not in the ticket
+//! Waiting-room tickets: `t1.<activity>.<number>.<issued_ms>.<epoch>.<mac>`, the MAC an
+//! HMAC-SHA256 (truncated to 128 bits) over the activity, the user, the number, the issue time
+//! and the queue's epoch (a random id written when the queue was set up: a ticket of a queue
+//! Redis lost and set up again holds no place in the new one), keyed by the ticket key every
+//! gateway derives from the signing key. The user is not in the ticket
 //! but in the MAC: a ticket works only for the buyer it was issued to, only for its activity,
 //! and cannot be made up.
 
@@ -17,6 +19,8 @@ pub struct Ticket {
     pub number: u64,
     /// When it was issued (Redis's clock, unix ms).
     pub issued_ms: u64,
+    /// The queue's epoch it was issued in.
+    pub epoch: u64,
 }
 
 /// Why a ticket was refused.
@@ -28,11 +32,16 @@ pub enum Invalid {
     OtherActivity,
 }
 
-fn mac(key: &[u8; 32], activity: &str, user: &str, number: u64, issued_ms: u64) -> [u8; 16] {
+fn mac(key: &[u8; 32], activity: &str, user: &str, t: Ticket) -> [u8; 16] {
     let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(key).expect("32-byte key");
+    let Ticket {
+        number,
+        issued_ms,
+        epoch,
+    } = t;
     mac.update(
         format!(
-            "t1\n{activity}\n{}\n{user}\n{number}\n{issued_ms}",
+            "t1\n{activity}\n{}\n{user}\n{number}\n{issued_ms}\n{epoch}",
             user.len()
         )
         .as_bytes(),
@@ -44,11 +53,12 @@ fn mac(key: &[u8; 32], activity: &str, user: &str, number: u64, issued_ms: u64) 
 
 /// The ticket string for `user`'s `number` in `activity`.
 pub fn sign(key: &[u8; 32], activity: &str, user: &str, ticket: Ticket) -> String {
-    let tag = mac(key, activity, user, ticket.number, ticket.issued_ms);
+    let tag = mac(key, activity, user, ticket);
     format!(
-        "t1.{activity}.{}.{}.{}",
+        "t1.{activity}.{}.{}.{}.{}",
         ticket.number,
         ticket.issued_ms,
+        ticket.epoch,
         URL_SAFE_NO_PAD.encode(tag)
     )
 }
@@ -59,7 +69,8 @@ pub fn verify(key: &[u8; 32], activity: &str, user: &str, raw: &str) -> Result<T
         return Err(Invalid::Forged);
     }
     let mut parts = raw.split('.');
-    let (Some("t1"), Some(act), Some(number), Some(issued), Some(tag), None) = (
+    let (Some("t1"), Some(act), Some(number), Some(issued), Some(epoch), Some(tag), None) = (
+        parts.next(),
         parts.next(),
         parts.next(),
         parts.next(),
@@ -71,8 +82,14 @@ pub fn verify(key: &[u8; 32], activity: &str, user: &str, raw: &str) -> Result<T
     };
     let number: u64 = number.parse().map_err(|_| Invalid::Forged)?;
     let issued_ms: u64 = issued.parse().map_err(|_| Invalid::Forged)?;
+    let epoch: u64 = epoch.parse().map_err(|_| Invalid::Forged)?;
     let tag = URL_SAFE_NO_PAD.decode(tag).map_err(|_| Invalid::Forged)?;
-    let expected = mac(key, act, user, number, issued_ms);
+    let ticket = Ticket {
+        number,
+        issued_ms,
+        epoch,
+    };
+    let expected = mac(key, act, user, ticket);
     // Constant-time comparison.
     let same = tag.len() == expected.len()
         && tag
@@ -86,7 +103,7 @@ pub fn verify(key: &[u8; 32], activity: &str, user: &str, raw: &str) -> Result<T
     if act != activity {
         return Err(Invalid::OtherActivity);
     }
-    Ok(Ticket { number, issued_ms })
+    Ok(ticket)
 }
 
 #[cfg(test)]
@@ -97,6 +114,7 @@ mod tests {
     const T: Ticket = Ticket {
         number: 42,
         issued_ms: 1_700_000_000_000,
+        epoch: 99,
     };
 
     #[test]
@@ -123,8 +141,9 @@ mod tests {
             "",
             "t1",
             "t1.1001.42.1",
-            "t2.1001.42.1.AAAA",
-            "t1.1001.x.1.AAAA",
+            "t1.1001.42.1.AAAA",
+            "t2.1001.42.1.9.AAAA",
+            "t1.1001.x.1.9.AAAA",
             &"t".repeat(500),
         ] {
             assert_eq!(
@@ -140,8 +159,13 @@ mod tests {
     #[test]
     fn user_ids_cannot_be_shifted_into_the_number() {
         // "al" + "ice" and "ali" + "ce" must not collide: the user's length is in the MAC.
-        let a = mac(&KEY, "1001", "al\n1", 2, 3);
-        let b = mac(&KEY, "1001", "al", 12, 3);
+        let t = |number| Ticket {
+            number,
+            issued_ms: 3,
+            epoch: 4,
+        };
+        let a = mac(&KEY, "1001", "al\n1", t(2));
+        let b = mac(&KEY, "1001", "al", t(12));
         assert_ne!(a, b);
     }
 }

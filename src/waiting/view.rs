@@ -17,11 +17,12 @@ use crate::config::QueueSettings;
 use std::time::{Duration, Instant};
 
 /// The queue hash as the scripts answer it (see `lua/queue_lib.lua`, `queue_reply`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct QueueState {
     /// The last ticket number issued (numbers skip places a cursor that ran ahead passed).
     pub seq: u64,
-    /// The sale's start (unix ms): the cursor is 0 before it.
+    /// When the cursor starts (unix ms): the sale's start, or a later one it was postponed to;
+    /// the cursor stands at `base` before it.
     pub start_ms: u64,
     pub rate: u64,
     pub base: u64,
@@ -33,12 +34,40 @@ pub struct QueueState {
     pub drawn: Option<(u64, u64)>,
     /// Redis's clock when it answered (unix ms).
     pub now_ms: u64,
-    /// When this queue was set up (unix ms): a ticket issued before it is of a queue Redis lost.
-    pub epoch_ms: u64,
+    /// The random id written when this queue was set up: a ticket of another epoch is of a
+    /// queue Redis lost.
+    pub epoch: u64,
+    /// The cursor's recent history, oldest first (when each place was reached).
+    pub marks: Vec<Mark>,
+    /// Every place up to this one has lapsed (older marks were dropped).
+    pub lapsed: u64,
+}
+
+/// From `at_ms` on, the cursor was at `cursor`, moving at `rate` places a second if `running`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Mark {
+    pub at_ms: u64,
+    pub cursor: u64,
+    pub rate: u64,
+    pub running: bool,
+}
+
+impl Mark {
+    fn parse(raw: &str) -> Option<Mark> {
+        let mut f = raw.split(',');
+        let mut n = || f.next()?.parse::<u64>().ok();
+        let (at_ms, cursor, rate, running) = (n()?, n()?, n()?, n()?);
+        Some(Mark {
+            at_ms,
+            cursor,
+            rate: rate.max(1),
+            running: running == 1,
+        })
+    }
 }
 
 /// Fields of a state reply, before any extra the script adds.
-pub const STATE_FIELDS: usize = 11;
+pub const STATE_FIELDS: usize = 13;
 
 impl QueueState {
     pub fn parse(reply: &[String]) -> Option<QueueState> {
@@ -57,19 +86,37 @@ impl QueueState {
             held: reply.get(6)? == "1",
             drawn,
             now_ms: n(9)?,
-            epoch_ms: n(10)?,
+            epoch: n(10)?,
+            marks: reply
+                .get(11)?
+                .split(';')
+                .filter(|m| !m.is_empty())
+                .map(Mark::parse)
+                .collect::<Option<Vec<_>>>()?,
+            lapsed: n(12)?,
         })
     }
 
     /// Places admitted at Redis time `now_ms`.
     pub fn cursor_at(&self, now_ms: u64) -> u64 {
-        if now_ms < self.start_ms {
-            return 0;
-        }
-        if self.paused || self.held {
+        if now_ms < self.start_ms || now_ms < self.t0_ms || self.paused || self.held {
             return self.base;
         }
-        self.base + now_ms.saturating_sub(self.t0_ms) * self.rate / 1000
+        self.base + (now_ms - self.t0_ms) * self.rate / 1000
+    }
+
+    /// When the cursor reached `place` (Redis time, unix ms), from its history; `None` for a
+    /// place of the lapsed past, or not reached.
+    pub fn reached_at(&self, place: u64) -> Option<u64> {
+        if place <= self.lapsed {
+            return None;
+        }
+        // The newest mark the place lies beyond: reached while the cursor ran from it.
+        let mark = self.marks.iter().rev().find(|m| m.cursor < place)?;
+        if !mark.running {
+            return None;
+        }
+        Some(mark.at_ms + ((place - mark.cursor) * 1000).div_ceil(mark.rate))
     }
 }
 
@@ -165,10 +212,12 @@ impl View {
         };
         let cursor = self.cursor();
         if place <= cursor {
-            return if cursor - place > settings.window_places(rate) {
-                Status::Expired
-            } else {
-                Status::YourTurn
+            // The window runs from when the cursor reached the place (Redis's clock), whatever
+            // the rate did since. A place reached before the history kept has lapsed.
+            let window = settings.admission_window.as_millis() as u64;
+            return match self.state.reached_at(place) {
+                Some(at) if self.redis_now_ms() <= at + window => Status::YourTurn,
+                _ => Status::Expired,
             };
         }
         let ahead = place - cursor - 1;
@@ -226,7 +275,14 @@ mod tests {
             held: false,
             drawn: Some((0, 1)),
             now_ms,
-            epoch_ms: 0,
+            epoch: 0,
+            marks: vec![Mark {
+                at_ms: 10_000,
+                cursor: 0,
+                rate: 10,
+                running: true,
+            }],
+            lapsed: 0,
         }
     }
 
@@ -241,7 +297,7 @@ mod tests {
         let paused = QueueState {
             paused: true,
             base: 7,
-            ..s
+            ..s.clone()
         };
         assert_eq!(paused.cursor_at(99_000), 7);
         let held = QueueState {
@@ -250,6 +306,47 @@ mod tests {
             ..s
         };
         assert_eq!(held.cursor_at(99_000), 9);
+    }
+
+    #[test]
+    fn a_places_window_runs_from_when_it_was_reached_whatever_the_rate_did_since() {
+        // 10/s from 10 s; at 20 s (cursor 100) an operator raised the rate to 1000/s.
+        let s = QueueState {
+            base: 100,
+            t0_ms: 20_000,
+            rate: 1000,
+            marks: vec![
+                Mark {
+                    at_ms: 10_000,
+                    cursor: 0,
+                    rate: 10,
+                    running: true,
+                },
+                Mark {
+                    at_ms: 20_000,
+                    cursor: 100,
+                    rate: 1000,
+                    running: true,
+                },
+            ],
+            ..state(20_500)
+        };
+        assert_eq!(s.reached_at(50), Some(15_000));
+        assert_eq!(s.reached_at(100), Some(20_000));
+        assert_eq!(s.reached_at(150), Some(20_050));
+        let q = settings(); // a 2 s window
+        let v = View::new(s.clone(), None);
+        assert_eq!(
+            v.status(50, &q),
+            Status::Expired,
+            "lapsed at 17 s, stays lapsed"
+        );
+        assert_eq!(v.status(99, &q), Status::YourTurn, "reached at 19.9 s");
+        assert_eq!(v.status(400, &q), Status::YourTurn);
+        // Places before the history kept have lapsed.
+        let old = QueueState { lapsed: 60, ..s };
+        assert_eq!(old.reached_at(60), None);
+        assert_eq!(old.reached_at(61), Some(16_100));
     }
 
     #[test]

@@ -16,6 +16,7 @@ mod news;
 mod operations;
 mod queue;
 mod queue_review;
+mod queue_review2;
 mod queue_support;
 mod reservations;
 mod security;
