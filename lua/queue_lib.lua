@@ -16,8 +16,9 @@
 --   epoch    a random id written when the queue was set up: tickets carry it, so a ticket of a
 --            queue Redis lost holds no place in the one set up again
 --   hist     the cursor's recent history, for when each place was reached (its admission
---            window runs from then): up to HIST_MAX marks "t,c,r,run" (from time t the cursor was
---            at c, moving at r places a second if run is 1), oldest first, ';'-separated
+--            window runs from then): up to HIST_MAX marks "t,c,r,run[,p]" (from time t the cursor
+--            was at c, moving at r places a second if run is 1; p: the sale was postponed at p,
+--            the cursor standing from p to t), oldest first, ';'-separated
 --   lapsed   every place up to this one has lapsed (set when old marks are dropped)
 -- A ticket's place: its number, or for a ticket drawn at the start its drawn place (1..drawn).
 -- Place p is admitted once the cursor reaches p.
@@ -40,13 +41,27 @@ end
 -- Records where the cursor is from s.t0 on (after a start, a change of rate, a pause, a
 -- resume, a hold). Marks every place of a dropped mark lapsed, so that no place's window ever
 -- starts later than it did (a lapsed ticket stays lapsed).
-local function queue_mark(q, s)
+local function queue_mark(q, s, postponed_at)
   local marks = {}
   for m in string.gmatch(s.hist, '[^;]+') do
     marks[#marks + 1] = m
   end
-  marks[#marks + 1] = int(s.t0) .. ',' .. int(s.base) .. ',' .. int(s.rate) .. ',' ..
+  -- A mark where the cursor stood, followed by one at the same place, decides no place's reach
+  -- time: replaced (a hold flapping near sell-out, a pause and resume, cost one mark).
+  local last = marks[#marks]
+  if last and not postponed_at then
+    local c, run = string.match(last, '^[^,]+,([^,]+),[^,]+,([01])$')
+    if run == '0' and tonumber(c) == s.base then
+      marks[#marks] = nil
+    end
+  end
+  local mark = int(s.t0) .. ',' .. int(s.base) .. ',' .. int(s.rate) .. ',' ..
     (queue_running(s) and '1' or '0')
+  if postponed_at then
+    -- The cursor stood from postponed_at to t0: windows still open then run on after it.
+    mark = mark .. ',' .. int(postponed_at)
+  end
+  marks[#marks + 1] = mark
   while #marks > HIST_MAX do
     table.remove(marks, 1)
     local c = tonumber(string.match(marks[1], '^[^,]+,([^,]+),'))
@@ -86,14 +101,16 @@ end
 
 -- A sale postponed (a reload, or a restart with a newer file): the cursor stands where it is
 -- until the later start. Never earlier: a gateway with an older file cannot move it back.
+-- A later start already past when it arrives stands the cursor not at all (no jump either).
 local function queue_reschedule(q, s, start, now)
   local want = tonumber(start)
   if want > s.start then
+    local running_before = now >= s.start
     s.base = queue_cursor(s, now)
     s.start = want
-    s.t0 = want
-    redis.call('HSET', q, 'start', int(want), 't0', int(want), 'base', int(s.base))
-    queue_mark(q, s)
+    s.t0 = math.max(want, now)
+    redis.call('HSET', q, 'start', int(want), 't0', int(s.t0), 'base', int(s.base))
+    queue_mark(q, s, (running_before and s.t0 > now) and now or nil)
   end
 end
 

@@ -88,6 +88,19 @@ impl Model {
         assert_eq!(s.rate, self.rate, "rate after {op:?}");
         assert_eq!(s.paused, self.paused, "paused after {op:?}");
         assert_eq!(s.held, self.held, "held after {op:?}");
+        for pair in s.marks.windows(2) {
+            assert!(
+                pair[0].at_ms <= pair[1].at_ms,
+                "marks out of time order: {:?}",
+                s.marks
+            );
+            assert!(
+                pair[0].cursor <= pair[1].cursor,
+                "marks' cursor went back: {:?}",
+                s.marks
+            );
+        }
+        assert!(s.marks.len() <= 16, "history unbounded: {}", s.marks.len());
         let cursor = s.cursor_at(s.now_ms);
         if let Some((before, at)) = self.last {
             assert!(s.now_ms >= at, "Redis's clock went back");
@@ -108,7 +121,7 @@ impl Model {
         // does not move an admitted buyer's window), except to "lapsed" when old history is
         // dropped; a lapsed place never comes back.
         for place in 1..=cursor.min(200) {
-            let now = s.reached_at(place);
+            let now = s.window_opened_at(place, 60_000);
             match self.reached.get(&place) {
                 Some(None) => assert_eq!(now, None, "place {place} came back after lapsing"),
                 Some(Some(at)) => assert!(

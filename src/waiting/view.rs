@@ -50,18 +50,25 @@ pub struct Mark {
     pub cursor: u64,
     pub rate: u64,
     pub running: bool,
+    /// The sale was postponed at this time, the cursor standing from then until `at_ms`.
+    pub postponed_at: Option<u64>,
 }
 
 impl Mark {
     fn parse(raw: &str) -> Option<Mark> {
         let mut f = raw.split(',');
-        let mut n = || f.next()?.parse::<u64>().ok();
-        let (at_ms, cursor, rate, running) = (n()?, n()?, n()?, n()?);
+        let mut n = || f.next().map(|v| v.parse::<u64>().ok());
+        let (at_ms, cursor, rate, running) = (n()??, n()??, n()??, n()??);
+        let postponed_at = match n() {
+            None => None,
+            Some(p) => Some(p?),
+        };
         Some(Mark {
             at_ms,
             cursor,
             rate: rate.max(1),
             running: running == 1,
+            postponed_at,
         })
     }
 }
@@ -105,9 +112,11 @@ impl QueueState {
         self.base + (now_ms - self.t0_ms) * self.rate / 1000
     }
 
-    /// When the cursor reached `place` (Redis time, unix ms), from its history; `None` for a
-    /// place of the lapsed past, or not reached.
-    pub fn reached_at(&self, place: u64) -> Option<u64> {
+    /// When `place`'s admission window (`window_ms` long) opened (Redis time, unix ms): when
+    /// the cursor reached it, from its history, moved on past any postponement that came while
+    /// the window was open (no one can buy while a sale is postponed); `None` for a place of the
+    /// lapsed past, or not reached.
+    pub fn window_opened_at(&self, place: u64, window_ms: u64) -> Option<u64> {
         if place <= self.lapsed {
             return None;
         }
@@ -116,7 +125,15 @@ impl QueueState {
         if !mark.running {
             return None;
         }
-        Some(mark.at_ms + ((place - mark.cursor) * 1000).div_ceil(mark.rate))
+        let mut at = mark.at_ms + ((place - mark.cursor) * 1000).div_ceil(mark.rate);
+        for m in &self.marks {
+            if let Some(postponed) = m.postponed_at {
+                if at < postponed && at + window_ms > postponed {
+                    at += m.at_ms.saturating_sub(postponed);
+                }
+            }
+        }
+        Some(at)
     }
 }
 
@@ -215,7 +232,7 @@ impl View {
             // The window runs from when the cursor reached the place (Redis's clock), whatever
             // the rate did since. A place reached before the history kept has lapsed.
             let window = settings.admission_window.as_millis() as u64;
-            return match self.state.reached_at(place) {
+            return match self.state.window_opened_at(place, window) {
                 Some(at) if self.redis_now_ms() <= at + window => Status::YourTurn,
                 _ => Status::Expired,
             };
@@ -281,6 +298,7 @@ mod tests {
                 cursor: 0,
                 rate: 10,
                 running: true,
+                postponed_at: None,
             }],
             lapsed: 0,
         }
@@ -321,19 +339,21 @@ mod tests {
                     cursor: 0,
                     rate: 10,
                     running: true,
+                    postponed_at: None,
                 },
                 Mark {
                     at_ms: 20_000,
                     cursor: 100,
                     rate: 1000,
                     running: true,
+                    postponed_at: None,
                 },
             ],
             ..state(20_500)
         };
-        assert_eq!(s.reached_at(50), Some(15_000));
-        assert_eq!(s.reached_at(100), Some(20_000));
-        assert_eq!(s.reached_at(150), Some(20_050));
+        assert_eq!(s.window_opened_at(50, 2_000), Some(15_000));
+        assert_eq!(s.window_opened_at(100, 2_000), Some(20_000));
+        assert_eq!(s.window_opened_at(150, 2_000), Some(20_050));
         let q = settings(); // a 2 s window
         let v = View::new(s.clone(), None);
         assert_eq!(
@@ -345,8 +365,8 @@ mod tests {
         assert_eq!(v.status(400, &q), Status::YourTurn);
         // Places before the history kept have lapsed.
         let old = QueueState { lapsed: 60, ..s };
-        assert_eq!(old.reached_at(60), None);
-        assert_eq!(old.reached_at(61), Some(16_100));
+        assert_eq!(old.window_opened_at(60, 2_000), None);
+        assert_eq!(old.window_opened_at(61, 2_000), Some(16_100));
     }
 
     #[test]

@@ -17,6 +17,7 @@ mod operations;
 mod queue;
 mod queue_review;
 mod queue_review2;
+mod queue_review3;
 mod queue_support;
 mod reservations;
 mod security;
