@@ -105,7 +105,8 @@ end
 local function queue_reschedule(q, s, start, now)
   local want = tonumber(start)
   if want > s.start then
-    local running_before = now >= s.start
+    -- The sale had started (drawn at its first call at or after a start), or starts now.
+    local running_before = s.drawn ~= nil or now >= s.start
     s.base = queue_cursor(s, now)
     s.start = want
     s.t0 = math.max(want, now)

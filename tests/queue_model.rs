@@ -121,7 +121,7 @@ impl Model {
         // does not move an admitted buyer's window), except to "lapsed" when old history is
         // dropped; a lapsed place never comes back.
         for place in 1..=cursor.min(200) {
-            let now = s.window_opened_at(place, 60_000);
+            let now = s.window_ends_at(place, 60_000);
             match self.reached.get(&place) {
                 Some(None) => assert_eq!(now, None, "place {place} came back after lapsing"),
                 Some(Some(at)) => assert!(

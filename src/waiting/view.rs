@@ -112,11 +112,11 @@ impl QueueState {
         self.base + (now_ms - self.t0_ms) * self.rate / 1000
     }
 
-    /// When `place`'s admission window (`window_ms` long) opened (Redis time, unix ms): when
-    /// the cursor reached it, from its history, moved on past any postponement that came while
-    /// the window was open (no one can buy while a sale is postponed); `None` for a place of the
-    /// lapsed past, or not reached.
-    pub fn window_opened_at(&self, place: u64, window_ms: u64) -> Option<u64> {
+    /// When `place`'s admission window (`window_ms` long) closes (Redis time, unix ms): from
+    /// when the cursor reached it (its history), lengthened by the time of any postponement
+    /// that came while it was open (no one can buy while a sale is postponed); `None` for a
+    /// place of the lapsed past, or not reached.
+    pub fn window_ends_at(&self, place: u64, window_ms: u64) -> Option<u64> {
         if place <= self.lapsed {
             return None;
         }
@@ -125,15 +125,29 @@ impl QueueState {
         if !mark.running {
             return None;
         }
-        let mut at = mark.at_ms + ((place - mark.cursor) * 1000).div_ceil(mark.rate);
-        for m in &self.marks {
-            if let Some(postponed) = m.postponed_at {
-                if at < postponed && at + window_ms > postponed {
-                    at += m.at_ms.saturating_sub(postponed);
-                }
+        let reached = mark.at_ms + ((place - mark.cursor) * 1000).div_ceil(mark.rate);
+        // The postponements, as time intervals the cursor stood (merged where they overlap: a
+        // sale postponed again while postponed).
+        let mut stood: Vec<(u64, u64)> = self
+            .marks
+            .iter()
+            .filter_map(|m| m.postponed_at.map(|p| (p, m.at_ms.max(p))))
+            .collect();
+        stood.sort_unstable();
+        let mut merged: Vec<(u64, u64)> = Vec::with_capacity(stood.len());
+        for (from, to) in stood {
+            match merged.last_mut() {
+                Some(last) if from <= last.1 => last.1 = last.1.max(to),
+                _ => merged.push((from, to)),
             }
         }
-        Some(at)
+        let mut end = reached + window_ms;
+        for (from, to) in merged {
+            if from < end && to > reached {
+                end += to - from.max(reached);
+            }
+        }
+        Some(end)
     }
 }
 
@@ -232,8 +246,8 @@ impl View {
             // The window runs from when the cursor reached the place (Redis's clock), whatever
             // the rate did since. A place reached before the history kept has lapsed.
             let window = settings.admission_window.as_millis() as u64;
-            return match self.state.window_opened_at(place, window) {
-                Some(at) if self.redis_now_ms() <= at + window => Status::YourTurn,
+            return match self.state.window_ends_at(place, window) {
+                Some(end) if self.redis_now_ms() <= end => Status::YourTurn,
                 _ => Status::Expired,
             };
         }
@@ -351,9 +365,9 @@ mod tests {
             ],
             ..state(20_500)
         };
-        assert_eq!(s.window_opened_at(50, 2_000), Some(15_000));
-        assert_eq!(s.window_opened_at(100, 2_000), Some(20_000));
-        assert_eq!(s.window_opened_at(150, 2_000), Some(20_050));
+        assert_eq!(s.window_ends_at(50, 2_000), Some(17_000));
+        assert_eq!(s.window_ends_at(100, 2_000), Some(22_000));
+        assert_eq!(s.window_ends_at(150, 2_000), Some(22_050));
         let q = settings(); // a 2 s window
         let v = View::new(s.clone(), None);
         assert_eq!(
@@ -365,8 +379,36 @@ mod tests {
         assert_eq!(v.status(400, &q), Status::YourTurn);
         // Places before the history kept have lapsed.
         let old = QueueState { lapsed: 60, ..s };
-        assert_eq!(old.window_opened_at(60, 2_000), None);
-        assert_eq!(old.window_opened_at(61, 2_000), Some(16_100));
+        assert_eq!(old.window_ends_at(60, 2_000), None);
+        assert_eq!(old.window_ends_at(61, 2_000), Some(18_100));
+    }
+
+    #[test]
+    fn a_postponement_lengthens_the_windows_open_when_it_came_even_twice() {
+        // 10/s from 10 s; at 12 s the sale is postponed to 15 s, at 14 s again to 18 s.
+        let m = |at_ms, cursor, postponed_at| Mark {
+            at_ms,
+            cursor,
+            rate: 10,
+            running: true,
+            postponed_at,
+        };
+        let s = QueueState {
+            marks: vec![
+                m(10_000, 0, None),
+                m(15_000, 20, Some(12_000)),
+                m(18_000, 20, Some(14_000)),
+            ],
+            ..state(14_500)
+        };
+        // Place 15 was reached at 11.5 s: 0.5 s of a 2 s window used, then 6 s stood still.
+        assert_eq!(s.window_ends_at(15, 2_000), Some(19_500));
+        // Place 1, reached at 10.1 s, was still open at 12 s (by 0.1 s): lengthened too.
+        assert_eq!(s.window_ends_at(1, 2_000), Some(18_100));
+        // A window closed before the first postponement stays closed.
+        assert_eq!(s.window_ends_at(1, 1_000), Some(11_100));
+        // Places reached after the postponement: from the new start.
+        assert_eq!(s.window_ends_at(21, 2_000), Some(20_100));
     }
 
     #[test]
