@@ -46,12 +46,13 @@ local function queue_mark(q, s, postponed_at)
   for m in string.gmatch(s.hist, '[^;]+') do
     marks[#marks + 1] = m
   end
-  -- A mark where the cursor stood, followed by one at the same place, decides no place's reach
-  -- time: replaced (a hold flapping near sell-out, a pause and resume, cost one mark).
+  -- A mark the cursor did not move on from (the next one is at the same place) decides no
+  -- place's reach time: replaced, so a hold flapping near sell-out, a pause and resume, a rate
+  -- changed twice cost one mark. A postponement's mark is kept (it lengthens windows).
   local last = marks[#marks]
   if last and not postponed_at then
-    local c, run = string.match(last, '^[^,]+,([^,]+),[^,]+,([01])$')
-    if run == '0' and tonumber(c) == s.base then
+    local c = string.match(last, '^[^,]+,([^,]+),[^,]+,[01]$')
+    if c and tonumber(c) == s.base then
       marks[#marks] = nil
     end
   end

@@ -34,6 +34,8 @@ enum Op {
     Rate(u32),
     /// Units left in the stock key (0: sold out; the next read holds the cursor).
     Stock(u8),
+    /// A reload postpones the start to this many milliseconds from now (the next read).
+    Postpone(u16),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -44,6 +46,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => Just(Op::Resume),
         1 => prop_oneof![Just(1u32), Just(7), Just(1000), Just(250_000)].prop_map(Op::Rate),
         1 => prop_oneof![Just(0u8), Just(3)].prop_map(Op::Stock),
+        1 => (0u16..300).prop_map(Op::Postpone),
     ]
 }
 
@@ -117,16 +120,16 @@ impl Model {
             );
         }
         self.last = Some((cursor, s.now_ms));
-        // A place's reach time, once known, never changes (a rate change, a pause or a hold
-        // does not move an admitted buyer's window), except to "lapsed" when old history is
-        // dropped; a lapsed place never comes back.
+        // A place's window, once open, never closes earlier (a rate change, a pause or a hold
+        // does not move it; a postponement only lengthens it), except to "lapsed" when old
+        // history is dropped; a lapsed place never comes back.
         for place in 1..=cursor.min(200) {
             let now = s.window_ends_at(place, 60_000);
             match self.reached.get(&place) {
                 Some(None) => assert_eq!(now, None, "place {place} came back after lapsing"),
-                Some(Some(at)) => assert!(
-                    now.is_none() || now == Some(*at),
-                    "place {place} was reached at {at}, now {now:?} after {op:?}"
+                Some(Some(end)) => assert!(
+                    now.is_none() || now >= Some(*end),
+                    "place {place}'s window ended at {end}, now {now:?} after {op:?}"
                 ),
                 None => {}
             }
@@ -246,6 +249,17 @@ fn run(ops: Vec<Op>) {
                     model.stock = n;
                     set_stock(&mut conn, n);
                     continue;
+                }
+                Op::Postpone(ms) => {
+                    let later = chrono::Utc::now() + chrono::Duration::milliseconds(i64::from(ms));
+                    if later > activity.starts_at {
+                        activity.starts_at = later;
+                    }
+                    model.held = model.stock == 0;
+                    store::state(&fx.store, &activity, &configured, 1, false, None)
+                        .await
+                        .unwrap()
+                        .0
                 }
             };
             model.check(&state, op);

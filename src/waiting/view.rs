@@ -141,9 +141,14 @@ impl QueueState {
                 _ => merged.push((from, to)),
             }
         }
+        // A window lengthened only if it had more left than a gateway's read may be old when
+        // the postponement came (two refresh intervals): no gateway reading on time can have
+        // told that buyer "expired" already (a lapsed ticket stays lapsed); one with less left
+        // loses at most that much. Approximation: a gateway whose reads failed for longer may.
+        let margin = 2 * super::REFRESH_INTERVAL.as_millis() as u64;
         let mut end = reached + window_ms;
         for (from, to) in merged {
-            if from < end && to > reached {
+            if from.saturating_add(margin) < end && to > reached {
                 end += to - from.max(reached);
             }
         }
@@ -403,8 +408,9 @@ mod tests {
         };
         // Place 15 was reached at 11.5 s: 0.5 s of a 2 s window used, then 6 s stood still.
         assert_eq!(s.window_ends_at(15, 2_000), Some(19_500));
-        // Place 1, reached at 10.1 s, was still open at 12 s (by 0.1 s): lengthened too.
-        assert_eq!(s.window_ends_at(1, 2_000), Some(18_100));
+        // Place 1, reached at 10.1 s, had 0.1 s left at 12 s: less than a read may be old, so
+        // a gateway may have said "expired" already; not lengthened.
+        assert_eq!(s.window_ends_at(1, 2_000), Some(12_100));
         // A window closed before the first postponement stays closed.
         assert_eq!(s.window_ends_at(1, 1_000), Some(11_100));
         // Places reached after the postponement: from the new start.
