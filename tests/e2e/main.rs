@@ -18,7 +18,6 @@ mod queue;
 mod queue_review;
 mod queue_review2;
 mod queue_review3;
-mod queue_review4;
 mod queue_support;
 mod reservations;
 mod security;
