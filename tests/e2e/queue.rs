@@ -535,21 +535,7 @@ async fn a_ticket_of_a_queue_redis_lost_holds_no_place_in_the_new_one() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn buyers_asking_for_their_place_do_not_use_up_the_activity_bucket() {
-    let redis = RedisServer::start();
-    let upstream = Upstream::start();
-    let mut config = TestConfig::new(
-        &redis,
-        &upstream,
-        vec![queued("1001", 10, "{ admit_per_second: 1 }")],
-    );
-    config.per_user = None;
-    config.extra_rate_limits_yaml = "  per_activity: { per_second: 2, burst: 2 }\n".into();
-    let gw = GatewayProc::start(config);
-    let (alice, _) = take_ticket(&gw, "1001", "alice").await;
-    let mut waiting = Vec::new();
-    for i in 0..4 {
-        waiting.push(take_ticket(&gw, "1001", &format!("w{i}")).await.0);
-    }
+    let (_redis, _upstream, gw, alice, waiting) = small_activity_bucket().await;
     // The others keep asking for their place (202s) while alice's turn comes.
     for _ in 0..3 {
         for (i, t) in waiting.iter().enumerate() {

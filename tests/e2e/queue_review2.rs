@@ -1,7 +1,9 @@
 //! The second adversarial review of the waiting room (after 14142fc): each test names the
 //! promise it broke on 14142fc; all hold now.
 
-use super::queue_support::{buy_with as buy, poll, queued, take_ticket, wait_state, TICKET};
+use super::queue_support::{
+    buy_with as buy, poll, queued, small_activity_bucket, take_ticket, wait_state, TICKET,
+};
 use crate::support::*;
 use std::time::Duration;
 
@@ -103,21 +105,7 @@ async fn a_restocked_segmented_activity_is_not_sold_out_to_the_queue() {
 /// instead of their place, and the buyer at their turn is refused 429.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keyed_buyers_asking_for_their_place_do_not_use_up_the_activity_bucket() {
-    let redis = RedisServer::start();
-    let upstream = Upstream::start();
-    let mut config = TestConfig::new(
-        &redis,
-        &upstream,
-        vec![queued("1001", 10, "{ admit_per_second: 1 }")],
-    );
-    config.per_user = None;
-    config.extra_rate_limits_yaml = "  per_activity: { per_second: 2, burst: 2 }\n".into();
-    let gw = GatewayProc::start(config);
-    let (alice, _) = take_ticket(&gw, "1001", "alice").await;
-    let mut waiting = Vec::new();
-    for i in 0..4 {
-        waiting.push(take_ticket(&gw, "1001", &format!("w{i}")).await.0);
-    }
+    let (_redis, _upstream, gw, alice, waiting) = small_activity_bucket().await;
     for _ in 0..3 {
         for (i, t) in waiting.iter().enumerate() {
             let user = format!("w{i}");

@@ -106,3 +106,24 @@ pub async fn buy_with(
     headers.extend_from_slice(extra);
     request(gw.addr, "POST", &path, &headers).await
 }
+
+/// A queue at 1 a second behind an activity bucket of 2 a second (burst 2), no per-user bucket:
+/// the processes, the gateway, alice's ticket (first in line) and four more buyers' tickets.
+pub async fn small_activity_bucket() -> (RedisServer, Upstream, GatewayProc, String, Vec<String>) {
+    let redis = RedisServer::start();
+    let upstream = Upstream::start();
+    let mut config = TestConfig::new(
+        &redis,
+        &upstream,
+        vec![queued("1001", 10, "{ admit_per_second: 1 }")],
+    );
+    config.per_user = None;
+    config.extra_rate_limits_yaml = "  per_activity: { per_second: 2, burst: 2 }\n".into();
+    let gw = GatewayProc::start(config);
+    let (alice, _) = take_ticket(&gw, "1001", "alice").await;
+    let mut waiting = Vec::new();
+    for i in 0..4 {
+        waiting.push(take_ticket(&gw, "1001", &format!("w{i}")).await.0);
+    }
+    (redis, upstream, gw, alice, waiting)
+}
