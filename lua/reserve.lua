@@ -12,6 +12,8 @@
 --          still at the backend never has its units released under it
 -- ARGV[12] '1': replay only (a waiting room refused the buyer a new purchase): answer the
 --          key's reservation if it has one, else -8 and change nothing
+-- ARGV[13] the sale opens, ARGV[14] it closes (unix ms): no new reservation outside
+--          [opens, closes) by Redis's clock, whatever the clock of the gateway that asks
 --
 -- Returns (times in ms, Redis's clock):
 --   {1, remaining, held, created, deadline}          reserved
@@ -29,6 +31,8 @@
 --                                    code: -1 no ledger of its version, -2 received book lost);
 --                                    nothing changed, the transfer stays in flight
 --  {-8, 0, 0}                        replay only, and the key won nothing: nothing changed
+--  {-9, 0, 0}                        the sale has not opened yet (Redis's clock): nothing changed
+-- {-10, 0, 0}                        the sale has closed (Redis's clock): nothing changed
 --
 -- O(1): no loops, every key in KEYS, all keys share the partition's hash tag.
 -- Numbers are compared with tonumber: as strings "10" < "9".
@@ -85,7 +89,16 @@ end
 if stock < qty then
   return {-2, stock, held}
 end
+-- A replay above still answers what the key won; nothing new is taken outside the sale's hours
+-- (checked last: refusals above cost no TIME call). A transfer deposited above stays: it only
+-- moved units between partitions of one version.
 local now = now_ms()
+if now < tonumber(ARGV[13]) then
+  return {-9, 0, 0}
+end
+if now >= tonumber(ARGV[14]) then
+  return {-10, 0, 0}
+end
 local deadline = int(now + tonumber(ARGV[6]))
 local record = encode({state = 'pending', qty = ARGV[2], ver = ARGV[4], created = int(now),
   deadline = deadline, done = '', reason = '', flags = '', user = ARGV[1]})

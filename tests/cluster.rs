@@ -10,7 +10,7 @@ use flashgate::stock::segments;
 use flashgate::stock::ReleaseReason;
 use flashgate::stock::{
     ConfirmOutcome, ConfirmedVia, Layout, ReleaseMode, ReleaseOutcome, ReserveCall, ReserveOutcome,
-    StockStore,
+    SaleHours, StockStore,
 };
 use std::collections::HashSet;
 use std::time::Duration;
@@ -78,6 +78,7 @@ async fn every_script_runs_unchanged_on_a_cluster() {
                     deposit: None,
                     in_flight: Duration::ZERO,
                     replay_only: false,
+                    hours: SaleHours::ALWAYS,
                 }
             };
         assert_eq!(

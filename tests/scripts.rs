@@ -8,7 +8,7 @@ use flashgate::config::{Activity, ConfirmMode};
 use flashgate::stock::segments::{self, Refusal};
 use flashgate::stock::{
     ConfirmOutcome, ConfirmedVia, Layout, Partition, RecordState, ReleaseMode, ReleaseOutcome,
-    ReserveCall, ReserveOutcome, StockStore, StoreError,
+    ReserveCall, ReserveOutcome, SaleHours, StockStore, StoreError,
 };
 use flashgate::stock::{Deposit, ReleaseReason};
 use std::time::{Duration, Instant};
@@ -54,6 +54,7 @@ fn call<'a>(a: &Activity, user: &'a str, qty: u32, id: &'a str) -> ReserveCall<'
         deposit: None,
         in_flight: Duration::ZERO,
         replay_only: false,
+        hours: SaleHours::of(a),
     }
 }
 
@@ -1393,4 +1394,66 @@ async fn a_replay_only_reserve_answers_the_keys_reservation_and_takes_nothing_el
     assert_eq!(s.remaining(one(&l), 1).await.unwrap(), Some(4));
     assert!(s.lookup(one(&l), "r3").await.unwrap().is_none());
     assert!(s.lookup(one(&l), "r4").await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn no_reservation_is_made_outside_the_sales_hours_by_redis_clock_but_a_replay_still_answers()
+{
+    // A gateway whose clock runs ahead (or behind) thinks the sale open when, by Redis's clock,
+    // it is not: the script is the judge. Nothing is taken before the opening or from the
+    // closing on; the hours are [opens, closes) exactly; a key's won reservation still answers.
+    let redis = RedisServer::start();
+    let s = store(redis.url(), 1000);
+    let a = activity("1001", 5, 1, 5);
+    prewarm(&s, &a).await;
+    let l = Layout::of(&a);
+    let now = redis_time_ms(&redis) as i64;
+    let at = |opens_ms: i64, closes_ms: i64, id: &'static str| ReserveCall {
+        hours: SaleHours {
+            opens_ms,
+            closes_ms,
+        },
+        idempotency_key: Some("k"),
+        ..call(&a, "u1", 1, id)
+    };
+    let hour = 3_600_000;
+    assert_eq!(
+        s.reserve(one(&l), &at(now + hour, now + 2 * hour, "r1"))
+            .await
+            .unwrap(),
+        ReserveOutcome::NotStarted
+    );
+    // Closed from its closing millisecond on (Redis's clock has moved on since `now`).
+    assert_eq!(
+        s.reserve(one(&l), &at(now - hour, now, "r2"))
+            .await
+            .unwrap(),
+        ReserveOutcome::Ended
+    );
+    assert_eq!(remaining(&s, &a).await, Some(5));
+    assert!(s.lookup(one(&l), "r1").await.unwrap().is_none());
+    assert!(s.lookup(one(&l), "r2").await.unwrap().is_none());
+    assert_eq!(ledger(&s, &a, 1).await.pending, 0);
+    // Open from its opening millisecond.
+    assert!(matches!(
+        s.reserve(one(&l), &at(now, now + hour, "r3"))
+            .await
+            .unwrap(),
+        ReserveOutcome::Reserved { remaining: 4, .. }
+    ));
+    // The sale has closed since: the key's reservation is still its own, and nothing more goes.
+    assert!(matches!(
+        s.reserve(one(&l), &at(now - hour, now, "r4")).await.unwrap(),
+        ReserveOutcome::Replayed { ref id, .. } if id == "r3"
+    ));
+    let unkeyed = ReserveCall {
+        idempotency_key: None,
+        ..at(now - hour, now, "r5")
+    };
+    assert_eq!(
+        s.reserve(one(&l), &unkeyed).await.unwrap(),
+        ReserveOutcome::Ended
+    );
+    assert_eq!(remaining(&s, &a).await, Some(4));
+    assert_eq!(ledger(&s, &a, 1).await.pending, 1);
 }

@@ -398,6 +398,9 @@ impl Admission {
                 Err(Decision::Unavailable)
             }
             Reserve::NotReplayed => Err(NOT_REPLAYED),
+            // The gateway's clock said open, Redis's did not: Redis's is the one that counts.
+            Reserve::NotStarted => Err(Decision::NotStarted),
+            Reserve::Ended => Err(Decision::Ended),
             Reserve::DuplicateId => {
                 tracing::warn!(activity = %activity.id, "reservation id already used");
                 Err(Decision::Unavailable)

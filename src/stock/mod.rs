@@ -28,7 +28,7 @@ pub mod segments;
 
 pub use keys::{KeyLayout, PartitionKeys};
 pub use layout::{Layout, Partition};
-pub use ops::{LookupLease, ReserveCall};
+pub use ops::{LookupLease, ReserveCall, SaleHours};
 pub use outcomes::*;
 pub use reads::{Snapshot, Transfer, TransferBooks};
 pub use records::*;

@@ -9,6 +9,7 @@ use super::{
     ReleaseOutcome, ReleaseReason, ReserveOutcome, ScriptName, StockStore, StoreError, StoreOp,
     SweepOutcome,
 };
+use crate::config::Activity;
 use redis::Value;
 use std::time::Duration;
 
@@ -30,6 +31,32 @@ pub struct ReserveCall<'a> {
     pub in_flight: Duration,
     /// Only answer the `idempotency_key`'s reservation, if it has one; never take stock.
     pub replay_only: bool,
+    /// When new reservations may be made, checked by the script on Redis's clock.
+    pub hours: SaleHours,
+}
+
+/// A sale's hours as unix ms, `opens_ms <= now < closes_ms`, judged by the script on Redis's
+/// clock: a gateway whose clock runs ahead or behind checks the hours itself first (and may
+/// turn a buyer away early or late), but never reserves outside them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SaleHours {
+    pub opens_ms: i64,
+    pub closes_ms: i64,
+}
+
+impl SaleHours {
+    /// No bounds (tools and tests that call the store directly).
+    pub const ALWAYS: SaleHours = SaleHours {
+        opens_ms: i64::MIN,
+        closes_ms: i64::MAX,
+    };
+
+    pub fn of(activity: &Activity) -> Self {
+        SaleHours {
+            opens_ms: activity.starts_at.timestamp_millis(),
+            closes_ms: activity.ends_at.timestamp_millis(),
+        }
+    }
 }
 
 /// How a sweep hands due reservations out for an order lookup.
@@ -74,7 +101,9 @@ impl StockStore {
             .arg(transfer)
             .arg(units)
             .arg(call.in_flight.as_millis() as u64)
-            .arg(if call.replay_only { "1" } else { "0" });
+            .arg(if call.replay_only { "1" } else { "0" })
+            .arg(call.hours.opens_ms)
+            .arg(call.hours.closes_ms);
         let reply: Vec<Value> = self
             .eval(ScriptName::Reserve, StoreOp::Reserve, &invocation)
             .await?;

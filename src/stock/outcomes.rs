@@ -27,6 +27,10 @@ pub enum ReserveOutcome {
     HoldRanOut,
     /// Replay only, and the key had won nothing.
     NotReplayed,
+    /// Before the sale's hours, by Redis's clock: nothing changed.
+    NotStarted,
+    /// After the sale's hours, by Redis's clock: nothing changed.
+    Ended,
     /// The stock key of this version does not exist (not prewarmed yet, or retired).
     NoStockKey,
     Insufficient {
@@ -75,6 +79,8 @@ impl ReserveOutcome {
             -5 => ReserveOutcome::HoldRanOut,
             -6 => ReserveOutcome::Damaged,
             -8 => ReserveOutcome::NotReplayed,
+            -9 => ReserveOutcome::NotStarted,
+            -10 => ReserveOutcome::Ended,
             -7 => ReserveOutcome::DepositRefused {
                 damaged: at(1)? == -2,
             },

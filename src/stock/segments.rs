@@ -5,7 +5,7 @@
 
 use super::{
     ClaimOutcome, Layout, LedgerRow, Partition, PrewarmOutcome, ReserveCall, ReserveOutcome,
-    StockStore, StoreError,
+    SaleHours, StockStore, StoreError,
 };
 use crate::config::Activity;
 use std::time::Duration;
@@ -225,6 +225,9 @@ pub enum Reserve {
     DuplicateId,
     /// Replay only, and the idempotency key had won nothing.
     NotReplayed,
+    /// Outside the sale's hours by Redis's clock (the gateway's own clock disagreed).
+    NotStarted,
+    Ended,
 }
 
 /// A reserve failed with an unknown outcome: the caller abandons `reservation_id` in
@@ -268,6 +271,7 @@ pub async fn reserve(
         deposit: None,
         in_flight: purchase.in_flight,
         replay_only: purchase.replay_only,
+        hours: SaleHours::of(activity),
     };
     let mut outcome = attempt(store, home, &call).await?;
     if outcome == ReserveOutcome::NoStockKey {
@@ -365,6 +369,8 @@ pub async fn reserve(
         },
         ReserveOutcome::HoldRanOut => Reserve::HoldRanOut,
         ReserveOutcome::NotReplayed => Reserve::NotReplayed,
+        ReserveOutcome::NotStarted => Reserve::NotStarted,
+        ReserveOutcome::Ended => Reserve::Ended,
         ReserveOutcome::LimitExceeded { .. } => Reserve::LimitExceeded,
         ReserveOutcome::NoStockKey => Reserve::NotOnSale(None),
         ReserveOutcome::DuplicateId => Reserve::DuplicateId,

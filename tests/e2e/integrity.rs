@@ -49,6 +49,19 @@ pub(super) fn record(redis: &RedisServer, tag: &str, jti: &str) -> Option<String
         .unwrap()
 }
 
+/// libfaketime's path: a gateway started with it preloaded runs on a clock of the test's choosing.
+fn libfaketime() -> String {
+    std::fs::read_dir("/usr/lib")
+        .unwrap()
+        .filter_map(|d| d.ok())
+        .map(|d| d.path().join("faketime/libfaketime.so.1"))
+        .find(|p| p.exists())
+        .expect("libfaketime (Debian package faketime) is needed: scripts/ensure-deps installs it")
+        .to_str()
+        .unwrap()
+        .to_owned()
+}
+
 pub(super) fn redis_ms(redis: &RedisServer) -> u64 {
     let (s, us): (u64, u64) = redis::cmd("TIME").query(&mut redis.conn()).unwrap();
     s * 1000 + us / 1000
@@ -332,13 +345,8 @@ async fn a_replay_past_its_hold_deadline_is_not_handed_out_again() {
 async fn holds_and_sweeps_keep_to_redis_time_whatever_the_gateways_clocks_say() {
     // #12 defect 7: the deadline came from the reserving gateway's clock and the expiry from
     // the sweeping one's: an instance two hours fast cut every hold short.
-    let faketime = std::fs::read_dir("/usr/lib")
-        .unwrap()
-        .filter_map(|d| d.ok())
-        .map(|d| d.path().join("faketime/libfaketime.so.1"))
-        .find(|p| p.exists())
-        .expect("libfaketime (Debian package faketime) is needed: scripts/ensure-deps installs it");
-    let faketime = faketime.to_str().unwrap();
+    let faketime = libfaketime();
+    let faketime = faketime.as_str();
     let redis = RedisServer::start();
     let upstream = Upstream::start();
     let config = TestConfig::new(
@@ -389,6 +397,85 @@ async fn holds_and_sweeps_keep_to_redis_time_whatever_the_gateways_clocks_say() 
         .unwrap()
         .to_owned();
     assert!((claims(&token)["iat"].as_u64().unwrap() * 1000).abs_diff(redis_ms(&redis)) < 60_000);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sales_hours_keep_to_redis_time_whatever_the_gateways_clocks_say() {
+    // A gateway two hours fast thinks a sale that opens in an hour is open; one two hours slow
+    // thinks a sale that closed ten minutes ago still is. Each checks its own clock first, but
+    // the reserve script judges the hours by Redis's: neither sells a unit outside them.
+    let faketime = libfaketime();
+    let redis = RedisServer::start();
+    let upstream = Upstream::start();
+    let at = |offset: chrono::Duration| -> &'static str {
+        Box::leak((chrono::Utc::now() + offset).to_rfc3339().into_boxed_str())
+    };
+    let later = TestActivity {
+        starts_at: at(chrono::Duration::hours(1)),
+        ends_at: at(chrono::Duration::hours(5)),
+        ..TestActivity::open("later", 5)
+    };
+    let over = TestActivity {
+        starts_at: at(chrono::Duration::hours(-3)),
+        ends_at: at(chrono::Duration::minutes(-10)),
+        ..TestActivity::open("over", 5)
+    };
+    let config = TestConfig::new(&redis, &upstream, vec![later, over]);
+    let skewed = |offset: &str| {
+        let mut c = config.clone();
+        c.listen_port = free_port();
+        c.admin_port = free_port();
+        GatewayProc::start_with_env(
+            c,
+            &[
+                ("LD_PRELOAD", faketime.as_str()),
+                ("FAKETIME", offset),
+                ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
+            ],
+        )
+    };
+    let fast = skewed("+2h");
+    let slow = skewed("-2h");
+    let right = GatewayProc::start(config.clone());
+    for (gw, activity, code, status) in [
+        (&fast, "later", "not_started", 403),
+        (&right, "later", "not_started", 403),
+        (&slow, "over", "ended", 410),
+        (&right, "over", "ended", 410),
+    ] {
+        for user in ["alice", "bob"] {
+            let answer = gw.buy(activity, user, None).await;
+            assert_eq!(
+                (answer.status, answer.code()),
+                (status, code.to_owned()),
+                "{activity}: {}",
+                String::from_utf8_lossy(&answer.body)
+            );
+        }
+    }
+    // The skewed gateways did reach the script (their own clocks said open), and it refused.
+    for gw in [&fast, &slow] {
+        let metrics = gw.metrics().await;
+        assert!(
+            metrics.lines().any(
+                |l| l.starts_with("flashgate_redis_script_duration_seconds_count")
+                    && l.contains("reserve")
+                    && !l.ends_with(" 0")
+            ),
+            "{metrics}"
+        );
+    }
+    for activity in ["later", "over"] {
+        let view = right
+            .admin_get(&format!("/v1/activities/{activity}"))
+            .await
+            .json();
+        assert_eq!(view["remaining"], 5, "{view}");
+        assert_eq!(view["pending"], 0, "{view}");
+    }
+    assert!(upstream.requests().await.is_empty(), "nothing forwarded");
+    let (code, out) = right.reconcile();
+    assert_eq!(code, 0, "{out}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -493,7 +580,7 @@ async fn a_refused_layout_is_still_swept_and_reconciled_as_redis_has_it() {
 async fn reconcile_stays_clean_while_segments_rebalance() {
     // Review 12 F6: reconcile read each segment and the transfers at different moments, and
     // reported ordinary rebalancing as a TRANSFER MISMATCH in 99 of 100 runs.
-    use flashgate::stock::{Layout, ReserveCall};
+    use flashgate::stock::{Layout, ReserveCall, SaleHours};
     let redis = RedisServer::start();
     let upstream = Upstream::start();
     let activity = TestActivity {
@@ -536,6 +623,7 @@ async fn reconcile_stays_clean_while_segments_rebalance() {
                     deposit: Some((&t, taken)),
                     in_flight: Duration::ZERO,
                     replay_only: false,
+                    hours: SaleHours::ALWAYS,
                 };
                 store.reserve(home, &call).await.unwrap();
                 store.acknowledge(giver, &t).await.unwrap();
