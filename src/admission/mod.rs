@@ -131,10 +131,6 @@ impl Checked {
     }
 }
 
-/// What `reserve` answers for a replay-only call whose key won nothing; `take` turns it into
-/// the refusal the caller gave.
-const NOT_REPLAYED: Decision = Decision::Waiting;
-
 /// What an admitted sale request carries upstream.
 #[derive(Debug)]
 pub enum Admitted {
@@ -304,11 +300,10 @@ impl Admission {
             replay_only: replay_only.is_some(),
         };
         match self
-            .reserve(rules.settings, &activity, purchase, facts)
+            .reserve(rules.settings, &activity, purchase, replay_only, facts)
             .await
         {
             Ok(reservation) => Ok(Admitted::Reserved(reservation)),
-            Err(NOT_REPLAYED) if replay_only.is_some() => Err(replay_only.expect("set")),
             // Never unreserved past a waiting room that held the buyer back.
             Err(Decision::StoreUnavailable)
                 if activity.on_store_failure == StoreFailurePolicy::Passthrough
@@ -324,12 +319,15 @@ impl Admission {
     }
 
     /// Reserves through the stock port (the buyer's home segment, pulling from the others when
-    /// it runs short) and turns its outcome into a reservation or a decision.
+    /// it runs short) and turns its outcome into a reservation or a decision. `held_back`: the
+    /// refusal of the waiting room that held the buyer back (the purchase is then replay-only),
+    /// answered when the key won nothing.
     async fn reserve(
         &self,
         settings: &Settings,
         activity: &Arc<Activity>,
         purchase: Purchase<'_>,
+        held_back: Option<Decision>,
         facts: &mut SaleFacts,
     ) -> Result<Reservation, Decision> {
         if self.refused.is_refused(activity) {
@@ -397,7 +395,8 @@ impl Admission {
                 }
                 Err(Decision::Unavailable)
             }
-            Reserve::NotReplayed => Err(NOT_REPLAYED),
+            // Only a replay-only purchase is answered so, and only a held-back one is made.
+            Reserve::NotReplayed => Err(held_back.unwrap_or(Decision::Unavailable)),
             // The gateway's clock said open, Redis's did not: Redis's is the one that counts.
             Reserve::NotStarted => Err(Decision::NotStarted),
             Reserve::Ended => Err(Decision::Ended),
