@@ -9,6 +9,7 @@ mod attacks;
 mod burst;
 mod decisions;
 mod failures;
+mod hours_review;
 mod integrity;
 mod integrity_review;
 mod lifecycle;

@@ -1,0 +1,261 @@
+//! Review of the sale hours judged on Redis's clock (c41a358): skewed gateways (libfaketime)
+//! against segmented stock, the waiting room, reloads and passthrough.
+
+use crate::queue_support::{buy as queue_buy, poll, take_ticket, wait_state, TICKET};
+use crate::support::*;
+use std::time::Duration;
+
+fn libfaketime() -> String {
+    std::fs::read_dir("/usr/lib")
+        .unwrap()
+        .filter_map(|d| d.ok())
+        .map(|d| d.path().join("faketime/libfaketime.so.1"))
+        .find(|p| p.exists())
+        .expect("libfaketime (Debian package faketime) is needed")
+        .to_str()
+        .unwrap()
+        .to_owned()
+}
+
+fn at(offset: chrono::Duration) -> &'static str {
+    Box::leak(
+        (chrono::Utc::now() + offset)
+            .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+            .into_boxed_str(),
+    )
+}
+
+fn skewed(config: &TestConfig, offset: &str) -> GatewayProc {
+    let faketime = libfaketime();
+    let mut c = config.clone();
+    c.listen_port = free_port();
+    c.admin_port = free_port();
+    GatewayProc::start_with_env(
+        c,
+        &[
+            ("LD_PRELOAD", faketime.as_str()),
+            ("FAKETIME", offset),
+            ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
+        ],
+    )
+}
+
+/// Segmented stock, home segments short of a 2-unit purchase: a gateway two hours slow pulls
+/// units across segments after the close (and one two hours fast before the opening). The
+/// script refuses the reserve; the deposited transfers must land, nothing stays in flight, and
+/// every unit is still there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn skewed_gateways_pulling_across_segments_outside_the_hours_lose_no_unit() {
+    let redis = RedisServer::start();
+    let upstream = Upstream::start();
+    let seg = |id: &'static str, starts_at, ends_at| TestActivity {
+        starts_at,
+        ends_at,
+        segments: Some(4),
+        per_user_limit: 2,
+        max_per_request: 2,
+        ..TestActivity::open(id, 4)
+    };
+    let config = TestConfig::new(
+        &redis,
+        &upstream,
+        vec![
+            seg(
+                "over",
+                at(chrono::Duration::hours(-3)),
+                at(chrono::Duration::minutes(-10)),
+            ),
+            seg(
+                "later",
+                at(chrono::Duration::hours(1)),
+                at(chrono::Duration::hours(5)),
+            ),
+        ],
+    );
+    let slow = skewed(&config, "-2h");
+    let fast = skewed(&config, "+2h");
+    let right = GatewayProc::start(config.clone());
+    for i in 0..24 {
+        let user = format!("u{i}");
+        let a = slow.buy("over", &user, Some(2)).await;
+        assert_eq!(
+            (a.status, a.code()),
+            (410, "ended".to_owned()),
+            "{i}: {}",
+            String::from_utf8_lossy(&a.body)
+        );
+        let b = fast.buy("later", &user, Some(2)).await;
+        assert_eq!(
+            (b.status, b.code()),
+            (403, "not_started".to_owned()),
+            "{i}: {}",
+            String::from_utf8_lossy(&b.body)
+        );
+    }
+    for activity in ["over", "later"] {
+        let view = right
+            .admin_get(&format!("/v1/activities/{activity}"))
+            .await
+            .json();
+        assert_eq!(view["remaining"], 4, "{view}");
+        assert_eq!(view["pending"], 0, "{view}");
+    }
+    assert!(upstream.requests().await.is_empty());
+    let (code, out) = right.reconcile();
+    assert_eq!(code, 0, "{out}");
+}
+
+/// The sale is cut short: one gateway's YAML gets an `ends_at` in the past and is reloaded; a
+/// second gateway still runs the old YAML (not reloaded yet, or restarted with the old file).
+/// Redis's clock says the sale is over, yet the second one keeps reserving: the hours are not
+/// part of Redis's record of the activity, only each gateway's YAML.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_on_the_old_yaml_sells_after_the_sale_was_cut_short() {
+    let redis = RedisServer::start();
+    let upstream = Upstream::start();
+    let open = TestActivity {
+        ends_at: at(chrono::Duration::hours(4)),
+        ..TestActivity::open("cut", 5)
+    };
+    let config = TestConfig::new(&redis, &upstream, vec![open.clone()]);
+    let mut edited = GatewayProc::start(config.clone());
+    let mut old_cfg = config.clone();
+    old_cfg.listen_port = free_port();
+    old_cfg.admin_port = free_port();
+    let old = GatewayProc::start(old_cfg);
+    assert_eq!(edited.buy("cut", "a", None).await.status, 200);
+
+    let mut cut = config.clone();
+    cut.activities = vec![TestActivity {
+        ends_at: at(chrono::Duration::minutes(-1)),
+        ..open
+    }];
+    edited.rewrite_config(cut);
+    edited.signal("HUP");
+    wait_for_async(
+        "the edited gateway to say ended",
+        Duration::from_secs(10),
+        || async { (edited.buy("cut", "b", None).await.status == 410).then_some(()) },
+    )
+    .await;
+    let late = old.buy("cut", "c", None).await;
+    let view = edited.admin_get("/v1/activities/cut").await.json();
+    assert_eq!(
+        (late.status, late.code()),
+        (410, "ended".to_owned()),
+        "sold after the close by Redis's clock; {view} {}",
+        String::from_utf8_lossy(&late.body)
+    );
+}
+
+/// The waiting room of a gateway two hours slow: Redis's queue says it is the buyer's turn (the
+/// sale opened by Redis's clock), but the gateway's own clock says the sale has not started, so
+/// it tells the buyer to wait two hours, and the admission window lapses meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_gateways_waiting_room_holds_back_a_buyer_whose_turn_came_by_redis_clock() {
+    let redis = RedisServer::start();
+    let upstream = Upstream::start();
+    let opens = at(chrono::Duration::hours(-3));
+    let activity = TestActivity {
+        starts_at: at(chrono::Duration::seconds(-30)),
+        ends_at: at(chrono::Duration::hours(4)),
+        queue: Some(format!(
+            "{{ admit_per_second: 5, admission_window_secs: 3, opens_at: \"{opens}\" }}"
+        )),
+        ..TestActivity::open("wq", 5)
+    };
+    let config = TestConfig::new(&redis, &upstream, vec![activity]);
+    let right = GatewayProc::start(config.clone());
+    let slow = skewed(&config, "-2h");
+    let (ticket, _) = take_ticket(&right, "wq", "alice").await;
+    wait_state(&right, "wq", "alice", &ticket, "your_turn").await;
+    let at_slow = queue_buy(&slow, "wq", "alice", Some(&ticket)).await;
+    let slow_poll = poll(&slow, "wq", "alice", &ticket).await;
+    // Told to wait (about two hours), she does; her admission window runs out meanwhile.
+    let lapsed = if at_slow.status == 202 {
+        wait_state(&right, "wq", "alice", &ticket, "expired").await;
+        queue_buy(&right, "wq", "alice", Some(&ticket)).await.code()
+    } else {
+        String::new()
+    };
+    assert_eq!(
+        at_slow.status,
+        200,
+        "her turn by Redis's clock; the slow gateway answered {} (its poll: {slow_poll}); \
+         then, at the right gateway: {lapsed}",
+        String::from_utf8_lossy(&at_slow.body)
+    );
+    let _ = TICKET;
+}
+
+/// README: "An idempotent replay of a purchase already won still answers after the close."
+/// Only at the script: a gateway whose clock is right refuses `ended` from its own clock
+/// before Redis is asked, so the buyer who won just before the close (reply lost) never gets
+/// their jti back; a gateway two hours slow does answer it. The answer depends on the clock of
+/// the gateway the retry lands on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_of_a_won_purchase_answers_after_the_close_whatever_the_gateway() {
+    let redis = RedisServer::start();
+    let upstream = Upstream::start();
+    let closing = TestActivity {
+        ends_at: at(chrono::Duration::seconds(4)),
+        ..TestActivity::explicit("closing", 5, 900)
+    };
+    let config = TestConfig::new(&redis, &upstream, vec![closing]);
+    let right = GatewayProc::start(config.clone());
+    let slow = skewed(&config, "-2h");
+    let won = crate::integrity::buy_keyed(&right, "closing", "alice", "k-1").await;
+    assert_eq!(won.status, 200, "{}", String::from_utf8_lossy(&won.body));
+    let jti = won.reservation_id();
+    let ends = chrono::DateTime::parse_from_rfc3339(config.activities[0].ends_at).unwrap();
+    while chrono::Utc::now() < ends + chrono::Duration::milliseconds(500) {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let at_slow = crate::integrity::buy_keyed(&slow, "closing", "alice", "k-1").await;
+    let at_right = crate::integrity::buy_keyed(&right, "closing", "alice", "k-1").await;
+    let view = right.admin_get("/v1/activities/closing").await.json();
+    let seen = |r: &HttpResponse| {
+        (
+            r.status,
+            r.header("x-flashgate-reservation-id").map(str::to_owned),
+            r.code(),
+        )
+    };
+    assert_eq!(seen(&at_slow).1.as_deref(), Some(jti.as_str()), "{view}");
+    assert_eq!(
+        seen(&at_right),
+        seen(&at_slow),
+        "the right gateway: {}; {view}",
+        String::from_utf8_lossy(&at_right.body)
+    );
+}
+
+/// Redis unreachable (breaker held open), `on_store_failure: passthrough`, a gateway two hours
+/// slow: its own clock is the only judge of the hours, and it forwards purchases to the
+/// backend ten minutes after the close.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn passthrough_on_a_slow_gateway_forwards_purchases_after_the_close() {
+    let redis = RedisServer::start();
+    let upstream = Upstream::start();
+    let over = TestActivity {
+        starts_at: at(chrono::Duration::hours(-3)),
+        ends_at: at(chrono::Duration::minutes(-10)),
+        on_store_failure: Some("passthrough"),
+        ..TestActivity::open("ptover", 5)
+    };
+    let mut config = TestConfig::new(&redis, &upstream, vec![over]);
+    config.extra_rate_limits_yaml = "  passthrough: { per_second: 10, burst: 10 }\n".into();
+    let slow = skewed(&config, "-2h");
+    assert_eq!(
+        slow.admin_post("/v1/breaker/open").await.json()["mode"],
+        "forced_open"
+    );
+    let r = slow.buy("ptover", "late", None).await;
+    let seen = upstream.requests().await;
+    assert!(
+        seen.is_empty(),
+        "forwarded after the close ({} {}): {seen:?}",
+        r.status,
+        String::from_utf8_lossy(&r.body)
+    );
+}
