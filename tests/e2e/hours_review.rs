@@ -259,3 +259,35 @@ async fn passthrough_on_a_slow_gateway_forwards_purchases_after_the_close() {
         String::from_utf8_lossy(&r.body)
     );
 }
+
+/// The waiting room opens at `starts_at` (no `opens_at`): first come, first served from the
+/// start by Redis's clock. A gateway two hours fast takes arrivals an hour before it (the
+/// ticket script is given the start, not when the room opens, and never checks): they queue
+/// ahead of everyone who came on time, while a right-clocked gateway says `not_started`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fast_gateway_hands_out_queue_tickets_before_the_room_opens_by_redis_clock() {
+    let redis = RedisServer::start();
+    let upstream = Upstream::start();
+    let activity = TestActivity {
+        starts_at: at(chrono::Duration::hours(1)),
+        ends_at: at(chrono::Duration::hours(5)),
+        queue: Some("{ admit_per_second: 5, admission_window_secs: 30 }".into()),
+        ..TestActivity::open("early", 5)
+    };
+    let config = TestConfig::new(&redis, &upstream, vec![activity]);
+    let right = GatewayProc::start(config.clone());
+    let fast = skewed(&config, "+2h");
+    let on_time = queue_buy(&right, "early", "bob", None).await;
+    assert_eq!(on_time.code(), "not_started");
+    let early = queue_buy(&fast, "early", "mallory", None).await;
+    let tickets: std::collections::HashMap<String, String> = redis::cmd("HGETALL")
+        .arg("fg:{early}:q:tickets")
+        .query(&mut redis.conn())
+        .unwrap_or_default();
+    assert_eq!(
+        (early.status, early.code()),
+        (403, "not_started".to_owned()),
+        "an hour before the room opens by Redis's clock: {}; tickets in Redis: {tickets:?}",
+        String::from_utf8_lossy(&early.body)
+    );
+}
