@@ -6,9 +6,12 @@
 -- ARGV[4] a random number: the draw's seed if the start passed and none was drawn yet, and the
 --         queue's epoch if it is set up now
 -- ARGV[5] expire-at (unix s)
+-- ARGV[6] the queue opens, ARGV[7] the sale closes (unix ms): no ticket is issued outside
+--         [opens, closes) by Redis's clock, whatever the clock of the gateway that asks
 --
 -- Returns the queue state (see queue_reply) followed by the ticket number and 1 if it was
--- issued now, 0 if the user had it already. Numbers grow with arrival (FIFO after the start)
+-- issued now, 0 if the user had it already; or by 0 and 'early' (the queue is not open yet)
+-- or 0 and 'late' (the sale closed), when nothing was issued. Numbers grow with arrival (FIFO after the start)
 -- but may skip: see below.
 
 local q, tickets = KEYS[1], KEYS[2]
@@ -17,6 +20,12 @@ queue_init(q, tickets, ARGV[2], ARGV[3], now, ARGV[4])
 local s = queue_state(q)
 queue_reschedule(q, s, ARGV[3], now)
 queue_freeze(q, s, now, ARGV[4])
+if now < tonumber(ARGV[6]) then
+  return queue_reply(s, now, {'0', 'early'})
+end
+if now >= tonumber(ARGV[7]) then
+  return queue_reply(s, now, {'0', 'late'})
+end
 local n = redis.call('HGET', tickets, ARGV[1])
 local fresh = '0'
 if not n then

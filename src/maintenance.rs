@@ -6,7 +6,6 @@ use crate::config::{Activity, SaleWindow};
 use crate::gateway::Gateway;
 use crate::stock::segments::{self, Prewarmed};
 use async_trait::async_trait;
-use chrono::Utc;
 use parking_lot::Mutex;
 use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
@@ -49,8 +48,17 @@ impl Maintenance {
             return;
         }
         self.check_eviction_policy().await;
+        let before = gw.store.clock_offset_ms();
+        match gw.store.read_clock().await {
+            Ok(offset) if (offset - before).abs() > 1000 => tracing::warn!(
+                offset_ms = offset,
+                "Redis's clock is {offset} ms off this gateway's: sale hours are judged by Redis's"
+            ),
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "Redis's clock not read"),
+        }
         for activity in gw.settings().activities.iter() {
-            let window = activity.window_at(Utc::now());
+            let window = activity.window_at(gw.store.redis_now());
             if window == SaleWindow::Ended {
                 continue;
             }

@@ -182,10 +182,13 @@ fn run(ops: Vec<Op>) {
         for op in &ops {
             let state = match *op {
                 Op::Ticket(user) => {
-                    let (s, number, fresh) =
+                    let (s, issued) =
                         store::ticket(&fx.store, &activity, &configured, &format!("u{user}"), 1)
                             .await
                             .unwrap();
+                    let store::Issued::Ticket { number, fresh } = issued else {
+                        panic!("the queue is open: {issued:?}");
+                    };
                     match model.numbers.get(&user) {
                         Some(&n) => {
                             assert_eq!(number, n, "u{user} asked again");
@@ -287,4 +290,44 @@ fn regression_a_ticket_after_the_queue_ran_empty_never_moves_the_cursor_back() {
         Op::Read,
         Op::Ticket(5),
     ]);
+}
+
+/// The ticket script judges the room's hours by Redis's clock: nothing is issued before the room
+/// opens or from the sale's close on, whatever the asking gateway's clock said.
+#[test]
+fn no_ticket_is_issued_outside_the_rooms_hours_by_redis_clock() {
+    let fx = &*FIXTURE;
+    let hours = |label: &str, opens: chrono::Duration, ends: chrono::Duration| {
+        let id = format!("h{label}{}", NEXT_ID.fetch_add(1, Ordering::Relaxed));
+        let mut activity =
+            store_activity(&id, 3, 1, 1, ConfirmMode::Explicit, Duration::from_secs(60));
+        activity.ends_at = chrono::Utc::now() + ends;
+        let queue = QueueSettings {
+            admit_per_second: 7,
+            opens_at: chrono::Utc::now() + opens,
+            admission_window: Duration::from_secs(60),
+            too_late_factor: 1.5,
+            landing_url: None,
+        };
+        activity.queue = Some(queue.clone());
+        let (_, issued) = fx
+            .runtime
+            .block_on(store::ticket(&fx.store, &activity, &queue, "u1", 1))
+            .unwrap();
+        let tickets: std::collections::HashMap<String, String> = redis::cmd("HGETALL")
+            .arg(format!("fg:{{{id}}}:q:tickets"))
+            .query(&mut fx.redis.conn())
+            .unwrap();
+        (issued, tickets.len())
+    };
+    let hour = chrono::Duration::hours(1);
+    assert_eq!(hours("early", hour, hour * 2), (store::Issued::NotOpen, 0));
+    assert_eq!(
+        hours("late", -hour * 2, chrono::Duration::zero()),
+        (store::Issued::Closed, 0)
+    );
+    assert!(matches!(
+        hours("open", -hour, hour),
+        (store::Issued::Ticket { fresh: true, .. }, 1)
+    ));
 }

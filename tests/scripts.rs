@@ -1457,3 +1457,63 @@ async fn no_reservation_is_made_outside_the_sales_hours_by_redis_clock_but_a_rep
     assert_eq!(remaining(&s, &a).await, Some(4));
     assert_eq!(ledger(&s, &a, 1).await.pending, 1);
 }
+
+#[tokio::test]
+async fn a_segmented_reserve_outside_the_hours_pulls_units_home_and_loses_none() {
+    // Review of the sale hours: a home partition short of a 2-unit purchase pulls units from
+    // the others (withdraw, then deposit with the reserve); the reserve is refused by Redis's
+    // clock, the deposit stays, nothing is left in flight, every unit is still for sale.
+    let redis = RedisServer::start();
+    let s = store(redis.url(), 1000);
+    let open = Activity {
+        segments: 4,
+        ..activity("1001", 4, 1, 2)
+    };
+    prewarm(&s, &open).await;
+    for (label, shifted) in [
+        ("not started", chrono::Duration::hours(1)),
+        ("ended", chrono::Duration::hours(-5)),
+    ] {
+        let a = Activity {
+            starts_at: chrono::Utc::now() + shifted,
+            ends_at: chrono::Utc::now() + shifted + chrono::Duration::hours(4),
+            segments: 4,
+            ..activity("1001", 4, 1, 2)
+        };
+        for i in 0..8 {
+            let user = format!("u{i}");
+            let id = format!("r-{label}-{i}");
+            let outcome = segments::reserve(
+                &s,
+                &a,
+                segments::Purchase {
+                    user: &user,
+                    qty: 2,
+                    reservation_id: &id,
+                    idempotency_key: None,
+                    in_flight: Duration::ZERO,
+                    replay_only: false,
+                },
+            )
+            .await
+            .unwrap();
+            let expected = if label == "ended" {
+                segments::Reserve::Ended
+            } else {
+                segments::Reserve::NotStarted
+            };
+            assert_eq!(outcome, expected, "{label} {i}");
+        }
+        assert_eq!(segments::available(&s, &open).await.unwrap(), 4, "{label}");
+        let rows = segments::ledgers(&s, &Layout::of(&open)).await.unwrap();
+        let (moved_in, moved_out): (i64, i64) = rows
+            .iter()
+            .fold((0, 0), |(i, o), (_, r)| (i + r.moved_in, o + r.moved_out));
+        assert_eq!(moved_in, moved_out, "nothing in flight ({label}): {rows:?}");
+        assert!(
+            moved_in > 0,
+            "the short homes pulled units ({label}): {rows:?}"
+        );
+        assert!(rows.iter().all(|(_, r)| r.pending == 0), "{rows:?}");
+    }
+}

@@ -31,7 +31,7 @@ use crate::sold_out::SoldOutCache;
 use crate::stock::breaker::{Breaker, Pass};
 use crate::stock::segments::{Purchase, Reserve};
 use crate::stock::{Layout, StoreError};
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use pingora::http::RequestHeader;
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -63,6 +63,12 @@ pub trait StockPort: Send + Sync {
 
     /// `activity`'s current version has nothing left anywhere: tell the other instances.
     fn sold_out(&self, activity: &Activity);
+
+    /// The time the sale's hours are judged by before any call: the store's clock, as well as
+    /// it is known (the reserve script judges again by the store's own).
+    fn now(&self) -> DateTime<Utc> {
+        Utc::now()
+    }
 }
 
 /// The rules one configuration generation gives admission: the settings and its buckets.
@@ -208,15 +214,22 @@ impl Admission {
         let idempotency_key = idempotency_key(&req.headers)
             .map_err(Decision::BadRequest)?
             .map(str::to_owned);
-        let now = Utc::now();
-        match activity.window_at(now) {
+        let now = self.stock.now();
+        let closed = match activity.window_at(now) {
             // An open waiting room takes arrivals before the start (and gives them tickets).
-            SaleWindow::NotStarted if activity.queue_open_at(now) => {}
-            SaleWindow::NotStarted => return Err(Decision::NotStarted),
-            SaleWindow::Ended => return Err(Decision::Ended),
-            SaleWindow::Open => {}
+            SaleWindow::NotStarted if activity.queue_open_at(now) => None,
+            SaleWindow::NotStarted => Some(Decision::NotStarted),
+            SaleWindow::Ended => Some(Decision::Ended),
+            SaleWindow::Open => None,
+        };
+        // Outside the sale's hours (by this gateway's clock) nothing new is sold, but a purchase
+        // already won is still its buyer's: a retry with its Idempotency-Key goes to Redis
+        // replay only, and gets its reservation back or this refusal (after the per-user bucket,
+        // so hammering a closed sale costs Redis no more than an open one).
+        match (closed, &idempotency_key) {
+            (Some(refusal), None) => return Err(refusal),
+            _ => policy.take_token(LimitKind::PerUser, user.as_str(), metrics)?,
         }
-        policy.take_token(LimitKind::PerUser, user.as_str(), metrics)?;
         // A retry with an Idempotency-Key may hold a reservation already: only Redis can say,
         // so it is never answered from the cache (the activity bucket still caps such calls).
         if idempotency_key.is_none()
@@ -239,7 +252,7 @@ impl Admission {
             user,
             qty,
             idempotency_key,
-            replay_only: None,
+            replay_only: closed,
             activity_token_due: queued,
         })
     }

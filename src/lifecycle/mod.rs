@@ -407,6 +407,10 @@ impl StockPort for Arc<Lifecycle> {
         }
     }
 
+    fn now(&self) -> chrono::DateTime<chrono::Utc> {
+        self.store.redis_now()
+    }
+
     fn sold_out(&self, activity: &Activity) {
         news::publish(
             &self.store,

@@ -8,7 +8,8 @@
 //! - [`segments`]: what spans partitions: prewarming an activity, a buyer's reserve with
 //!   rebalancing, whether anything is left anywhere, every ledger;
 //! - [`records`]: the scripts' answers and records as Rust types;
-//! - [`breaker`]: the circuit breaker in front of the store on the buyer's path.
+//! - [`breaker`]: the circuit breaker in front of the store on the buyer's path;
+//! - [`clock`]: Redis's clock as last read, for the checks made before any call.
 //!
 //! What happens when Redis is down or slow: every call is bounded by `redis.timeout_ms`, and any
 //! error or timeout is reported to the caller, which answers `unavailable` (503). Nothing is
@@ -17,6 +18,7 @@
 //! gateway recovers without a restart.
 
 pub mod breaker;
+pub mod clock;
 mod keys;
 pub mod layout;
 mod ops;
@@ -161,6 +163,7 @@ pub struct StockStore {
     key_ttl_after_end: Duration,
     events_maxlen: u64,
     metrics: Arc<Metrics>,
+    clock: clock::RedisClock,
 }
 
 impl StockStore {
@@ -193,7 +196,27 @@ impl StockStore {
             key_ttl_after_end: settings.key_ttl_after_end,
             events_maxlen: settings.events_maxlen,
             metrics,
+            clock: clock::RedisClock::default(),
         })
+    }
+
+    /// Redis's clock now, as last read (see [`clock`]).
+    pub fn redis_now(&self) -> chrono::DateTime<chrono::Utc> {
+        self.clock.now()
+    }
+
+    /// Redis's clock minus the local clock (ms), as last read.
+    pub fn clock_offset_ms(&self) -> i64 {
+        self.clock.offset_ms()
+    }
+
+    /// Reads Redis's `TIME` and learns its offset from the local clock.
+    pub async fn read_clock(&self) -> Result<i64, StoreError> {
+        let sent = chrono::Utc::now();
+        let (secs, micros): (i64, i64) = self.query(StoreOp::Read, &redis::cmd("TIME")).await?;
+        self.clock
+            .learn(secs * 1000 + micros / 1000, sent, chrono::Utc::now());
+        Ok(self.clock.offset_ms())
     }
 
     pub fn keys(&self) -> &KeyLayout {

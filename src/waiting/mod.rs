@@ -18,7 +18,7 @@ pub mod ticket;
 pub mod view;
 
 use crate::admission::Decision;
-use crate::config::{Activity, QueueSettings, SaleWindow, Settings};
+use crate::config::{Activity, QueueSettings, Settings};
 use crate::metrics::Metrics;
 use crate::stock::{StockStore, StoreError};
 use moka::sync::Cache;
@@ -242,7 +242,7 @@ impl WaitingRoom {
         let Some(queue) = activity.queue.as_ref() else {
             return Gate::Pass;
         };
-        if !activity.queue_open_at(chrono::Utc::now()) {
+        if !activity.queue_open_at(self.store.redis_now()) {
             return Gate::Pass;
         }
         let key = &settings.signing.ticket_key;
@@ -345,19 +345,24 @@ impl WaitingRoom {
         let (ticket, raw) = match kept {
             Some(kept) => kept,
             None => {
-                let (state, number, fresh) =
-                    store::ticket(&self.store, activity, queue, user, seed())
-                        .await
-                        .map_err(|e| {
-                            tracing::warn!(activity = %activity.id, error = %e, "no ticket issued");
-                            Decision::Unavailable
-                        })?;
+                let (state, issued) = store::ticket(&self.store, activity, queue, user, seed())
+                    .await
+                    .map_err(|e| {
+                        tracing::warn!(activity = %activity.id, error = %e, "no ticket issued");
+                        Decision::Unavailable
+                    })?;
+                let known = self.view(activity).and_then(|v| v.left);
+                let (number, fresh) = match issued {
+                    store::Issued::Ticket { number, fresh } => (number, fresh),
+                    // This gateway's clock runs ahead of or behind Redis's: Redis's counts.
+                    store::Issued::NotOpen => return Err(Decision::NotStarted),
+                    store::Issued::Closed => return Err(Decision::Ended),
+                };
                 let ticket = Ticket {
                     number,
                     issued_ms: state.now_ms,
                     epoch: state.epoch,
                 };
-                let known = self.view(activity).and_then(|v| v.left);
                 self.learn(activity, View::new(state, known));
                 if fresh {
                     self.metrics
@@ -372,10 +377,11 @@ impl WaitingRoom {
         let view = self.view(activity).ok_or(Decision::Unavailable)?;
         let mut status = view.status(ticket.number, queue);
         // Redis's queue may run on an earlier start than this configuration's (a sale
-        // postponed, this gateway reloaded first): nobody buys before the configured start.
-        let now = chrono::Utc::now();
-        if status == Status::YourTurn && activity.window_at(now) == SaleWindow::NotStarted {
-            let until_start = (activity.starts_at - now).num_milliseconds().max(0) as u64;
+        // postponed, this gateway reloaded first): nobody buys before the configured start,
+        // by Redis's clock (estimated from the last read), not this gateway's.
+        let until_start = activity.starts_at.timestamp_millis() - view.redis_now_ms() as i64;
+        if status == Status::YourTurn && until_start > 0 {
+            let until_start = until_start as u64;
             status = Status::Waiting {
                 position: 1,
                 estimated_wait_ms: until_start,

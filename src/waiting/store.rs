@@ -57,14 +57,26 @@ fn parse(reply: &[String]) -> Result<QueueState, StoreError> {
     QueueState::parse(reply).ok_or_else(|| StoreError::protocol(ScriptName::Queue, reply.join("|")))
 }
 
-/// The user's ticket number (issued now if they had none), and the queue's state.
+/// What asking for a ticket got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Issued {
+    /// The user's ticket number; `fresh`: issued now (else they had it already).
+    Ticket { number: u64, fresh: bool },
+    /// The queue is not open yet by Redis's clock (the asking gateway's clock runs ahead).
+    NotOpen,
+    /// The sale closed by Redis's clock.
+    Closed,
+}
+
+/// The user's ticket (issued now if they had none, and the queue is open by Redis's clock),
+/// and the queue's state.
 pub async fn ticket(
     store: &StockStore,
     activity: &Activity,
     queue: &QueueSettings,
     user: &str,
     seed: u64,
-) -> Result<(QueueState, u64, bool), StoreError> {
+) -> Result<(QueueState, Issued), StoreError> {
     let (q, tickets) = keys(store, activity);
     let mut invocation = TICKET.prepare_invoke();
     invocation
@@ -74,17 +86,26 @@ pub async fn ticket(
         .arg(queue.admit_per_second)
         .arg(start_ms(activity))
         .arg(seed)
-        .arg(store.expire_at(activity));
+        .arg(store.expire_at(activity))
+        .arg(queue.opens_at.timestamp_millis())
+        .arg(activity.ends_at.timestamp_millis());
     let reply: Vec<String> = store
         .eval(ScriptName::Queue, StoreOp::Queue, &invocation)
         .await?;
     let state = parse(&reply)?;
-    let number = reply
-        .get(STATE_FIELDS)
-        .and_then(|n| n.parse().ok())
-        .ok_or_else(|| StoreError::protocol(ScriptName::Queue, reply.join("|")))?;
-    let fresh = reply.get(STATE_FIELDS + 1).is_some_and(|f| f == "1");
-    Ok((state, number, fresh))
+    let issued = match (
+        reply.get(STATE_FIELDS).and_then(|n| n.parse::<u64>().ok()),
+        reply.get(STATE_FIELDS + 1).map(String::as_str),
+    ) {
+        (Some(0), Some("early")) => Issued::NotOpen,
+        (Some(0), Some("late")) => Issued::Closed,
+        (Some(number), Some(fresh @ ("0" | "1"))) if number > 0 => Issued::Ticket {
+            number,
+            fresh: fresh == "1",
+        },
+        _ => return Err(StoreError::protocol(ScriptName::Queue, reply.join("|"))),
+    };
+    Ok((state, issued))
 }
 
 /// Reads the queue's state (setting it up the first time, drawing the pre-queue once the start
