@@ -9,8 +9,9 @@
 //! failing (5xx, timeout, cut body, queue timeout: the proxy gives back what it made), a 2xx
 //! confirming, a lost reply abandoned, a reserve arriving after its own abandon, admin confirm
 //! and release, holds running out, sweeps (with the order lookup answering found, not found or
-//! nothing), prewarm ticks, reloads (a new version, an older one, limits, `ends_at`, `segments`,
-//! removing and re-adding an activity), a Redis restart, and the retention passing.
+//! nothing), prewarm ticks, reloads (a new version, an older one, limits, `ends_at`, the sale
+//! postponed or cut short and reopened, `segments`, removing and re-adding an activity), a Redis
+//! restart, and the retention passing. Outside the hours only a keyed replay gets anything.
 //!
 //! After every step, against Redis: every reservation in the state the model says (states only
 //! move forward), every user's units as the model says and never over the limit in force when
@@ -60,6 +61,28 @@ const INSTANCES: usize = 2;
 // ---------------------------------------------------------------------------------------------
 // The reference model.
 
+/// Where the sale's hours stand, as one instance's YAML has them (always hours from the
+/// boundaries: gateway and Redis agree on the side of it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Hours {
+    Open,
+    /// Postponed: `starts_at` half a day ahead.
+    NotStarted,
+    /// Cut short: `ends_at` an hour ago.
+    Ended,
+}
+
+impl Hours {
+    /// The refusal of a purchase outside the hours.
+    fn refusal(self) -> Option<&'static str> {
+        match self {
+            Hours::Open => None,
+            Hours::NotStarted => Some("not_started"),
+            Hours::Ended => Some("ended"),
+        }
+    }
+}
+
 /// One activity as one instance's YAML has it.
 #[derive(Clone, Debug, PartialEq)]
 struct ActConf {
@@ -67,6 +90,7 @@ struct ActConf {
     limit: u32,
     segments: u32,
     ends_in_days: i64,
+    hours: Hours,
 }
 
 impl ActConf {
@@ -76,6 +100,7 @@ impl ActConf {
             limit: 2,
             segments: ACTS[act].2,
             ends_in_days: 30,
+            hours: Hours::Open,
         }
     }
 
@@ -174,6 +199,7 @@ enum Change {
     Older,
     Limit(u32),
     EndsAt(i64),
+    Hours(Hours),
     Segments(u32),
     Remove,
     ReAdd,
@@ -317,6 +343,9 @@ impl Model {
         if qty > c.max_per_request() {
             return refuse("bad_request");
         }
+        if let Some(closed) = c.hours.refusal() {
+            return Err(self.outside_hours(inst, a, user, key, &c, closed));
+        }
         if key.is_none() && self.sold_out.contains(&(a, c.version)) {
             return refuse("sold_out");
         }
@@ -324,27 +353,8 @@ impl Model {
             return refuse("unavailable");
         }
         let layout_ok = self.acts[a].segments.is_none_or(|s| s == c.segments);
-        if let Some(&r) = key
-            .filter(|_| layout_ok)
-            .and_then(|k| self.acts[a].idem.get(&(user, k)))
-        {
-            if self.res[r].state == St::Pending && self.res[r].ran_out {
-                // Being settled (expiry or order lookup): never handed out again.
-                return refuse("unavailable");
-            }
-            if self.res[r].state != St::Released {
-                self.res[r].claimed = true;
-                let act = &self.acts[a];
-                let empty = act.current == Some(c.version) && act.versions[&c.version].left == 0;
-                if c.segments == 1 && empty {
-                    self.sold_out.insert((a, c.version));
-                }
-                self.handles.push(Handle {
-                    res: r,
-                    owned: false,
-                });
-                return Err(Expect::Decision("admitted", Some((r, true))));
-            }
+        if let Some(replayed) = self.replay(a, user, key, &c) {
+            return Err(replayed);
         }
         if self.acts[a].current != Some(c.version) && !self.prewarm(inst, a, &c) {
             return refuse("unavailable");
@@ -366,6 +376,63 @@ impl Model {
             return refuse("sold_out");
         }
         Ok(c)
+    }
+
+    /// The key's reservation, answered again, if it won one that is not released.
+    fn replay(&mut self, a: usize, user: usize, key: Option<u8>, c: &ActConf) -> Option<Expect> {
+        let layout_ok = self.acts[a].segments.is_none_or(|s| s == c.segments);
+        let &r = key
+            .filter(|_| layout_ok)
+            .and_then(|k| self.acts[a].idem.get(&(user, k)))?;
+        if self.res[r].state == St::Pending && self.res[r].ran_out {
+            // Being settled (expiry or order lookup): never handed out again.
+            return Some(Expect::Decision("unavailable", None));
+        }
+        if self.res[r].state == St::Released {
+            return None;
+        }
+        self.res[r].claimed = true;
+        let act = &self.acts[a];
+        let empty = act.current == Some(c.version) && act.versions[&c.version].left == 0;
+        if c.segments == 1 && empty {
+            self.sold_out.insert((a, c.version));
+        }
+        self.handles.push(Handle {
+            res: r,
+            owned: false,
+        });
+        Some(Expect::Decision("admitted", Some((r, true))))
+    }
+
+    /// A purchase outside the sale's hours: refused at once without a key; with one, the
+    /// store is asked replay only (the activity's refusal learned first, a partition never put
+    /// on sale in this layout prewarmed on the way), and the key's reservation answered, or
+    /// the refusal.
+    fn outside_hours(
+        &mut self,
+        inst: usize,
+        a: usize,
+        user: usize,
+        key: Option<u8>,
+        c: &ActConf,
+        closed: &'static str,
+    ) -> Expect {
+        let refuse = |code| Expect::Decision(code, None);
+        if key.is_none() {
+            return refuse(closed);
+        }
+        if self.refused[inst][a] {
+            return refuse("unavailable");
+        }
+        if let Some(replayed) = self.replay(a, user, key, c) {
+            return replayed;
+        }
+        let layout_ok = self.acts[a].segments.is_none_or(|s| s == c.segments);
+        let marked = self.acts[a].current.is_some() && layout_ok;
+        if !marked && !self.prewarm(inst, a, c) {
+            return refuse("unavailable");
+        }
+        refuse(closed)
     }
 
     fn reserve(&mut self, inst: usize, a: usize, user: usize, qty: u64, key: Option<u8>) -> Expect {
@@ -453,6 +520,8 @@ impl ReferenceStateMachine for Model {
             1 => Just(Change::Older),
             2 => (1..=3u32).prop_map(Change::Limit),
             1 => (1..=60i64).prop_map(Change::EndsAt),
+            1 => prop_oneof![Just(Hours::Open), Just(Hours::NotStarted), Just(Hours::Ended)]
+                .prop_map(Change::Hours),
             1 => (1..=3u32).prop_map(Change::Segments),
             1 => Just(Change::Remove),
             1 => Just(Change::ReAdd),
@@ -634,7 +703,11 @@ impl ReferenceStateMachine for Model {
             }
             Op::Prewarm { inst } => {
                 for a in 0..2 {
-                    if let Some(c) = state.conf[inst][a].clone() {
+                    // The background prewarm leaves a sale that is over alone.
+                    if let Some(c) = state.conf[inst][a]
+                        .clone()
+                        .filter(|c| c.hours != Hours::Ended)
+                    {
                         if state.prewarm(inst, a, &c) {
                             state.refused[inst][a] = false;
                         }
@@ -652,6 +725,7 @@ impl ReferenceStateMachine for Model {
                     (Change::Older, Some(c)) => c.version = c.version.saturating_sub(1).max(1),
                     (Change::Limit(l), Some(c)) => c.limit = *l,
                     (Change::EndsAt(d), Some(c)) => c.ends_in_days = *d,
+                    (Change::Hours(h), Some(c)) => c.hours = *h,
                     (Change::Segments(s), Some(c)) => c.segments = *s,
                     (Change::Remove, _) => *conf = None,
                     (Change::ReAdd, None) => {
@@ -759,14 +833,29 @@ activities:
     );
     for (a, c) in conf.iter().enumerate() {
         let Some(c) = c else { continue };
-        let ends = chrono::Utc::now() + chrono::Duration::days(c.ends_in_days);
+        let now = chrono::Utc::now();
+        let (starts, ends) = match c.hours {
+            Hours::Open => (
+                chrono::DateTime::UNIX_EPOCH + chrono::Duration::days(18_262),
+                now + chrono::Duration::days(c.ends_in_days),
+            ),
+            Hours::NotStarted => (
+                now + chrono::Duration::hours(12),
+                now + chrono::Duration::days(c.ends_in_days),
+            ),
+            Hours::Ended => (
+                chrono::DateTime::UNIX_EPOCH + chrono::Duration::days(18_262),
+                now - chrono::Duration::hours(1),
+            ),
+        };
         y.push_str(&format!(
-            "  - {{ id: {}, stock: {}, version: {}, per_user_limit: {}, max_per_request: {}, starts_at: \"2020-01-01T00:00:00Z\", ends_at: \"{}\", hold_secs: 900, segments: {} }}\n",
+            "  - {{ id: {}, stock: {}, version: {}, per_user_limit: {}, max_per_request: {}, starts_at: \"{}\", ends_at: \"{}\", hold_secs: 900, segments: {} }}\n",
             ACTS[a].0,
             ACTS[a].1,
             c.version,
             c.limit,
             c.max_per_request(),
+            starts.format("%Y-%m-%dT%H:%M:%SZ"),
             ends.format("%Y-%m-%dT%H:%M:%SZ"),
             c.segments
         ));
