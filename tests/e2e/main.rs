@@ -10,6 +10,7 @@ mod burst;
 mod decisions;
 mod failures;
 mod hours_review;
+mod hours_review2;
 mod integrity;
 mod integrity_review;
 mod lifecycle;
