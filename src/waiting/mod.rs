@@ -279,8 +279,10 @@ impl WaitingRoom {
         let Some(queue) = activity.queue.as_ref() else {
             return Err(Decision::UnknownActivity);
         };
-        if !activity.queue_open_at(chrono::Utc::now()) && presented.is_none() {
-            return Err(if chrono::Utc::now() >= activity.ends_at {
+        // By Redis's clock (as last read), as the gate judges it.
+        let now = self.store.redis_now();
+        if !activity.queue_open_at(now) && presented.is_none() {
+            return Err(if now >= activity.ends_at {
                 Decision::Ended
             } else {
                 Decision::NotStarted
@@ -402,7 +404,9 @@ impl WaitingRoom {
                     .inc();
             }
         }
-        let ends_in = (activity.ends_at - chrono::Utc::now()).num_seconds().max(0) as u64;
+        let ends_in = (activity.ends_at - self.store.redis_now())
+            .num_seconds()
+            .max(0) as u64;
         Ok((
             Answer {
                 ticket: raw,
