@@ -274,6 +274,11 @@ pub async fn reserve(
         hours: SaleHours::of(activity),
     };
     let mut outcome = attempt(store, home, &call).await?;
+    if outcome == ReserveOutcome::NoStockKey && purchase.replay_only {
+        // Never prewarmed here (or its keys expired): the key won nothing in this partition,
+        // and a replay-only call (outside the hours, or held back) puts nothing on sale.
+        return Ok(Reserve::NotReplayed);
+    }
     if outcome == ReserveOutcome::NoStockKey {
         // Not prewarmed yet (or retired by a newer version): put the configured version on sale
         // (create-once, never a reset; refused if Redis knows better) and try once more.
