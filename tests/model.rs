@@ -405,9 +405,9 @@ impl Model {
     }
 
     /// A purchase outside the sale's hours: refused at once without a key; with one, the
-    /// store is asked replay only (the activity's refusal learned first, a partition never put
-    /// on sale in this layout prewarmed on the way), and the key's reservation answered, or
-    /// the refusal.
+    /// store is asked replay only (the activity's refusal learned first; a partition never put
+    /// on sale in this layout is not prewarmed), and the key's reservation answered, or the
+    /// refusal.
     fn outside_hours(
         &mut self,
         inst: usize,
@@ -427,11 +427,8 @@ impl Model {
         if let Some(replayed) = self.replay(a, user, key, c) {
             return replayed;
         }
-        let layout_ok = self.acts[a].segments.is_none_or(|s| s == c.segments);
-        let marked = self.acts[a].current.is_some() && layout_ok;
-        if !marked && !self.prewarm(inst, a, c) {
-            return refuse("unavailable");
-        }
+        // A partition never put on sale in this layout is not prewarmed on the way: the key
+        // won nothing there.
         refuse(closed)
     }
 
