@@ -69,6 +69,12 @@ pub trait StockPort: Send + Sync {
     fn now(&self) -> DateTime<Utc> {
         Utc::now()
     }
+
+    /// Whether [`StockPort::now`] is the store's clock (read at least once), not a guess: until
+    /// it is, nothing is forwarded unreserved, as nothing would judge its hours.
+    fn knows_the_clock(&self) -> bool {
+        true
+    }
 }
 
 /// The rules one configuration generation gives admission: the settings and its buckets.
@@ -320,7 +326,8 @@ impl Admission {
             // Never unreserved past a waiting room that held the buyer back.
             Err(Decision::StoreUnavailable)
                 if activity.on_store_failure == StoreFailurePolicy::Passthrough
-                    && replay_only.is_none() =>
+                    && replay_only.is_none()
+                    && self.stock.knows_the_clock() =>
             {
                 match rules.policy.pass_through(&activity.id, &self.metrics) {
                     PassthroughOutcome::Forwarded => Ok(Admitted::Passthrough),

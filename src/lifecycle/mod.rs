@@ -411,6 +411,10 @@ impl StockPort for Arc<Lifecycle> {
         self.store.redis_now()
     }
 
+    fn knows_the_clock(&self) -> bool {
+        self.store.clock_known()
+    }
+
     fn sold_out(&self, activity: &Activity) {
         news::publish(
             &self.store,

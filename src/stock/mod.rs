@@ -210,6 +210,12 @@ impl StockStore {
         self.clock.offset_ms()
     }
 
+    /// Whether Redis's clock was read at least once (else [`StockStore::redis_now`] is the
+    /// local clock).
+    pub fn clock_known(&self) -> bool {
+        self.clock.known()
+    }
+
     /// Reads Redis's `TIME` and learns its offset from the local clock.
     pub async fn read_clock(&self) -> Result<i64, StoreError> {
         let sent = chrono::Utc::now();
