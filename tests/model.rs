@@ -776,7 +776,8 @@ static WORLD: LazyLock<World> = LazyLock::new(|| {
         )
         .with_test_writer()
         .try_init();
-    let redis = RedisServer::start_durable();
+    // Statics are never dropped: both are killed when the test process exits.
+    let redis = RedisServer::start_durable().reaped_at_exit();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -791,7 +792,7 @@ static WORLD: LazyLock<World> = LazyLock::new(|| {
         redis: Mutex::new(redis),
         conn: Mutex::new(None),
         redis_url,
-        upstream: Upstream::start(),
+        upstream: Upstream::start().reaped_at_exit(),
         runtime,
         store,
     }

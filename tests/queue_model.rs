@@ -57,7 +57,8 @@ struct Fixture {
 }
 
 static FIXTURE: LazyLock<Fixture> = LazyLock::new(|| {
-    let redis = RedisServer::start();
+    // Statics are never dropped: killed when the test process exits.
+    let redis = RedisServer::start().reaped_at_exit();
     let store = Arc::new(stock_store(redis.url(), vec![], Duration::from_secs(2)));
     Fixture {
         redis,

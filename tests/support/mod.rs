@@ -188,6 +188,31 @@ pub struct RedisServer {
     /// `appendfsync` of an append-only file; `None`: no persistence.
     fsync: Option<&'static str>,
     child: Option<Child>,
+    /// Killed when the test process exits (see [`reap_at_exit`]), every spawn.
+    reaped: bool,
+}
+
+/// A process held in a `static` is never dropped: it would outlive the test binary. This
+/// watches the test process and, once it is gone, kills `pid` (if it is still the process
+/// whose command line names `mark`, not a pid reused since) and removes `dir`. The watcher is a
+/// `sh` loop polling twice a second; it ends with the test process.
+// Never waited for: it outlives the test process by design (then init reaps it).
+#[allow(clippy::zombie_processes)]
+pub fn reap_at_exit(pid: u32, mark: &str, dir: Option<&Path>) {
+    let script = r#"while kill -0 "$1" 2>/dev/null; do sleep 0.5; done
+if grep -qaF -- "$3" "/proc/$2/cmdline" 2>/dev/null; then kill -9 "$2"; fi
+if [ -n "$4" ]; then rm -rf -- "$4"; fi"#;
+    Command::new("sh")
+        .args(["-c", script, "sh"])
+        .arg(std::process::id().to_string())
+        .arg(pid.to_string())
+        .arg(mark)
+        .arg(dir.map(|d| d.as_os_str().to_owned()).unwrap_or_default())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("sh starts");
 }
 
 impl RedisServer {
@@ -222,9 +247,24 @@ impl RedisServer {
             dir: tempfile::tempdir().expect("temp dir"),
             fsync,
             child: None,
+            reaped: false,
         };
         server.spawn();
         server
+    }
+
+    /// For a server held in a `static`: killed (and its dir removed) when the test process
+    /// exits, after a restart too.
+    pub fn reaped_at_exit(mut self) -> Self {
+        self.reaped = true;
+        self.reap();
+        self
+    }
+
+    fn reap(&self) {
+        if let Some(pid) = self.pid() {
+            reap_at_exit(pid, &self.port.to_string(), Some(self.dir.path()));
+        }
     }
 
     fn spawn(&mut self) {
@@ -248,6 +288,9 @@ impl RedisServer {
             .spawn()
             .expect("redis-server must be installed (scripts/test installs it)");
         self.child = Some(child);
+        if self.reaped {
+            self.reap();
+        }
         let client = self.client();
         wait_for("redis-server to answer PING", STARTUP_DEADLINE, || {
             let mut conn = client.get_connection().ok()?;
@@ -454,6 +497,12 @@ impl Upstream {
             std::net::TcpStream::connect(addr).ok()
         });
         Upstream { addr, child }
+    }
+
+    /// For an upstream held in a `static`: killed when the test process exits.
+    pub fn reaped_at_exit(self) -> Self {
+        reap_at_exit(self.child.id(), &self.addr.to_string(), None);
+        self
     }
 
     /// Requests received, oldest first, excluding control requests.
