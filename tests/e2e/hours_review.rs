@@ -5,41 +5,6 @@ use crate::queue_support::{buy as queue_buy, poll, take_ticket, wait_state, TICK
 use crate::support::*;
 use std::time::Duration;
 
-fn libfaketime() -> String {
-    std::fs::read_dir("/usr/lib")
-        .unwrap()
-        .filter_map(|d| d.ok())
-        .map(|d| d.path().join("faketime/libfaketime.so.1"))
-        .find(|p| p.exists())
-        .expect("libfaketime (Debian package faketime) is needed")
-        .to_str()
-        .unwrap()
-        .to_owned()
-}
-
-fn at(offset: chrono::Duration) -> &'static str {
-    Box::leak(
-        (chrono::Utc::now() + offset)
-            .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
-            .into_boxed_str(),
-    )
-}
-
-fn skewed(config: &TestConfig, offset: &str) -> GatewayProc {
-    let faketime = libfaketime();
-    let mut c = config.clone();
-    c.listen_port = free_port();
-    c.admin_port = free_port();
-    GatewayProc::start_with_env(
-        c,
-        &[
-            ("LD_PRELOAD", faketime.as_str()),
-            ("FAKETIME", offset),
-            ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
-        ],
-    )
-}
-
 /// Segmented stock, home segments short of a 2-unit purchase: a gateway two hours slow pulls
 /// units across segments after the close (and one two hours fast before the opening). The
 /// script refuses the reserve; the deposited transfers must land, nothing stays in flight, and
@@ -62,18 +27,18 @@ async fn skewed_gateways_pulling_across_segments_outside_the_hours_lose_no_unit(
         vec![
             seg(
                 "over",
-                at(chrono::Duration::hours(-3)),
-                at(chrono::Duration::minutes(-10)),
+                from_now(chrono::Duration::hours(-3)),
+                from_now(chrono::Duration::minutes(-10)),
             ),
             seg(
                 "later",
-                at(chrono::Duration::hours(1)),
-                at(chrono::Duration::hours(5)),
+                from_now(chrono::Duration::hours(1)),
+                from_now(chrono::Duration::hours(5)),
             ),
         ],
     );
-    let slow = skewed(&config, "-2h");
-    let fast = skewed(&config, "+2h");
+    let slow = GatewayProc::start_skewed(&config, "-2h");
+    let fast = GatewayProc::start_skewed(&config, "+2h");
     let right = GatewayProc::start(config.clone());
     for i in 0..24 {
         let user = format!("u{i}");
@@ -116,10 +81,10 @@ async fn skewed_gateways_pulling_across_segments_outside_the_hours_lose_no_unit(
 async fn a_slow_gateways_waiting_room_holds_back_a_buyer_whose_turn_came_by_redis_clock() {
     let redis = RedisServer::start();
     let upstream = Upstream::start();
-    let opens = at(chrono::Duration::hours(-3));
+    let opens = from_now(chrono::Duration::hours(-3));
     let activity = TestActivity {
-        starts_at: at(chrono::Duration::seconds(-30)),
-        ends_at: at(chrono::Duration::hours(4)),
+        starts_at: from_now(chrono::Duration::seconds(-30)),
+        ends_at: from_now(chrono::Duration::hours(4)),
         queue: Some(format!(
             "{{ admit_per_second: 5, admission_window_secs: 3, opens_at: \"{opens}\" }}"
         )),
@@ -127,7 +92,7 @@ async fn a_slow_gateways_waiting_room_holds_back_a_buyer_whose_turn_came_by_redi
     };
     let config = TestConfig::new(&redis, &upstream, vec![activity]);
     let right = GatewayProc::start(config.clone());
-    let slow = skewed(&config, "-2h");
+    let slow = GatewayProc::start_skewed(&config, "-2h");
     let (ticket, _) = take_ticket(&right, "wq", "alice").await;
     wait_state(&right, "wq", "alice", &ticket, "your_turn").await;
     let at_slow = queue_buy(&slow, "wq", "alice", Some(&ticket)).await;
@@ -159,12 +124,12 @@ async fn a_replay_of_a_won_purchase_answers_after_the_close_whatever_the_gateway
     let redis = RedisServer::start();
     let upstream = Upstream::start();
     let closing = TestActivity {
-        ends_at: at(chrono::Duration::seconds(4)),
+        ends_at: from_now(chrono::Duration::seconds(4)),
         ..TestActivity::explicit("closing", 5, 900)
     };
     let config = TestConfig::new(&redis, &upstream, vec![closing]);
     let right = GatewayProc::start(config.clone());
-    let slow = skewed(&config, "-2h");
+    let slow = GatewayProc::start_skewed(&config, "-2h");
     let won = crate::integrity::buy_keyed(&right, "closing", "alice", "k-1").await;
     assert_eq!(won.status, 200, "{}", String::from_utf8_lossy(&won.body));
     let jti = won.reservation_id();
@@ -199,14 +164,14 @@ async fn passthrough_on_a_slow_gateway_forwards_purchases_after_the_close() {
     let redis = RedisServer::start();
     let upstream = Upstream::start();
     let over = TestActivity {
-        starts_at: at(chrono::Duration::hours(-3)),
-        ends_at: at(chrono::Duration::minutes(-10)),
+        starts_at: from_now(chrono::Duration::hours(-3)),
+        ends_at: from_now(chrono::Duration::minutes(-10)),
         on_store_failure: Some("passthrough"),
         ..TestActivity::open("ptover", 5)
     };
     let mut config = TestConfig::new(&redis, &upstream, vec![over]);
     config.extra_rate_limits_yaml = "  passthrough: { per_second: 10, burst: 10 }\n".into();
-    let slow = skewed(&config, "-2h");
+    let slow = GatewayProc::start_skewed(&config, "-2h");
     assert_eq!(
         slow.admin_post("/v1/breaker/open").await.json()["mode"],
         "forced_open"
@@ -230,14 +195,14 @@ async fn a_fast_gateway_hands_out_queue_tickets_before_the_room_opens_by_redis_c
     let redis = RedisServer::start();
     let upstream = Upstream::start();
     let activity = TestActivity {
-        starts_at: at(chrono::Duration::hours(1)),
-        ends_at: at(chrono::Duration::hours(5)),
+        starts_at: from_now(chrono::Duration::hours(1)),
+        ends_at: from_now(chrono::Duration::hours(5)),
         queue: Some("{ admit_per_second: 5, admission_window_secs: 30 }".into()),
         ..TestActivity::open("early", 5)
     };
     let config = TestConfig::new(&redis, &upstream, vec![activity]);
     let right = GatewayProc::start(config.clone());
-    let fast = skewed(&config, "+2h");
+    let fast = GatewayProc::start_skewed(&config, "+2h");
     let on_time = queue_buy(&right, "early", "bob", None).await;
     assert_eq!(on_time.code(), "not_started");
     let early = queue_buy(&fast, "early", "mallory", None).await;

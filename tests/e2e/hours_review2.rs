@@ -4,41 +4,6 @@
 use crate::queue_support::{buy as queue_buy, take_ticket};
 use crate::support::*;
 
-fn libfaketime() -> String {
-    std::fs::read_dir("/usr/lib")
-        .unwrap()
-        .filter_map(|d| d.ok())
-        .map(|d| d.path().join("faketime/libfaketime.so.1"))
-        .find(|p| p.exists())
-        .expect("libfaketime (Debian package faketime) is needed")
-        .to_str()
-        .unwrap()
-        .to_owned()
-}
-
-fn at(offset: chrono::Duration) -> &'static str {
-    Box::leak(
-        (chrono::Utc::now() + offset)
-            .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
-            .into_boxed_str(),
-    )
-}
-
-fn skewed(config: &TestConfig, offset: &str) -> GatewayProc {
-    let faketime = libfaketime();
-    let mut c = config.clone();
-    c.listen_port = free_port();
-    c.admin_port = free_port();
-    GatewayProc::start_with_env(
-        c,
-        &[
-            ("LD_PRELOAD", faketime.as_str()),
-            ("FAKETIME", offset),
-            ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
-        ],
-    )
-}
-
 /// `GET /flashgate/queue/{activity}` without a ticket still judges the room's hours by the
 /// gateway's own clock (src/waiting/mod.rs `poll`): a gateway two hours slow answers
 /// `not_started` an hour after the room opened by Redis's clock, while a purchase at the same
@@ -47,17 +12,17 @@ fn skewed(config: &TestConfig, offset: &str) -> GatewayProc {
 async fn a_slow_gateways_poll_refuses_a_room_open_by_redis_clock() {
     let redis = RedisServer::start();
     let upstream = Upstream::start();
-    let opens = at(chrono::Duration::hours(-1));
+    let opens = from_now(chrono::Duration::hours(-1));
     let activity = TestActivity {
-        starts_at: at(chrono::Duration::hours(1)),
-        ends_at: at(chrono::Duration::hours(5)),
+        starts_at: from_now(chrono::Duration::hours(1)),
+        ends_at: from_now(chrono::Duration::hours(5)),
         queue: Some(format!(
             "{{ admit_per_second: 5, admission_window_secs: 30, opens_at: \"{opens}\" }}"
         )),
         ..TestActivity::open("pollq", 5)
     };
     let config = TestConfig::new(&redis, &upstream, vec![activity]);
-    let slow = skewed(&config, "-2h");
+    let slow = GatewayProc::start_skewed(&config, "-2h");
     // The purchase route: judged by Redis's clock, a ticket.
     let (_ticket, _) = take_ticket(&slow, "pollq", "alice").await;
     // The poll route, no ticket (a browser landing on the waiting page): judged by the local
@@ -81,14 +46,14 @@ async fn a_fast_gateways_ticket_cookie_lives_until_the_close_by_redis_clock() {
     let redis = RedisServer::start();
     let upstream = Upstream::start();
     let activity = TestActivity {
-        starts_at: at(chrono::Duration::minutes(-1)),
-        ends_at: at(chrono::Duration::hours(1)),
+        starts_at: from_now(chrono::Duration::minutes(-1)),
+        ends_at: from_now(chrono::Duration::hours(1)),
         queue: Some("{ admit_per_second: 1, admission_window_secs: 30 }".into()),
         ..TestActivity::open("cookieq", 50)
     };
     let config = TestConfig::new(&redis, &upstream, vec![activity]);
     let right = GatewayProc::start(config.clone());
-    let fast = skewed(&config, "+2h");
+    let fast = GatewayProc::start_skewed(&config, "+2h");
     let max_age = |r: &HttpResponse| -> i64 {
         let cookie = r.header("set-cookie").unwrap_or_default().to_owned();
         cookie
@@ -135,8 +100,8 @@ async fn a_keyed_retry_past_the_key_retention_is_told_ended() {
     let redis = RedisServer::start();
     let upstream = Upstream::start();
     let long_over = TestActivity {
-        starts_at: at(chrono::Duration::hours(-3)),
-        ends_at: at(chrono::Duration::minutes(-10)),
+        starts_at: from_now(chrono::Duration::hours(-3)),
+        ends_at: from_now(chrono::Duration::minutes(-10)),
         ..TestActivity::open("longover", 5)
     };
     let mut config = TestConfig::new(&redis, &upstream, vec![long_over]);
@@ -167,8 +132,8 @@ async fn a_keyed_retry_after_the_close_never_puts_an_ended_sale_on_sale() {
     let redis = RedisServer::start();
     let upstream = Upstream::start();
     let over = TestActivity {
-        starts_at: at(chrono::Duration::hours(-3)),
-        ends_at: at(chrono::Duration::minutes(-10)),
+        starts_at: from_now(chrono::Duration::hours(-3)),
+        ends_at: from_now(chrono::Duration::minutes(-10)),
         ..TestActivity::open("overk", 5)
     };
     let config = TestConfig::new(&redis, &upstream, vec![over]);
@@ -193,8 +158,8 @@ async fn passthrough_on_a_slow_gateway_that_never_read_redis_clock_forwards_afte
     let mut redis = RedisServer::start();
     let upstream = Upstream::start();
     let over = TestActivity {
-        starts_at: at(chrono::Duration::hours(-3)),
-        ends_at: at(chrono::Duration::minutes(-10)),
+        starts_at: from_now(chrono::Duration::hours(-3)),
+        ends_at: from_now(chrono::Duration::minutes(-10)),
         on_store_failure: Some("passthrough"),
         ..TestActivity::open("ptnever", 5)
     };

@@ -49,19 +49,6 @@ pub(super) fn record(redis: &RedisServer, tag: &str, jti: &str) -> Option<String
         .unwrap()
 }
 
-/// libfaketime's path: a gateway started with it preloaded runs on a clock of the test's choosing.
-fn libfaketime() -> String {
-    std::fs::read_dir("/usr/lib")
-        .unwrap()
-        .filter_map(|d| d.ok())
-        .map(|d| d.path().join("faketime/libfaketime.so.1"))
-        .find(|p| p.exists())
-        .expect("libfaketime (Debian package faketime) is needed: scripts/ensure-deps installs it")
-        .to_str()
-        .unwrap()
-        .to_owned()
-}
-
 pub(super) fn redis_ms(redis: &RedisServer) -> u64 {
     let (s, us): (u64, u64) = redis::cmd("TIME").query(&mut redis.conn()).unwrap();
     s * 1000 + us / 1000
@@ -345,8 +332,6 @@ async fn a_replay_past_its_hold_deadline_is_not_handed_out_again() {
 async fn holds_and_sweeps_keep_to_redis_time_whatever_the_gateways_clocks_say() {
     // #12 defect 7: the deadline came from the reserving gateway's clock and the expiry from
     // the sweeping one's: an instance two hours fast cut every hold short.
-    let faketime = libfaketime();
-    let faketime = faketime.as_str();
     let redis = RedisServer::start();
     let upstream = Upstream::start();
     let config = TestConfig::new(
@@ -358,17 +343,7 @@ async fn holds_and_sweeps_keep_to_redis_time_whatever_the_gateways_clocks_say() 
         ],
     );
     let right = GatewayProc::start(config.clone());
-    let mut fast_config = config;
-    fast_config.listen_port = free_port();
-    fast_config.admin_port = free_port();
-    let fast = GatewayProc::start_with_env(
-        fast_config,
-        &[
-            ("LD_PRELOAD", faketime),
-            ("FAKETIME", "+2h"),
-            ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
-        ],
-    );
+    let fast = GatewayProc::start_skewed(&config, "+2h");
     let long = right.buy("long", "alice", None).await.reservation_id();
     let long_fast = fast.buy("long", "bob", None).await.reservation_id();
     let short = right.buy("short", "carol", None).await.reservation_id();
@@ -404,38 +379,21 @@ async fn the_sales_hours_keep_to_redis_time_whatever_the_gateways_clocks_say() {
     // A gateway two hours fast thinks a sale that opens in an hour is open; one two hours slow
     // thinks a sale that closed ten minutes ago still is. Each checks its own clock first, but
     // the reserve script judges the hours by Redis's: neither sells a unit outside them.
-    let faketime = libfaketime();
     let redis = RedisServer::start();
     let upstream = Upstream::start();
-    let at = |offset: chrono::Duration| -> &'static str {
-        Box::leak((chrono::Utc::now() + offset).to_rfc3339().into_boxed_str())
-    };
     let later = TestActivity {
-        starts_at: at(chrono::Duration::hours(1)),
-        ends_at: at(chrono::Duration::hours(5)),
+        starts_at: from_now(chrono::Duration::hours(1)),
+        ends_at: from_now(chrono::Duration::hours(5)),
         ..TestActivity::open("later", 5)
     };
     let over = TestActivity {
-        starts_at: at(chrono::Duration::hours(-3)),
-        ends_at: at(chrono::Duration::minutes(-10)),
+        starts_at: from_now(chrono::Duration::hours(-3)),
+        ends_at: from_now(chrono::Duration::minutes(-10)),
         ..TestActivity::open("over", 5)
     };
     let config = TestConfig::new(&redis, &upstream, vec![later, over]);
-    let skewed = |offset: &str| {
-        let mut c = config.clone();
-        c.listen_port = free_port();
-        c.admin_port = free_port();
-        GatewayProc::start_with_env(
-            c,
-            &[
-                ("LD_PRELOAD", faketime.as_str()),
-                ("FAKETIME", offset),
-                ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
-            ],
-        )
-    };
-    let fast = skewed("+2h");
-    let slow = skewed("-2h");
+    let fast = GatewayProc::start_skewed(&config, "+2h");
+    let slow = GatewayProc::start_skewed(&config, "-2h");
     let right = GatewayProc::start(config.clone());
     for (gw, activity, code, status) in [
         (&fast, "later", "not_started", 403),

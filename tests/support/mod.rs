@@ -782,6 +782,29 @@ pub struct GatewayProc {
     child: Option<Child>,
 }
 
+/// libfaketime's path: a process started with it preloaded runs on a clock of the test's
+/// choosing (see [`GatewayProc::start_skewed`]).
+pub fn libfaketime() -> String {
+    std::fs::read_dir("/usr/lib")
+        .unwrap()
+        .filter_map(|d| d.ok())
+        .map(|d| d.path().join("faketime/libfaketime.so.1"))
+        .find(|p| p.exists())
+        .expect("libfaketime (Debian package faketime) is needed: scripts/ensure-deps installs it")
+        .to_str()
+        .unwrap()
+        .to_owned()
+}
+
+/// Now plus `offset`, in RFC 3339 (whole seconds), for a [`TestActivity`]'s times.
+pub fn from_now(offset: chrono::Duration) -> &'static str {
+    Box::leak(
+        (chrono::Utc::now() + offset)
+            .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+            .into_boxed_str(),
+    )
+}
+
 pub fn flashgate_bin() -> &'static str {
     env!("CARGO_BIN_EXE_flashgate")
 }
@@ -810,6 +833,23 @@ impl GatewayProc {
         gw.spawn();
         gw.wait_ready();
         gw
+    }
+
+    /// Starts another gateway with `config` on ports of its own, its clock `offset` off
+    /// (libfaketime's `FAKETIME`, e.g. `"+2h"`; monotonic time is left alone).
+    pub fn start_skewed(config: &TestConfig, offset: &str) -> Self {
+        let faketime = libfaketime();
+        let mut config = config.clone();
+        config.listen_port = free_port();
+        config.admin_port = free_port();
+        Self::start_with_env(
+            config,
+            &[
+                ("LD_PRELOAD", faketime.as_str()),
+                ("FAKETIME", offset),
+                ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
+            ],
+        )
     }
 
     /// Starts `serve --upgrade` with this gateway's configuration: the new process waits on the
