@@ -48,17 +48,11 @@ impl Maintenance {
             return;
         }
         self.check_eviction_policy().await;
-        let before = gw.store.clock_offset_ms();
-        match gw.store.read_clock().await {
-            Ok(offset) if (offset - before).abs() > 1000 => tracing::warn!(
-                offset_ms = offset,
-                "Redis's clock is {offset} ms off this gateway's: sale hours are judged by Redis's"
-            ),
-            Ok(_) => {}
-            Err(e) => tracing::warn!(error = %e, "Redis's clock not read"),
+        if let Err(e) = gw.store.read_clock().await {
+            tracing::warn!(error = %e, "Redis's clock not read");
         }
         for activity in gw.settings().activities.iter() {
-            let window = activity.window_at(gw.store.redis_now());
+            let window = activity.window_at(gw.store.clock().now());
             if window == SaleWindow::Ended {
                 continue;
             }

@@ -408,11 +408,11 @@ impl StockPort for Arc<Lifecycle> {
     }
 
     fn now(&self) -> chrono::DateTime<chrono::Utc> {
-        self.store.redis_now()
+        self.store.clock().now()
     }
 
     fn knows_the_clock(&self) -> bool {
-        self.store.clock_known()
+        self.store.clock().known()
     }
 
     fn sold_out(&self, activity: &Activity) {

@@ -200,29 +200,27 @@ impl StockStore {
         })
     }
 
-    /// Redis's clock now, as last read (see [`clock`]).
-    pub fn redis_now(&self) -> chrono::DateTime<chrono::Utc> {
-        self.clock.now()
+    /// Redis's clock as last read (see [`clock`]).
+    pub fn clock(&self) -> &clock::RedisClock {
+        &self.clock
     }
 
-    /// Redis's clock minus the local clock (ms), as last read.
-    pub fn clock_offset_ms(&self) -> i64 {
-        self.clock.offset_ms()
-    }
-
-    /// Whether Redis's clock was read at least once (else [`StockStore::redis_now`] is the
-    /// local clock).
-    pub fn clock_known(&self) -> bool {
-        self.clock.known()
-    }
-
-    /// Reads Redis's `TIME` and learns its offset from the local clock.
-    pub async fn read_clock(&self) -> Result<i64, StoreError> {
+    /// Reads Redis's `TIME` and learns its offset from the local clock; says so in the log
+    /// when it moved by more than a second (the first read of a clock far off included).
+    pub async fn read_clock(&self) -> Result<(), StoreError> {
+        let before = self.clock.known().then(|| self.clock.offset_ms());
         let sent = chrono::Utc::now();
         let (secs, micros): (i64, i64) = self.query(StoreOp::Read, &redis::cmd("TIME")).await?;
         self.clock
             .learn(secs * 1000 + micros / 1000, sent, chrono::Utc::now());
-        Ok(self.clock.offset_ms())
+        let offset = self.clock.offset_ms();
+        if (offset - before.unwrap_or(0)).abs() > 1000 {
+            tracing::warn!(
+                offset_ms = offset,
+                "Redis's clock is {offset} ms off this gateway's: sale hours are judged by Redis's"
+            );
+        }
+        Ok(())
     }
 
     pub fn keys(&self) -> &KeyLayout {
@@ -326,7 +324,8 @@ impl StockStore {
         result
     }
 
-    /// Whether the store answers and every script is loaded (loading them if not). A connection
+    /// Whether the store answers, every script is loaded (loading them if not), and Redis's
+    /// clock was read at least once. A connection
     /// that broke while Redis was away fails once before it reconnects; readiness tries again
     /// then, so a probe does not report a Redis that is back as down.
     pub async fn ready(&self) -> Result<(), StoreError> {
@@ -335,7 +334,13 @@ impl StockStore {
                 self.ready_once().await
             }
             other => other,
+        }?;
+        // Not ready before Redis's clock is known: until then the sale's hours would be judged
+        // by this gateway's own clock.
+        if !self.clock.known() {
+            self.read_clock().await?;
         }
+        Ok(())
     }
 
     async fn ready_once(&self) -> Result<(), StoreError> {

@@ -242,7 +242,7 @@ impl WaitingRoom {
         let Some(queue) = activity.queue.as_ref() else {
             return Gate::Pass;
         };
-        if !activity.queue_open_at(self.store.redis_now()) {
+        if !activity.queue_open_at(self.store.clock().now()) {
             return Gate::Pass;
         }
         let key = &settings.signing.ticket_key;
@@ -280,7 +280,7 @@ impl WaitingRoom {
             return Err(Decision::UnknownActivity);
         };
         // By Redis's clock (as last read), as the gate judges it.
-        let now = self.store.redis_now();
+        let now = self.store.clock().now();
         if !activity.queue_open_at(now) && presented.is_none() {
             return Err(if now >= activity.ends_at {
                 Decision::Ended
@@ -404,7 +404,7 @@ impl WaitingRoom {
                     .inc();
             }
         }
-        let ends_in = (activity.ends_at - self.store.redis_now())
+        let ends_in = (activity.ends_at - self.store.clock().now())
             .num_seconds()
             .max(0) as u64;
         Ok((
