@@ -116,8 +116,8 @@ pub struct Checked {
     user: String,
     qty: u32,
     idempotency_key: Option<String>,
-    /// Set when something in front (the waiting room) refused a new purchase: only the
-    /// idempotency key's reservation may be handed out, else this refusal.
+    /// Set when a new purchase is refused (outside the sale's hours, or by the waiting room):
+    /// only the idempotency key's reservation may be handed out, else this refusal.
     replay_only: Option<Decision>,
     /// The activity's token is taken after the waiting room (see [`Admission::after_queue`]).
     activity_token_due: bool,
@@ -228,7 +228,7 @@ impl Admission {
             SaleWindow::Ended => Some(Decision::Ended),
             SaleWindow::Open => None,
         };
-        // Outside the sale's hours (by this gateway's clock) nothing new is sold, but a purchase
+        // Outside the sale's hours (by Redis's clock as last read) nothing new is sold, but a purchase
         // already won is still its buyer's: a retry with its Idempotency-Key goes to Redis
         // replay only, and gets its reservation back or this refusal (after the per-user bucket,
         // so hammering a closed sale costs Redis no more than an open one).
@@ -340,8 +340,8 @@ impl Admission {
 
     /// Reserves through the stock port (the buyer's home segment, pulling from the others when
     /// it runs short) and turns its outcome into a reservation or a decision. `held_back`: the
-    /// refusal of the waiting room that held the buyer back (the purchase is then replay-only),
-    /// answered when the key won nothing.
+    /// refusal of a new purchase (outside the hours, or by the waiting room; the purchase is
+    /// then replay-only), answered when the key won nothing.
     async fn reserve(
         &self,
         settings: &Settings,
@@ -415,7 +415,7 @@ impl Admission {
                 }
                 Err(Decision::Unavailable)
             }
-            // Only a replay-only purchase is answered so, and only a held-back one is made.
+            // Answered only to a replay-only purchase, made only when a new one was refused.
             Reserve::NotReplayed => Err(held_back.unwrap_or(Decision::Unavailable)),
             // The gateway's clock said open, Redis's did not: Redis's is the one that counts.
             Reserve::NotStarted => Err(Decision::NotStarted),
