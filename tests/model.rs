@@ -135,6 +135,11 @@ struct Res {
     ran_out: bool,
     /// Its keys expired with the activity's retention: nothing left to check.
     gone: bool,
+    /// Its fence: moved by every forward (the reserve, each replay) and every hand-out to an
+    /// order lookup; a lookup's "not found" releases it only if nothing moved since.
+    gen: u64,
+    /// Who released it, once released.
+    released_by: Option<&'static str>,
 }
 
 /// One request that got a reservation (made, or replayed to it).
@@ -142,6 +147,20 @@ struct Res {
 struct Handle {
     res: usize,
     owned: bool,
+    /// Its forward is at the backend (sent, not answered): sent and answered are two steps,
+    /// with any other operation between them.
+    open: bool,
+    /// The reservation's fence when this request was forwarded.
+    gen: u64,
+}
+
+/// A reservation a sweep handed out to ask the backend about (order lookup), answer pending.
+#[derive(Clone, Debug)]
+struct LookupOut {
+    res: usize,
+    /// The fence the hand-out set.
+    gen: u64,
+    open: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -160,6 +179,8 @@ struct ActModel {
     versions: BTreeMap<u64, Version>,
     held: BTreeMap<usize, u64>,
     idem: BTreeMap<(usize, u8), usize>,
+    /// The newest version ever claimed: outlives the retention (the one key that never expires).
+    floor: Option<u64>,
 }
 
 /// What an operation is expected to answer.
@@ -179,6 +200,7 @@ struct Model {
     acts: [ActModel; 2],
     res: Vec<Res>,
     handles: Vec<Handle>,
+    lookups: Vec<LookupOut>,
     /// The activities each instance remembers as refused by Redis.
     refused: [[bool; 2]; INSTANCES],
     /// The sold-out cache (shared: news reach every instance at once in this model).
@@ -227,6 +249,12 @@ enum Op {
     LostReply {
         handle: usize,
     },
+    /// The forward ended without the backend's answer (a timeout, a broken connection): the
+    /// gateway asks for the reservation to be settled (order lookup) as soon as no forward of
+    /// it can still be at the backend.
+    TimedOut {
+        handle: usize,
+    },
     /// The abandon of a timed-out reserve lands before the reserve itself.
     LateReserve {
         inst: usize,
@@ -244,9 +272,19 @@ enum Op {
     HoldRunsOut {
         res: usize,
     },
+    /// A sweep without an order lookup: what is due and past its hold deadline expires.
     Sweep {
         inst: usize,
-        lookup: Option<Lookup>,
+    },
+    /// A sweep with an order lookup hands what is due out to ask the backend about (the
+    /// answers land later, one by one).
+    HandOut {
+        inst: usize,
+    },
+    /// The backend's answer to one lookup handed out earlier lands.
+    LookupAnswer {
+        lookup: usize,
+        answer: Lookup,
     },
     Prewarm {
         inst: usize,
@@ -277,6 +315,7 @@ impl Model {
             acts: Default::default(),
             res: Vec::new(),
             handles: Vec::new(),
+            lookups: Vec::new(),
             refused: [[false; 2]; INSTANCES],
             sold_out: BTreeSet::new(),
             expect: Expect::Nothing,
@@ -289,10 +328,11 @@ impl Model {
 
     /// Units go back to their version if it is still on sale, else are retired; the
     /// instance's sold-out mark of that version is cleared either way.
-    fn give_back(&mut self, r: usize) {
+    fn give_back(&mut self, r: usize, by: &'static str) {
         let res = self.res[r].clone();
         self.res[r].state = St::Released;
         self.res[r].due = false;
+        self.res[r].released_by = Some(by);
         let act = &mut self.acts[res.act];
         *act.held.entry(res.user).or_default() -= res.qty;
         if act.current == Some(res.version) {
@@ -305,12 +345,19 @@ impl Model {
     /// recorded another segment count or a newer version; else the version goes on sale.
     fn prewarm(&mut self, inst: usize, a: usize, c: &ActConf) -> bool {
         let act = &mut self.acts[a];
+        // The floor outlives the keys: a version once claimed never sells again after they
+        // expired (a new version sells afresh), and an older one never.
+        let below_floor = act
+            .floor
+            .is_some_and(|f| c.version < f || (c.version == f && act.current.is_none()));
         let refused = act.segments.is_some_and(|s| s != c.segments)
-            || act.current.is_some_and(|cur| c.version < cur);
+            || act.current.is_some_and(|cur| c.version < cur)
+            || below_floor;
         if refused {
             self.refused[inst][a] = true;
             return false;
         }
+        act.floor = act.floor.max(Some(c.version));
         act.segments = Some(c.segments);
         if act.current != Some(c.version) {
             act.current = Some(c.version);
@@ -392,6 +439,12 @@ impl Model {
             return None;
         }
         self.res[r].claimed = true;
+        if self.res[r].state == St::Pending {
+            // Forwarded again: the fence moves, and it is not due while this forward is out.
+            self.res[r].gen += 1;
+            self.res[r].due = false;
+        }
+        let gen = self.res[r].gen;
         let act = &self.acts[a];
         let empty = act.current == Some(c.version) && act.versions[&c.version].left == 0;
         if c.segments == 1 && empty {
@@ -400,6 +453,8 @@ impl Model {
         self.handles.push(Handle {
             res: r,
             owned: false,
+            open: true,
+            gen,
         });
         Some(Expect::Decision("admitted", Some((r, true))))
     }
@@ -459,10 +514,14 @@ impl Model {
             due: false,
             ran_out: false,
             gone: false,
+            gen: 1,
+            released_by: None,
         });
         self.handles.push(Handle {
             res: r,
             owned: true,
+            open: true,
+            gen: 1,
         });
         Expect::Decision("admitted", Some((r, false)))
     }
@@ -523,11 +582,6 @@ impl ReferenceStateMachine for Model {
             1 => Just(Change::Remove),
             1 => Just(Change::ReAdd),
         ];
-        let lookup = proptest::option::of(prop_oneof![
-            Just(Lookup::Found),
-            Just(Lookup::NotFound),
-            Just(Lookup::Unanswered)
-        ]);
         let mut ops: Vec<(u32, BoxedStrategy<Op>)> = vec![
             (12, reserve.boxed()),
             (
@@ -536,11 +590,10 @@ impl ReferenceStateMachine for Model {
                     .prop_map(|(inst, act, user)| Op::LateReserve { inst, act, user })
                     .boxed(),
             ),
+            (1, inst.clone().prop_map(|inst| Op::Sweep { inst }).boxed()),
             (
                 2,
-                (inst.clone(), lookup)
-                    .prop_map(|(inst, lookup)| Op::Sweep { inst, lookup })
-                    .boxed(),
+                inst.clone().prop_map(|inst| Op::HandOut { inst }).boxed(),
             ),
             (
                 1,
@@ -556,8 +609,12 @@ impl ReferenceStateMachine for Model {
             (1, Just(Op::RestartRedis).boxed()),
             (1, act.clone().prop_map(|act| Op::Expire { act }).boxed()),
         ];
-        if !state.handles.is_empty() {
-            let h = 0..state.handles.len();
+        // Answers only to what is out: a forward sent, a lookup handed out.
+        let open: Vec<usize> = (0..state.handles.len())
+            .filter(|&h| state.handles[h].open)
+            .collect();
+        if !open.is_empty() {
+            let h = proptest::sample::select(open);
             ops.push((3, h.clone().prop_map(|handle| Op::Fail { handle }).boxed()));
             ops.push((
                 3,
@@ -565,7 +622,27 @@ impl ReferenceStateMachine for Model {
                     .prop_map(|handle| Op::UpstreamOk { handle })
                     .boxed(),
             ));
-            ops.push((2, h.prop_map(|handle| Op::LostReply { handle }).boxed()));
+            ops.push((
+                2,
+                h.clone().prop_map(|handle| Op::TimedOut { handle }).boxed(),
+            ));
+            ops.push((1, h.prop_map(|handle| Op::LostReply { handle }).boxed()));
+        }
+        let asked: Vec<usize> = (0..state.lookups.len())
+            .filter(|&l| state.lookups[l].open)
+            .collect();
+        if !asked.is_empty() {
+            let answer = prop_oneof![
+                Just(Lookup::Found),
+                Just(Lookup::NotFound),
+                Just(Lookup::Unanswered)
+            ];
+            ops.push((
+                4,
+                (proptest::sample::select(asked), answer)
+                    .prop_map(|(lookup, answer)| Op::LookupAnswer { lookup, answer })
+                    .boxed(),
+            ));
         }
         if !state.res.is_empty() {
             let r = 0..state.res.len();
@@ -588,9 +665,11 @@ impl ReferenceStateMachine for Model {
 
     fn preconditions(state: &Model, op: &Op) -> bool {
         match op {
-            Op::Fail { handle } | Op::UpstreamOk { handle } | Op::LostReply { handle } => {
-                *handle < state.handles.len()
-            }
+            Op::Fail { handle }
+            | Op::UpstreamOk { handle }
+            | Op::LostReply { handle }
+            | Op::TimedOut { handle } => state.handles.get(*handle).is_some_and(|h| h.open),
+            Op::LookupAnswer { lookup, .. } => state.lookups.get(*lookup).is_some_and(|l| l.open),
             Op::AdminConfirm { res, .. }
             | Op::AdminRelease { res, .. }
             | Op::HoldRunsOut { res } => *res < state.res.len(),
@@ -600,23 +679,7 @@ impl ReferenceStateMachine for Model {
 
     fn apply(mut state: Model, op: &Op) -> Model {
         state.expect = Expect::Nothing;
-        state.touched = match *op {
-            Op::Reserve { act, .. }
-            | Op::LateReserve { act, .. }
-            | Op::Reconfigure { act, .. }
-            | Op::Expire { act } => [act == 0, act == 1],
-            Op::Fail { handle } | Op::UpstreamOk { handle } | Op::LostReply { handle } => {
-                let act = state.res[state.handles[handle].res].act;
-                [act == 0, act == 1]
-            }
-            Op::AdminConfirm { res, .. }
-            | Op::AdminRelease { res, .. }
-            | Op::HoldRunsOut { res } => {
-                let act = state.res[res].act;
-                [act == 0, act == 1]
-            }
-            Op::Sweep { .. } | Op::Prewarm { .. } | Op::Sync { .. } | Op::RestartRedis => [true; 2],
-        };
+        state.touched = state.touched_by(op);
         match *op {
             Op::Reserve {
                 inst,
@@ -630,25 +693,42 @@ impl ReferenceStateMachine for Model {
             Op::LateReserve { inst, act, user } => {
                 state.expect = state.late_reserve(inst, act, user);
             }
-            Op::Fail { handle } => {
-                let h = state.handles[handle].clone();
+            Op::Fail { handle } | Op::LostReply { handle } => {
+                // The request that made it gives it back (a failed forward, or a reserve whose
+                // reply was lost: abandoned by id); never once a replay handed it on.
+                let h = state.close(handle);
                 let res = &state.res[h.res];
                 if h.owned && !res.gone && res.state == St::Pending && !res.claimed {
-                    state.give_back(h.res);
+                    state.give_back(h.res, "owner");
                 }
             }
             Op::UpstreamOk { handle } => {
-                let r = state.handles[handle].res;
-                if !state.res[r].gone && state.res[r].state == St::Pending {
+                let h = state.close(handle);
+                let r = h.res;
+                let res = &state.res[r];
+                // The backend took an order whose units went back on sale: sold twice. Only an
+                // explicit (admin) release may do that; every other release is fenced so it
+                // cannot happen while a forward is out.
+                assert!(
+                    res.gone
+                        || res.state != St::Released
+                        || res.released_by == Some("admin"),
+                    "sold twice: reservation {r} was released by {:?} while a forward of it was at the backend",
+                    res.released_by
+                );
+                if !res.gone && res.state == St::Pending {
                     state.res[r].state = St::Confirmed;
                     state.res[r].due = false;
                 }
             }
-            Op::LostReply { handle } => {
-                let h = state.handles[handle].clone();
-                let res = &state.res[h.res];
-                if h.owned && !res.gone && res.state == St::Pending && !res.claimed {
-                    state.give_back(h.res);
+            Op::TimedOut { handle } => {
+                // Due now only if no other forward of it can still be at the backend: none
+                // since this one (the fence did not move) and none before it (a replay's
+                // forward always has one before it, whose window is still open).
+                let h = state.close(handle);
+                let res = &mut state.res[h.res];
+                if !res.gone && res.state == St::Pending && h.gen == res.gen && h.owned {
+                    res.due = true;
                 }
             }
             Op::AdminConfirm { inst, res } => {
@@ -671,30 +751,64 @@ impl ReferenceStateMachine for Model {
                     "not_found"
                 } else {
                     if state.res[res].state != St::Released {
-                        state.give_back(res);
+                        state.give_back(res, "admin");
                     }
                     "done"
                 });
             }
             Op::HoldRunsOut { res } => {
+                // Time passes beyond its hold deadline and every forward's longest trip: every
+                // forward of it has ended (without an answer the gateway saw).
+                for h in state.handles.iter_mut().filter(|h| h.res == res) {
+                    h.open = false;
+                }
                 if !state.res[res].gone && state.res[res].state == St::Pending {
                     state.res[res].due = true;
                     state.res[res].ran_out = true;
                 }
             }
-            Op::Sweep { lookup, .. } => {
+            Op::Sweep { .. } => {
                 for r in 0..state.res.len() {
                     let res = &state.res[r];
                     if res.gone || res.state != St::Pending || !res.due {
                         continue;
                     }
-                    match lookup {
-                        None | Some(Lookup::NotFound) => state.give_back(r),
-                        Some(Lookup::Found) => {
-                            state.res[r].state = St::Confirmed;
-                            state.res[r].due = false;
-                        }
-                        Some(Lookup::Unanswered) => state.res[r].due = false,
+                    if res.ran_out {
+                        state.give_back(r, "expiry");
+                    } else {
+                        // Made due early for a lookup this instance does not make: it waits
+                        // for its hold deadline.
+                        state.res[r].due = false;
+                    }
+                }
+            }
+            Op::HandOut { .. } => {
+                for r in 0..state.res.len() {
+                    let res = &mut state.res[r];
+                    if res.gone || res.state != St::Pending || !res.due {
+                        continue;
+                    }
+                    res.due = false;
+                    res.gen += 1;
+                    let gen = res.gen;
+                    state.lookups.push(LookupOut {
+                        res: r,
+                        gen,
+                        open: true,
+                    });
+                }
+            }
+            Op::LookupAnswer { lookup, answer } => {
+                state.lookups[lookup].open = false;
+                let LookupOut { res: r, gen, .. } = state.lookups[lookup];
+                let res = &state.res[r];
+                if !res.gone && res.state == St::Pending {
+                    match answer {
+                        Lookup::Found => state.res[r].state = St::Confirmed,
+                        // Only if nothing moved the fence since the hand-out (a replay
+                        // forwarded meanwhile, or a later hand-out).
+                        Lookup::NotFound if res.gen == gen => state.give_back(r, "lookup"),
+                        Lookup::NotFound | Lookup::Unanswered => {}
                     }
                 }
             }
@@ -739,13 +853,50 @@ impl ReferenceStateMachine for Model {
             }
             Op::RestartRedis => {}
             Op::Expire { act } => {
-                state.acts[act] = ActModel::default();
+                // Every key expires but the floor.
+                let floor = state.acts[act].floor;
+                state.acts[act] = ActModel {
+                    floor,
+                    ..ActModel::default()
+                };
                 for res in state.res.iter_mut().filter(|r| r.act == act) {
                     res.gone = true;
                 }
             }
         }
         state
+    }
+}
+
+impl Model {
+    /// The activities an operation may change (the invariants are checked on those).
+    fn touched_by(&self, op: &Op) -> [bool; 2] {
+        let one = |act: usize| [act == 0, act == 1];
+        match *op {
+            Op::Reserve { act, .. }
+            | Op::LateReserve { act, .. }
+            | Op::Reconfigure { act, .. }
+            | Op::Expire { act } => one(act),
+            Op::Fail { handle }
+            | Op::UpstreamOk { handle }
+            | Op::LostReply { handle }
+            | Op::TimedOut { handle } => one(self.res[self.handles[handle].res].act),
+            Op::LookupAnswer { lookup, .. } => one(self.res[self.lookups[lookup].res].act),
+            Op::AdminConfirm { res, .. }
+            | Op::AdminRelease { res, .. }
+            | Op::HoldRunsOut { res } => one(self.res[res].act),
+            Op::Sweep { .. }
+            | Op::HandOut { .. }
+            | Op::Prewarm { .. }
+            | Op::Sync { .. }
+            | Op::RestartRedis => [true; 2],
+        }
+    }
+
+    /// The answer to a forward arrives (or its trip ends): it is no longer out.
+    fn close(&mut self, handle: usize) -> Handle {
+        self.handles[handle].open = false;
+        self.handles[handle].clone()
     }
 }
 
@@ -950,6 +1101,16 @@ struct System {
     /// Reservation ids, in the model's order.
     jtis: Vec<String>,
     handles: Vec<HandleSut>,
+    /// Lookups handed out, in the model's order: (partition, version, id, fence).
+    lookups: Vec<LeasedSut>,
+}
+
+/// A reservation a sweep handed out for an order lookup.
+struct LeasedSut {
+    activity: usize,
+    segments: u32,
+    version: u64,
+    id: String,
 }
 
 fn block_on<F: std::future::Future>(f: F) -> F::Output {
@@ -1061,6 +1222,7 @@ impl StateMachineTest for System {
                 .collect(),
             jtis: Vec::new(),
             handles: Vec::new(),
+            lookups: Vec::new(),
         }
     }
 
@@ -1227,24 +1389,85 @@ impl StateMachineTest for System {
                     });
                 }
             }
-            Op::Sweep { inst, lookup } => {
+            Op::TimedOut { handle } => {
+                let h = &sys.handles[handle];
+                let layout = Layout::of(&h.activity);
+                let partition = layout.partition(h.reservation.segment).unwrap();
+                block_on(w.store.due_in(
+                    partition,
+                    h.reservation.version,
+                    &h.reservation.id,
+                    Duration::ZERO,
+                ))
+                .unwrap();
+            }
+            Op::Sweep { inst } => {
                 let instance = &sys.instances[inst];
-                let conf = &model.conf[inst];
-                let status = match lookup {
-                    Some(Lookup::Found) => 200,
-                    Some(Lookup::NotFound) => 404,
-                    Some(Lookup::Unanswered) => 503,
-                    None => 0,
-                };
-                block_on(support::request(
-                    w.upstream.addr,
-                    "POST",
-                    &format!("/__upstream/mode?lookup_status={status}"),
-                    &[],
-                ));
-                instance.publish(conf, lookup.is_some());
+                instance.publish(&model.conf[inst], false);
                 block_on(instance.lifecycle.sweep_expired());
-                instance.publish(conf, false);
+            }
+            Op::HandOut { .. } => {
+                let lease = flashgate::stock::LookupLease {
+                    lease: Duration::from_secs(3600),
+                    give_up_after: None,
+                };
+                let mut leased = Vec::new();
+                for (a, act) in model.acts.iter().enumerate() {
+                    let Some(segments) = act.segments else {
+                        continue;
+                    };
+                    let layout = Layout::new(Arc::from(ACTS[a].0), segments);
+                    for partition in layout.partitions() {
+                        let versions = block_on(w.store.meta(partition)).unwrap().versions;
+                        for version in versions {
+                            let out = block_on(w.store.sweep(partition, version, 100, Some(lease)))
+                                .unwrap();
+                            for id in out.for_lookup {
+                                let r = sys.jtis.iter().position(|j| *j == id).unwrap();
+                                leased.push((
+                                    r,
+                                    LeasedSut {
+                                        activity: a,
+                                        segments,
+                                        version,
+                                        id,
+                                    },
+                                ));
+                            }
+                        }
+                    }
+                }
+                leased.sort_by_key(|(r, _)| *r);
+                sys.lookups.extend(leased.into_iter().map(|(_, l)| l));
+                assert_eq!(sys.lookups.len(), model.lookups.len(), "handed out");
+            }
+            Op::LookupAnswer { lookup, answer } => {
+                let l = &sys.lookups[lookup];
+                let layout = Layout::new(Arc::from(ACTS[l.activity].0), l.segments);
+                let partition = System::partition_of(&layout, &l.id);
+                let lifecycle = &sys.instances[0].lifecycle;
+                match answer {
+                    Lookup::Found => {
+                        block_on(lifecycle.confirm(
+                            partition,
+                            l.version,
+                            &[l.id.as_str()],
+                            ConfirmedVia::Lookup,
+                        ))
+                        .unwrap();
+                    }
+                    Lookup::NotFound => {
+                        block_on(lifecycle.release(
+                            partition,
+                            l.version,
+                            &l.id,
+                            ReleaseMode::Lookup,
+                            ReleaseReason::OrderNotFound,
+                        ))
+                        .unwrap();
+                    }
+                    Lookup::Unanswered => {}
+                }
             }
             Op::Prewarm { inst } => {
                 let instance = &sys.instances[inst];
@@ -1270,9 +1493,19 @@ impl StateMachineTest for System {
                 ));
             }
             Op::Expire { act } => {
-                let keys = keys_of(act);
-                if !keys.is_empty() {
-                    with_conn(|conn| redis::cmd("DEL").arg(keys).query::<()>(conn).unwrap());
+                // Every key with an expiry goes; every key but the activity's floor has one.
+                let mut expiring = Vec::new();
+                for key in keys_of(act) {
+                    let ttl: i64 =
+                        with_conn(|conn| redis::cmd("TTL").arg(&key).query(conn).unwrap());
+                    if ttl == -1 {
+                        assert!(key.ends_with(":floor"), "{key} never expires");
+                    } else {
+                        expiring.push(key);
+                    }
+                }
+                if !expiring.is_empty() {
+                    with_conn(|conn| redis::cmd("DEL").arg(expiring).query::<()>(conn).unwrap());
                 }
             }
         }
@@ -1403,32 +1636,96 @@ fn replay(transitions: Vec<Op>) {
 }
 
 /// Found by the generator: once an activity's keys expired with its retention, the activity
-/// registry still held its old segment count and refused a new one (the model, rightly, let the
-/// id be sold afresh): a registry record whose segments hold nothing is now stale.
+/// registry still held its old segment count and refused a new one: a registry record whose
+/// segments hold nothing is stale. (Issue 20 changed the rule: the activity sells afresh only
+/// under a new version; under its old one it is refused, whatever the segment count.)
 #[test]
-fn regression_an_expired_activity_may_be_sold_again_with_another_segment_count() {
+fn regression_an_expired_activity_sells_afresh_only_under_a_new_version() {
     for segments in [2, 3] {
+        let reconfigure = |change| Op::Reconfigure {
+            inst: 1,
+            act: 0,
+            change,
+        };
         replay(vec![
-            Op::Reserve {
-                inst: 0,
-                act: 0,
-                user: 0,
-                qty: 1,
-                key: None,
-            },
+            reserve(0, 0, 0, None),
             Op::Expire { act: 0 },
-            Op::Reconfigure {
-                inst: 1,
-                act: 0,
-                change: Change::Segments(segments),
-            },
+            reconfigure(Change::Segments(segments)),
+            // Refused: the version was on sale before its keys expired.
+            reserve(1, 0, 0, None),
+            reconfigure(Change::Bump),
             Op::LateReserve {
                 inst: 1,
                 act: 0,
                 user: 0,
             },
+            reserve(1, 0, 0, None),
         ]);
     }
+}
+
+/// A purchase by `user` of one unit of `act` on instance `inst`.
+fn reserve(inst: usize, act: usize, user: usize, key: Option<u8>) -> Op {
+    Op::Reserve {
+        inst,
+        act,
+        user,
+        qty: 1,
+        key,
+    }
+}
+
+/// Found by the interleaving generator on the scripts before issue 20 (shrunk): a sale whose
+/// keys expired was sold afresh under its old version (here the sale is simply asked again; in
+/// production an SRE moved `ends_at` forward once the retention had passed). Every unit sold
+/// again, and `reconcile` saw nothing: the ledger was new. The version floor, which never
+/// expires, refuses it.
+#[test]
+fn regression_a_version_whose_keys_expired_never_sells_again() {
+    replay(vec![
+        reserve(0, 0, 0, None),
+        Op::Expire { act: 0 },
+        reserve(0, 0, 0, None),
+    ]);
+}
+
+/// Found by the interleaving generator on the scripts before issue 20 (shrunk): a keyed purchase
+/// timed out at the backend (due for its order lookup soon), a sweep handed it out, the buyer
+/// retried with the same key (replayed, forwarded again), and the lookup's "not found", asked
+/// before that retry reached the backend, released it: the retry's order then sold the unit a
+/// second time. The hand-out records the fence, the replay moves it, and the stale answer is
+/// discarded.
+#[test]
+fn regression_a_lookup_answer_older_than_a_replay_releases_nothing() {
+    replay(vec![
+        reserve(0, 0, 1, Some(1)),
+        reserve(0, 0, 0, None),
+        reserve(0, 0, 0, None),
+        reserve(0, 1, 2, Some(1)),
+        Op::TimedOut { handle: 3 },
+        Op::HandOut { inst: 0 },
+        reserve(0, 1, 2, Some(1)),
+        Op::LookupAnswer {
+            lookup: 0,
+            answer: Lookup::NotFound,
+        },
+        Op::UpstreamOk { handle: 4 },
+    ]);
+}
+
+/// The same race without a retry landing inside the lookup (issue 20): a replay is at the
+/// backend when the first forward, which timed out, asks for an early lookup. That used to make
+/// the reservation due at once (the due time only moved earlier), so a sweep handed it out
+/// while the replay was still out. Now a due time never moves before a forward still in flight.
+#[test]
+fn regression_an_early_lookup_waits_for_a_replay_in_flight() {
+    replay(vec![
+        reserve(0, 0, 0, Some(0)),
+        reserve(1, 0, 0, Some(0)),
+        Op::TimedOut { handle: 0 },
+        Op::HandOut { inst: 0 },
+        Op::UpstreamOk { handle: 1 },
+    ]);
 }
 
 /// Found by the generator (after review 12b's fixes): an abandon landing after the activity's
@@ -1459,6 +1756,12 @@ fn regression_a_late_abandon_tombstone_does_not_keep_an_expired_layout_alive() {
         },
         Op::Expire { act: 0 },
         Op::LostReply { handle: 0 },
+        // A new version (the old one never sells again once its keys expired).
+        Op::Reconfigure {
+            inst: 1,
+            act: 0,
+            change: Change::Bump,
+        },
         Op::Reserve {
             inst: 1,
             act: 0,
