@@ -6,20 +6,33 @@
 -- KEYS[1] the activity's meta   KEYS[2] and KEYS[3] keys only an older flashgate wrote
 -- (<p>:{<id>}:versions, <p>:{<id>}:v<version>:segments)   KEYS[4] and KEYS[5] users and res of
 -- the base tag: an unsegmented activity's only partition, which shares the meta's tag
+-- KEYS[6] the activity's floor: the newest version ever claimed, the one key that never
+-- expires (one small string per activity id ever sold), so that what was on sale is known after
+-- every other key expired with the retention
 -- ARGV[1] configured version   ARGV[2] configured partitions (segments)   ARGV[3] expire-at (unix s)
 --
 -- Returns {code, value}:
 --   1 claimed: this version is the newest (value: the version)
 --  -1 the activity was first sold with another segment count (value: that count)
---  -2 a newer version was already prewarmed (value: that version): an older YAML
+--  -2 a newer version was already claimed (value: that version): an older YAML
 --  -3 the keys were written by an older flashgate's layout
+--  -4 this version was claimed before and its keys are gone (expired with the retention after
+--     the sale, or removed): it never sells again (value: the version); a new one sells afresh
 
-if redis.call('EXISTS', KEYS[1]) == 0 and
-    (redis.call('EXISTS', KEYS[2]) == 1 or redis.call('EXISTS', KEYS[3]) == 1) then
+local meta = redis.call('EXISTS', KEYS[1]) == 1
+if not meta and (redis.call('EXISTS', KEYS[2]) == 1 or redis.call('EXISTS', KEYS[3]) == 1) then
   return {-3, ''}
 end
+local floor = redis.call('GET', KEYS[6])
+if floor and tonumber(ARGV[1]) < tonumber(floor) then
+  return {-2, floor}
+end
 local segments = redis.call('HGET', KEYS[1], 'segments')
-if not segments and (marked(KEYS[4]) or marked(KEYS[5])) then
+local unsegmented_alive = marked(KEYS[4]) or marked(KEYS[5])
+if floor and ARGV[1] == floor and not meta and not unsegmented_alive then
+  return {-4, floor}
+end
+if not segments and unsegmented_alive then
   -- The meta is gone but the activity was sold unsegmented (its one partition is here).
   segments = '1'
 end
@@ -33,6 +46,9 @@ end
 redis.call('HSET', KEYS[1], 'segments', ARGV[2])
 if not newest or tonumber(ARGV[1]) > tonumber(newest) then
   redis.call('HSET', KEYS[1], 'version', ARGV[1])
+end
+if not floor or tonumber(ARGV[1]) > tonumber(floor) then
+  redis.call('SET', KEYS[6], ARGV[1])
 end
 extend(KEYS[1], ARGV[3])
 return {1, ARGV[1]}

@@ -12,7 +12,7 @@
 -- whatever the gateways' clocks say.
 --
 -- A reservation record (field <jti> of the partition's res hash) is one string:
---   state|qty|ver|created_ms|deadline_ms|done_ms|reason|flags|user
+--   state|qty|ver|created_ms|deadline_ms|done_ms|reason|flags|fence|prior_ms|busy_ms|user
 -- state: pending, confirmed or released; done_ms: when it was confirmed or released; reason: why
 -- it was released; flags, any of:
 --   r  an idempotent replay handed it to a second request: the request that made it may no
@@ -20,6 +20,16 @@
 --   k  released units went back to their version's stock
 --   x  released units were retired (their version is no longer on sale here)
 --   t  tombstone of an abandoned id that never reserved anything
+--   l  the backend accepted it after it was released (counted once as late_accepted)
+--   f  the record has the fence fields (every record written since they exist; a record an
+--      older flashgate wrote has none: read as 0|0|0)
+-- The fence: a release decided away from the request that owns the reservation (an order
+-- lookup's "not found") acts on what was true when it was decided, so it names the fence it
+-- saw and lands only if nothing moved it since. fence counts the moves: every forward (the
+-- reserve's, each replay's) and every hand-out to an order lookup. busy_ms is when the latest
+-- forward's trip surely ends (its longest trip, from when it left), prior_ms the latest end of
+-- the forwards before it: an early lookup asked for by a forward that ended without an answer
+-- is never made due before prior_ms (another forward may still be at the backend).
 -- user comes last, so it may hold '|'.
 --
 -- Per version and partition a ledger hash counts units: initial, pending, confirmed, released,
@@ -28,12 +38,15 @@
 -- retired holds units that can never sell again: released after their version stopped being on
 -- sale here, and (also counted in unsold_retired, which no reservation record accounts for) the
 -- stock left when a newer version went on sale, and transfers arriving after that.
+-- late_accepted counts units the backend accepted after their reservation was released (a fact
+-- of a sale, never 'clean'): each was covered by taking a unit of the version's stock (a
+-- confirmed cover record, counted in confirmed) or, with none left, counted oversold.
 
 -- How long a tombstone written into a partition that was never prewarmed keeps its hash.
 local ABANDONED_TTL_SECS = 86400
 
 local LEDGER_FIELDS = {'initial', 'pending', 'confirmed', 'released', 'retired', 'moved_in',
-  'moved_out', 'unsold_retired'}
+  'moved_out', 'unsold_retired', 'late_accepted', 'oversold'}
 
 local function now_ms()
   local t = redis.call('TIME')
@@ -54,26 +67,45 @@ local function extend(key, at)
   end
 end
 
+local function flagged(r, flag)
+  return string.find(r.flags, flag, 1, true) ~= nil
+end
+
 local function decode(raw)
   if not raw then
     return nil
   end
-  local state, qty, ver, created, deadline, done, reason, flags, user = string.match(raw,
+  local state, qty, ver, created, deadline, done, reason, flags, rest = string.match(raw,
     '^(%a+)|(%d+)|(%d+)|(%d*)|(%d*)|(%d*)|([%w_]*)|(%a*)|(.*)$')
   if not state then
     return nil
   end
-  return {state = state, qty = qty, ver = ver, created = created, deadline = deadline,
-    done = done, reason = reason, flags = flags, user = user}
+  local r = {state = state, qty = qty, ver = ver, created = created, deadline = deadline,
+    done = done, reason = reason, flags = flags, fence = '0', prior = '0', busy = '0', user = rest}
+  if flagged(r, 'f') then
+    r.fence, r.prior, r.busy, r.user = string.match(rest, '^(%d+)|(%d+)|(%d+)|(.*)$')
+    if not r.fence then
+      return nil
+    end
+  end
+  return r
 end
 
 local function encode(r)
-  return table.concat({r.state, r.qty, r.ver, r.created, r.deadline, r.done, r.reason, r.flags,
-    r.user}, '|')
+  local flags = r.flags
+  if not flagged(r, 'f') then
+    flags = flags .. 'f'
+  end
+  return table.concat({r.state, r.qty, r.ver, r.created, r.deadline, r.done, r.reason, flags,
+    r.fence, r.prior, r.busy, r.user}, '|')
 end
 
-local function flagged(r, flag)
-  return string.find(r.flags, flag, 1, true) ~= nil
+-- A forward of the reservation leaves for the backend at `now` and may take `trip` ms: the
+-- fence moves, and the in-flight window of the forwards before it becomes prior.
+local function forwarded(r, now, trip)
+  r.fence = int(tonumber(r.fence) + 1)
+  r.prior = r.busy
+  r.busy = int(math.max(tonumber(r.busy), now + trip))
 end
 
 -- Whether a hash still holds the '' placeholder prewarm gave it. A hash without it was lost

@@ -9,9 +9,11 @@
 --            idempotent replay handed it to another request
 --   abandon  the request that sent the reserve does not know whether it landed: as owner, and an
 --            unknown id gets a released tombstone, so that the reserve can never land later
---   lookup   the backend said it holds no such order: only from pending
+--   lookup   the backend said it holds no such order: only from pending, and only if the
+--            record's fence is still ARGV[6], the one the sweep's hand-out set (no replay was
+--            forwarded, and no later hand-out made, since the question was asked)
 --   admin    the backend or an operator cancels: from pending or confirmed
--- ARGV[5] stream cap
+-- ARGV[5] stream cap   ARGV[6] the fence (lookup only)
 --
 -- Returns {code, remaining}:
 --   1 released; remaining in its version, -1 if its units were retired
@@ -20,13 +22,15 @@
 --  -2 version mismatch (nothing changes)
 --  -3 kept: confirmed, and only admin gives back a confirmed sale
 --  -4 kept: a replay handed it to another request
+--  -5 kept: fenced (the lookup's answer is older than a forward or hand-out since)
 
 local jti, mode = ARGV[1], ARGV[4]
 local raw = redis.call('HGET', KEYS[1], jti)
 if not raw then
   if mode == 'abandon' then
     redis.call('HSET', KEYS[1], jti, encode({state = 'released', qty = '0', ver = ARGV[2],
-      created = '', deadline = '', done = int(now_ms()), reason = ARGV[3], flags = 't', user = ''}))
+      created = '', deadline = '', done = int(now_ms()), reason = ARGV[3], flags = 't',
+      fence = '0', prior = '0', busy = '0', user = ''}))
     -- Into a partition never prewarmed, the tombstone makes the hash: give it an expiry (it
     -- only has to outlive the reserve it stops; prewarm extends it with the rest).
     if redis.call('TTL', KEYS[1]) == -1 then
@@ -50,6 +54,9 @@ if rec.state == 'confirmed' and mode ~= 'admin' then
 end
 if flagged(rec, 'r') and (mode == 'owner' or mode == 'abandon') then
   return {-4, -1}
+end
+if mode == 'lookup' and rec.fence ~= ARGV[6] then
+  return {-5, -1}
 end
 local k = {res = KEYS[1], users = KEYS[2], stock = KEYS[3], ledger = KEYS[4], pending = KEYS[5],
   events = KEYS[6], maxlen = ARGV[5]}

@@ -15,11 +15,14 @@
 -- ARGV[13] the sale opens, ARGV[14] it closes (unix ms): no new reservation outside
 --          [opens, closes) by Redis's clock, whatever the clock of the gateway that asks
 --
--- Returns (times in ms, Redis's clock):
---   {1, remaining, held, created, deadline}          reserved
---   {2, remaining, qty, jti, ver, created, deadline} idempotent replay: the reservation this key
---                                    already won (now flagged r: the request that made it can no
---                                    longer release it)
+-- Returns (times in ms, Redis's clock; fence: the record's fence once this request's forward is
+-- counted, which an early order lookup it asks for must name, see lib.lua):
+--   {1, remaining, held, created, deadline, fence}   reserved
+--   {2, remaining, qty, jti, ver, created, deadline, fence}   idempotent replay: the
+--                                    reservation this key already won (now flagged r: the
+--                                    request that made it can no longer release it; if pending,
+--                                    forwarded again: the fence moves and it is not due before
+--                                    this forward's trip ends)
 --  {-1, 0, 0}                        no stock key (not prewarmed yet, or the version is retired)
 --  {-2, remaining, held}             not enough stock
 --  {-3, remaining, held}             per-user limit
@@ -57,19 +60,26 @@ if ARGV[7] ~= '' then
   local previous = redis.call('HGET', KEYS[6], ARGV[7])
   local rec = previous and decode(redis.call('HGET', KEYS[3], previous))
   if rec and rec.state ~= 'released' then
-    if rec.state == 'pending' and tonumber(rec.deadline) <= now_ms() then
+    local now = now_ms()
+    if rec.state == 'pending' and tonumber(rec.deadline) <= now then
       return {-5, 0, 0}
     end
-    if not flagged(rec, 'r') then
+    local changed = not flagged(rec, 'r')
+    if changed then
       rec.flags = rec.flags .. 'r'
-      redis.call('HSET', KEYS[3], previous, encode(rec))
     end
     if rec.state == 'pending' then
-      -- Forwarded again: not due while this request may still be at the backend.
-      redis.call('ZADD', KEYS[5], 'XX', 'GT', int(now_ms() + tonumber(ARGV[11])), previous)
+      -- Forwarded again: the fence moves (a lookup answer asked before this is discarded), and
+      -- it is not due while this request may still be at the backend.
+      forwarded(rec, now, tonumber(ARGV[11]))
+      redis.call('ZADD', KEYS[5], 'XX', 'GT', rec.busy, previous)
+      changed = true
+    end
+    if changed then
+      redis.call('HSET', KEYS[3], previous, encode(rec))
     end
     return {2, tonumber(redis.call('GET', KEYS[1]) or '-1'), tonumber(rec.qty), previous, rec.ver,
-      rec.created, rec.deadline}
+      rec.created, rec.deadline, rec.fence}
   end
 end
 if ARGV[12] == '1' then
@@ -100,19 +110,21 @@ if now >= tonumber(ARGV[14]) then
   return {-10, 0, 0}
 end
 local deadline = int(now + tonumber(ARGV[6]))
-local record = encode({state = 'pending', qty = ARGV[2], ver = ARGV[4], created = int(now),
-  deadline = deadline, done = '', reason = '', flags = '', user = ARGV[1]})
-if redis.call('HSETNX', KEYS[3], ARGV[5], record) == 0 then
+local rec = {state = 'pending', qty = ARGV[2], ver = ARGV[4], created = int(now),
+  deadline = deadline, done = '', reason = '', flags = '', fence = '0', prior = '0', busy = '0',
+  user = ARGV[1]}
+forwarded(rec, now, tonumber(ARGV[11]))
+if redis.call('HSETNX', KEYS[3], ARGV[5], encode(rec)) == 0 then
   return {-4, stock, held}
 end
 
 local remaining = redis.call('DECRBY', KEYS[1], qty)
 held = redis.call('HINCRBY', KEYS[2], ARGV[1], qty)
 redis.call('HINCRBY', KEYS[4], 'pending', qty)
-redis.call('ZADD', KEYS[5], int(math.max(tonumber(deadline), now + tonumber(ARGV[11]))), ARGV[5])
+redis.call('ZADD', KEYS[5], int(math.max(tonumber(deadline), tonumber(rec.busy))), ARGV[5])
 if ARGV[7] ~= '' then
   redis.call('HSET', KEYS[6], ARGV[7], ARGV[5])
 end
 emit(KEYS[7], ARGV[8], 'type', 'reserve', 'jti', ARGV[5], 'user', ARGV[1], 'qty', ARGV[2],
   'ver', ARGV[4], 'ts', int(now))
-return {1, remaining, held, int(now), deadline}
+return {1, remaining, held, int(now), deadline, rec.fence}

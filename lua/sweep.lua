@@ -12,7 +12,9 @@
 -- ARGV[4] give up (ms, with a lease): a reservation still pending this long after its hold
 --         deadline is released as expired instead of handed out again; 0 never
 --
--- Returns {released, units, scanned, retired, jti...}: the ids handed out for lookup, if any.
+-- Returns {released, units, scanned, retired, jti, fence, jti, fence, ...}: the reservations
+-- handed out for lookup, if any, each with the fence the hand-out set (it moves the fence: an
+-- answer to an earlier hand-out is discarded); the lookup's "not found" must name it.
 
 local now = now_ms()
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', int(now), 'LIMIT', 0, tonumber(ARGV[1]))
@@ -27,8 +29,11 @@ for _, jti in ipairs(due) do
   if not rec or rec.state ~= 'pending' then
     redis.call('ZREM', KEYS[1], jti)
   elseif lease > 0 and (give_up == 0 or tonumber(rec.deadline) + give_up > now) then
+    rec.fence = int(tonumber(rec.fence) + 1)
+    redis.call('HSET', KEYS[2], jti, encode(rec))
     redis.call('ZADD', KEYS[1], 'XX', int(now + lease), jti)
     handed[#handed + 1] = jti
+    handed[#handed + 1] = rec.fence
   elseif lease == 0 and tonumber(rec.deadline) > now then
     -- Made due early for an order lookup this instance does not make (another instance's
     -- configuration): it expires at its hold deadline, not before.
@@ -42,7 +47,7 @@ for _, jti in ipairs(due) do
   end
 end
 local out = {released, units, #due, retired}
-for _, jti in ipairs(handed) do
-  out[#out + 1] = jti
+for _, v in ipairs(handed) do
+  out[#out + 1] = v
 end
 return out

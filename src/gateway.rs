@@ -236,6 +236,11 @@ pub fn preset_activity_series(metrics: &Metrics, activity: &str, has_queue: bool
             .reservations_confirmed
             .with_label_values(&[activity, via.as_str()]);
     }
+    for outcome in crate::stock::LateOutcome::ALL {
+        metrics
+            .late_accepted
+            .with_label_values(&[activity, outcome.as_str()]);
+    }
     for answer in Answer::ALL {
         metrics
             .order_lookups

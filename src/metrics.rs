@@ -150,6 +150,10 @@ metrics! {
     /// Released reservations whose version was no longer on sale (units retired).
     reservations_retired: IntCounterVec = "flashgate_reservations_retired_total" ["activity"],
         "Released reservations whose stock version no longer existed (units retired, not put back on sale).";
+    /// Units the backend accepted after their reservation was released (an oversell the gateway
+    /// can see), by whether a unit of stock covered them.
+    late_accepted: IntCounterVec = "flashgate_late_accepted_units_total" ["activity", "outcome"],
+        "Units the backend accepted (2xx, or its order lookup) after their reservation was released: covered by a unit of stock, or oversold.";
     /// Units not accounted for, summed over versions and segments.
     reconcile_drift: IntGaugeVec = "flashgate_reconcile_drift" ["activity"],
         "Units not accounted for: initial - (remaining + pending + confirmed + retired), summed over versions.";
@@ -280,6 +284,7 @@ mod tests {
             &metrics.rate_limit_refusals,
             &metrics.passthrough,
             &metrics.order_lookups,
+            &metrics.late_accepted,
         ] {
             family.with_label_values(&["x", "y"]);
         }

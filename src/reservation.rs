@@ -26,6 +26,10 @@ pub struct Reservation {
     /// the hold.
     pub created_ms: u64,
     pub deadline_ms: u64,
+    /// The record's fence once this request's forward is counted: an early order lookup it asks
+    /// for (its forward ended without an answer) names it, and is ignored if another forward or
+    /// a hand-out moved the fence since (see `lua/lib.lua`).
+    pub fence: u64,
 }
 
 impl Reservation {
@@ -158,6 +162,7 @@ mod tests {
             owned: true,
             created_ms,
             deadline_ms: created_ms + 900_000,
+            fence: 1,
         }
     }
 

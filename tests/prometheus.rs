@@ -136,6 +136,8 @@ fn promtool_checks_the_rules_and_the_example_config() {
     for args in [
         vec!["check", "rules", "prometheus/flashgate-alerts.yml"],
         vec!["check", "config", "prometheus/prometheus.yml"],
+        // The rules' own unit tests: each alert fires (and resolves) on the series it watches.
+        vec!["test", "rules", "prometheus/flashgate-alerts.test.yml"],
     ] {
         let out = run_bounded(
             "promtool (Debian package `prometheus`)",

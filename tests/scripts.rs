@@ -152,14 +152,21 @@ async fn reserve_return_codes() {
         "hold from the configuration"
     );
     assert!(rec.created_ms.unwrap().abs_diff(redis_time_ms(&redis)) < 5_000);
-    // Every key expires a day after the sale ends, from the first reserve on.
+    // Every key expires a day after the sale ends, from the first reserve on, but the floor
+    // (the newest version ever claimed: a few bytes per activity, for ever).
     let mut conn = redis.conn();
     let expected = a.ends_at.timestamp() + 86_400;
     let keys: Vec<String> = redis::cmd("KEYS").arg("fg:*").query(&mut conn).unwrap();
     assert!(keys.len() >= 10, "{keys:?}");
     for key in keys {
         let at: i64 = redis::cmd("EXPIRETIME").arg(&key).query(&mut conn).unwrap();
-        assert_eq!(at, expected, "{key}");
+        if key == "fg:{1001}:floor" {
+            assert_eq!(at, -1, "{key} never expires");
+            let floor: String = redis::cmd("GET").arg(&key).query(&mut conn).unwrap();
+            assert_eq!(floor, "1");
+        } else {
+            assert_eq!(at, expected, "{key}");
+        }
     }
 }
 
@@ -228,7 +235,7 @@ async fn only_an_admin_release_gives_back_a_confirmed_sale() {
     for mode in [
         ReleaseMode::Owner,
         ReleaseMode::Abandon,
-        ReleaseMode::Lookup,
+        ReleaseMode::Lookup { fence: 1 },
     ] {
         assert_eq!(
             release(&s, &a, 1, "r1", mode).await,
@@ -362,8 +369,14 @@ async fn a_replayed_reservation_is_never_released_by_its_maker_nor_by_an_abandon
     )
     .await
     .unwrap();
+    // Only under the fence the lookup's hand-out saw: the replay moved it from 1 to 2, so an
+    // answer asked before the replay is discarded.
+    assert_eq!(
+        release(&s, &a, 1, "r4", ReleaseMode::Lookup { fence: 1 }).await,
+        ReleaseOutcome::Fenced
+    );
     assert!(matches!(
-        release(&s, &a, 1, "r4", ReleaseMode::Lookup).await,
+        release(&s, &a, 1, "r4", ReleaseMode::Lookup { fence: 2 }).await,
         ReleaseOutcome::Released { .. }
     ));
     assert_eq!(ledger(&s, &a, 1).await.drift(), 0);
@@ -513,12 +526,16 @@ async fn one_confirm_call_settles_a_batch() {
             ConfirmOutcome::Confirmed,
             ConfirmOutcome::Confirmed,
             ConfirmOutcome::AlreadyConfirmed,
-            ConfirmOutcome::Released,
+            // The backend took r3 after its release: accepted late, covered from stock.
+            ConfirmOutcome::LateCovered,
             ConfirmOutcome::Unknown
         ]
     );
     let row = ledger(&s, &a, 1).await;
-    assert_eq!((row.pending, row.confirmed, row.drift()), (2, 2, 0));
+    assert_eq!(
+        (row.pending, row.confirmed, row.late_accepted, row.drift()),
+        (2, 3, 1, 0)
+    );
 }
 
 #[tokio::test]
@@ -579,7 +596,13 @@ async fn a_sweep_with_an_order_lookup_hands_out_what_is_due_instead_of_releasing
     let first = s.sweep(one(&l), 1, 10, Some(lease)).await.unwrap();
     assert_eq!(
         (first.released, first.for_lookup.clone()),
-        (0, vec!["r1".to_owned()])
+        (
+            0,
+            vec![flashgate::stock::Leased {
+                id: "r1".to_owned(),
+                fence: 2
+            }]
+        )
     );
     // Leased: another instance's sweep does not ask again until the lease runs out.
     let second = s.sweep(one(&l), 1, 10, Some(lease)).await.unwrap();
@@ -836,12 +859,14 @@ async fn extending_ends_at_extends_every_key_and_never_recreates_the_stock() {
         .unwrap();
     for key in &keys {
         let at: i64 = redis::cmd("EXPIRETIME").arg(key).query(&mut conn).unwrap();
-        assert_eq!(at, after, "{key} (was {before})");
+        // The floor (the newest version ever claimed) is the one key that never expires.
+        let want = if key.ends_with(":floor") { -1 } else { after };
+        assert_eq!(at, want, "{key} (was {before})");
     }
     // Moving ends_at back never shortens anything.
     a.ends_at -= chrono::Duration::days(60);
     prewarm(&s, &a).await;
-    for key in &keys {
+    for key in keys.iter().filter(|k| !k.ends_with(":floor")) {
         let at: i64 = redis::cmd("EXPIRETIME").arg(key).query(&mut conn).unwrap();
         assert_eq!(at, after, "{key}");
     }
@@ -940,9 +965,19 @@ async fn a_lost_meta_never_puts_a_version_on_sale_twice() {
                 .query(&mut redis.conn())
                 .unwrap();
         }
+        // With the meta and the buyers' units and records all gone, the floor (which never
+        // expires) tells the version was on sale: refused as sold before; else as damaged.
+        let refused = if lost.contains(&"users") && lost.contains(&"res") {
+            Err(Refusal::SoldBefore {
+                id: "1001".into(),
+                version: 1,
+            })
+        } else {
+            damaged.clone()
+        };
         assert_eq!(
             segments::prewarm(&s, &a).await.unwrap(),
-            damaged,
+            refused,
             "{lost:?}"
         );
         // Nor does a version bump create a new version over what remains.
@@ -1332,7 +1367,7 @@ async fn an_early_lookup_is_timed_by_redis_clock_and_only_ever_moves_earlier() {
         score as u64
     };
     let before = redis_time_ms(&redis);
-    s.due_in(one(&l), 1, "r1", Duration::from_secs(10))
+    s.due_in(one(&l), 1, "r1", 1, Duration::from_secs(10))
         .await
         .unwrap();
     let due = score();
@@ -1340,11 +1375,11 @@ async fn an_early_lookup_is_timed_by_redis_clock_and_only_ever_moves_earlier() {
         (before + 10_000..before + 11_000).contains(&due),
         "{due} vs {before}"
     );
-    s.due_in(one(&l), 1, "r1", Duration::from_secs(60))
+    s.due_in(one(&l), 1, "r1", 1, Duration::from_secs(60))
         .await
         .unwrap();
     assert_eq!(score(), due, "never later");
-    s.due_in(one(&l), 1, "nobody", Duration::from_secs(1))
+    s.due_in(one(&l), 1, "nobody", 1, Duration::from_secs(1))
         .await
         .unwrap();
     let members: u64 = redis::cmd("ZCARD")
@@ -1516,4 +1551,342 @@ async fn a_segmented_reserve_outside_the_hours_pulls_units_home_and_loses_none()
         );
         assert!(rows.iter().all(|(_, r)| r.pending == 0), "{rows:?}");
     }
+}
+
+/// Issue 20: a forward that ended without an answer asks for an early lookup, but never while
+/// another forward of the reservation may still be at the backend.
+#[tokio::test]
+async fn an_early_lookup_never_overtakes_another_forward_in_flight() {
+    let redis = RedisServer::start();
+    let s = store(redis.url(), 1000);
+    let a = activity("1001", 5, 1, 2);
+    prewarm(&s, &a).await;
+    let l = Layout::of(&a);
+    let keyed = ReserveCall {
+        idempotency_key: Some("k"),
+        in_flight: Duration::from_secs(30),
+        ..call(&a, "u1", 1, "r1")
+    };
+    let ReserveOutcome::Reserved { fence: first, .. } = s.reserve(one(&l), &keyed).await.unwrap()
+    else {
+        panic!("reserved")
+    };
+    let score = || -> u64 {
+        let score: f64 = redis::cmd("ZSCORE")
+            .arg("fg:{1001}:v1:pending")
+            .arg("r1")
+            .query(&mut redis.conn())
+            .unwrap();
+        score as u64
+    };
+    // The retry is forwarded again (a replay): the fence moves.
+    let retry = ReserveCall {
+        reservation_id: "r-retry",
+        ..keyed
+    };
+    let ReserveOutcome::Replayed { fence: second, .. } = s.reserve(one(&l), &retry).await.unwrap()
+    else {
+        panic!("replayed")
+    };
+    assert_eq!(second, first + 1);
+    let due = score();
+    // The first forward ends without an answer: its early lookup is stale (fenced).
+    s.due_in(one(&l), 1, "r1", first, Duration::ZERO)
+        .await
+        .unwrap();
+    assert_eq!(score(), due, "a stale forward moves nothing");
+    // The retry ends without an answer: due, but not before the first forward's trip ends.
+    let now = redis_time_ms(&redis);
+    s.due_in(one(&l), 1, "r1", second, Duration::ZERO)
+        .await
+        .unwrap();
+    let early = score();
+    assert!(early < due, "earlier than the retry's own trip");
+    assert!(
+        early >= now + 29_000,
+        "never before the first forward's trip ends: {early} vs {now}"
+    );
+}
+
+/// Issue 20: the sweep's hand-out records the fence; a replay forwarded while the lookup is out
+/// moves it, and the lookup's "not found" (asked before the replay reached the backend) is then
+/// discarded. A second hand-out discards the first one's answer too.
+#[tokio::test]
+async fn a_lookup_answer_lands_only_under_the_fence_its_hand_out_set() {
+    let redis = RedisServer::start();
+    let s = store(redis.url(), 1000);
+    let mut a = activity("1001", 1, 1, 1);
+    a.hold = Duration::ZERO;
+    prewarm(&s, &a).await;
+    let l = Layout::of(&a);
+    let keyed = ReserveCall {
+        idempotency_key: Some("k"),
+        ..call(&a, "u1", 1, "r1")
+    };
+    s.reserve(one(&l), &keyed).await.unwrap();
+    let lease = flashgate::stock::LookupLease {
+        lease: Duration::from_millis(1),
+        give_up_after: None,
+    };
+    let handed = s.sweep(one(&l), 1, 10, Some(lease)).await.unwrap();
+    let first = handed.for_lookup[0].fence;
+    // Another instance's sweep hands it out again once the lease ran out.
+    let _: () = redis::cmd("ZADD")
+        .arg("fg:{1001}:v1:pending")
+        .arg(0)
+        .arg("r1")
+        .query(&mut redis.conn())
+        .unwrap();
+    let again = s.sweep(one(&l), 1, 10, Some(lease)).await.unwrap();
+    let second = again.for_lookup[0].fence;
+    assert_eq!(second, first + 1);
+    assert_eq!(
+        release(&s, &a, 1, "r1", ReleaseMode::Lookup { fence: first }).await,
+        ReleaseOutcome::Fenced,
+        "the first hand-out's answer is stale"
+    );
+    // The buyer retries with the key while the second lookup is out (hold 0: the record's
+    // deadline passed, so make it a fresh hold for the replay to be accepted).
+    let mut conn = redis.conn();
+    let raw: String = redis::cmd("HGET")
+        .arg("fg:{1001}:res")
+        .arg("r1")
+        .query(&mut conn)
+        .unwrap();
+    let mut fields: Vec<&str> = raw.splitn(12, '|').collect();
+    let far = (redis_time_ms(&redis) + 600_000).to_string();
+    fields[4] = &far;
+    let _: () = redis::cmd("HSET")
+        .arg("fg:{1001}:res")
+        .arg("r1")
+        .arg(fields.join("|"))
+        .query(&mut conn)
+        .unwrap();
+    let retry = ReserveCall {
+        reservation_id: "r2",
+        ..keyed
+    };
+    assert!(matches!(
+        s.reserve(one(&l), &retry).await.unwrap(),
+        ReserveOutcome::Replayed { .. }
+    ));
+    assert_eq!(
+        release(&s, &a, 1, "r1", ReleaseMode::Lookup { fence: second }).await,
+        ReleaseOutcome::Fenced,
+        "not found, asked before the retry reached the backend"
+    );
+    assert_eq!(record(&s, &a, "r1").await.state, RecordState::Pending);
+    assert_eq!(
+        reserve(&s, &a, "u2", 1, "r3").await,
+        ReserveOutcome::Insufficient { remaining: 0 },
+        "the unit was not sold a second time"
+    );
+}
+
+/// Issue 20: once a version's keys expired with the retention, the floor (the one key that
+/// never expires) still says it was on sale: it never sells again; a new version sells afresh.
+#[tokio::test]
+async fn a_version_whose_keys_expired_never_sells_again_but_a_new_one_does() {
+    let redis = RedisServer::start();
+    let s = store(redis.url(), 1000);
+    let a = activity("1001", 1, 1, 1);
+    prewarm(&s, &a).await;
+    reserve(&s, &a, "alice", 1, "r1").await;
+    // The retention passes: every key with an expiry goes.
+    let mut conn = redis.conn();
+    let keys: Vec<String> = redis::cmd("KEYS").arg("fg:*").query(&mut conn).unwrap();
+    for key in keys {
+        let ttl: i64 = redis::cmd("TTL").arg(&key).query(&mut conn).unwrap();
+        if ttl != -1 {
+            let _: () = redis::cmd("DEL").arg(&key).query(&mut conn).unwrap();
+        }
+    }
+    let refused = segments::prewarm(&s, &a).await.unwrap().unwrap_err();
+    assert_eq!(
+        refused,
+        Refusal::SoldBefore {
+            id: "1001".into(),
+            version: 1
+        }
+    );
+    let message = refused.to_string();
+    assert!(
+        message.contains("activity 1001") && message.contains("raise version above 1"),
+        "{message}"
+    );
+    assert_eq!(
+        reserve(&s, &a, "bob", 1, "r2").await,
+        ReserveOutcome::NoStockKey,
+        "nothing on sale"
+    );
+    // An older version is refused as older; a newer one sells afresh.
+    let older = activity("1001", 1, 0, 1);
+    assert!(matches!(
+        segments::prewarm(&s, &older).await.unwrap(),
+        Err(Refusal::OlderVersion { newest: 1, .. })
+    ));
+    let v2 = activity("1001", 1, 2, 1);
+    prewarm(&s, &v2).await;
+    assert!(matches!(
+        reserve(&s, &v2, "bob", 1, "r3").await,
+        ReserveOutcome::Reserved { .. }
+    ));
+    let floor: String = redis::cmd("GET")
+        .arg("fg:{1001}:floor")
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(floor, "2");
+}
+
+/// Issue 20: a backend 2xx (or an order lookup finding the order) for a reservation already
+/// released is a ledger fact: covered by a unit of stock while the version has one (a confirmed
+/// cover record for the same user), else counted oversold; once per reservation; never clean.
+#[tokio::test]
+async fn a_late_acceptance_is_covered_from_stock_or_counted_oversold() {
+    let redis = RedisServer::start();
+    let s = store(redis.url(), 1000);
+    let a = activity("1001", 2, 1, 2);
+    prewarm(&s, &a).await;
+    let l = Layout::of(&a);
+    reserve(&s, &a, "alice", 1, "r1").await;
+    release(&s, &a, 1, "r1", ReleaseMode::Admin).await;
+    let late = |ids: &'static [&'static str], via| {
+        let s = &s;
+        let l = &l;
+        async move { s.confirm(one(l), 1, ids, via).await.unwrap() }
+    };
+    assert_eq!(
+        late(&["r1"], ConfirmedVia::Admin).await,
+        [ConfirmOutcome::Released],
+        "an admin confirm of a released one is refused, not counted"
+    );
+    assert_eq!(
+        late(&["r1"], ConfirmedVia::Upstream).await,
+        [ConfirmOutcome::LateCovered]
+    );
+    assert_eq!(
+        late(&["r1"], ConfirmedVia::Lookup).await,
+        [ConfirmOutcome::Released],
+        "counted once"
+    );
+    let cover = record(&s, &a, "r1-late").await;
+    assert_eq!(
+        (cover.state, cover.user.as_str(), cover.qty),
+        (RecordState::Confirmed, "alice", 1)
+    );
+    assert!(record(&s, &a, "r1").await.accepted_late);
+    let row = ledger(&s, &a, 1).await;
+    assert_eq!(
+        (
+            row.remaining,
+            row.confirmed,
+            row.late_accepted,
+            row.oversold,
+            row.drift()
+        ),
+        (1, 1, 1, 0, 0)
+    );
+    // With no unit left to cover it: oversold.
+    reserve(&s, &a, "bob", 1, "r2").await;
+    release(&s, &a, 1, "r2", ReleaseMode::Admin).await;
+    reserve(&s, &a, "dan", 1, "r4").await;
+    assert_eq!(
+        late(&["r2"], ConfirmedVia::Upstream).await,
+        [ConfirmOutcome::LateOversold]
+    );
+    let row = ledger(&s, &a, 1).await;
+    assert_eq!(
+        (row.remaining, row.late_accepted, row.oversold, row.drift()),
+        (0, 2, 1, 0)
+    );
+    let settings = store_settings_for(&redis, &a);
+    let report = flashgate::reconcile::reconcile(&settings, &s, Some("1001"))
+        .await
+        .unwrap();
+    assert!(!report.clean(), "{}", report.table());
+    assert!(
+        report.table().contains("1 covered from stock, 1 oversold"),
+        "{}",
+        report.table()
+    );
+}
+
+/// Issue 20: a pull whose deposit-and-reserve answers before depositing (the home partition
+/// was damaged in between) leaves the transfer unacknowledged on the giver: the sweep delivers
+/// it later; before, it was acknowledged and its units lost (and reconcile, which now checks
+/// that every acknowledged transfer arrived, saw nothing).
+#[tokio::test]
+async fn a_transfer_is_acknowledged_only_once_it_landed() {
+    let redis = RedisServer::start();
+    let s = store(redis.url(), 1000);
+    let a = Activity {
+        segments: 2,
+        ..activity("1001", 4, 1, 2)
+    };
+    prewarm(&s, &a).await;
+    let l = Layout::of(&a);
+    let (home, giver) = (l.partition(0).unwrap(), l.partition(1).unwrap());
+    assert_eq!(s.withdraw(giver, 1, "t1", 1, 0).await.unwrap(), 1);
+    // The home loses a placeholder between the withdraw and the deposit.
+    let _: () = redis::cmd("HDEL")
+        .arg(s.keys().of(home).users())
+        .arg("")
+        .query(&mut redis.conn())
+        .unwrap();
+    let outcome = segments::deposit_and_reserve(&s, giver, home, &call(&a, "u1", 1, "r1"), "t1", 1)
+        .await
+        .unwrap();
+    assert_eq!(outcome, ReserveOutcome::Damaged);
+    let (open, acked) = s.transfers_given(giver).await.unwrap();
+    assert_eq!(
+        (open.len(), acked.len()),
+        (1, 0),
+        "still in flight, not forgotten"
+    );
+    // A giver that forgot a transfer that never arrived is a lost unit: reconcile says so.
+    let _: () = redis::cmd("EVAL")
+        .arg("local t = redis.call('HGET', KEYS[1], 't1') redis.call('HDEL', KEYS[1], 't1') redis.call('HSET', KEYS[2], 't1', t) return 1")
+        .arg(2)
+        .arg(s.keys().of(giver).transfers())
+        .arg(s.keys().of(giver).acknowledged())
+        .query(&mut redis.conn())
+        .unwrap();
+    let settings = store_settings_for(&redis, &a);
+    let report = flashgate::reconcile::reconcile(&settings, &s, Some("1001"))
+        .await
+        .unwrap();
+    assert!(
+        report
+            .transfer_mismatches
+            .iter()
+            .any(|m| m.what.contains("acknowledged transfer t1")),
+        "{}",
+        report.table()
+    );
+}
+
+/// Settings for `flashgate reconcile` over one activity on this Redis.
+fn store_settings_for(redis: &RedisServer, a: &Activity) -> flashgate::config::Settings {
+    let yaml = format!(
+        r#"server: {{ listen: "127.0.0.1:1" }}
+admin: {{ listen: "127.0.0.1:2" }}
+upstream: {{ addresses: ["127.0.0.1:3"] }}
+redis: {{ url: "{}" }}
+identity: {{ header: X-User-Id }}
+signing: {{ header: X-Flashgate-Reservation, algorithm: HS256, key_id: k, secret_env: SECRET, ttl_secs: 900 }}
+sold_out_cache: {{ ttl_ms: 1000 }}
+sale_routes:
+  - {{ method: POST, path: "/buy/{{activity}}" }}
+activities:
+  - {{ id: "{}", stock: {}, version: {}, per_user_limit: {}, max_per_request: 1, starts_at: "2020-01-01T00:00:00Z", ends_at: "2099-01-01T00:00:00Z", segments: {} }}
+"#,
+        redis.url(),
+        a.id,
+        a.stock,
+        a.version,
+        a.per_user_limit,
+        a.segments
+    );
+    let secrets = |name: &str| (name == "SECRET").then(|| "s".to_owned());
+    flashgate::config::Settings::from_yaml(&yaml, std::path::Path::new("."), &secrets).unwrap()
 }

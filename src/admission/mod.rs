@@ -377,6 +377,7 @@ impl Admission {
                 remaining,
                 created_ms,
                 deadline_ms,
+                fence,
             } => {
                 facts.qty = Some(qty);
                 facts.stock_after = remaining;
@@ -393,6 +394,7 @@ impl Admission {
                     owned: !replayed,
                     created_ms,
                     deadline_ms,
+                    fence,
                 })
             }
             Reserve::SoldOut { left } => {

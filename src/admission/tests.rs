@@ -159,6 +159,7 @@ fn reserved(remaining: Option<u64>, replayed: bool) -> Result<Reserve, StoreErro
         remaining,
         created_ms: 1_000,
         deadline_ms: 901_000,
+        fence: 1,
     })
 }
 

@@ -9,9 +9,13 @@
 //! Control endpoints (same port):
 //! - `GET  /__upstream/requests`              what was received, oldest first (JSON)
 //! - `GET  /__upstream/orders`                the jti of every order taken (JSON)
-//! - `POST /__upstream/reset`                 forget recorded requests and orders
-//! - `POST /__upstream/mode?status=500&delay_ms=0&lookup_status=0`  answer every other request
-//!   this way (`lookup_status`: answer order lookups with this status instead; 0 = normally)
+//! - `GET  /__upstream/lookups`               the jti of every order lookup received (JSON)
+//! - `POST /__upstream/reset`                 forget recorded requests, orders and lookups
+//! - `POST /__upstream/mode?status=500&delay_ms=0&lookup_status=0&slow_once_ms=0&lookup_delay_ms=0`
+//!   answer every other request this way (`lookup_status`: answer order lookups with this status
+//!   instead, 0 = normally; `slow_once_ms`: the next request only waits this long before it is
+//!   handled, as a backend that is slow once; `lookup_delay_ms`: an order lookup answers what
+//!   the backend held when it arrived, this long later)
 #![forbid(unsafe_code)]
 
 use async_trait::async_trait;
@@ -41,6 +45,9 @@ struct Backend {
     status: AtomicU16,
     delay_ms: AtomicU64,
     lookup_status: AtomicU16,
+    slow_once_ms: AtomicU64,
+    lookup_delay_ms: AtomicU64,
+    lookups: Mutex<Vec<String>>,
 }
 
 /// The `jti` claim of a reservation token (unverified: a demo).
@@ -84,14 +91,28 @@ impl ServeHttp for Backend {
                 let orders = self.orders.lock().expect("not poisoned").clone();
                 return json_response(StatusCode::OK, &json!({ "orders": orders }));
             }
+            ("GET", "/__upstream/lookups") => {
+                let lookups = self.lookups.lock().expect("not poisoned").clone();
+                return json_response(StatusCode::OK, &json!({ "lookups": lookups }));
+            }
             ("GET", p) if p.starts_with("/orders/") => {
                 let jti = &p["/orders/".len()..];
+                self.lookups
+                    .lock()
+                    .expect("not poisoned")
+                    .push(jti.to_owned());
                 let forced = self.lookup_status.load(Ordering::SeqCst);
                 if forced != 0 {
                     let status = StatusCode::from_u16(forced).unwrap_or(StatusCode::OK);
                     return json_response(status, &json!({"jti": jti}));
                 }
+                // What it holds now, answered after the delay (orders taken meanwhile are not
+                // seen: the answer is as old as the question).
                 let held = self.orders.lock().expect("not poisoned").contains(jti);
+                let delay = self.lookup_delay_ms.load(Ordering::SeqCst);
+                if delay > 0 {
+                    tokio::time::sleep(Duration::from_millis(delay)).await;
+                }
                 let status = if held {
                     StatusCode::OK
                 } else {
@@ -102,6 +123,7 @@ impl ServeHttp for Backend {
             ("POST", "/__upstream/reset") => {
                 self.requests.lock().expect("not poisoned").clear();
                 self.orders.lock().expect("not poisoned").clear();
+                self.lookups.lock().expect("not poisoned").clear();
                 return json_response(StatusCode::OK, &json!({"reset": true}));
             }
             ("POST", "/__upstream/mode") => {
@@ -122,6 +144,16 @@ impl ServeHttp for Backend {
                                 self.lookup_status.store(s, Ordering::SeqCst)
                             }
                         }
+                        Some(("slow_once_ms", v)) => {
+                            if let Ok(d) = v.parse() {
+                                self.slow_once_ms.store(d, Ordering::SeqCst)
+                            }
+                        }
+                        Some(("lookup_delay_ms", v)) => {
+                            if let Ok(d) = v.parse() {
+                                self.lookup_delay_ms.store(d, Ordering::SeqCst)
+                            }
+                        }
                         _ => {}
                     }
                 }
@@ -136,7 +168,10 @@ impl ServeHttp for Backend {
             "headers": headers,
             "body": String::from_utf8_lossy(&body),
         }));
-        let delay = self.delay_ms.load(Ordering::SeqCst);
+        let delay = match self.slow_once_ms.swap(0, Ordering::SeqCst) {
+            0 => self.delay_ms.load(Ordering::SeqCst),
+            once => once,
+        };
         if delay > 0 {
             tokio::time::sleep(Duration::from_millis(delay)).await;
         }
@@ -178,6 +213,9 @@ fn main() {
         status: AtomicU16::new(200),
         delay_ms: AtomicU64::new(0),
         lookup_status: AtomicU16::new(0),
+        slow_once_ms: AtomicU64::new(0),
+        lookup_delay_ms: AtomicU64::new(0),
+        lookups: Mutex::new(Vec::new()),
     };
     let mut service = Service::new("demo upstream".to_owned(), backend);
     service.add_tcp(&args.listen);

@@ -35,6 +35,8 @@ impl Settings {
         let upstream = upstream(raw.upstream)?;
         let redis = redis(raw.redis)?;
         let longest_trip = longest_sale_trip(&redis, &upstream);
+        let activities = activities(raw.activities, Duration::from_secs(raw.signing.ttl_secs))?;
+        retention_covers_the_lifecycle(&redis, &upstream, &activities, longest_trip)?;
         Ok(Settings {
             breaker,
             server: server(raw.server, longest_trip, base_dir)?,
@@ -42,7 +44,7 @@ impl Settings {
             admin: admin(raw.admin, secrets)?,
             redis,
             identity: identity(raw.identity, base_dir, secrets)?,
-            activities: activities(raw.activities, Duration::from_secs(raw.signing.ttl_secs))?,
+            activities,
             signing: signing(raw.signing, base_dir, secrets)?,
             rate_limits: rate_limits(raw.rate_limits)?,
             sold_out_cache: SoldOutCacheSettings {
@@ -51,6 +53,48 @@ impl Settings {
             sale_routes: sale_routes(raw.sale_routes)?,
         })
     }
+}
+
+/// The keys of an activity expire `redis.key_ttl_after_end_secs` after its `ends_at`: by then
+/// every reservation made before the close must have settled, or its record, its user's units
+/// and its ledger would vanish while it is still pending (and a late confirm or release would
+/// find nothing). The last one made at the close is swept at its hold deadline (never before its
+/// trip ends), plus the order lookup's give-up time when one is configured, found within a sweep.
+/// Approximation: with an order lookup and no `give_up_after_secs`, a reservation whose backend
+/// never answers stays pending for ever: its keys still expire at the retention's end.
+fn retention_covers_the_lifecycle(
+    redis: &RedisSettings,
+    upstream: &UpstreamSettings,
+    activities: &Activities,
+    longest_trip: Duration,
+) -> Result<(), ConfigError> {
+    let longest_hold = activities
+        .iter()
+        .map(|a| a.hold.max(longest_trip))
+        .max()
+        .unwrap_or_default();
+    let give_up = upstream
+        .order_lookup
+        .as_ref()
+        .and_then(|l| l.give_up_after)
+        .unwrap_or_default();
+    let needed = longest_hold + give_up + redis.sweep_interval;
+    if redis.key_ttl_after_end < needed {
+        return Err(ConfigError::invalid(
+            "redis.key_ttl_after_end_secs",
+            format!(
+                "is {} s, but reservations made at the close settle up to {} s later (the longest \
+                 hold_secs or sale trip, {} s, plus upstream.order_lookup.give_up_after_secs, {} s, \
+                 plus a sweep): set it to at least {}",
+                redis.key_ttl_after_end.as_secs(),
+                needed.as_secs_f64().ceil(),
+                longest_hold.as_secs_f64().ceil(),
+                give_up.as_secs(),
+                needed.as_secs_f64().ceil()
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// The longest a sale request can take once admitted: the stock call, the wait for a slot at

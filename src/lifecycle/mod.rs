@@ -43,6 +43,8 @@ pub const CONFIRM_BATCH: usize = 100;
 
 mod sweep;
 
+pub use sweep::HandedOut;
+
 pub struct Lifecycle {
     live: Live,
     store: Arc<StockStore>,
@@ -213,20 +215,36 @@ impl Lifecycle {
             return;
         }
         let this = self.clone();
-        let (id, segment, version) = (
-            reservation.id.clone(),
-            reservation.segment,
-            reservation.version,
-        );
+        let reservation = reservation.clone();
         tokio::spawn(async move {
-            let layout = Layout::of(&activity);
-            let Some(partition) = layout.partition(segment) else {
-                return;
-            };
-            if let Err(e) = this.store.due_in(partition, version, &id, after).await {
-                tracing::debug!(reservation = %id, error = %e, "could not move the lookup earlier");
+            if let Err(e) = this.due_soon(&activity, &reservation, after).await {
+                tracing::debug!(reservation = %reservation.id, error = %e, "could not move the lookup earlier");
             }
         });
+    }
+
+    /// The step [`Lifecycle::settle_soon`] takes: due `after` from now, under the fence this
+    /// request's forward got, so never while another forward of it may be at the backend (a
+    /// replay since, or one before it still on its trip) nor once a lookup was handed out.
+    pub async fn due_soon(
+        &self,
+        activity: &Activity,
+        reservation: &Reservation,
+        after: std::time::Duration,
+    ) -> Result<(), StoreError> {
+        let layout = Layout::of(activity);
+        let Some(partition) = layout.partition(reservation.segment) else {
+            return Ok(());
+        };
+        self.store
+            .due_in(
+                partition,
+                reservation.version,
+                &reservation.id,
+                reservation.fence,
+                after,
+            )
+            .await
     }
 
     /// Confirms reservations of one version in one partition (at most [`CONFIRM_BATCH`]).
@@ -238,6 +256,7 @@ impl Lifecycle {
         via: ConfirmedVia,
     ) -> Result<Vec<ConfirmOutcome>, StoreError> {
         let outcomes = self.store.confirm(partition, version, ids, via).await?;
+        let label = &**partition.layout().id();
         let confirmed = outcomes
             .iter()
             .filter(|o| **o == ConfirmOutcome::Confirmed)
@@ -245,8 +264,24 @@ impl Lifecycle {
         if confirmed > 0 {
             self.metrics
                 .reservations_confirmed
-                .with_label_values(&[partition.layout().id(), via.as_str()])
+                .with_label_values(&[label, via.as_str()])
                 .inc_by(confirmed as u64);
+        }
+        for (id, late) in ids
+            .iter()
+            .zip(&outcomes)
+            .filter_map(|(id, o)| Some((id, o.late()?)))
+        {
+            // A ledger fact (the version's late_accepted, and oversold if uncovered), and an
+            // alert: the backend holds an order whose reservation had been released.
+            self.metrics
+                .late_accepted
+                .with_label_values(&[label, late.as_str()])
+                .inc();
+            tracing::error!(activity = %label, version, reservation = %id, via = via.as_str(),
+                outcome = late.as_str(),
+                "the backend accepted a reservation that was already released: its units were \
+                 covered from stock, or (oversold) none were left; run `flashgate reconcile`");
         }
         Ok(outcomes)
     }
@@ -269,7 +304,7 @@ impl Lifecycle {
                 || this.confirm(partition, reservation.version, &ids, ConfirmedVia::Upstream);
             match until_answered(confirm).await.as_deref() {
                 Some([ConfirmOutcome::Released]) => tracing::warn!(reservation = %reservation.id,
-                    "upstream accepted a reservation that was already released"),
+                    "upstream accepted a reservation that was already released (counted before)"),
                 Some(_) => {}
                 None => tracing::error!(reservation = %reservation.id,
                     "could not confirm a reservation the upstream accepted; it stays pending until its hold deadline"),
@@ -331,7 +366,7 @@ impl Lifecycle {
             [ConfirmOutcome::Confirmed | ConfirmOutcome::AlreadyConfirmed] => {
                 self.done(&layout, id).await
             }
-            [ConfirmOutcome::Released] => Ok(AdminOutcome::Conflict(record)),
+            [o] if o.released() => Ok(AdminOutcome::Conflict(record)),
             _ => Ok(AdminOutcome::NotFound),
         }
     }

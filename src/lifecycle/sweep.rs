@@ -2,11 +2,11 @@
 //! the order lookup first, where configured), transfers a gateway left half done, and the
 //! periodic ledger check. Every instance runs it; the scripts settle each reservation once.
 
-use super::{Lifecycle, CONFIRM_BATCH};
+use super::Lifecycle;
 use crate::config::{OrderLookupSettings, UpstreamSettings};
 use crate::stock::{
-    ConfirmedVia, Deposit, Layout, LookupLease, Partition, ReleaseMode, ReleaseOutcome,
-    ReleaseReason,
+    ConfirmedVia, Deposit, Layout, Leased, LookupLease, Partition, ReleaseMode, ReleaseOutcome,
+    ReleaseReason, SweepOutcome,
 };
 use crate::upstream::lookup::Answer;
 use futures_util::StreamExt;
@@ -21,6 +21,15 @@ const MAX_SWEEP_CALLS_PER_TICK: usize = 50;
 
 /// Order lookups in flight at once per sweep call.
 const LOOKUP_CONCURRENCY: usize = 16;
+
+/// A reservation a sweep handed out for an order lookup, and where it lives.
+#[derive(Debug, Clone)]
+pub struct HandedOut {
+    pub layout: Layout,
+    pub partition: u32,
+    pub version: u64,
+    pub leased: Leased,
+}
 
 impl Lifecycle {
     /// Every activity whose reservations this instance settles: the configured ones, and those
@@ -60,6 +69,19 @@ impl Lifecycle {
     /// Settles every pending reservation whose time has come, over all activities, segments
     /// and versions. Returns how many this instance released.
     pub async fn sweep_expired(&self) -> u64 {
+        self.sweep(true).await.0
+    }
+
+    /// The sweep's first half alone: what is due expires or is handed out for an order lookup,
+    /// but nobody is asked; the hand-outs are returned, for [`Lifecycle::settle_answer`] to act
+    /// on the answers whenever they come (the model test puts other operations in between).
+    pub async fn hand_out(&self) -> Vec<HandedOut> {
+        self.sweep(false).await.1
+    }
+
+    /// One sweep over every layout, partition and version: returns how many it released, and
+    /// (unless `ask`, when the backend is asked at once) what it handed out for lookups.
+    async fn sweep(&self, ask: bool) -> (u64, Vec<HandedOut>) {
         let settings = self.live.settings();
         let batch = settings.redis.sweep_batch;
         let lookup = settings.upstream.order_lookup.as_ref();
@@ -68,6 +90,7 @@ impl Lifecycle {
             give_up_after: l.give_up_after,
         });
         let mut total = 0;
+        let mut handed = Vec::new();
         for layout in self.layouts().await {
             for partition in layout.partitions() {
                 self.deliver_stranded_transfers(partition).await;
@@ -88,31 +111,27 @@ impl Lifecycle {
                                 break;
                             }
                         };
-                        if outcome.released > 0 {
-                            total += outcome.released;
-                            self.metrics
-                                .reservations_released
-                                .with_label_values(&[layout.id(), ReleaseReason::Expired.as_str()])
-                                .inc_by(outcome.released);
-                            self.metrics
-                                .reservations_retired
-                                .with_label_values(&[layout.id()])
-                                .inc_by(outcome.retired);
-                            self.units_returned(layout.id(), version);
-                            tracing::info!(activity = %layout.id(), version,
-                                released = outcome.released, units = outcome.units,
-                                "expired reservations released");
-                        }
-                        if let Some(lookup) = lookup.filter(|_| !outcome.for_lookup.is_empty()) {
-                            total += self
-                                .settle_by_lookup(
-                                    partition,
+                        total += self.count_expired(&layout, version, &outcome);
+                        match lookup.filter(|_| ask && !outcome.for_lookup.is_empty()) {
+                            Some(lookup) => {
+                                total += self
+                                    .settle_by_lookup(
+                                        partition,
+                                        version,
+                                        &settings.upstream,
+                                        lookup,
+                                        &outcome.for_lookup,
+                                    )
+                                    .await
+                            }
+                            None => {
+                                handed.extend(outcome.for_lookup.iter().map(|leased| HandedOut {
+                                    layout: layout.clone(),
+                                    partition: partition.index(),
                                     version,
-                                    &settings.upstream,
-                                    lookup,
-                                    &outcome.for_lookup,
-                                )
-                                .await;
+                                    leased: leased.clone(),
+                                }))
+                            }
                         }
                         if outcome.scanned < u64::from(batch) {
                             break;
@@ -121,82 +140,122 @@ impl Lifecycle {
                 }
             }
         }
-        total
+        (total, handed)
     }
 
-    /// Asks the backend about reservations whose hold ran out: found ones are confirmed, ones it
-    /// does not hold released; unanswered ones stay pending (the sweep hands them out again after
-    /// `retry_interval_ms`). Returns how many were released.
+    /// Counts what one sweep call expired; returns how many.
+    fn count_expired(&self, layout: &Layout, version: u64, outcome: &SweepOutcome) -> u64 {
+        if outcome.released > 0 {
+            self.metrics
+                .reservations_released
+                .with_label_values(&[layout.id(), ReleaseReason::Expired.as_str()])
+                .inc_by(outcome.released);
+            self.metrics
+                .reservations_retired
+                .with_label_values(&[layout.id()])
+                .inc_by(outcome.retired);
+            self.units_returned(layout.id(), version);
+            tracing::info!(activity = %layout.id(), version,
+                released = outcome.released, units = outcome.units,
+                "expired reservations released");
+        }
+        outcome.released
+    }
+
+    /// Asks the backend about reservations a sweep handed out (their hold ran out, or a forward
+    /// ended without an answer): found ones are confirmed, ones it does not hold released
+    /// (unless a replay was forwarded since: the fence), unanswered ones stay pending (the sweep
+    /// hands them out again after `retry_interval_ms`). Returns how many were released.
     async fn settle_by_lookup(
         &self,
         partition: Partition<'_>,
         version: u64,
         upstream: &UpstreamSettings,
         settings: &OrderLookupSettings,
-        ids: &[String],
+        leased: &[Leased],
     ) -> u64 {
-        let label = &**partition.layout().id();
-        let asks: Vec<_> = ids
+        let asks: Vec<_> = leased
             .iter()
-            .map(|id| self.ask(upstream, settings, id))
+            .map(|l| self.ask(upstream, settings, l))
             .collect();
-        let answers: Vec<(&String, Answer)> = futures_util::stream::iter(asks)
+        let answers: Vec<(&Leased, Answer)> = futures_util::stream::iter(asks)
             .buffer_unordered(LOOKUP_CONCURRENCY)
             .collect()
             .await;
-        let mut found = Vec::new();
         let mut released = 0;
-        for (id, answer) in answers {
-            match answer {
-                Answer::Found => found.push(id.as_str()),
-                Answer::NotFound => {
-                    match self
-                        .release(
-                            partition,
-                            version,
-                            id,
-                            ReleaseMode::Lookup,
-                            ReleaseReason::OrderNotFound,
-                        )
-                        .await
-                    {
-                        Ok(ReleaseOutcome::Released { .. }) => released += 1,
-                        Ok(_) => {}
-                        Err(e) => tracing::warn!(reservation = %id, error = %e,
-                            "could not release after the order lookup; asked again later"),
-                    }
-                }
-                Answer::Unanswered => {}
-            }
-            self.metrics
-                .order_lookups
-                .with_label_values(&[label, answer.as_str()])
-                .inc();
-        }
-        for chunk in found.chunks(CONFIRM_BATCH) {
-            if let Err(e) = self
-                .confirm(partition, version, chunk, ConfirmedVia::Lookup)
-                .await
-            {
-                tracing::warn!(activity = %label, error = %e,
-                    "could not confirm after the order lookup; asked again later");
+        for (leased, answer) in answers {
+            if self.settle_answer(partition, version, leased, answer).await {
+                released += 1;
             }
         }
         released
     }
 
+    /// Acts on the backend's answer about one reservation handed out for a lookup: found,
+    /// confirmed (or, if it was released meanwhile, counted as accepted late); not found,
+    /// released under the hand-out's fence; unanswered, nothing. Returns whether it released.
+    pub async fn settle_answer(
+        &self,
+        partition: Partition<'_>,
+        version: u64,
+        leased: &Leased,
+        answer: Answer,
+    ) -> bool {
+        let label = &**partition.layout().id();
+        self.metrics
+            .order_lookups
+            .with_label_values(&[label, answer.as_str()])
+            .inc();
+        let id = leased.id.as_str();
+        match answer {
+            Answer::Found => {
+                if let Err(e) = self
+                    .confirm(partition, version, &[id], ConfirmedVia::Lookup)
+                    .await
+                {
+                    tracing::warn!(reservation = %id, error = %e,
+                        "could not confirm after the order lookup; asked again later");
+                }
+                false
+            }
+            Answer::NotFound => {
+                let mode = ReleaseMode::Lookup {
+                    fence: leased.fence,
+                };
+                match self
+                    .release(partition, version, id, mode, ReleaseReason::OrderNotFound)
+                    .await
+                {
+                    Ok(ReleaseOutcome::Released { .. }) => true,
+                    Ok(ReleaseOutcome::Fenced) => {
+                        tracing::info!(reservation = %id,
+                            "order lookup's 'not found' discarded: the reservation was forwarded again since it was asked");
+                        false
+                    }
+                    Ok(_) => false,
+                    Err(e) => {
+                        tracing::warn!(reservation = %id, error = %e,
+                            "could not release after the order lookup; asked again later");
+                        false
+                    }
+                }
+            }
+            Answer::Unanswered => false,
+        }
+    }
+
     /// Asks a healthy backend about one reservation.
-    async fn ask<'i>(
+    async fn ask<'l>(
         &self,
         upstream: &UpstreamSettings,
         settings: &OrderLookupSettings,
-        id: &'i String,
-    ) -> (&'i String, Answer) {
+        leased: &'l Leased,
+    ) -> (&'l Leased, Answer) {
         let answer = match self.upstreams.select(upstream) {
-            Some(backend) => self.lookup.ask(backend, settings, id).await,
+            Some(backend) => self.lookup.ask(backend, settings, &leased.id).await,
             None => Answer::Unanswered,
         };
-        (id, answer)
+        (leased, answer)
     }
 
     /// Transfers a segment gave that never arrived (a gateway died between withdraw and

@@ -10,15 +10,19 @@
 //!                                   segments (fixed for the activity) and version (newest claimed)
 //! <p>:{<tag>}:v<n>:stock    string  units of version n remaining here (only while n is on sale)
 //! <p>:{<tag>}:v<n>:ledger   hash    units of version n here: initial, pending, confirmed,
-//!                                   released, retired, moved_in, moved_out
+//!                                   released, retired, moved_in, moved_out, unsold_retired,
+//!                                   late_accepted, oversold
 //! <p>:{<tag>}:v<n>:pending  zset    jti -> when due (hold deadline, or next order lookup), ms
 //! <p>:{<tag>}:users         hash    user id -> units held (all versions)
-//! <p>:{<tag>}:res           hash    jti -> reservation record (see lua/lib.lua)
+//! <p>:{<tag>}:res           hash    jti -> reservation record, with its fence (see lua/lib.lua)
 //! <p>:{<tag>}:idem          hash    user id "\n" Idempotency-Key -> jti
 //! <p>:{<tag>}:events        stream  reserve / confirm / release events
 //! <p>:{<tag>}:transfers     hash    transfer id -> version|to|units|ms, given but not yet acknowledged
 //! <p>:{<tag>}:acked         hash    the same, acknowledged (kept: they account for moved_out)
 //! <p>:{<tag>}:received      hash    transfer id -> units, received (a deposit happens once)
+//! <p>:{<act>}:floor         string  the newest version ever claimed: the one key that never
+//!                                   expires (a few bytes per activity id ever sold), so no
+//!                                   version that was on sale sells again after the rest expired
 //! <p>:activities            hash    activity id -> segment count, of every activity prewarmed
 //!                                   (sweeps reach removed ones too; a second record of the count)
 //! ```
@@ -61,9 +65,10 @@ impl KeyLayout {
         }
     }
 
-    /// Keys for `claim.lua`: the base meta, two keys only an older flashgate wrote, then the
-    /// users and res hashes of the base tag (an unsegmented activity's only partition).
-    pub fn for_claim(&self, layout: &Layout, version: u64) -> [String; 5] {
+    /// Keys for `claim.lua`: the base meta, two keys only an older flashgate wrote, the users
+    /// and res hashes of the base tag (an unsegmented activity's only partition), then the
+    /// activity's floor.
+    pub fn for_claim(&self, layout: &Layout, version: u64) -> [String; 6] {
         let base = self.base(layout);
         [
             base.meta(),
@@ -71,6 +76,7 @@ impl KeyLayout {
             format!("{}:v{version}:segments", base.base),
             base.users(),
             base.reservations(),
+            base.floor(),
         ]
     }
 
@@ -102,6 +108,10 @@ impl PartitionKeys {
 
     pub fn meta(&self) -> String {
         self.key("meta")
+    }
+    /// On the base tag only: the newest version ever claimed (never expires).
+    pub fn floor(&self) -> String {
+        self.key("floor")
     }
     pub fn stock(&self, version: u64) -> String {
         self.versioned(version, "stock")
@@ -160,13 +170,19 @@ impl PartitionKeys {
         ]
     }
 
-    pub fn for_confirm(&self, version: u64) -> [String; 4] {
+    pub fn for_confirm(&self, version: u64) -> [String; 6] {
         [
             self.reservations(),
             self.ledger(version),
             self.pending(version),
             self.events(),
+            self.stock(version),
+            self.users(),
         ]
+    }
+
+    pub fn for_due(&self, version: u64) -> [String; 2] {
+        [self.pending(version), self.reservations()]
     }
 
     pub fn for_sweep(&self, version: u64) -> [String; 6] {

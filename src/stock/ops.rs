@@ -130,7 +130,8 @@ impl StockStore {
             .arg(version)
             .arg(reason.as_str())
             .arg(mode.as_str())
-            .arg(self.events_maxlen);
+            .arg(self.events_maxlen)
+            .arg(mode.fence().map(|f| f.to_string()).unwrap_or_default());
         let reply: Vec<i64> = self
             .eval(ScriptName::Release, StoreOp::Release, &invocation)
             .await?;
@@ -330,20 +331,25 @@ impl StockStore {
     }
 
     /// Makes a pending reservation due (for the sweep and its order lookup) no later than
-    /// `after` from now, by Redis's clock: the due time only moves earlier, and only for a
-    /// reservation still pending.
+    /// `after` from now, by Redis's clock, for a forward that ended without an answer and got
+    /// `fence`: the due time only moves earlier, only while the fence is still that forward's,
+    /// and never before the trips of the forwards before it end (see `lua/due.lua`).
     pub async fn due_in(
         &self,
         partition: Partition<'_>,
         version: u64,
         reservation_id: &str,
+        fence: u64,
         after: Duration,
     ) -> Result<(), StoreError> {
         let mut invocation = scripts::DUE.prepare_invoke();
+        for key in self.keys.of(partition).for_due(version) {
+            invocation.key(key);
+        }
         invocation
-            .key(self.keys.of(partition).pending(version))
             .arg(reservation_id)
-            .arg(after.as_millis() as u64);
+            .arg(after.as_millis() as u64)
+            .arg(fence);
         self.eval::<i64>(ScriptName::Sweep, StoreOp::Sweep, &invocation)
             .await
             .map(|_| ())

@@ -11,6 +11,8 @@ pub enum ReserveOutcome {
         /// When it was made and when its hold runs out (Redis's clock, unix ms).
         created_ms: u64,
         deadline_ms: u64,
+        /// The record's fence once this request's forward is counted (see `lua/lib.lua`).
+        fence: u64,
     },
     /// The buyer's `Idempotency-Key` already won this (not released) reservation.
     Replayed {
@@ -21,6 +23,8 @@ pub enum ReserveOutcome {
         remaining: Option<u64>,
         created_ms: u64,
         deadline_ms: u64,
+        /// The record's fence once this request's forward is counted.
+        fence: u64,
     },
     /// The key's reservation is pending past its hold deadline: being settled (expiry or the
     /// order lookup), never handed out again.
@@ -52,6 +56,18 @@ pub enum ReserveOutcome {
 }
 
 impl ReserveOutcome {
+    /// Whether a reserve that carried a deposit surely made it (the script deposits before
+    /// every answer but these: a partition never prewarmed or damaged answers before it, a
+    /// refused deposit changed nothing, and "no stock key" comes both before and after it).
+    pub fn deposit_landed(&self) -> bool {
+        !matches!(
+            self,
+            ReserveOutcome::NoStockKey
+                | ReserveOutcome::Damaged
+                | ReserveOutcome::DepositRefused { .. }
+        )
+    }
+
     pub(super) fn parse(reply: &[Value]) -> Option<Self> {
         let at = |i: usize| int(reply.get(i));
         let unsigned = |i: usize| at(i).map(|v| v.max(0) as u64);
@@ -61,6 +77,7 @@ impl ReserveOutcome {
                 remaining: unsigned(1)?,
                 created_ms: ms(3)?,
                 deadline_ms: ms(4)?,
+                fence: ms(5)?,
             },
             2 => ReserveOutcome::Replayed {
                 remaining: at(1).and_then(|r| u64::try_from(r).ok()),
@@ -69,6 +86,7 @@ impl ReserveOutcome {
                 version: string(reply.get(4))?.parse().ok()?,
                 created_ms: ms(5)?,
                 deadline_ms: ms(6)?,
+                fence: ms(7)?,
             },
             -1 => ReserveOutcome::NoStockKey,
             -2 => ReserveOutcome::Insufficient {
@@ -98,18 +116,28 @@ pub enum ReleaseMode {
     /// The request that sent the reserve does not know whether it landed: as `Owner`, and an
     /// unknown id is tombstoned so the reserve can never land later.
     Abandon,
-    /// The backend said it holds no such order: pending only.
-    Lookup,
+    /// The backend said it holds no such order: pending only, and only if the reservation's
+    /// fence is still the one the sweep's hand-out set (nothing forwarded or handed out since
+    /// the question was asked).
+    Lookup { fence: u64 },
     /// The backend or an operator cancels: pending or confirmed.
     Admin,
 }
 
 impl ReleaseMode {
+    /// The fence a release names (`ARGV[6]` of `lua/release.lua`; lookup only).
+    pub fn fence(self) -> Option<u64> {
+        match self {
+            ReleaseMode::Lookup { fence } => Some(fence),
+            _ => None,
+        }
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             ReleaseMode::Owner => "owner",
             ReleaseMode::Abandon => "abandon",
-            ReleaseMode::Lookup => "lookup",
+            ReleaseMode::Lookup { .. } => "lookup",
             ReleaseMode::Admin => "admin",
         }
     }
@@ -130,6 +158,8 @@ pub enum ReleaseOutcome {
     KeptConfirmed,
     /// Kept: an idempotent replay handed it to another request.
     KeptReplayed,
+    /// Kept: a lookup's answer older than a forward (a replay) or a hand-out since.
+    Fenced,
 }
 
 impl ReleaseOutcome {
@@ -143,6 +173,7 @@ impl ReleaseOutcome {
             (-2, _) => ReleaseOutcome::VersionMismatch,
             (-3, _) => ReleaseOutcome::KeptConfirmed,
             (-4, _) => ReleaseOutcome::KeptReplayed,
+            (-5, _) => ReleaseOutcome::Fenced,
             _ => return None,
         })
     }
@@ -155,11 +186,33 @@ pub enum ConfirmOutcome {
     AlreadyConfirmed,
     /// Too late: the reservation was released (cancelled, failed or expired).
     Released,
+    /// Released, yet the backend took the order (its 2xx, or its order lookup): counted as
+    /// accepted late, and covered by a unit of the version's stock.
+    LateCovered,
+    /// The same with no stock left to cover it: the version is oversold by its units.
+    LateOversold,
     Unknown,
     VersionMismatch,
 }
 
 impl ConfirmOutcome {
+    /// Whether the reservation had been released (too late to confirm), accepted late or not.
+    pub fn released(self) -> bool {
+        matches!(
+            self,
+            ConfirmOutcome::Released | ConfirmOutcome::LateCovered | ConfirmOutcome::LateOversold
+        )
+    }
+
+    /// The backend accepted it after its release: what became of its units.
+    pub fn late(self) -> Option<super::LateOutcome> {
+        match self {
+            ConfirmOutcome::LateCovered => Some(super::LateOutcome::Covered),
+            ConfirmOutcome::LateOversold => Some(super::LateOutcome::Oversold),
+            _ => None,
+        }
+    }
+
     pub(super) fn parse(reply: i64) -> Option<Self> {
         Some(match reply {
             1 => ConfirmOutcome::Confirmed,
@@ -167,6 +220,8 @@ impl ConfirmOutcome {
             -1 => ConfirmOutcome::Unknown,
             -2 => ConfirmOutcome::VersionMismatch,
             -3 => ConfirmOutcome::Released,
+            -4 => ConfirmOutcome::LateCovered,
+            -5 => ConfirmOutcome::LateOversold,
             _ => return None,
         })
     }
@@ -182,7 +237,15 @@ pub struct SweepOutcome {
     /// Released reservations whose version was no longer on sale (units retired).
     pub retired: u64,
     /// Due reservations handed out to ask the backend about (order lookup).
-    pub for_lookup: Vec<String>,
+    pub for_lookup: Vec<Leased>,
+}
+
+/// A reservation a sweep handed out for an order lookup, with the fence the hand-out set: a
+/// "not found" releases it only under that fence.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Leased {
+    pub id: String,
+    pub fence: u64,
 }
 
 impl SweepOutcome {
@@ -193,10 +256,14 @@ impl SweepOutcome {
             units: n(1)?,
             scanned: n(2)?,
             retired: n(3)?,
-            for_lookup: reply
-                .iter()
-                .skip(4)
-                .map(|v| string(Some(v)))
+            for_lookup: reply[4.min(reply.len())..]
+                .chunks(2)
+                .map(|pair| {
+                    Some(Leased {
+                        id: string(pair.first())?,
+                        fence: string(pair.get(1))?.parse().ok()?,
+                    })
+                })
                 .collect::<Option<_>>()?,
         })
     }
@@ -216,6 +283,11 @@ pub enum ClaimOutcome {
     },
     /// Its keys were written by an older flashgate's layout.
     OldLayout,
+    /// This version was claimed before and its keys are gone (expired after the sale, or
+    /// removed): it never sells again.
+    SoldBefore {
+        version: u64,
+    },
 }
 
 impl ClaimOutcome {
@@ -230,6 +302,9 @@ impl ClaimOutcome {
                 newest: value?.parse().ok()?,
             },
             -3 => ClaimOutcome::OldLayout,
+            -4 => ClaimOutcome::SoldBefore {
+                version: value?.parse().ok()?,
+            },
             _ => return None,
         })
     }

@@ -148,9 +148,13 @@ impl StockStore {
         Ok((transfers, secs * 1000 + micros / 1000))
     }
 
-    /// Every transfer a partition gave (not yet acknowledged, and acknowledged), read in one
-    /// MULTI/EXEC: reconcile checks each transfer another partition received against it.
-    pub async fn transfers_given(&self, giver: Partition<'_>) -> Result<Vec<Transfer>, StoreError> {
+    /// Every transfer a partition gave, read in one MULTI/EXEC: (not yet acknowledged,
+    /// acknowledged). Reconcile checks each transfer another partition received against them,
+    /// and each acknowledged one against its receiver's book.
+    pub async fn transfers_given(
+        &self,
+        giver: Partition<'_>,
+    ) -> Result<(Vec<Transfer>, Vec<Transfer>), StoreError> {
         let keys = self.keys.of(giver);
         let mut pipe = redis::pipe();
         pipe.atomic()
@@ -165,12 +169,14 @@ impl StockStore {
                 Ok(pipe.query_async(&mut conn).await?)
             })
             .await?;
-        Ok(open
-            .into_iter()
-            .chain(done)
-            .filter(|(id, _)| !id.is_empty())
-            .filter_map(|(id, raw)| Transfer::parse(id, &raw))
-            .collect())
+        let parse = |fields: Fields| -> Vec<Transfer> {
+            fields
+                .into_iter()
+                .filter(|(id, _)| !id.is_empty())
+                .filter_map(|(id, raw)| Transfer::parse(id, &raw))
+                .collect()
+        };
+        Ok((parse(open), parse(done)))
     }
 
     /// Redis's `maxmemory-policy`, if it lets us read it (managed services may hide CONFIG).

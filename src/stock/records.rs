@@ -50,6 +50,17 @@ pub(crate) fn string(v: Option<&Value>) -> Option<String> {
 }
 
 label_enum! {
+    /// What became of units the backend accepted after their reservation was released (the
+    /// `outcome` label of `flashgate_late_accepted_units_total`).
+    pub enum LateOutcome {
+        /// A unit of the version's stock was taken to cover them.
+        Covered => "covered",
+        /// None was left: the version is oversold by them.
+        Oversold => "oversold",
+    }
+}
+
+label_enum! {
     /// Who confirmed a reservation (event field and metric label).
     pub enum ConfirmedVia {
         /// The upstream answered 2xx (activity `confirm: upstream`).
@@ -101,8 +112,9 @@ pub enum RecordState {
     Released,
 }
 
-/// A reservation as the scripts record it (`state|qty|ver|created|deadline|done|reason|flags|user`,
-/// see `lua/lib.lua`).
+/// A reservation as the scripts record it
+/// (`state|qty|ver|created|deadline|done|reason|flags|fence|prior|busy|user`, see `lua/lib.lua`;
+/// a record an older flashgate wrote has no fence fields and no `f` flag).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReservationRecord {
     pub state: RecordState,
@@ -120,6 +132,10 @@ pub struct ReservationRecord {
     pub returned: Option<bool>,
     /// The released marker written for an abandoned id that never reserved anything.
     pub tombstone: bool,
+    /// Released, and then the backend accepted it anyway (counted once in the ledger).
+    pub accepted_late: bool,
+    /// Its fence: moved by every forward and every hand-out to an order lookup.
+    pub fence: u64,
 }
 
 impl ReservationRecord {
@@ -146,7 +162,16 @@ impl ReservationRecord {
         let done_ms = number(next()?)?;
         let reason = Some(next()?).filter(|r| !r.is_empty()).map(str::to_owned);
         let flags = next()?;
-        let user = next()?.to_owned();
+        let mut rest = next()?;
+        let mut fence = 0;
+        if flags.contains('f') {
+            let mut fields = rest.splitn(4, '|');
+            fence = fields.next()?.parse().ok()?;
+            let _prior: u64 = fields.next()?.parse().ok()?;
+            let _busy: u64 = fields.next()?.parse().ok()?;
+            rest = fields.next()?;
+        }
+        let user = rest.to_owned();
         Some(ReservationRecord {
             state,
             user,
@@ -165,13 +190,15 @@ impl ReservationRecord {
                 None
             },
             tombstone: flags.contains('t'),
+            accepted_late: flags.contains('l'),
+            fence,
         })
     }
 }
 
 /// The ledger fields as `lua/lib.lua`'s LEDGER_FIELDS lists them (the ledger script answers in
 /// this order; a test keeps the two lists equal).
-pub const LEDGER_FIELDS: [&str; 8] = [
+pub const LEDGER_FIELDS: [&str; 10] = [
     "initial",
     "pending",
     "confirmed",
@@ -180,6 +207,8 @@ pub const LEDGER_FIELDS: [&str; 8] = [
     "moved_in",
     "moved_out",
     "unsold_retired",
+    "late_accepted",
+    "oversold",
 ];
 
 /// One stock version's ledger in one partition, read atomically with its stock key.
@@ -199,6 +228,11 @@ pub struct LedgerRow {
     /// The part of `retired` no reservation accounts for: stock left when a newer version went
     /// on sale here, and transfers arriving after that.
     pub unsold_retired: i64,
+    /// Units the backend accepted after their reservation was released (each covered by a unit
+    /// of stock, counted in `confirmed`, unless `oversold`): never clean.
+    pub late_accepted: i64,
+    /// The part of `late_accepted` no unit of stock was left to cover: sold twice.
+    pub oversold: i64,
     pub ledger: bool,
     pub pending_reservations: i64,
 }
@@ -207,7 +241,7 @@ impl LedgerRow {
     /// Parses the ledger script's answer (see `lua/ledger.lua`).
     pub(super) fn parse(version: u64, r: &[i64]) -> Option<Self> {
         match *r {
-            [stock_key, remaining, initial, pending, confirmed, released, retired, moved_in, moved_out, unsold_retired, ledger, pending_reservations] => {
+            [stock_key, remaining, initial, pending, confirmed, released, retired, moved_in, moved_out, unsold_retired, late_accepted, oversold, ledger, pending_reservations] => {
                 Some(LedgerRow {
                     version,
                     stock_key: stock_key == 1,
@@ -220,6 +254,8 @@ impl LedgerRow {
                     moved_in,
                     moved_out,
                     unsold_retired,
+                    late_accepted,
+                    oversold,
                     ledger: ledger == 1,
                     pending_reservations,
                 })
@@ -243,6 +279,8 @@ impl LedgerRow {
             moved_in: t.moved_in + r.moved_in,
             moved_out: t.moved_out + r.moved_out,
             unsold_retired: t.unsold_retired + r.unsold_retired,
+            late_accepted: t.late_accepted + r.late_accepted,
+            oversold: t.oversold + r.oversold,
             ledger: t.ledger || r.ledger,
             pending_reservations: t.pending_reservations + r.pending_reservations,
         }))
@@ -288,6 +326,8 @@ mod tests {
             moved_in: 0,
             moved_out: 0,
             unsold_retired: 0,
+            late_accepted: 0,
+            oversold: 0,
             ledger: true,
             pending_reservations: 6,
         }

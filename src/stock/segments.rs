@@ -44,6 +44,13 @@ pub enum Refusal {
          or sell under a new activity id (Redis must run with maxmemory-policy noeviction)"
     )]
     Damaged { id: String, segment: u32 },
+    #[error(
+        "activity {id}: version {version} was on sale before and its keys are gone (they expire \
+         redis.key_ttl_after_end_secs after ends_at, or were removed); a version that was on sale \
+         never sells again: raise version above {version} to sell afresh (per-user limits start \
+         over), or keep the sale closed"
+    )]
+    SoldBefore { id: String, version: u64 },
 }
 
 impl Refusal {
@@ -53,6 +60,7 @@ impl Refusal {
         match self {
             Refusal::SegmentsFixed { configured, .. } => *configured == activity.segments,
             Refusal::OlderVersion { configured, .. } => *configured == activity.version,
+            Refusal::SoldBefore { version, .. } => *version == activity.version,
             Refusal::OldLayout { .. } | Refusal::Damaged { .. } => true,
         }
     }
@@ -108,6 +116,9 @@ pub async fn prewarm(
             }))
         }
         ClaimOutcome::OldLayout => return Ok(Err(Refusal::OldLayout { id })),
+        ClaimOutcome::SoldBefore { version } => {
+            return Ok(Err(Refusal::SoldBefore { id, version }))
+        }
     }
     store
         .register(&activity.id, layout.count(), expire_at)
@@ -206,6 +217,9 @@ pub enum Reserve {
         /// When it was made, and when its hold runs out (Redis's clock, unix ms).
         created_ms: u64,
         deadline_ms: u64,
+        /// The record's fence once this request's forward is counted: an early order lookup
+        /// this request asks for names it (see `lua/lib.lua`).
+        fence: u64,
     },
     /// The idempotency key's reservation is pending past its hold deadline (being settled):
     /// retry.
@@ -345,6 +359,7 @@ pub async fn reserve(
             remaining,
             created_ms,
             deadline_ms,
+            fence,
         } => Reserve::Reserved {
             id: purchase.reservation_id.to_owned(),
             partition: home.index(),
@@ -354,6 +369,7 @@ pub async fn reserve(
             remaining: (!layout.is_segmented()).then_some(remaining),
             created_ms,
             deadline_ms,
+            fence,
         },
         ReserveOutcome::Replayed {
             id,
@@ -362,6 +378,7 @@ pub async fn reserve(
             remaining,
             created_ms,
             deadline_ms,
+            fence,
         } => Reserve::Reserved {
             id,
             partition: home.index(),
@@ -371,6 +388,7 @@ pub async fn reserve(
             remaining: remaining.filter(|_| !layout.is_segmented()),
             created_ms,
             deadline_ms,
+            fence,
         },
         ReserveOutcome::HoldRanOut => Reserve::HoldRanOut,
         ReserveOutcome::NotReplayed => Reserve::NotReplayed,
@@ -471,19 +489,7 @@ async fn pull(
             continue;
         }
         moved_any = true;
-        let with_deposit = ReserveCall {
-            deposit: Some((&transfer_id, taken)),
-            ..*call
-        };
-        let outcome = store.reserve(home, &with_deposit).await;
-        if outcome
-            .as_ref()
-            .is_ok_and(|o| !matches!(o, ReserveOutcome::DepositRefused { .. }))
-        {
-            // On failure the transfer stays recorded; the sweep finds it received and forgets it.
-            let _ = store.acknowledge(giver, &transfer_id).await;
-        }
-        match outcome {
+        match deposit_and_reserve(store, giver, home, call, &transfer_id, taken).await {
             Ok(ReserveOutcome::Insufficient { remaining }) => have = remaining,
             Ok(other) => return Pulled::Reserved(other),
             Err(e) => return Pulled::Failed(e),
@@ -493,6 +499,54 @@ async fn pull(
         Pulled::Reserved(ReserveOutcome::Insufficient { remaining: have })
     } else {
         Pulled::Nothing
+    }
+}
+
+/// The second half of a pull: the units `giver` gave under `transfer_id` land in `home` in the
+/// same step as the buyer's reserve there; the giver forgets the transfer (acknowledges it) only
+/// when the answer proves it landed. Otherwise (a damaged home, a refused deposit, no answer) it
+/// stays recorded on the giver, in flight, and the sweep delivers it (or finds it received)
+/// and acknowledges it then: a giver never forgets a transfer that did not arrive.
+pub async fn deposit_and_reserve(
+    store: &StockStore,
+    giver: Partition<'_>,
+    home: Partition<'_>,
+    call: &ReserveCall<'_>,
+    transfer_id: &str,
+    units: u64,
+) -> Result<ReserveOutcome, StoreError> {
+    #[cfg(feature = "fault-injection")]
+    fault::before_deposit(store, home).await;
+    let with_deposit = ReserveCall {
+        deposit: Some((transfer_id, units)),
+        ..*call
+    };
+    let outcome = store.reserve(home, &with_deposit).await;
+    if outcome.as_ref().is_ok_and(ReserveOutcome::deposit_landed) {
+        let _ = store.acknowledge(giver, transfer_id).await;
+    }
+    outcome
+}
+
+/// Test-only faults in the stock layer (feature `fault-injection`, env `FLASHGATE_FAULT`).
+#[cfg(feature = "fault-injection")]
+mod fault {
+    use super::{Partition, StockStore};
+
+    /// `damage_home_before_deposit`: as an operator deleting a key by hand in the instant
+    /// between a pull's withdraw and its deposit, the home partition loses its users
+    /// placeholder (it is then damaged, and its reserve answers before the deposit).
+    pub(super) async fn before_deposit(store: &StockStore, home: Partition<'_>) {
+        if std::env::var("FLASHGATE_FAULT").as_deref() != Ok("damage_home_before_deposit") {
+            return;
+        }
+        let users = store.keys().of(home).users();
+        let _ = store
+            .query::<i64>(
+                super::super::StoreOp::Read,
+                redis::cmd("HDEL").arg(users).arg(""),
+            )
+            .await;
     }
 }
 

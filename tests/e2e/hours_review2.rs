@@ -102,6 +102,8 @@ async fn a_keyed_retry_past_the_key_retention_is_told_ended() {
     let long_over = TestActivity {
         starts_at: from_now(chrono::Duration::hours(-3)),
         ends_at: from_now(chrono::Duration::minutes(-10)),
+        // The retention must outlast a hold (and a trip): holds of 30 s.
+        hold_secs: Some(30),
         ..TestActivity::open("longover", 5)
     };
     let mut config = TestConfig::new(&redis, &upstream, vec![long_over]);

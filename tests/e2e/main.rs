@@ -9,6 +9,7 @@ mod attacks;
 mod burst;
 mod decisions;
 mod failures;
+mod fences;
 mod hours_review;
 mod hours_review2;
 mod integrity;

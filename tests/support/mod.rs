@@ -529,6 +529,24 @@ impl Upstream {
         request(self.addr, "POST", "/__upstream/reset", &[]).await;
     }
 
+    /// Sets the demo backend's mode (`status=500&delay_ms=0&slow_once_ms=..&lookup_delay_ms=..`).
+    pub async fn mode(&self, query: &str) {
+        let resp = request(self.addr, "POST", &format!("/__upstream/mode?{query}"), &[]).await;
+        assert_eq!(resp.status, 200);
+    }
+
+    /// The jti of every order the backend took.
+    pub async fn orders(&self) -> Vec<String> {
+        let resp = get(self.addr, "/__upstream/orders", &[]).await;
+        serde_json::from_value(resp.json()["orders"].clone()).unwrap_or_default()
+    }
+
+    /// The jti of every order lookup the backend received.
+    pub async fn lookups(&self) -> Vec<String> {
+        let resp = get(self.addr, "/__upstream/lookups", &[]).await;
+        serde_json::from_value(resp.json()["lookups"].clone()).unwrap_or_default()
+    }
+
     pub fn kill(&mut self) {
         kill(&mut self.child);
     }

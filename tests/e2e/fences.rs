@@ -1,0 +1,274 @@
+//! Integrity under concurrency, through the real binary (issue 20): a release that is not the
+//! owner's lands only if nothing moved since it was decided; what was on sale is remembered
+//! after the keys expired; a giver forgets a transfer only once it landed; and a backend that
+//! accepts a released reservation is a fact the ledger, the metrics and `reconcile` show.
+
+use super::integrity::buy_keyed;
+use crate::support::*;
+use std::time::Duration;
+
+const LOOKUP: &str =
+    "  order_lookup: { path: \"/orders/{jti}\", timeout_ms: 5000, retry_interval_ms: 60000 }\n";
+
+/// A purchase gets no answer in time (the backend is slow once): the buyer is told 503 and the
+/// gateway has the reservation asked about soon; the sweep hands it out and the lookup starts.
+/// The buyer retries with the same key while the lookup is out: replayed, forwarded, taken by
+/// the backend. The lookup's "not found", as old as its question, lands while the retry is at
+/// the backend: before, it released the unit, bob bought it and the backend held two orders for
+/// one unit (with reconcile clean). Now the replay moved the fence, and the answer is dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keyed_retry_while_its_order_lookup_is_out_is_never_sold_twice() {
+    let redis = RedisServer::start();
+    let upstream = Upstream::start();
+    let mut config = TestConfig::new(&redis, &upstream, vec![TestActivity::open("1001", 1)]);
+    config.read_timeout_ms = 1000;
+    config.extra_upstream_yaml = LOOKUP.to_owned();
+    let gw = GatewayProc::start(config);
+    upstream
+        .mode("slow_once_ms=60000&lookup_delay_ms=400")
+        .await;
+    let first = buy_keyed(&gw, "1001", "alice", "k-1").await;
+    assert_eq!(first.status, 503, "no answer in time");
+    // Asked about once the backend's answer is surely in: 2 x (connect + read) = 3 s.
+    let asked = wait_for_async(
+        "the order lookup to reach the backend",
+        Duration::from_secs(20),
+        || async { upstream.lookups().await.first().cloned() },
+    )
+    .await;
+    // The retry reaches the backend while the lookup is out, and takes 900 ms there (the
+    // lookup answers "not found" 400 ms after it arrived).
+    upstream.mode("delay_ms=900").await;
+    let retry = buy_keyed(&gw, "1001", "alice", "k-1").await;
+    assert_eq!(
+        retry.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&retry.body)
+    );
+    assert_eq!(
+        retry.reservation_id(),
+        asked,
+        "a replay returns the same jti"
+    );
+    upstream.mode("delay_ms=0").await;
+    let bob = gw.buy("1001", "bob", None).await;
+    assert_eq!(
+        (bob.status, bob.code()),
+        (410, "sold_out".to_owned()),
+        "the unit was sold once"
+    );
+    assert_eq!(upstream.orders().await, vec![asked]);
+    let (code, table) = gw.reconcile();
+    assert_eq!(code, 0, "{table}");
+    let logs = gw.logs();
+    assert!(!logs.contains("already released"), "{logs}");
+    assert!(logs.contains("'not found' discarded"), "{logs}");
+}
+
+/// Once a sale's keys expired with the retention, moving `ends_at` forward under the same
+/// version put the whole stock on sale again: alice had bought the only unit, bob bought it
+/// again, and alice's keyed replay answered `sold_out` (reconcile clean: the ledger was new).
+/// The version floor outlives the keys: the reopen is refused with a message naming the
+/// activity and what to do, and a new version sells afresh.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reopening_a_sale_after_its_keys_expired_needs_a_new_version() {
+    let redis = RedisServer::start();
+    let upstream = Upstream::start();
+    let sale = TestActivity {
+        ends_at: from_now(chrono::Duration::seconds(3)),
+        hold_secs: Some(1),
+        ..TestActivity::open("1001", 1)
+    };
+    let mut config = TestConfig::new(&redis, &upstream, vec![sale.clone()]);
+    config.read_timeout_ms = 1000;
+    // Just above what the lifecycle needs (a hold or a trip, 4.5 s, plus a sweep).
+    config.extra_redis_yaml = "  key_ttl_after_end_secs: 6\n".to_owned();
+    let mut gw = GatewayProc::start(config.clone());
+    let alice = buy_keyed(&gw, "1001", "alice", "k-1").await;
+    assert_eq!(alice.status, 200);
+    // The sale ends; a day (here: six seconds) later every key but the floor is gone.
+    wait_for(
+        "the activity's keys to expire",
+        Duration::from_secs(30),
+        || {
+            let exists: i64 = redis::cmd("EXISTS")
+                .arg("fg:{1001}:meta")
+                .arg("fg:{1001}:res")
+                .query(&mut redis.conn())
+                .unwrap();
+            (exists == 0).then_some(())
+        },
+    );
+    // An SRE reopens the sale by moving ends_at forward, same version.
+    let reopened = TestActivity {
+        ends_at: from_now(chrono::Duration::hours(1)),
+        ..sale.clone()
+    };
+    config.activities = vec![reopened.clone()];
+    gw.rewrite_config(config.clone());
+    let bob = wait_for_async(
+        "the reload to take the sale's new hours",
+        Duration::from_secs(20),
+        || async {
+            let r = gw.buy("1001", "bob", None).await;
+            (r.code() != "ended").then_some(r)
+        },
+    )
+    .await;
+    assert_eq!(
+        (bob.status, bob.code()),
+        (503, "unavailable".to_owned()),
+        "version 1 was on sale before its keys expired: never again"
+    );
+    let replay = buy_keyed(&gw, "1001", "alice", "k-1").await;
+    assert_eq!(replay.status, 503, "alice's replay is not told sold_out");
+    let logs = gw.logs();
+    assert!(
+        logs.contains("activity 1001: version 1 was on sale before")
+            && logs.contains("raise version above 1"),
+        "{logs}"
+    );
+    let floor: String = redis::cmd("GET")
+        .arg("fg:{1001}:floor")
+        .query(&mut redis.conn())
+        .unwrap();
+    assert_eq!(floor, "1");
+    // A new version sells afresh.
+    config.activities = vec![TestActivity {
+        version: 2,
+        ..reopened
+    }];
+    gw.rewrite_config(config);
+    let bob = wait_for_async(
+        "the reload to put version 2 on sale",
+        Duration::from_secs(20),
+        || async {
+            let r = gw.buy("1001", "bob", None).await;
+            (r.status == 200).then_some(r)
+        },
+    )
+    .await;
+    assert_eq!(bob.status, 200);
+    assert_eq!(upstream.orders().await.len(), 2, "alice's v1, bob's v2");
+}
+
+/// A segmented purchase pulls a unit from another segment; in the instant between the withdraw
+/// and the deposit its home segment loses a key (an operator's `HDEL`, injected). The
+/// deposit-and-reserve answers before depositing: before, the giver acknowledged the transfer
+/// anyway, the unit was counted out of one segment and into none, and reconcile was clean. Now
+/// the transfer stays in flight and the sweep delivers it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pull_into_a_segment_damaged_meanwhile_loses_no_unit() {
+    let redis = RedisServer::start();
+    let upstream = Upstream::start();
+    let sale = TestActivity {
+        segments: Some(2),
+        ..TestActivity::open("1001", 2)
+    };
+    let config = TestConfig::new(&redis, &upstream, vec![sale]);
+    let layout = flashgate::stock::Layout::new(std::sync::Arc::from("1001"), 2);
+    let homed: Vec<String> = (0..100)
+        .map(|i| format!("user-{i}"))
+        .filter(|u| layout.home(u).index() == 0)
+        .take(2)
+        .collect();
+    let gw =
+        GatewayProc::start_with_env(config, &[("FLASHGATE_FAULT", "damage_home_before_deposit")]);
+    let first = gw.buy("1001", &homed[0], None).await;
+    assert_eq!(first.status, 200, "segment 0's own unit");
+    let second = gw.buy("1001", &homed[1], None).await;
+    assert_eq!(second.status, 503, "segment 0 was damaged under the pull");
+    let moved_in = |tag: &str| -> i64 {
+        let v: Option<i64> = redis::cmd("HGET")
+            .arg(format!("fg:{{{tag}}}:v1:ledger"))
+            .arg("moved_in")
+            .query(&mut redis.conn())
+            .unwrap();
+        v.unwrap_or(0)
+    };
+    // The sweep delivers a transfer left in flight once it is 5 s old.
+    wait_for(
+        "the transfer to land in segment 0",
+        Duration::from_secs(30),
+        || (moved_in("1001~0/2") == 1).then_some(()),
+    );
+    let acked: i64 = redis::cmd("HLEN")
+        .arg("fg:{1001~1/2}:acked")
+        .query(&mut redis.conn())
+        .unwrap();
+    assert_eq!(
+        acked, 2,
+        "acknowledged (and the placeholder) once it landed"
+    );
+}
+
+/// The backend accepts a reservation an admin released while it was at the backend: the
+/// unit is covered from stock (a confirmed cover record), counted as accepted late in the
+/// ledger and the metric, logged, and `flashgate reconcile` exits 1 naming it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backend_accepting_a_released_reservation_makes_reconcile_fail() {
+    let redis = RedisServer::start();
+    let upstream = Upstream::start();
+    let config = TestConfig::new(&redis, &upstream, vec![TestActivity::open("1001", 2)]);
+    let gw = GatewayProc::start(config);
+    upstream.mode("delay_ms=1500").await;
+    let buying = {
+        let addr = gw.addr;
+        tokio::spawn(async move {
+            request(
+                addr,
+                "POST",
+                "/api/seckill/1001/buy",
+                &[("X-User-Id", "alice")],
+            )
+            .await
+        })
+    };
+    let jti = wait_for_async(
+        "the purchase to reach the backend",
+        Duration::from_secs(10),
+        || async {
+            let fields: Vec<String> = redis::cmd("HKEYS")
+                .arg("fg:{1001}:res")
+                .query(&mut redis.conn())
+                .unwrap();
+            let ids: Vec<String> = fields.into_iter().filter(|f| !f.is_empty()).collect();
+            (upstream.requests().await.len() == 1 && ids.len() == 1).then(|| ids[0].clone())
+        },
+    )
+    .await;
+    let released = gw
+        .admin_post(&format!("/v1/activities/1001/reservations/{jti}/release"))
+        .await;
+    assert_eq!(released.status, 200);
+    let bought = buying.await.unwrap();
+    assert_eq!(bought.status, 200, "the backend took it");
+    let metrics = gw
+        .metrics_when(|m| {
+            metric_value(
+                m,
+                "flashgate_late_accepted_units_total{activity=\"1001\",outcome=\"covered\"}",
+            ) == Some(1.0)
+        })
+        .await;
+    assert_eq!(
+        metric_value(
+            &metrics,
+            "flashgate_late_accepted_units_total{activity=\"1001\",outcome=\"covered\"}"
+        ),
+        Some(1.0),
+        "{metrics}"
+    );
+    let view = gw.admin_get("/v1/activities/1001").await.json();
+    assert_eq!(view["remaining"], 1, "the cover took a unit: {view}");
+    let (code, table) = gw.reconcile();
+    assert_eq!(code, 1, "{table}");
+    assert!(
+        table.contains("LATE ACCEPTED") && table.contains("1 covered from stock, 0 oversold"),
+        "{table}"
+    );
+    assert!(gw
+        .logs()
+        .contains("accepted a reservation that was already released"));
+}
