@@ -7,50 +7,71 @@
 -- ARGV[4..] reservation ids (the caller sends at most a bounded batch)
 --
 -- A reservation the backend itself says it took (via upstream: a 2xx to the forward; via
--- lookup: the order lookup found it) that was released meanwhile is a late acceptance: the
--- backend holds an order whose units went back on sale. It is a fact of the sale, recorded once
--- per reservation (flag l): the version's ledger counts late_accepted, and the units are covered
--- from the version's stock if it still has them (a confirmed cover record `<uuid>-late[.<n>]`
--- for the same user, counted in confirmed and the user's units, so that they cannot sell a
--- second time), or else counted oversold. An admin confirm of a released reservation is refused
--- (-3): the caller is told, and decides.
+-- lookup: the order lookup found it) that the gateway had released (expired, the lookup's "not
+-- found", a failed forward: any reason but admin) is a late acceptance: the backend holds an
+-- order whose units the gateway gave back. It is a fact of the sale, recorded once per
+-- reservation (flag l): the version's ledger counts late_accepted, and the units are covered if
+-- nobody else can have them: from the version's stock while it is on sale here and has them;
+-- from its retired units once it is retired (units retired at the release, flag x, were never
+-- sold again; units returned to stock and then retired are covered while unsold_retired has
+-- them). A cover is a confirmed record `<uuid>-late[.<n>]` for the same user, counted in confirmed
+-- and the user's units. Otherwise the units are counted oversold. A reservation an admin call
+-- released (the backend or an operator cancelled it) is not counted: an acceptance reported for
+-- it came before the cancel. An admin confirm of a released reservation is refused (-3).
 --
 -- Returns one code per id: 1 confirmed, 0 already confirmed, -1 unknown, -2 version mismatch,
 -- -3 released (too late: the units went back), -4 released, accepted late and covered from
--- stock, -5 released, accepted late and oversold (no stock left to cover it).
+-- stock or retired units, -5 released, accepted late and oversold (nothing left to cover it).
 
 local now = int(now_ms())
 local has_ledger = redis.call('EXISTS', KEYS[2]) == 1
 local via = ARGV[2]
 
--- The backend took a released reservation: counted once, covered from stock if it can be.
+-- The backend took a released reservation: counted once, covered if nobody else can have it.
 local function accepted_late(jti, rec)
-  rec.flags = rec.flags .. 'l'
-  redis.call('HSET', KEYS[1], jti, encode(rec))
   local qty = tonumber(rec.qty)
+  rec.flags = rec.flags .. 'l'
   if has_ledger then
     redis.call('HINCRBY', KEYS[2], 'late_accepted', qty)
   end
-  local stock = tonumber(redis.call('GET', KEYS[5]) or '-1')
-  if stock >= qty then
-    local base, segment = string.match(jti, '^(.*)(%.%d+)$')
-    local cover = base and (base .. '-late' .. segment) or (jti .. '-late')
-    local record = encode({state = 'confirmed', qty = rec.qty, ver = rec.ver, created = now,
-      deadline = '', done = now, reason = 'late_accepted', flags = '', fence = '0', prior = '0',
-      busy = '0', user = rec.user})
-    if redis.call('HSETNX', KEYS[1], cover, record) == 1 then
-      redis.call('DECRBY', KEYS[5], qty)
-      if marked(KEYS[6]) then
-        redis.call('HINCRBY', KEYS[6], rec.user, qty)
-      end
-      if has_ledger then
-        redis.call('HINCRBY', KEYS[2], 'confirmed', qty)
-      end
-      emit(KEYS[4], ARGV[3], 'type', 'late_accept', 'jti', jti, 'user', rec.user, 'qty', rec.qty,
-        'ver', rec.ver, 'via', via, 'covered_by', cover, 'ts', now)
-      return -4
-    end
+  local stock = redis.call('GET', KEYS[5])
+  local source
+  if stock then
+    source = tonumber(stock) >= qty and 'stock'
+  elseif not flagged(rec, 'k') then
+    source = 'retired'
+  elseif has_ledger and tonumber(redis.call('HGET', KEYS[2], 'unsold_retired') or '0') >= qty then
+    source = 'unsold'
   end
+  local base, segment = string.match(jti, '^(.*)(%.%d+)$')
+  local cover = base and (base .. '-late' .. segment) or (jti .. '-late')
+  local record = encode({state = 'confirmed', qty = rec.qty, ver = rec.ver, created = now,
+    deadline = '', done = now, reason = 'late_accepted', flags = '', fence = '0', prior = '0',
+    busy = '0', user = rec.user})
+  if source and redis.call('HSETNX', KEYS[1], cover, record) == 1 then
+    if source == 'stock' then
+      redis.call('DECRBY', KEYS[5], qty)
+    elseif has_ledger then
+      redis.call('HINCRBY', KEYS[2], 'retired', -qty)
+      if source == 'unsold' then
+        redis.call('HINCRBY', KEYS[2], 'unsold_retired', -qty)
+      else
+        -- Its own retired units: no longer retired, sold (to the cover).
+        rec.flags = string.gsub(rec.flags, 'x', '')
+      end
+    end
+    if marked(KEYS[6]) then
+      redis.call('HINCRBY', KEYS[6], rec.user, qty)
+    end
+    if has_ledger then
+      redis.call('HINCRBY', KEYS[2], 'confirmed', qty)
+    end
+    redis.call('HSET', KEYS[1], jti, encode(rec))
+    emit(KEYS[4], ARGV[3], 'type', 'late_accept', 'jti', jti, 'user', rec.user, 'qty', rec.qty,
+      'ver', rec.ver, 'via', via, 'covered_by', cover, 'ts', now)
+    return -4
+  end
+  redis.call('HSET', KEYS[1], jti, encode(rec))
   if has_ledger then
     redis.call('HINCRBY', KEYS[2], 'oversold', qty)
   end
@@ -72,7 +93,8 @@ for i = 4, #ARGV do
     code = 0
   elseif rec.state == 'released' then
     code = -3
-    if via ~= 'admin' and not flagged(rec, 't') and not flagged(rec, 'l') then
+    if via ~= 'admin' and rec.reason ~= 'admin' and not flagged(rec, 't')
+        and not flagged(rec, 'l') then
       code = accepted_late(jti, rec)
     end
   else

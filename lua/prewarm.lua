@@ -4,9 +4,13 @@
 -- KEYS[1] meta   KEYS[2] stock of the version   KEYS[3] its ledger   KEYS[4] its pending
 -- KEYS[5] users   KEYS[6] res   KEYS[7] idem   KEYS[8] events   KEYS[9] transfers
 -- KEYS[10] received   KEYS[11] acknowledged transfers   KEYS[12..] stock, ledger and pending of
--- each other version the partition has had (ARGV[5..], in that order)
+-- each other version the partition has had (ARGV[6..], in that order)
 -- ARGV[1] version   ARGV[2] the version the caller read as on sale here ('' none)
--- ARGV[3] units of this partition   ARGV[4] expire-at (unix s)   ARGV[5..] the other versions
+-- ARGV[3] units of this partition   ARGV[4] expire-at (unix s)
+-- ARGV[5] '1': the activity's base meta records this segment as made before (`made:<n>`): a
+--         segment with nothing in it then lost every key (a Redis Cluster master that restarted
+--         empty), and is refused as damaged instead of being put on sale again
+-- ARGV[6..] the other versions
 --
 -- Returns {code, version on sale here}:
 --   1 created: the version is on sale here (the one before it is retired: its units left are
@@ -53,7 +57,7 @@ if current == '' then
   -- No meta. A partition with nothing in it is new; one that has anything prewarm writes lost
   -- its meta, the only list of the versions it had (their pending reservations, the version to
   -- retire): never adopted, never created over.
-  if marks > 0 or pending_marked or has_stock or has_ledger then
+  if marks > 0 or pending_marked or has_stock or has_ledger or ARGV[5] == '1' then
     return {-4, ''}
   end
 elseif marks < expected or (current == version and not pending_marked)
@@ -71,16 +75,16 @@ elseif has_stock or has_ledger then
 else
   if current ~= '' then
     local found = false
-    for i = 5, #ARGV do
+    for i = 6, #ARGV do
       found = found or ARGV[i] == current
     end
     if not found then
       return redis.error_reply('prewarm: the keys of version ' .. current .. ' were not passed')
     end
-    for i = 5, #ARGV do
+    for i = 6, #ARGV do
       if ARGV[i] == current then
-        local stock = KEYS[12 + (i - 5) * 3]
-        local ledger = KEYS[13 + (i - 5) * 3]
+        local stock = KEYS[12 + (i - 6) * 3]
+        local ledger = KEYS[13 + (i - 6) * 3]
         local left = tonumber(redis.call('GET', stock) or '0')
         if left > 0 and redis.call('EXISTS', ledger) == 1 then
           redis.call('HINCRBY', ledger, 'retired', left)

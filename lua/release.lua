@@ -9,9 +9,12 @@
 --            idempotent replay handed it to another request
 --   abandon  the request that sent the reserve does not know whether it landed: as owner, and an
 --            unknown id gets a released tombstone, so that the reserve can never land later
---   lookup   the backend said it holds no such order: only from pending, and only if the
---            record's fence is still ARGV[6], the one the sweep's hand-out set (no replay was
---            forwarded, and no later hand-out made, since the question was asked)
+--   lookup   the backend said it holds no such order: only from pending, only if the record's
+--            fence is still ARGV[6], the one the sweep's hand-out set (no replay was forwarded,
+--            and no later hand-out made, since the question was asked), and only once its hold
+--            deadline passed: before it, the token (whose exp is at most the deadline) is still
+--            valid, so a backend slower than the gateway's timeouts may still take the order;
+--            the answer is then kept for later (due again at the deadline)
 --   admin    the backend or an operator cancels: from pending or confirmed
 -- ARGV[5] stream cap   ARGV[6] the fence (lookup only)
 --
@@ -23,6 +26,7 @@
 --  -3 kept: confirmed, and only admin gives back a confirmed sale
 --  -4 kept: a replay handed it to another request
 --  -5 kept: fenced (the lookup's answer is older than a forward or hand-out since)
+--  -6 kept: a lookup's "not found" before the hold deadline (due again at the deadline)
 
 local jti, mode = ARGV[1], ARGV[4]
 local raw = redis.call('HGET', KEYS[1], jti)
@@ -58,6 +62,12 @@ end
 if mode == 'lookup' and rec.fence ~= ARGV[6] then
   return {-5, -1}
 end
+local now = now_ms()
+if mode == 'lookup' and tonumber(rec.deadline) > now then
+  redis.call('ZADD', KEYS[5], 'XX', int(math.max(tonumber(rec.deadline), tonumber(rec.busy))),
+    jti)
+  return {-6, -1}
+end
 local k = {res = KEYS[1], users = KEYS[2], stock = KEYS[3], ledger = KEYS[4], pending = KEYS[5],
   events = KEYS[6], maxlen = ARGV[5]}
-return {1, give_back(k, jti, rec, int(now_ms()), ARGV[3])}
+return {1, give_back(k, jti, rec, int(now), ARGV[3])}

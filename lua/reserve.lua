@@ -36,6 +36,8 @@
 --  {-8, 0, 0}                        replay only, and the key won nothing: nothing changed
 --  {-9, 0, 0}                        the sale has not opened yet (Redis's clock): nothing changed
 -- {-10, 0, 0}                        the sale has closed (Redis's clock): nothing changed
+-- {-11, qty, 0}                      the key's reservation is for another quantity (qty): this
+--                                    request is not its retry; nothing changed
 --
 -- O(1): no loops, every key in KEYS, all keys share the partition's hash tag.
 -- Numbers are compared with tonumber: as strings "10" < "9".
@@ -63,6 +65,11 @@ if ARGV[7] ~= '' then
     local now = now_ms()
     if rec.state == 'pending' and tonumber(rec.deadline) <= now then
       return {-5, 0, 0}
+    end
+    if rec.qty ~= ARGV[2] then
+      -- A retry asking for another quantity is not the same purchase: never forwarded with the
+      -- first one's claims.
+      return {-11, tonumber(rec.qty), 0}
     end
     local changed = not flagged(rec, 'r')
     if changed then

@@ -43,3 +43,22 @@ pub fn record(e: &Entry<'_>) {
         elapsed_us = e.elapsed.as_micros() as u64,
     );
 }
+
+/// One line for a request the edge refused before routing it. The target is written escaped
+/// (Debug), never raw: it may hold anything.
+pub fn record_edge(
+    refusal: crate::admission::EdgeRefusal,
+    req: &pingora::http::RequestHeader,
+    elapsed: Duration,
+) {
+    let raw = req.raw_path();
+    let shown = &raw[..raw.len().min(256)];
+    tracing::info!(
+        target: TARGET,
+        outcome = "bad_request",
+        edge = refusal.as_str(),
+        method = %req.method,
+        target = ?String::from_utf8_lossy(shown),
+        elapsed_us = elapsed.as_micros() as u64,
+    );
+}

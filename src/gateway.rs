@@ -198,6 +198,9 @@ fn preset_static_series(metrics: &Metrics) {
     for result in ReloadResult::ALL {
         metrics.config_reloads.with_label_values(&[result.as_str()]);
     }
+    for refusal in crate::admission::EdgeRefusal::ALL {
+        metrics.edge_refusals.with_label_values(&[refusal.as_str()]);
+    }
     metrics.config_generation.set(1);
 }
 

@@ -15,6 +15,34 @@ pub const PASSTHROUGH_VALUE: &str = "store-unavailable";
 /// reservation.
 pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
 
+/// Headers that claim the client's address, the original URL or host, or another method, which
+/// frameworks and middlewares believe (Rails, Symfony, Spring, Express, ASP.NET, IIS rewrite,
+/// CDNs): from a peer that is not a trusted proxy they are removed on every route, since only a
+/// proxy the shop runs may say such things. `X-Forwarded-For`, `Forwarded` and `X-Real-IP` are
+/// rewritten instead (see `proxy::headers::write_forwarding`).
+pub const CLIENT_CLAIMS: [&str; 20] = [
+    "true-client-ip",
+    "x-client-ip",
+    "x-cluster-client-ip",
+    "cf-connecting-ip",
+    "fastly-client-ip",
+    "x-original-forwarded-for",
+    "x-forwarded",
+    "forwarded-for",
+    "x-forwarded-host",
+    "x-forwarded-server",
+    "x-forwarded-proto",
+    "x-forwarded-port",
+    "x-forwarded-prefix",
+    "x-forwarded-ssl",
+    "x-original-host",
+    "x-original-url",
+    "x-rewrite-url",
+    "x-http-method-override",
+    "x-http-method",
+    "x-method-override",
+];
+
 pub const X_FORWARDED_FOR: &str = "x-forwarded-for";
 pub const X_REAL_IP: &str = "x-real-ip";
 pub const FORWARDED: &str = "forwarded";

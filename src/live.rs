@@ -18,6 +18,9 @@ pub struct Generation {
     pub settings: Arc<Settings>,
     pub policy: Policy,
     pub signer: Signer,
+    /// Requests of other routes at the backend (`upstream.max_passthrough_inflight`); a reload
+    /// starts a new count (requests in flight keep their slot of the old one).
+    pub passthrough_slots: Option<Arc<tokio::sync::Semaphore>>,
 }
 
 impl Generation {
@@ -28,6 +31,10 @@ impl Generation {
             number: previous.map_or(1, |p| p.number + 1),
             policy: Policy::new(&settings, previous.map(|p| &p.policy)),
             signer: Signer::new(&settings.signing),
+            passthrough_slots: settings
+                .upstream
+                .max_passthrough_inflight
+                .map(|n| Arc::new(tokio::sync::Semaphore::new(n.get()))),
             settings,
         }
     }

@@ -150,6 +150,9 @@ metrics! {
     /// Released reservations whose version was no longer on sale (units retired).
     reservations_retired: IntCounterVec = "flashgate_reservations_retired_total" ["activity"],
         "Released reservations whose stock version no longer existed (units retired, not put back on sale).";
+    /// Requests refused at the edge before routing (any route), by why.
+    edge_refusals: IntCounterVec = "flashgate_edge_refusals_total" ["reason"],
+        "Requests refused (400) before routing, on any route: targets that cannot be read, and look-alikes of a sale route.";
     /// Units the backend accepted after their reservation was released (an oversell the gateway
     /// can see), by whether a unit of stock covered them.
     late_accepted: IntCounterVec = "flashgate_late_accepted_units_total" ["activity", "outcome"],
@@ -275,6 +278,7 @@ mod tests {
             &metrics.upstream_responses,
             &metrics.redis_errors,
             &metrics.config_reloads,
+            &metrics.edge_refusals,
         ] {
             family.with_label_values(&["x"]);
         }

@@ -92,7 +92,7 @@ async fn every_script_runs_unchanged_on_a_cluster() {
         );
         assert!(matches!(
             store
-                .reserve(p, &reserve("u1", 1, "r9", Some("k")))
+                .reserve(p, &reserve("u1", 2, "r9", Some("k")))
                 .await
                 .unwrap(),
             ReserveOutcome::Replayed { .. }

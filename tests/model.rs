@@ -137,6 +137,9 @@ struct Res {
     gone: bool,
     /// The backend accepted it after its release (counted once).
     late: bool,
+    /// Released with its units back in its version's stock (else retired: the version was no
+    /// longer on sale).
+    returned: bool,
     /// Its fence: moved by every forward (the reserve, each replay) and every hand-out to an
     /// order lookup; a lookup's "not found" releases it only if nothing moved since.
     gen: u64,
@@ -359,15 +362,18 @@ impl Model {
         if act.damaged != Some(Lost::Users) {
             *act.held.entry(res.user).or_default() -= res.qty;
         }
-        if act.current == Some(res.version) {
+        let on_sale = act.current == Some(res.version);
+        if on_sale {
             act.versions.get_mut(&res.version).unwrap().left += res.qty;
         }
+        self.res[r].returned = on_sale;
         self.sold_out.remove(&(res.act, res.version));
     }
 
     /// The backend says it took a reservation (a 2xx, or its order lookup found it): confirmed
-    /// if pending; if released, accepted late, once: covered by a unit of its version's stock
-    /// while the version is on sale here and has one, else oversold.
+    /// if pending; if the gateway released it (anything but an admin call), accepted late,
+    /// once: covered while nobody else can have its units (see [`Model::late_covered`]), else
+    /// oversold.
     fn backend_took(&mut self, r: usize) {
         let res = self.res[r].clone();
         match res.state {
@@ -377,15 +383,21 @@ impl Model {
                 self.res[r].due = false;
             }
             St::Confirmed => {}
-            St::Released if res.late => {}
+            St::Released if res.late || res.released_by == Some("admin") => {}
             St::Released => {
                 self.res[r].late = true;
+                let covered = self.late_covered(r);
                 let act = &mut self.acts[res.act];
                 let on_sale = act.current == Some(res.version);
                 let version = act.versions.get_mut(&res.version).unwrap();
                 version.late += res.qty;
-                if on_sale && version.left >= res.qty {
-                    version.left -= res.qty;
+                if covered {
+                    // From the stock on sale, or from the unsold units retired with the version
+                    // (the model's `left` of a retired version stays what was left then); its
+                    // own units retired at the release were never sold again.
+                    if on_sale || res.returned {
+                        version.left -= res.qty;
+                    }
                     version.covered += res.qty;
                     if act.damaged != Some(Lost::Users) {
                         *act.held.entry(res.user).or_default() += res.qty;
@@ -394,6 +406,20 @@ impl Model {
                     version.oversold += res.qty;
                 }
             }
+        }
+    }
+
+    /// Whether the units of released reservation `r`, accepted late, can be covered: its
+    /// version on sale with them in stock, or retired with its units (retired at the release,
+    /// or returned and still among the unsold when the version was retired).
+    fn late_covered(&self, r: usize) -> bool {
+        let res = &self.res[r];
+        let act = &self.acts[res.act];
+        let version = &act.versions[&res.version];
+        if act.current == Some(res.version) {
+            version.left >= res.qty
+        } else {
+            !res.returned || version.left >= res.qty
         }
     }
 
@@ -408,9 +434,9 @@ impl Model {
         res.state == St::Released
             && !res.late
             && !res.gone
+            && res.released_by != Some("admin")
             && act.segments.is_some_and(|s| s > 1)
-            && act.current == Some(res.version)
-            && act.versions[&res.version].left >= res.qty
+            && self.late_covered(r)
     }
 
     /// The prewarm both a tick and a reserve that found no stock key run: refused when Redis
@@ -470,8 +496,8 @@ impl Model {
         if qty > c.max_per_request() {
             return refuse("bad_request");
         }
-        if let Some(closed) = c.hours.refusal() {
-            return Err(self.outside_hours(inst, a, user, key, &c, closed));
+        if c.hours.refusal().is_some() {
+            return Err(self.outside_hours(inst, a, user, key, qty, &c));
         }
         if key.is_none() && self.sold_out.contains(&(a, c.version)) {
             return refuse("sold_out");
@@ -480,12 +506,17 @@ impl Model {
             return refuse("unavailable");
         }
         if self.damaged_here(a, &c) {
-            // The script refuses a damaged partition before anything else, replays too.
+            // The script refuses a damaged partition before anything else, replays too; a
+            // version not on sale there finds no stock key first, and the prewarm on the way
+            // claims it (the floor moves) before the partition refuses.
+            if self.acts[a].current != Some(c.version) {
+                self.prewarm(inst, a, &c);
+            }
             self.refused[inst][a] = true;
             return refuse("unavailable");
         }
         let layout_ok = self.acts[a].segments.is_none_or(|s| s == c.segments);
-        if let Some(replayed) = self.replay(a, user, key, &c) {
+        if let Some(replayed) = self.replay(a, user, key, qty, &c) {
             return Err(replayed);
         }
         if self.acts[a].current != Some(c.version) && !self.prewarm(inst, a, &c) {
@@ -511,7 +542,14 @@ impl Model {
     }
 
     /// The key's reservation, answered again, if it won one that is not released.
-    fn replay(&mut self, a: usize, user: usize, key: Option<u8>, c: &ActConf) -> Option<Expect> {
+    fn replay(
+        &mut self,
+        a: usize,
+        user: usize,
+        key: Option<u8>,
+        qty: u64,
+        c: &ActConf,
+    ) -> Option<Expect> {
         let layout_ok = self.acts[a].segments.is_none_or(|s| s == c.segments);
         let &r = key
             .filter(|_| layout_ok)
@@ -522,6 +560,10 @@ impl Model {
         }
         if self.res[r].state == St::Released {
             return None;
+        }
+        if self.res[r].qty != qty {
+            // Not this purchase's retry: never forwarded with its claims.
+            return Some(Expect::Decision("bad_request", None));
         }
         self.res[r].claimed = true;
         if self.res[r].state == St::Pending {
@@ -554,9 +596,10 @@ impl Model {
         a: usize,
         user: usize,
         key: Option<u8>,
+        qty: u64,
         c: &ActConf,
-        closed: &'static str,
     ) -> Expect {
+        let closed = c.hours.refusal().expect("outside the hours");
         let refuse = |code| Expect::Decision(code, None);
         if key.is_none() {
             return refuse(closed);
@@ -565,10 +608,14 @@ impl Model {
             return refuse("unavailable");
         }
         if self.damaged_here(a, c) {
+            // A replay-only call finding no stock key of this version puts nothing on sale.
+            if self.acts[a].current != Some(c.version) {
+                return refuse(closed);
+            }
             self.refused[inst][a] = true;
             return refuse("unavailable");
         }
-        if let Some(replayed) = self.replay(a, user, key, c) {
+        if let Some(replayed) = self.replay(a, user, key, qty, c) {
             return replayed;
         }
         // A partition never put on sale in this layout is not prewarmed on the way: the key
@@ -610,6 +657,7 @@ impl Model {
             ran_out: false,
             gone: false,
             late: false,
+            returned: false,
             gen: 1,
             released_by: None,
         });
@@ -826,8 +874,8 @@ impl ReferenceStateMachine for Model {
                 let r = h.res;
                 let res = &state.res[r];
                 // The backend took an order whose units went back on sale: sold twice. Only an
-                // explicit (admin) release may do that; every other release is fenced so it
-                // cannot happen while a forward is out.
+                // explicit (admin) release may come first (the backend's own cancel); every
+                // other release is fenced so it cannot happen while a forward is out.
                 assert!(
                     res.gone
                         || res.state != St::Released
@@ -922,8 +970,13 @@ impl ReferenceStateMachine for Model {
                     Lookup::Found => state.backend_took(r),
                     // Only if nothing moved the fence since the hand-out (a replay forwarded
                     // meanwhile, or a later hand-out).
+                    // Not before the hold deadline (the token is still valid): due again then.
                     Lookup::NotFound if !res.gone && res.state == St::Pending && res.gen == gen => {
-                        state.give_back(r, "lookup")
+                        if res.ran_out {
+                            state.give_back(r, "lookup");
+                        } else {
+                            state.res[r].due = false;
+                        }
                     }
                     Lookup::NotFound | Lookup::Unanswered => {}
                 }
@@ -1547,7 +1600,10 @@ impl StateMachineTest for System {
                 let instance = &sys.instances[inst];
                 let settings = instance.live.settings();
                 for activity in settings.activities.iter() {
-                    // As the maintenance tick does.
+                    // As the maintenance tick does: a sale that is over is left alone.
+                    if activity.ends_at <= chrono::Utc::now() {
+                        continue;
+                    }
                     match block_on(segments::prewarm(&w.store, activity)).unwrap() {
                         Ok(_) => instance.admission.refused.set(&activity.id, None),
                         Err(refusal) => instance.admission.refused.set(&activity.id, Some(refusal)),

@@ -75,9 +75,14 @@ async fn release(
     mode: ReleaseMode,
 ) -> ReleaseOutcome {
     let l = Layout::of(a);
-    s.release(one(&l), v, id, mode, ReleaseReason::Admin)
-        .await
-        .unwrap()
+    // The reason each caller gives in production.
+    let reason = match mode {
+        ReleaseMode::Owner => ReleaseReason::Upstream5xx,
+        ReleaseMode::Abandon => ReleaseReason::StoreTimeout,
+        ReleaseMode::Lookup { .. } => ReleaseReason::OrderNotFound,
+        ReleaseMode::Admin => ReleaseReason::Admin,
+    };
+    s.release(one(&l), v, id, mode, reason).await.unwrap()
 }
 
 async fn confirm(s: &StockStore, a: &Activity, v: u64, id: &str) -> ConfirmOutcome {
@@ -100,6 +105,24 @@ async fn record(s: &StockStore, a: &Activity, id: &str) -> flashgate::stock::Res
 async fn ledger(s: &StockStore, a: &Activity, v: u64) -> flashgate::stock::LedgerRow {
     let l = Layout::of(a);
     s.ledger(one(&l), v).await.unwrap()
+}
+
+/// Moves a reservation's hold deadline (in its record, activity 1001) into the past.
+fn deadline_passed(redis: &RedisServer, id: &str) {
+    let mut conn = redis.conn();
+    let raw: String = redis::cmd("HGET")
+        .arg("fg:{1001}:res")
+        .arg(id)
+        .query(&mut conn)
+        .unwrap();
+    let mut fields: Vec<&str> = raw.splitn(12, '|').collect();
+    fields[4] = "1";
+    let _: () = redis::cmd("HSET")
+        .arg("fg:{1001}:res")
+        .arg(id)
+        .arg(fields.join("|"))
+        .query(&mut conn)
+        .unwrap();
 }
 
 fn redis_time_ms(redis: &RedisServer) -> u64 {
@@ -375,6 +398,12 @@ async fn a_replayed_reservation_is_never_released_by_its_maker_nor_by_an_abandon
         release(&s, &a, 1, "r4", ReleaseMode::Lookup { fence: 1 }).await,
         ReleaseOutcome::Fenced
     );
+    // Nor before its hold deadline: its token is still valid, a slow backend may still take it.
+    assert_eq!(
+        release(&s, &a, 1, "r4", ReleaseMode::Lookup { fence: 2 }).await,
+        ReleaseOutcome::TooEarly
+    );
+    deadline_passed(&redis, "r4");
     assert!(matches!(
         release(&s, &a, 1, "r4", ReleaseMode::Lookup { fence: 2 }).await,
         ReleaseOutcome::Released { .. }
@@ -714,7 +743,10 @@ async fn every_transition_appends_exactly_one_event() {
         events,
         expected.map(|(t, j)| (t.to_owned(), j.to_owned())).to_vec()
     );
-    assert_eq!(entries.ids[3].get::<String>("reason").unwrap(), "admin");
+    assert_eq!(
+        entries.ids[3].get::<String>("reason").unwrap(),
+        "upstream_5xx"
+    );
     assert_eq!(entries.ids[1].get::<String>("qty").unwrap(), "2");
 }
 
@@ -1748,8 +1780,18 @@ async fn a_late_acceptance_is_covered_from_stock_or_counted_oversold() {
     let a = activity("1001", 2, 1, 2);
     prewarm(&s, &a).await;
     let l = Layout::of(&a);
+    // Cancelled by the backend (admin): a 2xx reported after that is no late acceptance.
+    reserve(&s, &a, "carol", 1, "r0").await;
+    release(&s, &a, 1, "r0", ReleaseMode::Admin).await;
+    assert_eq!(
+        s.confirm(one(&l), 1, &["r0"], ConfirmedVia::Upstream)
+            .await
+            .unwrap(),
+        [ConfirmOutcome::Released]
+    );
+    // Released by the gateway (the forward failed): the backend taking it is accepted late.
     reserve(&s, &a, "alice", 1, "r1").await;
-    release(&s, &a, 1, "r1", ReleaseMode::Admin).await;
+    release(&s, &a, 1, "r1", ReleaseMode::Owner).await;
     let late = |ids: &'static [&'static str], via| {
         let s = &s;
         let l = &l;
@@ -1788,7 +1830,7 @@ async fn a_late_acceptance_is_covered_from_stock_or_counted_oversold() {
     );
     // With no unit left to cover it: oversold.
     reserve(&s, &a, "bob", 1, "r2").await;
-    release(&s, &a, 1, "r2", ReleaseMode::Admin).await;
+    release(&s, &a, 1, "r2", ReleaseMode::Owner).await;
     reserve(&s, &a, "dan", 1, "r4").await;
     assert_eq!(
         late(&["r2"], ConfirmedVia::Upstream).await,

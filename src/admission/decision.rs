@@ -21,6 +21,13 @@ pub enum BadRequest {
     MalformedBody,
     /// The request-target cannot be forwarded in its canonical form (a malformed query).
     MalformedTarget,
+    /// The request-target cannot be read (not UTF-8 once decoded, a control character, too
+    /// deep): refused on every route.
+    UnreadableTarget,
+    /// The request-target resembles a sale route without being one: refused on every route.
+    LookAlikeTarget,
+    /// A retry with an `Idempotency-Key` whose purchase was for another quantity.
+    QuantityDiffersFromRetry,
 }
 
 impl BadRequest {
@@ -38,6 +45,15 @@ impl BadRequest {
             BadRequest::HeadersTooLarge => "request headers too large",
             BadRequest::MalformedBody => "malformed request body",
             BadRequest::MalformedTarget => "malformed request target",
+            BadRequest::UnreadableTarget => {
+                "request target cannot be read (not UTF-8, a control character, or too deep)"
+            }
+            BadRequest::QuantityDiffersFromRetry => {
+                "this Idempotency-Key already bought another quantity: retry with the same one, or use a new key"
+            }
+            BadRequest::LookAlikeTarget => {
+                "request target resembles a sale route without being one: use the route as published"
+            }
             BadRequest::IdempotencyKeyInvalid => {
                 "Idempotency-Key must be given once, 1 to 128 visible ASCII characters"
             }

@@ -105,7 +105,12 @@ impl JwtVerifier {
                 v.leeway = settings.leeway.as_secs();
                 v.validate_exp = true;
                 v.validate_nbf = true;
-                v.set_required_spec_claims(&["exp"]);
+                // A claim that is checked must be there: a token without `aud` (or `iss`) is
+                // not one for this audience (or from this issuer).
+                let mut required = vec!["exp"];
+                required.extend(settings.audience.as_ref().map(|_| "aud"));
+                required.extend(settings.issuer.as_ref().map(|_| "iss"));
+                v.set_required_spec_claims(&required);
                 match &settings.audience {
                     Some(aud) => v.set_audience(&[aud]),
                     None => v.validate_aud = false,
@@ -349,6 +354,16 @@ mod tests {
             ("wrong issuer", {
                 let mut c = claims();
                 c["iss"] = json!("https://evil.example");
+                hs256(Some("a"), &c)
+            }),
+            ("no issuer", {
+                let mut c = claims();
+                c.as_object_mut().unwrap().remove("iss");
+                hs256(Some("a"), &c)
+            }),
+            ("no audience", {
+                let mut c = claims();
+                c.as_object_mut().unwrap().remove("aud");
                 hs256(Some("a"), &c)
             }),
             ("wrong audience", {

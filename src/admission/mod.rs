@@ -84,6 +84,64 @@ pub struct Rules<'a> {
     pub policy: &'a Policy,
 }
 
+/// Where a request goes, decided once, before anything else reads it (the edge fails closed).
+#[derive(Debug)]
+pub enum Routed<'s, 't> {
+    /// A sale route, with the activity segment of its path.
+    Sale(&'s SaleRoute, &'t str),
+    /// Refused (400) on any route: what the gateway cannot read, it never passes through.
+    Refused(EdgeRefusal),
+    /// Any other route: forwarded, in its normalised form.
+    Other,
+}
+
+crate::label_enum! {
+    /// Why the edge refused a request before routing it (the `reason` label of
+    /// `flashgate_edge_refusals_total`).
+    pub enum EdgeRefusal {
+        /// The decoded path is not UTF-8.
+        NotUtf8 => "not_utf8",
+        /// The decoded path holds a control character.
+        ControlCharacter => "control_character",
+        /// Deeper than `target::MAX_SEGMENTS` segments while resolving.
+        TooDeep => "too_deep",
+        /// Resembles a sale route (see `route::resembles`) without being one.
+        LookAlike => "look_alike",
+    }
+}
+
+impl EdgeRefusal {
+    /// What the buyer is told (400 `bad_request`).
+    pub fn decision(self) -> Decision {
+        Decision::BadRequest(match self {
+            EdgeRefusal::LookAlike => BadRequest::LookAlikeTarget,
+            _ => BadRequest::UnreadableTarget,
+        })
+    }
+}
+
+/// Routes a normalised request: a sale route, refused, or another route.
+pub fn route<'s, 't>(settings: &'s Settings, target: &'t Target) -> Routed<'s, 't> {
+    if let Err(unreadable) = &target.segments {
+        return Routed::Refused(match unreadable {
+            target::Unreadable::NotUtf8 => EdgeRefusal::NotUtf8,
+            target::Unreadable::ControlCharacter => EdgeRefusal::ControlCharacter,
+            target::Unreadable::TooDeep => EdgeRefusal::TooDeep,
+        });
+    }
+    if let Some((route, activity)) = sale_route(settings, target) {
+        return Routed::Sale(route, activity);
+    }
+    if settings
+        .sale_routes
+        .iter()
+        .any(|r| route::resembles(r, target))
+    {
+        return Routed::Refused(EdgeRefusal::LookAlike);
+    }
+    Routed::Other
+}
+
 /// The sale route a (normalised) request is on, with its activity segment; `None` passes
 /// through.
 pub fn sale_route<'s, 't>(
@@ -422,6 +480,9 @@ impl Admission {
             // The gateway's clock said open, Redis's did not: Redis's is the one that counts.
             Reserve::NotStarted => Err(Decision::NotStarted),
             Reserve::Ended => Err(Decision::Ended),
+            Reserve::ReplayQuantityDiffers => {
+                Err(Decision::BadRequest(BadRequest::QuantityDiffersFromRetry))
+            }
             Reserve::DuplicateId => {
                 tracing::warn!(activity = %activity.id, "reservation id already used");
                 Err(Decision::Unavailable)

@@ -33,9 +33,12 @@ pub fn idempotency_key(headers: &HeaderMap) -> Result<Option<&str>, BadRequest> 
 
 /// A quantity a sale request's body names under the quantity parameter's name (or a lenient
 /// spelling of it), for a backend that reads it there: form fields
-/// (`application/x-www-form-urlencoded`) and top-level keys of a JSON object. `Err` when one is
-/// not a plain number or two disagree; `None` when the body names none (or is of another type,
-/// which flashgate does not read).
+/// (`application/x-www-form-urlencoded`, split on `&` and `;`), `multipart/form-data` fields,
+/// and the top-level keys of a JSON object, whatever the `Content-Type` says (many backends parse
+/// any body that looks like JSON; a byte-order mark is skipped, and duplicate keys all count).
+/// `Err` when one is not a plain number, two disagree, a multipart body cannot be read, or a body
+/// that is (or says it is) JSON is not strict JSON (`NaN`, `Infinity` and trailing commas, which
+/// lenient parsers accept, included); `None` when the body names none.
 pub fn body_quantity(
     content_type: Option<&str>,
     body: &[u8],
@@ -45,31 +48,22 @@ pub fn body_quantity(
         .and_then(|c| c.split(';').next())
         .map(|m| m.trim().to_ascii_lowercase());
     let lenient = name.to_ascii_lowercase();
-    let mut found: Vec<String> = Vec::new();
-    match media.as_deref() {
-        Some("application/x-www-form-urlencoded") => {
-            for pair in String::from_utf8_lossy(body).split('&') {
-                let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-                if lenient_name(key) == lenient {
-                    found.push(value.to_owned());
-                }
+    let body = body.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(body);
+    let found = match media.as_deref() {
+        Some("application/x-www-form-urlencoded") => form_values(body, &lenient),
+        Some("multipart/form-data") => {
+            multipart_values(content_type.unwrap_or(""), body, &lenient)?
+        }
+        m => {
+            let json_type = m.is_some_and(|m| m == "application/json" || m.ends_with("+json"));
+            let looks_like_json = matches!(body.trim_ascii_start().first(), Some(b'{' | b'['));
+            if json_type || looks_like_json {
+                json_values(body, &lenient)?
+            } else {
+                Vec::new()
             }
         }
-        Some(m) if m == "application/json" || m.ends_with("+json") => {
-            let Ok(serde_json::Value::Object(map)) = serde_json::from_slice(body) else {
-                return Ok(None);
-            };
-            for (key, value) in map {
-                if lenient_name(&key) == lenient {
-                    found.push(match value {
-                        serde_json::Value::String(s) => s,
-                        other => other.to_string(),
-                    });
-                }
-            }
-        }
-        _ => return Ok(None),
-    }
+    };
     let mut qty = None;
     for value in found {
         let n: u32 = value
@@ -84,6 +78,126 @@ pub fn body_quantity(
     Ok(qty)
 }
 
+/// Values of form fields whose name reads as `lenient` (`&` and `;` both separate fields).
+fn form_values(body: &[u8], lenient: &str) -> Vec<String> {
+    String::from_utf8_lossy(body)
+        .split(['&', ';'])
+        .filter_map(|pair| {
+            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+            (lenient_name(key) == lenient).then(|| {
+                String::from_utf8_lossy(&super::target::percent_decode(
+                    value.replace('+', " ").as_bytes(),
+                ))
+                .into_owned()
+            })
+        })
+        .collect()
+}
+
+/// Values of `multipart/form-data` fields whose name reads as `lenient`.
+fn multipart_values(
+    content_type: &str,
+    body: &[u8],
+    lenient: &str,
+) -> Result<Vec<String>, BadRequest> {
+    let boundary = content_type
+        .split(';')
+        .filter_map(|p| p.trim().split_once('='))
+        .find(|(k, _)| k.trim().eq_ignore_ascii_case("boundary"))
+        .map(|(_, v)| v.trim().trim_matches('"').to_owned())
+        .filter(|b| !b.is_empty())
+        .ok_or(BadRequest::MalformedBody)?;
+    let body = String::from_utf8_lossy(body);
+    let delimiter = format!("--{boundary}");
+    let mut values = Vec::new();
+    for part in body.split(delimiter.as_str()).skip(1) {
+        if part.starts_with("--") {
+            break;
+        }
+        let (head, value) = part
+            .split_once("\r\n\r\n")
+            .or_else(|| part.split_once("\n\n"))
+            .ok_or(BadRequest::MalformedBody)?;
+        let field = head
+            .lines()
+            .filter(|l| {
+                l.split_once(':')
+                    .is_some_and(|(k, _)| k.trim().eq_ignore_ascii_case("content-disposition"))
+            })
+            .flat_map(|l| l.split(';'))
+            .filter_map(|p| p.trim().split_once('='))
+            .find(|(k, _)| k.trim().eq_ignore_ascii_case("name"))
+            .map(|(_, v)| v.trim().trim_matches('"').to_owned());
+        if field.is_some_and(|f| lenient_name(&f) == lenient) {
+            values.push(value.trim_end_matches(['\r', '\n']).to_owned());
+        }
+    }
+    Ok(values)
+}
+
+/// Values of a JSON object's top-level keys that read as `lenient`, duplicates included; `Err`
+/// when the body is not strict JSON.
+fn json_values(body: &[u8], lenient: &str) -> Result<Vec<String>, BadRequest> {
+    /// A JSON document's top level, keeping every key of an object (duplicates too).
+    struct TopLevel(Vec<(String, serde_json::Value)>);
+    impl<'de> serde::Deserialize<'de> for TopLevel {
+        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct Visit;
+            impl<'de> serde::de::Visitor<'de> for Visit {
+                type Value = TopLevel;
+                fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                    f.write_str("a JSON document")
+                }
+                fn visit_map<A: serde::de::MapAccess<'de>>(
+                    self,
+                    mut map: A,
+                ) -> Result<TopLevel, A::Error> {
+                    let mut entries = Vec::new();
+                    while let Some(entry) = map.next_entry()? {
+                        entries.push(entry);
+                    }
+                    Ok(TopLevel(entries))
+                }
+                fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                    self,
+                    mut seq: A,
+                ) -> Result<TopLevel, A::Error> {
+                    while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+                    Ok(TopLevel(Vec::new()))
+                }
+                fn visit_str<E>(self, _: &str) -> Result<TopLevel, E> {
+                    Ok(TopLevel(Vec::new()))
+                }
+                fn visit_f64<E>(self, _: f64) -> Result<TopLevel, E> {
+                    Ok(TopLevel(Vec::new()))
+                }
+                fn visit_i64<E>(self, _: i64) -> Result<TopLevel, E> {
+                    Ok(TopLevel(Vec::new()))
+                }
+                fn visit_u64<E>(self, _: u64) -> Result<TopLevel, E> {
+                    Ok(TopLevel(Vec::new()))
+                }
+                fn visit_bool<E>(self, _: bool) -> Result<TopLevel, E> {
+                    Ok(TopLevel(Vec::new()))
+                }
+                fn visit_unit<E>(self) -> Result<TopLevel, E> {
+                    Ok(TopLevel(Vec::new()))
+                }
+            }
+            d.deserialize_any(Visit)
+        }
+    }
+    let TopLevel(entries) = serde_json::from_slice(body).map_err(|_| BadRequest::MalformedBody)?;
+    Ok(entries
+        .into_iter()
+        .filter(|(key, _)| lenient_name(key) == lenient)
+        .map(|(_, value)| match value {
+            serde_json::Value::String(s) => s,
+            other => other.to_string(),
+        })
+        .collect())
+}
+
 /// Most digits a quantity may have (keeps parsing trivially overflow-free).
 const MAX_QUANTITY_DIGITS: usize = 9;
 
@@ -93,7 +207,8 @@ const MAX_QUANTITY_DIGITS: usize = 9;
 pub fn quantity(query: Option<&str>, name: &str, max: NonZeroU32) -> Result<u32, BadRequest> {
     let mut found = None;
     let lenient = name.to_ascii_lowercase();
-    for pair in query.unwrap_or("").split('&') {
+    // `;` separates parameters too for some parsers (CGI, older Python and Perl).
+    for pair in query.unwrap_or("").split(['&', ';']) {
         let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
         if key == name {
             if found.is_some() {
@@ -141,6 +256,7 @@ mod tests {
         assert_eq!(q(Some("a=1")), Ok(1));
         assert_eq!(q(Some("qty=2")), Ok(2));
         assert_eq!(q(Some("x=9&qty=03")), Ok(3));
+        assert_eq!(q(Some("x=1;qty=2")), Ok(2), "`;` separates too");
         assert_eq!(q(Some("qty=4")), Err(BadRequest::QuantityTooLarge));
         assert_eq!(q(Some("qty=0")), Err(BadRequest::QuantityTooSmall));
         assert_eq!(q(Some("qty=000")), Err(BadRequest::QuantityTooSmall));
@@ -154,7 +270,16 @@ mod tests {
             Err(BadRequest::QuantityTooLarge)
         );
         assert_eq!(q(Some("qty=1&qty=1")), Err(BadRequest::QuantityRepeated));
-        for lookalike in ["QTY=5", "qty=1&%71ty=5", "qty[]=5", "Qty%5B%5D=2"] {
+        for lookalike in [
+            "QTY=5",
+            "qty=1&%71ty=5",
+            "qty[]=5",
+            "Qty%5B%5D=2",
+            "qty[0]=5",
+            "qty%5B0%5D=5",
+            "qty%00=5",
+            "qty=1;QTY=5",
+        ] {
             assert_eq!(
                 q(Some(lookalike)),
                 Err(BadRequest::QuantityAmbiguous),
@@ -180,9 +305,45 @@ mod tests {
             body_quantity(json, br#"{"qty": 1.5}"#, "qty"),
             Err(BadRequest::QuantityAmbiguous)
         );
-        assert_eq!(body_quantity(json, b"not json", "qty"), Ok(None));
+        assert_eq!(
+            body_quantity(json, b"not json", "qty"),
+            Err(BadRequest::MalformedBody)
+        );
         assert_eq!(body_quantity(Some("text/plain"), b"qty=9", "qty"), Ok(None));
         assert_eq!(body_quantity(None, b"qty=9", "qty"), Ok(None));
+        // Whatever the type says, a body that looks like JSON is read as JSON.
+        let plain = Some("text/plain");
+        assert_eq!(body_quantity(plain, br#"{"qty":5}"#, "qty"), Ok(Some(5)));
+        assert_eq!(body_quantity(None, br#" {"qty":5}"#, "qty"), Ok(Some(5)));
+        assert_eq!(
+            body_quantity(json, b"\xEF\xBB\xBF{\"qty\": 5}", "qty"),
+            Ok(Some(5)),
+            "a byte-order mark"
+        );
+        assert_eq!(
+            body_quantity(json, br#"{"qty": NaN}"#, "qty"),
+            Err(BadRequest::MalformedBody)
+        );
+        assert_eq!(
+            body_quantity(plain, br#"{"qty": Infinity}"#, "qty"),
+            Err(BadRequest::MalformedBody)
+        );
+        assert_eq!(
+            body_quantity(json, br#"{"qty": 1, "qty": 5}"#, "qty"),
+            Err(BadRequest::QuantityAmbiguous),
+            "duplicate keys"
+        );
+        assert_eq!(body_quantity(json, br#"[{"qty": 5}]"#, "qty"), Ok(None));
+        assert_eq!(body_quantity(form, b"x=1;qty=5", "qty"), Ok(Some(5)));
+        assert_eq!(body_quantity(form, b"qty%5B0%5D=5", "qty"), Ok(Some(5)));
+        let multipart = Some("multipart/form-data; boundary=XyZ");
+        let body = b"--XyZ\r\nContent-Disposition: form-data; name=\"note\"\r\n\r\nhi\r\n--XyZ\r\nContent-Disposition: form-data; name=\"qty\"\r\n\r\n5\r\n--XyZ--\r\n";
+        assert_eq!(body_quantity(multipart, body, "qty"), Ok(Some(5)));
+        assert_eq!(
+            body_quantity(Some("multipart/form-data"), body, "qty"),
+            Err(BadRequest::MalformedBody),
+            "no boundary"
+        );
     }
 
     #[test]

@@ -12,7 +12,7 @@ pub fn match_target<'t>(route: &SaleRoute, target: &'t Target) -> Option<&'t str
     if target.method != *route.method() {
         return None;
     }
-    let parts = target.segments.as_ref()?;
+    let parts = target.segments.as_ref().ok()?;
     if parts.len() != route.segments().len() {
         return None;
     }
@@ -25,6 +25,74 @@ pub fn match_target<'t>(route: &SaleRoute, target: &'t Target) -> Option<&'t str
         }
     }
     activity
+}
+
+/// Whether a target that is no sale route still resembles one closely enough that some backend's
+/// router could read it as the purchase: the route's method, and the route's segments at the end
+/// of the target's (any prefix before them: a PHP front controller's `/index.php/...`, a
+/// network-path `//host/...`, a mount point), each literal equal to the route's once both are
+/// read loosely ([`loose`]: decoded again, Unicode-folded, case-folded, trimmed, without a
+/// format suffix such as `.json`). Such a target is refused, never passed through: the backend
+/// must never run the purchase without a reservation because it read a spelling the gateway did
+/// not.
+pub fn resembles(route: &SaleRoute, target: &Target) -> bool {
+    if target.method != *route.method() {
+        return false;
+    }
+    let Ok(parts) = target.segments.as_ref() else {
+        return false;
+    };
+    let wanted = route.segments();
+    let Some(tail) = parts
+        .len()
+        .checked_sub(wanted.len())
+        .map(|from| &parts[from..])
+    else {
+        return false;
+    };
+    wanted
+        .iter()
+        .zip(tail)
+        .all(|(segment, part)| match segment {
+            Segment::Literal(lit) => loose(lit) == loose(part),
+            Segment::Activity => true,
+        })
+}
+
+/// A path segment as the most lenient router could read it: percent-decoded up to twice more
+/// (a backend behind another proxy decodes again), Unicode-normalised (NFKC, then combining marks
+/// dropped: `ｂｕｙ` and `büy` read as `buy`), lower-cased, surrounding whitespace trimmed, and a
+/// format suffix (`.json`, `.php`: a dot and up to eight letters or digits) cut.
+fn loose(segment: &str) -> String {
+    use unicode_normalization::char::is_combining_mark;
+    use unicode_normalization::UnicodeNormalization;
+    let mut s = segment.to_owned();
+    for _ in 0..2 {
+        let again =
+            String::from_utf8_lossy(&super::target::percent_decode(s.as_bytes())).into_owned();
+        if again == s {
+            break;
+        }
+        s = again;
+    }
+    let folded: String = s
+        .nfkc()
+        .collect::<String>()
+        .nfd()
+        .filter(|c| !is_combining_mark(*c))
+        .collect::<String>()
+        .to_lowercase();
+    let trimmed = folded.trim_matches(|c: char| c.is_whitespace() || c.is_control());
+    match trimmed.rsplit_once('.') {
+        Some((stem, ext))
+            if !stem.is_empty()
+                && (1..=8).contains(&ext.len())
+                && ext.chars().all(|c| c.is_ascii_alphanumeric()) =>
+        {
+            stem.to_owned()
+        }
+        _ => trimmed.to_owned(),
+    }
 }
 
 #[cfg(test)]
@@ -55,5 +123,43 @@ mod tests {
         assert_eq!(matches("POST", "/api/seckill/1001"), None);
         assert_eq!(matches("POST", "/api/other/1001/buy"), None);
         assert_eq!(route().path_for("1001"), "/api/seckill/1001/buy");
+    }
+
+    #[test]
+    fn look_alikes_of_a_sale_route_are_recognised() {
+        let resembles = |method: &str, raw: &str| {
+            let target = Target::of(
+                &Method::from_bytes(method.as_bytes()).unwrap(),
+                raw.as_bytes(),
+            );
+            match_target(&route(), &target).is_none() && super::resembles(&route(), &target)
+        };
+        for raw in [
+            "/api/seckill/1001/buy.json",
+            "/api/seckill/1001/BUY.PHP",
+            "/index.php/api/seckill/1001/buy",
+            "//evil/api/seckill/1001/buy",
+            "/mount/api/seckill/1001/buy",
+            "/api/seckill/1001/bu%2579",
+            "/api/seckill/1001/buy%20",
+            "/api/seckill/1001/b%c3%bcy",
+            "/api/seckill/1001/%EF%BD%82%EF%BD%95%EF%BD%99",
+            "/api/seckill.html/1001/buy",
+        ] {
+            assert!(resembles("POST", raw), "{raw}");
+        }
+        for raw in [
+            "/api/seckill/1001/buy",
+            "/api/seckill/1001",
+            "/api/seckill/1001/buyer",
+            "/api/seckill/1001/buy/x",
+            "/api/other/1001/buy",
+        ] {
+            assert!(!resembles("POST", raw), "{raw}");
+        }
+        assert!(
+            !resembles("GET", "/api/seckill/1001/buy.json"),
+            "another method"
+        );
     }
 }

@@ -8,23 +8,40 @@
 //! admission; an admitted one is forwarded in its canonical form (the route's method, the route's
 //! path with the activity id), so the backend sees exactly what was admitted.
 //!
-//! Approximation: a backend that reads paths some other way still (say, case-folding the
-//! activity id) could route a variant flashgate passes through; the reservation header is then
-//! absent, which such a backend must treat as "not a winner" (see SECURITY.md).
+//! The edge fails closed: a target that cannot be read this way (its path does not decode to
+//! UTF-8, holds a control character, or is deeper than [`MAX_SEGMENTS`]) is refused on every
+//! route, and every other target that is not a sale route is forwarded in its normalised form
+//! ([`Target::forwarded_path`]), so the backend never routes a spelling the gateway read
+//! otherwise. Look-alikes of a sale route (see [`super::route::resembles`]) are refused too.
 
 use http::Method;
 
-/// Most segments considered (longer paths are no sale route; this bounds the work per request).
-const MAX_SEGMENTS: usize = 32;
+/// Most segments considered, while resolving too (deeper targets are refused: this bounds the
+/// work per request).
+pub const MAX_SEGMENTS: usize = 32;
+
+crate::label_enum! {
+    /// Why a request target cannot be normalised (the `reason` label of
+    /// `flashgate_edge_refusals_total`, with the look-alikes).
+    pub enum Unreadable {
+        /// The decoded path is not UTF-8.
+        NotUtf8 => "not_utf8",
+        /// The decoded path holds a control character (`%0a`, `%00`, a tab...).
+        ControlCharacter => "control_character",
+        /// More than [`MAX_SEGMENTS`] segments at some point while resolving `..`.
+        TooDeep => "too_deep",
+    }
+}
 
 /// A request target, normalised.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Target {
     /// Upper-cased.
     pub method: Method,
-    /// Decoded path segments; `None` when the path does not decode to UTF-8, holds a control
-    /// character, or has more than [`MAX_SEGMENTS`] segments (it can match no sale route).
-    pub segments: Option<Vec<String>>,
+    /// Decoded path segments, or why the path cannot be read (then it is refused).
+    pub segments: Result<Vec<String>, Unreadable>,
+    /// The path ended in `/` (kept when forwarded: many backends tell `/a/` from `/a`).
+    pub trailing_slash: bool,
     /// The raw query string, if any (after `?`, before any `#`).
     pub query: Option<String>,
 }
@@ -38,11 +55,54 @@ impl Target {
             Some(i) => (&raw[..i], Some(&raw[i + 1..])),
             None => (raw, None),
         };
+        let path = strip_origin(path);
         Target {
             method,
-            segments: segments(strip_origin(path)),
+            segments: segments(path),
+            trailing_slash: path.len() > 1 && matches!(path.last(), Some(b'/' | b'\\')),
             query: query.map(|q| String::from_utf8_lossy(q).into_owned()),
         }
+    }
+
+    /// The path a target that is no sale route is forwarded with: its segments, each
+    /// percent-encoded again where a router could read a byte otherwise (`/`, `%`, `?`, `#`,
+    /// `;`, `\`, spaces, non-ASCII...), joined by `/`, the trailing slash kept. `None` when
+    /// the target could not be read (it is refused).
+    ///
+    /// Approximation: `;params` (matrix parameters, servlet `;jsessionid`) are not forwarded:
+    /// they were cut before routing, and a backend reading them could route otherwise.
+    pub fn forwarded_path(&self) -> Option<String> {
+        use percent_encoding::{utf8_percent_encode, AsciiSet, CONTROLS};
+        /// Everything but RFC 3986's unreserved characters and a few sub-delimiters that no
+        /// router reads as structure inside a segment.
+        const SEGMENT: &AsciiSet = &CONTROLS
+            .add(b' ')
+            .add(b'"')
+            .add(b'#')
+            .add(b'%')
+            .add(b'/')
+            .add(b';')
+            .add(b'<')
+            .add(b'>')
+            .add(b'?')
+            .add(b'[')
+            .add(b'\\')
+            .add(b']')
+            .add(b'^')
+            .add(b'`')
+            .add(b'{')
+            .add(b'|')
+            .add(b'}');
+        let segments = self.segments.as_ref().ok()?;
+        let mut path = String::with_capacity(64);
+        for s in segments {
+            path.push('/');
+            path.extend(utf8_percent_encode(s, SEGMENT));
+        }
+        if path.is_empty() || self.trailing_slash {
+            path.push('/');
+        }
+        Some(path)
     }
 }
 
@@ -60,11 +120,11 @@ fn strip_origin(path: &[u8]) -> &[u8] {
     path
 }
 
-fn segments(path: &[u8]) -> Option<Vec<String>> {
+fn segments(path: &[u8]) -> Result<Vec<String>, Unreadable> {
     let decoded = percent_decode(path);
-    let decoded = String::from_utf8(decoded).ok()?;
+    let decoded = String::from_utf8(decoded).map_err(|_| Unreadable::NotUtf8)?;
     if decoded.chars().any(char::is_control) {
-        return None;
+        return Err(Unreadable::ControlCharacter);
     }
     let mut out: Vec<String> = Vec::new();
     for part in decoded.split(['/', '\\']) {
@@ -76,13 +136,13 @@ fn segments(path: &[u8]) -> Option<Vec<String>> {
             }
             p => {
                 if out.len() == MAX_SEGMENTS {
-                    return None;
+                    return Err(Unreadable::TooDeep);
                 }
                 out.push(p.to_owned());
             }
         }
     }
-    Some(out)
+    Ok(out)
 }
 
 /// Every `%XX` decoded (a malformed one stays as it is, as lenient servers leave it).
@@ -104,22 +164,25 @@ pub fn percent_decode(input: &[u8]) -> Vec<u8> {
     out
 }
 
-/// How a query parameter's name reads to a lenient backend: decoded, lower-case, without a
-/// trailing `[]` (PHP- and Rack-style arrays).
+/// How a parameter's name reads to a lenient backend: decoded (`+` as a space), cut at the first
+/// NUL or control character (C-string parsers), trimmed, lower-case, without bracketed or
+/// indexed suffixes (`qty[]`, `qty[0]`, `qty[a][b]`: PHP-, Rack- and qs-style arrays and maps).
 pub fn lenient_name(raw: &str) -> String {
     let decoded = String::from_utf8_lossy(&percent_decode(raw.replace('+', " ").as_bytes()))
         .to_ascii_lowercase();
-    decoded
-        .strip_suffix("[]")
-        .map(str::to_owned)
-        .unwrap_or(decoded)
+    let cut = decoded
+        .split(|c: char| c.is_control())
+        .next()
+        .unwrap_or_default();
+    let name = cut.split('[').next().unwrap_or_default();
+    name.trim().to_owned()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn path(method: &str, raw: &str) -> (String, Option<Vec<String>>) {
+    fn path(method: &str, raw: &str) -> (String, Result<Vec<String>, Unreadable>) {
         let t = Target::of(
             &Method::from_bytes(method.as_bytes()).unwrap(),
             raw.as_bytes(),
@@ -127,8 +190,8 @@ mod tests {
         (t.method.to_string(), t.segments)
     }
 
-    fn segs(s: &[&str]) -> Option<Vec<String>> {
-        Some(s.iter().map(|s| s.to_string()).collect())
+    fn segs(s: &[&str]) -> Result<Vec<String>, Unreadable> {
+        Ok(s.iter().map(|s| s.to_string()).collect())
     }
 
     #[test]
@@ -153,19 +216,67 @@ mod tests {
         }
         assert_eq!(path("post", "/a").0, "POST");
         assert_eq!(path("Post", "/a").0, "POST");
-        assert_eq!(path("POST", "/a/%ff").1, None, "not UTF-8");
-        assert_eq!(path("POST", "/a/%00").1, None, "a control character");
+        assert_eq!(path("POST", "/a/%ff").1, Err(Unreadable::NotUtf8));
+        assert_eq!(path("POST", "/a/%00").1, Err(Unreadable::ControlCharacter));
+        assert_eq!(
+            path("POST", "/x%0a/../api").1,
+            Err(Unreadable::ControlCharacter)
+        );
         assert_eq!(path("POST", "/%zz").1, segs(&["%zz"]), "malformed stays");
         assert_eq!(path("POST", "/../../a").1, segs(&["a"]));
         let long = "/a".repeat(40);
-        assert_eq!(path("POST", &long).1, None);
+        assert_eq!(path("POST", &long).1, Err(Unreadable::TooDeep));
+        let climbing = format!("{}{}/api", "/a".repeat(33), "/..".repeat(33));
+        assert_eq!(path("POST", &climbing).1, Err(Unreadable::TooDeep));
         let t = Target::of(&Method::POST, b"/a?qty=2#x");
         assert_eq!(t.query.as_deref(), Some("qty=2"));
     }
 
     #[test]
+    fn a_target_is_forwarded_in_its_normalised_form() {
+        let fwd = |raw: &str| Target::of(&Method::GET, raw.as_bytes()).forwarded_path();
+        assert_eq!(fwd("/static/a.png").as_deref(), Some("/static/a.png"));
+        assert_eq!(fwd("/x/../static//a.png").as_deref(), Some("/static/a.png"));
+        assert_eq!(
+            fwd("/admin/").as_deref(),
+            Some("/admin/"),
+            "trailing slash kept"
+        );
+        assert_eq!(fwd("").as_deref(), Some("/"));
+        assert_eq!(fwd("/").as_deref(), Some("/"));
+        assert_eq!(fwd("/a%20b/%C3%BC").as_deref(), Some("/a%20b/%C3%BC"));
+        assert_eq!(fwd("/a%2Fb").as_deref(), Some("/a/b"), "as routers read it");
+        assert_eq!(
+            fwd("/a%252F").as_deref(),
+            Some("/a%252F"),
+            "decoded once, encoded again"
+        );
+        assert_eq!(fwd("/a;jsessionid=1/b").as_deref(), Some("/a/b"));
+        assert_eq!(fwd("/a%3F/b").as_deref(), Some("/a%3F/b"));
+        assert_eq!(fwd("/a/%ff"), None);
+        // Forwarding a forwarded path changes nothing (a fixed point).
+        for raw in ["/a%20b/c/", "/%25/x", "/a%5C/b", "/ü/%7Bx%7D"] {
+            let once = fwd(raw).unwrap();
+            assert_eq!(fwd(&once).unwrap(), once, "{raw}");
+        }
+    }
+
+    #[test]
     fn parameter_names_read_leniently() {
-        for raw in ["qty", "QTY", "%71ty", "Qty[]", "%51TY%5B%5D"] {
+        for raw in [
+            "qty",
+            "QTY",
+            "%71ty",
+            "Qty[]",
+            "%51TY%5B%5D",
+            "qty[0]",
+            "qty%5B0%5D",
+            "qty%00",
+            "qty%00x",
+            "qty[a][b]",
+            "+qty",
+            "qty%20",
+        ] {
             assert_eq!(lenient_name(raw), "qty", "{raw}");
         }
         assert_eq!(lenient_name("qtyx"), "qtyx");

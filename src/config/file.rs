@@ -65,6 +65,15 @@ pub struct ServerSection {
     /// Largest total of header names and values a sale request may carry (bytes).
     #[serde(default = "default_max_sale_header_bytes")]
     pub max_sale_header_bytes: u64,
+    /// Largest request body another route (not a sale route) may send (bytes). The gateway reads
+    /// such a body whole before the backend sees the request (a slow body holds no backend
+    /// worker); larger ones get 413.
+    #[serde(default = "default_max_passthrough_body_bytes")]
+    pub max_passthrough_body_bytes: u64,
+    /// Longest another route's request body may take to arrive, after its headers; past it the
+    /// client gets 408 and the backend never saw the request.
+    #[serde(default = "default_passthrough_body_timeout_ms")]
+    pub passthrough_body_timeout_ms: u64,
     /// How often the configuration file is checked for changes (reloaded when its content
     /// changed); 0 turns the check off (SIGHUP and the admin API still reload).
     #[serde(default = "default_reload_watch_interval_ms")]
@@ -111,6 +120,11 @@ pub struct UpstreamSection {
     /// position and an estimated wait) and their reservation is released.
     #[serde(default = "default_max_queue_wait_ms")]
     pub max_queue_wait_ms: u64,
+    /// Most requests of other routes (not sale routes) at the backend at once, so that they
+    /// never take the backend's workers that winners need (set it to the backend's workers minus
+    /// `max_inflight`); more get 503 at once. Absent: no limit.
+    #[serde(default)]
+    pub max_passthrough_inflight: Option<usize>,
     /// Ask the backend whether it holds an order before its reservation expires unconfirmed.
     #[serde(default)]
     pub order_lookup: Option<OrderLookupSection>,
@@ -468,6 +482,12 @@ fn default_too_late_factor() -> f64 {
 }
 fn default_admin_listen() -> String {
     "127.0.0.1:9091".to_owned()
+}
+fn default_max_passthrough_body_bytes() -> u64 {
+    8 * 1024 * 1024
+}
+fn default_passthrough_body_timeout_ms() -> u64 {
+    30_000
 }
 fn default_max_sale_body_bytes() -> u64 {
     16 * 1024

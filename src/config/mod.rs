@@ -3,6 +3,7 @@
 //! [`Settings::load`] is the only way from one to the other, so a running gateway never holds an
 //! unchecked value, and `flashgate check` reports exactly what `serve` would refuse.
 
+mod bounds;
 pub mod file;
 mod keys;
 pub mod route;

@@ -52,6 +52,9 @@ pub struct ServerSettings {
     pub max_sale_body_bytes: u64,
     pub sale_body_timeout: Duration,
     pub max_sale_header_bytes: u64,
+    /// Another route's request body: read whole, at most this many bytes, within this long.
+    pub max_passthrough_body_bytes: u64,
+    pub passthrough_body_timeout: Duration,
     /// `None`: the file is not watched.
     pub reload_watch_interval: Option<Duration>,
     /// Where listening sockets are handed to a new binary on a graceful upgrade.
@@ -84,6 +87,8 @@ pub struct UpstreamSettings {
     /// `None`: no limit on sale requests at the backend at once.
     pub max_inflight: Option<NonZeroUsize>,
     pub max_queue_wait: Duration,
+    /// `None`: no limit on requests of other routes at the backend at once.
+    pub max_passthrough_inflight: Option<NonZeroUsize>,
     pub order_lookup: Option<OrderLookupSettings>,
 }
 

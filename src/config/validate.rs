@@ -1,6 +1,7 @@
 //! From the YAML as written ([`super::file`]) to the runtime types ([`super::settings`]): each
 //! section checked, with an error naming the offending key.
 
+use super::bounds;
 use super::file::{self, FileConfig};
 use super::keys::{jwt_identity, secret, signing};
 use super::settings::*;
@@ -34,9 +35,9 @@ impl Settings {
         };
         let upstream = upstream(raw.upstream)?;
         let redis = redis(raw.redis)?;
-        let longest_trip = longest_sale_trip(&redis, &upstream);
+        let longest_trip = bounds::longest_sale_trip(&redis, &upstream);
         let activities = activities(raw.activities, Duration::from_secs(raw.signing.ttl_secs))?;
-        retention_covers_the_lifecycle(&redis, &upstream, &activities, longest_trip)?;
+        bounds::retention_covers_the_lifecycle(&redis, &upstream, &activities, longest_trip)?;
         Ok(Settings {
             breaker,
             server: server(raw.server, longest_trip, base_dir)?,
@@ -53,61 +54,6 @@ impl Settings {
             sale_routes: sale_routes(raw.sale_routes)?,
         })
     }
-}
-
-/// The keys of an activity expire `redis.key_ttl_after_end_secs` after its `ends_at`: by then
-/// every reservation made before the close must have settled, or its record, its user's units
-/// and its ledger would vanish while it is still pending (and a late confirm or release would
-/// find nothing). The last one made at the close is swept at its hold deadline (never before its
-/// trip ends), plus the order lookup's give-up time when one is configured, found within a sweep.
-/// Approximation: with an order lookup and no `give_up_after_secs`, a reservation whose backend
-/// never answers stays pending for ever: its keys still expire at the retention's end.
-fn retention_covers_the_lifecycle(
-    redis: &RedisSettings,
-    upstream: &UpstreamSettings,
-    activities: &Activities,
-    longest_trip: Duration,
-) -> Result<(), ConfigError> {
-    let longest_hold = activities
-        .iter()
-        .map(|a| a.hold.max(longest_trip))
-        .max()
-        .unwrap_or_default();
-    let give_up = upstream
-        .order_lookup
-        .as_ref()
-        .and_then(|l| l.give_up_after)
-        .unwrap_or_default();
-    let needed = longest_hold + give_up + redis.sweep_interval;
-    if redis.key_ttl_after_end < needed {
-        return Err(ConfigError::invalid(
-            "redis.key_ttl_after_end_secs",
-            format!(
-                "is {} s, but reservations made at the close settle up to {} s later (the longest \
-                 hold_secs or sale trip, {} s, plus upstream.order_lookup.give_up_after_secs, {} s, \
-                 plus a sweep): set it to at least {}",
-                redis.key_ttl_after_end.as_secs(),
-                needed.as_secs_f64().ceil(),
-                longest_hold.as_secs_f64().ceil(),
-                give_up.as_secs(),
-                needed.as_secs_f64().ceil()
-            ),
-        ));
-    }
-    Ok(())
-}
-
-/// The longest a sale request can take once admitted: the stock call, the wait for a slot at
-/// the backend, a connect to each address in turn (one try per address), and the backend's
-/// answer (its release on failure is bounded by the same store timeout, inside the read
-/// timeout's slack only approximately). A reservation is never due for the sweep sooner than
-/// this after it was made, whatever its hold.
-fn longest_sale_trip(redis: &RedisSettings, upstream: &UpstreamSettings) -> Duration {
-    let connects = upstream.addresses.len().max(1) as u32;
-    redis.timeout
-        + upstream.max_queue_wait
-        + upstream.connect_timeout * connects
-        + upstream.read_timeout
 }
 
 fn server(
@@ -160,6 +106,11 @@ fn server(
         },
         sale_body_timeout: positive_ms("server.sale_body_timeout_ms", raw.sale_body_timeout_ms)?,
         max_sale_header_bytes: raw.max_sale_header_bytes,
+        max_passthrough_body_bytes: raw.max_passthrough_body_bytes,
+        passthrough_body_timeout: positive_ms(
+            "server.passthrough_body_timeout_ms",
+            raw.passthrough_body_timeout_ms,
+        )?,
         reload_watch_interval: (raw.reload_watch_interval_ms > 0)
             .then(|| Duration::from_millis(raw.reload_watch_interval_ms)),
         upgrade_sock,
@@ -256,6 +207,15 @@ fn upstream(raw: file::UpstreamSection) -> Result<UpstreamSettings, ConfigError>
             })
             .transpose()?,
         max_queue_wait: positive_ms("upstream.max_queue_wait_ms", raw.max_queue_wait_ms)?,
+        max_passthrough_inflight: match raw.max_passthrough_inflight {
+            Some(0) => {
+                return Err(ConfigError::invalid(
+                    "upstream.max_passthrough_inflight",
+                    "must be at least 1 (leave it out for no limit)",
+                ))
+            }
+            n => n.and_then(NonZeroUsize::new),
+        },
         order_lookup: raw.order_lookup.map(order_lookup).transpose()?,
     })
 }

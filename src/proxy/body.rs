@@ -6,18 +6,21 @@ use crate::config::{SaleRoute, ServerSettings};
 use pingora::http::RequestHeader;
 use pingora::proxy::Session;
 
-/// Reads a sale request's whole body into Pingora's retry buffer (from which the proxy sends it
-/// upstream), within `deadline` and `limit` bytes. Answers `100 Continue` to a client that
-/// waits for it.
-pub(super) async fn read_sale_body(
+/// Reads a request's whole body, within `deadline` and `limit` bytes (a sale request's also into
+/// Pingora's retry buffer, `retry_buffer`, from which a purchase forwarded unreserved is sent).
+/// Answers `100 Continue` to a client that waits for it.
+pub(super) async fn read_body(
     session: &mut Session,
     limit: u64,
     deadline: std::time::Duration,
+    retry_buffer: bool,
 ) -> std::result::Result<Vec<u8>, BadRequest> {
     if session.as_mut().is_body_empty() {
         return Ok(Vec::new());
     }
-    session.as_mut().enable_retry_buffering();
+    if retry_buffer {
+        session.as_mut().enable_retry_buffering();
+    }
     let read = async {
         let expects_continue = session
             .req_header()

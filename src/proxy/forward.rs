@@ -54,6 +54,9 @@ impl FlashProxy {
                 upstream_request.set_method(method.clone());
                 upstream_request.set_uri(uri.clone());
             }
+        } else if let Some(uri) = &ctx.forward_uri {
+            // Another route, in the form the gateway read it: the backend routes what was read.
+            upstream_request.set_uri(uri.clone());
         }
         if ctx.passthrough {
             upstream_request.insert_header(headers::PASSTHROUGH, headers::PASSTHROUGH_VALUE)?;
@@ -98,7 +101,7 @@ impl FlashProxy {
             .forwarder
             .send(&self.gw.upstreams, upstream, &req, &ctx.body)
             .await;
-        let mut answer = match sent {
+        let answer = match sent {
             Ok(answer) => answer,
             Err(e) => {
                 let exchange = match &e {
@@ -120,13 +123,66 @@ impl FlashProxy {
             return;
         }
         // Settled: relay the answer; the buyer's side failing now changes nothing.
+        let reservation = ctx.reservation.as_ref().map(|r| r.id.as_str());
+        self.relay(session, answer, reservation).await;
+    }
+
+    /// Sends another route's request, whose whole body the gateway read already, to the backend
+    /// and relays the answer (502 when no backend got it, 504 when none answered in time).
+    pub(super) async fn forward_buffered(&self, session: &mut Session, ctx: &mut RequestCtx) {
+        let mut req = session.req_header().clone();
+        headers::strip_hop_by_hop(&mut req);
+        let prepared = self
+            .prepare_upstream(session, &mut req, ctx)
+            .and_then(|()| {
+                // The gateway read the body (and answered any `Expect: 100-continue`) already.
+                req.remove_header(&http::header::EXPECT);
+                req.remove_header(&http::header::TRANSFER_ENCODING);
+                req.insert_header(http::header::CONTENT_LENGTH, ctx.body.len().to_string())
+            });
+        if let Err(e) = prepared {
+            tracing::error!(error = %e, "could not build the request to the backend");
+            let _ = respond::status(session, 500, None).await;
+            return;
+        }
+        ctx.upstream_attempted = true;
+        let upstream = &ctx.generation.settings.upstream;
+        match self
+            .gw
+            .forwarder
+            .send(&self.gw.upstreams, upstream, &req, &ctx.body)
+            .await
+        {
+            Ok(answer) => {
+                ctx.upstream_status = Some(answer.header.status.as_u16());
+                self.relay(session, answer, None).await;
+            }
+            Err(e) => {
+                let status = match e {
+                    ForwardError::NotSent(_) => 502,
+                    ForwardError::NoAnswer(_) => 504,
+                };
+                tracing::debug!(error = %e.error(), status, "a pass-through request got no answer");
+                let _ = respond::status(session, status, None).await;
+            }
+        }
+    }
+
+    /// Relays the backend's answer to the client as it comes (with the reservation id, for a
+    /// purchase); the connection goes back to the pool once the body was read to its end.
+    async fn relay(
+        &self,
+        session: &mut Session,
+        mut answer: crate::upstream::forward::Answer,
+        reservation: Option<&str>,
+    ) {
         let mut resp: ResponseHeader = answer.header.clone();
         headers::strip_response_hop_by_hop(&mut resp);
-        if let Some(reservation) = &ctx.reservation {
-            let _ = resp.insert_header(headers::RESERVATION_ID, reservation.id.as_str());
+        if let Some(id) = reservation {
+            let _ = resp.insert_header(headers::RESERVATION_ID, id);
         }
         if let Err(e) = session.write_response_header(Box::new(resp), false).await {
-            tracing::debug!(error = %e, "the buyer left before the backend's answer was relayed");
+            tracing::debug!(error = %e, "the client left before the backend's answer was relayed");
             return;
         }
         let mut body_done = false;
@@ -134,14 +190,14 @@ impl FlashProxy {
             match answer.body_chunk().await {
                 Ok(Some(chunk)) => {
                     if let Err(e) = session.write_response_body(Some(chunk), false).await {
-                        tracing::debug!(error = %e, "the buyer left while the answer was relayed");
+                        tracing::debug!(error = %e, "the client left while the answer was relayed");
                         break;
                     }
                 }
                 Ok(None) => {
                     body_done = true;
                     if let Err(e) = session.write_response_body(None, true).await {
-                        tracing::debug!(error = %e, "the buyer left at the end of the answer");
+                        tracing::debug!(error = %e, "the client left at the end of the answer");
                     }
                     break;
                 }

@@ -7,6 +7,8 @@
 //!   look-alike of it ever;
 //! - `X-Forwarded-For`, `Forwarded` and `X-Real-IP` written as a proxy should: the real peer
 //!   appended to what a trusted proxy sent, and what an untrusted peer claimed dropped;
+//! - from an untrusted peer, none of the other headers that claim a client address, host,
+//!   scheme, URL or method ([`CLIENT_CLAIMS`]), under any spelling;
 //! - one `Content-Length` (a repeated identical value normalised; differing ones are refused
 //!   before anything else, as smuggling attempts).
 
@@ -137,6 +139,12 @@ pub fn write_forwarding(
     for name in [X_FORWARDED_FOR, FORWARDED, X_REAL_IP] {
         remove_lookalikes(req, name);
     }
+    if !peer_trusted {
+        // Only a trusted proxy may claim an address, a host, a scheme, a URL or a method.
+        for name in CLIENT_CLAIMS {
+            remove_lookalikes(req, name);
+        }
+    }
     let Some(peer) = peer else {
         return Ok(());
     };
@@ -246,6 +254,23 @@ mod tests {
         assert_eq!(untrusted.headers.get(X_FORWARDED_FOR).unwrap(), "10.0.0.5");
         assert_eq!(untrusted.headers.get(FORWARDED).unwrap(), "for=10.0.0.5");
         assert_eq!(untrusted.headers.get(X_REAL_IP).unwrap(), "10.0.0.5");
+        let claims = [
+            ("True-Client-IP", "1.2.3.4"),
+            ("X_Client_IP", "1.2.3.4"),
+            ("X-Forwarded-Host", "evil"),
+            ("X-Forwarded-Proto", "https"),
+            ("X-Original-URL", "/api/seckill/1/buy"),
+            ("X-HTTP-Method-Override", "POST"),
+        ];
+        let mut untrusted = req(&claims);
+        write_forwarding(&mut untrusted, Some(peer), false, Some(peer)).unwrap();
+        assert!(untrusted
+            .headers
+            .keys()
+            .all(|k| [X_FORWARDED_FOR, FORWARDED, X_REAL_IP].contains(&k.as_str())));
+        let mut trusted = req(&claims);
+        write_forwarding(&mut trusted, Some(peer), true, Some(client)).unwrap();
+        assert_eq!(trusted.headers.get("x-forwarded-host").unwrap(), "evil");
         let mut v6 = req(&[]);
         write_forwarding(&mut v6, Some("::1".parse().unwrap()), false, None).unwrap();
         assert_eq!(v6.headers.get(FORWARDED).unwrap(), "for=\"[::1]\"");

@@ -11,7 +11,8 @@ mod waiting;
 
 use crate::admission::target::Target;
 use crate::admission::{
-    body_quantity, sale_route, Admitted, BadRequest, Decision, SaleFacts, SaleRequest,
+    body_quantity, route, Admitted, BadRequest, Decision, EdgeRefusal, Routed, SaleFacts,
+    SaleRequest,
 };
 use crate::decision_log;
 use crate::gateway::Gateway;
@@ -21,7 +22,7 @@ use crate::reservation::Reservation;
 use crate::stock::{ReleaseOutcome, ReleaseReason};
 use crate::upstream::{queue, UpstreamClass};
 use async_trait::async_trait;
-use body::{canonical_uri, oversized, read_sale_body};
+use body::{canonical_uri, oversized, read_body};
 use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::prelude::*;
 use pingora::proxy::FailToProxy;
@@ -66,6 +67,14 @@ pub struct RequestCtx {
     queued: Option<crate::waiting::page::Reply>,
     /// A sale request's body, read whole before admission took stock.
     body: bytes::Bytes,
+    /// Refused at the edge before routing (any route).
+    edge: Option<EdgeRefusal>,
+    /// Another route's normalised target, when it differs from the one received: what the
+    /// backend gets.
+    forward_uri: Option<http::Uri>,
+    /// Another route's slot at the backend (`upstream.max_passthrough_inflight`), held until
+    /// the request ends.
+    passthrough_slot: Option<tokio::sync::OwnedSemaphorePermit>,
     connect_failures: usize,
 }
 
@@ -117,12 +126,62 @@ fn peer_ip(session: &Session) -> Option<std::net::IpAddr> {
 }
 
 impl FlashProxy {
+    /// Another route's request: a slot at the backend if they are limited, then, with a body,
+    /// the whole body read first (within its deadline and size) and sent by the gateway itself,
+    /// so that a slow body never holds a backend worker; without one, Pingora's proxy.
+    async fn pass_through(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<bool> {
+        if let Some(slots) = &ctx.generation.passthrough_slots {
+            match slots.clone().try_acquire_owned() {
+                Ok(permit) => ctx.passthrough_slot = Some(permit),
+                Err(_) => {
+                    respond::status(session, 503, Some(1)).await?;
+                    return Ok(true);
+                }
+            }
+        }
+        if session.as_mut().is_body_empty() {
+            return Ok(false);
+        }
+        let server = &ctx.generation.settings.server;
+        match read_body(
+            session,
+            server.max_passthrough_body_bytes,
+            server.passthrough_body_timeout,
+            false,
+        )
+        .await
+        {
+            Ok(body) => {
+                ctx.body = bytes::Bytes::from(body);
+                self.forward_buffered(session, ctx).await;
+            }
+            Err(BadRequest::BodyTooLarge) => respond::status(session, 413, None).await?,
+            Err(BadRequest::BodyTooSlow) => respond::status(session, 408, None).await?,
+            Err(_) => respond::status(session, 400, None).await?,
+        }
+        Ok(true)
+    }
+
     /// Whether the identity header may pass: from everyone when no `trusted_proxies` are set
     /// (the auth layer in front is the only way in), else only from those peers.
     fn peer_trusted(&self, session: &Session, generation: &Generation) -> bool {
         generation.settings.identity.trusted_proxies.is_empty()
             || generation.policy.trusts(peer_ip(session))
     }
+}
+
+/// The URI another route is forwarded with: its normalised path and the query as sent, `None`
+/// when that is what arrived. `Err` when the query cannot be part of a URI.
+fn forward_uri(target: &Target, raw: &[u8]) -> std::result::Result<Option<http::Uri>, ()> {
+    let path = target.forwarded_path().ok_or(())?;
+    let uri = match &target.query {
+        Some(q) => format!("{path}?{q}"),
+        None => path,
+    };
+    if uri.as_bytes() == raw {
+        return Ok(None);
+    }
+    uri.parse().map(Some).map_err(|_| ())
 }
 
 /// Answers a sale request with the gateway's own decision; the request ends here.
@@ -171,6 +230,9 @@ impl ProxyHttp for FlashProxy {
             settled: false,
             queued: None,
             body: bytes::Bytes::new(),
+            edge: None,
+            forward_uri: None,
+            passthrough_slot: None,
             connect_failures: 0,
         }
     }
@@ -189,12 +251,31 @@ impl ProxyHttp for FlashProxy {
             return Ok(true);
         }
         let target = Target::of(&req.method, req.raw_path());
-        if let Some(activity) = waiting::poll_activity(&target) {
-            let activity = activity.to_owned();
-            return self.queue_poll(session, ctx, &activity).await;
-        }
-        let Some((route, raw_activity)) = sale_route(&generation.settings, &target) else {
-            return Ok(false);
+        let (route, raw_activity) = match route(&generation.settings, &target) {
+            Routed::Sale(route, activity) => (route, activity),
+            Routed::Refused(refusal) => {
+                ctx.edge = Some(refusal);
+                respond::decision(session, &refusal.decision()).await?;
+                return Ok(true);
+            }
+            Routed::Other => {
+                if let Some(activity) = waiting::poll_activity(&target) {
+                    let activity = activity.to_owned();
+                    return self.queue_poll(session, ctx, &activity).await;
+                }
+                return match forward_uri(&target, req.raw_path()) {
+                    Ok(uri) => {
+                        ctx.forward_uri = uri;
+                        self.pass_through(session, ctx).await
+                    }
+                    Err(()) => {
+                        ctx.edge = Some(EdgeRefusal::NotUtf8);
+                        let bad = Decision::BadRequest(BadRequest::UnreadableTarget);
+                        respond::decision(session, &bad).await?;
+                        Ok(true)
+                    }
+                };
+            }
         };
         let facts = ctx.sale.insert(SaleFacts::default());
         // What an admitted request is forwarded as: the route's method and path.
@@ -247,10 +328,11 @@ impl ProxyHttp for FlashProxy {
         // broken body then holds nothing, and nothing the buyer does later can cut a forwarded
         // reservation's body short.
         let server = &generation.settings.server;
-        let body = match read_sale_body(
+        let body = match read_body(
             session,
             server.max_sale_body_bytes,
             server.sale_body_timeout,
+            true,
         )
         .await
         {
@@ -391,8 +473,16 @@ impl ProxyHttp for FlashProxy {
         respond::proxy_error(session, e).await
     }
 
-    async fn logging(&self, _session: &mut Session, e: Option<&Error>, ctx: &mut RequestCtx) {
+    async fn logging(&self, session: &mut Session, e: Option<&Error>, ctx: &mut RequestCtx) {
         let metrics = &self.gw.metrics;
+        if let Some(refusal) = ctx.edge {
+            metrics
+                .edge_refusals
+                .with_label_values(&[refusal.as_str()])
+                .inc();
+            decision_log::record_edge(refusal, session.req_header(), ctx.started.elapsed());
+            return;
+        }
         if ctx.upstream_attempted {
             let class = match ctx.upstream_status {
                 Some(status) => UpstreamClass::from_status(status),

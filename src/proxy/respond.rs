@@ -22,6 +22,20 @@ pub async fn decision(session: &mut Session, decision: &Decision) -> Result<()> 
     session.write_response_body(Some(body), true).await
 }
 
+/// A bare status answer on another route (no body), with `Retry-After` when given.
+pub async fn status(
+    session: &mut Session,
+    status: u16,
+    retry_after_secs: Option<u64>,
+) -> Result<()> {
+    let mut resp = ResponseHeader::build(status, Some(3))?;
+    resp.insert_header(http::header::CONTENT_LENGTH, "0")?;
+    if let Some(secs) = retry_after_secs {
+        resp.insert_header(http::header::RETRY_AFTER, secs.to_string())?;
+    }
+    session.write_response_header(Box::new(resp), true).await
+}
+
 /// Pingora's usual answer to a failed pass-through request (502 for upstream trouble, 400 for a
 /// broken request, nothing if the client is gone).
 pub async fn proxy_error(session: &mut Session, e: &Error) -> FailToProxy {

@@ -49,7 +49,7 @@ pub(super) fn poll_activity(target: &Target) -> Option<&str> {
     if target.method != http::Method::GET {
         return None;
     }
-    match target.segments.as_deref()? {
+    match target.segments.as_deref().ok()? {
         [a, b, id] if a == "flashgate" && b == "queue" => Some(id),
         _ => None,
     }
@@ -141,6 +141,8 @@ impl FlashProxy {
             let user = policy
                 .identify(headers, peer)
                 .ok_or(Decision::Unauthenticated)?;
+            // A poll is a buyer too: it spends from the buyer's own bucket.
+            policy.take_token(LimitKind::PerUser, user.as_str(), &self.gw.metrics)?;
             let activity = settings
                 .activities
                 .get(raw_activity)

@@ -219,13 +219,16 @@ impl StockStore {
     }
 
     /// Puts `version` on sale in one partition with `units`, once (retiring the version before
-    /// it), and moves every key's expiry to `expire_at` if that is later.
+    /// it), and moves every key's expiry to `expire_at` if that is later. `made_before`: the
+    /// activity's base meta records the partition as made (a partition then found empty lost
+    /// everything, and is refused as damaged).
     pub async fn prewarm(
         &self,
         partition: Partition<'_>,
         version: u64,
         units: u64,
         expire_at: u64,
+        made_before: bool,
     ) -> Result<PrewarmOutcome, StoreError> {
         let mut meta = self.meta(partition).await?;
         for _ in 0..PREWARM_ATTEMPTS {
@@ -246,7 +249,8 @@ impl StockStore {
                 .arg(version)
                 .arg(meta.current.map(|c| c.to_string()).unwrap_or_default())
                 .arg(units)
-                .arg(expire_at);
+                .arg(expire_at)
+                .arg(if made_before { "1" } else { "0" });
             for v in &others {
                 invocation.arg(*v);
             }

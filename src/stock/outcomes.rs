@@ -31,6 +31,10 @@ pub enum ReserveOutcome {
     HoldRanOut,
     /// Replay only, and the key had won nothing.
     NotReplayed,
+    /// The key's reservation is for another quantity: this request is not its retry.
+    ReplayQuantityDiffers {
+        qty: u32,
+    },
     /// Before the sale's hours, by Redis's clock: nothing changed.
     NotStarted,
     /// After the sale's hours, by Redis's clock: nothing changed.
@@ -99,6 +103,9 @@ impl ReserveOutcome {
             -8 => ReserveOutcome::NotReplayed,
             -9 => ReserveOutcome::NotStarted,
             -10 => ReserveOutcome::Ended,
+            -11 => ReserveOutcome::ReplayQuantityDiffers {
+                qty: u32::try_from(at(1)?).ok()?,
+            },
             -7 => ReserveOutcome::DepositRefused {
                 damaged: at(1)? == -2,
             },
@@ -160,6 +167,9 @@ pub enum ReleaseOutcome {
     KeptReplayed,
     /// Kept: a lookup's answer older than a forward (a replay) or a hand-out since.
     Fenced,
+    /// Kept: a lookup's "not found" before the hold deadline (its token is still valid, so a
+    /// slow backend may still take the order); asked again at the deadline.
+    TooEarly,
 }
 
 impl ReleaseOutcome {
@@ -174,6 +184,7 @@ impl ReleaseOutcome {
             (-3, _) => ReleaseOutcome::KeptConfirmed,
             (-4, _) => ReleaseOutcome::KeptReplayed,
             (-5, _) => ReleaseOutcome::Fenced,
+            (-6, _) => ReleaseOutcome::TooEarly,
             _ => return None,
         })
     }

@@ -108,6 +108,20 @@ impl StockStore {
         Ok(PartitionMeta::parse(fields))
     }
 
+    /// Records on a segmented activity's base meta that its segment `index` was made (put on
+    /// sale): from then on, that segment found empty lost everything (see `lua/prewarm.lua`).
+    pub async fn mark_made(&self, layout: &super::Layout, index: u32) -> Result<(), StoreError> {
+        self.query(
+            StoreOp::Prewarm,
+            redis::cmd("HSET")
+                .arg(self.keys.base(layout).meta())
+                .arg(format!("made:{index}"))
+                .arg(1),
+        )
+        .await
+        .map(|_: i64| ())
+    }
+
     /// One version's stock and ledger in one partition, read atomically.
     pub async fn ledger(
         &self,

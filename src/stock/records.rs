@@ -81,6 +81,8 @@ pub struct PartitionMeta {
     /// On the base tag only: the segment count and newest version claimed.
     pub segments: Option<u32>,
     pub newest: Option<u64>,
+    /// On the base tag of a segmented activity only: the segments made so far (`made:<n>`).
+    pub made: Vec<u32>,
 }
 
 impl PartitionMeta {
@@ -94,6 +96,8 @@ impl PartitionMeta {
                 f => {
                     if let Some(v) = f.strip_prefix("v:").and_then(|v| v.parse().ok()) {
                         meta.versions.push(v);
+                    } else if let Some(n) = f.strip_prefix("made:").and_then(|n| n.parse().ok()) {
+                        meta.made.push(n);
                     }
                 }
             }

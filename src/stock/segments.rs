@@ -127,12 +127,25 @@ pub async fn prewarm(
         remaining: Some(0),
         ..Prewarmed::default()
     };
+    // Which segments were made before (read after the claim, which the base meta outlives).
+    let made = if layout.is_segmented() {
+        store.base_meta(&activity.id).await?.made
+    } else {
+        Vec::new()
+    };
     for partition in layout.partitions() {
         let units = layout.share(activity.stock, partition.index());
-        match store
-            .prewarm(partition, activity.version, units, expire_at)
-            .await?
+        let made_before = made.contains(&partition.index());
+        let outcome = store
+            .prewarm(partition, activity.version, units, expire_at, made_before)
+            .await?;
+        if matches!(outcome, PrewarmOutcome::Created | PrewarmOutcome::Exists)
+            && layout.is_segmented()
+            && !made_before
         {
+            store.mark_made(&layout, partition.index()).await?;
+        }
+        match outcome {
             PrewarmOutcome::Created => report.created += 1,
             PrewarmOutcome::Exists => {}
             PrewarmOutcome::Damaged => {
@@ -239,6 +252,8 @@ pub enum Reserve {
     DuplicateId,
     /// Replay only, and the idempotency key had won nothing.
     NotReplayed,
+    /// The idempotency key's reservation is for another quantity.
+    ReplayQuantityDiffers,
     /// Outside the sale's hours by Redis's clock (the gateway's own clock disagreed).
     NotStarted,
     Ended,
@@ -392,6 +407,7 @@ pub async fn reserve(
         },
         ReserveOutcome::HoldRanOut => Reserve::HoldRanOut,
         ReserveOutcome::NotReplayed => Reserve::NotReplayed,
+        ReserveOutcome::ReplayQuantityDiffers { .. } => Reserve::ReplayQuantityDiffers,
         ReserveOutcome::NotStarted => Reserve::NotStarted,
         ReserveOutcome::Ended => Reserve::Ended,
         ReserveOutcome::LimitExceeded { .. } => Reserve::LimitExceeded,

@@ -83,7 +83,16 @@ pub struct WaitingRoom {
     configured_rates: RwLock<HashMap<Arc<str>, (u32, bool)>>,
     /// Tickets seen admitted by this process, counted once.
     admitted: Cache<(Arc<str>, u64), ()>,
+    /// The ticket this process last had Redis issue each buyer (per activity): one ticket per
+    /// buyer, so a buyer without one (a poll or a purchase with no ticket, again and again) is
+    /// answered from here, without a Redis call, while its queue's epoch holds.
+    issued: Cache<(Arc<str>, String), (Ticket, String)>,
 }
+
+/// Buyers whose issued ticket is remembered, per process (each entry about 200 bytes).
+const ISSUED_CAPACITY: u64 = 1_000_000;
+/// How long an issued ticket is remembered without being asked for again.
+const ISSUED_IDLE: Duration = Duration::from_secs(600);
 
 /// How often each gateway reads each queue's state: a waiting buyer learns `sold_out` (or that
 /// the rate or a pause changed) at most this late, plus their own refresh.
@@ -99,6 +108,10 @@ impl WaitingRoom {
             admitted: Cache::builder()
                 .max_capacity(SEEN_CAPACITY)
                 .time_to_live(Duration::from_secs(24 * 3600))
+                .build(),
+            issued: Cache::builder()
+                .max_capacity(ISSUED_CAPACITY)
+                .time_to_idle(ISSUED_IDLE)
                 .build(),
         }
     }
@@ -344,7 +357,14 @@ impl WaitingRoom {
             }
         }
         let honoured = kept.is_some();
-        let (ticket, raw) = match kept {
+        let remembered = || {
+            let (ticket, raw) = self.issued.get(&(activity.id.clone(), user.to_owned()))?;
+            let current = self
+                .view(activity)
+                .is_some_and(|v| ticket.epoch == v.state.epoch);
+            current.then_some((ticket, raw))
+        };
+        let (ticket, raw) = match kept.or_else(remembered) {
             Some(kept) => kept,
             None => {
                 let (state, issued) = store::ticket(&self.store, activity, queue, user, seed())
@@ -373,6 +393,10 @@ impl WaitingRoom {
                         .inc();
                 }
                 let raw = ticket::sign(key, &activity.id, user, ticket);
+                self.issued.insert(
+                    (activity.id.clone(), user.to_owned()),
+                    (ticket, raw.clone()),
+                );
                 (ticket, raw)
             }
         };

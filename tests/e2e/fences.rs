@@ -203,65 +203,55 @@ async fn a_pull_into_a_segment_damaged_meanwhile_loses_no_unit() {
     );
 }
 
-/// The backend accepts a reservation an admin released while it was at the backend: the
-/// unit is covered from stock (a confirmed cover record), counted as accepted late in the
-/// ledger and the metric, logged, and `flashgate reconcile` exits 1 naming it.
+/// The backend says it holds an order whose reservation the gateway had already released. Two
+/// gateways whose configurations differ: one asks the backend about reservations whose hold ran
+/// out (its lookups answer 3 s late), the other has no order lookup and expires them once a
+/// lookup's lease passed. The lookup's "found" lands after the expiry: the unit is covered from
+/// stock (a confirmed cover record), counted as accepted late in the ledger and the metric,
+/// logged, and `flashgate reconcile` exits 1 naming it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_backend_accepting_a_released_reservation_makes_reconcile_fail() {
     let redis = RedisServer::start();
     let upstream = Upstream::start();
-    let config = TestConfig::new(&redis, &upstream, vec![TestActivity::open("1001", 2)]);
-    let gw = GatewayProc::start(config);
-    upstream.mode("delay_ms=1500").await;
-    let buying = {
-        let addr = gw.addr;
-        tokio::spawn(async move {
-            request(
-                addr,
-                "POST",
-                "/api/seckill/1001/buy",
-                &[("X-User-Id", "alice")],
-            )
-            .await
-        })
+    let sale = TestActivity {
+        hold_secs: Some(1),
+        ..TestActivity::explicit("1001", 2, 1)
     };
-    let jti = wait_for_async(
-        "the purchase to reach the backend",
-        Duration::from_secs(10),
+    let plain = TestConfig::new(&redis, &upstream, vec![sale]);
+    let mut asking = plain.clone();
+    asking.listen_port = free_port();
+    asking.admin_port = free_port();
+    asking.extra_upstream_yaml =
+        "  order_lookup: { path: \"/orders/{jti}\", timeout_ms: 5000, retry_interval_ms: 1000 }\n"
+            .to_owned();
+    let gw = GatewayProc::start(asking);
+    let _expiring = GatewayProc::start(plain);
+    // The backend answers lookups 3 s after they arrive (with what it held then).
+    upstream.mode("lookup_delay_ms=3000").await;
+    let bought = gw.buy("1001", "alice", None).await;
+    assert_eq!(bought.status, 200, "the backend took the order");
+    let metrics = wait_for_async(
+        "the late 'found' to be counted",
+        Duration::from_secs(20),
         || async {
-            let fields: Vec<String> = redis::cmd("HKEYS")
-                .arg("fg:{1001}:res")
-                .query(&mut redis.conn())
-                .unwrap();
-            let ids: Vec<String> = fields.into_iter().filter(|f| !f.is_empty()).collect();
-            (upstream.requests().await.len() == 1 && ids.len() == 1).then(|| ids[0].clone())
+            let m = gw.metrics().await;
+            (metric_value(
+                &m,
+                "flashgate_late_accepted_units_total{activity=\"1001\",outcome=\"covered\"}",
+            ) == Some(1.0))
+            .then_some(m)
         },
     )
     .await;
-    let released = gw
-        .admin_post(&format!("/v1/activities/1001/reservations/{jti}/release"))
-        .await;
-    assert_eq!(released.status, 200);
-    let bought = buying.await.unwrap();
-    assert_eq!(bought.status, 200, "the backend took it");
-    let metrics = gw
-        .metrics_when(|m| {
-            metric_value(
-                m,
-                "flashgate_late_accepted_units_total{activity=\"1001\",outcome=\"covered\"}",
-            ) == Some(1.0)
-        })
-        .await;
     assert_eq!(
         metric_value(
             &metrics,
-            "flashgate_late_accepted_units_total{activity=\"1001\",outcome=\"covered\"}"
+            "flashgate_order_lookups_total{activity=\"1001\",result=\"found\"}"
         ),
-        Some(1.0),
-        "{metrics}"
+        Some(1.0)
     );
     let view = gw.admin_get("/v1/activities/1001").await.json();
-    assert_eq!(view["remaining"], 1, "the cover took a unit: {view}");
+    assert_eq!(view["remaining"], 1, "the cover took the unit back: {view}");
     let (code, table) = gw.reconcile();
     assert_eq!(code, 1, "{table}");
     assert!(

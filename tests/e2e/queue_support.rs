@@ -32,15 +32,24 @@ pub async fn buy(gw: &GatewayProc, act: &str, user: &str, ticket: Option<&str>) 
     request(gw.addr, "POST", &path, &headers).await
 }
 
+/// Polls as a well-behaved client does: a poll spends from the buyer's rate-limit bucket, so
+/// a `429` is waited out (briefly, a few times) rather than failing.
 pub async fn poll(gw: &GatewayProc, act: &str, user: &str, ticket: &str) -> Value {
-    let r = get(
-        gw.addr,
-        &format!("/flashgate/queue/{act}"),
-        &[("X-User-Id", user), (TICKET, ticket)],
-    )
-    .await;
-    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
-    r.json()
+    for _ in 0..40 {
+        let r = get(
+            gw.addr,
+            &format!("/flashgate/queue/{act}"),
+            &[("X-User-Id", user), (TICKET, ticket)],
+        )
+        .await;
+        if r.status == 429 {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            continue;
+        }
+        assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+        return r.json();
+    }
+    panic!("{user}'s polls stayed rate limited");
 }
 
 /// A ticket for `user`: the 202 answer to a purchase without one.

@@ -636,12 +636,19 @@ pub struct TestConfig {
 
 impl TestConfig {
     pub fn new(redis: &RedisServer, upstream: &Upstream, activities: Vec<TestActivity>) -> Self {
+        // Waiting-room polls spend from the buyer's bucket, and the queue tests poll far faster
+        // than a buyer's page (every 20 ms while they wait for a state): a roomier bucket there.
+        let per_user = if activities.iter().any(|a| a.queue.is_some()) {
+            (100, 100)
+        } else {
+            (5, 5)
+        };
         TestConfig {
             redis_url: redis.url(),
             redis_cluster: None,
             upstreams: vec![upstream.addr],
             activities,
-            per_user: Some((5, 5)),
+            per_user: Some(per_user),
             sold_out_ttl_ms: 1000,
             redis_timeout_ms: 1000,
             read_timeout_ms: 5000,
