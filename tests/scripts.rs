@@ -1932,3 +1932,36 @@ activities:
     let secrets = |name: &str| (name == "SECRET").then(|| "s".to_owned());
     flashgate::config::Settings::from_yaml(&yaml, std::path::Path::new("."), &secrets).unwrap()
 }
+
+/// Review of issue 20, F2: a segment that lost every key (a Redis Cluster master that restarted
+/// empty, the base tag surviving elsewhere) looked new to prewarm and was put on sale again with
+/// its share. Once the base meta recorded the segment as made, it is refused as damaged.
+#[tokio::test]
+async fn a_segment_that_lost_every_key_is_refused_not_put_on_sale_again() {
+    let redis = RedisServer::start();
+    let s = store(redis.url(), 1000);
+    let a = Activity {
+        segments: 2,
+        ..activity("1001", 4, 1, 2)
+    };
+    prewarm(&s, &a).await;
+    let mut conn = redis.conn();
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("fg:{1001~1/2}*")
+        .query(&mut conn)
+        .unwrap();
+    assert!(!keys.is_empty());
+    let _: () = redis::cmd("DEL").arg(keys).query(&mut conn).unwrap();
+    assert_eq!(
+        segments::prewarm(&s, &a).await.unwrap(),
+        Err(Refusal::Damaged {
+            id: "1001".into(),
+            segment: 1
+        })
+    );
+    let left: Option<i64> = redis::cmd("GET")
+        .arg("fg:{1001~1/2}:v1:stock")
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(left, None, "its share is not on sale again");
+}

@@ -1,4 +1,4 @@
-//! Helpers of the waiting-room tests (tests/e2e/queue.rs, queue_review.rs).
+//! Helpers of the waiting-room tests (tests/e2e/queue.rs, queue_windows.rs).
 
 use crate::support::*;
 use chrono::{SecondsFormat, Utc};

@@ -1,5 +1,7 @@
-//! Stock integrity, second review (12b): each sequence it found to sell a unit twice or lose a
-//! paid order, through the real binary, now holding.
+//! How reservations settle at the edges of their lifecycle: a hold shorter than the backend, a
+//! replay near its deadline, a partition that lost its meta and users, a paid order confirmed in
+//! the layout Redis recorded, reconcile while versions are bumped. (Found by the second review
+//! of stock integrity, 12b: each sold a unit twice or lost a paid order then.)
 
 use super::integrity::{buy_keyed, orders, record, redis_ms, upstream_mode};
 use crate::support::*;

@@ -1,0 +1,499 @@
+//! Every bad configuration the gateway must refuse, as one table: a patch onto the contract's
+//! example (`tests/fixtures/contract.example.yaml`: a dotted key path, list items by index, and
+//! the YAML value set there, or `None` to remove the key) and the message the refusal must
+//! contain. Paths of key files resolve against `tests/fixtures`.
+
+/// One bad configuration.
+pub struct Bad {
+    pub name: &'static str,
+    pub patch: &'static [(&'static str, Option<&'static str>)],
+    pub expect: &'static str,
+}
+
+pub const BAD: &[Bad] = &[
+    Bad {
+        name: "admin-public-without-token",
+        patch: &[("admin.token_env", None), ("admin.listen", Some("\"0.0.0.0:9091\""))],
+        expect: "admin.listen: 0.0.0.0:9091 is reachable from other hosts: set admin.token_env",
+    },
+    Bad {
+        name: "admin-token-unset",
+        patch: &[("admin.token_env", Some("\"FLASHGATE_NOT_SET_ANYWHERE\""))],
+        expect: "admin.token_env: environment variable FLASHGATE_NOT_SET_ANYWHERE is not set",
+    },
+    Bad {
+        name: "bad-activity-id",
+        patch: &[("activities.0.id", Some("\"10{01}\""))],
+        expect: "activities[0].id",
+    },
+    Bad {
+        name: "bad-admin-listen",
+        patch: &[("admin.listen", Some("\"127.0.0.1\""))],
+        expect: "admin.listen",
+    },
+    Bad {
+        name: "bad-identity-header",
+        patch: &[("identity.header", Some("\"X User Id\""))],
+        expect: "identity.header: \"X User Id\" is not a valid HTTP header name",
+    },
+    Bad {
+        name: "bad-key-prefix",
+        patch: &[("redis.key_prefix", Some("\"fg{x}\""))],
+        expect: "redis.key_prefix",
+    },
+    Bad {
+        name: "bad-listen",
+        patch: &[("server.listen", Some("\"localhost-8080\""))],
+        expect: "server.listen: \"localhost-8080\" is not a host:port address",
+    },
+    Bad {
+        name: "bad-quantity-query",
+        patch: &[("sale_routes.0.quantity_query", Some("\"q ty\""))],
+        expect: "sale_routes[0].quantity_query",
+    },
+    Bad {
+        name: "bad-redis-url",
+        patch: &[("redis.url", Some("\"http://127.0.0.1:6379\""))],
+        expect: "redis.url: not a Redis URL",
+    },
+    Bad {
+        name: "bad-route-method",
+        patch: &[("sale_routes.0.method", Some("\"PO ST\""))],
+        expect: "sale_routes[0].method",
+    },
+    Bad {
+        name: "bad-signing-header",
+        patch: &[("signing.header", Some("\"\""))],
+        expect: "signing.header",
+    },
+    Bad {
+        name: "bad-starts-at",
+        patch: &[("activities.0.starts_at", Some("\"tomorrow 10:00\""))],
+        expect: "activities[0].starts_at: \"tomorrow 10:00\" is not an RFC 3339 time",
+    },
+    Bad {
+        name: "bad-trusted-proxy",
+        patch: &[("identity.trusted_proxies", Some("[\"10.0.0.0/33\"]"))],
+        expect: "identity.trusted_proxies[0]: \"10.0.0.0/33\" is not a CIDR",
+    },
+    Bad {
+        name: "bad-upstream-address",
+        patch: &[("upstream.addresses", Some("[\"127.0.0.1:9000\", \"not an address\"]"))],
+        expect: "upstream.addresses[1]",
+    },
+    Bad {
+        name: "breaker-unknown-key",
+        patch: &[("redis.breaker", Some("{\"failures\": 3}"))],
+        expect: "unknown field `failures`",
+    },
+    Bad {
+        name: "breaker-zero-failures",
+        patch: &[("redis.breaker", Some("{\"consecutive_failures\": 0}"))],
+        expect: "redis.breaker.consecutive_failures: must be at least 1",
+    },
+    Bad {
+        name: "breaker-zero-open",
+        patch: &[("redis.breaker", Some("{\"open_ms\": 0}"))],
+        expect: "redis.breaker.open_ms: must be at least 1",
+    },
+    Bad {
+        name: "duplicate-activity",
+        patch: &[("activities", Some("[{\"id\": \"1001\", \"stock\": 1, \"version\": 1, \"per_user_limit\": 1, \"max_per_request\": 1, \"starts_at\": \"2026-01-01T00:00:00Z\", \"ends_at\": \"2030-01-01T00:00:00Z\"}, {\"id\": \"1001\", \"stock\": 100, \"version\": 1, \"per_user_limit\": 1, \"max_per_request\": 1, \"starts_at\": \"2026-01-01T00:00:00Z\", \"ends_at\": \"2030-01-01T00:00:00Z\"}]"))],
+        expect: "activities[1].id: \"1001\" is configured twice",
+    },
+    Bad {
+        name: "eddsa-key-file-missing",
+        patch: &[("signing.algorithm", Some("\"EdDSA\"")), ("signing.private_key_file", Some("\"no-such-key.pem\""))],
+        expect: "signing.private_key_file: cannot read",
+    },
+    Bad {
+        name: "eddsa-key-file-not-a-key",
+        patch: &[("signing.algorithm", Some("\"EdDSA\"")), ("signing.private_key_file", Some("\"ed25519.pub.pem\""))],
+        expect: "is not a PKCS#8 PEM Ed25519 private key",
+    },
+    Bad {
+        name: "eddsa-without-key-file",
+        patch: &[("signing.algorithm", Some("\"EdDSA\""))],
+        expect: "signing.private_key_file: is required for algorithm EdDSA",
+    },
+    Bad {
+        name: "empty-key-id",
+        patch: &[("signing.key_id", Some("\"\""))],
+        expect: "signing.key_id: must not be empty",
+    },
+    Bad {
+        name: "ends-before-start",
+        patch: &[("activities.0.ends_at", Some("\"2025-01-01T00:00:00Z\""))],
+        expect: "activities[0].ends_at: must be after starts_at",
+    },
+    Bad {
+        name: "events-maxlen-zero",
+        patch: &[("redis.events_maxlen", Some("0"))],
+        expect: "redis.events_maxlen: must be at least 1",
+    },
+    Bad {
+        name: "hs256-without-secret-env",
+        patch: &[("signing.secret_env", None)],
+        expect: "signing.secret_env: is required for algorithm HS256",
+    },
+    Bad {
+        name: "identity-both",
+        patch: &[("identity.jwt", Some("{\"keys\": [{\"kid\": \"a\", \"algorithm\": \"HS256\", \"secret_env\": \"FLASHGATE_SIGNING_SECRET\"}]}"))],
+        expect: "identity: set either header or jwt, not both",
+    },
+    Bad {
+        name: "identity-neither",
+        patch: &[("identity.header", None), ("identity.trusted_proxies", Some("[\"10.0.0.0/8\"]"))],
+        expect: "identity: set header (a trusted auth layer in front) or jwt",
+    },
+    Bad {
+        name: "jwt-bad-cookie",
+        patch: &[("identity.header", None), ("identity.jwt", Some("{\"keys\": [{\"kid\": \"b\", \"algorithm\": \"RS256\", \"public_key_file\": \"rsa.pub.pem\"}], \"cookie\": \"a=b\"}"))],
+        expect: "identity.jwt.cookie: \"a=b\" is not a cookie name",
+    },
+    Bad {
+        name: "jwt-duplicate-kid",
+        patch: &[("identity.header", None), ("identity.jwt", Some("{\"keys\": [{\"kid\": \"a\", \"algorithm\": \"HS256\", \"secret_env\": \"FLASHGATE_SIGNING_SECRET\"}, {\"kid\": \"a\", \"algorithm\": \"HS256\", \"secret_env\": \"FLASHGATE_SIGNING_SECRET\"}]}"))],
+        expect: "identity.jwt.keys[1].kid: \"a\" is empty or listed twice",
+    },
+    Bad {
+        name: "jwt-empty-claim",
+        patch: &[("identity.header", None), ("identity.jwt", Some("{\"keys\": [{\"kid\": \"b\", \"algorithm\": \"RS256\", \"public_key_file\": \"rsa.pub.pem\"}], \"claim\": \"\"}"))],
+        expect: "identity.jwt.claim: must not be empty",
+    },
+    Bad {
+        name: "jwt-hs256-without-secret",
+        patch: &[("identity.header", None), ("identity.jwt", Some("{\"keys\": [{\"kid\": \"a\", \"algorithm\": \"HS256\"}]}"))],
+        expect: "identity.jwt.keys[0].secret_env: is required for algorithm HS256",
+    },
+    Bad {
+        name: "jwt-no-keys",
+        patch: &[("identity.header", None), ("identity.jwt", Some("{\"keys\": []}"))],
+        expect: "identity.jwt.keys: needs at least one key",
+    },
+    Bad {
+        name: "jwt-rs256-bad-key",
+        patch: &[("identity.header", None), ("identity.jwt", Some("{\"keys\": [{\"kid\": \"b\", \"algorithm\": \"RS256\", \"public_key_file\": \"ed25519.pub.pem\"}]}"))],
+        expect: "is not a PEM RS256 public key",
+    },
+    Bad {
+        name: "jwt-rs256-without-key-file",
+        patch: &[("identity.header", None), ("identity.jwt", Some("{\"keys\": [{\"kid\": \"b\", \"algorithm\": \"RS256\"}]}"))],
+        expect: "identity.jwt.keys[0].public_key_file: is required for algorithm RS256",
+    },
+    Bad {
+        name: "jwt-secret-unset",
+        patch: &[("identity.header", None), ("identity.jwt", Some("{\"keys\": [{\"kid\": \"a\", \"algorithm\": \"HS256\", \"secret_env\": \"FLASHGATE_NOT_SET_ANYWHERE\"}]}"))],
+        expect: "identity.jwt.keys[0].secret_env: environment variable FLASHGATE_NOT_SET_ANYWHERE is not set",
+    },
+    Bad {
+        name: "jwt-unknown-algorithm",
+        patch: &[("identity.header", None), ("identity.jwt", Some("{\"keys\": [{\"kid\": \"b\", \"algorithm\": \"none\", \"public_key_file\": \"rsa.pub.pem\"}]}"))],
+        expect: "unknown variant `none`",
+    },
+    Bad {
+        name: "max-inflight-zero",
+        patch: &[("upstream.max_inflight", Some("0"))],
+        expect: "upstream.max_inflight: must be at least 1 (or absent)",
+    },
+    Bad {
+        name: "max-per-request-above-limit",
+        patch: &[("activities.0.max_per_request", Some("2"))],
+        expect: "activities[0].max_per_request: 2 exceeds per_user_limit 1",
+    },
+    Bad {
+        name: "max-queue-wait-zero",
+        patch: &[("upstream.max_queue_wait_ms", Some("0"))],
+        expect: "upstream.max_queue_wait_ms: must be at least 1",
+    },
+    Bad {
+        name: "missing-section",
+        patch: &[("identity", None)],
+        expect: "missing field `identity`",
+    },
+    Bad {
+        name: "negative-stock",
+        patch: &[("activities.0.stock", Some("-1"))],
+        expect: "activities[0].stock: invalid type: integer `-1`, expected u64",
+    },
+    Bad {
+        name: "no-upstreams",
+        patch: &[("upstream.addresses", Some("[]"))],
+        expect: "upstream.addresses: needs at least one backend address",
+    },
+    Bad {
+        name: "on-store-failure-unknown",
+        patch: &[("activities.0.on_store_failure", Some("\"retry\""))],
+        expect: "unknown variant `retry`, expected `reject` or `passthrough`",
+    },
+    Bad {
+        name: "order-lookup-no-jti",
+        patch: &[("upstream.order_lookup", Some("{\"path\": \"/orders\"}"))],
+        expect: "upstream.order_lookup.path: \"/orders\" must start with '/' and hold {jti} exactly once",
+    },
+    Bad {
+        name: "order-lookup-zero-retry",
+        patch: &[("upstream.order_lookup", Some("{\"path\": \"/orders/{jti}\", \"retry_interval_ms\": 0}"))],
+        expect: "upstream.order_lookup.retry_interval_ms: must be at least 1",
+    },
+    Bad {
+        name: "order-lookup-zero-timeout",
+        patch: &[("upstream.order_lookup", Some("{\"path\": \"/orders/{jti}\", \"timeout_ms\": 0}"))],
+        expect: "upstream.order_lookup.timeout_ms: must be at least 1",
+    },
+    Bad {
+        name: "passthrough-shadow",
+        patch: &[("rate_limits.passthrough", Some("{\"per_second\": 10, \"burst\": 10, \"shadow\": true}"))],
+        expect: "rate_limits.passthrough.shadow: a cap on unreserved forwards cannot be shadow",
+    },
+    Bad {
+        name: "passthrough-zero-rate",
+        patch: &[("rate_limits.passthrough", Some("{\"per_second\": 0, \"burst\": 10}"))],
+        expect: "rate_limits.passthrough.per_second: must be at least 1",
+    },
+    Bad {
+        name: "previous-key-is-active",
+        patch: &[("signing.secret_env", None), ("signing.algorithm", Some("\"EdDSA\"")), ("signing.private_key_file", Some("\"ed25519.pem\"")), ("signing.previous_keys", Some("[{\"kid\": \"k1\", \"public_key_file\": \"ed25519.pub.pem\"}]"))],
+        expect: "signing.previous_keys[0].kid: \"k1\" is empty, the active key_id, or listed twice",
+    },
+    Bad {
+        name: "previous-key-not-a-key",
+        patch: &[("signing.secret_env", None), ("signing.algorithm", Some("\"EdDSA\"")), ("signing.private_key_file", Some("\"ed25519.pem\"")), ("signing.previous_keys", Some("[{\"kid\": \"k0\", \"public_key_file\": \"rsa.pub.pem\"}]"))],
+        expect: "signing.previous_keys[0].public_key_file: ",
+    },
+    Bad {
+        name: "queue-bad-landing-url",
+        patch: &[("activities.0.stock", Some("10")), ("activities.0.queue", Some("{\"admit_per_second\": 10, \"landing_url\": \"javascript:alert(1)\"}"))],
+        expect: "activities[0].queue.landing_url: \"javascript:alert(1)\" must be a path starting with",
+    },
+    Bad {
+        name: "queue-bad-opens-at",
+        patch: &[("activities.0.stock", Some("10")), ("activities.0.queue", Some("{\"admit_per_second\": 10, \"opens_at\": \"tomorrow\"}"))],
+        expect: "activities[0].queue.opens_at",
+    },
+    Bad {
+        name: "queue-factor-below-one",
+        patch: &[("activities.0.stock", Some("10")), ("activities.0.queue", Some("{\"admit_per_second\": 10, \"too_late_factor\": 0.5}"))],
+        expect: "activities[0].queue.too_late_factor: must be a number of at least 1",
+    },
+    Bad {
+        name: "queue-opens-after-start",
+        patch: &[("activities.0.stock", Some("10")), ("activities.0.queue", Some("{\"admit_per_second\": 10, \"opens_at\": \"2026-01-02T00:00:00Z\"}"))],
+        expect: "activities[0].queue.opens_at: must not be after starts_at",
+    },
+    Bad {
+        name: "queue-rate-too-high",
+        patch: &[("activities.0.stock", Some("10")), ("activities.0.queue", Some("{\"admit_per_second\": 2000000}"))],
+        expect: "activities[0].queue.admit_per_second: must be 1 to 1000000",
+    },
+    Bad {
+        name: "queue-unknown-key",
+        patch: &[("activities.0.stock", Some("10")), ("activities.0.queue", Some("{\"admit_per_sec\": 10}"))],
+        expect: "unknown field `admit_per_sec`",
+    },
+    Bad {
+        name: "queue-zero-rate",
+        patch: &[("activities.0.stock", Some("10")), ("activities.0.queue", Some("{\"admit_per_second\": 0}"))],
+        expect: "activities[0].queue.admit_per_second: must be 1 to 1000000",
+    },
+    Bad {
+        name: "queue-zero-window",
+        patch: &[("activities.0.stock", Some("10")), ("activities.0.queue", Some("{\"admit_per_second\": 10, \"admission_window_secs\": 0}"))],
+        expect: "activities[0].queue.admission_window_secs: must be at least 1",
+    },
+    Bad {
+        name: "redis-cluster-bad-node",
+        patch: &[("redis.url", None), ("redis.cluster", Some("{\"nodes\": [\"127.0.0.1:7000\", \"nowhere\"]}"))],
+        expect: "redis.cluster.nodes[1]: \"nowhere\" is not a host:port address",
+    },
+    Bad {
+        name: "redis-cluster-no-nodes",
+        patch: &[("redis.url", None), ("redis.cluster", Some("{\"nodes\": []}"))],
+        expect: "redis.cluster.nodes: needs at least one seed node",
+    },
+    Bad {
+        name: "redis-neither",
+        patch: &[("redis.url", None)],
+        expect: "redis: set url (one Redis) or cluster",
+    },
+    Bad {
+        name: "redis-url-and-cluster",
+        patch: &[("redis.cluster", Some("{\"nodes\": [\"127.0.0.1:7000\"]}"))],
+        expect: "redis: set either url (one Redis) or cluster",
+    },
+    Bad {
+        name: "route-twice",
+        patch: &[("sale_routes", Some("[{\"method\": \"POST\", \"path\": \"/api/seckill/{activity}/buy\", \"quantity_query\": \"qty\"}, {\"method\": \"POST\", \"path\": \"/api/seckill/{activity}/buy\"}]"))],
+        expect: "sale_routes[1].path: POST /api/seckill/{activity}/buy is listed twice",
+    },
+    Bad {
+        name: "route-without-activity",
+        patch: &[("sale_routes.0.path", Some("\"/api/seckill/buy\""))],
+        expect: "sale_routes[0].path",
+    },
+    Bad {
+        name: "sale-body-too-large",
+        patch: &[("server.max_sale_body_bytes", Some("65537"))],
+        expect: "server.max_sale_body_bytes: must be at most 65536 (a sale body is held in memory until the reservation is forwarded)",
+    },
+    Bad {
+        name: "signing-secret-empty",
+        patch: &[("signing.secret_env", Some("\"FLASHGATE_EMPTY_SECRET\""))],
+        expect: "signing.secret_env: environment variable FLASHGATE_EMPTY_SECRET is empty",
+    },
+    Bad {
+        name: "signing-secret-unset",
+        patch: &[("signing.secret_env", Some("\"FLASHGATE_NOT_SET_ANYWHERE\""))],
+        expect: "signing.secret_env: environment variable FLASHGATE_NOT_SET_ANYWHERE is not set",
+    },
+    Bad {
+        name: "stock-too-large",
+        patch: &[("activities.0.stock", Some("9007199254740992"))],
+        expect: "activities[0].stock: must be at most 9007199254740991 (2^53 - 1, kept exact everywhere)",
+    },
+    Bad {
+        name: "sweep-batch-too-large",
+        patch: &[("redis.sweep_batch", Some("5000"))],
+        expect: "redis.sweep_batch: must be 1 to 1000",
+    },
+    Bad {
+        name: "sweep-batch-zero",
+        patch: &[("redis.sweep_batch", Some("0"))],
+        expect: "redis.sweep_batch: must be 1 to 1000",
+    },
+    Bad {
+        name: "too-many-segments",
+        patch: &[("activities.0.segments", Some("65"))],
+        expect: "activities[0].segments: must be 1 to 64",
+    },
+    Bad {
+        name: "unknown-algorithm",
+        patch: &[("signing.algorithm", Some("\"none\""))],
+        expect: "unknown variant `none`",
+    },
+    Bad {
+        name: "unknown-confirm-mode",
+        patch: &[("activities.0.confirm", Some("\"payment\""))],
+        expect: "unknown variant `payment`",
+    },
+    Bad {
+        name: "unknown-key",
+        patch: &[("activities.0.stock", None), ("activities.0.stok", Some("100"))],
+        expect: "unknown field `stok`",
+    },
+    Bad {
+        name: "upgrade-sock-too-long",
+        patch: &[("server.upgrade_sock", Some("\"/tmp/xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx.sock\""))],
+        expect: "server.upgrade_sock: /tmp/xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx.sock is longer than a Unix socket path may be (107 bytes)",
+    },
+    Bad {
+        name: "version-too-large",
+        patch: &[("activities.0.version", Some("9007199254740992"))],
+        expect: "activities[0].version: must be at most 9007199254740991 (2^53 - 1, kept exact everywhere)",
+    },
+    Bad {
+        name: "zero-activity-burst",
+        patch: &[("rate_limits.per_activity", Some("{\"per_second\": 100, \"burst\": 0}"))],
+        expect: "rate_limits.per_activity.burst: must be at least 1",
+    },
+    Bad {
+        name: "zero-burst",
+        patch: &[("rate_limits.per_user.burst", Some("0"))],
+        expect: "rate_limits.per_user.burst: must be at least 1",
+    },
+    Bad {
+        name: "zero-connect-timeout",
+        patch: &[("upstream.connect_timeout_ms", Some("0"))],
+        expect: "upstream.connect_timeout_ms: must be at least 1",
+    },
+    Bad {
+        name: "zero-evict-interval",
+        patch: &[("rate_limits.evict_interval_ms", Some("0"))],
+        expect: "rate_limits.evict_interval_ms: must be at least 1",
+    },
+    Bad {
+        name: "zero-health-check-interval",
+        patch: &[("upstream.health_check_interval_ms", Some("0"))],
+        expect: "upstream.health_check_interval_ms: must be at least 1",
+    },
+    Bad {
+        name: "zero-hold",
+        patch: &[("activities.0.hold_secs", Some("0"))],
+        expect: "activities[0].hold_secs: must be at least 1",
+    },
+    Bad {
+        name: "zero-ip-rate",
+        patch: &[("rate_limits.per_ip", Some("{\"per_second\": 0, \"burst\": 100}"))],
+        expect: "rate_limits.per_ip.per_second: must be at least 1",
+    },
+    Bad {
+        name: "zero-max-per-request",
+        patch: &[("activities.0.max_per_request", Some("0"))],
+        expect: "activities[0].max_per_request: must be at least 1",
+    },
+    Bad {
+        name: "zero-per-user-limit",
+        patch: &[("activities.0.per_user_limit", Some("0"))],
+        expect: "activities[0].per_user_limit: must be at least 1",
+    },
+    Bad {
+        name: "zero-prewarm-interval",
+        patch: &[("redis.prewarm_interval_ms", Some("0"))],
+        expect: "redis.prewarm_interval_ms: must be at least 1",
+    },
+    Bad {
+        name: "zero-rate",
+        patch: &[("rate_limits.per_user.per_second", Some("0"))],
+        expect: "rate_limits.per_user.per_second: must be at least 1",
+    },
+    Bad {
+        name: "zero-read-timeout",
+        patch: &[("upstream.read_timeout_ms", Some("0"))],
+        expect: "upstream.read_timeout_ms: must be at least 1",
+    },
+    Bad {
+        name: "zero-reconcile-interval",
+        patch: &[("redis.reconcile_interval_ms", Some("0"))],
+        expect: "redis.reconcile_interval_ms: must be at least 1",
+    },
+    Bad {
+        name: "zero-redis-timeout",
+        patch: &[("redis.timeout_ms", Some("0"))],
+        expect: "redis.timeout_ms: must be at least 1",
+    },
+    Bad {
+        name: "zero-sale-body-timeout",
+        patch: &[("server.sale_body_timeout_ms", Some("0"))],
+        expect: "server.sale_body_timeout_ms: must be at least 1",
+    },
+    Bad {
+        name: "zero-segments",
+        patch: &[("activities.0.segments", Some("0"))],
+        expect: "activities[0].segments: must be 1 to 64",
+    },
+    Bad {
+        name: "zero-sold-out-ttl",
+        patch: &[("sold_out_cache.ttl_ms", Some("0"))],
+        expect: "sold_out_cache.ttl_ms: must be at least 1",
+    },
+    Bad {
+        name: "zero-sweep-interval",
+        patch: &[("redis.sweep_interval_ms", Some("0"))],
+        expect: "redis.sweep_interval_ms: must be at least 1",
+    },
+    Bad {
+        name: "zero-threads",
+        patch: &[("server.threads", Some("0"))],
+        expect: "server.threads: must be at least 1",
+    },
+    Bad {
+        name: "zero-token-ttl",
+        patch: &[("signing.ttl_secs", Some("0"))],
+        expect: "signing.ttl_secs: must be at least 1",
+    },
+    Bad {
+        name: "zero-version",
+        patch: &[("activities.0.version", Some("0"))],
+        expect: "activities[0].version: must be at least 1",
+    },
+];
