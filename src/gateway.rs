@@ -1,6 +1,6 @@
 //! Shared state of one gateway process: what every request and background task reads.
 
-use crate::admission::{Admission, Decision, LimitKind, LimitMode, PassthroughOutcome};
+use crate::admission::{Admission, Code, LimitKind, LimitMode, PassthroughOutcome};
 use crate::config::Settings;
 use crate::lifecycle::Lifecycle;
 use crate::live::{Generation, Live};
@@ -226,8 +226,10 @@ pub fn preset_activity_series(metrics: &Metrics, activity: &str, has_queue: bool
                 .with_label_values(&[activity, why.as_str()]);
         }
     }
-    for decision in Decision::ALL_CODES {
-        metrics.decisions.with_label_values(&[activity, decision]);
+    for code in Code::ALL {
+        metrics
+            .decisions
+            .with_label_values(&[activity, code.as_str()]);
     }
     for reason in ReleaseReason::ALL {
         metrics

@@ -15,32 +15,52 @@ pub const PASSTHROUGH_VALUE: &str = "store-unavailable";
 /// reservation.
 pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
 
-/// Headers that claim the client's address, the original URL or host, or another method, which
-/// frameworks and middlewares believe (Rails, Symfony, Spring, Express, ASP.NET, IIS rewrite,
-/// CDNs): from a peer that is not a trusted proxy they are removed on every route, since only a
+/// Headers that claim the client's address, the original URL, host or scheme, another method, or
+/// an identity an auth proxy vouched for, which frameworks and middlewares believe (Rails, Rack,
+/// Tornado, Symfony, Spring, Java servers, Express, ASP.NET, IIS rewrite, Envoy, Traefik, CDNs,
+/// auth proxies): from a peer that is not a trusted proxy they are removed on every route, since only a
 /// proxy the shop runs may say such things. `X-Forwarded-For`, `Forwarded` and `X-Real-IP` are
 /// rewritten instead (see `proxy::headers::write_forwarding`).
-pub const CLIENT_CLAIMS: [&str; 20] = [
+pub const CLIENT_CLAIMS: [&str; 38] = [
     "true-client-ip",
+    "client-ip",
     "x-client-ip",
     "x-cluster-client-ip",
     "cf-connecting-ip",
     "fastly-client-ip",
+    "proxy-client-ip",
+    "wl-proxy-client-ip",
     "x-original-forwarded-for",
+    "x-original-for",
     "x-forwarded",
     "forwarded-for",
     "x-forwarded-host",
     "x-forwarded-server",
     "x-forwarded-proto",
+    "x-forwarded-scheme",
     "x-forwarded-port",
     "x-forwarded-prefix",
     "x-forwarded-ssl",
+    "x-forwarded-uri",
+    "x-forwarded-method",
+    "x-scheme",
+    "x-original-proto",
+    "front-end-https",
     "x-original-host",
+    "x-host",
     "x-original-url",
+    "x-original-uri",
+    "x-original-method",
     "x-rewrite-url",
+    "x-envoy-original-path",
     "x-http-method-override",
     "x-http-method",
     "x-method-override",
+    // Identity an auth proxy sets (oauth2-proxy, Apache, nginx auth_request).
+    "x-forwarded-user",
+    "x-forwarded-email",
+    "x-auth-request-user",
+    "remote-user",
 ];
 
 pub const X_FORWARDED_FOR: &str = "x-forwarded-for";

@@ -21,6 +21,9 @@ pub struct Generation {
     /// Requests of other routes at the backend (`upstream.max_passthrough_inflight`); a reload
     /// starts a new count (requests in flight keep their slot of the old one).
     pub passthrough_slots: Option<Arc<tokio::sync::Semaphore>>,
+    /// Kibibytes of other routes' bodies the gateway may hold at once
+    /// (`server.max_passthrough_buffered_bytes`).
+    pub passthrough_buffer: Arc<tokio::sync::Semaphore>,
 }
 
 impl Generation {
@@ -35,6 +38,10 @@ impl Generation {
                 .upstream
                 .max_passthrough_inflight
                 .map(|n| Arc::new(tokio::sync::Semaphore::new(n.get()))),
+            passthrough_buffer: Arc::new(tokio::sync::Semaphore::new(
+                (settings.server.max_passthrough_buffered_bytes / 1024)
+                    .min(tokio::sync::Semaphore::MAX_PERMITS as u64) as usize,
+            )),
             settings,
         }
     }

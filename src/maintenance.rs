@@ -120,10 +120,7 @@ impl Maintenance {
     fn report(&self, activity: &Activity, window: SaleWindow, report: &Prewarmed) {
         let gw = &self.gw;
         if let Some(left) = report.remaining {
-            gw.metrics
-                .stock_remaining
-                .with_label_values(&[&activity.id])
-                .set(left);
+            gw.lifecycle.units_left(&activity.id, left);
         }
         let seen_before = !self
             .seen

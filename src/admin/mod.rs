@@ -229,11 +229,7 @@ impl AdminApp {
             .and_then(|rows| rows.iter().find(|r| r.version == activity.version))
             .filter(|r| r.stock_key);
         if let Some(row) = current {
-            self.gw
-                .metrics
-                .stock_remaining
-                .with_label_values(&[&activity.id])
-                .set(row.remaining);
+            self.gw.lifecycle.units_left(&activity.id, row.remaining);
         }
         let field = |f: fn(&LedgerRow) -> i64| current.map(f);
         let remaining = field(|r| r.remaining);

@@ -61,6 +61,27 @@ impl BadRequest {
     }
 }
 
+crate::label_enum! {
+    /// The contract's codes (the JSON `code`, and the `decision` metric label), one per kind of
+    /// answer; [`Decision::reply`] maps every decision to one.
+    pub enum Code {
+        Passthrough => "passthrough",
+        Admitted => "admitted",
+        Unauthenticated => "unauthenticated",
+        BadRequest => "bad_request",
+        UnknownActivity => "unknown_activity",
+        NotStarted => "not_started",
+        Ended => "ended",
+        RateLimited => "rate_limited",
+        SoldOut => "sold_out",
+        LimitExceeded => "limit_exceeded",
+        Unavailable => "unavailable",
+        Queued => "queued",
+        InvalidTicket => "invalid_ticket",
+        TicketExpired => "ticket_expired",
+    }
+}
+
 /// The outcome of admission for one sale request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Decision {
@@ -115,95 +136,85 @@ pub struct Reply {
 pub const UNAVAILABLE_RETRY_AFTER_SECS: u64 = 1;
 
 impl Decision {
-    /// Every `decision` label value, for creating metric series up front.
-    pub const ALL_CODES: [&'static str; 14] = [
-        "passthrough",
-        "admitted",
-        "unauthenticated",
-        "bad_request",
-        "unknown_activity",
-        "not_started",
-        "ended",
-        "rate_limited",
-        "sold_out",
-        "limit_exceeded",
-        "unavailable",
-        "queued",
-        "invalid_ticket",
-        "ticket_expired",
-    ];
-
     /// The buyer-facing answer: status, contract code, message, Retry-After. The only mapping.
     pub fn reply(&self) -> Reply {
         let (status, code, message, retry_after_secs) = match *self {
-            Decision::Admitted => (StatusCode::OK, "admitted", "reserved", None),
+            Decision::Admitted => (StatusCode::OK, Code::Admitted, "reserved", None),
             Decision::Unauthenticated => (
                 StatusCode::UNAUTHORIZED,
-                "unauthenticated",
+                Code::Unauthenticated,
                 "sign in to take part in the sale",
                 None,
             ),
-            Decision::BadRequest(why) => {
-                (StatusCode::BAD_REQUEST, "bad_request", why.message(), None)
-            }
+            Decision::BadRequest(why) => (
+                StatusCode::BAD_REQUEST,
+                Code::BadRequest,
+                why.message(),
+                None,
+            ),
             Decision::UnknownActivity => (
                 StatusCode::NOT_FOUND,
-                "unknown_activity",
+                Code::UnknownActivity,
                 "no such sale",
                 None,
             ),
             Decision::NotStarted => (
                 StatusCode::FORBIDDEN,
-                "not_started",
+                Code::NotStarted,
                 "the sale has not started yet",
                 None,
             ),
-            Decision::Ended => (StatusCode::GONE, "ended", "the sale has ended", None),
+            Decision::Ended => (StatusCode::GONE, Code::Ended, "the sale has ended", None),
             Decision::RateLimited { retry_after } => (
                 StatusCode::TOO_MANY_REQUESTS,
-                "rate_limited",
+                Code::RateLimited,
                 "too many attempts, slow down",
                 Some(ceil_secs(retry_after)),
             ),
-            Decision::SoldOut => (StatusCode::GONE, "sold_out", "sold out", None),
+            Decision::SoldOut => (StatusCode::GONE, Code::SoldOut, "sold out", None),
             Decision::LimitExceeded => (
                 StatusCode::CONFLICT,
-                "limit_exceeded",
+                Code::LimitExceeded,
                 "this would take you over the per-buyer limit",
                 None,
             ),
             Decision::Unavailable | Decision::StoreUnavailable | Decision::ShuttingDown => (
                 StatusCode::SERVICE_UNAVAILABLE,
-                "unavailable",
+                Code::Unavailable,
                 "the sale is busy, please retry shortly",
                 Some(UNAVAILABLE_RETRY_AFTER_SECS),
             ),
             Decision::Queued { estimated_wait, .. } => (
                 StatusCode::SERVICE_UNAVAILABLE,
-                "unavailable",
+                Code::Unavailable,
                 "the shop is busy: too many buyers ahead of you, please retry",
                 Some(ceil_secs(estimated_wait)),
             ),
             Decision::Waiting => (
                 StatusCode::ACCEPTED,
-                "queued",
+                Code::Queued,
                 "you are in the queue for this sale",
                 None,
             ),
             Decision::InvalidTicket => (
                 StatusCode::FORBIDDEN,
-                "invalid_ticket",
+                Code::InvalidTicket,
                 "this queue ticket is not valid for you or for this sale",
                 None,
             ),
             Decision::TicketExpired => (
                 StatusCode::GONE,
-                "ticket_expired",
+                Code::TicketExpired,
                 "your turn passed: the queue ticket has lapsed",
                 None,
             ),
             // Never sent by the gateway: the backend answers.
-            Decision::Passthrough => (StatusCode::OK, "passthrough", "forwarded unreserved", None),
+            Decision::Passthrough => (
+                StatusCode::OK,
+                Code::Passthrough,
+                "forwarded unreserved",
+                None,
+            ),
         };
         let queue = match *self {
             Decision::Queued {
@@ -214,7 +225,7 @@ impl Decision {
         };
         Reply {
             status,
-            code,
+            code: code.as_str(),
             message,
             retry_after_secs,
             queue,
@@ -286,7 +297,7 @@ mod tests {
             (Decision::TicketExpired, 410, "ticket_expired"),
         ];
         for (decision, status, code) in cases {
-            assert!(Decision::ALL_CODES.contains(&code));
+            assert!(Code::ALL.iter().any(|c| c.as_str() == code));
             let reply = decision.reply();
             assert_eq!(reply.status.as_u16(), status, "{decision:?}");
             assert_eq!(reply.code, code);

@@ -155,7 +155,12 @@ impl JwtVerifier {
             token, key, validation,
         )
         .ok()?;
-        user_id(data.claims.get(&self.claim)?.as_str()?).map(str::to_owned)
+        // A claim is the user id as signed: surrounding whitespace is not trimmed into another
+        // user's id (a token for " alice" is not alice's), it is refused.
+        let claimed = data.claims.get(&self.claim)?.as_str()?;
+        user_id(claimed)
+            .filter(|id| id.len() == claimed.len())
+            .map(str::to_owned)
     }
 }
 
@@ -374,6 +379,11 @@ mod tests {
             ("no user claim", {
                 let mut c = claims();
                 c.as_object_mut().unwrap().remove("sub");
+                hs256(Some("a"), &c)
+            }),
+            ("user claim with surrounding space", {
+                let mut c = claims();
+                c["sub"] = json!(" alice");
                 hs256(Some("a"), &c)
             }),
             ("numeric user claim", {

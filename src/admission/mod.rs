@@ -19,7 +19,7 @@ pub mod request;
 pub mod route;
 pub mod target;
 
-pub use decision::{BadRequest, Decision, Reply};
+pub use decision::{BadRequest, Code, Decision, Reply};
 pub use policy::{LimitKind, LimitMode, PassthroughOutcome, Policy};
 pub use request::{body_quantity, idempotency_key, quantity, IDEMPOTENCY_HEADER};
 
@@ -63,6 +63,9 @@ pub trait StockPort: Send + Sync {
 
     /// `activity`'s current version has nothing left anywhere: tell the other instances.
     fn sold_out(&self, activity: &Activity);
+
+    /// What the store said is left of an unsegmented activity (its owner keeps the figure).
+    fn units_left(&self, _activity: &Activity, _left: i64) {}
 
     /// The time the sale's hours are judged by before any call: the store's clock, as well as
     /// it is known (the reserve script judges again by the store's own).
@@ -132,12 +135,19 @@ pub fn route<'s, 't>(settings: &'s Settings, target: &'t Target) -> Routed<'s, '
     if let Some((route, activity)) = sale_route(settings, target) {
         return Routed::Sale(route, activity);
     }
-    if settings
-        .sale_routes
-        .iter()
-        .any(|r| route::resembles(r, target))
-    {
+    let resembles = |t: &Target| settings.sale_routes.iter().any(|r| route::resembles(r, t));
+    if resembles(target) {
         return Routed::Refused(EdgeRefusal::LookAlike);
+    }
+    // A proxy between the gateway and the backend may decode the path again (`%252F` becoming
+    // `/`, joining or splitting segments): read as they would be, up to twice more.
+    let mut again = target.decoded_again();
+    for _ in 0..2 {
+        let Some(t) = again else { break };
+        if sale_route(settings, &t).is_some() || resembles(&t) {
+            return Routed::Refused(EdgeRefusal::LookAlike);
+        }
+        again = t.decoded_again();
     }
     Routed::Other
 }
@@ -494,10 +504,7 @@ impl Admission {
     /// whole activity), and the sold-out cache when nothing is left anywhere.
     fn learn_remaining(&self, settings: &Settings, activity: &Activity, left: i64) {
         if !activity.is_segmented() {
-            self.metrics
-                .stock_remaining
-                .with_label_values(&[&activity.id])
-                .set(left);
+            self.stock.units_left(activity, left);
         }
         let ttl = settings.sold_out_cache.ttl;
         if left <= 0

@@ -33,32 +33,42 @@ pub fn idempotency_key(headers: &HeaderMap) -> Result<Option<&str>, BadRequest> 
 
 /// A quantity a sale request's body names under the quantity parameter's name (or a lenient
 /// spelling of it), for a backend that reads it there: form fields
-/// (`application/x-www-form-urlencoded`, split on `&` and `;`), `multipart/form-data` fields,
-/// and the top-level keys of a JSON object, whatever the `Content-Type` says (many backends parse
-/// any body that looks like JSON; a byte-order mark is skipped, and duplicate keys all count).
-/// `Err` when one is not a plain number, two disagree, a multipart body cannot be read, or a body
-/// that is (or says it is) JSON is not strict JSON (`NaN`, `Infinity` and trailing commas, which
-/// lenient parsers accept, included); `None` when the body names none.
+/// (`application/x-www-form-urlencoded`, split on `&` and `;`), and the top-level keys of a JSON
+/// object whatever the `Content-Type` says (many backends parse any body that looks like JSON:
+/// byte-order marks, whitespace and control characters before it are skipped, as lenient readers
+/// do, and duplicate keys all count). `Err` when one is not a plain number or two disagree, when
+/// the request names its body's type more than once or in a list (parsers keep different ones),
+/// for a `multipart/*` body (its parsers disagree on boundaries, quoting and folding too much to
+/// read one the way every backend would: a purchase needs no upload), or when a body that is (or
+/// says it is, or looks like) JSON is not strict JSON (`NaN`, `Infinity` and trailing commas,
+/// which lenient parsers accept, included); `None` when the body names none.
 pub fn body_quantity(
-    content_type: Option<&str>,
+    headers: &HeaderMap,
     body: &[u8],
     name: &str,
 ) -> Result<Option<u32>, BadRequest> {
+    let mut types = headers.get_all(http::header::CONTENT_TYPE).iter();
+    let content_type = match (types.next(), types.next()) {
+        (None, _) => None,
+        (Some(t), None) => Some(t.to_str().map_err(|_| BadRequest::MalformedBody)?),
+        (Some(_), Some(_)) => return Err(BadRequest::MalformedBody),
+    };
+    if content_type.is_some_and(|t| t.contains(',')) {
+        return Err(BadRequest::MalformedBody);
+    }
     let media = content_type
         .and_then(|c| c.split(';').next())
         .map(|m| m.trim().to_ascii_lowercase());
     let lenient = name.to_ascii_lowercase();
-    let body = body.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(body);
     let found = match media.as_deref() {
         Some("application/x-www-form-urlencoded") => form_values(body, &lenient),
-        Some("multipart/form-data") => {
-            multipart_values(content_type.unwrap_or(""), body, &lenient)?
-        }
+        Some(m) if m.starts_with("multipart/") => return Err(BadRequest::MalformedBody),
         m => {
             let json_type = m.is_some_and(|m| m == "application/json" || m.ends_with("+json"));
-            let looks_like_json = matches!(body.trim_ascii_start().first(), Some(b'{' | b'['));
+            let text = json_start(body);
+            let looks_like_json = matches!(text.first(), Some(b'{' | b'['));
             if json_type || looks_like_json {
-                json_values(body, &lenient)?
+                json_values(text, &lenient)?
             } else {
                 Vec::new()
             }
@@ -78,6 +88,28 @@ pub fn body_quantity(
     Ok(qty)
 }
 
+/// A body with what lenient JSON readers skip before the document cut off: byte-order marks,
+/// Unicode whitespace and control characters.
+fn json_start(body: &[u8]) -> &[u8] {
+    let mut rest = body;
+    loop {
+        let Some(c) = std::str::from_utf8(&rest[..rest.len().min(4)])
+            .ok()
+            .or_else(|| std::str::from_utf8(&rest[..rest.len().min(3)]).ok())
+            .or_else(|| std::str::from_utf8(&rest[..rest.len().min(2)]).ok())
+            .or_else(|| std::str::from_utf8(&rest[..rest.len().min(1)]).ok())
+            .and_then(|s| s.chars().next())
+        else {
+            return rest;
+        };
+        if c == '\u{feff}' || c.is_whitespace() || c.is_control() {
+            rest = &rest[c.len_utf8()..];
+        } else {
+            return rest;
+        }
+    }
+}
+
 /// Values of form fields whose name reads as `lenient` (`&` and `;` both separate fields).
 fn form_values(body: &[u8], lenient: &str) -> Vec<String> {
     String::from_utf8_lossy(body)
@@ -92,47 +124,6 @@ fn form_values(body: &[u8], lenient: &str) -> Vec<String> {
             })
         })
         .collect()
-}
-
-/// Values of `multipart/form-data` fields whose name reads as `lenient`.
-fn multipart_values(
-    content_type: &str,
-    body: &[u8],
-    lenient: &str,
-) -> Result<Vec<String>, BadRequest> {
-    let boundary = content_type
-        .split(';')
-        .filter_map(|p| p.trim().split_once('='))
-        .find(|(k, _)| k.trim().eq_ignore_ascii_case("boundary"))
-        .map(|(_, v)| v.trim().trim_matches('"').to_owned())
-        .filter(|b| !b.is_empty())
-        .ok_or(BadRequest::MalformedBody)?;
-    let body = String::from_utf8_lossy(body);
-    let delimiter = format!("--{boundary}");
-    let mut values = Vec::new();
-    for part in body.split(delimiter.as_str()).skip(1) {
-        if part.starts_with("--") {
-            break;
-        }
-        let (head, value) = part
-            .split_once("\r\n\r\n")
-            .or_else(|| part.split_once("\n\n"))
-            .ok_or(BadRequest::MalformedBody)?;
-        let field = head
-            .lines()
-            .filter(|l| {
-                l.split_once(':')
-                    .is_some_and(|(k, _)| k.trim().eq_ignore_ascii_case("content-disposition"))
-            })
-            .flat_map(|l| l.split(';'))
-            .filter_map(|p| p.trim().split_once('='))
-            .find(|(k, _)| k.trim().eq_ignore_ascii_case("name"))
-            .map(|(_, v)| v.trim().trim_matches('"').to_owned());
-        if field.is_some_and(|f| lenient_name(&f) == lenient) {
-            values.push(value.trim_end_matches(['\r', '\n']).to_owned());
-        }
-    }
-    Ok(values)
 }
 
 /// Values of a JSON object's top-level keys that read as `lenient`, duplicates included; `Err`
@@ -290,59 +281,76 @@ mod tests {
 
     #[test]
     fn a_body_quantity_is_read_as_a_backend_would() {
-        let form = Some("application/x-www-form-urlencoded; charset=utf-8");
-        assert_eq!(body_quantity(form, b"item=7&qty=2", "qty"), Ok(Some(2)));
-        assert_eq!(body_quantity(form, b"QTY=2&qty=2", "qty"), Ok(Some(2)));
+        let typed = |types: &[&str], body: &[u8]| {
+            let mut h = HeaderMap::new();
+            for t in types {
+                h.append(
+                    http::header::CONTENT_TYPE,
+                    HeaderValue::from_str(t).unwrap(),
+                );
+            }
+            body_quantity(&h, body, "qty")
+        };
+        let form = |b: &[u8]| typed(&["application/x-www-form-urlencoded; charset=utf-8"], b);
+        let json = |b: &[u8]| typed(&["application/json"], b);
+        let plain = |b: &[u8]| typed(&["text/plain"], b);
+        assert_eq!(form(b"item=7&qty=2"), Ok(Some(2)));
+        assert_eq!(form(b"QTY=2&qty=2"), Ok(Some(2)));
         assert_eq!(
-            body_quantity(form, b"qty=2&qty%5B%5D=5", "qty"),
+            form(b"qty=2&qty%5B%5D=5"),
             Err(BadRequest::QuantityAmbiguous)
         );
-        assert_eq!(body_quantity(form, b"note=hi", "qty"), Ok(None));
-        let json = Some("application/json");
-        assert_eq!(body_quantity(json, br#"{"qty": 3}"#, "qty"), Ok(Some(3)));
-        assert_eq!(body_quantity(json, br#"{"Qty": "3"}"#, "qty"), Ok(Some(3)));
+        assert_eq!(form(b"note=hi"), Ok(None));
+        assert_eq!(json(br#"{"qty": 3}"#), Ok(Some(3)));
+        assert_eq!(json(br#"{"Qty": "3"}"#), Ok(Some(3)));
+        assert_eq!(json(br#"{"qty": 1.5}"#), Err(BadRequest::QuantityAmbiguous));
+        assert_eq!(json(b"not json"), Err(BadRequest::MalformedBody));
+        assert_eq!(plain(b"qty=9"), Ok(None));
+        assert_eq!(typed(&[], b"qty=9"), Ok(None));
+        // Whatever the type says, a body that looks like JSON is read as JSON, after what
+        // lenient readers skip (byte-order marks, Unicode whitespace, control characters).
+        assert_eq!(plain(br#"{"qty":5}"#), Ok(Some(5)));
+        assert_eq!(typed(&[], br#" {"qty":5}"#), Ok(Some(5)));
+        for lead in [
+            &b"\xEF\xBB\xBF"[..],
+            b"\xEF\xBB\xBF\xEF\xBB\xBF",
+            b"\x0b",
+            b"\x1c",
+            b"\xC2\xA0",
+        ] {
+            let body = [lead, &br#"{"qty": 5}"#[..]].concat();
+            assert_eq!(plain(&body), Ok(Some(5)), "{lead:?}");
+        }
+        assert_eq!(json(br#"{"qty": NaN}"#), Err(BadRequest::MalformedBody));
         assert_eq!(
-            body_quantity(json, br#"{"qty": 1.5}"#, "qty"),
-            Err(BadRequest::QuantityAmbiguous)
-        );
-        assert_eq!(
-            body_quantity(json, b"not json", "qty"),
-            Err(BadRequest::MalformedBody)
-        );
-        assert_eq!(body_quantity(Some("text/plain"), b"qty=9", "qty"), Ok(None));
-        assert_eq!(body_quantity(None, b"qty=9", "qty"), Ok(None));
-        // Whatever the type says, a body that looks like JSON is read as JSON.
-        let plain = Some("text/plain");
-        assert_eq!(body_quantity(plain, br#"{"qty":5}"#, "qty"), Ok(Some(5)));
-        assert_eq!(body_quantity(None, br#" {"qty":5}"#, "qty"), Ok(Some(5)));
-        assert_eq!(
-            body_quantity(json, b"\xEF\xBB\xBF{\"qty\": 5}", "qty"),
-            Ok(Some(5)),
-            "a byte-order mark"
-        );
-        assert_eq!(
-            body_quantity(json, br#"{"qty": NaN}"#, "qty"),
-            Err(BadRequest::MalformedBody)
-        );
-        assert_eq!(
-            body_quantity(plain, br#"{"qty": Infinity}"#, "qty"),
+            plain(br#"{"qty": Infinity}"#),
             Err(BadRequest::MalformedBody)
         );
         assert_eq!(
-            body_quantity(json, br#"{"qty": 1, "qty": 5}"#, "qty"),
+            json(br#"{"qty": 1, "qty": 5}"#),
             Err(BadRequest::QuantityAmbiguous),
             "duplicate keys"
         );
-        assert_eq!(body_quantity(json, br#"[{"qty": 5}]"#, "qty"), Ok(None));
-        assert_eq!(body_quantity(form, b"x=1;qty=5", "qty"), Ok(Some(5)));
-        assert_eq!(body_quantity(form, b"qty%5B0%5D=5", "qty"), Ok(Some(5)));
-        let multipart = Some("multipart/form-data; boundary=XyZ");
-        let body = b"--XyZ\r\nContent-Disposition: form-data; name=\"note\"\r\n\r\nhi\r\n--XyZ\r\nContent-Disposition: form-data; name=\"qty\"\r\n\r\n5\r\n--XyZ--\r\n";
-        assert_eq!(body_quantity(multipart, body, "qty"), Ok(Some(5)));
+        assert_eq!(json(br#"[{"qty": 5}]"#), Ok(None));
+        assert_eq!(form(b"x=1;qty=5"), Ok(Some(5)));
+        assert_eq!(form(b"qty%5B0%5D=5"), Ok(Some(5)));
+        // Multipart parsers disagree too much to read one as every backend would: refused.
+        let part = b"--XyZ\r\nContent-Disposition: form-data; name=\"qty\"\r\n\r\n5\r\n--XyZ--\r\n";
         assert_eq!(
-            body_quantity(Some("multipart/form-data"), body, "qty"),
-            Err(BadRequest::MalformedBody),
-            "no boundary"
+            typed(&["multipart/form-data; boundary=XyZ"], part),
+            Err(BadRequest::MalformedBody)
+        );
+        // The body's type named twice, or as a list: parsers keep different ones.
+        assert_eq!(
+            typed(
+                &["text/plain", "application/x-www-form-urlencoded"],
+                b"qty=5"
+            ),
+            Err(BadRequest::MalformedBody)
+        );
+        assert_eq!(
+            typed(&["text/plain, application/x-www-form-urlencoded"], b"qty=5"),
+            Err(BadRequest::MalformedBody)
         );
     }
 

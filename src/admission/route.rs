@@ -28,7 +28,8 @@ pub fn match_target<'t>(route: &SaleRoute, target: &'t Target) -> Option<&'t str
 }
 
 /// Whether a target that is no sale route still resembles one closely enough that some backend's
-/// router could read it as the purchase: the route's method, and the route's segments at the end
+/// router could read it as the purchase (the caller also reads it decoded again, for a proxy
+/// that decodes once more and splits segments, `%252F`): the route's method, and the route's segments at the end
 /// of the target's (any prefix before them: a PHP front controller's `/index.php/...`, a
 /// network-path `//host/...`, a mount point), each literal equal to the route's once both are
 /// read loosely ([`loose`]: decoded again, Unicode-folded, case-folded, trimmed, without a

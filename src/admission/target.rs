@@ -64,6 +64,19 @@ impl Target {
         }
     }
 
+    /// The target as a backend behind one more decoding proxy reads it: its path (as read here)
+    /// percent-decoded once more and normalised again; `None` when there is nothing left to
+    /// decode (or it cannot be read).
+    pub fn decoded_again(&self) -> Option<Target> {
+        let segments = self.segments.as_ref().ok()?;
+        if !segments.iter().any(|s| s.contains('%')) {
+            return None;
+        }
+        let path = format!("/{}", segments.join("/"));
+        let again = Target::of(&self.method, path.as_bytes());
+        again.segments.is_ok().then_some(again)
+    }
+
     /// The path a target that is no sale route is forwarded with: its segments, each
     /// percent-encoded again where a router could read a byte otherwise (`/`, `%`, `?`, `#`,
     /// `;`, `\`, spaces, non-ASCII...), joined by `/`, the trailing slash kept. `None` when

@@ -74,6 +74,10 @@ pub struct ServerSection {
     /// client gets 408 and the backend never saw the request.
     #[serde(default = "default_passthrough_body_timeout_ms")]
     pub passthrough_body_timeout_ms: u64,
+    /// Most bytes of other routes' bodies the gateway holds at once, over every connection;
+    /// past it a body's client gets 503 (so many large bodies cannot exhaust its memory).
+    #[serde(default = "default_max_passthrough_buffered_bytes")]
+    pub max_passthrough_buffered_bytes: u64,
     /// How often the configuration file is checked for changes (reloaded when its content
     /// changed); 0 turns the check off (SIGHUP and the admin API still reload).
     #[serde(default = "default_reload_watch_interval_ms")]
@@ -485,6 +489,9 @@ fn default_admin_listen() -> String {
 }
 fn default_max_passthrough_body_bytes() -> u64 {
     8 * 1024 * 1024
+}
+fn default_max_passthrough_buffered_bytes() -> u64 {
+    64 * 1024 * 1024
 }
 fn default_passthrough_body_timeout_ms() -> u64 {
     30_000

@@ -55,6 +55,8 @@ pub struct ServerSettings {
     /// Another route's request body: read whole, at most this many bytes, within this long.
     pub max_passthrough_body_bytes: u64,
     pub passthrough_body_timeout: Duration,
+    /// Most bytes of other routes' bodies held at once (over every connection).
+    pub max_passthrough_buffered_bytes: u64,
     /// `None`: the file is not watched.
     pub reload_watch_interval: Option<Duration>,
     /// Where listening sockets are handed to a new binary on a graceful upgrade.

@@ -107,6 +107,18 @@ fn server(
         sale_body_timeout: positive_ms("server.sale_body_timeout_ms", raw.sale_body_timeout_ms)?,
         max_sale_header_bytes: raw.max_sale_header_bytes,
         max_passthrough_body_bytes: raw.max_passthrough_body_bytes,
+        max_passthrough_buffered_bytes: match raw.max_passthrough_buffered_bytes {
+            n if n < raw.max_passthrough_body_bytes => {
+                return Err(ConfigError::invalid(
+                    "server.max_passthrough_buffered_bytes",
+                    format!(
+                        "must be at least server.max_passthrough_body_bytes ({}): it holds every body being read at once",
+                        raw.max_passthrough_body_bytes
+                    ),
+                ))
+            }
+            n => n,
+        },
         passthrough_body_timeout: positive_ms(
             "server.passthrough_body_timeout_ms",
             raw.passthrough_body_timeout_ms,

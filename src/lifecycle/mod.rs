@@ -116,11 +116,7 @@ impl Lifecycle {
             .inc_by(count);
         match remaining {
             // A segment's own figure is not the activity's: the maintenance loop sums them.
-            Some(left) if !layout.is_segmented() => self
-                .metrics
-                .stock_remaining
-                .with_label_values(&[label])
-                .set(left as i64),
+            Some(left) if !layout.is_segmented() => self.units_left(label, left as i64),
             Some(_) => {}
             None => self
                 .metrics
@@ -129,6 +125,16 @@ impl Lifecycle {
                 .inc_by(count),
         }
         self.units_returned(layout.id(), version);
+    }
+
+    /// The units left of an activity's version on sale, as last learned from Redis (a reserve's
+    /// answer, a release, a prewarm's sum, an admin read): the one writer of
+    /// `flashgate_stock_remaining`.
+    pub fn units_left(&self, activity: &str, left: i64) {
+        self.metrics
+            .stock_remaining
+            .with_label_values(&[activity])
+            .set(left);
     }
 
     /// Units came back to a version: purchasable again here at once, and everywhere by news.
@@ -448,6 +454,10 @@ impl StockPort for Arc<Lifecycle> {
 
     fn knows_the_clock(&self) -> bool {
         self.store.clock().known()
+    }
+
+    fn units_left(&self, activity: &Activity, left: i64) {
+        Lifecycle::units_left(self, &activity.id, left);
     }
 
     fn sold_out(&self, activity: &Activity) {

@@ -6,15 +6,43 @@ use crate::config::{SaleRoute, ServerSettings};
 use pingora::http::RequestHeader;
 use pingora::proxy::Session;
 
+/// Why a body was not read whole.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum BodyError {
+    TooLarge,
+    TooSlow,
+    Malformed,
+    /// The gateway's budget for buffered bodies is spent: the client is asked to retry.
+    Busy,
+}
+
+impl BodyError {
+    /// What a buyer on a sale route is told.
+    pub(super) fn bad_request(self) -> BadRequest {
+        match self {
+            BodyError::TooLarge => BadRequest::BodyTooLarge,
+            BodyError::TooSlow => BadRequest::BodyTooSlow,
+            BodyError::Malformed | BodyError::Busy => BadRequest::MalformedBody,
+        }
+    }
+}
+
+/// Kibibytes of buffered bodies held, taken from the generation's budget as the body arrives
+/// and given back when the request ends.
+pub(super) type Held = Option<tokio::sync::OwnedSemaphorePermit>;
+
 /// Reads a request's whole body, within `deadline` and `limit` bytes (a sale request's also into
-/// Pingora's retry buffer, `retry_buffer`, from which a purchase forwarded unreserved is sent).
+/// Pingora's retry buffer, `retry_buffer`, from which a purchase forwarded unreserved is sent),
+/// and, with a `budget`, holding a kibibyte of it per kibibyte read (none left: `Busy`).
 /// Answers `100 Continue` to a client that waits for it.
 pub(super) async fn read_body(
     session: &mut Session,
     limit: u64,
     deadline: std::time::Duration,
     retry_buffer: bool,
-) -> std::result::Result<Vec<u8>, BadRequest> {
+    budget: Option<&std::sync::Arc<tokio::sync::Semaphore>>,
+    held: &mut Held,
+) -> std::result::Result<Vec<u8>, BodyError> {
     if session.as_mut().is_body_empty() {
         return Ok(Vec::new());
     }
@@ -32,16 +60,29 @@ pub(super) async fn read_body(
                 .as_mut()
                 .write_continue_response()
                 .await
-                .map_err(|_| BadRequest::MalformedBody)?;
+                .map_err(|_| BodyError::Malformed)?;
         }
         let mut body = Vec::new();
         while let Some(chunk) = session
             .read_request_body()
             .await
-            .map_err(|_| BadRequest::MalformedBody)?
+            .map_err(|_| BodyError::Malformed)?
         {
             if (body.len() + chunk.len()) as u64 > limit {
-                return Err(BadRequest::BodyTooLarge);
+                return Err(BodyError::TooLarge);
+            }
+            if let Some(budget) = budget {
+                let kib = (body.len() + chunk.len()).div_ceil(1024) - body.len().div_ceil(1024);
+                if kib > 0 {
+                    let more = budget
+                        .clone()
+                        .try_acquire_many_owned(kib as u32)
+                        .map_err(|_| BodyError::Busy)?;
+                    match held {
+                        Some(h) => h.merge(more),
+                        None => *held = Some(more),
+                    }
+                }
             }
             body.extend_from_slice(&chunk);
         }
@@ -49,7 +90,7 @@ pub(super) async fn read_body(
     };
     tokio::time::timeout(deadline, read)
         .await
-        .unwrap_or(Err(BadRequest::BodyTooSlow))
+        .unwrap_or(Err(BodyError::TooSlow))
 }
 
 /// The URI an admitted request is forwarded with: the route's path for the activity, and the

@@ -3,7 +3,7 @@
 //! and settles the reservation before relaying anything to the buyer (so nothing the buyer's
 //! connection does can lose a confirm or release a unit the backend sold).
 
-use super::settle::{settle, Exchange, Settlement};
+use super::settle::{settle, Exchange, Settlement, Stage};
 use super::{headers, peer_ip, respond, FlashProxy, RequestCtx};
 use crate::config::{ConfirmMode, IdentitySource};
 use crate::upstream::forward::ForwardError;
@@ -37,6 +37,14 @@ impl FlashProxy {
             }
         }
         let peer = peer_ip(session);
+        if !generation.policy.trusts(peer) {
+            // Only a trusted proxy may claim an address, a host, a scheme, a URL or a method.
+            let identity = match &settings.identity.source {
+                IdentitySource::Header(name) => Some(name.as_str()),
+                _ => None,
+            };
+            headers::remove_client_claims(upstream_request, identity);
+        }
         let client = generation
             .policy
             .client_ip(&session.req_header().headers, peer);
@@ -94,7 +102,7 @@ impl FlashProxy {
             return;
         }
         ctx.upstream_attempted = true;
-        ctx.forwarded = true;
+        ctx.stage.advance(Stage::Sent);
         let upstream = &ctx.generation.settings.upstream;
         let sent = self
             .gw
@@ -236,7 +244,7 @@ impl FlashProxy {
         let activity = ctx.sale.as_ref().and_then(|f| f.activity.clone())?;
         let settings = &ctx.generation.settings;
         let lookup = settings.upstream.order_lookup.is_some();
-        ctx.settled = true;
+        ctx.stage.advance(Stage::Settled);
         match settle(exchange, activity.confirm == ConfirmMode::Upstream, lookup) {
             Settlement::Confirm => {
                 self.gw

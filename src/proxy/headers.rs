@@ -105,6 +105,18 @@ pub fn remove_other_spellings(req: &mut RequestHeader, name: &str) {
     }
 }
 
+/// From a peer that is not a trusted proxy: removes every header that claims an address, a host,
+/// a scheme, a URL, a method or a vouched identity ([`CLIENT_CLAIMS`]), under any spelling, but
+/// `identity` (the configured identity header, which has its own rule).
+pub fn remove_client_claims(req: &mut RequestHeader, identity: Option<&str>) {
+    for name in CLIENT_CLAIMS {
+        if identity.is_some_and(|id| reads_as(id, name)) {
+            continue;
+        }
+        remove_lookalikes(req, name);
+    }
+}
+
 /// The address as `Forwarded: for=` writes it (IPv6 quoted and bracketed, RFC 7239).
 fn forwarded_for(ip: IpAddr) -> String {
     match ip {
@@ -138,12 +150,6 @@ pub fn write_forwarding(
     };
     for name in [X_FORWARDED_FOR, FORWARDED, X_REAL_IP] {
         remove_lookalikes(req, name);
-    }
-    if !peer_trusted {
-        // Only a trusted proxy may claim an address, a host, a scheme, a URL or a method.
-        for name in CLIENT_CLAIMS {
-            remove_lookalikes(req, name);
-        }
     }
     let Some(peer) = peer else {
         return Ok(());
@@ -263,14 +269,16 @@ mod tests {
             ("X-HTTP-Method-Override", "POST"),
         ];
         let mut untrusted = req(&claims);
-        write_forwarding(&mut untrusted, Some(peer), false, Some(peer)).unwrap();
-        assert!(untrusted
-            .headers
-            .keys()
-            .all(|k| [X_FORWARDED_FOR, FORWARDED, X_REAL_IP].contains(&k.as_str())));
-        let mut trusted = req(&claims);
-        write_forwarding(&mut trusted, Some(peer), true, Some(client)).unwrap();
-        assert_eq!(trusted.headers.get("x-forwarded-host").unwrap(), "evil");
+        remove_client_claims(&mut untrusted, None);
+        assert!(untrusted.headers.is_empty());
+        let mut keeps_identity = req(&[("X-Forwarded-User", "alice"), ("X-Client-IP", "1")]);
+        remove_client_claims(&mut keeps_identity, Some("x-forwarded-user"));
+        let left: Vec<&str> = keeps_identity.headers.keys().map(|k| k.as_str()).collect();
+        assert_eq!(
+            left,
+            ["x-forwarded-user"],
+            "the identity header has its own rule"
+        );
         let mut v6 = req(&[]);
         write_forwarding(&mut v6, Some("::1".parse().unwrap()), false, None).unwrap();
         assert_eq!(v6.headers.get(FORWARDED).unwrap(), "for=\"[::1]\"");

@@ -22,7 +22,7 @@ use crate::reservation::Reservation;
 use crate::stock::{ReleaseOutcome, ReleaseReason};
 use crate::upstream::{queue, UpstreamClass};
 use async_trait::async_trait;
-use body::{canonical_uri, oversized, read_body};
+use body::{canonical_uri, oversized, read_body, BodyError};
 use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::prelude::*;
 use pingora::proxy::FailToProxy;
@@ -56,12 +56,8 @@ pub struct RequestCtx {
     upstream_status: Option<u16>,
     /// Whether an upstream was chosen (so a failure counts as an upstream error).
     upstream_attempted: bool,
-    /// The reservation was put on a request to the backend: from here on the backend may hold
-    /// the order, so no buyer-side event (hanging up, a broken body) may give the units back.
-    forwarded: bool,
-    /// The backend's answer to the reserved purchase was read and acted on (confirmed or
-    /// released): nothing that happens afterwards touches the reservation.
-    settled: bool,
+    /// Where the purchase holding stock stands (held, sent, settled).
+    stage: settle::Stage,
     /// The waiting room's answer, held while a keyed request asks the reserve script for a
     /// replay only; given if the key won nothing.
     queued: Option<crate::waiting::page::Reply>,
@@ -75,6 +71,9 @@ pub struct RequestCtx {
     /// Another route's slot at the backend (`upstream.max_passthrough_inflight`), held until
     /// the request ends.
     passthrough_slot: Option<tokio::sync::OwnedSemaphorePermit>,
+    /// The part of the buffered-bodies budget another route's body holds until the request
+    /// ends.
+    buffered: body::Held,
     connect_failures: usize,
 }
 
@@ -126,40 +125,68 @@ fn peer_ip(session: &Session) -> Option<std::net::IpAddr> {
 }
 
 impl FlashProxy {
-    /// Another route's request: a slot at the backend if they are limited, then, with a body,
-    /// the whole body read first (within its deadline and size) and sent by the gateway itself,
-    /// so that a slow body never holds a backend worker; without one, Pingora's proxy.
+    /// Another route's request: with a body, the whole body read first (within its deadline and
+    /// size, and the gateway's budget for buffered bodies) and sent by the gateway itself, so a
+    /// slow body never holds a backend worker; without one, Pingora's proxy. Either way a slot at
+    /// the backend if they are limited, taken once the request is ready to go (an upgraded
+    /// connection, a websocket, takes none: it would hold it for its whole life).
     async fn pass_through(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<bool> {
-        if let Some(slots) = &ctx.generation.passthrough_slots {
-            match slots.clone().try_acquire_owned() {
-                Ok(permit) => ctx.passthrough_slot = Some(permit),
-                Err(_) => {
-                    respond::status(session, 503, Some(1)).await?;
-                    return Ok(true);
-                }
-            }
-        }
+        let generation = ctx.generation.clone();
         if session.as_mut().is_body_empty() {
+            let upgrade = session
+                .req_header()
+                .headers
+                .contains_key(http::header::UPGRADE);
+            if !upgrade && !self.take_passthrough_slot(session, ctx).await? {
+                return Ok(true);
+            }
             return Ok(false);
         }
-        let server = &ctx.generation.settings.server;
-        match read_body(
+        let server = &generation.settings.server;
+        let read = read_body(
             session,
             server.max_passthrough_body_bytes,
             server.passthrough_body_timeout,
             false,
+            Some(&generation.passthrough_buffer),
+            &mut ctx.buffered,
         )
-        .await
-        {
+        .await;
+        match read {
             Ok(body) => {
                 ctx.body = bytes::Bytes::from(body);
-                self.forward_buffered(session, ctx).await;
+                if self.take_passthrough_slot(session, ctx).await? {
+                    self.forward_buffered(session, ctx).await;
+                }
             }
-            Err(BadRequest::BodyTooLarge) => respond::status(session, 413, None).await?,
-            Err(BadRequest::BodyTooSlow) => respond::status(session, 408, None).await?,
-            Err(_) => respond::status(session, 400, None).await?,
+            Err(BodyError::TooLarge) => respond::status(session, 413, None).await?,
+            Err(BodyError::TooSlow) => respond::status(session, 408, None).await?,
+            Err(BodyError::Busy) => respond::status(session, 503, Some(1)).await?,
+            Err(BodyError::Malformed) => respond::status(session, 400, None).await?,
         }
         Ok(true)
+    }
+
+    /// A slot at the backend for another route's request, if they are limited; `false` when
+    /// none is free (the client was told 503).
+    async fn take_passthrough_slot(
+        &self,
+        session: &mut Session,
+        ctx: &mut RequestCtx,
+    ) -> Result<bool> {
+        let Some(slots) = &ctx.generation.passthrough_slots else {
+            return Ok(true);
+        };
+        match slots.clone().try_acquire_owned() {
+            Ok(permit) => {
+                ctx.passthrough_slot = Some(permit);
+                Ok(true)
+            }
+            Err(_) => {
+                respond::status(session, 503, Some(1)).await?;
+                Ok(false)
+            }
+        }
     }
 
     /// Whether the identity header may pass: from everyone when no `trusted_proxies` are set
@@ -226,13 +253,13 @@ impl ProxyHttp for FlashProxy {
             released: None,
             upstream_status: None,
             upstream_attempted: false,
-            forwarded: false,
-            settled: false,
+            stage: settle::Stage::Unreserved,
             queued: None,
             body: bytes::Bytes::new(),
             edge: None,
             forward_uri: None,
             passthrough_slot: None,
+            buffered: None,
             connect_failures: 0,
         }
     }
@@ -333,22 +360,19 @@ impl ProxyHttp for FlashProxy {
             server.max_sale_body_bytes,
             server.sale_body_timeout,
             true,
+            None,
+            &mut None,
         )
         .await
         {
             Ok(body) => body,
-            Err(bad) => return refuse(session, ctx, Decision::BadRequest(bad)).await,
+            Err(bad) => return refuse(session, ctx, Decision::BadRequest(bad.bad_request())).await,
         };
         // A quantity the body names (for a backend that reads it there) must be the admitted one.
-        let content_type = session
-            .req_header()
-            .headers
-            .get(http::header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok());
-        match body_quantity(content_type, &body, route.quantity_query()) {
+        match body_quantity(&session.req_header().headers, &body, route.quantity_query()) {
             Ok(None) => {}
             Ok(Some(q)) if Some(q) == ctx.sale.as_ref().and_then(|f| f.qty) => {}
-            Ok(Some(_)) | Err(_) => {
+            Ok(Some(_)) => {
                 return refuse(
                     session,
                     ctx,
@@ -356,6 +380,7 @@ impl ProxyHttp for FlashProxy {
                 )
                 .await
             }
+            Err(bad) => return refuse(session, ctx, Decision::BadRequest(bad)).await,
         }
         ctx.body = bytes::Bytes::from(body);
         let facts = ctx.sale.get_or_insert_with(SaleFacts::default);
@@ -367,6 +392,7 @@ impl ProxyHttp for FlashProxy {
         {
             Ok(Admitted::Reserved(reservation)) => {
                 ctx.reservation = Some(reservation);
+                ctx.stage.advance(settle::Stage::Held);
                 ctx.in_flight = Some(InFlight::new(&self.gw.metrics));
                 ctx.decision = Some(Decision::Admitted);
                 #[cfg(feature = "fault-injection")]

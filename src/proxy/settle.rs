@@ -4,6 +4,34 @@
 use crate::admission::Decision;
 use crate::stock::ReleaseReason;
 
+/// Where a purchase holding stock stands: a state machine that only moves forward.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Stage {
+    /// No reservation (yet): nothing to settle.
+    #[default]
+    Unreserved,
+    /// The gateway holds the reservation: released if the request ends before the forward
+    /// (a queue timeout), never by anything the backend does.
+    Held,
+    /// Sent to the backend: from here on the backend may hold the order, so no buyer-side event
+    /// (a hang-up, a reset) may give the units back.
+    Sent,
+    /// The backend's answer (or its absence) was acted on: confirmed, kept or released; nothing
+    /// that happens afterwards touches the reservation.
+    Settled,
+}
+
+impl Stage {
+    /// Moves to `next`; a stage never goes back (checked in debug builds).
+    pub fn advance(&mut self, next: Stage) {
+        debug_assert!(
+            (*self as u8) < (next as u8),
+            "a purchase's stage moved from {self:?} to {next:?}"
+        );
+        *self = next;
+    }
+}
+
 /// How the exchange with the backend ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Exchange {

@@ -23,6 +23,8 @@
 //! <p>:{<act>}:floor         string  the newest version ever claimed: the one key that never
 //!                                   expires (a few bytes per activity id ever sold), so no
 //!                                   version that was on sale sells again after the rest expired
+//! <p>:{<act>}:q             hash    the waiting room's state (cursor, rate, pause, history)
+//! <p>:{<act>}:q:tickets     hash    the waiting room's tickets: user -> number
 //! <p>:activities            hash    activity id -> segment count, of every activity prewarmed
 //!                                   (sweeps reach removed ones too; a second record of the count)
 //! ```
@@ -100,10 +102,13 @@ impl PartitionKeys {
         format!("{}:{what}", self.base)
     }
 
-    /// A key of this tag named `what`, for layers that keep their own keys beside the stock's
-    /// (the waiting room), in the same slot.
-    pub fn named(&self, what: &str) -> String {
-        self.key(what)
+    /// On the base tag: the waiting room's state (cursor, rate, pause, history, epoch).
+    pub fn queue(&self) -> String {
+        self.key("q")
+    }
+    /// On the base tag: the waiting room's tickets (user -> number).
+    pub fn queue_tickets(&self) -> String {
+        self.key("q:tickets")
     }
 
     pub fn meta(&self) -> String {

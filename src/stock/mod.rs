@@ -25,7 +25,7 @@ mod ops;
 mod outcomes;
 mod reads;
 mod records;
-mod scripts;
+pub mod scripts;
 pub mod segments;
 
 pub use keys::{KeyLayout, PartitionKeys};

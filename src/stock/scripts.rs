@@ -1,6 +1,8 @@
-//! The Lua scripts in `lua/`, each with `lib.lua` prepended, loaded once per process.
-//! Called by EVALSHA; redis-rs loads a script and retries when Redis answers NOSCRIPT (after a
-//! restart or `SCRIPT FLUSH`).
+//! The registry of every Lua script in `lua/`, each with `lib.lua` prepended (the waiting
+//! room's also with `queue_lib.lua`), loaded once per process. Called by EVALSHA; redis-rs
+//! loads a script and retries when Redis answers NOSCRIPT (after a restart or `SCRIPT FLUSH`).
+//! Readiness loads every script listed in [`all`], so a gateway is not ready before each one is
+//! in Redis.
 
 use redis::Script;
 use std::sync::LazyLock;
@@ -26,8 +28,22 @@ script!(DEPOSIT, "../../lua/deposit.lua");
 script!(ACKNOWLEDGE, "../../lua/acknowledge.lua");
 script!(DUE, "../../lua/due.lua");
 
+/// The waiting room's shared Lua, prepended (after `lib.lua`) to its scripts.
+const QUEUE_LIB: &str = include_str!("../../lua/queue_lib.lua");
+
+macro_rules! queue_script {
+    ($name:ident, $file:literal) => {
+        pub static $name: LazyLock<Script> =
+            LazyLock::new(|| Script::new(&format!("{LIB}\n{QUEUE_LIB}\n{}", include_str!($file))));
+    };
+}
+
+queue_script!(QUEUE_TICKET, "../../lua/queue_ticket.lua");
+queue_script!(QUEUE_STATE, "../../lua/queue_state.lua");
+queue_script!(QUEUE_CONTROL, "../../lua/queue_control.lua");
+
 /// Every script, for loading them up front (readiness).
-pub(super) fn all() -> [&'static Script; 11] {
+pub(super) fn all() -> [&'static Script; 14] {
     [
         &RESERVE,
         &RELEASE,
@@ -40,5 +56,8 @@ pub(super) fn all() -> [&'static Script; 11] {
         &DEPOSIT,
         &ACKNOWLEDGE,
         &DUE,
+        &QUEUE_TICKET,
+        &QUEUE_STATE,
+        &QUEUE_CONTROL,
     ]
 }

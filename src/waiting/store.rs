@@ -6,34 +6,10 @@
 use super::view::{QueueState, STATE_FIELDS};
 use crate::config::{Activity, QueueSettings};
 use crate::stock::{Layout, ScriptName, StockStore, StoreError, StoreOp};
-use redis::Script;
-use std::sync::LazyLock;
 
-const LIB: &str = concat!(
-    include_str!("../../lua/lib.lua"),
-    "\n",
-    include_str!("../../lua/queue_lib.lua"),
-    "\n"
-);
-
-static TICKET: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(&format!(
-        "{LIB}{}",
-        include_str!("../../lua/queue_ticket.lua")
-    ))
-});
-static STATE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(&format!(
-        "{LIB}{}",
-        include_str!("../../lua/queue_state.lua")
-    ))
-});
-static CONTROL: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(&format!(
-        "{LIB}{}",
-        include_str!("../../lua/queue_control.lua")
-    ))
-});
+use crate::stock::scripts::{
+    QUEUE_CONTROL as CONTROL, QUEUE_STATE as STATE, QUEUE_TICKET as TICKET,
+};
 
 /// An operator's change to a queue (admin API).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,7 +22,7 @@ pub enum Control {
 fn keys(store: &StockStore, activity: &Activity) -> (String, String) {
     let layout = Layout::new(activity.id.clone(), 1);
     let base = store.keys().base(&layout);
-    (base.named("q"), base.named("q:tickets"))
+    (base.queue(), base.queue_tickets())
 }
 
 fn start_ms(activity: &Activity) -> i64 {

@@ -217,6 +217,10 @@ async fn no_spelling_of_a_purchase_reaches_the_handler_unreserved_or_with_anothe
             vec![],
             b"",
         ),
+        // Decoded again by a proxy in between, `%252F` joins or splits segments.
+        ("double-encoded slashes", "/api%252Fseckill%252F1001%252Fbuy".into(), vec![], b""),
+        ("double-encoded slash", "/api/seckill%252F1001/buy".into(), vec![], b""),
+        ("double-encoded backslash", "/api/seckill/1001%255Cbuy".into(), vec![], b""),
         (
             "indexed quantity",
             "/api/seckill/1001/buy?qty=1&qty[0]=5".into(),
@@ -248,6 +252,13 @@ async fn no_spelling_of_a_purchase_reaches_the_handler_unreserved_or_with_anothe
             multipart_body,
         ),
         (
+            "multipart with a decoy end",
+            "/api/seckill/1001/buy".into(),
+            vec![("Content-Type", "multipart/form-data; boundary=A")],
+            b"--A\r\nContent-Disposition: form-data; name=\"note\"\r\n\r\nhi--A--\r\n--A\r\nContent-Disposition: form-data; name=\"qty\"\r\n\r\n5\r\n--A--\r\n",
+        ),
+        ("two body types", "/api/seckill/1001/buy".into(), vec![plain, form], b"qty=5"),
+        (
             "JSON as text/plain",
             "/api/seckill/1001/buy".into(),
             vec![plain],
@@ -259,6 +270,14 @@ async fn no_spelling_of_a_purchase_reaches_the_handler_unreserved_or_with_anothe
             vec![json],
             b"\xEF\xBB\xBF{\"qty\": 5}",
         ),
+        (
+            "JSON after two BOMs",
+            "/api/seckill/1001/buy".into(),
+            vec![plain],
+            b"\xEF\xBB\xBF\xEF\xBB\xBF{\"qty\":5}",
+        ),
+        ("JSON after a vertical tab", "/api/seckill/1001/buy".into(), vec![plain], b"\x0b{\"qty\":5}"),
+        ("JSON after a no-break space", "/api/seckill/1001/buy".into(), vec![plain], b"\xC2\xA0{\"qty\":5}"),
         (
             "JSON NaN",
             "/api/seckill/1001/buy".into(),
@@ -281,6 +300,10 @@ async fn no_spelling_of_a_purchase_reaches_the_handler_unreserved_or_with_anothe
                 ("X-Forwarded-Proto", "https"),
                 ("X-Original-URL", "/api/seckill/1001/buy"),
                 ("X-HTTP-Method-Override", "POST"),
+                ("Client-IP", "1.2.3.4"),
+                ("X-Forwarded-Scheme", "https"),
+                ("X-Original-URI", "/api/seckill/1001/buy"),
+                ("X-Forwarded-User", "mallory"),
             ],
             b"",
         ),
@@ -472,4 +495,60 @@ async fn polls_are_rate_limited_and_cost_no_redis_call_without_a_ticket() {
         "ticketless polls answered without a script call: {spent} calls, the queue's own reads \
          every 250 ms allow {reads}"
     );
+}
+
+/// Other routes' bodies are held against one budget over every connection (a body past it gets
+/// 503: many large bodies cannot exhaust the gateway's memory), and a backend slot for another
+/// route is taken only once the request is ready to go (slow bodies hold none).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn buffered_bodies_have_one_budget_and_take_a_backend_slot_only_when_whole() {
+    let redis = RedisServer::start();
+    let demo = Upstream::start();
+    let mut config = TestConfig::new(&redis, &demo, vec![TestActivity::open("1001", 10)]);
+    config.extra_server_yaml =
+        "  max_passthrough_body_bytes: 65536\n  max_passthrough_buffered_bytes: 98304\n".to_owned();
+    config.extra_upstream_yaml = "  max_passthrough_inflight: 2\n".to_owned();
+    let gw = GatewayProc::start(config);
+    // Two slow uploads, 60 KiB announced, 50 KiB sent each: 100 KiB would be held, past the
+    // 96 KiB budget; whichever the gateway reads second is told 503 (the other keeps waiting).
+    let mut uploads = Vec::new();
+    for _ in 0..2 {
+        let mut s = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
+        s.write_all(b"POST /upload HTTP/1.1\r\nHost: shop.test\r\nContent-Length: 61440\r\n\r\n")
+            .await
+            .unwrap();
+        let _ = s.write_all(&vec![b'x'; 51200]).await;
+        uploads.push(tokio::spawn(async move {
+            let mut answer = Vec::new();
+            let _ = tokio::time::timeout(
+                Duration::from_secs(5),
+                tokio::io::AsyncReadExt::read_to_end(&mut s, &mut answer),
+            )
+            .await;
+            (String::from_utf8_lossy(&answer).into_owned(), s)
+        }));
+    }
+    let mut answers = Vec::new();
+    let mut held = Vec::new();
+    for u in uploads {
+        let (answer, stream) = u.await.unwrap();
+        answers.push(answer);
+        held.push(stream);
+    }
+    assert_eq!(
+        answers
+            .iter()
+            .filter(|a| a.starts_with("HTTP/1.1 503"))
+            .count(),
+        1,
+        "{answers:?}"
+    );
+    // Slow bodies hold no backend slot: other routes still get through (two slots).
+    for _ in 0..3 {
+        let resp = send_raw(gw.addr, &raw("GET", "/product/1", &[], b""))
+            .await
+            .unwrap();
+        assert_eq!(resp.status, 200);
+    }
+    drop(held);
 }

@@ -496,4 +496,17 @@ pub const BAD: &[Bad] = &[
         patch: &[("activities.0.version", Some("0"))],
         expect: "activities[0].version: must be at least 1",
     },
+    Bad {
+        name: "passthrough-buffer-below-one-body",
+        patch: &[(
+            "server.max_passthrough_buffered_bytes",
+            Some("1024"),
+        )],
+        expect: "server.max_passthrough_buffered_bytes: must be at least server.max_passthrough_body_bytes",
+    },
+    Bad {
+        name: "retention-below-the-lifecycle",
+        patch: &[("redis.key_ttl_after_end_secs", Some("60"))],
+        expect: "redis.key_ttl_after_end_secs: is 60 s, but a reservation made at the close can settle up to",
+    },
 ];
