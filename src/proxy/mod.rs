@@ -6,14 +6,12 @@ mod body;
 mod forward;
 pub mod headers;
 mod respond;
+mod sale;
 pub mod settle;
 mod waiting;
 
 use crate::admission::target::Target;
-use crate::admission::{
-    body_quantity, route, Admitted, BadRequest, Decision, EdgeRefusal, Routed, SaleFacts,
-    SaleRequest,
-};
+use crate::admission::{route, BadRequest, Decision, EdgeRefusal, Routed, SaleFacts};
 use crate::decision_log;
 use crate::gateway::Gateway;
 use crate::live::Generation;
@@ -22,7 +20,7 @@ use crate::reservation::Reservation;
 use crate::stock::{ReleaseOutcome, ReleaseReason};
 use crate::upstream::{queue, UpstreamClass};
 use async_trait::async_trait;
-use body::{canonical_uri, oversized, read_body, BodyError};
+use body::{read_body, BodyError};
 use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::prelude::*;
 use pingora::proxy::FailToProxy;
@@ -304,144 +302,7 @@ impl ProxyHttp for FlashProxy {
                 };
             }
         };
-        let facts = ctx.sale.insert(SaleFacts::default());
-        // What an admitted request is forwarded as: the route's method and path.
-        let canonical = match canonical_uri(route, raw_activity, target.query.as_deref()) {
-            Some(uri) => uri,
-            None => {
-                return refuse(
-                    session,
-                    ctx,
-                    Decision::BadRequest(BadRequest::MalformedTarget),
-                )
-                .await
-            }
-        };
-        ctx.canonical = Some((route.method().clone(), canonical));
-        if let Some(too_large) = oversized(req, &generation.settings.server) {
-            return refuse(session, ctx, Decision::BadRequest(too_large)).await;
-        }
-        if !self.gw.takes_new_reservations(&generation.settings) {
-            // A reservation taken now could be cut off by the end of the grace period.
-            return refuse(session, ctx, Decision::ShuttingDown).await;
-        }
-        let peer = session
-            .client_addr()
-            .and_then(|a| a.as_inet())
-            .map(|a| a.ip());
-        let sale = SaleRequest {
-            req,
-            target: &target,
-            route,
-            activity: raw_activity,
-            peer,
-        };
-        let mut checked = match self.gw.admission.check(generation.rules(), &sale, facts) {
-            Ok(checked) => checked,
-            Err(decision) => return refuse(session, ctx, decision).await,
-        };
-        // An open waiting room: a buyer without their turn gets a ticket and a place instead.
-        if let Some(answered) = self.queue_gate(session, ctx, &mut checked).await {
-            return answered;
-        }
-        if let Err(decision) = self
-            .gw
-            .admission
-            .after_queue(generation.rules(), &mut checked)
-        {
-            return refuse(session, ctx, decision).await;
-        }
-        // The whole body, within its deadline, before any stock or slot is taken: a slow or
-        // broken body then holds nothing, and nothing the buyer does later can cut a forwarded
-        // reservation's body short.
-        let server = &generation.settings.server;
-        let body = match read_body(
-            session,
-            server.max_sale_body_bytes,
-            server.sale_body_timeout,
-            true,
-            None,
-            &mut None,
-        )
-        .await
-        {
-            Ok(body) => body,
-            Err(bad) => return refuse(session, ctx, Decision::BadRequest(bad.bad_request())).await,
-        };
-        // A quantity the body names (for a backend that reads it there) must be the admitted one.
-        match body_quantity(&session.req_header().headers, &body, route.quantity_query()) {
-            Ok(None) => {}
-            Ok(Some(q)) if Some(q) == ctx.sale.as_ref().and_then(|f| f.qty) => {}
-            Ok(Some(_)) => {
-                return refuse(
-                    session,
-                    ctx,
-                    Decision::BadRequest(BadRequest::QuantityAmbiguous),
-                )
-                .await
-            }
-            Err(bad) => return refuse(session, ctx, Decision::BadRequest(bad)).await,
-        }
-        ctx.body = bytes::Bytes::from(body);
-        let facts = ctx.sale.get_or_insert_with(SaleFacts::default);
-        match self
-            .gw
-            .admission
-            .take(generation.rules(), checked, facts)
-            .await
-        {
-            Ok(Admitted::Reserved(reservation)) => {
-                ctx.reservation = Some(reservation);
-                ctx.stage.advance(settle::Stage::Held);
-                ctx.in_flight = Some(InFlight::new(&self.gw.metrics));
-                ctx.decision = Some(Decision::Admitted);
-                #[cfg(feature = "fault-injection")]
-                if self.gw.fault == Some(crate::gateway::Fault::HangAfterReserve) {
-                    std::future::pending::<()>().await;
-                }
-            }
-            Ok(Admitted::Passthrough) => {
-                ctx.passthrough = true;
-                ctx.decision = Some(Decision::Passthrough);
-            }
-            Err(Decision::Waiting) if ctx.queued.is_some() => {
-                let reply = ctx.queued.take().expect("checked");
-                return self.answer_queued(session, ctx, reply).await;
-            }
-            Err(decision) => return refuse(session, ctx, decision).await,
-        }
-        // Winners (and passthroughs) take a slot at the backend, waiting in line if need be.
-        let upstream = &generation.settings.upstream;
-        let limit = upstream.max_inflight.map(|n| n.get());
-        match self
-            .gw
-            .upstream_queue
-            .enter(limit, upstream.max_queue_wait)
-            .await
-        {
-            Ok(slot) => {
-                ctx.slot = Some(slot);
-                if ctx.reservation.is_some() {
-                    // The gateway sends a purchase holding stock itself, and reads the backend's
-                    // answer whatever the buyer's connection does meanwhile.
-                    self.forward_reserved(session, ctx).await;
-                    return Ok(true);
-                }
-                Ok(false)
-            }
-            Err(turned_away) => {
-                if let Some(reservation) = &ctx.reservation {
-                    ctx.released = self
-                        .release(ctx.sale.as_ref(), reservation, ReleaseReason::QueueTimeout)
-                        .await;
-                }
-                let decision = Decision::Queued {
-                    position: turned_away.position,
-                    estimated_wait: turned_away.estimated_wait,
-                };
-                refuse(session, ctx, decision).await
-            }
-        }
+        self.sale(session, ctx, route, raw_activity, &target).await
     }
 
     async fn upstream_peer(

@@ -254,16 +254,35 @@ impl RedisServer {
     }
 
     /// For a server held in a `static`: killed (and its dir removed) when the test process
-    /// exits, after a restart too.
+    /// exits, after a restart too. One watcher per server, whatever the restarts: it reads the
+    /// server's current pid from a file the server's every start writes (a watcher per start
+    /// piled up, hundreds of `sh` loops in a long model run).
+    // Never waited for: it outlives the test process by design (then init reaps it).
+    #[allow(clippy::zombie_processes)]
     pub fn reaped_at_exit(mut self) -> Self {
         self.reaped = true;
-        self.reap();
+        self.write_pid();
+        let script = r#"while kill -0 "$1" 2>/dev/null; do sleep 0.5; done
+pid=$(cat "$2/reaped.pid" 2>/dev/null)
+if [ -n "$pid" ] && grep -qaF -- "$3" "/proc/$pid/cmdline" 2>/dev/null; then kill -9 "$pid"; fi
+rm -rf -- "$2""#;
+        Command::new("sh")
+            .args(["-c", script, "sh"])
+            .arg(std::process::id().to_string())
+            .arg(self.dir.path())
+            .arg(self.port.to_string())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("sh starts");
         self
     }
 
-    fn reap(&self) {
+    /// Where the watcher of [`RedisServer::reaped_at_exit`] finds the current pid.
+    fn write_pid(&self) {
         if let Some(pid) = self.pid() {
-            reap_at_exit(pid, &self.port.to_string(), Some(self.dir.path()));
+            let _ = std::fs::write(self.dir.path().join("reaped.pid"), pid.to_string());
         }
     }
 
@@ -289,7 +308,7 @@ impl RedisServer {
             .expect("redis-server must be installed (scripts/test installs it)");
         self.child = Some(child);
         if self.reaped {
-            self.reap();
+            self.write_pid();
         }
         let client = self.client();
         wait_for("redis-server to answer PING", STARTUP_DEADLINE, || {
