@@ -1,6 +1,7 @@
 //! The shape of src/, read from the source: layers point one way (no import circle between
 //! top-level modules, nor between the files of one folder), the ground floor imports nothing
-//! above it, and no file is past 600 lines.
+//! above it, no file is past 600 lines, each owned fact has only its writers, every Lua script
+//! is in the registry, and `request_filter` stays a router.
 //!
 //! References are read from `use crate::…` (grouped ones too) and inline `crate::…` paths, and,
 //! between the files of a folder, from `super::<sibling>`; unit-test blocks and test-only files
@@ -303,4 +304,71 @@ fn the_reader_understands_grouped_imports() {
     assert_eq!(top, ["a", "d", "e", "g"]);
     let sup: Vec<String> = referenced(text, "super::").into_iter().collect();
     assert_eq!(sup, ["i", "j"]);
+}
+
+/// Facts with one writer: `(what, the files that may write it)`. A fact's writer is its owner;
+/// everyone else asks the owner (or reads a gauge the owner keeps).
+const OWNED: &[(&str, &[&str])] = &[
+    // Units left of an activity: the lifecycle learns them (a reserve's answer, a release, a
+    // prewarm's sum, an admin read all report there).
+    (
+        ".stock_remaining",
+        &["lifecycle/mod.rs", "metrics.rs", "gateway.rs"],
+    ),
+    // Which activities Redis refuses: set by admission (a reserve's refusal) and maintenance
+    // (prewarm), read by everyone.
+    ("refused.set(", &["admission/mod.rs", "maintenance.rs"]),
+];
+
+#[test]
+fn each_owned_fact_has_its_writers_only() {
+    let mut strays = Vec::new();
+    for (fact, writers) in OWNED {
+        for s in sources() {
+            let rel = s.path.to_string_lossy().replace('\\', "/");
+            if production(&s.text).contains(fact) && !writers.iter().any(|w| rel.ends_with(w)) {
+                strays.push(format!("{rel} writes {fact}"));
+            }
+        }
+    }
+    assert!(
+        strays.is_empty(),
+        "facts written outside their owners: {strays:#?}"
+    );
+}
+
+/// Every Lua script in `lua/` is in the registry (`src/stock/scripts.rs`), so readiness loads
+/// it; the shared preludes are prepended, not called.
+#[test]
+fn every_script_is_in_the_registry() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let registry = std::fs::read_to_string(root.join("src/stock/scripts.rs")).unwrap();
+    let mut missing = Vec::new();
+    for entry in std::fs::read_dir(root.join("lua")).unwrap() {
+        let name = entry.unwrap().file_name().to_string_lossy().into_owned();
+        if name.ends_with(".lua")
+            && !["lib.lua", "queue_lib.lua"].contains(&name.as_str())
+            && !registry.contains(&format!("lua/{name}\""))
+        {
+            missing.push(name);
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "scripts outside the registry: {missing:?}"
+    );
+}
+
+/// `request_filter` routes and nothing else: the purchase pipeline lives in its own module.
+#[test]
+fn request_filter_stays_short() {
+    let proxy =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("src/proxy/mod.rs"))
+            .unwrap();
+    let start = proxy
+        .find("async fn request_filter")
+        .expect("request_filter");
+    let body: Vec<&str> = proxy[start..].lines().collect();
+    let len = body.iter().position(|l| *l == "    }").expect("its end") + 1;
+    assert!(len <= 80, "request_filter is {len} lines");
 }
