@@ -205,7 +205,7 @@ async fn a_pull_into_a_segment_damaged_meanwhile_loses_no_unit() {
 
 /// The backend says it holds an order whose reservation the gateway had already released. Two
 /// gateways whose configurations differ: one asks the backend about reservations whose hold ran
-/// out (its lookups answer 3 s late), the other has no order lookup and expires them once a
+/// out (its lookups answer 6 s late), the other has no order lookup and expires them once a
 /// lookup's lease passed. The lookup's "found" lands after the expiry: the unit is covered from
 /// stock (a confirmed cover record), counted as accepted late in the ledger and the metric,
 /// logged, and `flashgate reconcile` exits 1 naming it.
@@ -222,17 +222,25 @@ async fn a_backend_accepting_a_released_reservation_makes_reconcile_fail() {
     asking.listen_port = free_port();
     asking.admin_port = free_port();
     asking.extra_upstream_yaml =
-        "  order_lookup: { path: \"/orders/{jti}\", timeout_ms: 5000, retry_interval_ms: 1000 }\n"
+        "  order_lookup: { path: \"/orders/{jti}\", timeout_ms: 9000, retry_interval_ms: 1000 }\n"
             .to_owned();
     let gw = GatewayProc::start(asking);
-    let _expiring = GatewayProc::start(plain);
-    // The backend answers lookups 3 s after they arrive (with what it held then).
-    upstream.mode("lookup_delay_ms=3000").await;
+    // The backend answers lookups 6 s after they arrive (with what it held then).
+    upstream.mode("lookup_delay_ms=6000").await;
     let bought = gw.buy("1001", "alice", None).await;
     assert_eq!(bought.status, 200, "the backend took the order");
+    // Once the lookup is out, the other gateway starts: it expires the reservation when the
+    // lookup's 1 s lease passed, well before the answer.
+    wait_for_async(
+        "the order lookup to reach the backend",
+        Duration::from_secs(20),
+        || async { upstream.lookups().await.first().cloned() },
+    )
+    .await;
+    let _expiring = GatewayProc::start(plain);
     let metrics = wait_for_async(
         "the late 'found' to be counted",
-        Duration::from_secs(20),
+        Duration::from_secs(30),
         || async {
             let m = gw.metrics().await;
             (metric_value(
