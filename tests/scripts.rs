@@ -109,6 +109,11 @@ async fn ledger(s: &StockStore, a: &Activity, v: u64) -> flashgate::stock::Ledge
 
 /// Moves a reservation's hold deadline (in its record, activity 1001) into the past.
 fn deadline_passed(redis: &RedisServer, id: &str) {
+    set_deadline(redis, id, 1);
+}
+
+/// Sets a reservation's hold deadline (in its record, activity 1001), unix ms.
+fn set_deadline(redis: &RedisServer, id: &str, ms: u64) {
     let mut conn = redis.conn();
     let raw: String = redis::cmd("HGET")
         .arg("fg:{1001}:res")
@@ -116,7 +121,8 @@ fn deadline_passed(redis: &RedisServer, id: &str) {
         .query(&mut conn)
         .unwrap();
     let mut fields: Vec<&str> = raw.splitn(12, '|').collect();
-    fields[4] = "1";
+    let ms = ms.to_string();
+    fields[4] = &ms;
     let _: () = redis::cmd("HSET")
         .arg("fg:{1001}:res")
         .arg(id)
@@ -1679,21 +1685,7 @@ async fn a_lookup_answer_lands_only_under_the_fence_its_hand_out_set() {
     );
     // The buyer retries with the key while the second lookup is out (hold 0: the record's
     // deadline passed, so make it a fresh hold for the replay to be accepted).
-    let mut conn = redis.conn();
-    let raw: String = redis::cmd("HGET")
-        .arg("fg:{1001}:res")
-        .arg("r1")
-        .query(&mut conn)
-        .unwrap();
-    let mut fields: Vec<&str> = raw.splitn(12, '|').collect();
-    let far = (redis_time_ms(&redis) + 600_000).to_string();
-    fields[4] = &far;
-    let _: () = redis::cmd("HSET")
-        .arg("fg:{1001}:res")
-        .arg("r1")
-        .arg(fields.join("|"))
-        .query(&mut conn)
-        .unwrap();
+    set_deadline(&redis, "r1", redis_time_ms(&redis) + 600_000);
     let retry = ReserveCall {
         reservation_id: "r2",
         ..keyed

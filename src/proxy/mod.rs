@@ -302,7 +302,12 @@ impl ProxyHttp for FlashProxy {
                 };
             }
         };
-        self.sale(session, ctx, route, raw_activity, &target).await
+        let asked = sale::Asked {
+            route,
+            activity: raw_activity,
+            target: &target,
+        };
+        self.sale(session, ctx, asked).await
     }
 
     async fn upstream_peer(

@@ -16,6 +16,14 @@ use pingora::prelude::*;
 /// A step's verdict: go on with the value, or the request ended (answered) with this result.
 type Step<T> = std::result::Result<T, Result<bool>>;
 
+/// Where a purchase was asked: its sale route, the activity segment of its path, its target.
+#[derive(Clone, Copy)]
+pub(super) struct Asked<'a> {
+    pub route: &'a SaleRoute,
+    pub activity: &'a str,
+    pub target: &'a Target,
+}
+
 impl FlashProxy {
     /// Runs a purchase through the pipeline; `Ok(true)` when answered here, `Ok(false)` when
     /// Pingora's proxy forwards it (a purchase forwarded unreserved while the store is down).
@@ -23,18 +31,16 @@ impl FlashProxy {
         &self,
         session: &mut Session,
         ctx: &mut RequestCtx,
-        route: &SaleRoute,
-        activity: &str,
-        target: &Target,
+        asked: Asked<'_>,
     ) -> Result<bool> {
-        if let Err(ended) = self.considered(session, ctx, route, activity, target).await {
+        if let Err(ended) = self.considered(session, ctx, asked).await {
             return ended;
         }
-        let checked = match self.admit(session, ctx, route, activity, target).await {
+        let checked = match self.admit(session, ctx, asked).await {
             Ok(checked) => checked,
             Err(ended) => return ended,
         };
-        if let Err(ended) = self.whole_body(session, ctx, route).await {
+        if let Err(ended) = self.whole_body(session, ctx, asked.route).await {
             return ended;
         }
         if let Err(ended) = self.take(session, ctx, checked).await {
@@ -50,12 +56,15 @@ impl FlashProxy {
         &self,
         session: &mut Session,
         ctx: &mut RequestCtx,
-        route: &SaleRoute,
-        activity: &str,
-        target: &Target,
+        asked: Asked<'_>,
     ) -> Step<()> {
         ctx.sale = Some(SaleFacts::default());
         let settings = ctx.generation.settings.clone();
+        let Asked {
+            route,
+            activity,
+            target,
+        } = asked;
         let Some(canonical) = canonical_uri(route, activity, target.query.as_deref()) else {
             let bad = Decision::BadRequest(BadRequest::MalformedTarget);
             return Err(refuse(session, ctx, bad).await);
@@ -76,16 +85,14 @@ impl FlashProxy {
         &self,
         session: &mut Session,
         ctx: &mut RequestCtx,
-        route: &SaleRoute,
-        activity: &str,
-        target: &Target,
+        asked: Asked<'_>,
     ) -> Step<Checked> {
         let generation = ctx.generation.clone();
         let sale = SaleRequest {
             req: session.req_header(),
-            target,
-            route,
-            activity,
+            target: asked.target,
+            route: asked.route,
+            activity: asked.activity,
             peer: super::peer_ip(session),
         };
         let facts = ctx.sale.get_or_insert_with(SaleFacts::default);
