@@ -27,6 +27,8 @@ pub struct Gateway {
     pub admission: Admission,
     pub lifecycle: Arc<Lifecycle>,
     pub upstreams: Arc<Upstreams>,
+    /// The reservations requests hold until forwarded or released (the drain waits on them).
+    pub held: Arc<crate::held::Held>,
     /// At most `upstream.max_inflight` sale requests at the backend; the rest wait in line.
     pub upstream_queue: Arc<UpstreamQueue>,
     /// Sends purchases holding stock to the backend on the gateway's own connections.
@@ -153,6 +155,7 @@ impl Gateway {
                 breaker,
                 Arc::new(Refusals::default()),
             ),
+            held: crate::held::Held::new(metrics.reservations_in_flight.clone()),
             upstream_queue,
             forwarder: Forwarder::default(),
             waiting: WaitingRoom::new(store.clone(), metrics.clone()),

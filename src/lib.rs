@@ -9,6 +9,7 @@ pub mod config;
 pub mod decision_log;
 pub mod gateway;
 pub mod header_names;
+pub mod held;
 pub mod lifecycle;
 pub mod live;
 pub mod logging;

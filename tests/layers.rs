@@ -315,6 +315,9 @@ const OWNED: &[(&str, &[&str])] = &[
         ".stock_remaining",
         &["lifecycle/mod.rs", "metrics.rs", "gateway.rs"],
     ),
+    // Reservations held by requests: the guards count them, the drain waits on the count, the
+    // gauge is derived from it.
+    (".reservations_in_flight", &["held.rs", "metrics.rs", "gateway.rs"]),
     // Which activities Redis refuses: set by admission (a reserve's refusal) and maintenance
     // (prewarm), read by everyone.
     ("refused.set(", &["admission/mod.rs", "maintenance.rs"]),

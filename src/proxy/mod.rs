@@ -40,8 +40,9 @@ pub struct RequestCtx {
     decision: Option<Decision>,
     /// Stock held for this request until it is forwarded or released.
     reservation: Option<Reservation>,
-    /// Counts `reservation` in `flashgate_reservations_in_flight` while the request lives.
-    in_flight: Option<InFlight>,
+    /// Counts `reservation` among the reservations held (the drain waits on them) while the
+    /// request lives.
+    in_flight: Option<crate::held::Holding>,
     /// Forwarded unreserved because the store is down (`on_store_failure: passthrough`).
     passthrough: bool,
     /// The request's slot at the backend (upstream protection), given back when it ends.
@@ -214,22 +215,6 @@ async fn refuse(session: &mut Session, ctx: &mut RequestCtx, decision: Decision)
     ctx.decision = Some(decision);
     respond::decision(session, &decision).await?;
     Ok(true)
-}
-
-/// Counts a reservation held by a request until the request is done with it.
-struct InFlight(prometheus::IntGauge);
-
-impl InFlight {
-    fn new(metrics: &crate::metrics::Metrics) -> InFlight {
-        metrics.reservations_in_flight.inc();
-        InFlight(metrics.reservations_in_flight.clone())
-    }
-}
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        self.0.dec();
-    }
 }
 
 #[async_trait]

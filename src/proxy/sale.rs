@@ -4,7 +4,7 @@
 //! the buyer's answer; `request_filter` only routes to here.
 
 use super::body::{canonical_uri, oversized, read_body};
-use super::{refuse, settle, FlashProxy, InFlight, RequestCtx};
+use super::{refuse, settle, FlashProxy, RequestCtx};
 use crate::admission::target::Target;
 use crate::admission::{
     body_quantity, Admitted, BadRequest, Checked, Decision, SaleFacts, SaleRequest,
@@ -164,7 +164,7 @@ impl FlashProxy {
             Ok(Admitted::Reserved(reservation)) => {
                 ctx.reservation = Some(reservation);
                 ctx.stage.advance(settle::Stage::Held);
-                ctx.in_flight = Some(InFlight::new(&self.gw.metrics));
+                ctx.in_flight = Some(self.gw.held.hold());
                 ctx.decision = Some(Decision::Admitted);
                 #[cfg(feature = "fault-injection")]
                 if self.gw.fault == Some(crate::gateway::Fault::HangAfterReserve) {
