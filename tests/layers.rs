@@ -317,7 +317,10 @@ const OWNED: &[(&str, &[&str])] = &[
     ),
     // Reservations held by requests: the guards count them, the drain waits on the count, the
     // gauge is derived from it.
-    (".reservations_in_flight", &["held.rs", "metrics.rs", "gateway.rs"]),
+    (
+        ".reservations_in_flight",
+        &["held.rs", "metrics.rs", "gateway.rs"],
+    ),
     // Which activities Redis refuses: set by admission (a reserve's refusal) and maintenance
     // (prewarm), read by everyone.
     ("refused.set(", &["admission/mod.rs", "maintenance.rs"]),
