@@ -17,6 +17,7 @@ pub mod maintenance;
 pub mod metrics;
 pub mod news;
 pub mod proxy;
+pub mod purchase;
 pub mod reconcile;
 pub mod refusals;
 pub mod reload;

@@ -30,7 +30,8 @@
 mod support;
 
 use flashgate::admission::target::Target;
-use flashgate::admission::{sale_route, Admission, Admitted, SaleFacts, SaleRequest};
+use flashgate::admission::{sale_route, Admission};
+use flashgate::purchase::{self, Attempt, Buffered, NoQueues, Parts, Verdict};
 use flashgate::config::Settings;
 use flashgate::lifecycle::{AdminOutcome, HandedOut, Lifecycle};
 use flashgate::live::{Generation, Live};
@@ -1307,39 +1308,31 @@ impl System {
         let Some((route, raw)) = sale_route(&generation.settings, &target) else {
             panic!("a sale route");
         };
-        let mut facts = SaleFacts::default();
-        let checked = match instance.admission.check(
-            generation.rules(),
-            &SaleRequest {
-                req: &req,
-                target: &target,
-                route,
-                activity: raw,
-                peer: None,
-            },
-            &mut facts,
-        ) {
-            Ok(checked) => checked,
-            Err(decision) => return (decision.code(), None),
+        let uri: http::Uri = req.uri.clone();
+        let asked = purchase::Asked {
+            route,
+            activity: raw,
+            target: &target,
+            canonical: (&http::Method::POST, &uri),
         };
-        let taken = match id {
-            // A reserve whose id was abandoned first: the same path, with that id.
-            Some(id) => block_on(instance.admission.take_with_id(
-                generation.rules(),
-                checked,
-                &mut facts,
-                id.to_owned(),
-            )),
-            None => block_on(
-                instance
-                    .admission
-                    .take(generation.rules(), checked, &mut facts),
-            ),
+        let mut exchange = Buffered {
+            header: req,
+            peer: None,
+            body: Default::default(),
         };
-        match taken {
-            Ok(Admitted::Reserved(r)) => ("admitted", Some(r)),
-            Ok(Admitted::Passthrough) => ("passthrough", None),
-            Err(decision) => (decision.code(), None),
+        let parts = Parts {
+            rules: generation.rules(),
+            admission: &instance.admission,
+            room: &NoQueues,
+        };
+        let mut attempt = Attempt::new(asked, &mut exchange, instance.admission.now());
+        // A reserve whose id was abandoned first: the same path, with that id.
+        attempt.reservation_id = id.map(str::to_owned);
+        match block_on(purchase::run(parts, &mut attempt)) {
+            Verdict::Reserved(r) => ("admitted", Some(r)),
+            Verdict::Passthrough => ("passthrough", None),
+            Verdict::Queue(_) => ("queued", None),
+            Verdict::Refuse(decision) => (decision.code(), None),
         }
     }
 

@@ -1,15 +1,9 @@
-//! Admission: decides, per sale request, whether the buyer may take stock. Each step is cheaper
-//! than the next and the first that refuses answers:
-//!
-//! 0. the client IP's token bucket, before any identity work (memory);
-//! 1. identify the buyer, the activity and the quantity (no I/O);
-//! 2. gate on configuration alone: unknown activity, not started, ended (no I/O);
-//! 3. the buyer's token bucket (memory);
-//! 4. the local sold-out cache (memory);
-//! 5. the activity's admission bucket, which keeps a scripted flood off Redis (memory);
-//! 6. one reserve script in Redis (the only round trip), unless the breaker says Redis is down;
-//!    then the activity's `on_store_failure` decides: `unavailable`, or forwarded unreserved
-//!    (marked) under the instance-wide passthrough cap.
+//! Admission's parts: what the purchase pipeline's gates (`crate::purchase`) decide with. The
+//! decisions and their answers, the buyer's identity, the token buckets, reading the target, the
+//! quantity and the `Idempotency-Key`, routing, and the reserve itself: one script in Redis (the
+//! only round trip), unless the breaker says Redis is down; then the activity's
+//! `on_store_failure` decides: `unavailable`, or forwarded unreserved (marked) under the
+//! instance-wide passthrough cap.
 
 pub mod decision;
 pub mod identity;
@@ -23,7 +17,7 @@ pub use decision::{BadRequest, Code, Decision, Reply};
 pub use policy::{LimitKind, LimitMode, PassthroughOutcome, Policy};
 pub use request::{body_quantity, idempotency_key, quantity, IDEMPOTENCY_HEADER};
 
-use crate::config::{Activity, SaleRoute, SaleWindow, Settings, StoreFailurePolicy};
+use crate::config::{Activity, SaleRoute, Settings, StoreFailurePolicy};
 use crate::metrics::Metrics;
 use crate::refusals::Refusals;
 use crate::reservation::Reservation;
@@ -32,8 +26,6 @@ use crate::stock::breaker::{Breaker, Pass};
 use crate::stock::segments::{Purchase, Reserve};
 use crate::stock::{Layout, StoreError};
 use chrono::{DateTime, Utc};
-use pingora::http::RequestHeader;
-use std::net::IpAddr;
 use std::sync::Arc;
 use target::Target;
 
@@ -164,60 +156,29 @@ pub fn sale_route<'s, 't>(
         .find_map(|r| route::match_target(r, target).map(|act| (r, act)))
 }
 
-/// A request on a sale route, as admission reads it.
-#[derive(Debug, Clone, Copy)]
-pub struct SaleRequest<'a> {
-    pub req: &'a RequestHeader,
-    /// Its target, normalised.
-    pub target: &'a Target,
-    pub route: &'a SaleRoute,
-    /// The activity segment of its path.
-    pub activity: &'a str,
-    /// The TCP peer.
-    pub peer: Option<IpAddr>,
-}
-
-/// A sale request that passed every check made without Redis.
+/// A purchase that passed every check made without Redis, as the reserve takes it.
 #[derive(Debug)]
-pub struct Checked {
-    activity: Arc<Activity>,
-    user: String,
-    qty: u32,
-    idempotency_key: Option<String>,
-    /// Set when a new purchase is refused (outside the sale's hours, or by the waiting room):
-    /// only the idempotency key's reservation may be handed out, else this refusal.
-    replay_only: Option<Decision>,
-    /// The activity's token is taken after the waiting room (see [`Admission::after_queue`]).
-    activity_token_due: bool,
+pub struct Take {
+    pub activity: Arc<Activity>,
+    pub user: String,
+    pub qty: u32,
+    pub idempotency_key: Option<String>,
+    /// A new purchase was refused (outside the sale's hours, or by the waiting room): only the
+    /// idempotency key's reservation may be handed out.
+    pub replay_only: bool,
+    /// The reservation's id, when the caller made it (else one for the buyer's home segment).
+    pub id: Option<String>,
 }
 
-impl Checked {
-    pub fn activity(&self) -> &Arc<Activity> {
-        &self.activity
-    }
-
-    pub fn user(&self) -> &str {
-        &self.user
-    }
-
-    pub fn has_idempotency_key(&self) -> bool {
-        self.idempotency_key.is_some()
-    }
-
-    /// A new purchase is refused with `refusal`; a replay of the idempotency key's
-    /// reservation is still answered (one script call that takes nothing).
-    pub fn replay_only(&mut self, refusal: Decision) {
-        self.replay_only = Some(refusal);
-    }
-}
-
-/// What an admitted sale request carries upstream.
+/// What the reserve gave a purchase.
 #[derive(Debug)]
 pub enum Admitted {
     /// Stock is held: forward with the signed reservation, or release.
     Reserved(Reservation),
     /// The store is down and the activity passes through: forward unreserved, marked.
     Passthrough,
+    /// A replay-only purchase whose key won nothing: the refusal that held it back answers.
+    NotReplayed,
 }
 
 /// Admission's shared parts: the stock port, the sold-out cache, the breaker in front of the
@@ -248,153 +209,59 @@ impl Admission {
         }
     }
 
-    /// Steps 0 to 5: everything decided without Redis (identity, activity, quantity, window,
-    /// token buckets, the sold-out cache). What passes may then [`Admission::take`] stock.
-    pub fn check(
-        &self,
-        rules: Rules<'_>,
-        sale: &SaleRequest<'_>,
-        facts: &mut SaleFacts,
-    ) -> Result<Checked, Decision> {
-        let SaleRequest {
-            req,
-            target,
-            route,
-            activity: raw_activity,
-            peer,
-        } = *sale;
-        let Rules { settings, policy } = rules;
-        let metrics = &*self.metrics;
-        if let Some(ip) = policy.client_ip(&req.headers, peer) {
-            policy.take_token(LimitKind::PerIp, &ip, metrics)?;
-        }
-        let user = policy
-            .identify(&req.headers, peer)
-            .ok_or(Decision::Unauthenticated)?;
-        facts.user = Some(user.clone());
-        let activity = settings
-            .activities
-            .get(raw_activity)
-            .ok_or(Decision::UnknownActivity)?
-            .clone();
-        facts.activity = Some(activity.clone());
-        let qty = quantity(
-            target.query.as_deref(),
-            route.quantity_query(),
-            activity.max_per_request,
-        )
-        .map_err(Decision::BadRequest)?;
-        facts.qty = Some(qty);
-        let idempotency_key = idempotency_key(&req.headers)
-            .map_err(Decision::BadRequest)?
-            .map(str::to_owned);
-        let now = self.stock.now();
-        let closed = match activity.window_at(now) {
-            // An open waiting room takes arrivals before the start (and gives them tickets).
-            SaleWindow::NotStarted if activity.queue_open_at(now) => None,
-            SaleWindow::NotStarted => Some(Decision::NotStarted),
-            SaleWindow::Ended => Some(Decision::Ended),
-            SaleWindow::Open => None,
-        };
-        // Outside the sale's hours (by Redis's clock as last read) nothing new is sold, but a purchase
-        // already won is still its buyer's: a retry with its Idempotency-Key goes to Redis
-        // replay only, and gets its reservation back or this refusal (after the per-user bucket,
-        // so hammering a closed sale costs Redis no more than an open one).
-        match (closed, &idempotency_key) {
-            (Some(refusal), None) => return Err(refusal),
-            _ => policy.take_token(LimitKind::PerUser, user.as_str(), metrics)?,
-        }
-        // A retry with an Idempotency-Key may hold a reservation already: only Redis can say,
-        // so it is never answered from the cache (the activity bucket still caps such calls).
-        if idempotency_key.is_none()
-            && self.sold_out.is_sold_out(
-                &activity.id,
-                activity.version,
-                settings.sold_out_cache.ttl,
-            )
-        {
-            return Err(Decision::SoldOut);
-        }
-        // Behind an open waiting room the activity's bucket counts only what goes on to Redis
-        // (see [`Admission::after_queue`]): buyers re-asking for their place do not use it up.
-        let queued = activity.queue_open_at(now);
-        if !queued {
-            policy.take_token(LimitKind::PerActivity, &*activity.id, metrics)?;
-        }
-        Ok(Checked {
-            activity,
-            user,
-            qty,
-            idempotency_key,
-            replay_only: closed,
-            activity_token_due: queued,
-        })
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
     }
 
-    /// Once the waiting room let a checked request through to the reserve script: the
-    /// activity's token bucket, if it was not taken in [`Admission::check`].
-    /// A replay-only call takes no stock: it takes no token either (buyers held back re-asking
-    /// with their key would otherwise use up what admitted buyers need).
-    pub fn after_queue(&self, rules: Rules<'_>, checked: &mut Checked) -> Result<(), Decision> {
-        let due = std::mem::take(&mut checked.activity_token_due);
-        if due && checked.replay_only.is_none() {
-            rules.policy.take_token(
-                LimitKind::PerActivity,
-                &*checked.activity.id,
-                &self.metrics,
-            )?;
-        }
-        Ok(())
+    /// The time the sale's hours are judged by before any call (see [`StockPort::now`]).
+    pub fn now(&self) -> DateTime<Utc> {
+        self.stock.now()
     }
 
-    /// Step 6: one reserve in Redis (the only round trip), unless the breaker says Redis is
-    /// down; then the activity's `on_store_failure` decides. On `Reserved` the stock is held
-    /// and the caller must either forward the reservation or release it.
+    /// Whether this instance knows `activity`'s current version sold out.
+    pub fn is_sold_out(&self, activity: &Activity, ttl: std::time::Duration) -> bool {
+        self.sold_out
+            .is_sold_out(&activity.id, activity.version, ttl)
+    }
+
+    /// One reserve in Redis (the only round trip), unless the breaker says Redis is down; then
+    /// the activity's `on_store_failure` decides. On `Reserved` the stock is held and the caller
+    /// must either forward the reservation or release it.
     pub async fn take(
         &self,
         rules: Rules<'_>,
-        checked: Checked,
+        take: Take,
         facts: &mut SaleFacts,
     ) -> Result<Admitted, Decision> {
-        let home = Layout::of(&checked.activity).home(&checked.user).index();
-        let id = Reservation::id_in_segment(&checked.activity, home);
-        self.take_with_id(rules, checked, facts, id).await
-    }
-
-    /// [`Admission::take`] with the reservation id made by the caller (the ids of a request are
-    /// the gateway's own; tests use this to replay a reserve whose abandon landed first).
-    pub async fn take_with_id(
-        &self,
-        rules: Rules<'_>,
-        checked: Checked,
-        facts: &mut SaleFacts,
-        id: String,
-    ) -> Result<Admitted, Decision> {
-        let Checked {
+        let Take {
             activity,
             user,
             qty,
             idempotency_key,
             replay_only,
-            activity_token_due: _,
-        } = checked;
+            id,
+        } = take;
+        let id = id.unwrap_or_else(|| {
+            let home = Layout::of(&activity).home(&user).index();
+            Reservation::id_in_segment(&activity, home)
+        });
         let purchase = Purchase {
             user: &user,
             qty,
             reservation_id: &id,
             idempotency_key: idempotency_key.as_deref(),
             in_flight: rules.settings.server.longest_sale_trip,
-            replay_only: replay_only.is_some(),
+            replay_only,
         };
         match self
-            .reserve(rules.settings, &activity, purchase, replay_only, facts)
+            .reserve(rules.settings, &activity, purchase, facts)
             .await
         {
-            Ok(reservation) => Ok(Admitted::Reserved(reservation)),
-            // Never unreserved past a waiting room that held the buyer back.
+            Ok(admitted) => Ok(admitted),
+            // Never unreserved past a waiting room (or hours) that held the buyer back.
             Err(Decision::StoreUnavailable)
                 if activity.on_store_failure == StoreFailurePolicy::Passthrough
-                    && replay_only.is_none()
+                    && !replay_only
                     && self.stock.knows_the_clock() =>
             {
                 match rules.policy.pass_through(&activity.id, &self.metrics) {
@@ -407,17 +274,14 @@ impl Admission {
     }
 
     /// Reserves through the stock port (the buyer's home segment, pulling from the others when
-    /// it runs short) and turns its outcome into a reservation or a decision. `held_back`: the
-    /// refusal of a new purchase (outside the hours, or by the waiting room; the purchase is
-    /// then replay-only), answered when the key won nothing.
+    /// it runs short) and turns its outcome into a reservation or a decision.
     async fn reserve(
         &self,
         settings: &Settings,
         activity: &Arc<Activity>,
         purchase: Purchase<'_>,
-        held_back: Option<Decision>,
         facts: &mut SaleFacts,
-    ) -> Result<Reservation, Decision> {
+    ) -> Result<Admitted, Decision> {
         if self.refused.is_refused(activity) {
             return Err(Decision::Unavailable);
         }
@@ -452,7 +316,7 @@ impl Admission {
                 if let Some(left) = remaining {
                     self.learn_remaining(settings, activity, left as i64);
                 }
-                Ok(Reservation {
+                Ok(Admitted::Reserved(Reservation {
                     id,
                     user: purchase.user.to_owned(),
                     activity: activity.id.clone(),
@@ -463,7 +327,7 @@ impl Admission {
                     created_ms,
                     deadline_ms,
                     fence,
-                })
+                }))
             }
             Reserve::SoldOut { left } => {
                 if !activity.is_segmented() {
@@ -486,7 +350,7 @@ impl Admission {
                 Err(Decision::Unavailable)
             }
             // Answered only to a replay-only purchase, made only when a new one was refused.
-            Reserve::NotReplayed => Err(held_back.unwrap_or(Decision::Unavailable)),
+            Reserve::NotReplayed => Ok(Admitted::NotReplayed),
             // The gateway's clock said open, Redis's did not: Redis's is the one that counts.
             Reserve::NotStarted => Err(Decision::NotStarted),
             Reserve::Ended => Err(Decision::Ended),
@@ -518,6 +382,3 @@ impl Admission {
         }
     }
 }
-
-#[cfg(test)]
-mod tests;

@@ -57,9 +57,6 @@ pub struct RequestCtx {
     upstream_attempted: bool,
     /// Where the purchase holding stock stands (held, sent, settled).
     stage: settle::Stage,
-    /// The waiting room's answer, held while a keyed request asks the reserve script for a
-    /// replay only; given if the key won nothing.
-    queued: Option<crate::waiting::page::Reply>,
     /// A sale request's body, read whole before admission took stock.
     body: bytes::Bytes,
     /// Refused at the edge before routing (any route).
@@ -237,7 +234,6 @@ impl ProxyHttp for FlashProxy {
             upstream_status: None,
             upstream_attempted: false,
             stage: settle::Stage::Unreserved,
-            queued: None,
             body: bytes::Bytes::new(),
             edge: None,
             forward_uri: None,

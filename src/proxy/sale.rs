@@ -1,17 +1,17 @@
-//! The purchase pipeline, in order, for a request on a sale route: what it is forwarded as (and
-//! whether it may be considered at all), admission and the waiting room, its whole body, the
-//! reserve, and the way to the backend. Each step either lets the purchase go on or ends it with
-//! the buyer's answer; `request_filter` only routes to here.
+//! A purchase at the edge: whether it may be considered at all (its canonical form, its size, a
+//! gateway not shutting down), the purchase pipeline (`crate::purchase`: every gate, one
+//! verdict), then the way to the backend. `request_filter` only routes to here.
 
 use super::body::{canonical_uri, oversized, read_body};
 use super::{refuse, settle, FlashProxy, RequestCtx};
 use crate::admission::target::Target;
-use crate::admission::{
-    body_quantity, Admitted, BadRequest, Checked, Decision, SaleFacts, SaleRequest,
-};
+use crate::admission::{BadRequest, Decision, SaleFacts};
 use crate::config::SaleRoute;
+use crate::purchase::{self, Attempt, Exchange, Parts, Verdict};
 use crate::stock::ReleaseReason;
+use pingora::http::RequestHeader;
 use pingora::prelude::*;
+use std::time::Duration;
 
 /// A step's verdict: go on with the value, or the request ended (answered) with this result.
 type Step<T> = std::result::Result<T, Result<bool>>;
@@ -22,6 +22,37 @@ pub(super) struct Asked<'a> {
     pub route: &'a SaleRoute,
     pub activity: &'a str,
     pub target: &'a Target,
+}
+
+/// The request as the pipeline's gates read it: the session's header and peer, and the whole
+/// body, read once within the route's size and deadline.
+struct SessionExchange<'s> {
+    session: &'s mut Session,
+    limit_bytes: u64,
+    deadline: Duration,
+    body: Option<bytes::Bytes>,
+}
+
+#[async_trait::async_trait]
+impl Exchange for SessionExchange<'_> {
+    fn header(&self) -> &RequestHeader {
+        self.session.req_header()
+    }
+
+    fn peer(&self) -> Option<std::net::IpAddr> {
+        super::peer_ip(self.session)
+    }
+
+    async fn body(&mut self) -> std::result::Result<bytes::Bytes, BadRequest> {
+        if let Some(body) = &self.body {
+            return Ok(body.clone());
+        }
+        let (limit, deadline) = (self.limit_bytes, self.deadline);
+        let read = read_body(self.session, limit, deadline, true, None, &mut None).await;
+        let body = bytes::Bytes::from(read.map_err(|bad| bad.bad_request())?);
+        self.body = Some(body.clone());
+        Ok(body)
+    }
 }
 
 impl FlashProxy {
@@ -36,14 +67,8 @@ impl FlashProxy {
         if let Err(ended) = self.considered(session, ctx, asked).await {
             return ended;
         }
-        let checked = match self.admit(session, ctx, asked).await {
-            Ok(checked) => checked,
-            Err(ended) => return ended,
-        };
-        if let Err(ended) = self.whole_body(session, ctx, asked.route).await {
-            return ended;
-        }
-        if let Err(ended) = self.take(session, ctx, checked).await {
+        let verdict = self.decide(session, ctx, asked).await;
+        if let Err(ended) = self.hold(session, ctx, verdict).await {
             return ended;
         }
         self.to_backend(session, ctx).await
@@ -79,89 +104,52 @@ impl FlashProxy {
         Ok(())
     }
 
-    /// Admission's checks, then the waiting room: a buyer without their turn gets a ticket and
-    /// a place instead (or, keyed, goes on replay only).
-    async fn admit(
+    /// The pipeline's verdict; what it learned is kept for the answer and the log, and the body
+    /// it read for the backend.
+    async fn decide(
         &self,
         session: &mut Session,
         ctx: &mut RequestCtx,
         asked: Asked<'_>,
-    ) -> Step<Checked> {
+    ) -> Verdict {
         let generation = ctx.generation.clone();
-        let sale = SaleRequest {
-            req: session.req_header(),
-            target: asked.target,
+        let server = &generation.settings.server;
+        let mut exchange = SessionExchange {
+            session,
+            limit_bytes: server.max_sale_body_bytes,
+            deadline: server.sale_body_timeout,
+            body: None,
+        };
+        let (method, uri) = ctx.canonical.as_ref().expect("considered sets it");
+        let asked = purchase::Asked {
             route: asked.route,
             activity: asked.activity,
-            peer: super::peer_ip(session),
+            target: asked.target,
+            canonical: (method, uri),
         };
-        let facts = ctx.sale.get_or_insert_with(SaleFacts::default);
-        let mut checked = match self.gw.admission.check(generation.rules(), &sale, facts) {
-            Ok(checked) => checked,
-            Err(decision) => return Err(refuse(session, ctx, decision).await),
+        let parts = Parts {
+            rules: generation.rules(),
+            admission: &self.gw.admission,
+            room: &self.gw.waiting,
         };
-        if let Some(answered) = self.queue_gate(session, ctx, &mut checked).await {
-            return Err(answered);
-        }
-        if let Err(decision) = self
-            .gw
-            .admission
-            .after_queue(generation.rules(), &mut checked)
-        {
-            return Err(refuse(session, ctx, decision).await);
-        }
-        Ok(checked)
+        let now = self.gw.admission.now();
+        let mut attempt = Attempt::new(asked, &mut exchange, now);
+        let verdict = purchase::run(parts, &mut attempt).await;
+        ctx.sale = Some(attempt.facts);
+        ctx.body = exchange.body.unwrap_or_default();
+        verdict
     }
 
-    /// The whole body, within its deadline, before any stock or slot is taken (a slow or broken
-    /// body then holds nothing, and nothing the buyer does later can cut a forwarded
-    /// reservation's body short); a quantity it names must be the admitted one.
-    async fn whole_body(
+    /// Holds what the verdict gave (stock for this request, or leave to forward it unreserved),
+    /// or ends the request with the buyer's answer.
+    async fn hold(
         &self,
         session: &mut Session,
         ctx: &mut RequestCtx,
-        route: &SaleRoute,
+        verdict: Verdict,
     ) -> Step<()> {
-        let server = &ctx.generation.settings.server;
-        let (limit, deadline) = (server.max_sale_body_bytes, server.sale_body_timeout);
-        let body = match read_body(session, limit, deadline, true, None, &mut None).await {
-            Ok(body) => body,
-            Err(bad) => {
-                let bad = Decision::BadRequest(bad.bad_request());
-                return Err(refuse(session, ctx, bad).await);
-            }
-        };
-        let admitted = ctx.sale.as_ref().and_then(|f| f.qty);
-        match body_quantity(&session.req_header().headers, &body, route.quantity_query()) {
-            Ok(None) => {}
-            Ok(Some(q)) if Some(q) == admitted => {}
-            Ok(Some(_)) => {
-                let bad = Decision::BadRequest(BadRequest::QuantityAmbiguous);
-                return Err(refuse(session, ctx, bad).await);
-            }
-            Err(bad) => return Err(refuse(session, ctx, Decision::BadRequest(bad)).await),
-        }
-        ctx.body = bytes::Bytes::from(body);
-        Ok(())
-    }
-
-    /// The reserve: stock held for this request (or forwarded unreserved while the store is
-    /// down), or the buyer's answer.
-    async fn take(
-        &self,
-        session: &mut Session,
-        ctx: &mut RequestCtx,
-        checked: Checked,
-    ) -> Step<()> {
-        let generation = ctx.generation.clone();
-        let facts = ctx.sale.get_or_insert_with(SaleFacts::default);
-        match self
-            .gw
-            .admission
-            .take(generation.rules(), checked, facts)
-            .await
-        {
-            Ok(Admitted::Reserved(reservation)) => {
+        match verdict {
+            Verdict::Reserved(reservation) => {
                 ctx.reservation = Some(reservation);
                 ctx.stage.advance(settle::Stage::Held);
                 ctx.in_flight = Some(self.gw.held.hold());
@@ -172,16 +160,13 @@ impl FlashProxy {
                 }
                 Ok(())
             }
-            Ok(Admitted::Passthrough) => {
+            Verdict::Passthrough => {
                 ctx.passthrough = true;
                 ctx.decision = Some(Decision::Passthrough);
                 Ok(())
             }
-            Err(Decision::Waiting) if ctx.queued.is_some() => {
-                let reply = ctx.queued.take().expect("checked");
-                Err(self.answer_queued(session, ctx, reply).await)
-            }
-            Err(decision) => Err(refuse(session, ctx, decision).await),
+            Verdict::Queue(reply) => Err(self.answer_queued(session, ctx, *reply).await),
+            Verdict::Refuse(decision) => Err(refuse(session, ctx, decision).await),
         }
     }
 

@@ -1,37 +1,14 @@
-//! The waiting room at the edge: the gate in front of a purchase, and the poll endpoint
+//! The waiting room at the edge: the buyer's place as an answer, and the poll endpoint
 //! (`GET /flashgate/queue/{activity}`). Glue only: the waiting room decides, this writes.
 
-use super::{peer_ip, refuse, respond, FlashProxy, RequestCtx};
+use super::{peer_ip, respond, FlashProxy, RequestCtx};
 use crate::admission::target::Target;
-use crate::admission::{Checked, Decision, LimitKind};
-use crate::header_names::{cookie, QUEUE_TICKET};
-use crate::waiting::page::{self, Landing, TICKET_COOKIE};
-use crate::waiting::{Gate, Presented};
+use crate::admission::{Decision, LimitKind};
+use crate::purchase::presented;
+use crate::waiting::page::{self, Landing};
+use crate::waiting::Presented;
 use http::StatusCode;
 use pingora::prelude::*;
-
-/// The ticket a request presents: the `X-Flashgate-Ticket` header, else the cookie (an empty
-/// header does not hide the cookie).
-fn presented(session: &Session) -> Option<Presented> {
-    let headers = &session.req_header().headers;
-    let non_empty = |t: &str| Some(t.trim().to_owned()).filter(|t| !t.is_empty());
-    if let Some(t) = headers
-        .get(QUEUE_TICKET)
-        .and_then(|v| v.to_str().ok())
-        .and_then(non_empty)
-    {
-        return Some(Presented {
-            ticket: t,
-            from_cookie: false,
-        });
-    }
-    cookie(headers, TICKET_COOKIE)
-        .and_then(non_empty)
-        .map(|ticket| Presented {
-            ticket,
-            from_cookie: true,
-        })
-}
 
 fn wants_html(session: &Session) -> bool {
     page::wants_html(
@@ -56,60 +33,6 @@ pub(super) fn poll_activity(target: &Target) -> Option<&str> {
 }
 
 impl FlashProxy {
-    /// The waiting room in front of a checked purchase: `Some(answered)` when the request ends
-    /// here (its place, or a refusal), `None` when it goes on to the reserve script. A request
-    /// with an `Idempotency-Key` the room holds back still goes on, replay only: the reserve
-    /// script answers the key's reservation if it won one (a buyer retrying a purchase they
-    /// made at their turn), else the room's answer is given ([`RequestCtx::queued`]).
-    pub(super) async fn queue_gate(
-        &self,
-        session: &mut Session,
-        ctx: &mut RequestCtx,
-        checked: &mut Checked,
-    ) -> Option<Result<bool>> {
-        let activity = checked.activity();
-        let queue = activity.queue.as_ref()?;
-        let ticket = presented(session);
-        let settings = &ctx.generation.settings;
-        let gate = self
-            .gw
-            .waiting
-            .gate(settings, activity, checked.user(), ticket.as_ref())
-            .await;
-        let keyed = checked.has_idempotency_key();
-        match gate {
-            Gate::Pass => None,
-            Gate::Refuse(decision) if keyed && decision != Decision::Unavailable => {
-                checked.replay_only(decision);
-                None
-            }
-            Gate::Refuse(decision) => Some(refuse(session, ctx, decision).await),
-            Gate::Wait(answer) => {
-                let landing = match (&queue.landing_url, &ctx.canonical) {
-                    (Some(url), _) => Landing::Url(url.clone()),
-                    (None, Some((method, uri))) => Landing::Purchase {
-                        method: method.to_string(),
-                        target: uri.to_string(),
-                    },
-                    (None, None) => Landing::Url("/".to_owned()),
-                };
-                let reply = page::reply(
-                    &answer,
-                    StatusCode::ACCEPTED,
-                    wants_html(session),
-                    &activity.id,
-                    &landing,
-                );
-                if keyed {
-                    checked.replay_only(Decision::Waiting);
-                    ctx.queued = Some(reply);
-                    return None;
-                }
-                Some(self.answer_queued(session, ctx, reply).await)
-            }
-        }
-    }
-
     /// Answers with the buyer's place (202 `queued`).
     pub(super) async fn answer_queued(
         &self,
@@ -149,7 +72,7 @@ impl FlashProxy {
                 .filter(|a| a.queue.is_some())
                 .ok_or(Decision::UnknownActivity)?
                 .clone();
-            let ticket = presented(session).or_else(|| {
+            let ticket = presented(&session.req_header().headers).or_else(|| {
                 query_ticket(session).map(|ticket| Presented {
                     ticket,
                     from_cookie: false,

@@ -1,21 +1,35 @@
-//! Admission's pipeline against a fake stock port: every decision it makes from what the store
-//! answers (or fails to), without Redis. The real store is proven by tests/scripts.rs, the
-//! model test and the end-to-end suites.
+//! The purchase pipeline against a fake stock port and a fake waiting room: every verdict it
+//! gives from the request and what the store answers (or fails to), without Redis. The real
+//! store is proven by tests/scripts.rs, the model test and the end-to-end suites.
 
 use super::*;
+use crate::admission::target::Target;
+use crate::admission::{sale_route, Policy, StockPort};
 use crate::config::Settings;
+use crate::metrics::Metrics;
+use crate::refusals::Refusals;
+use crate::sold_out::SoldOutCache;
+use crate::stock::breaker::Breaker;
 use crate::stock::breaker::{BreakerMode, BreakerState};
 use crate::stock::segments::Refusal;
+use crate::stock::segments::{Purchase, Reserve};
+use crate::stock::StoreError;
+use crate::waiting::view::Status;
+use crate::waiting::{self, Answer, Presented};
 use parking_lot::Mutex;
 use std::collections::VecDeque;
 use std::path::Path;
 use std::time::Duration;
 
+/// What one reserve asked: user, quantity, key, replay only.
+type Asked4 = (String, u32, Option<String>, bool);
+
 /// A stock port that answers from a script and records what it was asked.
 #[derive(Default)]
 struct FakeStock {
     answers: Mutex<VecDeque<Result<Reserve, StoreError>>>,
-    asked: Mutex<Vec<(String, u32, Option<String>)>>,
+    /// (user, qty, key, replay only) of every reserve.
+    asked: Mutex<Vec<Asked4>>,
     announced: Mutex<Vec<(String, u64)>>,
 }
 
@@ -39,6 +53,7 @@ impl StockPort for FakeStock {
             purchase.user.to_owned(),
             purchase.qty,
             purchase.idempotency_key.map(str::to_owned),
+            purchase.replay_only,
         ));
         self.answers
             .lock()
@@ -73,6 +88,32 @@ sale_routes:
     Settings::from_yaml(&yaml, Path::new("."), &secrets).expect("valid test configuration")
 }
 
+/// A waiting room that answers every purchase the same way, and counts them.
+#[derive(Default)]
+struct FakeRoom {
+    answer: Mutex<Option<waiting::Gate>>,
+    asked: Mutex<Vec<(String, Option<String>)>>,
+}
+
+#[async_trait::async_trait]
+impl Room for FakeRoom {
+    async fn gate(
+        &self,
+        _settings: &Settings,
+        _activity: &Activity,
+        user: &str,
+        presented: Option<&Presented>,
+    ) -> waiting::Gate {
+        let ticket = presented.map(|p| p.ticket.clone());
+        self.asked.lock().push((user.to_owned(), ticket));
+        match &*self.answer.lock() {
+            None | Some(waiting::Gate::Pass) => waiting::Gate::Pass,
+            Some(waiting::Gate::Wait(answer)) => waiting::Gate::Wait(answer.clone()),
+            Some(waiting::Gate::Refuse(decision)) => waiting::Gate::Refuse(*decision),
+        }
+    }
+}
+
 struct Harness {
     settings: Settings,
     policy: Policy,
@@ -80,6 +121,7 @@ struct Harness {
     admission: Admission,
     sold_out: Arc<SoldOutCache>,
     metrics: Arc<Metrics>,
+    room: FakeRoom,
 }
 
 impl Harness {
@@ -101,6 +143,7 @@ impl Harness {
             admission,
             sold_out,
             metrics,
+            room: FakeRoom::default(),
         }
     }
 
@@ -111,13 +154,23 @@ impl Harness {
         }
     }
 
-    /// One sale request through check and take, as the proxy makes it.
+    /// One sale request through every gate, as the proxy makes it: `Err` is a refusal.
     fn buy(
         &self,
         user: Option<&str>,
         path: &str,
         headers: &[(&str, &str)],
-    ) -> Result<Admitted, Decision> {
+    ) -> Result<Verdict, Decision> {
+        self.buy_with_body(user, path, headers, b"")
+    }
+
+    fn buy_with_body(
+        &self,
+        user: Option<&str>,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+    ) -> Result<Verdict, Decision> {
         let mut req = RequestHeader::build("POST", path.as_bytes(), None).unwrap();
         if let Some(user) = user {
             req.insert_header("x-user-id", user).unwrap();
@@ -127,16 +180,28 @@ impl Harness {
         }
         let target = Target::of(&req.method, req.raw_path());
         let (route, activity) = sale_route(&self.settings, &target).expect("a sale route");
-        let sale = SaleRequest {
-            req: &req,
-            target: &target,
+        let uri: http::Uri = path.parse().unwrap();
+        let asked = Asked {
             route,
             activity,
-            peer: None,
+            target: &target,
+            canonical: (&http::Method::POST, &uri),
         };
-        let mut facts = SaleFacts::default();
-        let checked = self.admission.check(self.rules(), &sale, &mut facts)?;
-        futures_executor(self.admission.take(self.rules(), checked, &mut facts))
+        let mut exchange = Buffered {
+            header: req,
+            peer: None,
+            body: bytes::Bytes::copy_from_slice(body),
+        };
+        let parts = Parts {
+            rules: self.rules(),
+            admission: &self.admission,
+            room: &self.room,
+        };
+        let mut attempt = Attempt::new(asked, &mut exchange, self.admission.now());
+        match futures_executor(run(parts, &mut attempt)) {
+            Verdict::Refuse(decision) => Err(decision),
+            verdict => Ok(verdict),
+        }
     }
 }
 
@@ -204,7 +269,7 @@ fn a_reservation_carries_what_the_store_answered() {
         settings("", ""),
         vec![reserved(Some(8), false), reserved(Some(8), true)],
     );
-    let Ok(Admitted::Reserved(r)) = h.buy(Some("alice"), "/buy/a1?qty=2", &[]) else {
+    let Ok(Verdict::Reserved(r)) = h.buy(Some("alice"), "/buy/a1?qty=2", &[]) else {
         panic!("reserved");
     };
     assert_eq!(
@@ -213,7 +278,7 @@ fn a_reservation_carries_what_the_store_answered() {
     );
     assert_eq!((r.created_ms, r.deadline_ms), (1_000, 901_000));
     // A replay is handed the earlier reservation, which this request may never release.
-    let Ok(Admitted::Reserved(r)) =
+    let Ok(Verdict::Reserved(r)) =
         h.buy(Some("alice"), "/buy/a1?qty=2", &[("idempotency-key", "k")])
     else {
         panic!("replayed");
@@ -221,7 +286,7 @@ fn a_reservation_carries_what_the_store_answered() {
     assert!(!r.owned);
     assert_eq!(
         h.stock.asked.lock()[1],
-        ("alice".to_owned(), 2, Some("k".to_owned()))
+        ("alice".to_owned(), 2, Some("k".to_owned()), false)
     );
 }
 
@@ -323,7 +388,7 @@ fn passthrough_forwards_unreserved_under_its_cap() {
     );
     assert!(matches!(
         h.buy(Some("u"), "/buy/a1", &[]),
-        Ok(Admitted::Passthrough)
+        Ok(Verdict::Passthrough)
     ));
     assert_eq!(
         h.buy(Some("u"), "/buy/a1", &[]).unwrap_err(),
@@ -355,5 +420,159 @@ fn token_buckets_refuse_before_the_store_and_shadow_only_counts() {
         .contains(r#"flashgate_rate_limit_refusals_total{limit="per_activity",mode="shadow"} 1"#));
     assert!(
         text.contains(r#"flashgate_rate_limit_refusals_total{limit="per_user",mode="enforced"} 1"#)
+    );
+}
+
+fn waiting_answer() -> waiting::Gate {
+    waiting::Gate::Wait(Answer {
+        ticket: "t-1".into(),
+        status: Status::Waiting {
+            position: 5,
+            estimated_wait_ms: 5_000,
+            refresh_after_ms: 1_000,
+            likely_too_late: false,
+            drawn: true,
+        },
+        cookie_max_age_secs: 60,
+    })
+}
+
+fn queued_settings() -> Settings {
+    settings(", queue: { admit_per_second: 1 }", "")
+}
+
+#[test]
+fn the_quantity_is_read_from_the_query_and_the_body_at_once() {
+    let h = Harness::new(
+        settings("", ""),
+        vec![reserved(Some(8), false), reserved(Some(8), false)],
+    );
+    let json = [("content-type", "application/json")];
+    // The body agrees with the query: one purchase of two.
+    assert!(h
+        .buy_with_body(Some("u"), "/buy/a1?qty=2", &json, br#"{"qty":2}"#)
+        .is_ok());
+    // A body naming the quantity the query left at 1.
+    assert_eq!(
+        h.buy_with_body(Some("u"), "/buy/a1", &json, br#"{"qty":3}"#)
+            .unwrap_err(),
+        Decision::BadRequest(BadRequest::QuantityAmbiguous)
+    );
+    // A body no backend reads the same way.
+    assert_eq!(
+        h.buy_with_body(Some("u"), "/buy/a1", &json, br#"{"qty":NaN}"#)
+            .unwrap_err(),
+        Decision::BadRequest(BadRequest::MalformedBody)
+    );
+    assert!(h.buy_with_body(Some("u"), "/buy/a1", &[], b"qty=1").is_ok());
+    assert_eq!(h.stock.asked.lock().len(), 2, "refused before the store");
+}
+
+#[test]
+fn a_buyer_without_their_turn_gets_their_place_and_takes_nothing() {
+    let h = Harness::new(queued_settings(), vec![]);
+    *h.room.answer.lock() = Some(waiting_answer());
+    let placed = h.buy(Some("u"), "/buy/a1", &[("x-flashgate-ticket", "t-0")]);
+    let Ok(Verdict::Queue(reply)) = placed else {
+        panic!("queued: {placed:?}");
+    };
+    assert_eq!(reply.status, http::StatusCode::ACCEPTED);
+    assert_eq!(
+        *h.room.asked.lock(),
+        [("u".to_owned(), Some("t-0".to_owned()))]
+    );
+    assert!(h.stock.asked.lock().is_empty());
+    // Refused by the room: its decision, still no store call.
+    *h.room.answer.lock() = Some(waiting::Gate::Refuse(Decision::TicketExpired));
+    assert_eq!(
+        h.buy(Some("u"), "/buy/a1", &[]).unwrap_err(),
+        Decision::TicketExpired
+    );
+    assert!(h.stock.asked.lock().is_empty());
+}
+
+#[test]
+fn a_keyed_buyer_held_back_gets_their_reservation_or_the_hold_backs_answer() {
+    let top = "rate_limits: { per_activity: { per_second: 1, burst: 1 } }\n";
+    let h = Harness::new(
+        settings(", queue: { admit_per_second: 1 }", top),
+        vec![
+            Ok(Reserve::NotReplayed),
+            reserved(Some(8), true),
+            Ok(Reserve::NotReplayed),
+            reserved(Some(8), false),
+        ],
+    );
+    let keyed = [("idempotency-key", "k")];
+    *h.room.answer.lock() = Some(waiting_answer());
+    // The key won nothing: the buyer's place.
+    assert!(matches!(
+        h.buy(Some("u"), "/buy/a1", &keyed),
+        Ok(Verdict::Queue(_))
+    ));
+    // The key won a reservation at the buyer's turn: handed back, not owned.
+    let Ok(Verdict::Reserved(r)) = h.buy(Some("u"), "/buy/a1", &keyed) else {
+        panic!("replayed");
+    };
+    assert!(!r.owned);
+    // Refused by the room (not `unavailable`): that refusal when the key won nothing.
+    *h.room.answer.lock() = Some(waiting::Gate::Refuse(Decision::TicketExpired));
+    assert_eq!(
+        h.buy(Some("u"), "/buy/a1", &keyed).unwrap_err(),
+        Decision::TicketExpired
+    );
+    let asked = h.stock.asked.lock().clone();
+    assert!(asked.iter().all(|(_, _, _, replay_only)| *replay_only));
+    // Replays held back took no activity token: the admitted buyer still finds one.
+    *h.room.answer.lock() = Some(waiting::Gate::Pass);
+    assert!(matches!(
+        h.buy(Some("v"), "/buy/a1", &[]),
+        Ok(Verdict::Reserved(_))
+    ));
+    assert!(!h.stock.asked.lock()[3].3, "a new purchase");
+}
+
+#[test]
+fn a_keyed_retry_outside_the_hours_is_replay_only() {
+    let h = Harness::new(
+        settings("", ""),
+        vec![Ok(Reserve::NotReplayed), reserved(None, true)],
+    );
+    let keyed = [("idempotency-key", "k")];
+    assert_eq!(
+        h.buy(Some("u"), "/buy/later", &keyed).unwrap_err(),
+        Decision::NotStarted
+    );
+    assert!(matches!(
+        h.buy(Some("u"), "/buy/later", &keyed),
+        Ok(Verdict::Reserved(_))
+    ));
+    let asked = h.stock.asked.lock().clone();
+    assert_eq!(asked.len(), 2);
+    assert!(asked.iter().all(|a| a.3), "replay only");
+    // Unkeyed: refused by the hours, no store call.
+    assert_eq!(
+        h.buy(Some("u"), "/buy/later", &[]).unwrap_err(),
+        Decision::NotStarted
+    );
+    assert_eq!(h.stock.asked.lock().len(), 2);
+}
+
+#[test]
+fn the_gates_run_in_the_documented_order() {
+    let names: Vec<&str> = gates::GATES.iter().map(|g| g.name()).collect();
+    assert_eq!(
+        names,
+        [
+            "IpBucket",
+            "Identity",
+            "Quantity",
+            "Hours",
+            "UserBucket",
+            "SoldOut",
+            "WaitingRoom",
+            "ActivityBucket",
+            "Reserve",
+        ]
     );
 }

@@ -1,0 +1,28 @@
+//! The sale's hours, by the store's clock as last read (the reserve script judges again by its
+//! own). Outside them nothing new is sold, but a purchase already won is still its buyer's: a
+//! retry with its `Idempotency-Key` goes on replay only, and gets its reservation back or this
+//! refusal. An open waiting room takes arrivals before the start (and gives them tickets).
+
+use crate::admission::Decision;
+use crate::config::SaleWindow;
+use crate::purchase::{Attempt, Gate, HeldBack, Parts, Step};
+
+pub struct Hours;
+
+#[async_trait::async_trait]
+impl Gate for Hours {
+    async fn check(&self, _parts: Parts<'_>, attempt: &mut Attempt<'_>) -> Step {
+        let activity = attempt.activity();
+        let closed = match activity.window_at(attempt.now) {
+            SaleWindow::NotStarted if activity.queue_open_at(attempt.now) => return Step::Pass,
+            SaleWindow::NotStarted => Decision::NotStarted,
+            SaleWindow::Ended => Decision::Ended,
+            SaleWindow::Open => return Step::Pass,
+        };
+        if attempt.key.is_none() {
+            return Step::refuse(closed);
+        }
+        attempt.held_back = Some(HeldBack::Hours(closed));
+        Step::Pass
+    }
+}

@@ -1,0 +1,33 @@
+//! Who buys what: the buyer (by the configured identity), the activity named by the path, and
+//! the purchase's `Idempotency-Key` (no I/O).
+
+use crate::admission::{idempotency_key, Decision};
+use crate::purchase::{Attempt, Gate, Parts, Step};
+
+pub struct Identity;
+
+#[async_trait::async_trait]
+impl Gate for Identity {
+    async fn check(&self, parts: Parts<'_>, attempt: &mut Attempt<'_>) -> Step {
+        let header = attempt.exchange.header();
+        let Some(user) = parts
+            .rules
+            .policy
+            .identify(&header.headers, attempt.exchange.peer())
+        else {
+            return Step::refuse(Decision::Unauthenticated);
+        };
+        attempt.facts.user = Some(user);
+        let Some(activity) = parts.rules.settings.activities.get(attempt.asked.activity) else {
+            return Step::refuse(Decision::UnknownActivity);
+        };
+        attempt.facts.activity = Some(activity.clone());
+        match idempotency_key(&attempt.exchange.header().headers) {
+            Ok(key) => {
+                attempt.key = key.map(str::to_owned);
+                Step::Pass
+            }
+            Err(bad) => Step::refuse(Decision::BadRequest(bad)),
+        }
+    }
+}

@@ -1,0 +1,37 @@
+//! The reserve: one script call in Redis (the only round trip) holding stock for the buyer in
+//! their home segment (pulling from the others when it runs short), unless the breaker says the
+//! store is down; then the activity's `on_store_failure` decides. A purchase held back runs
+//! replay only: the key's reservation if it won one, else the hold-back's answer.
+
+use crate::admission::{Admitted, Take};
+use crate::purchase::{Attempt, Gate, Parts, Step, Verdict};
+
+pub struct Reserve;
+
+#[async_trait::async_trait]
+impl Gate for Reserve {
+    async fn check(&self, parts: Parts<'_>, attempt: &mut Attempt<'_>) -> Step {
+        let held_back = attempt.held_back.take();
+        let take = Take {
+            activity: attempt.activity().clone(),
+            user: attempt.user().to_owned(),
+            qty: attempt.qty(),
+            idempotency_key: attempt.key.take(),
+            replay_only: held_back.is_some(),
+            id: attempt.reservation_id.take(),
+        };
+        let taken = parts
+            .admission
+            .take(parts.rules, take, &mut attempt.facts)
+            .await;
+        Step::Answer(match (taken, held_back) {
+            (Ok(Admitted::Reserved(reservation)), _) => Verdict::Reserved(reservation),
+            (Ok(Admitted::Passthrough), _) => Verdict::Passthrough,
+            (Ok(Admitted::NotReplayed), Some(held_back)) => held_back.verdict(),
+            (Ok(Admitted::NotReplayed), None) => {
+                Verdict::Refuse(crate::admission::Decision::Unavailable)
+            }
+            (Err(decision), _) => Verdict::Refuse(decision),
+        })
+    }
+}

@@ -1,0 +1,19 @@
+//! The buyer's token bucket (memory only); a keyed retry of a closed sale spends from it too, so
+//! hammering a closed sale costs Redis no more than an open one.
+
+use crate::admission::LimitKind;
+use crate::purchase::{Attempt, Gate, Parts, Step};
+
+pub struct UserBucket;
+
+#[async_trait::async_trait]
+impl Gate for UserBucket {
+    async fn check(&self, parts: Parts<'_>, attempt: &mut Attempt<'_>) -> Step {
+        let metrics = parts.admission.metrics();
+        parts
+            .rules
+            .policy
+            .take_token(LimitKind::PerUser, attempt.user(), metrics)
+            .into()
+    }
+}

@@ -1,0 +1,131 @@
+//! The waiting room in front of a purchase: a buyer whose turn it is goes on; one without it
+//! gets a ticket and their place (202 `queued`) instead. A buyer with an `Idempotency-Key` the
+//! room holds back still goes on, replay only: the reserve script answers the key's reservation
+//! if it won one (a buyer retrying a purchase they made at their turn), else the room's answer
+//! is given.
+
+use crate::admission::Decision;
+use crate::config::{Activity, Settings};
+use crate::header_names::{cookie, QUEUE_TICKET};
+use crate::purchase::{Attempt, Gate, HeldBack, Parts, Step, Verdict};
+use crate::waiting::page::{self, Landing, TICKET_COOKIE};
+use crate::waiting::{self, Presented};
+use http::{HeaderMap, StatusCode};
+
+/// The waiting rooms, as the gate asks them (the gateway's [`waiting::WaitingRoom`]; unit
+/// tests use a fake).
+#[async_trait::async_trait]
+pub trait Room: Sync {
+    /// The gate in front of a purchase by `user` presenting `presented`, if anything.
+    async fn gate(
+        &self,
+        settings: &Settings,
+        activity: &Activity,
+        user: &str,
+        presented: Option<&Presented>,
+    ) -> waiting::Gate;
+}
+
+#[async_trait::async_trait]
+impl Room for waiting::WaitingRoom {
+    async fn gate(
+        &self,
+        settings: &Settings,
+        activity: &Activity,
+        user: &str,
+        presented: Option<&Presented>,
+    ) -> waiting::Gate {
+        waiting::WaitingRoom::gate(self, settings, activity, user, presented).await
+    }
+}
+
+/// No waiting rooms: every purchase passes (tools and tests whose activities have no queue).
+pub struct NoQueues;
+
+#[async_trait::async_trait]
+impl Room for NoQueues {
+    async fn gate(
+        &self,
+        _settings: &Settings,
+        _activity: &Activity,
+        _user: &str,
+        _presented: Option<&Presented>,
+    ) -> waiting::Gate {
+        waiting::Gate::Pass
+    }
+}
+
+/// The ticket a request presents: the `X-Flashgate-Ticket` header, else the cookie (an empty
+/// header does not hide the cookie).
+pub fn presented(headers: &HeaderMap) -> Option<Presented> {
+    let non_empty = |t: &str| Some(t.trim().to_owned()).filter(|t| !t.is_empty());
+    if let Some(t) = headers
+        .get(QUEUE_TICKET)
+        .and_then(|v| v.to_str().ok())
+        .and_then(non_empty)
+    {
+        return Some(Presented {
+            ticket: t,
+            from_cookie: false,
+        });
+    }
+    cookie(headers, TICKET_COOKIE)
+        .and_then(non_empty)
+        .map(|ticket| Presented {
+            ticket,
+            from_cookie: true,
+        })
+}
+
+pub struct WaitingRoom;
+
+#[async_trait::async_trait]
+impl Gate for WaitingRoom {
+    async fn check(&self, parts: Parts<'_>, attempt: &mut Attempt<'_>) -> Step {
+        let activity = attempt.activity().clone();
+        let Some(queue) = activity.queue.as_ref() else {
+            return Step::Pass;
+        };
+        let headers = &attempt.exchange.header().headers;
+        let ticket = presented(headers);
+        let settings = parts.rules.settings;
+        let keyed = attempt.key.is_some();
+        match parts
+            .room
+            .gate(settings, &activity, attempt.user(), ticket.as_ref())
+            .await
+        {
+            waiting::Gate::Pass => Step::Pass,
+            waiting::Gate::Refuse(decision) if keyed && decision != Decision::Unavailable => {
+                attempt.held_back = Some(HeldBack::Queue(decision, None));
+                Step::Pass
+            }
+            waiting::Gate::Refuse(decision) => Step::refuse(decision),
+            waiting::Gate::Wait(answer) => {
+                let (method, target) = attempt.asked.canonical;
+                let landing = match &queue.landing_url {
+                    Some(url) => Landing::Url(url.clone()),
+                    None => Landing::Purchase {
+                        method: method.to_string(),
+                        target: target.to_string(),
+                    },
+                };
+                let accept = headers
+                    .get(http::header::ACCEPT)
+                    .and_then(|v| v.to_str().ok());
+                let reply = Box::new(page::reply(
+                    &answer,
+                    StatusCode::ACCEPTED,
+                    page::wants_html(accept),
+                    &activity.id,
+                    &landing,
+                ));
+                if keyed {
+                    attempt.held_back = Some(HeldBack::Queue(Decision::Waiting, Some(reply)));
+                    return Step::Pass;
+                }
+                Step::Answer(Verdict::Queue(reply))
+            }
+        }
+    }
+}
