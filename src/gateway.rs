@@ -5,8 +5,6 @@ use crate::config::Settings;
 use crate::lifecycle::Lifecycle;
 use crate::live::{Generation, Live};
 use crate::metrics::Metrics;
-use crate::refusals::Refusals;
-use crate::sold_out::SoldOutCache;
 use crate::stock::breaker::Breaker;
 use crate::stock::{ConfirmedVia, ReleaseReason, ScriptName, StockStore, StoreOp};
 use crate::upstream::forward::Forwarder;
@@ -22,8 +20,6 @@ pub struct Gateway {
     pub live: Live,
     pub metrics: Arc<Metrics>,
     pub store: Arc<StockStore>,
-    /// This instance's sold-out marks, shared by admission, the lifecycle and the news listener.
-    pub sold_out: Arc<SoldOutCache>,
     pub admission: Admission,
     pub lifecycle: Arc<Lifecycle>,
     pub upstreams: Arc<Upstreams>,
@@ -100,9 +96,7 @@ impl Gateway {
                 preset_activity_series(&self.metrics, &activity.id, activity.queue.is_some());
             }
         }
-        // Refusals are Redis's verdict on the old configuration: the next prewarm (or buyer)
-        // asks again about the new one.
-        self.admission.refused.clear();
+        self.lifecycle.reloaded();
         if settings.upstream.addresses != current.settings.upstream.addresses {
             // Health-checked: the new addresses, and the old ones for requests still in
             // flight under the previous generation (each request picks from its own list).
@@ -136,7 +130,6 @@ impl Gateway {
             preset_activity_series(&metrics, &activity.id, activity.queue.is_some());
         }
         let upstreams = Arc::new(upstreams);
-        let sold_out = Arc::new(SoldOutCache::new());
         let breaker = Arc::new(Breaker::new(metrics.clone()));
         let upstream_queue = UpstreamQueue::new(metrics.clone());
         let live = Live::new(Generation::build(settings, None));
@@ -144,24 +137,17 @@ impl Gateway {
             live.clone(),
             store.clone(),
             metrics.clone(),
-            sold_out.clone(),
+            Arc::new(crate::lifecycle::SaleState::default()),
             upstreams.clone(),
         ));
         Gateway {
-            admission: Admission::new(
-                Arc::new(lifecycle.clone()),
-                metrics.clone(),
-                sold_out.clone(),
-                breaker,
-                Arc::new(Refusals::default()),
-            ),
+            admission: Admission::new(Arc::new(lifecycle.clone()), metrics.clone(), breaker),
             held: crate::held::Held::new(metrics.reservations_in_flight.clone()),
             upstream_queue,
             forwarder: Forwarder::default(),
             waiting: WaitingRoom::new(store.clone(), metrics.clone()),
             drain_started: OnceLock::new(),
             lifecycle,
-            sold_out,
             live,
             metrics,
             store,

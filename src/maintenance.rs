@@ -63,27 +63,10 @@ impl Maintenance {
                     continue;
                 }
             };
-            let refused = gw.admission.refused.get(&activity.id);
             match prewarmed {
-                Err(refusal) => {
-                    if refused.as_ref() != Some(&refusal) {
-                        tracing::error!(activity = %activity.id, %refusal, "not on sale");
-                    }
-                    gw.admission.refused.set(&activity.id, Some(refusal));
-                    gw.metrics
-                        .activity_refused
-                        .with_label_values(&[&activity.id])
-                        .set(1);
-                }
+                Err(refusal) => gw.lifecycle.refused(&activity.id, Some(refusal)),
                 Ok(report) => {
-                    if refused.is_some() {
-                        tracing::info!(activity = %activity.id, "configuration accepted again: on sale");
-                        gw.admission.refused.set(&activity.id, None);
-                    }
-                    gw.metrics
-                        .activity_refused
-                        .with_label_values(&[&activity.id])
-                        .set(0);
+                    gw.lifecycle.refused(&activity.id, None);
                     self.report(activity, window, &report);
                 }
             }
@@ -132,7 +115,7 @@ impl Maintenance {
                 .with_label_values(&[&activity.id])
                 .inc_by(u64::from(report.created));
             if seen_before {
-                gw.sold_out.clear(&activity.id, activity.version);
+                gw.lifecycle.key_recreated(activity);
                 tracing::error!(activity = %activity.id, version = activity.version,
                     "stock key was lost by Redis and created again: stock restarts from the configuration");
             } else {
@@ -164,11 +147,9 @@ impl BackgroundService for Maintenance {
         let mut reconcile = ticker(settings.redis.reconcile_interval);
         let mut evict = ticker(settings.rate_limits.evict_interval);
         let mut queues = ticker(crate::waiting::REFRESH_INTERVAL);
-        let live = self.gw.live.clone();
         tokio::spawn(crate::news::listen(
-            move || live.settings(),
             self.gw.store.clone(),
-            self.gw.sold_out.clone(),
+            self.gw.lifecycle.clone(),
             shutdown.clone(),
         ));
         loop {

@@ -13,9 +13,7 @@
 //! only costs that instance what it cost before news existed: a sold-out answer for up to the
 //! cache TTL, or one more script call to learn it. News never admits anyone: Redis still decides.
 
-use crate::config::Settings;
-use crate::sold_out::SoldOutCache;
-use crate::stock::{segments, StockStore};
+use crate::stock::StockStore;
 use futures_util::StreamExt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -51,29 +49,10 @@ impl News {
     }
 }
 
-/// Applies news to this instance's cache. Only configured activities (and, for "sold out", only
-/// their current version) are touched, so a stray publisher cannot grow the cache.
-pub async fn apply(settings: &Settings, store: &StockStore, cache: &SoldOutCache, news: &News) {
-    match news {
-        News::Available { activity, version } => {
-            if let Some(activity) = settings.activities.get(activity) {
-                cache.clear(&activity.id, *version);
-            }
-        }
-        News::SoldOut { activity, version } => {
-            let Some(activity) = settings.activities.get(activity) else {
-                return;
-            };
-            let ttl = settings.sold_out_cache.ttl;
-            if activity.version != *version || cache.is_sold_out(&activity.id, *version, ttl) {
-                return;
-            }
-            // Sold out means nothing left in any segment, nor in flight between two.
-            if matches!(segments::available(store, activity).await, Ok(left) if left <= 0) {
-                cache.mark_sold_out(&activity.id, *version, ttl);
-            }
-        }
-    }
+/// Who acts on news (the lifecycle, which owns the sale state): one message at a time.
+#[async_trait::async_trait]
+pub trait NewsSink: Send + Sync {
+    async fn news(&self, news: News);
 }
 
 /// Tells every instance, off the caller's path; a lost message costs only cache freshness.
@@ -88,11 +67,10 @@ pub fn publish(store: &Arc<StockStore>, news: News) {
 }
 
 /// Listens for news until `shutdown` says stop, reconnecting with a back-off when the
-/// subscription breaks. `settings` gives the running configuration for each message.
+/// subscription breaks; each message goes to `sink`.
 pub async fn listen(
-    settings: impl Fn() -> Arc<Settings>,
     store: Arc<StockStore>,
-    cache: Arc<SoldOutCache>,
+    sink: Arc<dyn NewsSink>,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) {
     let client = store.client().clone();
@@ -124,7 +102,7 @@ pub async fn listen(
                         .as_deref()
                         .and_then(News::decode)
                     {
-                        apply(&settings(), &store, &cache, &news).await;
+                        sink.news(news).await;
                     }
                 }
                 tracing::warn!("sold-out news subscription ended; reconnecting");

@@ -31,14 +31,12 @@ mod support;
 
 use flashgate::admission::target::Target;
 use flashgate::admission::{sale_route, Admission};
-use flashgate::purchase::{self, Attempt, Buffered, NoQueues, Parts, Verdict};
 use flashgate::config::Settings;
-use flashgate::lifecycle::{AdminOutcome, HandedOut, Lifecycle};
+use flashgate::lifecycle::{AdminOutcome, HandedOut, Lifecycle, SaleState};
 use flashgate::live::{Generation, Live};
 use flashgate::metrics::Metrics;
-use flashgate::refusals::Refusals;
+use flashgate::purchase::{self, Attempt, Buffered, NoQueues, Parts, Verdict};
 use flashgate::reservation::Reservation;
-use flashgate::sold_out::SoldOutCache;
 use flashgate::stock::breaker::Breaker;
 use flashgate::stock::ReleaseReason;
 use flashgate::stock::{segments, ConfirmedVia, Layout, ReleaseMode, StockStore};
@@ -1220,7 +1218,9 @@ struct Instance {
 }
 
 impl Instance {
-    fn new(conf: &Conf, sold_out: &Arc<SoldOutCache>) -> Instance {
+    /// `state`: the sale state, shared by the instances as if news reached them at once (the
+    /// model keeps one sold-out set).
+    fn new(conf: &Conf, state: &Arc<SaleState>) -> Instance {
         let w = &*WORLD;
         let settings = settings(conf, false);
         let metrics = Arc::new(Metrics::new());
@@ -1230,15 +1230,13 @@ impl Instance {
             live.clone(),
             w.store.clone(),
             metrics.clone(),
-            sold_out.clone(),
+            state.clone(),
             Arc::new(upstreams),
         ));
         let admission = Admission::new(
             Arc::new(lifecycle.clone()),
             metrics.clone(),
-            sold_out.clone(),
             Arc::new(Breaker::new(metrics)),
-            Arc::new(Refusals::default()),
         );
         Instance {
             live,
@@ -1250,7 +1248,7 @@ impl Instance {
     /// A reload: the next generation, refusals forgotten (as `Gateway::apply` does).
     fn apply(&self, conf: &Conf) {
         self.publish(conf, false);
-        self.admission.refused.clear();
+        self.lifecycle.reloaded();
     }
 
     /// The same configuration with or without `upstream.order_lookup`.
@@ -1368,13 +1366,13 @@ impl StateMachineTest for System {
         ));
         with_conn(|conn| redis::cmd("FLUSHALL").query::<()>(conn).unwrap());
         block_on(w.upstream.reset());
-        let sold_out = Arc::new(SoldOutCache::new());
+        let state = Arc::new(SaleState::default());
         System {
             _serial: serial,
             instances: model
                 .conf
                 .iter()
-                .map(|c| Instance::new(c, &sold_out))
+                .map(|c| Instance::new(c, &state))
                 .collect(),
             jtis: Vec::new(),
             handles: Vec::new(),
@@ -1598,8 +1596,8 @@ impl StateMachineTest for System {
                         continue;
                     }
                     match block_on(segments::prewarm(&w.store, activity)).unwrap() {
-                        Ok(_) => instance.admission.refused.set(&activity.id, None),
-                        Err(refusal) => instance.admission.refused.set(&activity.id, Some(refusal)),
+                        Ok(_) => instance.lifecycle.refused(&activity.id, None),
+                        Err(refusal) => instance.lifecycle.refused(&activity.id, Some(refusal)),
                     }
                 }
             }

@@ -244,9 +244,8 @@ impl AdminApp {
             "retired": field(|r| r.retired),
             "sold_out": remaining.map(|r| r <= 0),
             // Whether this instance answers sold_out locally (its cache, or news from another).
-            "sold_out_cached": self.gw.sold_out.is_sold_out(
-                &activity.id,
-                activity.version,
+            "sold_out_cached": self.gw.lifecycle.state().is_sold_out(
+                activity,
                 self.gw.settings().sold_out_cache.ttl,
             ),
             "confirm": match activity.confirm {
@@ -255,7 +254,7 @@ impl AdminApp {
             },
             "hold_secs": activity.hold.as_secs(),
             "segments": activity.segments,
-            "refused": self.gw.admission.refused.get(&activity.id).map(|r| r.to_string()),
+            "refused": self.gw.lifecycle.state().refusal(&activity.id).map(|r| r.to_string()),
             "versions": rows.map(|rows| rows.iter().map(|r| json!({
                 "version": r.version,
                 "initial": r.initial,

@@ -19,11 +19,9 @@ pub use request::{body_quantity, idempotency_key, quantity, IDEMPOTENCY_HEADER};
 
 use crate::config::{Activity, SaleRoute, Settings, StoreFailurePolicy};
 use crate::metrics::Metrics;
-use crate::refusals::Refusals;
 use crate::reservation::Reservation;
-use crate::sold_out::SoldOutCache;
 use crate::stock::breaker::{Breaker, Pass};
-use crate::stock::segments::{Purchase, Reserve};
+use crate::stock::segments::{Purchase, Refusal, Reserve};
 use crate::stock::{Layout, StoreError};
 use chrono::{DateTime, Utc};
 use std::sync::Arc;
@@ -53,11 +51,19 @@ pub trait StockPort: Send + Sync {
         purchase: Purchase<'_>,
     ) -> Result<Reserve, StoreError>;
 
-    /// `activity`'s current version has nothing left anywhere: tell the other instances.
-    fn sold_out(&self, activity: &Activity);
+    /// What the store said is left of `activity`'s version (`left <= 0`: nothing anywhere);
+    /// the owner of the sale state keeps it (the gauge, the sold-out mark, word to the other
+    /// instances). `ttl`: the request's `sold_out_cache.ttl_ms`.
+    fn learned_left(&self, activity: &Activity, left: i64, ttl: std::time::Duration);
 
-    /// What the store said is left of an unsegmented activity (its owner keeps the figure).
-    fn units_left(&self, _activity: &Activity, _left: i64) {}
+    /// Redis's record refuses the activity's configuration (a reserve's answer).
+    fn refused(&self, activity: &Arc<str>, refusal: Refusal);
+
+    /// Whether the activity, as configured now, is known refused.
+    fn is_refused(&self, activity: &Activity) -> bool;
+
+    /// Whether this instance knows the activity's current version sold out.
+    fn is_sold_out(&self, activity: &Activity, ttl: std::time::Duration) -> bool;
 
     /// The time the sale's hours are judged by before any call: the store's clock, as well as
     /// it is known (the reserve script judges again by the store's own).
@@ -181,31 +187,21 @@ pub enum Admitted {
     NotReplayed,
 }
 
-/// Admission's shared parts: the stock port, the sold-out cache, the breaker in front of the
-/// store, and what Redis refused. The rules come with each call, from the request's generation.
+/// Admission's shared parts: the stock port (which also answers what is known of the sale:
+/// sold out, refused) and the breaker in front of the store. The rules come with each call, from
+/// the request's generation.
 pub struct Admission {
     stock: Arc<dyn StockPort>,
-    sold_out: Arc<SoldOutCache>,
     metrics: Arc<Metrics>,
     pub breaker: Arc<Breaker>,
-    /// Activities Redis's record refuses (not on sale), learned by prewarm.
-    pub refused: Arc<Refusals>,
 }
 
 impl Admission {
-    pub fn new(
-        stock: Arc<dyn StockPort>,
-        metrics: Arc<Metrics>,
-        sold_out: Arc<SoldOutCache>,
-        breaker: Arc<Breaker>,
-        refused: Arc<Refusals>,
-    ) -> Self {
+    pub fn new(stock: Arc<dyn StockPort>, metrics: Arc<Metrics>, breaker: Arc<Breaker>) -> Self {
         Admission {
             stock,
-            sold_out,
             metrics,
             breaker,
-            refused,
         }
     }
 
@@ -220,8 +216,7 @@ impl Admission {
 
     /// Whether this instance knows `activity`'s current version sold out.
     pub fn is_sold_out(&self, activity: &Activity, ttl: std::time::Duration) -> bool {
-        self.sold_out
-            .is_sold_out(&activity.id, activity.version, ttl)
+        self.stock.is_sold_out(activity, ttl)
     }
 
     /// One reserve in Redis (the only round trip), unless the breaker says Redis is down; then
@@ -282,7 +277,7 @@ impl Admission {
         purchase: Purchase<'_>,
         facts: &mut SaleFacts,
     ) -> Result<Admitted, Decision> {
-        if self.refused.is_refused(activity) {
+        if self.stock.is_refused(activity) {
             return Err(Decision::Unavailable);
         }
         let pass = self.breaker.pass(&settings.breaker);
@@ -299,6 +294,19 @@ impl Admission {
                 return Err(Decision::StoreUnavailable);
             }
         };
+        self.answer(settings, activity, purchase, outcome, facts)
+    }
+
+    /// What the store's answer to a reserve means for the buyer (and what it taught the sale
+    /// state's owner).
+    fn answer(
+        &self,
+        settings: &Settings,
+        activity: &Arc<Activity>,
+        purchase: Purchase<'_>,
+        outcome: Reserve,
+        facts: &mut SaleFacts,
+    ) -> Result<Admitted, Decision> {
         match outcome {
             Reserve::Reserved {
                 id,
@@ -340,10 +348,7 @@ impl Admission {
             Reserve::LimitExceeded => Err(Decision::LimitExceeded),
             Reserve::NotOnSale(refusal) => {
                 match refusal {
-                    Some(refusal) => {
-                        tracing::error!(activity = %activity.id, %refusal, "not on sale");
-                        self.refused.set(&activity.id, Some(refusal));
-                    }
+                    Some(refusal) => self.stock.refused(&activity.id, refusal),
                     None => tracing::warn!(activity = %activity.id,
                         "reserve found no stock key even after prewarming"),
                 }
@@ -364,21 +369,9 @@ impl Admission {
         }
     }
 
-    /// Records what the store said about the stock: the gauge (where the answer covered the
-    /// whole activity), and the sold-out cache when nothing is left anywhere.
+    /// Tells the sale state's owner what the store said is left.
     fn learn_remaining(&self, settings: &Settings, activity: &Activity, left: i64) {
-        if !activity.is_segmented() {
-            self.stock.units_left(activity, left);
-        }
         let ttl = settings.sold_out_cache.ttl;
-        if left <= 0
-            && !self
-                .sold_out
-                .is_sold_out(&activity.id, activity.version, ttl)
-        {
-            self.sold_out
-                .mark_sold_out(&activity.id, activity.version, ttl);
-            self.stock.sold_out(activity);
-        }
+        self.stock.learned_left(activity, left, ttl);
     }
 }

@@ -25,7 +25,6 @@ use crate::live::Live;
 use crate::metrics::Metrics;
 use crate::news::{self, News};
 use crate::reservation::Reservation;
-use crate::sold_out::SoldOutCache;
 use crate::stock::{
     segments::{self, Purchase, Reserve},
     until_answered, ConfirmOutcome, ConfirmedVia, Layout, LedgerRow, Partition, ReleaseMode,
@@ -41,15 +40,18 @@ const MAX_RESERVATION_ID_LEN: usize = 64;
 /// Most reservations one confirm script call confirms.
 pub const CONFIRM_BATCH: usize = 100;
 
+mod state;
 mod sweep;
 
+pub use state::SaleState;
 pub use sweep::HandedOut;
 
 pub struct Lifecycle {
     live: Live,
     store: Arc<StockStore>,
     metrics: Arc<Metrics>,
-    sold_out: Arc<SoldOutCache>,
+    /// What this gateway knows of each activity's sale (written only here).
+    state: Arc<SaleState>,
     upstreams: Arc<Upstreams>,
     lookup: OrderLookup,
 }
@@ -68,14 +70,14 @@ impl Lifecycle {
         live: Live,
         store: Arc<StockStore>,
         metrics: Arc<Metrics>,
-        sold_out: Arc<SoldOutCache>,
+        state: Arc<SaleState>,
         upstreams: Arc<Upstreams>,
     ) -> Self {
         Lifecycle {
             live,
             store,
             metrics,
-            sold_out,
+            state,
             upstreams,
             lookup: OrderLookup::default(),
         }
@@ -139,7 +141,7 @@ impl Lifecycle {
 
     /// Units came back to a version: purchasable again here at once, and everywhere by news.
     fn units_returned(&self, activity: &Arc<str>, version: u64) {
-        self.sold_out.clear(activity, version);
+        self.state.clear_sold_out(activity, version);
         news::publish(
             &self.store,
             News::Available {
@@ -456,17 +458,19 @@ impl StockPort for Arc<Lifecycle> {
         self.store.clock().known()
     }
 
-    fn units_left(&self, activity: &Activity, left: i64) {
-        Lifecycle::units_left(self, &activity.id, left);
+    fn learned_left(&self, activity: &Activity, left: i64, ttl: std::time::Duration) {
+        Lifecycle::learned_left(self, activity, left, ttl);
     }
 
-    fn sold_out(&self, activity: &Activity) {
-        news::publish(
-            &self.store,
-            News::SoldOut {
-                activity: activity.id.to_string(),
-                version: activity.version,
-            },
-        );
+    fn refused(&self, activity: &Arc<str>, refusal: crate::stock::segments::Refusal) {
+        Lifecycle::refused(self, activity, Some(refusal));
+    }
+
+    fn is_refused(&self, activity: &Activity) -> bool {
+        self.state().is_refused(activity)
+    }
+
+    fn is_sold_out(&self, activity: &Activity, ttl: std::time::Duration) -> bool {
+        self.state().is_sold_out(activity, ttl)
     }
 }

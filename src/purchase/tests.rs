@@ -7,8 +7,6 @@ use crate::admission::target::Target;
 use crate::admission::{sale_route, Policy, StockPort};
 use crate::config::Settings;
 use crate::metrics::Metrics;
-use crate::refusals::Refusals;
-use crate::sold_out::SoldOutCache;
 use crate::stock::breaker::Breaker;
 use crate::stock::breaker::{BreakerMode, BreakerState};
 use crate::stock::segments::Refusal;
@@ -30,7 +28,10 @@ struct FakeStock {
     answers: Mutex<VecDeque<Result<Reserve, StoreError>>>,
     /// (user, qty, key, replay only) of every reserve.
     asked: Mutex<Vec<Asked4>>,
-    announced: Mutex<Vec<(String, u64)>>,
+    /// What every reserve learned is left: (activity, units).
+    learned: Mutex<Vec<(String, i64)>>,
+    /// Refusals the reserves reported.
+    refused: Mutex<Vec<(String, Refusal)>>,
 }
 
 impl FakeStock {
@@ -61,10 +62,25 @@ impl StockPort for FakeStock {
             .expect("the test scripted an answer for every reserve")
     }
 
-    fn sold_out(&self, activity: &Activity) {
-        self.announced
+    fn learned_left(&self, activity: &Activity, left: i64, _ttl: Duration) {
+        self.learned.lock().push((activity.id.to_string(), left));
+    }
+
+    fn refused(&self, activity: &Arc<str>, refusal: Refusal) {
+        self.refused.lock().push((activity.to_string(), refusal));
+    }
+
+    fn is_refused(&self, activity: &Activity) -> bool {
+        self.refused.lock().iter().any(|(a, _)| **a == *activity.id)
+    }
+
+    /// Sold out once a reserve learned nothing is left (the lifecycle's marks expire; these
+    /// do not).
+    fn is_sold_out(&self, activity: &Activity, _ttl: Duration) -> bool {
+        self.learned
             .lock()
-            .push((activity.id.to_string(), activity.version));
+            .iter()
+            .any(|(a, left)| **a == *activity.id && *left <= 0)
     }
 }
 
@@ -119,7 +135,6 @@ struct Harness {
     policy: Policy,
     stock: Arc<FakeStock>,
     admission: Admission,
-    sold_out: Arc<SoldOutCache>,
     metrics: Arc<Metrics>,
     room: FakeRoom,
 }
@@ -128,20 +143,13 @@ impl Harness {
     fn new(settings: Settings, answers: Vec<Result<Reserve, StoreError>>) -> Harness {
         let metrics = Arc::new(Metrics::new());
         let stock = FakeStock::answering(answers);
-        let sold_out = Arc::new(SoldOutCache::new());
-        let admission = Admission::new(
-            stock.clone(),
-            metrics.clone(),
-            sold_out.clone(),
-            Arc::new(Breaker::new(metrics.clone())),
-            Arc::new(Refusals::default()),
-        );
+        let breaker = Arc::new(Breaker::new(metrics.clone()));
+        let admission = Admission::new(stock.clone(), metrics.clone(), breaker);
         Harness {
             policy: Policy::new(&settings, None),
             settings,
             stock,
             admission,
-            sold_out,
             metrics,
             room: FakeRoom::default(),
         }
@@ -303,7 +311,7 @@ fn sold_out_is_learned_announced_and_answered_from_memory() {
         h.buy(Some("u1"), "/buy/a1", &[]).unwrap_err(),
         Decision::SoldOut
     );
-    assert_eq!(*h.stock.announced.lock(), [("a1".to_owned(), 1)]);
+    assert_eq!(*h.stock.learned.lock(), [("a1".to_owned(), 0)]);
     // The next buyer is answered by the cache: no store call.
     assert_eq!(
         h.buy(Some("u2"), "/buy/a1", &[]).unwrap_err(),
@@ -317,9 +325,11 @@ fn sold_out_is_learned_announced_and_answered_from_memory() {
         Decision::SoldOut
     );
     assert_eq!(h.stock.asked.lock().len(), 2);
-    assert_eq!(h.stock.announced.lock().len(), 1, "announced once");
-    let ttl = h.settings.sold_out_cache.ttl;
-    assert!(h.sold_out.is_sold_out(&Arc::from("a1"), 1, ttl));
+    assert_eq!(
+        h.stock.learned.lock().len(),
+        2,
+        "both answers told the owner"
+    );
 }
 
 #[test]
@@ -349,7 +359,7 @@ fn store_answers_map_to_decisions() {
         h.buy(Some("u"), "/buy/a1", &[]).unwrap_err(),
         Decision::Unavailable
     );
-    assert_eq!(h.admission.refused.get("a1"), Some(refusal));
+    assert_eq!(*h.stock.refused.lock(), [("a1".to_owned(), refusal)]);
     // Refused: buyers are turned away without a store call.
     assert_eq!(
         h.buy(Some("u"), "/buy/a1", &[]).unwrap_err(),

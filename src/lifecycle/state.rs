@@ -1,0 +1,146 @@
+//! What this gateway knows of each activity's sale, as learned from Redis: whether Redis's
+//! record refuses its configuration, whether its current version is sold out (the moka mark that
+//! answers `sold_out` without a call), and the units left (`flashgate_stock_remaining`). One
+//! owner: the lifecycle changes it on events (a reserve's answer, a release, a prewarm, news from
+//! another gateway, a reload), and everyone else reads it. Its writers are private to the
+//! lifecycle; the gauges `flashgate_stock_remaining` and `flashgate_activity_refused` are derived
+//! here, where the facts change.
+//!
+//! The sale's hours are not kept here: they are judged by Redis's clock ([`crate::stock::clock`])
+//! against the configuration, by the gate before any call and by the scripts again.
+
+use super::Lifecycle;
+use crate::config::{Activity, Settings};
+use crate::news::{self, News, NewsSink};
+use crate::refusals::Refusals;
+use crate::sold_out::SoldOutCache;
+use crate::stock::segments::{self, Refusal};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The sale state of every activity this gateway serves (see the module's doc).
+#[derive(Default)]
+pub struct SaleState {
+    sold_out: SoldOutCache,
+    refused: Refusals,
+}
+
+impl SaleState {
+    /// Whether this gateway knows `activity`'s current version sold out (marks live for `ttl`,
+    /// the reader's generation's `sold_out_cache.ttl_ms`).
+    pub fn is_sold_out(&self, activity: &Activity, ttl: Duration) -> bool {
+        self.sold_out
+            .is_sold_out(&activity.id, activity.version, ttl)
+    }
+
+    /// Why Redis's record refuses the activity, if it does.
+    pub fn refusal(&self, activity: &str) -> Option<Refusal> {
+        self.refused.get(activity)
+    }
+
+    /// Whether the activity, as configured now, is refused (a refusal of another version or
+    /// segment count does not apply).
+    pub fn is_refused(&self, activity: &Activity) -> bool {
+        self.refused.is_refused(activity)
+    }
+
+    pub(super) fn clear_sold_out(&self, activity: &Arc<str>, version: u64) {
+        self.sold_out.clear(activity, version);
+    }
+}
+
+impl Lifecycle {
+    /// What this gateway knows of each activity's sale.
+    pub fn state(&self) -> &SaleState {
+        &self.state
+    }
+
+    /// What the store said is left of `activity`'s version (a reserve's answer): the gauge,
+    /// where the answer covered the whole activity, and, when nothing is left anywhere, the
+    /// sold-out mark, told to the other gateways once.
+    pub fn learned_left(&self, activity: &Activity, left: i64, ttl: Duration) {
+        if !activity.is_segmented() {
+            self.units_left(&activity.id, left);
+        }
+        if left <= 0 && !self.state.is_sold_out(activity, ttl) {
+            self.state
+                .sold_out
+                .mark_sold_out(&activity.id, activity.version, ttl);
+            news::publish(
+                &self.store,
+                News::SoldOut {
+                    activity: activity.id.to_string(),
+                    version: activity.version,
+                },
+            );
+        }
+    }
+
+    /// Redis's record refuses the activity's configuration (`Some`), or no longer does: told
+    /// once per change, and kept in `flashgate_activity_refused`.
+    pub fn refused(&self, activity: &Arc<str>, refusal: Option<Refusal>) {
+        let before = self.state.refused.get(activity);
+        match (&before, &refusal) {
+            (b, Some(r)) if b.as_ref() != Some(r) => {
+                tracing::error!(activity = %activity, refusal = %r, "not on sale");
+            }
+            (Some(_), None) => {
+                tracing::info!(activity = %activity, "configuration accepted again: on sale");
+            }
+            _ => {}
+        }
+        self.metrics
+            .activity_refused
+            .with_label_values(&[activity])
+            .set(i64::from(refusal.is_some()));
+        self.state.refused.set(activity, refusal);
+    }
+
+    /// Prewarm created the stock key of a version it had seen before: Redis lost it, and the
+    /// stock restarts from the configuration; a sold-out mark of that version no longer holds.
+    pub fn key_recreated(&self, activity: &Activity) {
+        self.state.clear_sold_out(&activity.id, activity.version);
+    }
+
+    /// A new configuration: refusals were Redis's verdict on the old one; the next prewarm (or
+    /// buyer) asks again about the new one.
+    pub fn reloaded(&self) {
+        self.state.refused.clear();
+    }
+
+    /// News from another gateway. Only activities configured here (and, for sold out, their
+    /// current version) are touched, so a stray publisher cannot grow the marks; sold out is
+    /// believed only when nothing is left in any segment, nor in flight between two.
+    async fn apply_news(&self, settings: &Settings, news: &News) {
+        match news {
+            News::Available { activity, version } => {
+                if let Some(activity) = settings.activities.get(activity) {
+                    self.state.clear_sold_out(&activity.id, *version);
+                }
+            }
+            News::SoldOut { activity, version } => {
+                let Some(activity) = settings.activities.get(activity) else {
+                    return;
+                };
+                let ttl = settings.sold_out_cache.ttl;
+                if activity.version != *version || self.state.is_sold_out(activity, ttl) {
+                    return;
+                }
+                if matches!(segments::available(&self.store, activity).await, Ok(left) if left <= 0)
+                {
+                    self.state
+                        .sold_out
+                        .mark_sold_out(&activity.id, *version, ttl);
+                }
+            }
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl NewsSink for Lifecycle {
+    async fn news(&self, news: News) {
+        let settings = self.live.settings();
+        self.apply_news(&settings, &news).await;
+    }
+}
