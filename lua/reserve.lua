@@ -38,6 +38,9 @@
 -- {-10, 0, 0}                        the sale has closed (Redis's clock): nothing changed
 -- {-11, qty, 0}                      the key's reservation is for another quantity (qty): this
 --                                    request is not its retry; nothing changed
+-- {-12, ver, 0}                      the key's reservation is pending under another version
+--                                    (ver), whose pending set is not in KEYS: ask again, replay
+--                                    only, with that version's keys; nothing changed
 --
 -- O(1): no loops, every key in KEYS, all keys share the partition's hash tag.
 -- Numbers are compared with tonumber: as strings "10" < "9".
@@ -70,6 +73,10 @@ if ARGV[7] ~= '' then
       -- A retry asking for another quantity is not the same purchase: never forwarded with the
       -- first one's claims.
       return {-11, tonumber(rec.qty), 0}
+    end
+    if rec.state == 'pending' and rec.ver ~= ARGV[4] then
+      -- Its due time lives in its own version's pending set: moved there, or not at all.
+      return {-12, tonumber(rec.ver), 0}
     end
     local changed = not flagged(rec, 'r')
     if changed then

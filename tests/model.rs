@@ -1867,6 +1867,29 @@ fn regression_a_lookup_answer_older_than_a_replay_releases_nothing() {
     ]);
 }
 
+/// Found by the generator after issue 22's restructuring (shrunk to this): the same race across
+/// a version bump. A keyed purchase timed out at the backend (due soon for its order lookup); the
+/// buyer's retry reached a gateway already running the next version, was replayed and forwarded
+/// again, but the script moved its due time in the new version's pending set, where it is not: a
+/// sweep handed it out while the retry was at the backend, and a "not found" then would have
+/// released a unit the retry's order takes. The replay is now asked again with its own
+/// version's keys.
+#[test]
+fn regression_a_replay_under_a_newer_version_moves_its_due_time() {
+    replay(vec![
+        reserve(0, 0, 2, Some(1)),
+        Op::Reconfigure {
+            inst: 1,
+            act: 0,
+            change: Change::Bump,
+        },
+        Op::TimedOut { handle: 0 },
+        reserve(1, 0, 2, Some(1)),
+        Op::HandOut { inst: 0 },
+        Op::UpstreamOk { handle: 1 },
+    ]);
+}
+
 /// The same race without a retry landing inside the lookup (issue 20): a replay is at the
 /// backend when the first forward, which timed out, asks for an early lookup. That used to make
 /// the reservation due at once (the due time only moved earlier), so a sweep handed it out

@@ -74,8 +74,41 @@ const PREWARM_ATTEMPTS: usize = 4;
 impl StockStore {
     /// Atomically checks the per-user limit and the stock, deducts, and records the reservation
     /// (ledger, hold deadline from Redis's clock, event). With an idempotency key that already
-    /// won, returns that reservation instead.
+    /// won, returns that reservation instead; one pending under another version is asked for
+    /// again with that version's keys (replay only), so its due time moves where the sweep
+    /// reads it, and if it was settled in between, the purchase is asked for again as it was.
     pub async fn reserve(
+        &self,
+        partition: Partition<'_>,
+        call: &ReserveCall<'_>,
+    ) -> Result<ReserveOutcome, StoreError> {
+        let mut asked = *call;
+        for _ in 0..3 {
+            match self.reserve_once(partition, &asked).await? {
+                ReserveOutcome::OtherVersion { version } => {
+                    asked = ReserveCall {
+                        version,
+                        replay_only: true,
+                        deposit: None,
+                        ..*call
+                    };
+                }
+                ReserveOutcome::NotReplayed | ReserveOutcome::NoStockKey
+                    if asked.replay_only && !call.replay_only =>
+                {
+                    asked = ReserveCall {
+                        deposit: None,
+                        ..*call
+                    };
+                }
+                outcome => return Ok(outcome),
+            }
+        }
+        Ok(ReserveOutcome::Contended)
+    }
+
+    /// One reserve script call.
+    async fn reserve_once(
         &self,
         partition: Partition<'_>,
         call: &ReserveCall<'_>,

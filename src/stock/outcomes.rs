@@ -35,6 +35,14 @@ pub enum ReserveOutcome {
     ReplayQuantityDiffers {
         qty: u32,
     },
+    /// The key's reservation is pending under another version: asked again (replay only)
+    /// with that version's keys, so the replay moves its due time where the sweep reads it.
+    OtherVersion {
+        version: u64,
+    },
+    /// The key's reservation kept changing under repeated asks (settled, then won again
+    /// under another version): nothing taken, the buyer may try again.
+    Contended,
     /// Before the sale's hours, by Redis's clock: nothing changed.
     NotStarted,
     /// After the sale's hours, by Redis's clock: nothing changed.
@@ -105,6 +113,9 @@ impl ReserveOutcome {
             -10 => ReserveOutcome::Ended,
             -11 => ReserveOutcome::ReplayQuantityDiffers {
                 qty: u32::try_from(at(1)?).ok()?,
+            },
+            -12 => ReserveOutcome::OtherVersion {
+                version: unsigned(1)?,
             },
             -7 => ReserveOutcome::DepositRefused {
                 damaged: at(1)? == -2,
