@@ -22,6 +22,7 @@ pub mod reconcile;
 pub mod refusals;
 pub mod reload;
 pub mod reservation;
+pub mod series;
 pub mod server;
 pub mod shutdown;
 pub mod sold_out;

@@ -3,8 +3,13 @@
 //! shutdown it hands over to [`crate::shutdown`].
 
 use crate::config::{Activity, SaleWindow};
-use crate::gateway::Gateway;
+use crate::lifecycle::Lifecycle;
+use crate::live::Live;
+use crate::metrics::Metrics;
+use crate::shutdown::Drain;
 use crate::stock::segments::{self, Prewarmed};
+use crate::stock::StockStore;
+use crate::waiting::WaitingRoom;
 use async_trait::async_trait;
 use parking_lot::Mutex;
 use pingora::server::ShutdownWatch;
@@ -15,7 +20,7 @@ use std::time::Duration;
 use tokio::time::{interval, Interval, MissedTickBehavior};
 
 pub struct Maintenance {
-    gw: Arc<Gateway>,
+    gw: MaintenanceParts,
     /// Stock keys (activity, version) this process has seen exist: if one is created again, Redis
     /// lost it.
     seen: Mutex<HashSet<(Arc<str>, u64)>>,
@@ -23,10 +28,29 @@ pub struct Maintenance {
     checked_policy: std::sync::atomic::AtomicBool,
 }
 
+/// What the background loops work with, handed over by the composition root
+/// (`crate::gateway`).
+pub struct MaintenanceParts {
+    pub live: Live,
+    pub metrics: Arc<Metrics>,
+    pub store: Arc<StockStore>,
+    pub lifecycle: Arc<Lifecycle>,
+    pub waiting: Arc<WaitingRoom>,
+    /// The shutdown drain, run when the loops are told to stop.
+    pub drain: Arc<Drain>,
+}
+
+impl MaintenanceParts {
+    /// The current settings.
+    fn settings(&self) -> Arc<crate::config::Settings> {
+        self.live.settings()
+    }
+}
+
 impl Maintenance {
-    pub fn new(gw: Arc<Gateway>) -> Self {
+    pub fn new(parts: MaintenanceParts) -> Self {
         Maintenance {
-            gw,
+            gw: parts,
             seen: Mutex::default(),
             checked_policy: Default::default(),
         }
@@ -155,7 +179,7 @@ impl BackgroundService for Maintenance {
         loop {
             tokio::select! {
                 _ = shutdown.changed() => {
-                    crate::shutdown::drain(&self.gw).await;
+                    self.gw.drain.drain(&self.gw.settings()).await;
                     return;
                 }
                 _ = prewarm.tick() => self.prewarm_all().await,
@@ -165,7 +189,8 @@ impl BackgroundService for Maintenance {
                 _ = reconcile.tick() => self.gw.lifecycle.check_drift().await,
                 _ = queues.tick() => self.gw.waiting.refresh(&self.gw.settings()).await,
                 _ = evict.tick() => {
-                    self.gw.evict_idle_buckets();
+                    let remaining = self.gw.live.current().policy.evict_idle_buckets();
+                    self.gw.metrics.rate_limiter_keys.set(remaining as i64);
                 }
             }
         }

@@ -12,7 +12,11 @@
 //! reservations (remove an activity once its holds have run out).
 
 use crate::config::{ConfigError, Settings};
-use crate::gateway::{Gateway, ReloadResult};
+use crate::lifecycle::Lifecycle;
+use crate::live::{Generation, Live};
+use crate::metrics::Metrics;
+use crate::series::{preset_activity_series, ReloadResult};
+use crate::upstream::Upstreams;
 use async_trait::async_trait;
 use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
@@ -49,18 +53,57 @@ pub struct Applied {
     pub needs_restart: Vec<&'static str>,
 }
 
+/// What a reload changes, handed over by the composition root (`crate::gateway`).
+pub struct ReloadParts {
+    pub live: Live,
+    pub metrics: Arc<Metrics>,
+    pub lifecycle: Arc<Lifecycle>,
+    pub upstreams: Arc<Upstreams>,
+}
+
+impl ReloadParts {
+    /// Makes `settings` the running configuration (checked by the caller) and returns its
+    /// generation number. Requests in flight finish under the generation they started with.
+    pub async fn apply(&self, settings: Settings) -> u64 {
+        let current = self.live.current();
+        let settings = Arc::new(settings);
+        for activity in settings.activities.iter() {
+            let old = current.settings.activities.get(&activity.id);
+            if old.is_none_or(|old| old.queue.is_none()) {
+                preset_activity_series(&self.metrics, &activity.id, activity.queue.is_some());
+            }
+        }
+        self.lifecycle.reloaded();
+        if settings.upstream.addresses != current.settings.upstream.addresses {
+            // Health-checked: the new addresses, and the old ones for requests still in
+            // flight under the previous generation (each request picks from its own list).
+            self.upstreams
+                .set_addresses(
+                    &settings.upstream.addresses,
+                    &current.settings.upstream.addresses,
+                )
+                .await;
+        }
+        let next = Generation::build(settings, Some(&current));
+        let number = next.number;
+        self.live.publish(next);
+        self.metrics.config_generation.set(number as i64);
+        number
+    }
+}
+
 /// Reloads one gateway from its file, one reload at a time.
 pub struct Reloader {
-    gw: Arc<Gateway>,
+    gw: ReloadParts,
     path: PathBuf,
     /// The text last tried (applied or refused), so the watcher reacts to changes only.
     last_text: tokio::sync::Mutex<String>,
 }
 
 impl Reloader {
-    pub fn new(gw: Arc<Gateway>, source: ConfigSource) -> Reloader {
+    pub fn new(parts: ReloadParts, source: ConfigSource) -> Reloader {
         Reloader {
-            gw,
+            gw: parts,
             path: source.path,
             last_text: tokio::sync::Mutex::new(source.text),
         }
@@ -92,7 +135,7 @@ impl Reloader {
         let text = crate::config::read(&self.path)?;
         *last = text.clone();
         let next = Settings::from_file_text(&self.path, &text)?;
-        let current = self.gw.settings();
+        let current = self.gw.live.settings();
         check_transition(&current, &next)?;
         let needs_restart = restart_only_changes(&current, &next);
         let generation = self.gw.apply(next).await;

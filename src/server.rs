@@ -2,13 +2,10 @@
 //! health checks and maintenance, then runs until SIGTERM (graceful), SIGQUIT (hand the
 //! listeners to a new binary, then drain) or SIGINT (fast).
 
-use crate::admin::AdminApp;
 use crate::config::Settings;
 use crate::gateway::Gateway;
-use crate::maintenance::Maintenance;
 use crate::metrics::Metrics;
-use crate::proxy::FlashProxy;
-use crate::reload::{ConfigSource, ReloadWatcher, Reloader};
+use crate::reload::{ConfigSource, ReloadWatcher};
 use crate::stock::{StockStore, StoreError};
 use crate::upstream::Upstreams;
 use async_trait::async_trait;
@@ -128,27 +125,24 @@ pub fn run(
 
     let (upstreams, health_checks) =
         Upstreams::new(&settings.upstream).map_err(StartError::Upstream)?;
-    let gateway = Arc::new(Gateway::new(settings.clone(), metrics, store, upstreams));
+    let gateway = Gateway::new(settings.clone(), metrics, store, upstreams);
 
     let mut proxy = Service::new(
         "flashgate proxy".to_owned(),
         SettleBeforeClosing {
-            inner: Arc::new(http_proxy(
-                &server.configuration,
-                FlashProxy::new(gateway.clone()),
-            )),
+            inner: Arc::new(http_proxy(&server.configuration, gateway.proxy())),
             settle: SETTLE_BEFORE_CLOSING,
         },
     );
     proxy.add_tcp(&settings.server.listen.to_string());
-    let reloader = source.map(|source| Arc::new(Reloader::new(gateway.clone(), source)));
+    let reloader = source.map(|source| Arc::new(gateway.reloader(source)));
     let mut admin = Service::new(
         "flashgate admin".to_owned(),
-        AdminApp::new(gateway.clone(), reloader.clone()),
+        gateway.admin(reloader.clone()),
     );
     admin.add_tcp(&settings.admin.listen.to_string());
     admin.threads = Some(1);
-    let maintenance = background_service("flashgate maintenance", Maintenance::new(gateway));
+    let maintenance = background_service("flashgate maintenance", gateway.maintenance());
 
     server.add_service(proxy);
     server.add_service(admin);

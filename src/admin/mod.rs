@@ -3,11 +3,17 @@
 mod queue;
 
 use crate::config::{Activity, AdminToken, ConfirmMode};
-use crate::gateway::Gateway;
 use crate::lifecycle::AdminOutcome;
+use crate::lifecycle::Lifecycle;
+use crate::live::Live;
+use crate::metrics::Metrics;
 use crate::reload::Reloader;
+use crate::shutdown::Drain;
+use crate::stock::breaker::Breaker;
 use crate::stock::breaker::BreakerMode;
+use crate::stock::StockStore;
 use crate::stock::{LedgerRow, RecordState, ReservationRecord};
+use crate::waiting::WaitingRoom;
 use async_trait::async_trait;
 use http::{Method, Response, StatusCode};
 use pingora::apps::http_app::ServeHttp;
@@ -16,23 +22,48 @@ use serde_json::{json, Value};
 use std::sync::Arc;
 
 pub struct AdminApp {
-    gw: Arc<Gateway>,
+    gw: AdminParts,
     /// `None` when the gateway was not started from a file (nothing to reload from).
     reloader: Option<Arc<Reloader>>,
 }
 
+/// What the admin listener works with, handed over by the composition root (`crate::gateway`).
+pub struct AdminParts {
+    pub live: Live,
+    pub metrics: Arc<Metrics>,
+    pub store: Arc<StockStore>,
+    pub lifecycle: Arc<Lifecycle>,
+    pub waiting: Arc<WaitingRoom>,
+    /// The store breaker (its admin switch).
+    pub breaker: Arc<Breaker>,
+    /// Readiness fails once shutdown began.
+    pub drain: Arc<Drain>,
+}
+
+impl AdminParts {
+    /// The current settings.
+    fn settings(&self) -> Arc<crate::config::Settings> {
+        self.live.settings()
+    }
+
+    /// Updates gauges that are cheap to read on demand (at scrape time).
+    fn refresh_gauges(&self) {
+        let buckets = self.live.current().policy.buckets();
+        self.metrics.rate_limiter_keys.set(buckets as i64);
+    }
+}
+
 impl AdminApp {
-    pub fn new(gw: Arc<Gateway>, reloader: Option<Arc<Reloader>>) -> Self {
-        AdminApp { gw, reloader }
+    pub fn new(parts: AdminParts, reloader: Option<Arc<Reloader>>) -> Self {
+        AdminApp {
+            gw: parts,
+            reloader,
+        }
     }
 
     /// `GET /v1/breaker`: the store breaker's state and the admin switch.
     fn breaker_view(&self) -> Response<Vec<u8>> {
-        let (state, mode) = self
-            .gw
-            .admission
-            .breaker
-            .status(&self.gw.settings().breaker);
+        let (state, mode) = self.gw.breaker.status(&self.gw.settings().breaker);
         json_response(
             StatusCode::OK,
             &json!({"state": state.as_str(), "mode": mode.as_str()}),
@@ -96,7 +127,7 @@ impl ServeHttp for AdminApp {
                 StatusCode::OK,
                 &crate::reservation::Signer::jwks(&settings.signing.published_keys),
             ),
-            (&Method::GET, ["readyz"]) if self.gw.is_draining() => json_response(
+            (&Method::GET, ["readyz"]) if self.gw.drain.is_draining() => json_response(
                 StatusCode::SERVICE_UNAVAILABLE,
                 &json!({"ready": false, "reason": "shutting down"}),
             ),
@@ -127,7 +158,7 @@ impl ServeHttp for AdminApp {
                         )
                     }
                 };
-                self.gw.admission.breaker.set_mode(mode);
+                self.gw.breaker.set_mode(mode);
                 self.breaker_view()
             }
             (&Method::GET, ["v1", "activities"]) => {

@@ -1,16 +1,16 @@
 //! `/v1/activities/{act}/queue`: a waiting room's state, read fresh from Redis, and the
 //! operator's controls (pause, resume, the rate), which act for the whole fleet at once.
 
+use super::AdminParts;
 use super::{error, json_response};
 use crate::config::{Activity, MAX_ADMIT_PER_SECOND};
-use crate::gateway::Gateway;
 use crate::waiting::store::Control;
 use crate::waiting::view::View;
 use http::{Method, Response, StatusCode};
 use serde_json::{json, Value};
 
 pub(super) async fn handle(
-    gw: &Gateway,
+    gw: &AdminParts,
     activity: &Activity,
     method: &Method,
     rest: &[&str],

@@ -11,14 +11,21 @@ pub mod settle;
 mod waiting;
 
 use crate::admission::target::Target;
+use crate::admission::Admission;
 use crate::admission::{route, BadRequest, Decision, EdgeRefusal, Routed, SaleFacts};
 use crate::decision_log;
-use crate::gateway::Gateway;
-use crate::live::Generation;
+use crate::lifecycle::Lifecycle;
+use crate::live::{Generation, Live};
+use crate::metrics::Metrics;
 use crate::metrics::UNKNOWN_ACTIVITY_LABEL;
 use crate::reservation::Reservation;
+use crate::shutdown::Drain;
 use crate::stock::{ReleaseOutcome, ReleaseReason};
+use crate::upstream::forward::Forwarder;
+use crate::upstream::queue::UpstreamQueue;
+use crate::upstream::Upstreams;
 use crate::upstream::{queue, UpstreamClass};
+use crate::waiting::WaitingRoom;
 use async_trait::async_trait;
 use body::{read_body, BodyError};
 use pingora::http::{RequestHeader, ResponseHeader};
@@ -74,12 +81,52 @@ pub struct RequestCtx {
 }
 
 pub struct FlashProxy {
-    gw: Arc<Gateway>,
+    gw: ProxyParts,
+}
+
+/// What the proxy works with, handed over by the composition root (`crate::gateway`).
+pub struct ProxyParts {
+    /// The current configuration generation (each request keeps the one it started with).
+    pub live: Live,
+    pub metrics: Arc<Metrics>,
+    pub admission: Arc<Admission>,
+    pub lifecycle: Arc<Lifecycle>,
+    pub waiting: Arc<WaitingRoom>,
+    /// Shutdown, and the reservations held that it waits on.
+    pub drain: Arc<Drain>,
+    /// At most `upstream.max_inflight` sale requests at the backend; the rest wait in line.
+    pub upstream_queue: Arc<UpstreamQueue>,
+    /// Sends purchases holding stock to the backend on the gateway's own connections.
+    pub forwarder: Arc<Forwarder>,
+    pub upstreams: Arc<Upstreams>,
+    /// Test-only fault point (feature `fault-injection`, env `FLASHGATE_FAULT`).
+    #[cfg(feature = "fault-injection")]
+    pub fault: Option<Fault>,
+}
+
+/// Faults the test suite can make a gateway commit.
+#[cfg(feature = "fault-injection")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// After a successful reserve, never forward (as if the process died right there; the test
+    /// then SIGKILLs it).
+    HangAfterReserve,
+}
+
+#[cfg(feature = "fault-injection")]
+impl Fault {
+    /// The fault `FLASHGATE_FAULT` names, if any.
+    pub fn from_env() -> Option<Fault> {
+        match std::env::var("FLASHGATE_FAULT").as_deref() {
+            Ok("hang_after_reserve") => Some(Fault::HangAfterReserve),
+            _ => None,
+        }
+    }
 }
 
 impl FlashProxy {
-    pub fn new(gw: Arc<Gateway>) -> Self {
-        FlashProxy { gw }
+    pub fn new(parts: ProxyParts) -> Self {
+        FlashProxy { gw: parts }
     }
 
     /// Gives a request's reservation back under the activity it was admitted with, if this

@@ -98,7 +98,7 @@ impl FlashProxy {
         if let Some(too_large) = oversized(session.req_header(), &settings.server) {
             return Err(refuse(session, ctx, Decision::BadRequest(too_large)).await);
         }
-        if !self.gw.takes_new_reservations(&settings) {
+        if !self.gw.drain.takes_new_reservations(&settings) {
             return Err(refuse(session, ctx, Decision::ShuttingDown).await);
         }
         Ok(())
@@ -130,7 +130,7 @@ impl FlashProxy {
         let parts = Parts {
             rules: generation.rules(),
             admission: &self.gw.admission,
-            room: &self.gw.waiting,
+            room: &*self.gw.waiting,
         };
         let now = self.gw.admission.now();
         let mut attempt = Attempt::new(asked, &mut exchange, now);
@@ -152,10 +152,10 @@ impl FlashProxy {
             Verdict::Reserved(reservation) => {
                 ctx.reservation = Some(reservation);
                 ctx.stage.advance(settle::Stage::Held);
-                ctx.in_flight = Some(self.gw.held.hold());
+                ctx.in_flight = Some(self.gw.drain.held().hold());
                 ctx.decision = Some(Decision::Admitted);
                 #[cfg(feature = "fault-injection")]
-                if self.gw.fault == Some(crate::gateway::Fault::HangAfterReserve) {
+                if self.gw.fault == Some(super::Fault::HangAfterReserve) {
                     std::future::pending::<()>().await;
                 }
                 Ok(())

@@ -19,6 +19,8 @@
 
 pub mod breaker;
 pub mod clock;
+#[cfg(feature = "fault-injection")]
+mod fault;
 mod keys;
 pub mod layout;
 mod ops;

@@ -369,7 +369,24 @@ pub async fn reserve(
             }
         };
     }
-    Ok(match outcome {
+    Ok(answer(
+        outcome,
+        activity,
+        purchase,
+        home,
+        layout.is_segmented(),
+    ))
+}
+
+/// What a reserve's last outcome means for the purchase.
+fn answer(
+    outcome: ReserveOutcome,
+    activity: &Activity,
+    purchase: Purchase<'_>,
+    home: Partition<'_>,
+    segmented: bool,
+) -> Reserve {
+    match outcome {
         ReserveOutcome::Reserved {
             remaining,
             created_ms,
@@ -381,7 +398,7 @@ pub async fn reserve(
             version: activity.version,
             qty: purchase.qty,
             replayed: false,
-            remaining: (!layout.is_segmented()).then_some(remaining),
+            remaining: (!segmented).then_some(remaining),
             created_ms,
             deadline_ms,
             fence,
@@ -400,7 +417,7 @@ pub async fn reserve(
             version,
             qty,
             replayed: true,
-            remaining: remaining.filter(|_| !layout.is_segmented()),
+            remaining: remaining.filter(|_| !segmented),
             created_ms,
             deadline_ms,
             fence,
@@ -419,9 +436,11 @@ pub async fn reserve(
                 segment: home.index(),
             }))
         }
-        ReserveOutcome::DepositRefused { damaged: false } => Reserve::Busy,
+        ReserveOutcome::DepositRefused { damaged: false }
+        | ReserveOutcome::OtherVersion { .. }
+        | ReserveOutcome::Contended => Reserve::Busy,
         ReserveOutcome::Insufficient { .. } => unreachable!("the loop above ends every shortage"),
-    })
+    }
 }
 
 /// A newer version than this configuration's is on sale (this instance runs an older YAML
@@ -532,7 +551,7 @@ pub async fn deposit_and_reserve(
     units: u64,
 ) -> Result<ReserveOutcome, StoreError> {
     #[cfg(feature = "fault-injection")]
-    fault::before_deposit(store, home).await;
+    super::fault::before_deposit(store, home).await;
     let with_deposit = ReserveCall {
         deposit: Some((transfer_id, units)),
         ..*call
@@ -542,28 +561,6 @@ pub async fn deposit_and_reserve(
         let _ = store.acknowledge(giver, transfer_id).await;
     }
     outcome
-}
-
-/// Test-only faults in the stock layer (feature `fault-injection`, env `FLASHGATE_FAULT`).
-#[cfg(feature = "fault-injection")]
-mod fault {
-    use super::{Partition, StockStore};
-
-    /// `damage_home_before_deposit`: as an operator deleting a key by hand in the instant
-    /// between a pull's withdraw and its deposit, the home partition loses its users
-    /// placeholder (it is then damaged, and its reserve answers before the deposit).
-    pub(super) async fn before_deposit(store: &StockStore, home: Partition<'_>) {
-        if std::env::var("FLASHGATE_FAULT").as_deref() != Ok("damage_home_before_deposit") {
-            return;
-        }
-        let users = store.keys().of(home).users();
-        let _ = store
-            .query::<i64>(
-                super::super::StoreOp::Read,
-                redis::cmd("HDEL").arg(users).arg(""),
-            )
-            .await;
-    }
 }
 
 /// Units of the activity's current version left anywhere: every partition's stock plus what is
