@@ -71,14 +71,7 @@ async fn reopening_a_sale_after_its_keys_expired_needs_a_new_version() {
     wait_for(
         "the activity's keys to expire",
         Duration::from_secs(30),
-        || {
-            let exists: i64 = redis::cmd("EXISTS")
-                .arg("fg:{1001}:meta")
-                .arg("fg:{1001}:res")
-                .query(&mut redis.conn())
-                .unwrap();
-            (exists == 0).then_some(())
-        },
+        || (redis.exists(&["fg:{1001}:meta", "fg:{1001}:res"]) == 0).then_some(()),
     );
     // An SRE reopens the sale by moving ends_at forward, same version.
     let reopened = sale.ends_at(from_now(chrono::Duration::hours(1)));

@@ -278,21 +278,13 @@ async fn release_after_the_stock_key_expired_resurrects_nothing() {
     let (redis, _upstream, gw) = Stack::start(vec![TestActivity::explicit("1001", 5, 900)]).parts();
     let jti = gw.buy("1001", "alice", None).await.reservation_id();
     // The keys of version 1 reach their TTL (ends_at + 24 h) together.
-    let mut conn = redis.conn();
-    let _: () = redis::cmd("DEL")
-        .arg("fg:{1001}:v1:stock")
-        .arg("fg:{1001}:v1:ledger")
-        .query(&mut conn)
-        .unwrap();
+    redis.del(&["fg:{1001}:v1:stock", "fg:{1001}:v1:ledger"]);
     let resp = gw
         .admin_post(&format!("/v1/activities/1001/reservations/{jti}/release"))
         .await;
     assert_eq!(resp.status, 200);
-    let exists: bool = redis::cmd("EXISTS")
-        .arg("fg:{1001}:v1:stock")
-        .query(&mut conn)
-        .unwrap();
-    assert!(!exists, "no stock created from nothing");
+    let exists = redis.exists(&["fg:{1001}:v1:stock"]);
+    assert_eq!(exists, 0, "no stock created from nothing");
     assert!(gw
         .metrics()
         .await

@@ -192,17 +192,10 @@ async fn oversized_sale_bodies_are_refused_and_release_nothing() {
     if let Ok(resp) = resp {
         assert!(resp.status == 400 || resp.status >= 500, "{}", resp.status);
     }
-    let mut conn = redis.conn();
     wait_for(
         "the chunked buyer's unit to come back",
         Duration::from_secs(10),
-        || {
-            let left: i64 = redis::cmd("GET")
-                .arg("fg:{1001}:v1:stock")
-                .query(&mut conn)
-                .ok()?;
-            (left == 5).then_some(())
-        },
+        || (redis.get_int("fg:{1001}:v1:stock") == Some(5)).then_some(()),
     );
     assert_eq!(redis.held("1001", "bob"), None);
     assert!(upstream

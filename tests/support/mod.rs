@@ -681,6 +681,14 @@ impl RedisServer {
         let _: () = redis::cmd("DEL").arg(keys).query(&mut self.conn()).unwrap();
     }
 
+    /// How many of `keys` exist.
+    pub fn exists(&self, keys: &[&str]) -> i64 {
+        redis::cmd("EXISTS")
+            .arg(keys)
+            .query(&mut self.conn())
+            .unwrap()
+    }
+
     /// The keys matching `pattern`.
     pub fn keys(&self, pattern: &str) -> Vec<String> {
         redis::cmd("KEYS")
