@@ -175,8 +175,7 @@ async fn three_gateways_on_a_cluster_sell_exactly_the_stock() {
     let gateways: Vec<GatewayProc> = (0..3)
         .map(|_| {
             let mut c = config.clone();
-            c.listen_port = free_port();
-            c.admin_port = free_port();
+            c = c.on_new_ports();
             GatewayProc::start(c)
         })
         .collect();
@@ -436,7 +435,7 @@ async fn the_waiting_room_runs_on_a_cluster_plain_and_segmented() {
     let cluster = RedisCluster::start();
     let upstream = Upstream::start();
     let placeholder = RedisServer::start();
-    let queue = Some("{ admit_per_second: 20, admission_window_secs: 60 }".to_owned());
+    let queue = Some(Queue::admit(20).window_secs(60));
     let plain = TestActivity {
         queue: queue.clone(),
         ..TestActivity::open("8008", 3)
@@ -450,7 +449,7 @@ async fn the_waiting_room_runs_on_a_cluster_plain_and_segmented() {
     config.redis_cluster = Some(cluster.nodes());
     config.redis_timeout_ms = 2000;
     config.per_user = None;
-    config.extra_redis_yaml = "  prewarm_interval_ms: 200\n".into();
+    config = config.prewarm_interval_ms(200);
     let gw = GatewayProc::start(config);
     for act in ["8008", "9009"] {
         let mut tickets = Vec::new();

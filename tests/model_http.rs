@@ -127,10 +127,8 @@ fn config(
 ) -> TestConfig {
     let mut c = TestConfig::new(run_redis, upstream, activities(versions, limit));
     c.per_user = None;
-    c.extra_upstream_yaml =
-        "  order_lookup: { path: \"/orders/{jti}\", timeout_ms: 500, retry_interval_ms: 300 }\n"
-            .to_owned();
-    c.extra_redis_yaml = "  prewarm_interval_ms: 300\n".to_owned();
+    c = c.order_lookup(OrderLookup::new(500, 300));
+    c = c.prewarm_interval_ms(300);
     c.read_timeout_ms = 1000;
     c
 }
@@ -157,8 +155,7 @@ impl Run {
         let upstream = Upstream::start();
         let base = config(&redis, &upstream, [1, 1], LIMIT);
         let mut second = base.clone();
-        second.listen_port = free_port();
-        second.admin_port = free_port();
+        second = second.on_new_ports();
         let store = stock_store(redis.url(), vec![], Duration::from_secs(2));
         Run {
             gws: vec![GatewayProc::start(base), GatewayProc::start(second)],

@@ -834,9 +834,7 @@ async fn gateway_killed_mid_burst(remedy: Remedy, scenario: &'static str) {
     activity.hold_secs = Some(6);
     let (redis, upstream, mut config) = stack(vec![activity], RedisServer::start());
     if remedy == Remedy::OrderLookup {
-        config.extra_upstream_yaml =
-            "  order_lookup: { path: \"/orders/{jti}\", timeout_ms: 500, retry_interval_ms: 500 }\n"
-                .to_owned();
+        config = config.order_lookup(OrderLookup::new(500, 500));
     }
     let mut gw = GatewayProc::start(config.clone());
     let store = store_for(&redis);

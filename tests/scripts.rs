@@ -1036,10 +1036,7 @@ async fn a_lost_meta_never_puts_a_version_on_sale_twice() {
     let s = store(redis.url(), 1000);
     let a = activity("1001", 2, 1, 1);
     prewarm(&s, &a).await;
-    let _: () = redis::cmd("DEL")
-        .arg("fg:{1001}:v1:stock")
-        .query(&mut redis.conn())
-        .unwrap();
+    redis.del(&["fg:{1001}:v1:stock"]);
     assert_eq!(prewarm(&s, &a).await.stock_key_removed, vec![0]);
     assert_eq!(remaining(&s, &a).await, None);
 }
@@ -1054,10 +1051,7 @@ async fn an_unsegmented_activity_that_lost_its_meta_keeps_its_segment_count() {
     prewarm(&s, &one).await;
     reserve(&s, &one, "u1", 1, "r1").await;
     reserve(&s, &one, "u2", 1, "r2").await;
-    let _: () = redis::cmd("DEL")
-        .arg("fg:{1001}:meta")
-        .query(&mut redis.conn())
-        .unwrap();
+    redis.del(&["fg:{1001}:meta"]);
     let two = Activity {
         segments: 2,
         ..activity("1001", 2, 1, 1)
@@ -1071,10 +1065,7 @@ async fn an_unsegmented_activity_that_lost_its_meta_keeps_its_segment_count() {
         })
     );
     // Also without the registry's record: the base tag holds the partition itself.
-    let _: () = redis::cmd("DEL")
-        .arg("fg:activities")
-        .query(&mut redis.conn())
-        .unwrap();
+    redis.del(&["fg:activities"]);
     assert!(matches!(
         segments::prewarm(&s, &two).await.unwrap(),
         Err(Refusal::SegmentsFixed { first: 1, .. })
@@ -1128,10 +1119,7 @@ async fn a_lost_received_book_never_lets_a_transfer_land_twice() {
         s.deposit(receiver, 1, "t1", 2).await.unwrap(),
         Deposit::Landed
     );
-    let _: () = redis::cmd("DEL")
-        .arg("fg:{1001~0/2}:received")
-        .query(&mut redis.conn())
-        .unwrap();
+    redis.del(&["fg:{1001~0/2}:received"]);
     assert_eq!(
         s.deposit(receiver, 1, "t1", 2).await.unwrap(),
         Deposit::Refused
@@ -1171,10 +1159,7 @@ async fn a_lost_ledger_beside_its_stock_refuses_the_partition() {
     let s = store(redis.url(), 1000);
     let a = activity("1001", 5, 1, 2);
     prewarm(&s, &a).await;
-    let _: () = redis::cmd("DEL")
-        .arg("fg:{1001}:v1:ledger")
-        .query(&mut redis.conn())
-        .unwrap();
+    redis.del(&["fg:{1001}:v1:ledger"]);
     assert!(matches!(
         segments::prewarm(&s, &a).await.unwrap(),
         Err(Refusal::Damaged { .. })
@@ -1259,10 +1244,7 @@ async fn the_registry_keeps_the_segment_count_when_the_base_meta_is_lost() {
         ..activity("1001", 8, 1, 1)
     };
     prewarm(&s, &four).await;
-    let _: () = redis::cmd("DEL")
-        .arg("fg:{1001}:meta")
-        .query(&mut redis.conn())
-        .unwrap();
+    redis.del(&["fg:{1001}:meta"]);
     assert_eq!(
         segments::prewarm(&s, &activity("1001", 8, 1, 1))
             .await
@@ -1372,10 +1354,7 @@ async fn transfer_halves_are_each_once_and_never_lose_units() {
         "even once acknowledged"
     );
     assert_eq!(s.remaining(giver, 1).await.unwrap(), Some(7));
-    let _: () = redis::cmd("DEL")
-        .arg("fg:{1001~0/2}:v1:ledger")
-        .query(&mut redis.conn())
-        .unwrap();
+    redis.del(&["fg:{1001~0/2}:v1:ledger"]);
     assert_eq!(
         s.deposit(receiver, 1, "t1", 3).await.unwrap(),
         Deposit::Refused

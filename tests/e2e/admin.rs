@@ -42,7 +42,7 @@ async fn admin_api_health_readiness_and_token() {
     );
     assert_eq!(acts[1]["version"], 3);
 
-    let one = gw.admin_get("/v1/activities/2002").await.json();
+    let one = gw.activity_view("2002").await;
     assert_eq!(one["id"], "2002");
     assert_eq!(one["version"], 3);
     assert_eq!(one["remaining"], 50);
@@ -60,11 +60,7 @@ async fn admin_api_health_readiness_and_token() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_exports_the_contract_series_from_one_registry() {
-    let Stack {
-        redis: _redis,
-        upstream: _upstream,
-        gw,
-    } = Stack::start(vec![TestActivity::open("1001", 1)]);
+    let (_redis, _upstream, gw) = Stack::start(vec![TestActivity::open("1001", 1)]).parts();
     // Once the start-up prewarm ran (a buyer before it costs a prewarm and a second reserve).
     gw.metrics_when(|m| m.contains(r#"flashgate_stock_remaining{activity="1001"} 1"#))
         .await;

@@ -37,9 +37,7 @@ fn verify(token: &str) -> Claims {
 async fn two_thousand_buyers_one_instant_exactly_the_stock_wins() {
     const BUYERS: usize = 2000;
     const STOCK: u64 = 100;
-    let redis = RedisServer::start();
-    let upstream = Upstream::start();
-    let mut config = TestConfig::new(&redis, &upstream, vec![TestActivity::open("1001", STOCK)]);
+    let (redis, upstream, mut config) = backends(vec![TestActivity::open("1001", STOCK)]);
     config.redis_timeout_ms = 2000; // a debug build on 2 cores under a 2,000-connection burst
     let gw = GatewayProc::start(config);
 
@@ -105,10 +103,7 @@ async fn two_thousand_buyers_one_instant_exactly_the_stock_wins() {
         .query(&mut conn)
         .unwrap();
     assert_eq!(left, 0, "never negative, nothing left");
-    assert_eq!(
-        gw.admin_get("/v1/activities/1001").await.json()["sold_out"],
-        true
-    );
+    assert_eq!(gw.activity_view("1001").await["sold_out"], true);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -141,7 +136,7 @@ async fn one_user_in_parallel_with_multi_unit_quantities_stays_within_the_limit(
             match r.status {
                 200 => units += 1 + i % 2,
                 409 => assert_eq!(r.code(), "limit_exceeded"),
-                other => panic!("unexpected {other}: {}", String::from_utf8_lossy(&r.body)),
+                other => panic!("unexpected {other}: {}", r.text()),
             }
         }
         assert!(units <= 3, "{user} got {units} units with a limit of 3");

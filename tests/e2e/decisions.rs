@@ -3,20 +3,13 @@
 use crate::support::*;
 
 fn setup(activities: Vec<TestActivity>) -> (RedisServer, Upstream, GatewayProc) {
-    let redis = RedisServer::start();
-    let upstream = Upstream::start();
-    let config = TestConfig::new(&redis, &upstream, activities);
+    let (redis, upstream, config) = backends(activities);
     let gw = GatewayProc::start(config);
     (redis, upstream, gw)
 }
 
 fn assert_gateway_answer(resp: &HttpResponse, status: u16, code: &str) {
-    assert_eq!(
-        resp.status,
-        status,
-        "body: {}",
-        String::from_utf8_lossy(&resp.body)
-    );
+    assert_eq!(resp.status, status, "body: {}", resp.text());
     assert_eq!(resp.header("content-type"), Some("application/json"));
     let body = resp.json();
     assert_eq!(body["code"], code);
@@ -37,33 +30,15 @@ async fn every_contract_code_except_unavailable() {
     let (redis, upstream, gw) = setup(vec![TestActivity::open("1001", 2), multi, future, past]);
 
     // unauthenticated: missing, empty, two identities.
-    assert_gateway_answer(
-        &request(gw.addr, "POST", "/api/seckill/1001/buy", &[]).await,
-        401,
-        "unauthenticated",
-    );
-    assert_gateway_answer(
-        &request(
-            gw.addr,
-            "POST",
-            "/api/seckill/1001/buy",
-            &[("X-User-Id", "")],
-        )
-        .await,
-        401,
-        "unauthenticated",
-    );
-    assert_gateway_answer(
-        &request(
-            gw.addr,
-            "POST",
-            "/api/seckill/1001/buy",
-            &[("X-User-Id", "a"), ("X-User-Id", "b")],
-        )
-        .await,
-        401,
-        "unauthenticated",
-    );
+    let no_one: [&[(&str, &str)]; 3] = [
+        &[],
+        &[("X-User-Id", "")],
+        &[("X-User-Id", "a"), ("X-User-Id", "b")],
+    ];
+    for headers in no_one {
+        let resp = request(gw.addr, "POST", "/api/seckill/1001/buy", headers).await;
+        assert_gateway_answer(&resp, 401, "unauthenticated");
+    }
 
     // bad_request: not an integer, < 1, > max_per_request, repeated.
     for q in [
@@ -91,7 +66,7 @@ async fn every_contract_code_except_unavailable() {
 
     // The winner reaches the upstream and learns its reservation id.
     let win = gw.buy("1001", "alice", None).await;
-    assert_eq!(win.status, 200, "{}", String::from_utf8_lossy(&win.body));
+    assert_eq!(win.status, 200, "{}", win.text());
     let jti = win
         .header("x-flashgate-reservation-id")
         .expect("reservation id")
@@ -196,8 +171,5 @@ async fn non_sale_routes_pass_through_unchanged() {
     assert_eq!(seen[0]["headers"]["x-custom"], "kept");
     assert!(seen[0]["headers"].get("x-flashgate-reservation").is_none());
     // No reservation was taken for them.
-    assert_eq!(
-        gw.admin_get("/v1/activities/1001").await.json()["remaining"],
-        5
-    );
+    assert_eq!(gw.activity_view("1001").await["remaining"], 5);
 }

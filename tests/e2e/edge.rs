@@ -429,7 +429,7 @@ async fn slow_bodies_on_other_routes_hold_no_backend_worker() {
                 })
                 .collect();
             for resp in burst(gw.addr, requests).await {
-                assert_eq!(resp.status, 200, "{}", String::from_utf8_lossy(&resp.body));
+                assert_eq!(resp.status, 200, "{}", resp.text());
             }
             took.push(started.elapsed());
         }
@@ -475,7 +475,7 @@ async fn polls_are_rate_limited_and_answered_without_redis_after_the_first() {
     let redis = RedisServer::start();
     let demo = Upstream::start();
     let sale = TestActivity {
-        queue: Some("{ admit_per_second: 1 }".into()),
+        queue: Some(Queue::admit(1)),
         ..TestActivity::open("q1", 100)
     };
     let mut config = TestConfig::new(&redis, &demo, vec![sale]);
@@ -518,9 +518,8 @@ async fn buffered_bodies_have_one_budget_and_take_a_backend_slot_only_when_whole
     let redis = RedisServer::start();
     let demo = Upstream::start();
     let mut config = TestConfig::new(&redis, &demo, vec![TestActivity::open("1001", 10)]);
-    config.extra_server_yaml =
-        "  max_passthrough_body_bytes: 65536\n  max_passthrough_buffered_bytes: 98304\n".to_owned();
-    config.extra_upstream_yaml = "  max_passthrough_inflight: 2\n".to_owned();
+    config = config.passthrough_body_bytes(65536, 98304);
+    config = config.max_passthrough_inflight(2);
     let gw = GatewayProc::start(config);
     // Two slow uploads, 60 KiB announced, 50 KiB sent each: 100 KiB would be held, past the
     // 96 KiB budget; whichever the gateway reads second is told 503 (the other keeps waiting).

@@ -5,15 +5,11 @@ use std::time::Duration;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upstream_5xx_releases_the_reservation_and_the_buyer_can_buy_again() {
-    let Stack {
-        redis,
-        upstream,
-        gw,
-    } = Stack::start(vec![TestActivity::open("1001", 1)]);
+    let (redis, upstream, gw) = Stack::start(vec![TestActivity::open("1001", 1)]).parts();
 
     upstream.set_status(500).await;
     let resp = gw.buy("1001", "alice", None).await;
-    assert_eq!(resp.status, 503, "{}", String::from_utf8_lossy(&resp.body));
+    assert_eq!(resp.status, 503, "{}", resp.text());
     assert_eq!(resp.code(), "unavailable");
     assert!(resp.header("retry-after").is_some());
     assert!(resp.header("x-flashgate-reservation-id").is_none());
@@ -36,16 +32,14 @@ async fn upstream_5xx_releases_the_reservation_and_the_buyer_can_buy_again() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upstream_down_or_slow_releases_the_reservation() {
-    let redis = RedisServer::start();
-    let mut upstream = Upstream::start();
-    let mut config = TestConfig::new(&redis, &upstream, vec![TestActivity::open("1001", 2)]);
+    let (redis, mut upstream, mut config) = backends(vec![TestActivity::open("1001", 2)]);
     config.read_timeout_ms = 300;
     let gw = GatewayProc::start(config);
 
     // Slow: the upstream answers after the read timeout.
     request(upstream.addr, "POST", "/__upstream/mode?delay_ms=2000", &[]).await;
     let resp = gw.buy("1001", "slow", None).await;
-    assert_eq!((resp.status, resp.code().as_str()), (503, "unavailable"));
+    resp.assert_answer(503, "unavailable");
     assert_eq!(redis.get_int("fg:{1001}:v1:stock").unwrap(), 2);
 
     // Down: nothing listens any more.
@@ -84,7 +78,7 @@ async fn redis_killed_mid_sale_gives_fast_503s_then_recovers_without_restart() {
     for i in 0..5 {
         let started = std::time::Instant::now();
         let resp = gw.buy("1001", &format!("during-{i}"), None).await;
-        assert_eq!((resp.status, resp.code().as_str()), (503, "unavailable"));
+        resp.assert_answer(503, "unavailable");
         assert!(resp.header("retry-after").is_some());
         assert!(
             started.elapsed() < Duration::from_secs(2),
@@ -105,7 +99,7 @@ async fn redis_killed_mid_sale_gives_fast_503s_then_recovers_without_restart() {
         },
     )
     .await;
-    assert_eq!(resp.status, 200, "{}", String::from_utf8_lossy(&resp.body));
+    assert_eq!(resp.status, 200, "{}", resp.text());
     // Durable Redis kept the first sale; nothing was taken while it was down.
     assert_eq!(redis.get_int("fg:{1001}:v1:stock").unwrap(), 8);
     assert_eq!(upstream.requests().await.len(), 2);
@@ -129,8 +123,7 @@ async fn a_gateway_restart_does_not_reset_stock() {
     assert_eq!(gw.buy("1001", "d", None).await.code(), "sold_out");
     // A second instance on the same Redis does not reset it either.
     let mut second = gw.config.clone();
-    second.listen_port = free_port();
-    second.admin_port = free_port();
+    second = second.on_new_ports();
     let gw2 = GatewayProc::start(second);
     assert_eq!(gw2.buy("1001", "e", None).await.code(), "sold_out");
     assert_eq!(redis.get_int("fg:{1001}:v1:stock").unwrap(), 0);

@@ -3,12 +3,8 @@
 //! after the keys expired; a giver forgets a transfer only once it landed; and a backend that
 //! accepts a released reservation is a fact the ledger, the metrics and `reconcile` show.
 
-use super::integrity::buy_keyed;
 use crate::support::*;
 use std::time::Duration;
-
-const LOOKUP: &str =
-    "  order_lookup: { path: \"/orders/{jti}\", timeout_ms: 5000, retry_interval_ms: 60000 }\n";
 
 /// A purchase gets no answer in time (the backend is slow once): the buyer is told 503 and the
 /// gateway has the reservation asked about soon; the sweep hands it out and the lookup starts.
@@ -18,16 +14,15 @@ const LOOKUP: &str =
 /// one unit (with reconcile clean). Now the replay moved the fence, and the answer is dropped.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_keyed_retry_while_its_order_lookup_is_out_is_never_sold_twice() {
-    let redis = RedisServer::start();
-    let upstream = Upstream::start();
-    let mut config = TestConfig::new(&redis, &upstream, vec![TestActivity::open("1001", 1)]);
-    config.read_timeout_ms = 1000;
-    config.extra_upstream_yaml = LOOKUP.to_owned();
-    let gw = GatewayProc::start(config);
+    let (_redis, upstream, gw) = Stack::start_with(vec![TestActivity::open("1001", 1)], |c| {
+        c.read_timeout_ms(1000)
+            .order_lookup(OrderLookup::new(5000, 60000))
+    })
+    .parts();
     upstream
         .mode("slow_once_ms=60000&lookup_delay_ms=400")
         .await;
-    let first = buy_keyed(&gw, "1001", "alice", "k-1").await;
+    let first = gw.buy_keyed("1001", "alice", "k-1").await;
     assert_eq!(first.status, 503, "no answer in time");
     // Asked about once the backend's answer is surely in: 2 x (connect + read) = 3 s.
     let asked = wait_for_async(
@@ -39,13 +34,8 @@ async fn a_keyed_retry_while_its_order_lookup_is_out_is_never_sold_twice() {
     // The retry reaches the backend while the lookup is out, and takes 900 ms there (the
     // lookup answers "not found" 400 ms after it arrived).
     upstream.mode("delay_ms=900").await;
-    let retry = buy_keyed(&gw, "1001", "alice", "k-1").await;
-    assert_eq!(
-        retry.status,
-        200,
-        "{}",
-        String::from_utf8_lossy(&retry.body)
-    );
+    let retry = gw.buy_keyed("1001", "alice", "k-1").await;
+    assert_eq!(retry.status, 200, "{}", retry.text());
     assert_eq!(
         retry.reservation_id(),
         asked,
@@ -53,14 +43,9 @@ async fn a_keyed_retry_while_its_order_lookup_is_out_is_never_sold_twice() {
     );
     upstream.mode("delay_ms=0").await;
     let bob = gw.buy("1001", "bob", None).await;
-    assert_eq!(
-        (bob.status, bob.code()),
-        (410, "sold_out".to_owned()),
-        "the unit was sold once"
-    );
+    bob.assert_answer(410, "sold_out"); // the unit was sold once
     assert_eq!(upstream.orders().await, vec![asked]);
-    let (code, table) = gw.reconcile();
-    assert_eq!(code, 0, "{table}");
+    gw.reconcile_clean();
     let logs = gw.logs();
     assert!(!logs.contains("already released"), "{logs}");
     assert!(logs.contains("'not found' discarded"), "{logs}");
@@ -73,38 +58,23 @@ async fn a_keyed_retry_while_its_order_lookup_is_out_is_never_sold_twice() {
 /// activity and what to do, and a new version sells afresh.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reopening_a_sale_after_its_keys_expired_needs_a_new_version() {
-    let redis = RedisServer::start();
-    let upstream = Upstream::start();
-    let sale = TestActivity {
-        ends_at: from_now(chrono::Duration::seconds(3)),
-        hold_secs: Some(1),
-        ..TestActivity::open("1001", 1)
-    };
-    let mut config = TestConfig::new(&redis, &upstream, vec![sale.clone()]);
-    config.read_timeout_ms = 1000;
+    let sale = TestActivity::open("1001", 1)
+        .ends_at(from_now(chrono::Duration::seconds(3)))
+        .hold_secs(1);
+    let (redis, upstream, config) = backends(vec![sale.clone()]);
     // Just above what the lifecycle needs (a hold or a trip, 4.5 s, plus a sweep).
-    config.extra_redis_yaml = "  key_ttl_after_end_secs: 6\n".to_owned();
+    let mut config = config.read_timeout_ms(1000).key_ttl_after_end_secs(6);
     let mut gw = GatewayProc::start(config.clone());
-    let alice = buy_keyed(&gw, "1001", "alice", "k-1").await;
+    let alice = gw.buy_keyed("1001", "alice", "k-1").await;
     assert_eq!(alice.status, 200);
     // The sale ends; a day (here: six seconds) later every key but the floor is gone.
     wait_for(
         "the activity's keys to expire",
         Duration::from_secs(30),
-        || {
-            let exists: i64 = redis::cmd("EXISTS")
-                .arg("fg:{1001}:meta")
-                .arg("fg:{1001}:res")
-                .query(&mut redis.conn())
-                .unwrap();
-            (exists == 0).then_some(())
-        },
+        || (redis.exists(&["fg:{1001}:meta", "fg:{1001}:res"]) == 0).then_some(()),
     );
     // An SRE reopens the sale by moving ends_at forward, same version.
-    let reopened = TestActivity {
-        ends_at: from_now(chrono::Duration::hours(1)),
-        ..sale.clone()
-    };
+    let reopened = sale.ends_at(from_now(chrono::Duration::hours(1)));
     config.activities = vec![reopened.clone()];
     gw.rewrite_config(config.clone());
     let bob = wait_for_async(
@@ -116,12 +86,9 @@ async fn reopening_a_sale_after_its_keys_expired_needs_a_new_version() {
         },
     )
     .await;
-    assert_eq!(
-        (bob.status, bob.code()),
-        (503, "unavailable".to_owned()),
-        "version 1 was on sale before its keys expired: never again"
-    );
-    let replay = buy_keyed(&gw, "1001", "alice", "k-1").await;
+    // Version 1 was on sale before its keys expired: never again.
+    bob.assert_answer(503, "unavailable");
+    let replay = gw.buy_keyed("1001", "alice", "k-1").await;
     assert_eq!(replay.status, 503, "alice's replay is not told sold_out");
     let logs = gw.logs();
     assert!(
@@ -135,10 +102,7 @@ async fn reopening_a_sale_after_its_keys_expired_needs_a_new_version() {
         .unwrap();
     assert_eq!(floor, "1");
     // A new version sells afresh.
-    config.activities = vec![TestActivity {
-        version: 2,
-        ..reopened
-    }];
+    config.activities = vec![reopened.version(2)];
     gw.rewrite_config(config);
     let bob = wait_for_async(
         "the reload to put version 2 on sale",
@@ -160,13 +124,7 @@ async fn reopening_a_sale_after_its_keys_expired_needs_a_new_version() {
 /// the transfer stays in flight and the sweep delivers it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pull_into_a_segment_damaged_meanwhile_loses_no_unit() {
-    let redis = RedisServer::start();
-    let upstream = Upstream::start();
-    let sale = TestActivity {
-        segments: Some(2),
-        ..TestActivity::open("1001", 2)
-    };
-    let config = TestConfig::new(&redis, &upstream, vec![sale]);
+    let (redis, _upstream, config) = backends(vec![TestActivity::open("1001", 2).segments(2)]);
     let layout = flashgate::stock::Layout::new(std::sync::Arc::from("1001"), 2);
     let homed: Vec<String> = (0..100)
         .map(|i| format!("user-{i}"))
@@ -211,19 +169,11 @@ async fn a_pull_into_a_segment_damaged_meanwhile_loses_no_unit() {
 /// logged, and `flashgate reconcile` exits 1 naming it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_backend_accepting_a_released_reservation_makes_reconcile_fail() {
-    let redis = RedisServer::start();
-    let upstream = Upstream::start();
-    let sale = TestActivity {
-        hold_secs: Some(1),
-        ..TestActivity::explicit("1001", 2, 1)
-    };
-    let plain = TestConfig::new(&redis, &upstream, vec![sale]);
-    let mut asking = plain.clone();
-    asking.listen_port = free_port();
-    asking.admin_port = free_port();
-    asking.extra_upstream_yaml =
-        "  order_lookup: { path: \"/orders/{jti}\", timeout_ms: 9000, retry_interval_ms: 1000 }\n"
-            .to_owned();
+    let (_redis, upstream, plain) = backends(vec![TestActivity::explicit("1001", 2, 1)]);
+    let asking = plain
+        .clone()
+        .on_new_ports()
+        .order_lookup(OrderLookup::new(9000, 1000));
     let gw = GatewayProc::start(asking);
     // The backend answers lookups 6 s after they arrive (with what it held then).
     upstream.mode("lookup_delay_ms=6000").await;
@@ -258,7 +208,7 @@ async fn a_backend_accepting_a_released_reservation_makes_reconcile_fail() {
         ),
         Some(1.0)
     );
-    let view = gw.admin_get("/v1/activities/1001").await.json();
+    let view = gw.activity_view("1001").await;
     assert_eq!(view["remaining"], 1, "the cover took the unit back: {view}");
     let (code, table) = gw.reconcile();
     assert_eq!(code, 1, "{table}");

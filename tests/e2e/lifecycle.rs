@@ -25,23 +25,13 @@ fn stream_events(redis: &RedisServer, activity: &str) -> Vec<HashMap<String, Str
         .collect()
 }
 
-async fn activity_view(gw: &GatewayProc, id: &str) -> serde_json::Value {
-    let resp = gw.admin_get(&format!("/v1/activities/{id}")).await;
-    assert_eq!(resp.status, 200);
-    resp.json()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn admin_confirm_and_release_are_idempotent_with_409_and_404() {
-    let Stack {
-        redis,
-        upstream: _upstream,
-        gw,
-    } = Stack::start(vec![TestActivity::explicit("1001", 5, 900)]);
+    let (redis, _upstream, gw) = Stack::start(vec![TestActivity::explicit("1001", 5, 900)]).parts();
     let jti = gw.buy("1001", "alice", None).await.reservation_id();
     let base = format!("/v1/activities/1001/reservations/{jti}");
 
-    let view = activity_view(&gw, "1001").await;
+    let view = gw.activity_view("1001").await;
     assert_eq!(
         (view["remaining"].as_i64(), view["pending"].as_i64()),
         (Some(4), Some(1))
@@ -55,35 +45,23 @@ async fn admin_confirm_and_release_are_idempotent_with_409_and_404() {
         401
     );
 
-    let confirmed = gw.admin_post(&format!("{base}/confirm")).await;
-    assert_eq!(
-        confirmed.status,
-        200,
-        "{}",
-        String::from_utf8_lossy(&confirmed.body)
-    );
-    assert_eq!(confirmed.json()["state"], "confirmed");
-    assert_eq!(
-        gw.admin_post(&format!("{base}/confirm")).await.status,
-        200,
-        "idempotent"
-    );
-    let view = activity_view(&gw, "1001").await;
-    assert_eq!(
-        (view["pending"].as_i64(), view["confirmed"].as_i64()),
-        (Some(0), Some(1))
-    );
-
-    // Release after payment (a cancelled order): units return exactly once.
-    let released = gw.admin_post(&format!("{base}/release")).await;
-    assert_eq!(released.status, 200);
-    assert_eq!(released.json()["state"], "released");
-    assert_eq!(
-        gw.admin_post(&format!("{base}/release")).await.status,
-        200,
-        "idempotent"
-    );
-    let view = activity_view(&gw, "1001").await;
+    // Confirm, then release after payment (a cancelled order): each idempotent, so units
+    // return exactly once.
+    for (action, state) in [("confirm", "confirmed"), ("release", "released")] {
+        let first = gw.admin_post(&format!("{base}/{action}")).await;
+        assert_eq!(first.status, 200, "{}", first.text());
+        assert_eq!(first.json()["state"], state);
+        let again = gw.admin_post(&format!("{base}/{action}")).await;
+        assert_eq!(again.status, 200, "{action} is idempotent");
+        if action == "confirm" {
+            let view = gw.activity_view("1001").await;
+            assert_eq!(
+                (view["pending"].as_i64(), view["confirmed"].as_i64()),
+                (Some(0), Some(1))
+            );
+        }
+    }
+    let view = gw.activity_view("1001").await;
     assert_eq!(
         (
             view["remaining"].as_i64(),
@@ -109,8 +87,7 @@ async fn admin_confirm_and_release_are_idempotent_with_409_and_404() {
     }
     // The user's unit came back: alice can buy again.
     assert_eq!(gw.buy("1001", "alice", None).await.status, 200);
-    let (code, table) = gw.reconcile();
-    assert_eq!(code, 0, "{table}");
+    gw.reconcile_clean();
 
     // One event per transition: reserve, confirm, release, reserve.
     let events: Vec<String> = stream_events(&redis, "1001")
@@ -122,11 +99,7 @@ async fn admin_confirm_and_release_are_idempotent_with_409_and_404() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_2xx_from_the_upstream_confirms_in_upstream_mode() {
-    let Stack {
-        redis: _redis,
-        upstream: _upstream,
-        gw,
-    } = Stack::start(vec![TestActivity::open("1001", 5)]);
+    let (_redis, _upstream, gw) = Stack::start(vec![TestActivity::open("1001", 5)]).parts();
     let jti = gw.buy("1001", "alice", None).await.reservation_id();
     let path = format!("/v1/activities/1001/reservations/{jti}");
     wait_for_async(
@@ -135,7 +108,7 @@ async fn a_2xx_from_the_upstream_confirms_in_upstream_mode() {
         || async { (gw.admin_get(&path).await.json()["state"] == "confirmed").then_some(()) },
     )
     .await;
-    let view = activity_view(&gw, "1001").await;
+    let view = gw.activity_view("1001").await;
     assert_eq!(
         (view["pending"].as_i64(), view["confirmed"].as_i64()),
         (Some(0), Some(1))
@@ -149,21 +122,10 @@ async fn a_2xx_from_the_upstream_confirms_in_upstream_mode() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_instances_sweep_one_redis_and_release_each_expiry_exactly_once() {
     const BUYERS: usize = 40;
-    let redis = RedisServer::start();
-    let upstream = Upstream::start();
-    let config = TestConfig::new(
-        &redis,
-        &upstream,
-        vec![TestActivity::explicit("1001", 100, 1)],
-    );
+    let (redis, _upstream, mut config) = backends(vec![TestActivity::explicit("1001", 100, 1)]);
+    config.sweep_interval_ms = 20;
     let instances: Vec<GatewayProc> = (0..3)
-        .map(|_| {
-            let mut c = config.clone();
-            c.listen_port = free_port();
-            c.admin_port = free_port();
-            c.sweep_interval_ms = 20;
-            GatewayProc::start(c)
-        })
+        .map(|_| GatewayProc::start(config.clone().on_new_ports()))
         .collect();
     for i in 0..BUYERS {
         let gw = &instances[i % 3];
@@ -174,12 +136,12 @@ async fn three_instances_sweep_one_redis_and_release_each_expiry_exactly_once() 
         "every reservation to expire",
         Duration::from_secs(20),
         || async {
-            let view = activity_view(&instances[0], "1001").await;
+            let view = instances[0].activity_view("1001").await;
             (view["pending"].as_i64() == Some(0)).then_some(())
         },
     )
     .await;
-    let view = activity_view(&instances[0], "1001").await;
+    let view = instances[0].activity_view("1001").await;
     assert_eq!(
         (view["remaining"].as_i64(), view["released"].as_i64()),
         (Some(100), Some(BUYERS as i64))
@@ -209,20 +171,13 @@ async fn three_instances_sweep_one_redis_and_release_each_expiry_exactly_once() 
         },
     )
     .await;
-    let (code, table) = instances[0].reconcile();
-    assert_eq!(code, 0, "{table}");
+    instances[0].reconcile_clean();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gateway_killed_between_deduction_and_forwarding_loses_nothing() {
-    let redis = RedisServer::start();
-    let upstream = Upstream::start();
     // Upstream confirmation, and a 2 s hold so the test need not wait the default 900 s.
-    let activity = TestActivity {
-        hold_secs: Some(2),
-        ..TestActivity::open("1001", 3)
-    };
-    let config = TestConfig::new(&redis, &upstream, vec![activity]);
+    let (redis, upstream, config) = backends(vec![TestActivity::open("1001", 3).hold_secs(2)]);
     let mut victim =
         GatewayProc::start_with_env(config.clone(), &[("FLASHGATE_FAULT", "hang_after_reserve")]);
     let addr = victim.addr;
@@ -254,16 +209,13 @@ async fn a_gateway_killed_between_deduction_and_forwarding_loses_nothing() {
     );
 
     // Another instance's sweeper returns it at the hold deadline.
-    let mut other = config.clone();
-    other.listen_port = free_port();
-    other.admin_port = free_port();
-    let survivor = GatewayProc::start(other);
-    assert_eq!(activity_view(&survivor, "1001").await["pending"], 1);
+    let survivor = GatewayProc::start(config.on_new_ports());
+    assert_eq!(survivor.activity_view("1001").await["pending"], 1);
     wait_for_async(
         "the pending reservation to expire",
         Duration::from_secs(10),
         || async {
-            (activity_view(&survivor, "1001").await["remaining"].as_i64() == Some(3)).then_some(())
+            (survivor.activity_view("1001").await["remaining"].as_i64() == Some(3)).then_some(())
         },
     )
     .await;
@@ -273,17 +225,12 @@ async fn a_gateway_killed_between_deduction_and_forwarding_loses_nothing() {
         "alice's unit came back too"
     );
     assert_eq!(survivor.buy("1001", "alice", None).await.status, 200);
-    let (code, table) = survivor.reconcile();
-    assert_eq!(code, 0, "{table}");
+    survivor.reconcile_clean();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idempotent_retry_gets_the_same_reservation() {
-    let Stack {
-        redis: _redis,
-        upstream,
-        gw,
-    } = Stack::start(vec![TestActivity::open("1001", 5)]);
+    let (_redis, upstream, gw) = Stack::start(vec![TestActivity::open("1001", 5)]).parts();
     let addr = gw.addr;
     let buy = move |key: Option<&'static str>| async move {
         let mut headers = vec![("X-User-Id", "alice")];
@@ -299,12 +246,7 @@ async fn an_idempotent_retry_gets_the_same_reservation() {
         .unwrap()
         .to_owned();
     let retry = buy(Some("order-1")).await;
-    assert_eq!(
-        retry.status,
-        200,
-        "{}",
-        String::from_utf8_lossy(&retry.body)
-    );
+    assert_eq!(retry.status, 200, "{}", retry.text());
     assert_eq!(
         retry.header("x-flashgate-reservation-id"),
         Some(jti.as_str())
@@ -328,50 +270,31 @@ async fn an_idempotent_retry_gets_the_same_reservation() {
         })
         .collect();
     assert_eq!(jtis, [jti.clone(), jti]);
-    assert_eq!(activity_view(&gw, "1001").await["remaining"], 4);
+    assert_eq!(gw.activity_view("1001").await["remaining"], 4);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn release_after_the_stock_key_expired_resurrects_nothing() {
-    let Stack {
-        redis,
-        upstream: _upstream,
-        gw,
-    } = Stack::start(vec![TestActivity::explicit("1001", 5, 900)]);
+    let (redis, _upstream, gw) = Stack::start(vec![TestActivity::explicit("1001", 5, 900)]).parts();
     let jti = gw.buy("1001", "alice", None).await.reservation_id();
     // The keys of version 1 reach their TTL (ends_at + 24 h) together.
-    let mut conn = redis.conn();
-    let _: () = redis::cmd("DEL")
-        .arg("fg:{1001}:v1:stock")
-        .arg("fg:{1001}:v1:ledger")
-        .query(&mut conn)
-        .unwrap();
+    redis.del(&["fg:{1001}:v1:stock", "fg:{1001}:v1:ledger"]);
     let resp = gw
         .admin_post(&format!("/v1/activities/1001/reservations/{jti}/release"))
         .await;
     assert_eq!(resp.status, 200);
-    let exists: bool = redis::cmd("EXISTS")
-        .arg("fg:{1001}:v1:stock")
-        .query(&mut conn)
-        .unwrap();
-    assert!(!exists, "no stock created from nothing");
+    let exists = redis.exists(&["fg:{1001}:v1:stock"]);
+    assert_eq!(exists, 0, "no stock created from nothing");
     assert!(gw
         .metrics()
         .await
         .contains(r#"flashgate_reservations_retired_total{activity="1001"} 1"#));
-    let (code, table) = gw.reconcile();
-    assert_eq!(code, 0, "{table}");
+    gw.reconcile_clean();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_version_bump_mid_sale_settles_old_reservations_against_the_old_version() {
-    let redis = RedisServer::start();
-    let upstream = Upstream::start();
-    let mut config = TestConfig::new(
-        &redis,
-        &upstream,
-        vec![TestActivity::explicit("1001", 5, 900)],
-    );
+    let (_redis, _upstream, mut config) = backends(vec![TestActivity::explicit("1001", 5, 900)]);
     let mut gw = GatewayProc::start(config.clone());
     let old = gw.buy("1001", "alice", None).await.reservation_id();
     assert_eq!(gw.buy("1001", "bob", None).await.status, 200);
@@ -380,8 +303,7 @@ async fn a_version_bump_mid_sale_settles_old_reservations_against_the_old_versio
     // Operations restock: version 2 with 10 units.
     config.activities[0].version = 2;
     config.activities[0].stock = 10;
-    config.listen_port = free_port();
-    config.admin_port = free_port();
+    config = config.on_new_ports();
     gw = GatewayProc::start(config);
     assert_eq!(gw.buy("1001", "carol", None).await.status, 200);
     // alice holds a v1 unit: the per-user limit spans versions.
@@ -395,7 +317,7 @@ async fn a_version_bump_mid_sale_settles_old_reservations_against_the_old_versio
             .status,
         200
     );
-    let view = activity_view(&gw, "1001").await;
+    let view = gw.activity_view("1001").await;
     assert_eq!(
         (view["version"].as_u64(), view["remaining"].as_i64()),
         (Some(2), Some(9))
@@ -428,8 +350,7 @@ async fn a_version_bump_mid_sale_settles_old_reservations_against_the_old_versio
         ),
         (Some(2), Some(1))
     );
-    let (code, table) = gw.reconcile();
-    assert_eq!(code, 0, "{table}");
+    let table = gw.reconcile_clean();
     assert!(
         table.contains("1001") && table.lines().count() >= 3,
         "{table}"
@@ -438,14 +359,11 @@ async fn a_version_bump_mid_sale_settles_old_reservations_against_the_old_versio
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reconcile_filters_by_activity_and_says_why_it_cannot_run() {
-    let Stack {
-        redis,
-        upstream: _upstream,
-        gw,
-    } = Stack::start(vec![
+    let (redis, _upstream, gw) = Stack::start(vec![
         TestActivity::open("1001", 5),
         TestActivity::open("2002", 5),
-    ]);
+    ])
+    .parts();
     assert_eq!(gw.buy("2002", "alice", None).await.status, 200);
     let config = gw.config_path();
     let config = config.to_str().unwrap();
@@ -469,11 +387,7 @@ async fn reconcile_filters_by_activity_and_says_why_it_cannot_run() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reconcile_reports_drift_and_exits_non_zero() {
-    let Stack {
-        redis,
-        upstream: _upstream,
-        gw,
-    } = Stack::start(vec![TestActivity::open("1001", 5)]);
+    let (redis, _upstream, gw) = Stack::start(vec![TestActivity::open("1001", 5)]).parts();
     assert_eq!(gw.buy("1001", "alice", None).await.status, 200);
     // Someone edits the stock key by hand: a unit from nowhere.
     let mut conn = redis.conn();

@@ -4,22 +4,15 @@ use crate::support::*;
 use std::time::{Duration, Instant};
 
 async fn cached(gw: &GatewayProc) -> bool {
-    gw.admin_get("/v1/activities/1001").await.json()["sold_out_cached"] == true
+    gw.activity_view("1001").await["sold_out_cached"] == true
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sold_out_and_returned_stock_reach_every_instance() {
-    let redis = RedisServer::start();
-    let upstream = Upstream::start();
-    let mut config = TestConfig::new(
-        &redis,
-        &upstream,
-        vec![TestActivity::explicit("1001", 1, 900)],
-    );
+    let (_redis, _upstream, mut config) = backends(vec![TestActivity::explicit("1001", 1, 900)]);
     config.sold_out_ttl_ms = 600_000; // without news, a mark would last ten minutes
     let a = GatewayProc::start(config.clone());
-    config.listen_port = free_port();
-    config.admin_port = free_port();
+    config = config.on_new_ports();
     let b = GatewayProc::start(config);
     assert!(!cached(&b).await);
 

@@ -5,9 +5,7 @@ use crate::support::*;
 use std::time::{Duration, Instant};
 
 fn stack(activities: Vec<TestActivity>) -> (RedisServer, Upstream, TestConfig) {
-    let redis = RedisServer::start();
-    let upstream = Upstream::start();
-    let mut config = TestConfig::new(&redis, &upstream, activities);
+    let (redis, upstream, mut config) = backends(activities);
     config.per_user = None;
     (redis, upstream, config)
 }
@@ -58,9 +56,9 @@ const REFUSED: &str = r#"flashgate_config_reloads_total{result="refused"}"#;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reload_changes_a_limit_mid_burst_and_adds_an_activity() {
     let (_redis, _upstream, mut config) = stack(vec![TestActivity::open("1001", 1000)]);
-    config.extra_rate_limits_yaml = "  per_activity: { per_second: 1, burst: 5 }\n".into();
+    config = config.per_activity_rate(Rate::new(1, 5));
     // Reload on SIGHUP only here; the file watcher has its own test below.
-    config.extra_server_yaml = "  reload_watch_interval_ms: 0\n".into();
+    config = config.reload_watch_interval_ms(0);
     let mut gw = GatewayProc::start(config.clone());
 
     let first = buy_all(&gw, "1001", users("a", 20)).await;
@@ -68,7 +66,7 @@ async fn a_reload_changes_a_limit_mid_burst_and_adds_an_activity() {
     assert_eq!(count(&first, 429), 15, "{first:?}");
 
     // Mid-sale: a bigger bucket, and a new activity.
-    config.extra_rate_limits_yaml = "  per_activity: { per_second: 1, burst: 100 }\n".into();
+    config = config.per_activity_rate(Rate::new(1, 100));
     config.activities.push(TestActivity::open("2002", 10));
     gw.rewrite_config(config.clone());
     gw.signal("HUP");
@@ -86,16 +84,10 @@ async fn a_reload_changes_a_limit_mid_burst_and_adds_an_activity() {
     assert_eq!(view.json()["remaining"], 9);
 
     // Changing only `shadow` keeps the buckets: the 100 burst is mostly spent already.
-    config.extra_rate_limits_yaml =
-        "  per_activity: { per_second: 1, burst: 100, shadow: true }\n".into();
+    config = config.per_activity_rate(Rate::new(1, 100).shadow());
     gw.rewrite_config(config);
     let reload = gw.admin_post("/v1/config/reload").await;
-    assert_eq!(
-        reload.status,
-        200,
-        "{}",
-        String::from_utf8_lossy(&reload.body)
-    );
+    assert_eq!(reload.status, 200, "{}", reload.text());
     assert_eq!(reload.json()["generation"], 3);
     let third = buy_all(&gw, "1001", users("d", 100)).await;
     assert_eq!(count(&third, 200), 100, "shadow admits: {third:?}");
@@ -111,7 +103,7 @@ async fn a_reload_changes_a_limit_mid_burst_and_adds_an_activity() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_broken_or_unsafe_reload_is_refused_and_the_running_config_stays() {
     let (_redis, _upstream, mut config) = stack(vec![TestActivity::open("1001", 10)]);
-    config.extra_server_yaml = "  reload_watch_interval_ms: 100\n".into();
+    config = config.reload_watch_interval_ms(100);
     let mut gw = GatewayProc::start(config.clone());
     assert_eq!(gw.buy("1001", "a", None).await.status, 200);
 
@@ -155,7 +147,7 @@ async fn a_broken_or_unsafe_reload_is_refused_and_the_running_config_stays() {
     gw.rewrite_config(restock);
     wait_metric(&gw, "flashgate_config_generation", 2.0).await;
     assert_eq!(gw.buy("1001", "c", None).await.status, 200);
-    let view = gw.admin_get("/v1/activities/1001").await.json();
+    let view = gw.activity_view("1001").await;
     assert_eq!(
         (view["version"].as_u64(), view["remaining"].as_u64()),
         (Some(2), Some(499))
@@ -178,7 +170,7 @@ async fn a_broken_or_unsafe_reload_is_refused_and_the_running_config_stays() {
 async fn the_breaker_opens_on_timeouts_answers_at_once_then_probes_and_closes() {
     let (redis, _upstream, mut config) = stack(vec![TestActivity::open("1001", 100)]);
     config.redis_timeout_ms = 600;
-    config.extra_redis_yaml = "  breaker: { consecutive_failures: 3, open_ms: 1500 }\n".into();
+    config = config.breaker(3, 1500);
     let gw = GatewayProc::start(config);
     assert_eq!(gw.buy("1001", "warm", None).await.status, 200);
 
@@ -210,7 +202,7 @@ async fn the_breaker_opens_on_timeouts_answers_at_once_then_probes_and_closes() 
     for i in 0..20 {
         let started = Instant::now();
         let resp = gw.buy("1001", &format!("fast-{i}"), None).await;
-        assert_eq!((resp.status, resp.code().as_str()), (503, "unavailable"));
+        resp.assert_answer(503, "unavailable");
         assert!(resp.header("retry-after").is_some());
         assert!(
             started.elapsed() < Duration::from_millis(300),
@@ -245,7 +237,7 @@ async fn passthrough_forwards_marked_and_capped_while_the_switch_holds_the_break
     let mut passthrough = TestActivity::open("3003", 100);
     passthrough.on_store_failure = Some("passthrough");
     let (redis, upstream, mut config) = stack(vec![TestActivity::open("1001", 100), passthrough]);
-    config.extra_rate_limits_yaml = "  passthrough: { per_second: 1, burst: 3 }\n".into();
+    config = config.passthrough_rate(Rate::new(1, 3));
     let gw = GatewayProc::start(config);
 
     // A buyer cannot forge the mark.
@@ -314,7 +306,7 @@ async fn passthrough_forwards_marked_and_capped_while_the_switch_holds_the_break
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn winners_beyond_max_inflight_queue_and_are_released_on_timeout() {
     let (_redis, upstream, mut config) = stack(vec![TestActivity::explicit("1001", 10, 600)]);
-    config.extra_upstream_yaml = "  max_inflight: 1\n  max_queue_wait_ms: 300\n".into();
+    config = config.max_inflight(1).max_queue_wait_ms(300);
     let gw = GatewayProc::start(config);
     let slow = request(
         upstream.addr,
@@ -348,7 +340,7 @@ async fn winners_beyond_max_inflight_queue_and_are_released_on_timeout() {
     assert_eq!(positions, [1, 2]);
     // Only the winner reached the backend; the others' units are back.
     assert_eq!(upstream.requests().await.len(), 1);
-    let view = gw.admin_get("/v1/activities/1001").await.json();
+    let view = gw.activity_view("1001").await;
     assert_eq!(
         (view["remaining"].as_u64(), view["pending"].as_u64()),
         (Some(9), Some(1))
@@ -373,7 +365,7 @@ async fn winners_beyond_max_inflight_queue_and_are_released_on_timeout() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_stops_accepting_and_drains_every_reservation_in_flight() {
     let (redis, upstream, mut config) = stack(vec![TestActivity::explicit("1001", 10, 600)]);
-    config.extra_server_yaml = "  grace_period_secs: 4\n".into();
+    config = config.grace_period_secs(4);
     let mut gw = GatewayProc::start(config);
     request(
         upstream.addr,
@@ -407,7 +399,7 @@ async fn sigterm_stops_accepting_and_drains_every_reservation_in_flight() {
     // ...while every request in flight is forwarded and answered.
     for b in buyers {
         let resp = b.await.unwrap();
-        assert_eq!(resp.status, 200, "{}", String::from_utf8_lossy(&resp.body));
+        assert_eq!(resp.status, 200, "{}", resp.text());
         resp.reservation_id();
     }
     let status = gw.wait_exit(Duration::from_secs(15));
@@ -420,8 +412,14 @@ async fn sigterm_stops_accepting_and_drains_every_reservation_in_flight() {
     // Every reservation was forwarded: pending at the backend, none released, none lost.
     assert_eq!(upstream.requests().await.len(), 5);
     assert_eq!(redis.get_int("fg:{1001}:v1:stock"), Some(5));
-    let (code, table) = gw.reconcile();
-    assert_eq!(code, 0, "{table}");
+    gw.reconcile_clean();
+}
+
+/// A place for the upgrade socket: its directory (removed on drop) and path.
+fn upgrade_sock() -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("upgrade.sock");
+    (dir, sock)
 }
 
 /// What one load worker saw.
@@ -436,9 +434,8 @@ async fn sigquit_hands_the_listeners_to_a_new_binary_under_load() {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
     let (redis, upstream, mut config) = stack(vec![TestActivity::open("1001", 1_000_000)]);
-    let sock_dir = tempfile::tempdir().unwrap();
-    let sock = sock_dir.path().join("upgrade.sock");
-    config.extra_server_yaml = format!("  upgrade_sock: {}\n", sock.display());
+    let (_sock_dir, sock) = upgrade_sock();
+    config = config.upgrade_sock(sock.clone());
     // The default grace period follows the longest trip: keep it short.
     config.read_timeout_ms = 1000;
     let mut old = GatewayProc::start(config);
@@ -514,8 +511,7 @@ async fn sigquit_hands_the_listeners_to_a_new_binary_under_load() {
         redis.get_int("fg:{1001}:v1:stock"),
         Some(1_000_000 - statuses[&200] as i64)
     );
-    let (code, table) = new.reconcile();
-    assert_eq!(code, 0, "{table}");
+    new.reconcile_clean();
     new.signal("TERM");
     assert!(new.wait_exit(Duration::from_secs(30)).success());
 }
@@ -523,9 +519,8 @@ async fn sigquit_hands_the_listeners_to_a_new_binary_under_load() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_upgrade_with_no_gateway_to_take_over_from_gives_up_and_says_so() {
     let (_redis, _upstream, mut config) = stack(vec![TestActivity::open("1001", 10)]);
-    let dir = tempfile::tempdir().unwrap();
-    let sock = dir.path().join("upgrade.sock");
-    config.extra_server_yaml = format!("  upgrade_sock: {}\n", sock.display());
+    let (dir, sock) = upgrade_sock();
+    config = config.upgrade_sock(sock.clone());
     let path = dir.path().join("gateway.yaml");
     std::fs::write(&path, config.to_yaml()).unwrap();
     let started = Instant::now();

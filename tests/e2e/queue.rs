@@ -12,11 +12,7 @@ use std::time::{Duration, Instant};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_buyer_is_queued_with_a_ticket_and_buys_at_their_turn() {
-    let stack = Stack::start(vec![queued(
-        "1001",
-        10,
-        "{ admit_per_second: 1, admission_window_secs: 30 }",
-    )]);
+    let stack = Stack::start(vec![queued("1001", 10, Queue::admit(1).window_secs(30))]);
     let gw = &stack.gw;
     let r = buy(gw, "1001", "alice", None).await;
     assert_eq!(r.status, 202);
@@ -67,7 +63,7 @@ async fn a_buyer_is_queued_with_a_ticket_and_buys_at_their_turn() {
         &[("X-User-Id", "alice"), ("Cookie", &cookie)],
     )
     .await;
-    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(r.status, 200, "{}", r.text());
     r.reservation_id();
     // Her second purchase is refused by the per-user limit, as without a queue.
     assert_eq!(
@@ -88,26 +84,15 @@ async fn a_buyer_is_queued_with_a_ticket_and_buys_at_their_turn() {
     assert!(
         m.contains("flashgate_admission_decisions_total{activity=\"1001\",decision=\"queued\"}")
     );
-    let (code, table) = gw.reconcile();
-    assert_eq!(code, 0, "{table}");
+    gw.reconcile_clean();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forged_others_and_lapsed_tickets_are_refused() {
-    let redis = RedisServer::start();
-    let upstream = Upstream::start();
-    let mut config = TestConfig::new(
-        &redis,
-        &upstream,
-        vec![
-            queued(
-                "1001",
-                10,
-                "{ admit_per_second: 5, admission_window_secs: 1 }",
-            ),
-            queued("1002", 10, "{ admit_per_second: 5 }"),
-        ],
-    );
+    let (_redis, upstream, mut config) = backends(vec![
+        queued("1001", 10, Queue::admit(5).window_secs(1)),
+        queued("1002", 10, Queue::admit(5)),
+    ]);
     config.per_user = None;
     let gw = &GatewayProc::start(config);
     let (alice, _) = take_ticket(gw, "1001", "alice").await;
@@ -134,7 +119,7 @@ async fn forged_others_and_lapsed_tickets_are_refused() {
     assert_eq!(r.code(), "ticket_expired");
     // Asking for a new one: the same lapsed ticket (one per user and activity).
     let r = buy(gw, "1001", "alice", None).await;
-    assert_eq!((r.status, r.code().as_str()), (410, "ticket_expired"));
+    r.assert_answer(410, "ticket_expired");
     assert!(upstream.requests().await.is_empty());
     let m = gw
         .metrics_when(|m| m.contains("flashgate_queue_lapsed_total{activity=\"1001\"} 1"))
@@ -152,11 +137,7 @@ async fn everyone_waiting_learns_sold_out_and_a_released_unit_goes_to_the_next_i
     let activity = TestActivity {
         confirm: Some("explicit"),
         hold_secs: Some(600),
-        ..queued(
-            "1001",
-            1,
-            "{ admit_per_second: 1, admission_window_secs: 60 }",
-        )
+        ..queued("1001", 1, Queue::admit(1).window_secs(60))
     };
     let gw = GatewayProc::start(TestConfig::new(&redis, &upstream, vec![activity]));
     let users = ["u0", "u1", "u2", "u3", "u4"];
@@ -180,7 +161,7 @@ async fn everyone_waiting_learns_sold_out_and_a_released_unit_goes_to_the_next_i
         told.elapsed()
     );
     let r = buy(&gw, "1001", "u4", Some(&tickets[4])).await;
-    assert_eq!((r.status, r.code().as_str()), (410, "sold_out"));
+    r.assert_answer(410, "sold_out");
     // A newcomer is told at once too (place given anyway).
     let late = buy(&gw, "1001", "late", None).await;
     assert!(
@@ -192,7 +173,7 @@ async fn everyone_waiting_learns_sold_out_and_a_released_unit_goes_to_the_next_i
     let r = gw
         .admin_post(&format!("/v1/activities/1001/reservations/{jti}/release"))
         .await;
-    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(r.status, 200, "{}", r.text());
     let next = wait_for_async("u1's turn", Duration::from_secs(15), || async {
         for (i, (u, t)) in users.iter().zip(&tickets).enumerate().skip(1) {
             if poll(&gw, "1001", u, t).await["state"] == "your_turn" {
@@ -209,8 +190,7 @@ async fn everyone_waiting_learns_sold_out_and_a_released_unit_goes_to_the_next_i
     }
     let r = buy(&gw, "1001", "u1", Some(&tickets[1])).await;
     assert_eq!(r.status, 200, "{:?}", r.json());
-    let (code, table) = gw.reconcile();
-    assert_eq!(code, 0, "{table}");
+    gw.reconcile_clean();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -222,21 +202,13 @@ async fn pre_queue_arrivals_are_drawn_at_the_start_and_later_ones_queue_in_order
         ..queued(
             "1001",
             100,
-            &format!(
-                "{{ admit_per_second: 1, opens_at: \"{}\", admission_window_secs: 600 }}",
-                in_secs(-60)
-            ),
+            Queue::admit(1).window_secs(600).opens_at(in_secs(-60)),
         )
     };
     let stack = Stack::start(vec![activity]);
     let gw = &stack.gw;
     // The cursor stands still (paused), so each buyer's position is their place.
-    assert_eq!(
-        gw.admin_post("/v1/activities/1001/queue/pause")
-            .await
-            .status,
-        200
-    );
+    queue_control(gw, "1001", "pause").await;
     let n = 40;
     let mut tickets = Vec::new();
     for i in 0..n {
@@ -298,12 +270,7 @@ async fn pre_queue_arrivals_are_drawn_at_the_start_and_later_ones_queue_in_order
     assert_eq!(q["length"], n + 2);
     assert_eq!(q["admit_per_second"], 1);
     // Resumed: the buyer drawn first goes first.
-    assert_eq!(
-        gw.admin_post("/v1/activities/1001/queue/resume")
-            .await
-            .status,
-        200
-    );
+    queue_control(gw, "1001", "resume").await;
     let first = places.iter().position(|p| *p == 1).unwrap();
     wait_state(
         gw,
@@ -332,7 +299,7 @@ fn spearman(places: &[u64]) -> f64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_admin_api_pauses_resumes_and_changes_the_rate_for_the_fleet() {
-    let stack = Stack::start(vec![queued("1001", 10, "{ admit_per_second: 3 }")]);
+    let stack = Stack::start(vec![queued("1001", 10, Queue::admit(3))]);
     let gw = &stack.gw;
     let q = gw.admin_get("/v1/activities/1001/queue").await;
     assert_eq!(q.status, 200);
@@ -350,14 +317,14 @@ async fn the_admin_api_pauses_resumes_and_changes_the_rate_for_the_fleet() {
         .admin_post("/v1/activities/1001/queue/rate?per_second=0")
         .await;
     assert_eq!(r.status, 400);
-    let r = gw.admin_post("/v1/activities/1001/queue/pause").await;
-    assert_eq!(r.json()["paused"], true);
-    let cursor = r.json()["cursor"].as_u64().unwrap();
+    let r = queue_control(gw, "1001", "pause").await;
+    assert_eq!(r["paused"], true);
+    let cursor = r["cursor"].as_u64().unwrap();
     let (t, _) = take_ticket(gw, "1001", "alice").await;
     assert!(number(&t) > cursor);
     assert_eq!(poll(gw, "1001", "alice", &t).await["state"], "waiting");
-    let r = gw.admin_post("/v1/activities/1001/queue/resume").await;
-    assert_eq!(r.json()["paused"], false);
+    let r = queue_control(gw, "1001", "resume").await;
+    assert_eq!(r["paused"], false);
     wait_state(gw, "1001", "alice", &t, "your_turn").await;
     let r = gw.admin_get("/v1/activities/9999/queue").await;
     assert_eq!(r.status, 404);
@@ -372,11 +339,7 @@ async fn three_gateways_admit_ten_thousand_buyers_at_one_rate() {
     let upstream = Upstream::start();
     let activity = TestActivity {
         stock: 100_000,
-        ..queued(
-            "1001",
-            100_000,
-            "{ admit_per_second: 200, admission_window_secs: 600 }",
-        )
+        ..queued("1001", 100_000, Queue::admit(200).window_secs(600))
     };
     let gws: Vec<Arc<GatewayProc>> = (0..3)
         .map(|_| {
@@ -385,13 +348,7 @@ async fn three_gateways_admit_ten_thousand_buyers_at_one_rate() {
             Arc::new(GatewayProc::start(config))
         })
         .collect();
-    assert_eq!(
-        gws[0]
-            .admin_post("/v1/activities/1001/queue/pause")
-            .await
-            .status,
-        200
-    );
+    queue_control(&gws[0], "1001", "pause").await;
     // Every buyer arrives at once, spread over the three gateways.
     let next = Arc::new(AtomicUsize::new(0));
     let tickets = Arc::new(parking_lot::Mutex::new(vec![String::new(); BUYERS]));
@@ -431,13 +388,7 @@ async fn three_gateways_admit_ten_thousand_buyers_at_one_rate() {
     let order: Arc<Vec<usize>> = Arc::new(by_number.into_iter().map(|(_, i)| i).collect());
     let tickets = Arc::new(tickets);
     let resumed = Instant::now();
-    assert_eq!(
-        gws[1]
-            .admin_post("/v1/activities/1001/queue/resume")
-            .await
-            .status,
-        200
-    );
+    queue_control(&gws[1], "1001", "resume").await;
     let next = Arc::new(AtomicUsize::new(0));
     let admitted_at = Arc::new(parking_lot::Mutex::new(Vec::new()));
     let workers: Vec<_> = (0..32)
@@ -470,7 +421,7 @@ async fn three_gateways_admit_ten_thousand_buyers_at_one_rate() {
                                 let wait = r.json()["estimated_wait_ms"].as_u64().unwrap();
                                 tokio::time::sleep(Duration::from_millis(wait.clamp(5, 200))).await;
                             }
-                            s => panic!("{user}: {s} {}", String::from_utf8_lossy(&r.body)),
+                            s => panic!("{user}: {s} {}", r.text()),
                         }
                     }
                 }
@@ -511,20 +462,16 @@ async fn three_gateways_admit_ten_thousand_buyers_at_one_rate() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_ticket_of_a_queue_redis_lost_holds_no_place_in_the_new_one() {
-    let stack = Stack::start(vec![queued("1001", 10, "{ admit_per_second: 1 }")]);
+    let stack = Stack::start(vec![queued("1001", 10, Queue::admit(1))]);
     let gw = &stack.gw;
     let (alice, _) = take_ticket(gw, "1001", "alice").await;
     // Redis loses the queue (a flush, a failover without the keys).
-    let _: () = redis::cmd("DEL")
-        .arg("fg:{1001}:q")
-        .arg("fg:{1001}:q:tickets")
-        .query(&mut stack.redis.conn())
-        .unwrap();
+    stack.redis.del(&["fg:{1001}:q", "fg:{1001}:q:tickets"]);
     let (bob, _) = take_ticket(gw, "1001", "bob").await;
     // Alice's old ticket is genuine but of the lost queue: she is given a new place, behind
     // bob, never bob's place nor an admission on the old number.
     let r = buy(gw, "1001", "alice", Some(&alice)).await;
-    assert_eq!(r.status, 202, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(r.status, 202, "{}", r.text());
     let renewed = r.json()["ticket"].as_str().unwrap().to_owned();
     assert_ne!(renewed, alice);
     assert!(number(&renewed) > number(&bob), "{renewed} vs bob's {bob}");
@@ -550,5 +497,5 @@ async fn buyers_asking_for_their_place_do_not_use_up_the_activity_bucket() {
         buy(&gw, "1001", &format!("w{i}"), Some(t)).await;
     }
     let r = buy(&gw, "1001", "alice", Some(&alice)).await;
-    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(r.status, 200, "{}", r.text());
 }

@@ -7,11 +7,8 @@ use std::time::Duration;
 
 pub const TICKET: &str = "X-Flashgate-Ticket";
 
-pub fn queued(id: &'static str, stock: u64, queue: &str) -> TestActivity {
-    TestActivity {
-        queue: Some(queue.to_owned()),
-        ..TestActivity::open(id, stock)
-    }
+pub fn queued(id: &'static str, stock: u64, queue: Queue) -> TestActivity {
+    TestActivity::open(id, stock).queue(queue)
 }
 
 /// An RFC 3339 time `secs` from now (leaked: test activities hold `&'static str`).
@@ -46,7 +43,7 @@ pub async fn poll(gw: &GatewayProc, act: &str, user: &str, ticket: &str) -> Valu
             tokio::time::sleep(Duration::from_millis(250)).await;
             continue;
         }
-        assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+        assert_eq!(r.status, 200, "{}", r.text());
         return r.json();
     }
     panic!("{user}'s polls stayed rate limited");
@@ -55,7 +52,7 @@ pub async fn poll(gw: &GatewayProc, act: &str, user: &str, ticket: &str) -> Valu
 /// A ticket for `user`: the 202 answer to a purchase without one.
 pub async fn take_ticket(gw: &GatewayProc, act: &str, user: &str) -> (String, Value) {
     let r = buy(gw, act, user, None).await;
-    assert_eq!(r.status, 202, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(r.status, 202, "{}", r.text());
     let body = r.json();
     let ticket = body["ticket"].as_str().unwrap().to_owned();
     assert_eq!(r.header(TICKET), Some(ticket.as_str()));
@@ -103,6 +100,16 @@ pub fn redis_calls(redis: &RedisServer) -> u64 {
         .sum()
 }
 
+/// `POST /v1/activities/{act}/queue/{action}` (`pause`, `resume`) at the admin API, answered
+/// 200: the queue's state.
+pub async fn queue_control(gw: &GatewayProc, act: &str, action: &str) -> Value {
+    let r = gw
+        .admin_post(&format!("/v1/activities/{act}/queue/{action}"))
+        .await;
+    assert_eq!(r.status, 200, "{action}: {}", r.text());
+    r.json()
+}
+
 /// A purchase with extra request headers.
 pub async fn buy_with(
     gw: &GatewayProc,
@@ -119,16 +126,11 @@ pub async fn buy_with(
 /// A queue at 1 a second behind an activity bucket of 2 a second (burst 2), no per-user bucket:
 /// the processes, the gateway, alice's ticket (first in line) and four more buyers' tickets.
 pub async fn small_activity_bucket() -> (RedisServer, Upstream, GatewayProc, String, Vec<String>) {
-    let redis = RedisServer::start();
-    let upstream = Upstream::start();
-    let mut config = TestConfig::new(
-        &redis,
-        &upstream,
-        vec![queued("1001", 10, "{ admit_per_second: 1 }")],
-    );
-    config.per_user = None;
-    config.extra_rate_limits_yaml = "  per_activity: { per_second: 2, burst: 2 }\n".into();
-    let gw = GatewayProc::start(config);
+    let (redis, upstream, gw) =
+        Stack::start_with(vec![queued("1001", 10, Queue::admit(1))], |config| {
+            config.no_per_user_rate().per_activity_rate(Rate::new(2, 2))
+        })
+        .parts();
     let (alice, _) = take_ticket(&gw, "1001", "alice").await;
     let mut waiting = Vec::new();
     for i in 0..4 {

@@ -11,30 +11,17 @@ use super::queue_support::{
 use crate::support::*;
 use std::time::Duration;
 
-fn body(r: &HttpResponse) -> String {
-    String::from_utf8_lossy(&r.body).into_owned()
-}
-
 /// "A replay (same Idempotency-Key) returns the same jti" and "a buyer told sold_out could not
 /// have bought": the gate answers before the reserve script's replay check.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replay_of_an_admitted_purchase_returns_its_reservation() {
-    let stack = Stack::start(vec![queued(
-        "1001",
-        1,
-        "{ admit_per_second: 5, admission_window_secs: 1 }",
-    )]);
+    let stack = Stack::start(vec![queued("1001", 1, Queue::admit(5).window_secs(1))]);
     let gw = &stack.gw;
     let t = take_ticket(gw, "1001", "alice").await.0;
     wait_state(gw, "1001", "alice", &t, "your_turn").await;
     let with = [(TICKET, t.as_str()), ("Idempotency-Key", "k-1")];
     let first = buy(gw, "1001", "alice", &with).await;
-    assert_eq!(
-        first.status,
-        200,
-        "{}",
-        String::from_utf8_lossy(&first.body)
-    );
+    assert_eq!(first.status, 200, "{}", first.text());
     let jti = first.reservation_id();
     // The client lost the answer and retries later (the unit is sold, the window passed).
     tokio::time::sleep(Duration::from_millis(2500)).await;
@@ -44,7 +31,7 @@ async fn a_replay_of_an_admitted_purchase_returns_its_reservation() {
         200,
         "the buyer of the last unit is told {} {}",
         replay.status,
-        String::from_utf8_lossy(&replay.body)
+        replay.text()
     );
     assert_eq!(replay.reservation_id(), jti);
 }
@@ -53,13 +40,9 @@ async fn a_replay_of_an_admitted_purchase_returns_its_reservation() {
 /// sale postponed by a reload admits (and sells) at the old start.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_postponed_start_is_not_sold_before() {
-    let redis = RedisServer::start();
-    let upstream = Upstream::start();
-    let opens = in_secs(-10);
-    let q = format!("{{ admit_per_second: 5, admission_window_secs: 30, opens_at: \"{opens}\" }}");
-    let mut act = queued("1001", 5, &q);
-    act.starts_at = in_secs(3);
-    let mut config = TestConfig::new(&redis, &upstream, vec![act]);
+    let queue = Queue::admit(5).window_secs(30).opens_at(in_secs(-10));
+    let act = queued("1001", 5, queue).starts_at(in_secs(3));
+    let (_redis, _upstream, mut config) = backends(vec![act]);
     let mut gw = GatewayProc::start(config.clone());
     let t = take_ticket(&gw, "1001", "alice").await.0;
     // The operator postpones the sale by ten minutes.
@@ -72,7 +55,7 @@ async fn a_postponed_start_is_not_sold_before() {
         r.status,
         200,
         "sold 10 minutes before starts_at: {}",
-        String::from_utf8_lossy(&r.body)
+        r.text()
     );
 }
 
@@ -81,17 +64,13 @@ async fn a_postponed_start_is_not_sold_before() {
 /// holders still have valid signed tickets for, and lapsed tickets come back to life.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_users_never_share_a_place() {
-    let stack = Stack::start(vec![queued("1001", 50, "{ admit_per_second: 1 }")]);
+    let stack = Stack::start(vec![queued("1001", 50, Queue::admit(1))]);
     let gw = &stack.gw;
     let mut old = Vec::new();
     for u in ["u1", "u2", "u3"] {
         old.push(take_ticket(gw, "1001", u).await.0);
     }
-    let _: () = redis::cmd("DEL")
-        .arg("fg:{1001}:q")
-        .arg("fg:{1001}:q:tickets")
-        .query(&mut stack.redis.conn())
-        .unwrap();
+    stack.redis.del(&["fg:{1001}:q", "fg:{1001}:q:tickets"]);
     let mut new = Vec::new();
     for u in ["v1", "v2", "v3"] {
         new.push(number(&take_ticket(gw, "1001", u).await.0));
@@ -100,7 +79,7 @@ async fn two_users_never_share_a_place() {
     // old holder presenting theirs is given a new place, behind the new holders.
     for (u, ticket) in ["u1", "u2", "u3"].iter().zip(&old) {
         let r = buy(gw, "1001", u, &[(TICKET, ticket.as_str())]).await;
-        assert_eq!(r.status, 202, "{}", String::from_utf8_lossy(&r.body));
+        assert_eq!(r.status, 202, "{}", r.text());
         let renewed = number(r.json()["ticket"].as_str().unwrap());
         assert!(
             !new.contains(&renewed),
@@ -114,11 +93,7 @@ async fn two_users_never_share_a_place() {
 /// with the admin API shrinks everyone's window (here 60 s becomes 0.3 s).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rate_change_keeps_the_admission_window() {
-    let stack = Stack::start(vec![queued(
-        "1001",
-        50,
-        "{ admit_per_second: 5, admission_window_secs: 60 }",
-    )]);
+    let stack = Stack::start(vec![queued("1001", 50, Queue::admit(5).window_secs(60))]);
     let gw = &stack.gw;
     let r = gw
         .admin_post("/v1/activities/1001/queue/rate?per_second=1000")
@@ -131,7 +106,7 @@ async fn a_rate_change_keeps_the_admission_window() {
         r.status,
         200,
         "lapsed 1.5 s after the turn with a 60 s window: {}",
-        String::from_utf8_lossy(&r.body)
+        r.text()
     );
 }
 
@@ -140,8 +115,8 @@ async fn a_rate_change_keeps_the_admission_window() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cookie_from_another_queue_does_not_lock_the_browser_out() {
     let stack = Stack::start(vec![
-        queued("1001", 5, "{ admit_per_second: 5 }"),
-        queued("1002", 5, "{ admit_per_second: 5 }"),
+        queued("1001", 5, Queue::admit(5)),
+        queued("1002", 5, Queue::admit(5)),
     ]);
     let gw = &stack.gw;
     let t = take_ticket(gw, "1001", "alice").await.0;
@@ -151,7 +126,7 @@ async fn a_cookie_from_another_queue_does_not_lock_the_browser_out() {
         r.status,
         202,
         "a browser queued for 1001 cannot queue for 1002: {}",
-        String::from_utf8_lossy(&r.body)
+        r.text()
     );
 }
 
@@ -159,13 +134,7 @@ async fn a_cookie_from_another_queue_does_not_lock_the_browser_out() {
 /// next refresh sees no previous rate and does not write it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reloaded_rate_survives_one_failed_read() {
-    let redis = RedisServer::start();
-    let upstream = Upstream::start();
-    let mut config = TestConfig::new(
-        &redis,
-        &upstream,
-        vec![queued("1001", 5, "{ admit_per_second: 5 }")],
-    );
+    let (redis, _upstream, mut config) = backends(vec![queued("1001", 5, Queue::admit(5))]);
     let mut gw = GatewayProc::start(config.clone());
     tokio::time::sleep(Duration::from_millis(500)).await;
     let mut c = redis.conn();
@@ -180,7 +149,7 @@ async fn a_reloaded_rate_survives_one_failed_read() {
         .arg("x")
         .query(&mut c)
         .unwrap();
-    config.activities[0].queue = Some("{ admit_per_second: 50 }".into());
+    config.activities[0].queue = Some(Queue::admit(50));
     gw.rewrite_config(config);
     gw.signal("HUP");
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -200,17 +169,13 @@ async fn a_reloaded_rate_survives_one_failed_read() {
 /// the buyer told 410 `ticket_expired` buys.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn raising_the_rate_does_not_revive_a_lapsed_ticket() {
-    let stack = Stack::start(vec![queued(
-        "1001",
-        50,
-        "{ admit_per_second: 5, admission_window_secs: 1 }",
-    )]);
+    let stack = Stack::start(vec![queued("1001", 50, Queue::admit(5).window_secs(1))]);
     let gw = &stack.gw;
     let t = take_ticket(gw, "1001", "alice").await.0;
     wait_state(gw, "1001", "alice", &t, "your_turn").await;
     wait_state(gw, "1001", "alice", &t, "expired").await;
     let r = buy(gw, "1001", "alice", &[(TICKET, t.as_str())]).await;
-    assert_eq!(r.status, 410, "{}", body(&r));
+    assert_eq!(r.status, 410, "{}", r.text());
     let r = gw
         .admin_post("/v1/activities/1001/queue/rate?per_second=1000")
         .await;
@@ -220,7 +185,7 @@ async fn raising_the_rate_does_not_revive_a_lapsed_ticket() {
         r.status,
         410,
         "a ticket told 410 ticket_expired bought after a rate raise: {}",
-        body(&r)
+        r.text()
     );
 }
 
@@ -229,11 +194,7 @@ async fn raising_the_rate_does_not_revive_a_lapsed_ticket() {
 /// to 1/s makes the window 20 places, 200 of which already passed: 410 at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lowering_the_rate_keeps_an_admitted_buyers_window() {
-    let stack = Stack::start(vec![queued(
-        "1001",
-        50,
-        "{ admit_per_second: 100, admission_window_secs: 20 }",
-    )]);
+    let stack = Stack::start(vec![queued("1001", 50, Queue::admit(100).window_secs(20))]);
     let gw = &stack.gw;
     let t = take_ticket(gw, "1001", "alice").await.0;
     wait_state(gw, "1001", "alice", &t, "your_turn").await;
@@ -247,7 +208,7 @@ async fn lowering_the_rate_keeps_an_admitted_buyers_window() {
         r.status,
         200,
         "admitted 2 s ago with a 20 s window, refused: {}",
-        body(&r)
+        r.text()
     );
 }
 
@@ -258,16 +219,9 @@ async fn lowering_the_rate_keeps_an_admitted_buyers_window() {
 /// long, and nothing else prewarms since no purchase reaches the reserve script).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restocked_segmented_activity_is_not_sold_out_to_the_queue() {
-    let redis = RedisServer::start();
-    let upstream = Upstream::start();
-    let mut act = queued(
-        "1001",
-        10,
-        "{ admit_per_second: 5, admission_window_secs: 60 }",
-    );
-    act.segments = Some(2);
-    let mut config = TestConfig::new(&redis, &upstream, vec![act]);
-    config.extra_redis_yaml = "  prewarm_interval_ms: 600000\n".into();
+    let act = queued("1001", 10, Queue::admit(5).window_secs(60)).segments(2);
+    let (_redis, _upstream, config) = backends(vec![act]);
+    let mut config = config.prewarm_interval_ms(600000);
     let mut gw = GatewayProc::start(config.clone());
     tokio::time::sleep(Duration::from_millis(1000)).await;
     let t = take_ticket(&gw, "1001", "alice").await.0;
@@ -280,7 +234,7 @@ async fn a_restocked_segmented_activity_is_not_sold_out_to_the_queue() {
     let v = poll(&gw, "1001", "alice", &t).await;
     assert_ne!(v["state"], "sold_out", "restocked, yet: {v}");
     let r = buy(&gw, "1001", "alice", &[(TICKET, t.as_str())]).await;
-    assert_eq!(r.status, 200, "10 units on sale: {}", body(&r));
+    assert_eq!(r.status, 200, "10 units on sale: {}", r.text());
 }
 
 /// Fix 7 ("buyers asking for their place do not use up the activity bucket") does not hold
@@ -301,12 +255,12 @@ async fn keyed_buyers_asking_for_their_place_do_not_use_up_the_activity_bucket()
                 &[(TICKET, t.as_str()), ("Idempotency-Key", key.as_str())],
             )
             .await;
-            assert_eq!(r.status, 202, "{user} asking for their place: {}", body(&r));
+            assert_eq!(r.status, 202, "{user} asking for their place: {}", r.text());
         }
     }
     wait_state(&gw, "1001", "alice", &alice, "your_turn").await;
     let r = buy(&gw, "1001", "alice", &[(TICKET, alice.as_str())]).await;
-    assert_eq!(r.status, 200, "{}", body(&r));
+    assert_eq!(r.status, 200, "{}", r.text());
 }
 
 /// Fix 2 compares two Redis clock readings (the ticket's `issued_ms` against the queue's
@@ -316,11 +270,7 @@ async fn keyed_buyers_asking_for_their_place_do_not_use_up_the_activity_bucket()
 /// 202 with a re-issued ticket, never admitted, for as long as the skew.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_ticket_is_admitted_whatever_the_clock_of_the_primary_that_set_the_queue_up() {
-    let stack = Stack::start(vec![queued(
-        "1001",
-        50,
-        "{ admit_per_second: 5, admission_window_secs: 60 }",
-    )]);
+    let stack = Stack::start(vec![queued("1001", 50, Queue::admit(5).window_secs(60))]);
     let gw = &stack.gw;
     tokio::time::sleep(Duration::from_millis(800)).await;
     let (secs, _): (u64, u64) = redis::cmd("TIME").query(&mut stack.redis.conn()).unwrap();
@@ -337,7 +287,7 @@ async fn a_ticket_is_admitted_whatever_the_clock_of_the_primary_that_set_the_que
         r.status,
         200,
         "alice's turn came, her ticket is not honoured: {}",
-        body(&r)
+        r.text()
     );
 }
 
@@ -346,14 +296,10 @@ async fn a_ticket_is_admitted_whatever_the_clock_of_the_primary_that_set_the_que
 /// new epoch), so an old holder shares a place with a new one (the promise fix 2 made).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_queues_ticket_holds_no_place_whatever_the_new_primarys_clock() {
-    let stack = Stack::start(vec![queued("1001", 50, "{ admit_per_second: 1 }")]);
+    let stack = Stack::start(vec![queued("1001", 50, Queue::admit(1))]);
     let gw = &stack.gw;
     let old = take_ticket(gw, "1001", "u1").await.0;
-    let _: () = redis::cmd("DEL")
-        .arg("fg:{1001}:q")
-        .arg("fg:{1001}:q:tickets")
-        .query(&mut stack.redis.conn())
-        .unwrap();
+    stack.redis.del(&["fg:{1001}:q", "fg:{1001}:q:tickets"]);
     let new = take_ticket(gw, "1001", "v1").await.0;
     // The new primary's clock is 60 s behind the old one's: its epoch is that much earlier.
     let epoch: u64 = redis::cmd("HGET")
@@ -369,7 +315,7 @@ async fn a_lost_queues_ticket_holds_no_place_whatever_the_new_primarys_clock() {
         .unwrap();
     tokio::time::sleep(Duration::from_millis(600)).await;
     let r = buy(gw, "1001", "u1", &[(TICKET, old.as_str())]).await;
-    assert_eq!(r.status, 202, "{}", body(&r));
+    assert_eq!(r.status, 202, "{}", r.text());
     let given = r.json()["ticket"].as_str().unwrap().to_owned();
     assert_ne!(
         given,
@@ -387,23 +333,19 @@ async fn a_lost_queues_ticket_holds_no_place_whatever_the_new_primarys_clock() {
 /// without ever having been let buy.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sale_postponed_after_its_start_does_not_lapse_the_waiting() {
-    let redis = RedisServer::start();
-    let upstream = Upstream::start();
-    let opens = super::queue_support::in_secs(-60);
-    let q = format!("{{ admit_per_second: 5, admission_window_secs: 1, opens_at: \"{opens}\" }}");
-    let mut act = queued("1001", 5, &q);
-    act.starts_at = super::queue_support::in_secs(-1);
-    let mut config = TestConfig::new(&redis, &upstream, vec![act]);
+    let queue = Queue::admit(5).window_secs(1).opens_at(in_secs(-60));
+    let act = queued("1001", 5, queue).starts_at(in_secs(-1));
+    let (_redis, _upstream, mut config) = backends(vec![act]);
     let mut gw = GatewayProc::start(config.clone());
     // The operator postpones the running sale by a few seconds; alice queues meanwhile.
-    config.activities[0].starts_at = super::queue_support::in_secs(4);
+    config.activities[0].starts_at = in_secs(4);
     let config_start = config.activities[0].starts_at.to_owned();
     gw.rewrite_config(config);
     gw.signal("HUP");
     tokio::time::sleep(Duration::from_millis(800)).await;
     let t = take_ticket(&gw, "1001", "alice").await.0;
     let r = buy(&gw, "1001", "alice", &[(TICKET, t.as_str())]).await;
-    assert_eq!(r.status, 202, "held before the new start: {}", body(&r));
+    assert_eq!(r.status, 202, "held before the new start: {}", r.text());
     // Her turn comes after the new start (not before it, and not lapsed through it).
     let turn = wait_state(&gw, "1001", "alice", &t, "your_turn").await;
     assert_eq!(turn["state"], "your_turn");
@@ -419,7 +361,7 @@ async fn a_sale_postponed_after_its_start_does_not_lapse_the_waiting() {
         r.status,
         200,
         "alice never had her turn and is told: {}",
-        body(&r)
+        r.text()
     );
 }
 
@@ -429,15 +371,8 @@ async fn a_sale_postponed_after_its_start_does_not_lapse_the_waiting() {
 /// told `expired` without ever having had a turn (and the fleet admits far beyond its rate).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_start_moved_later_but_already_past_does_not_jump_the_cursor() {
-    let redis = RedisServer::start();
-    let upstream = Upstream::start();
-    let mut act = queued(
-        "1001",
-        50,
-        "{ admit_per_second: 1, admission_window_secs: 2 }",
-    );
-    act.starts_at = super::queue_support::in_secs(-60);
-    let mut config = TestConfig::new(&redis, &upstream, vec![act]);
+    let act = queued("1001", 50, Queue::admit(1).window_secs(2)).starts_at(in_secs(-60));
+    let (_redis, _upstream, mut config) = backends(vec![act]);
     let mut gw = GatewayProc::start(config.clone());
     // Five buyers queue at once (places 1..5, the cursor at 1/s).
     let mut tickets = Vec::new();
@@ -447,7 +382,7 @@ async fn a_start_moved_later_but_already_past_does_not_jump_the_cursor() {
     let t5 = tickets[4].clone();
     assert_eq!(poll(&gw, "1001", "u5", &t5).await["state"], "waiting");
     // The operator corrects the start to a later time, also already past.
-    config.activities[0].starts_at = super::queue_support::in_secs(-20);
+    config.activities[0].starts_at = in_secs(-20);
     gw.rewrite_config(config);
     gw.signal("HUP");
     tokio::time::sleep(Duration::from_millis(800)).await;
@@ -472,7 +407,7 @@ async fn a_start_moved_later_but_already_past_does_not_jump_the_cursor() {
 async fn a_postponement_does_not_eat_an_admitted_buyers_window() {
     let (_redis, _upstream, mut gw, mut config, t) = alice_admitted().await;
     // Admitted; the sale is postponed by a few seconds, longer than her window.
-    config.activities[0].starts_at = super::queue_support::in_secs(6);
+    config.activities[0].starts_at = in_secs(6);
     gw.rewrite_config(config);
     gw.signal("HUP");
     tokio::time::sleep(Duration::from_millis(800)).await;
@@ -491,12 +426,12 @@ async fn a_postponement_does_not_eat_an_admitted_buyers_window() {
 async fn a_second_postponement_during_the_first_does_not_eat_an_admitted_window() {
     let (_redis, _upstream, mut gw, mut config, t) = alice_admitted().await;
     // Admitted; the sale is postponed by 3 s ...
-    config.activities[0].starts_at = super::queue_support::in_secs(3);
+    config.activities[0].starts_at = in_secs(3);
     gw.rewrite_config(config.clone());
     gw.signal("HUP");
     tokio::time::sleep(Duration::from_millis(1000)).await;
     // ... and, 1 s later (still before that start), by 12 s.
-    config.activities[0].starts_at = super::queue_support::in_secs(12);
+    config.activities[0].starts_at = in_secs(12);
     gw.rewrite_config(config);
     gw.signal("HUP");
     tokio::time::sleep(Duration::from_millis(800)).await;
@@ -509,15 +444,8 @@ async fn a_second_postponement_during_the_first_does_not_eat_an_admitted_window(
 /// A running sale (started 2 s ago, 5 a second, a 4 s window) with alice admitted: the
 /// processes, the gateway's configuration and alice's ticket.
 async fn alice_admitted() -> (RedisServer, Upstream, GatewayProc, TestConfig, String) {
-    let redis = RedisServer::start();
-    let upstream = Upstream::start();
-    let mut act = queued(
-        "1001",
-        50,
-        "{ admit_per_second: 5, admission_window_secs: 4 }",
-    );
-    act.starts_at = super::queue_support::in_secs(-2);
-    let config = TestConfig::new(&redis, &upstream, vec![act]);
+    let act = queued("1001", 50, Queue::admit(5).window_secs(4)).starts_at(in_secs(-2));
+    let (redis, upstream, config) = backends(vec![act]);
     let gw = GatewayProc::start(config.clone());
     let t = take_ticket(&gw, "1001", "alice").await.0;
     super::queue_support::wait_state(&gw, "1001", "alice", &t, "your_turn").await;
@@ -541,5 +469,5 @@ async fn her_turn_comes_and_she_buys(gw: &GatewayProc, t: &str) {
         "an admitted buyer held back through a postponement is told: {v}"
     );
     let r = buy(gw, "1001", "alice", &[(TICKET, t)]).await;
-    assert_eq!(r.status, 200, "{}", body(&r));
+    assert_eq!(r.status, 200, "{}", r.text());
 }

@@ -4,11 +4,7 @@ use crate::support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_forged_reservation_header_never_reaches_the_upstream() {
-    let Stack {
-        redis: _redis,
-        upstream,
-        gw,
-    } = Stack::start(vec![TestActivity::open("1001", 0)]);
+    let (_redis, upstream, gw) = Stack::start(vec![TestActivity::open("1001", 0)]).parts();
     let forged = "eyJhbGciOiJub25lIn0.eyJqdGkiOiJmb3JnZWQifQ.";
 
     // On a pass-through route the header is removed.
@@ -57,11 +53,7 @@ async fn a_forged_reservation_header_never_reaches_the_upstream() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_winner_carries_the_gateways_reservation_not_the_clients() {
-    let Stack {
-        redis: _redis,
-        upstream,
-        gw,
-    } = Stack::start(vec![TestActivity::open("1001", 5)]);
+    let (_redis, upstream, gw) = Stack::start(vec![TestActivity::open("1001", 5)]).parts();
     let resp = request(
         gw.addr,
         "POST",
@@ -85,9 +77,7 @@ async fn a_winner_carries_the_gateways_reservation_not_the_clients() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn eddsa_reservations_verify_with_the_public_key() {
     use jsonwebtoken::{Algorithm, DecodingKey, Validation};
-    let redis = RedisServer::start();
-    let upstream = Upstream::start();
-    let mut config = TestConfig::new(&redis, &upstream, vec![TestActivity::open("1001", 5)]);
+    let (_redis, upstream, mut config) = backends(vec![TestActivity::open("1001", 5)]);
     config.eddsa_key_file = Some(repo_path("tests/fixtures/ed25519.pem"));
     let gw = GatewayProc::start(config);
     assert_eq!(gw.buy("1001", "alice", Some(1)).await.status, 200);

@@ -13,57 +13,23 @@ use std::time::Duration;
 /// every unit is still there.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn skewed_gateways_pulling_across_segments_outside_the_hours_lose_no_unit() {
-    let redis = RedisServer::start();
-    let upstream = Upstream::start();
-    let seg = |id: &'static str, starts_at, ends_at| TestActivity {
-        starts_at,
-        ends_at,
-        segments: Some(4),
-        per_user_limit: 2,
-        max_per_request: 2,
-        ..TestActivity::open(id, 4)
-    };
-    let config = TestConfig::new(
-        &redis,
-        &upstream,
-        vec![
-            seg(
-                "over",
-                from_now(chrono::Duration::hours(-3)),
-                from_now(chrono::Duration::minutes(-10)),
-            ),
-            seg(
-                "later",
-                from_now(chrono::Duration::hours(1)),
-                from_now(chrono::Duration::hours(5)),
-            ),
-        ],
-    );
+    let seg = |id| TestActivity::open(id, 4).segments(4).limit(2);
+    let (_redis, upstream, config) =
+        backends(vec![seg("over").ended(), seg("later").opening_in_an_hour()]);
     let slow = GatewayProc::start_skewed(&config, "-2h");
     let fast = GatewayProc::start_skewed(&config, "+2h");
     let right = GatewayProc::start(config.clone());
     for i in 0..24 {
         let user = format!("u{i}");
-        let a = slow.buy("over", &user, Some(2)).await;
-        assert_eq!(
-            (a.status, a.code()),
-            (410, "ended".to_owned()),
-            "{i}: {}",
-            String::from_utf8_lossy(&a.body)
-        );
-        let b = fast.buy("later", &user, Some(2)).await;
-        assert_eq!(
-            (b.status, b.code()),
-            (403, "not_started".to_owned()),
-            "{i}: {}",
-            String::from_utf8_lossy(&b.body)
-        );
+        slow.buy("over", &user, Some(2))
+            .await
+            .assert_answer(410, "ended");
+        fast.buy("later", &user, Some(2))
+            .await
+            .assert_answer(403, "not_started");
     }
     for activity in ["over", "later"] {
-        let view = right
-            .admin_get(&format!("/v1/activities/{activity}"))
-            .await
-            .json();
+        let view = right.activity_view(activity).await;
         // "over" is over by Redis's clock, which the gateways now learn: never put on sale.
         // The pulls the script refuses are tested in tests/scripts.rs.
         if activity == "later" {
@@ -72,8 +38,7 @@ async fn skewed_gateways_pulling_across_segments_outside_the_hours_lose_no_unit(
         assert!(view["pending"].is_null() || view["pending"] == 0, "{view}");
     }
     assert!(upstream.requests().await.is_empty());
-    let (code, out) = right.reconcile();
-    assert_eq!(code, 0, "{out}");
+    right.reconcile_clean();
 }
 
 /// The waiting room of a gateway two hours slow: Redis's queue says it is the buyer's turn (the
@@ -81,18 +46,14 @@ async fn skewed_gateways_pulling_across_segments_outside_the_hours_lose_no_unit(
 /// it tells the buyer to wait two hours, and the admission window lapses meanwhile.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_gateways_waiting_room_holds_back_a_buyer_whose_turn_came_by_redis_clock() {
-    let redis = RedisServer::start();
-    let upstream = Upstream::start();
     let opens = from_now(chrono::Duration::hours(-3));
-    let activity = TestActivity {
-        starts_at: from_now(chrono::Duration::seconds(-30)),
-        ends_at: from_now(chrono::Duration::hours(4)),
-        queue: Some(format!(
-            "{{ admit_per_second: 5, admission_window_secs: 3, opens_at: \"{opens}\" }}"
-        )),
-        ..TestActivity::open("wq", 5)
-    };
-    let config = TestConfig::new(&redis, &upstream, vec![activity]);
+    let activity = TestActivity::open("wq", 5)
+        .hours(
+            from_now(chrono::Duration::seconds(-30)),
+            from_now(chrono::Duration::hours(4)),
+        )
+        .queue(Queue::admit(5).window_secs(3).opens_at(opens));
+    let (_redis, _upstream, config) = backends(vec![activity]);
     let right = GatewayProc::start(config.clone());
     let slow = GatewayProc::start_skewed(&config, "-2h");
     let (ticket, _) = take_ticket(&right, "wq", "alice").await;
@@ -111,7 +72,7 @@ async fn a_slow_gateways_waiting_room_holds_back_a_buyer_whose_turn_came_by_redi
         200,
         "her turn by Redis's clock; the slow gateway answered {} (its poll: {slow_poll}); \
          then, at the right gateway: {lapsed}",
-        String::from_utf8_lossy(&at_slow.body)
+        at_slow.text()
     );
     let _ = TICKET;
 }
@@ -123,25 +84,21 @@ async fn a_slow_gateways_waiting_room_holds_back_a_buyer_whose_turn_came_by_redi
 /// the gateway the retry lands on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replay_of_a_won_purchase_answers_after_the_close_whatever_the_gateway() {
-    let redis = RedisServer::start();
-    let upstream = Upstream::start();
-    let closing = TestActivity {
-        ends_at: from_now(chrono::Duration::seconds(4)),
-        ..TestActivity::explicit("closing", 5, 900)
-    };
-    let config = TestConfig::new(&redis, &upstream, vec![closing]);
+    let closing =
+        TestActivity::explicit("closing", 5, 900).ends_at(from_now(chrono::Duration::seconds(4)));
+    let (_redis, _upstream, config) = backends(vec![closing]);
     let right = GatewayProc::start(config.clone());
     let slow = GatewayProc::start_skewed(&config, "-2h");
-    let won = crate::integrity::buy_keyed(&right, "closing", "alice", "k-1").await;
-    assert_eq!(won.status, 200, "{}", String::from_utf8_lossy(&won.body));
+    let won = right.buy_keyed("closing", "alice", "k-1").await;
+    assert_eq!(won.status, 200, "{}", won.text());
     let jti = won.reservation_id();
     let ends = chrono::DateTime::parse_from_rfc3339(config.activities[0].ends_at).unwrap();
     while chrono::Utc::now() < ends + chrono::Duration::milliseconds(500) {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let at_slow = crate::integrity::buy_keyed(&slow, "closing", "alice", "k-1").await;
-    let at_right = crate::integrity::buy_keyed(&right, "closing", "alice", "k-1").await;
-    let view = right.admin_get("/v1/activities/closing").await.json();
+    let at_slow = slow.buy_keyed("closing", "alice", "k-1").await;
+    let at_right = right.buy_keyed("closing", "alice", "k-1").await;
+    let view = right.activity_view("closing").await;
     let seen = |r: &HttpResponse| {
         (
             r.status,
@@ -154,7 +111,7 @@ async fn a_replay_of_a_won_purchase_answers_after_the_close_whatever_the_gateway
         seen(&at_right),
         seen(&at_slow),
         "the right gateway: {}; {view}",
-        String::from_utf8_lossy(&at_right.body)
+        at_right.text()
     );
 }
 
@@ -163,16 +120,11 @@ async fn a_replay_of_a_won_purchase_answers_after_the_close_whatever_the_gateway
 /// backend ten minutes after the close.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn passthrough_on_a_slow_gateway_forwards_purchases_after_the_close() {
-    let redis = RedisServer::start();
-    let upstream = Upstream::start();
-    let over = TestActivity {
-        starts_at: from_now(chrono::Duration::hours(-3)),
-        ends_at: from_now(chrono::Duration::minutes(-10)),
-        on_store_failure: Some("passthrough"),
-        ..TestActivity::open("ptover", 5)
-    };
-    let mut config = TestConfig::new(&redis, &upstream, vec![over]);
-    config.extra_rate_limits_yaml = "  passthrough: { per_second: 10, burst: 10 }\n".into();
+    let over = TestActivity::open("ptover", 5)
+        .ended()
+        .passthrough_on_store_failure();
+    let (_redis, upstream, config) = backends(vec![over]);
+    let config = config.passthrough_rate(Rate::new(10, 10));
     let slow = GatewayProc::start_skewed(&config, "-2h");
     assert_eq!(
         slow.admin_post("/v1/breaker/open").await.json()["mode"],
@@ -184,7 +136,7 @@ async fn passthrough_on_a_slow_gateway_forwards_purchases_after_the_close() {
         seen.is_empty(),
         "forwarded after the close ({} {}): {seen:?}",
         r.status,
-        String::from_utf8_lossy(&r.body)
+        r.text()
     );
 }
 
@@ -194,15 +146,10 @@ async fn passthrough_on_a_slow_gateway_forwards_purchases_after_the_close() {
 /// ahead of everyone who came on time, while a right-clocked gateway says `not_started`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fast_gateway_hands_out_queue_tickets_before_the_room_opens_by_redis_clock() {
-    let redis = RedisServer::start();
-    let upstream = Upstream::start();
-    let activity = TestActivity {
-        starts_at: from_now(chrono::Duration::hours(1)),
-        ends_at: from_now(chrono::Duration::hours(5)),
-        queue: Some("{ admit_per_second: 5, admission_window_secs: 30 }".into()),
-        ..TestActivity::open("early", 5)
-    };
-    let config = TestConfig::new(&redis, &upstream, vec![activity]);
+    let activity = TestActivity::open("early", 5)
+        .opening_in_an_hour()
+        .queue(Queue::admit(5).window_secs(30));
+    let (redis, _upstream, config) = backends(vec![activity]);
     let right = GatewayProc::start(config.clone());
     let fast = GatewayProc::start_skewed(&config, "+2h");
     let on_time = queue_buy(&right, "early", "bob", None).await;
@@ -216,7 +163,7 @@ async fn a_fast_gateway_hands_out_queue_tickets_before_the_room_opens_by_redis_c
         (early.status, early.code()),
         (403, "not_started".to_owned()),
         "an hour before the room opens by Redis's clock: {}; tickets in Redis: {tickets:?}",
-        String::from_utf8_lossy(&early.body)
+        early.text()
     );
 }
 
@@ -226,18 +173,11 @@ async fn a_fast_gateway_hands_out_queue_tickets_before_the_room_opens_by_redis_c
 /// gateway (judged by Redis's clock) is given a ticket.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_gateways_poll_refuses_a_room_open_by_redis_clock() {
-    let redis = RedisServer::start();
-    let upstream = Upstream::start();
     let opens = from_now(chrono::Duration::hours(-1));
-    let activity = TestActivity {
-        starts_at: from_now(chrono::Duration::hours(1)),
-        ends_at: from_now(chrono::Duration::hours(5)),
-        queue: Some(format!(
-            "{{ admit_per_second: 5, admission_window_secs: 30, opens_at: \"{opens}\" }}"
-        )),
-        ..TestActivity::open("pollq", 5)
-    };
-    let config = TestConfig::new(&redis, &upstream, vec![activity]);
+    let activity = TestActivity::open("pollq", 5)
+        .opening_in_an_hour()
+        .queue(Queue::admit(5).window_secs(30).opens_at(opens));
+    let (_redis, _upstream, config) = backends(vec![activity]);
     let slow = GatewayProc::start_skewed(&config, "-2h");
     // The purchase route: judged by Redis's clock, a ticket.
     let (_ticket, _) = take_ticket(&slow, "pollq", "alice").await;
@@ -248,7 +188,7 @@ async fn a_slow_gateways_poll_refuses_a_room_open_by_redis_clock() {
         r.status,
         200,
         "the room is open by Redis's clock; the slow gateway's poll answered {}",
-        String::from_utf8_lossy(&r.body)
+        r.text()
     );
 }
 
@@ -259,15 +199,13 @@ async fn a_slow_gateways_poll_refuses_a_room_open_by_redis_clock() {
 /// it is never let through at its turn.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fast_gateways_ticket_cookie_lives_until_the_close_by_redis_clock() {
-    let redis = RedisServer::start();
-    let upstream = Upstream::start();
-    let activity = TestActivity {
-        starts_at: from_now(chrono::Duration::minutes(-1)),
-        ends_at: from_now(chrono::Duration::hours(1)),
-        queue: Some("{ admit_per_second: 1, admission_window_secs: 30 }".into()),
-        ..TestActivity::open("cookieq", 50)
-    };
-    let config = TestConfig::new(&redis, &upstream, vec![activity]);
+    let activity = TestActivity::open("cookieq", 50)
+        .hours(
+            from_now(chrono::Duration::minutes(-1)),
+            from_now(chrono::Duration::hours(1)),
+        )
+        .queue(Queue::admit(1).window_secs(30));
+    let (_redis, _upstream, config) = backends(vec![activity]);
     let right = GatewayProc::start(config.clone());
     let fast = GatewayProc::start_skewed(&config, "+2h");
     let max_age = |r: &HttpResponse| -> i64 {
@@ -284,18 +222,8 @@ async fn a_fast_gateways_ticket_cookie_lives_until_the_close_by_redis_clock() {
     }
     let at_right = queue_buy(&right, "cookieq", "bob", None).await;
     let at_fast = queue_buy(&fast, "cookieq", "carol", None).await;
-    assert_eq!(
-        at_right.status,
-        202,
-        "{}",
-        String::from_utf8_lossy(&at_right.body)
-    );
-    assert_eq!(
-        at_fast.status,
-        202,
-        "{}",
-        String::from_utf8_lossy(&at_fast.body)
-    );
+    assert_eq!(at_right.status, 202, "{}", at_right.text());
+    assert_eq!(at_fast.status, 202, "{}", at_fast.text());
     let (right_age, fast_age) = (max_age(&at_right), max_age(&at_fast));
     assert!(right_age > 3000, "right gateway: Max-Age={right_age}");
     assert!(
@@ -313,32 +241,20 @@ async fn a_fast_gateways_ticket_cookie_lives_until_the_close_by_redis_clock() {
 /// `unavailable` (retry) for a sale long over, instead of `ended`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_keyed_retry_past_the_key_retention_is_told_ended() {
-    let redis = RedisServer::start();
-    let upstream = Upstream::start();
-    let long_over = TestActivity {
-        starts_at: from_now(chrono::Duration::hours(-3)),
-        ends_at: from_now(chrono::Duration::minutes(-10)),
-        // The retention must outlast a hold (and a trip): holds of 30 s.
-        hold_secs: Some(30),
-        ..TestActivity::open("longover", 5)
-    };
-    let mut config = TestConfig::new(&redis, &upstream, vec![long_over]);
+    // The retention must outlast a hold (and a trip): holds of 30 s.
+    let long_over = TestActivity::open("longover", 5).ended().hold_secs(30);
     // The retention is a gateway setting: one minute, so "longover" is past it.
-    config.extra_redis_yaml = "  key_ttl_after_end_secs: 60\n".to_owned();
-    let gw = GatewayProc::start(config.clone());
+    let (redis, _upstream, gw) =
+        Stack::start_with(vec![long_over], |c| c.key_ttl_after_end_secs(60)).parts();
     let keyless = gw.buy("longover", "alice", None).await;
-    assert_eq!((keyless.status, keyless.code()), (410, "ended".to_owned()));
-    let keyed = crate::integrity::buy_keyed(&gw, "longover", "alice", "k-1").await;
-    let mut conn = redis.conn();
-    let keys: Vec<String> = redis::cmd("KEYS")
-        .arg("fg:{longover}*")
-        .query(&mut conn)
-        .unwrap();
+    keyless.assert_answer(410, "ended");
+    let keyed = gw.buy_keyed("longover", "alice", "k-1").await;
+    let keys = redis.keys("fg:{longover}*");
     assert_eq!(
         (keyed.status, keyed.code()),
         (410, "ended".to_owned()),
         "a keyed retry of a sale long over: {}; keys: {keys:?}",
-        String::from_utf8_lossy(&keyed.body)
+        keyed.text()
     );
 }
 
@@ -347,19 +263,12 @@ async fn a_keyed_retry_past_the_key_retention_is_told_ended() {
 /// Redis's clock: not even put on sale").
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_keyed_retry_after_the_close_never_puts_an_ended_sale_on_sale() {
-    let redis = RedisServer::start();
-    let upstream = Upstream::start();
-    let over = TestActivity {
-        starts_at: from_now(chrono::Duration::hours(-3)),
-        ends_at: from_now(chrono::Duration::minutes(-10)),
-        ..TestActivity::open("overk", 5)
-    };
-    let config = TestConfig::new(&redis, &upstream, vec![over]);
-    let gw = GatewayProc::start(config);
-    let before = gw.admin_get("/v1/activities/overk").await.json();
-    let keyed = crate::integrity::buy_keyed(&gw, "overk", "bob", "k-2").await;
-    assert_eq!((keyed.status, keyed.code()), (410, "ended".to_owned()));
-    let after = gw.admin_get("/v1/activities/overk").await.json();
+    let (_redis, _upstream, gw) =
+        Stack::start(vec![TestActivity::open("overk", 5).ended()]).parts();
+    let before = gw.activity_view("overk").await;
+    let keyed = gw.buy_keyed("overk", "bob", "k-2").await;
+    keyed.assert_answer(410, "ended");
+    let after = gw.activity_view("overk").await;
     assert_eq!(
         after["remaining"], before["remaining"],
         "an ended activity put on sale by a keyed retry: before {before}, after {after}"
@@ -373,16 +282,11 @@ async fn a_keyed_retry_after_the_close_never_puts_an_ended_sale_on_sale() {
 /// `/healthz`, sends it traffic although `/readyz` says 503.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn passthrough_on_a_slow_gateway_that_never_read_redis_clock_forwards_after_the_close() {
-    let mut redis = RedisServer::start();
-    let upstream = Upstream::start();
-    let over = TestActivity {
-        starts_at: from_now(chrono::Duration::hours(-3)),
-        ends_at: from_now(chrono::Duration::minutes(-10)),
-        on_store_failure: Some("passthrough"),
-        ..TestActivity::open("ptnever", 5)
-    };
-    let mut config = TestConfig::new(&redis, &upstream, vec![over]);
-    config.extra_rate_limits_yaml = "  passthrough: { per_second: 10, burst: 10 }\n".into();
+    let over = TestActivity::open("ptnever", 5)
+        .ended()
+        .passthrough_on_store_failure();
+    let (mut redis, upstream, config) = backends(vec![over]);
+    let config = config.passthrough_rate(Rate::new(10, 10));
     redis.kill();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("gateway.yaml");
@@ -423,6 +327,6 @@ async fn passthrough_on_a_slow_gateway_that_never_read_redis_clock_forwards_afte
         seen.is_empty(),
         "forwarded ten minutes after the close ({} {}): {seen:?}",
         r.status,
-        String::from_utf8_lossy(&r.body)
+        r.text()
     );
 }

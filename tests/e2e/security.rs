@@ -9,29 +9,23 @@ use tokio::io::AsyncWriteExt;
 const IDENTITY_SECRET: &str = "identity-secret-for-tests";
 
 fn base(activities: Vec<TestActivity>) -> (RedisServer, Upstream, TestConfig) {
-    let redis = RedisServer::start();
-    let upstream = Upstream::start();
-    let config = TestConfig::new(&redis, &upstream, activities);
+    let (redis, upstream, config) = backends(activities);
     (redis, upstream, config)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_identity_header_counts_only_from_trusted_proxies() {
     let (_redis, upstream, mut config) = base(vec![TestActivity::open("1001", 5)]);
-    config.identity_yaml = "  header: X-User-Id\n  trusted_proxies: [\"10.0.0.0/8\"]\n".into();
+    config = config.trusted_proxies(&["10.0.0.0/8"]);
     let gw = GatewayProc::start(config.clone());
     // We connect from 127.0.0.1, which is not a trusted proxy: the header is ignored.
     let spoofed = gw.buy("1001", "alice", None).await;
-    assert_eq!(
-        (spoofed.status, spoofed.code().as_str()),
-        (401, "unauthenticated")
-    );
+    spoofed.assert_answer(401, "unauthenticated");
     assert!(upstream.requests().await.is_empty());
     drop(gw);
 
-    config.identity_yaml = "  header: X-User-Id\n  trusted_proxies: [\"127.0.0.0/8\"]\n".into();
-    config.listen_port = free_port();
-    config.admin_port = free_port();
+    config = config.trusted_proxies(&["127.0.0.0/8"]);
+    config = config.on_new_ports();
     let gw = GatewayProc::start(config);
     assert_eq!(gw.buy("1001", "alice", None).await.status, 200);
 }
@@ -57,7 +51,7 @@ fn now() -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn buyers_identified_by_verified_tokens() {
     let (_redis, upstream, mut config) = base(vec![TestActivity::open("1001", 5)]);
-    config.identity_yaml = "  jwt:\n    keys: [{ kid: idp1, algorithm: HS256, secret_env: FLASHGATE_IDENTITY_SECRET }]\n    cookie: session\n    issuer: \"https://idp.test\"\n".into();
+    config = config.jwt_identity(Jwt::session_cookie().issuer("https://idp.test"));
     let gw = GatewayProc::start_with_env(config, &[("FLASHGATE_IDENTITY_SECRET", IDENTITY_SECRET)]);
     let buy = |headers: Vec<(&'static str, String)>| {
         let addr = gw.addr;
@@ -69,7 +63,7 @@ async fn buyers_identified_by_verified_tokens() {
     let good =
         token(serde_json::json!({"sub": "alice", "iss": "https://idp.test", "exp": now() + 300}));
     let resp = buy(vec![("Authorization", format!("Bearer {good}"))]).await;
-    assert_eq!(resp.status, 200, "{}", String::from_utf8_lossy(&resp.body));
+    assert_eq!(resp.status, 200, "{}", resp.text());
     let bob =
         token(serde_json::json!({"sub": "bob", "iss": "https://idp.test", "exp": now() + 300}));
     let resp = buy(vec![("Cookie", format!("lang=en; session={bob}"))]).await;
@@ -128,7 +122,7 @@ async fn per_ip_and_per_activity_buckets_with_shadow_mode() {
         TestActivity::open("2002", 100),
     ]);
     config.per_user = None;
-    config.extra_rate_limits_yaml = "  per_ip: { per_second: 1, burst: 3 }\n".into();
+    config = config.per_ip_rate(Rate::new(1, 3));
     let gw = GatewayProc::start(config.clone());
     // One address, many "users": the IP bucket stops it before any identity work or Redis.
     let mut statuses = Vec::new();
@@ -157,11 +151,10 @@ async fn per_ip_and_per_activity_buckets_with_shadow_mode() {
     );
     drop(gw);
 
-    // A shadow per-activity limit counts what it would refuse but admits.
-    config.extra_rate_limits_yaml =
-        "  per_activity: { per_second: 1, burst: 1, shadow: true }\n".into();
-    config.listen_port = free_port();
-    config.admin_port = free_port();
+    // A shadow per-activity limit (and no per-IP one) counts what it would refuse but admits.
+    config.rate_limits = RateLimits::default();
+    config = config.per_activity_rate(Rate::new(1, 1).shadow());
+    config = config.on_new_ports();
     let gw = GatewayProc::start(config);
     for i in 0..5 {
         assert_eq!(
@@ -185,7 +178,7 @@ async fn oversized_sale_bodies_are_refused_and_release_nothing() {
     // Declared too large: refused before admission.
     let raw = "POST /api/seckill/1001/buy HTTP/1.1\r\nHost: x\r\nX-User-Id: alice\r\nContent-Length: 1000000\r\nConnection: close\r\n\r\n";
     let resp = send_raw(gw.addr, raw.as_bytes()).await.unwrap();
-    assert_eq!((resp.status, resp.code().as_str()), (400, "bad_request"));
+    resp.assert_answer(400, "bad_request");
     // Chunked, growing past the limit while streaming: the reservation is given back.
     let mut stream = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
     let head = "POST /api/seckill/1001/buy HTTP/1.1\r\nHost: x\r\nX-User-Id: bob\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n";
@@ -199,17 +192,10 @@ async fn oversized_sale_bodies_are_refused_and_release_nothing() {
     if let Ok(resp) = resp {
         assert!(resp.status == 400 || resp.status >= 500, "{}", resp.status);
     }
-    let mut conn = redis.conn();
     wait_for(
         "the chunked buyer's unit to come back",
         Duration::from_secs(10),
-        || {
-            let left: i64 = redis::cmd("GET")
-                .arg("fg:{1001}:v1:stock")
-                .query(&mut conn)
-                .ok()?;
-            (left == 5).then_some(())
-        },
+        || (redis.get_int("fg:{1001}:v1:stock") == Some(5)).then_some(()),
     );
     assert_eq!(redis.held("1001", "bob"), None);
     assert!(upstream
@@ -260,12 +246,7 @@ async fn a_corpus_of_malformed_requests_never_breaks_the_gateway() {
         let _ = stream.shutdown().await;
         // A closed connection without an answer is fine too.
         if let Ok(resp) = send_on(&mut stream, b"").await {
-            assert!(
-                resp.status < 500,
-                "{what}: {} {}",
-                resp.status,
-                String::from_utf8_lossy(&resp.body)
-            );
+            assert!(resp.status < 500, "{what}: {} {}", resp.status, resp.text());
         }
     }
     // Slow clients holding connections open do not stop others.

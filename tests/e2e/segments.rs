@@ -42,9 +42,7 @@ async fn units_by_user(upstream: &Upstream) -> HashMap<String, u64> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_segmented_sale_sells_its_stock_with_exact_per_user_limits() {
     const STOCK: u64 = 1000;
-    let redis = RedisServer::start();
-    let upstream = Upstream::start();
-    let mut config = TestConfig::new(&redis, &upstream, vec![segmented("1001", STOCK, 4, 2)]);
+    let (_redis, upstream, mut config) = backends(vec![segmented("1001", STOCK, 4, 2)]);
     config.per_user = None;
     // A budget for 3,000 requests at once on two cores shared with the rest of the suite: this
     // test is about exact limits across segments, not latency.
@@ -69,7 +67,7 @@ async fn a_segmented_sale_sells_its_stock_with_exact_per_user_limits() {
             matches!(resp.status, 200 | 409 | 410),
             "{} {}",
             resp.status,
-            String::from_utf8_lossy(&resp.body)
+            resp.text()
         );
     }
     let units = units_by_user(&upstream).await;
@@ -77,19 +75,16 @@ async fn a_segmented_sale_sells_its_stock_with_exact_per_user_limits() {
     assert!(sold * 1000 >= STOCK * 999, "sold {sold} of {STOCK}");
     assert!(sold <= STOCK, "oversold: {sold}");
     assert!(units.values().all(|&u| u <= 2), "a buyer over the limit");
-    let view = gw.admin_get("/v1/activities/1001").await.json();
+    let view = gw.activity_view("1001").await;
     assert_eq!(view["segments"], 4);
     assert_eq!(view["remaining"].as_u64(), Some(STOCK - sold));
-    let (code, table) = gw.reconcile();
-    assert_eq!(code, 0, "{table}");
+    let table = gw.reconcile_clean();
     assert!(table.contains("1001~3/4"), "{table}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_busy_home_segment_pulls_stock_from_the_others() {
-    let redis = RedisServer::start();
-    let upstream = Upstream::start();
-    let mut config = TestConfig::new(&redis, &upstream, vec![segmented("1001", 400, 4, 2)]);
+    let (redis, upstream, mut config) = backends(vec![segmented("1001", 400, 4, 2)]);
     config.per_user = None;
     config.redis_timeout_ms = 2000;
     let gw = GatewayProc::start(config);
@@ -132,8 +127,7 @@ async fn a_busy_home_segment_pulls_stock_from_the_others() {
         })
         .sum();
     assert_eq!(left, 100, "no unit created or lost by transfers");
-    let (code, table) = gw.reconcile();
-    assert_eq!(code, 0, "{table}");
+    gw.reconcile_clean();
 
     // Reservations live in the buyer's segment; the admin API finds them by id.
     let jti = {
@@ -151,15 +145,12 @@ async fn a_busy_home_segment_pulls_stock_from_the_others() {
         .admin_post(&format!("/v1/activities/1001/reservations/{jti}/release"))
         .await;
     assert_eq!(released.status, 200);
-    let (code, table) = gw.reconcile();
-    assert_eq!(code, 0, "{table}");
+    gw.reconcile_clean();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_transfer_cut_in_half_is_accounted_for_and_delivered_by_the_sweep() {
-    let redis = RedisServer::start();
-    let upstream = Upstream::start();
-    let config = TestConfig::new(&redis, &upstream, vec![segmented("1001", 400, 4, 2)]);
+    let (redis, _upstream, config) = backends(vec![segmented("1001", 400, 4, 2)]);
     let gw = GatewayProc::start(config);
     // A gateway dies between the two halves of a transfer: 30 units leave segment 1 and are
     // recorded as in flight, nothing arrives in segment 0 yet.
@@ -209,8 +200,7 @@ async fn a_transfer_cut_in_half_is_accounted_for_and_delivered_by_the_sweep() {
         "a second deposit changes nothing"
     );
     assert_eq!(redis.get_int("fg:{1001~0/4}:v1:stock"), Some(130));
-    let (code, table) = gw.reconcile();
-    assert_eq!(code, 0, "{table}");
+    gw.reconcile_clean();
 
     // A transfer that created units from nothing would be caught.
     let mut conn = redis.conn();
@@ -232,9 +222,7 @@ async fn a_transfer_cut_in_half_is_accounted_for_and_delivered_by_the_sweep() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn changing_segments_is_refused_with_or_without_a_new_version() {
-    let redis = RedisServer::start();
-    let upstream = Upstream::start();
-    let mut config = TestConfig::new(&redis, &upstream, vec![TestActivity::open("1001", 10)]);
+    let (redis, _upstream, mut config) = backends(vec![TestActivity::open("1001", 10)]);
     let gw = GatewayProc::start(config.clone());
     assert_eq!(gw.buy("1001", "alice", None).await.status, 200);
     drop(gw);
@@ -245,8 +233,7 @@ async fn changing_segments_is_refused_with_or_without_a_new_version() {
     for version in [1, 2] {
         config.activities[0].segments = Some(4);
         config.activities[0].version = version;
-        config.listen_port = free_port();
-        config.admin_port = free_port();
+        config = config.on_new_ports();
         let gw = GatewayProc::start(config.clone());
         assert_eq!(gw.buy("1001", "bob", None).await.code(), "unavailable");
         for s in 0..4 {
@@ -261,7 +248,7 @@ async fn changing_segments_is_refused_with_or_without_a_new_version() {
             std::time::Duration::from_secs(10),
             || gw.logs().contains("it was first sold with 1").then_some(()),
         );
-        let view = gw.admin_get("/v1/activities/1001").await.json();
+        let view = gw.activity_view("1001").await;
         assert!(
             view["refused"].as_str().unwrap().contains("segments is 4"),
             "{view}"
@@ -274,8 +261,7 @@ async fn changing_segments_is_refused_with_or_without_a_new_version() {
     // Back to the configuration Redis knows: on sale again, alice's unit still counted.
     config.activities[0].segments = None;
     config.activities[0].version = 1;
-    config.listen_port = free_port();
-    config.admin_port = free_port();
+    config = config.on_new_ports();
     let gw = GatewayProc::start(config);
     assert_eq!(gw.buy("1001", "carol", None).await.status, 200);
     assert_eq!(gw.buy("1001", "alice", None).await.code(), "limit_exceeded");

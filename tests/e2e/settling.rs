@@ -3,27 +3,24 @@
 //! the layout Redis recorded, reconcile while versions are bumped. (Found by the second review
 //! of stock integrity, 12b: each sold a unit twice or lost a paid order then.)
 
-use super::integrity::{buy_keyed, orders, record, redis_ms, upstream_mode};
+use super::integrity::{a_hold_then_a_refused_layout, two_segments_on_sale};
 use crate::support::*;
 use std::sync::Arc;
 use std::time::Duration;
+
+/// One unit on sale, held `hold_secs` at the most: the gateway shared, for buyers in tasks.
+fn one_unit_held(hold_secs: u64) -> (RedisServer, Upstream, Arc<GatewayProc>) {
+    let (redis, upstream, gw) =
+        Stack::start(vec![TestActivity::open("1001", 1).hold_secs(hold_secs)]).parts();
+    (redis, upstream, Arc::new(gw))
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hold_shorter_than_the_backend_never_sells_twice() {
     // R7: with hold_secs 1 and a backend taking 2.5 s, alice's hold was swept while her request
     // was at the backend; bob bought the unit, and the backend took both orders.
-    let redis = RedisServer::start();
-    let upstream = Upstream::start();
-    let activity = TestActivity {
-        hold_secs: Some(1),
-        ..TestActivity::open("1001", 1)
-    };
-    let gw = Arc::new(GatewayProc::start(TestConfig::new(
-        &redis,
-        &upstream,
-        vec![activity],
-    )));
-    upstream_mode(&upstream, "status=200&delay_ms=2500").await;
+    let (redis, upstream, gw) = one_unit_held(1);
+    upstream.mode("status=200&delay_ms=2500").await;
     let alice = {
         let gw = gw.clone();
         tokio::spawn(async move { gw.buy("1001", "alice", None).await })
@@ -35,24 +32,15 @@ async fn a_hold_shorter_than_the_backend_never_sells_twice() {
     )
     .await;
     // Her hold ran out while the backend works on it; the sweep (every 100 ms) leaves it.
-    let start = redis_ms(&redis);
-    wait_for(
-        "alice's hold deadline to pass",
-        Duration::from_secs(10),
-        || (redis_ms(&redis) > start + 1200).then_some(()),
-    );
+    let start = redis.time_ms();
+    redis.wait_time_past("alice's hold deadline to pass", start + 1200);
     assert_eq!(gw.buy("1001", "bob", None).await.code(), "sold_out");
     let alice = alice.await.unwrap();
     assert_eq!(alice.status, 200);
     let jti = alice.reservation_id();
-    wait_for(
-        "alice's order to be confirmed",
-        Duration::from_secs(10),
-        || record(&redis, "1001", &jti).filter(|r| r.starts_with("confirmed|")),
-    );
-    assert_eq!(orders(&upstream).await, [jti]);
-    let (code, table) = gw.reconcile();
-    assert_eq!(code, 0, "{table}");
+    redis.wait_record("1001", &jti, "confirmed");
+    assert_eq!(upstream.orders().await, [jti]);
+    gw.reconcile_clean();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -60,68 +48,37 @@ async fn a_replay_near_its_hold_deadline_keeps_the_unit_until_the_backend_answer
     // R7b (review 12's F3 sequence): hold 2 s; alice's first attempt is refused by the backend
     // (409, so it stays pending); her keyed retry half a second before the deadline takes the
     // backend 1.5 s; bob buys after the deadline. Two orders for stock 1.
-    let redis = RedisServer::start();
-    let upstream = Upstream::start();
-    let activity = TestActivity {
-        hold_secs: Some(2),
-        ..TestActivity::open("1001", 1)
-    };
-    let gw = Arc::new(GatewayProc::start(TestConfig::new(
-        &redis,
-        &upstream,
-        vec![activity],
-    )));
-    upstream_mode(&upstream, "status=409").await;
-    let first = buy_keyed(&gw, "1001", "alice", "k1").await;
+    let (redis, upstream, gw) = one_unit_held(2);
+    upstream.mode("status=409").await;
+    let first = gw.buy_keyed("1001", "alice", "k1").await;
     assert_eq!(first.status, 409);
     let jti = first.reservation_id();
-    let deadline_ms: u64 = record(&redis, "1001", &jti)
-        .unwrap()
-        .split('|')
-        .nth(4)
-        .unwrap()
-        .parse()
-        .unwrap();
-    upstream_mode(&upstream, "status=200&delay_ms=1500").await;
-    wait_for(
-        "half a second before the deadline",
-        Duration::from_secs(10),
-        || (redis_ms(&redis) + 500 >= deadline_ms).then_some(()),
-    );
+    let deadline_ms = redis.hold_deadline_ms("1001", &jti);
+    upstream.mode("status=200&delay_ms=1500").await;
+    redis.wait_time_past("half a second before the deadline", deadline_ms - 500 - 1);
     let replay = {
         let gw = gw.clone();
-        tokio::spawn(async move { buy_keyed(&gw, "1001", "alice", "k1").await })
+        tokio::spawn(async move { gw.buy_keyed("1001", "alice", "k1").await })
     };
-    wait_for("past the deadline", Duration::from_secs(10), || {
-        (redis_ms(&redis) > deadline_ms + 300).then_some(())
-    });
+    redis.wait_time_past("past the deadline", deadline_ms + 300);
     assert_eq!(gw.buy("1001", "bob", None).await.code(), "sold_out");
     let replay = replay.await.unwrap();
     assert_eq!((replay.status, replay.reservation_id()), (200, jti.clone()));
-    wait_for(
-        "the replay's order to be confirmed",
-        Duration::from_secs(10),
-        || record(&redis, "1001", &jti).filter(|r| r.starts_with("confirmed|")),
-    );
-    assert_eq!(orders(&upstream).await, [jti]);
+    redis.wait_record("1001", &jti, "confirmed");
+    assert_eq!(upstream.orders().await, [jti]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_meta_and_users_refuse_the_activity_instead_of_resetting_the_limit() {
     // R2: with meta and users lost together, prewarm adopted the stock and the per-user limit
     // started from zero: alice held 2 units with a limit of 1.
-    let redis = RedisServer::start();
-    let upstream = Upstream::start();
-    let mut config = TestConfig::new(&redis, &upstream, vec![TestActivity::open("1001", 5)]);
-    config.extra_redis_yaml = "  prewarm_interval_ms: 200\n".to_owned();
-    let gw = GatewayProc::start(config);
+    let (redis, _upstream, gw) = Stack::start_with(vec![TestActivity::open("1001", 5)], |config| {
+        config.prewarm_interval_ms(200)
+    })
+    .parts();
     assert_eq!(gw.buy("1001", "alice", None).await.status, 200);
     assert_eq!(gw.buy("1001", "alice", None).await.code(), "limit_exceeded");
-    let _: () = redis::cmd("DEL")
-        .arg("fg:{1001}:meta")
-        .arg("fg:{1001}:users")
-        .query(&mut redis.conn())
-        .unwrap();
+    redis.del(&["fg:{1001}:meta", "fg:{1001}:users"]);
     // Refused at once by the reserve itself, before any prewarm tick.
     assert_eq!(gw.buy("1001", "alice", None).await.code(), "unavailable");
     wait_for("the damage to be reported", Duration::from_secs(10), || {
@@ -147,30 +104,12 @@ async fn a_paid_order_is_confirmed_in_the_layout_redis_recorded() {
     // R8: with the YAML's segment count disagreeing with Redis (a refused configuration), the
     // backend's confirm of a paid order answered 404, the hold ran out, and `reconcile
     // --orders` called the reservation unknown.
-    let redis = RedisServer::start();
-    let upstream = Upstream::start();
-    let two = TestActivity {
-        segments: Some(2),
-        ..TestActivity::explicit("1001", 10, 3)
-    };
-    let mut gw = GatewayProc::start(TestConfig::new(&redis, &upstream, vec![two.clone()]));
-    let jti = gw.buy("1001", "alice", None).await.reservation_id();
-    let segment = jti.rsplit_once('.').unwrap().1.to_owned();
-    gw.kill();
-    let mut config = gw.config.clone();
-    config.activities = vec![TestActivity {
-        segments: Some(4),
-        ..two
-    }];
-    gw.config = config;
-    gw.restart();
+    let (redis, _upstream, gw, jti, segment) = a_hold_then_a_refused_layout(3).await;
     let path = format!("/v1/activities/1001/reservations/{jti}");
     assert_eq!(gw.admin_get(&path).await.status, 200);
     assert_eq!(gw.admin_post(&format!("{path}/confirm")).await.status, 200);
     let tag = format!("1001~{segment}/2");
-    assert!(record(&redis, &tag, &jti)
-        .unwrap()
-        .starts_with("confirmed|"));
+    assert!(redis.record(&tag, &jti).unwrap().starts_with("confirmed|"));
     let dir = tempfile::tempdir().unwrap();
     let orders_file = dir.path().join("orders.txt");
     std::fs::write(&orders_file, format!("{jti}\n")).unwrap();
@@ -199,22 +138,7 @@ async fn reconcile_is_clean_while_versions_are_bumped_and_units_move() {
     // put on sale in between, and a unit of it moved, looked like a transfer mismatch.
     use std::sync::atomic::{AtomicBool, Ordering};
     let redis = RedisServer::start();
-    let upstream = Upstream::start();
-    let activity = TestActivity {
-        segments: Some(2),
-        ..TestActivity::open("1001", 1000)
-    };
-    let config = TestConfig::new(&redis, &upstream, vec![activity]);
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("gateway.yaml");
-    std::fs::write(&path, config.to_yaml()).unwrap();
-    let settings = flashgate::config::Settings::load_without_secrets(&path).unwrap();
-    let store = Arc::new(stock_store(redis.url(), vec![], Duration::from_secs(2)));
-    let base = settings.activities.get("1001").unwrap().clone();
-    flashgate::stock::segments::prewarm(&store, &base)
-        .await
-        .unwrap()
-        .unwrap();
+    let (settings, store, _) = two_segments_on_sale(&redis, 1000).await;
     let stop = Arc::new(AtomicBool::new(false));
     let bumper = {
         let (store, stop) = (store.clone(), stop.clone());

@@ -168,11 +168,11 @@ async fn the_waiting_page_shows_the_place_refreshes_and_lands_on_the_purchase() 
     let redis = RedisServer::start();
     let upstream = Upstream::start();
     let activity = TestActivity {
-        queue: Some("{ admit_per_second: 1, admission_window_secs: 60 }".into()),
+        queue: Some(Queue::admit(1).window_secs(60)),
         ..TestActivity::open("1001", 5)
     };
     let mut config = TestConfig::new(&redis, &upstream, vec![activity]);
-    config.identity_yaml = "  jwt:\n    keys: [{ kid: idp1, algorithm: HS256, secret_env: FLASHGATE_IDENTITY_SECRET }]\n    cookie: session\n".into();
+    config = config.jwt_identity(Jwt::session_cookie());
     let gw = GatewayProc::start_with_env(config, &[("FLASHGATE_IDENTITY_SECRET", IDENTITY_SECRET)]);
     // The queue stands still while the page is looked at; bob is ahead of alice.
     assert_eq!(

@@ -12,6 +12,9 @@ use tempfile::TempDir;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+mod test_config;
+pub use test_config::*;
+
 /// An activity open from 2020 to 2099, for tests that talk to the stock store directly.
 pub fn store_activity(
     id: &str,
@@ -577,207 +580,6 @@ impl Drop for Upstream {
     }
 }
 
-/// One activity of a test configuration.
-#[derive(Clone)]
-pub struct TestActivity {
-    pub id: &'static str,
-    pub stock: u64,
-    pub version: u64,
-    pub per_user_limit: u32,
-    pub max_per_request: u32,
-    pub starts_at: &'static str,
-    pub ends_at: &'static str,
-    /// `upstream` (default) or `explicit`.
-    pub confirm: Option<&'static str>,
-    pub hold_secs: Option<u64>,
-    pub segments: Option<u32>,
-    /// `reject` (default) or `passthrough`.
-    pub on_store_failure: Option<&'static str>,
-    /// The `queue:` section as a YAML flow mapping (`{ admit_per_second: 5 }`).
-    pub queue: Option<String>,
-}
-
-impl TestActivity {
-    pub fn open(id: &'static str, stock: u64) -> Self {
-        TestActivity {
-            id,
-            stock,
-            version: 1,
-            per_user_limit: 1,
-            max_per_request: 1,
-            starts_at: "2020-01-01T00:00:00Z",
-            ends_at: "2099-01-01T00:00:00Z",
-            confirm: None,
-            hold_secs: None,
-            segments: None,
-            on_store_failure: None,
-            queue: None,
-        }
-    }
-
-    /// Reservations stay pending until the admin API confirms them, and expire after `hold_secs`.
-    pub fn explicit(id: &'static str, stock: u64, hold_secs: u64) -> Self {
-        TestActivity {
-            confirm: Some("explicit"),
-            hold_secs: Some(hold_secs),
-            ..TestActivity::open(id, stock)
-        }
-    }
-}
-
-/// A gateway configuration for tests, rendered to YAML.
-#[derive(Clone)]
-pub struct TestConfig {
-    pub redis_url: String,
-    /// Seed nodes of a Redis Cluster, used instead of `redis_url` when set.
-    pub redis_cluster: Option<Vec<String>>,
-    pub upstreams: Vec<SocketAddr>,
-    pub activities: Vec<TestActivity>,
-    /// (per_second, burst)
-    pub per_user: Option<(u32, u32)>,
-    pub sold_out_ttl_ms: u64,
-    pub redis_timeout_ms: u64,
-    pub read_timeout_ms: u64,
-    pub listen_port: u16,
-    pub admin_port: u16,
-    /// Sign with EdDSA using this PKCS#8 PEM instead of HS256.
-    pub eddsa_key_file: Option<PathBuf>,
-    pub sweep_interval_ms: u64,
-    /// The `identity:` section's body (indented two spaces).
-    pub identity_yaml: String,
-    /// Extra lines of the `rate_limits:` section (indented two spaces), after `per_user`.
-    pub extra_rate_limits_yaml: String,
-    /// Extra lines of the `server:`, `upstream:` and `redis:` sections (indented two spaces).
-    pub extra_server_yaml: String,
-    pub extra_upstream_yaml: String,
-    pub extra_redis_yaml: String,
-}
-
-impl TestConfig {
-    pub fn new(redis: &RedisServer, upstream: &Upstream, activities: Vec<TestActivity>) -> Self {
-        // Waiting-room polls spend from the buyer's bucket, and the queue tests poll far faster
-        // than a buyer's page (every 20 ms while they wait for a state): a roomier bucket there.
-        let per_user = if activities.iter().any(|a| a.queue.is_some()) {
-            (100, 100)
-        } else {
-            (5, 5)
-        };
-        TestConfig {
-            redis_url: redis.url(),
-            redis_cluster: None,
-            upstreams: vec![upstream.addr],
-            activities,
-            per_user: Some(per_user),
-            sold_out_ttl_ms: 1000,
-            redis_timeout_ms: 1000,
-            read_timeout_ms: 5000,
-            listen_port: free_port(),
-            admin_port: free_port(),
-            eddsa_key_file: None,
-            sweep_interval_ms: 100,
-            identity_yaml: "  header: X-User-Id\n".to_owned(),
-            extra_rate_limits_yaml: String::new(),
-            extra_server_yaml: String::new(),
-            extra_upstream_yaml: String::new(),
-            extra_redis_yaml: String::new(),
-        }
-    }
-
-    pub fn to_yaml(&self) -> String {
-        let upstreams: Vec<String> = self.upstreams.iter().map(|a| format!("\"{a}\"")).collect();
-        let mut y = format!(
-            r#"server:
-  listen: "127.0.0.1:{listen}"
-  threads: 2
-{extra_server}admin:
-  listen: "127.0.0.1:{admin}"
-  token_env: FLASHGATE_ADMIN_TOKEN
-upstream:
-  addresses: [{upstreams}]
-  connect_timeout_ms: 500
-  read_timeout_ms: {read_timeout}
-  health_check_interval_ms: 200
-{extra_upstream}redis:
-  {redis}
-  timeout_ms: {redis_timeout}
-  sweep_interval_ms: {sweep}
-  reconcile_interval_ms: 200
-{extra_redis}identity:
-{identity}signing:
-  header: X-Flashgate-Reservation
-  key_id: k1
-  ttl_secs: 900
-{signing_key}
-sold_out_cache:
-  ttl_ms: {ttl}
-sale_routes:
-  - method: POST
-    path: "/api/seckill/{{activity}}/buy"
-    quantity_query: qty
-"#,
-            listen = self.listen_port,
-            admin = self.admin_port,
-            extra_server = self.extra_server_yaml,
-            extra_upstream = self.extra_upstream_yaml,
-            extra_redis = self.extra_redis_yaml,
-            upstreams = upstreams.join(", "),
-            read_timeout = self.read_timeout_ms,
-            redis = match &self.redis_cluster {
-                Some(nodes) => format!(
-                    "cluster: {{ nodes: [{}] }}",
-                    nodes
-                        .iter()
-                        .map(|n| format!("\"{n}\""))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ),
-                None => format!("url: \"{}\"", self.redis_url),
-            },
-            redis_timeout = self.redis_timeout_ms,
-            ttl = self.sold_out_ttl_ms,
-            sweep = self.sweep_interval_ms,
-            identity = self.identity_yaml,
-            signing_key = match &self.eddsa_key_file {
-                Some(path) => format!(
-                    "  algorithm: EdDSA\n  private_key_file: \"{}\"",
-                    path.display()
-                ),
-                None => "  algorithm: HS256\n  secret_env: FLASHGATE_SIGNING_SECRET".to_owned(),
-            },
-        );
-        y.push_str("rate_limits:\n  evict_interval_ms: 10000\n");
-        if let Some((per_second, burst)) = self.per_user {
-            y.push_str(&format!(
-                "  per_user: {{ per_second: {per_second}, burst: {burst} }}\n"
-            ));
-        }
-        y.push_str(&self.extra_rate_limits_yaml);
-        y.push_str("activities:\n");
-        for a in &self.activities {
-            y.push_str(&format!(
-                "  - id: \"{}\"\n    stock: {}\n    version: {}\n    per_user_limit: {}\n    max_per_request: {}\n    starts_at: \"{}\"\n    ends_at: \"{}\"\n",
-                a.id, a.stock, a.version, a.per_user_limit, a.max_per_request, a.starts_at, a.ends_at
-            ));
-            if let Some(confirm) = a.confirm {
-                y.push_str(&format!("    confirm: {confirm}\n"));
-            }
-            if let Some(segments) = a.segments {
-                y.push_str(&format!("    segments: {segments}\n"));
-            }
-            if let Some(hold) = a.hold_secs {
-                y.push_str(&format!("    hold_secs: {hold}\n"));
-            }
-            if let Some(policy) = a.on_store_failure {
-                y.push_str(&format!("    on_store_failure: {policy}\n"));
-            }
-            if let Some(queue) = &a.queue {
-                y.push_str(&format!("    queue: {queue}\n"));
-            }
-        }
-        y
-    }
-}
-
 /// The usual three processes: a private Redis, the demo upstream, and a gateway between them.
 pub struct Stack {
     pub redis: RedisServer,
@@ -787,15 +589,37 @@ pub struct Stack {
 
 impl Stack {
     pub fn start(activities: Vec<TestActivity>) -> Stack {
-        let redis = RedisServer::start();
-        let upstream = Upstream::start();
-        let gw = GatewayProc::start(TestConfig::new(&redis, &upstream, activities));
+        Self::start_with(activities, |config| config)
+    }
+
+    /// The three processes, to be bound by name (`let (_redis, upstream, gw) = ...`): a process
+    /// whose binding is dropped is killed.
+    pub fn parts(self) -> (RedisServer, Upstream, GatewayProc) {
+        (self.redis, self.upstream, self.gw)
+    }
+
+    /// The stack with the gateway's configuration changed by `configure` first.
+    pub fn start_with(
+        activities: Vec<TestActivity>,
+        configure: impl FnOnce(TestConfig) -> TestConfig,
+    ) -> Stack {
+        let (redis, upstream, config) = backends(activities);
+        let gw = GatewayProc::start(configure(config));
         Stack {
             redis,
             upstream,
             gw,
         }
     }
+}
+
+/// A private Redis, the demo upstream, and a gateway configuration between them (no gateway
+/// started yet).
+pub fn backends(activities: Vec<TestActivity>) -> (RedisServer, Upstream, TestConfig) {
+    let redis = RedisServer::start();
+    let upstream = Upstream::start();
+    let config = TestConfig::new(&redis, &upstream, activities);
+    (redis, upstream, config)
 }
 
 impl RedisServer {
@@ -809,6 +633,66 @@ impl RedisServer {
         redis::cmd("HGET")
             .arg(format!("fg:{{{activity}}}:users"))
             .arg(user)
+            .query(&mut self.conn())
+            .unwrap()
+    }
+
+    /// The record of reservation `jti` in the partition tagged `tag` (`1001`, `1001~0/2`):
+    /// `state|...`.
+    pub fn record(&self, tag: &str, jti: &str) -> Option<String> {
+        redis::cmd("HGET")
+            .arg(format!("fg:{{{tag}}}:res"))
+            .arg(jti)
+            .query(&mut self.conn())
+            .unwrap()
+    }
+
+    /// The record of `jti` once it is in `state` (`confirmed`, `released`, ...), polled.
+    pub fn wait_record(&self, tag: &str, jti: &str, state: &str) -> String {
+        let prefix = format!("{state}|");
+        wait_for(
+            &format!("reservation {jti} in {tag} to be {state}"),
+            Duration::from_secs(15),
+            || self.record(tag, jti).filter(|r| r.starts_with(&prefix)),
+        )
+    }
+
+    /// The hold deadline (Redis milliseconds) in the record of `jti`.
+    pub fn hold_deadline_ms(&self, tag: &str, jti: &str) -> u64 {
+        let record = self.record(tag, jti).expect("a record");
+        record.split('|').nth(4).unwrap().parse().unwrap()
+    }
+
+    /// Redis's clock, in milliseconds.
+    pub fn time_ms(&self) -> u64 {
+        let (s, us): (u64, u64) = redis::cmd("TIME").query(&mut self.conn()).unwrap();
+        s * 1000 + us / 1000
+    }
+
+    /// Polls until Redis's clock passes `ms`.
+    pub fn wait_time_past(&self, what: &str, ms: u64) {
+        wait_for(what, Duration::from_secs(10), || {
+            (self.time_ms() > ms).then_some(())
+        });
+    }
+
+    /// Deletes `keys`.
+    pub fn del(&self, keys: &[&str]) {
+        let _: () = redis::cmd("DEL").arg(keys).query(&mut self.conn()).unwrap();
+    }
+
+    /// How many of `keys` exist.
+    pub fn exists(&self, keys: &[&str]) -> i64 {
+        redis::cmd("EXISTS")
+            .arg(keys)
+            .query(&mut self.conn())
+            .unwrap()
+    }
+
+    /// The keys matching `pattern`.
+    pub fn keys(&self, pattern: &str) -> Vec<String> {
+        redis::cmd("KEYS")
+            .arg(pattern)
             .query(&mut self.conn())
             .unwrap()
     }
@@ -1038,6 +922,24 @@ impl GatewayProc {
         request(self.addr, "POST", &path, &[("X-User-Id", user)]).await
     }
 
+    /// A purchase with an `Idempotency-Key`.
+    pub async fn buy_keyed(&self, activity: &str, user: &str, key: &str) -> HttpResponse {
+        request(
+            self.addr,
+            "POST",
+            &format!("/api/seckill/{activity}/buy"),
+            &[("X-User-Id", user), ("Idempotency-Key", key)],
+        )
+        .await
+    }
+
+    /// The admin API's view of an activity (`/v1/activities/{id}`).
+    pub async fn activity_view(&self, id: &str) -> Value {
+        let resp = self.admin_get(&format!("/v1/activities/{id}")).await;
+        assert_eq!(resp.status, 200, "{}", resp.text());
+        resp.json()
+    }
+
     pub async fn admin_get(&self, path: &str) -> HttpResponse {
         let auth = format!("Bearer {ADMIN_TOKEN}");
         get(self.admin, path, &[("Authorization", auth.as_str())]).await
@@ -1066,6 +968,13 @@ impl GatewayProc {
             &[],
         );
         (code, format!("{out}{err}"))
+    }
+
+    /// Asserts that `flashgate reconcile` finds Redis clean (exit 0); its table.
+    pub fn reconcile_clean(&self) -> String {
+        let (code, table) = self.reconcile();
+        assert_eq!(code, 0, "{table}");
+        table
     }
 
     pub async fn metrics(&self) -> String {
@@ -1157,6 +1066,22 @@ impl HttpResponse {
                 )
             })
             .to_owned()
+    }
+
+    /// The body as text, for messages.
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    /// Asserts the status and the contract's `code` of a gateway answer.
+    #[track_caller]
+    pub fn assert_answer(&self, status: u16, code: &str) {
+        assert_eq!(
+            (self.status, self.code().as_str()),
+            (status, code),
+            "{}",
+            self.text()
+        );
     }
 
     /// The contract's `code` field of a gateway answer.
