@@ -11,8 +11,8 @@
 use crate::config::{Activity, Settings};
 use crate::reservation::Reservation;
 use crate::stock::{
-    segments, ConfirmOutcome, ConfirmedVia, LedgerRow, RecordState, ReservationRecord, StockStore,
-    StoreError,
+    segments, ConfirmOutcome, ConfirmedVia, Layout, LedgerRow, Partition, RecordState,
+    ReservationRecord, Snapshot, StockStore, StoreError,
 };
 use std::fmt::Write;
 use std::sync::Arc;
@@ -188,12 +188,12 @@ pub enum ReconcileError {
     Busy(String),
 }
 
-/// Reconciles every configured activity, or only `only`.
 /// How many times a partition's snapshot is taken again when its versions changed meanwhile.
 const SNAPSHOT_ATTEMPTS: usize = 16;
 /// Version numbers past the newest listed that a snapshot reads as well.
 const VERSIONS_AHEAD: u64 = 8;
 
+/// Reconciles every configured activity, or only `only`.
 pub async fn reconcile(
     settings: &Settings,
     store: &StockStore,
@@ -208,123 +208,141 @@ pub async fn reconcile(
     };
     let mut report = Report::default();
     for activity in activities {
-        // Reconcile what is in Redis, in the layout Redis recorded.
-        let layout = segments::recorded_layout(store, activity).await?;
-        if layout.count() != activity.segments {
-            report
-                .layout_notes
-                .push((activity.id.clone(), activity.segments, layout.count()));
-        }
-        let mut received = Vec::new();
-        for partition in layout.partitions() {
-            // The versions and their ledgers, read in one transaction: a version put on sale (and
-            // a unit of it moved) between the two reads would look like a transfer mismatch.
-            // The configured version is read too: a partition that lost its meta (refused) still
-            // has its ledger checked.
-            let with_configured = |mut listed: Vec<u64>| {
-                if !listed.contains(&activity.version) {
-                    listed.push(activity.version);
-                    listed.sort_unstable();
-                }
-                listed
-            };
-            // The next few version numbers are read too, in case one is put on sale (and a unit
-            // of it moved) while the snapshot is on its way; versions bumped faster than that
-            // are caught by taking the snapshot again.
-            let with_next = |listed: Vec<u64>| {
-                let newest = listed.iter().copied().max().unwrap_or(activity.version);
-                let mut all = with_configured(listed);
-                for v in newest.saturating_add(1)..=newest.saturating_add(VERSIONS_AHEAD) {
-                    all.push(v);
-                }
-                all.sort_unstable();
-                all.dedup();
-                all
-            };
-            let mut versions = with_next(store.meta(partition).await?.versions);
-            let mut snapshot = store.snapshot(partition, &versions).await?;
-            let mut covered = false;
-            for _ in 0..SNAPSHOT_ATTEMPTS {
-                covered = snapshot.versions.iter().all(|v| versions.contains(v));
-                if covered {
-                    break;
-                }
-                versions = with_next(snapshot.versions.clone());
-                snapshot = store.snapshot(partition, &versions).await?;
-            }
-            if !covered && !snapshot.versions.iter().all(|v| versions.contains(v)) {
-                return Err(ReconcileError::Busy(partition.tag().to_owned()));
-            }
-            // Versions read ahead that do not exist are not reported.
-            let on_record = snapshot.versions.clone();
-            snapshot.ledgers.retain(|l| {
-                on_record.contains(&l.version)
-                    || l.ledger
-                    || l.stock_key
-                    || l.version == activity.version
-            });
-            // The configured version, where the meta does not list it and it has no keys, was
-            // never put on sale here: nothing to report.
-            let listed = snapshot.versions.contains(&activity.version);
-            snapshot
-                .ledgers
-                .retain(|l| listed || l.ledger || l.stock_key || l.version != activity.version);
-            let label: Arc<str> = Arc::from(partition.tag());
-            // Every unit this partition moved out is one of its own transfers, and every unit
-            // it moved in one it received (both read with the ledgers, in one snapshot).
-            let given: i64 = snapshot
-                .books
-                .open
-                .iter()
-                .chain(&snapshot.books.acknowledged)
-                .map(|t| t.qty as i64)
-                .sum();
-            let moved_out: i64 = snapshot.ledgers.iter().map(|l| l.moved_out).sum();
-            let got: i64 = snapshot.books.received.values().map(|&q| q as i64).sum();
-            let moved_in: i64 = snapshot.ledgers.iter().map(|l| l.moved_in).sum();
-            if given != moved_out || got != moved_in {
-                report.transfer_mismatches.push(TransferMismatch {
-                    segment: label.clone(),
-                    what: format!(
-                        "moved out {moved_out} but its transfers hold {given}; moved in {moved_in} but it received {got}"
-                    ),
-                });
-            }
-            for (id, qty) in &snapshot.books.received {
-                received.push((partition.index(), id.clone(), *qty));
-            }
-            for ledger in snapshot.ledgers {
-                report
-                    .versions
-                    .push(VersionReport::new(label.clone(), ledger, &snapshot.records));
-            }
-        }
-        // Every transfer a segment received was given by another, with the same units: read the
-        // givers after the receivers (a transfer is given before it is received, and never
-        // forgotten), so one taking place meanwhile is never a false alarm.
-        if layout.is_segmented() {
-            let mut given = std::collections::HashMap::new();
-            let mut acknowledged = Vec::new();
-            for partition in layout.partitions() {
-                let (open, acked) = store.transfers_given(partition).await?;
-                acknowledged.extend(acked.iter().map(|t| (partition.index(), t.clone())));
-                for t in open.into_iter().chain(acked) {
-                    given.insert(t.id.clone(), t);
-                }
-            }
-            check_acknowledged(store, &layout, &received, &acknowledged, &mut report).await?;
-            for (to, id, qty) in received {
-                match given.get(&id) {
-                    Some(t) if t.to == to && t.qty == qty => {}
-                    _ => report.transfer_mismatches.push(TransferMismatch {
-                        segment: Arc::from(layout.partition(to).expect("in range").tag()),
-                        what: format!("received transfer {id} ({qty} units) that no segment gave"),
-                    }),
-                }
-            }
-        }
+        reconcile_activity(store, activity, &mut report).await?;
     }
     Ok(report)
+}
+
+/// One activity: what is in Redis, in the layout Redis recorded, partition by partition; then
+/// every transfer between its segments.
+async fn reconcile_activity(
+    store: &StockStore,
+    activity: &Activity,
+    report: &mut Report,
+) -> Result<(), ReconcileError> {
+    let layout = segments::recorded_layout(store, activity).await?;
+    if layout.count() != activity.segments {
+        report
+            .layout_notes
+            .push((activity.id.clone(), activity.segments, layout.count()));
+    }
+    let mut received = Vec::new();
+    for partition in layout.partitions() {
+        let snapshot = partition_snapshot(store, activity, partition).await?;
+        let label: Arc<str> = Arc::from(partition.tag());
+        check_books(&snapshot, &label, report);
+        for (id, qty) in &snapshot.books.received {
+            received.push((partition.index(), id.clone(), *qty));
+        }
+        for ledger in snapshot.ledgers {
+            report
+                .versions
+                .push(VersionReport::new(label.clone(), ledger, &snapshot.records));
+        }
+    }
+    if layout.is_segmented() {
+        check_given(store, &layout, received, report).await?;
+    }
+    Ok(())
+}
+
+/// A partition's versions and their ledgers, read in one transaction: a version put on sale
+/// (and a unit of it moved) between the two reads would look like a transfer mismatch. The
+/// configured version is read too (a partition that lost its meta, refused, still has its
+/// ledger checked), and the next few version numbers, in case one is put on sale while the
+/// snapshot is on its way; versions bumped faster than that are caught by taking the snapshot
+/// again. Versions read ahead that do not exist are left out, and so is the configured version
+/// where the meta does not list it and it has no keys (never put on sale here).
+async fn partition_snapshot(
+    store: &StockStore,
+    activity: &Activity,
+    partition: Partition<'_>,
+) -> Result<Snapshot, ReconcileError> {
+    let with_next = |mut listed: Vec<u64>| {
+        let newest = listed.iter().copied().max().unwrap_or(activity.version);
+        listed.push(activity.version);
+        listed.extend(newest.saturating_add(1)..=newest.saturating_add(VERSIONS_AHEAD));
+        listed.sort_unstable();
+        listed.dedup();
+        listed
+    };
+    let mut versions = with_next(store.meta(partition).await?.versions);
+    let mut snapshot = store.snapshot(partition, &versions).await?;
+    let mut attempts = 0;
+    while !snapshot.versions.iter().all(|v| versions.contains(v)) {
+        attempts += 1;
+        if attempts > SNAPSHOT_ATTEMPTS {
+            return Err(ReconcileError::Busy(partition.tag().to_owned()));
+        }
+        versions = with_next(snapshot.versions.clone());
+        snapshot = store.snapshot(partition, &versions).await?;
+    }
+    let on_record = snapshot.versions.clone();
+    let listed = on_record.contains(&activity.version);
+    snapshot.ledgers.retain(|l| {
+        let has_keys = l.ledger || l.stock_key;
+        let on_meta = if l.version == activity.version {
+            listed
+        } else {
+            on_record.contains(&l.version)
+        };
+        has_keys || on_meta
+    });
+    Ok(snapshot)
+}
+
+/// Every unit a partition moved out is one of its own transfers, and every unit it moved in
+/// one it received (both read with the ledgers, in one snapshot).
+fn check_books(snapshot: &Snapshot, label: &Arc<str>, report: &mut Report) {
+    let given: i64 = snapshot
+        .books
+        .open
+        .iter()
+        .chain(&snapshot.books.acknowledged)
+        .map(|t| t.qty as i64)
+        .sum();
+    let moved_out: i64 = snapshot.ledgers.iter().map(|l| l.moved_out).sum();
+    let got: i64 = snapshot.books.received.values().map(|&q| q as i64).sum();
+    let moved_in: i64 = snapshot.ledgers.iter().map(|l| l.moved_in).sum();
+    if given != moved_out || got != moved_in {
+        report.transfer_mismatches.push(TransferMismatch {
+            segment: label.clone(),
+            what: format!(
+                "moved out {moved_out} but its transfers hold {given}; moved in {moved_in} but it received {got}"
+            ),
+        });
+    }
+}
+
+/// Every transfer a segment received (`received`: receiver, id, units) was given by another,
+/// with the same units: the givers are read after the receivers (a transfer is given before it
+/// is received, and never forgotten), so one taking place meanwhile is never a false alarm.
+async fn check_given(
+    store: &StockStore,
+    layout: &Layout,
+    received: Vec<(u32, String, u64)>,
+    report: &mut Report,
+) -> Result<(), ReconcileError> {
+    let mut given = std::collections::HashMap::new();
+    let mut acknowledged = Vec::new();
+    for partition in layout.partitions() {
+        let (open, acked) = store.transfers_given(partition).await?;
+        acknowledged.extend(acked.iter().map(|t| (partition.index(), t.clone())));
+        for t in open.into_iter().chain(acked) {
+            given.insert(t.id.clone(), t);
+        }
+    }
+    check_acknowledged(store, layout, &received, &acknowledged, report).await?;
+    for (to, id, qty) in received {
+        match given.get(&id) {
+            Some(t) if t.to == to && t.qty == qty => {}
+            _ => report.transfer_mismatches.push(TransferMismatch {
+                segment: Arc::from(layout.partition(to).expect("in range").tag()),
+                what: format!("received transfer {id} ({qty} units) that no segment gave"),
+            }),
+        }
+    }
+    Ok(())
 }
 
 /// Every transfer a segment acknowledged arrived where it was sent: a giver forgets a transfer

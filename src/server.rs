@@ -60,44 +60,10 @@ pub fn run(
     run_args: RunArgs,
 ) -> Result<(), StartError> {
     let upgrade_sock = settings.server.upgrade_sock.clone();
-    match listeners {
-        // Fail fast with a clear message instead of a Pingora panic deep in start-up.
-        Listeners::Bind => {
-            for addr in [settings.server.listen, settings.admin.listen] {
-                std::net::TcpListener::bind(addr)
-                    .map_err(|source| StartError::Listen { addr, source })?;
-            }
-        }
-        // The ports are the old process's; Pingora would panic binding a socket in a
-        // missing directory.
-        Listeners::TakeOver => {
-            if !upgrade_sock.parent().is_some_and(|dir| dir.is_dir()) {
-                return Err(StartError::UpgradeSockDir(
-                    upgrade_sock.display().to_string(),
-                ));
-            }
-        }
-    }
+    check_listeners(&settings, listeners)?;
     let settings = Arc::new(settings);
     let metrics = Arc::new(Metrics::new());
-
-    // Each worker thread makes its own Redis connection on first use (see StockStore::conn).
-    let store = Arc::new(StockStore::new(&settings.redis, metrics.clone())?);
-    // Say at once whether Redis answers (and load the scripts). A Redis that is down now only
-    // makes the gateway unready; every thread keeps trying.
-    let startup = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(StartError::Runtime)?;
-    if let Err(e) = startup.block_on(store.ready()) {
-        tracing::warn!(error = %e, "stock store not reachable at start-up");
-    }
-    // From here on SIGHUP must not terminate the process (its default action): a handler stays
-    // installed for the life of the process once registered, the watcher below reads it.
-    let hangup = startup
-        .block_on(async { tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) });
-    drop(hangup.map_err(StartError::Runtime)?);
-    drop(startup);
+    let store = start_store(&settings, &metrics)?;
 
     let conf = ServerConf {
         threads: settings.server.threads.get(),
@@ -157,6 +123,56 @@ pub fn run(
     tracing::info!(listen = %settings.server.listen, admin = %settings.admin.listen, "flashgate serving");
     server.run(run_args);
     Ok(())
+}
+
+/// Whether the listeners can be had, so a start fails fast with a clear message instead of a
+/// Pingora panic deep in start-up: free ports to bind, or the directory of the upgrade socket
+/// to take them over through (Pingora would panic binding a socket in a missing directory).
+fn check_listeners(settings: &Settings, listeners: Listeners) -> Result<(), StartError> {
+    let upgrade_sock = &settings.server.upgrade_sock;
+    match listeners {
+        // Fail fast with a clear message instead of a Pingora panic deep in start-up.
+        Listeners::Bind => {
+            for addr in [settings.server.listen, settings.admin.listen] {
+                std::net::TcpListener::bind(addr)
+                    .map_err(|source| StartError::Listen { addr, source })?;
+            }
+        }
+        // The ports are the old process's; Pingora would panic binding a socket in a
+        // missing directory.
+        Listeners::TakeOver => {
+            if !upgrade_sock.parent().is_some_and(|dir| dir.is_dir()) {
+                return Err(StartError::UpgradeSockDir(
+                    upgrade_sock.display().to_string(),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The stock store, asked at once whether Redis answers (and the scripts loaded): a Redis that
+/// is down now only makes the gateway unready; every thread keeps trying. Also installs the
+/// SIGHUP handler before anything can send it.
+fn start_store(settings: &Settings, metrics: &Arc<Metrics>) -> Result<Arc<StockStore>, StartError> {
+    // Each worker thread makes its own Redis connection on first use (see StockStore::conn).
+    let store = Arc::new(StockStore::new(&settings.redis, metrics.clone())?);
+    // Say at once whether Redis answers (and load the scripts). A Redis that is down now only
+    // makes the gateway unready; every thread keeps trying.
+    let startup = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(StartError::Runtime)?;
+    if let Err(e) = startup.block_on(store.ready()) {
+        tracing::warn!(error = %e, "stock store not reachable at start-up");
+    }
+    // From here on SIGHUP must not terminate the process (its default action): a handler stays
+    // installed for the life of the process once registered, the watcher below reads it.
+    let hangup = startup
+        .block_on(async { tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) });
+    drop(hangup.map_err(StartError::Runtime)?);
+    drop(startup);
+    Ok(store)
 }
 
 /// How long the proxy keeps reading connections after its listeners stop (see

@@ -419,14 +419,8 @@ fn request_filter_stays_short() {
 /// `Decision::reply` is the one `match` from decisions to answers, kept whole on purpose.
 const LONG_FUNCTIONS: &[(&str, usize)] = &[
     ("stock/segments.rs: pub async fn reserve(", 95),
-    ("reconcile.rs: pub async fn reconcile(", 132),
-    ("admin/mod.rs: async fn response(", 132),
     ("waiting/mod.rs: async fn answer(", 122),
-    ("server.rs: pub fn run(", 105),
-    ("config/keys.rs: pub(super) fn signing(", 103),
     ("admission/decision.rs: pub fn reply(", 94),
-    ("config/validate.rs: fn activities(", 91),
-    ("config/keys.rs: pub(super) fn jwt_identity(", 91),
     ("stock/reads.rs: pub async fn snapshot(", 90),
     ("stock/segments.rs: pub async fn prewarm(", 89),
 ];

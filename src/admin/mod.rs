@@ -107,13 +107,69 @@ impl ServeHttp for AdminApp {
         let req = session.req_header();
         let method = req.method.clone();
         let path = req.uri.path().to_owned();
+        let query = req.uri.query().map(str::to_owned);
         let settings = self.gw.settings();
         let authorized = bearer_matches(
             req.headers.get(http::header::AUTHORIZATION),
             settings.admin.token.as_ref(),
         );
         let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
-        match (&method, segments.as_slice()) {
+        if segments.first() != Some(&"v1") {
+            return self.open(&method, &segments).await;
+        }
+        if !authorized {
+            return error(
+                StatusCode::UNAUTHORIZED,
+                "unauthenticated",
+                "bearer token missing or wrong",
+            );
+        }
+        let activity = |id: &str| settings.activities.get(id);
+        match (&method, &segments[1..]) {
+            (&Method::POST, ["config", "reload"]) => self.reload().await,
+            (&Method::GET, ["breaker"]) => self.breaker_view(),
+            (&Method::POST, ["breaker", mode]) => self.breaker_switch(mode),
+            (&Method::GET, ["activities"]) => {
+                let mut list = Vec::with_capacity(settings.activities.len());
+                for activity in settings.activities.iter() {
+                    list.push(self.activity_view(activity).await);
+                }
+                json_response(StatusCode::OK, &json!({ "activities": list }))
+            }
+            (&Method::GET, ["activities", id]) => match activity(id) {
+                Some(activity) => {
+                    json_response(StatusCode::OK, &self.activity_view(activity).await)
+                }
+                None => unknown_activity(),
+            },
+            (method, ["activities", act, "queue", rest @ ..]) => match activity(act) {
+                Some(activity) => {
+                    queue::handle(&self.gw, activity, method, rest, query.as_deref()).await
+                }
+                None => unknown_activity(),
+            },
+            (method, ["activities", act, "reservations", id, rest @ ..]) => match activity(act) {
+                Some(activity) => self.reservation(activity, id, method, rest).await,
+                None => unknown_activity(),
+            },
+            _ => error(StatusCode::NOT_FOUND, "not_found", "no such admin endpoint"),
+        }
+    }
+}
+
+/// 404 `unknown_activity`.
+fn unknown_activity() -> Response<Vec<u8>> {
+    error(
+        StatusCode::NOT_FOUND,
+        "unknown_activity",
+        "no such activity",
+    )
+}
+
+impl AdminApp {
+    /// The endpoints open without a token: metrics, health, readiness, the JWKS.
+    async fn open(&self, method: &Method, segments: &[&str]) -> Response<Vec<u8>> {
+        match (method, segments) {
             (&Method::GET, ["metrics"]) => {
                 self.gw.refresh_gauges();
                 response(
@@ -125,7 +181,7 @@ impl ServeHttp for AdminApp {
             (&Method::GET, ["healthz"]) => json_response(StatusCode::OK, &json!({"status": "ok"})),
             (&Method::GET, [".well-known", "jwks.json"]) => json_response(
                 StatusCode::OK,
-                &crate::reservation::Signer::jwks(&settings.signing.published_keys),
+                &crate::reservation::Signer::jwks(&self.gw.settings().signing.published_keys),
             ),
             (&Method::GET, ["readyz"]) if self.gw.drain.is_draining() => json_response(
                 StatusCode::SERVICE_UNAVAILABLE,
@@ -138,101 +194,67 @@ impl ServeHttp for AdminApp {
                     &json!({"ready": false, "reason": e.to_string()}),
                 ),
             },
-            (_, ["v1", ..]) if !authorized => error(
-                StatusCode::UNAUTHORIZED,
-                "unauthenticated",
-                "bearer token missing or wrong",
-            ),
-            (&Method::POST, ["v1", "config", "reload"]) => self.reload().await,
-            (&Method::GET, ["v1", "breaker"]) => self.breaker_view(),
-            (&Method::POST, ["v1", "breaker", mode]) => {
-                let mode = match *mode {
-                    "auto" => BreakerMode::Auto,
-                    "open" => BreakerMode::ForcedOpen,
-                    "closed" => BreakerMode::ForcedClosed,
-                    _ => {
-                        return error(
-                            StatusCode::NOT_FOUND,
-                            "not_found",
-                            "breaker modes: auto, open, closed",
-                        )
-                    }
-                };
-                self.gw.breaker.set_mode(mode);
-                self.breaker_view()
-            }
-            (&Method::GET, ["v1", "activities"]) => {
-                let mut list = Vec::with_capacity(settings.activities.len());
-                for activity in settings.activities.iter() {
-                    list.push(self.activity_view(activity).await);
-                }
-                json_response(StatusCode::OK, &json!({ "activities": list }))
-            }
-            (&Method::GET, ["v1", "activities", id]) => match settings.activities.get(id) {
-                Some(activity) => {
-                    json_response(StatusCode::OK, &self.activity_view(activity).await)
-                }
-                None => error(
-                    StatusCode::NOT_FOUND,
-                    "unknown_activity",
-                    "no such activity",
-                ),
-            },
-            (method, ["v1", "activities", act, "queue", rest @ ..]) => {
-                let Some(activity) = settings.activities.get(act) else {
-                    return error(
-                        StatusCode::NOT_FOUND,
-                        "unknown_activity",
-                        "no such activity",
-                    );
-                };
-                let query = session.req_header().uri.query().map(str::to_owned);
-                queue::handle(&self.gw, activity, method, rest, query.as_deref()).await
-            }
-            (method, ["v1", "activities", act, "reservations", id, rest @ ..]) => {
-                let Some(activity) = settings.activities.get(act) else {
-                    return error(
-                        StatusCode::NOT_FOUND,
-                        "unknown_activity",
-                        "no such activity",
-                    );
-                };
-                let lifecycle = &self.gw.lifecycle;
-                let outcome = match (method, rest) {
-                    (&Method::GET, []) => lifecycle
-                        .lookup(activity, id)
-                        .await
-                        .map(|r| r.map_or(AdminOutcome::NotFound, AdminOutcome::Done)),
-                    (&Method::POST, ["confirm"]) => lifecycle.confirm_by_id(activity, id).await,
-                    (&Method::POST, ["release"]) => lifecycle.release_by_id(activity, id).await,
-                    _ => {
-                        return error(StatusCode::NOT_FOUND, "not_found", "no such admin endpoint")
-                    }
-                };
-                match outcome {
-                    Ok(AdminOutcome::Done(record)) => {
-                        json_response(StatusCode::OK, &reservation_view(activity, id, &record))
-                    }
-                    Ok(AdminOutcome::Conflict(record)) => {
-                        let mut body = reservation_view(activity, id, &record);
-                        body["code"] = json!("released");
-                        body["message"] =
-                            json!("the reservation was released; it cannot be confirmed");
-                        json_response(StatusCode::CONFLICT, &body)
-                    }
-                    Ok(AdminOutcome::NotFound) => error(
-                        StatusCode::NOT_FOUND,
-                        "unknown_reservation",
-                        "no such reservation",
-                    ),
-                    Err(e) => error(
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        "unavailable",
-                        &e.to_string(),
-                    ),
-                }
-            }
             _ => error(StatusCode::NOT_FOUND, "not_found", "no such admin endpoint"),
+        }
+    }
+
+    /// `POST /v1/breaker/{auto,open,closed}`: the admin switch.
+    fn breaker_switch(&self, mode: &str) -> Response<Vec<u8>> {
+        let mode = match mode {
+            "auto" => BreakerMode::Auto,
+            "open" => BreakerMode::ForcedOpen,
+            "closed" => BreakerMode::ForcedClosed,
+            _ => {
+                return error(
+                    StatusCode::NOT_FOUND,
+                    "not_found",
+                    "breaker modes: auto, open, closed",
+                )
+            }
+        };
+        self.gw.breaker.set_mode(mode);
+        self.breaker_view()
+    }
+
+    /// `/v1/activities/{act}/reservations/{id}`: `GET` the record, `POST …/confirm`,
+    /// `POST …/release`.
+    async fn reservation(
+        &self,
+        activity: &Activity,
+        id: &str,
+        method: &Method,
+        rest: &[&str],
+    ) -> Response<Vec<u8>> {
+        let lifecycle = &self.gw.lifecycle;
+        let outcome = match (method, rest) {
+            (&Method::GET, []) => lifecycle
+                .lookup(activity, id)
+                .await
+                .map(|r| r.map_or(AdminOutcome::NotFound, AdminOutcome::Done)),
+            (&Method::POST, ["confirm"]) => lifecycle.confirm_by_id(activity, id).await,
+            (&Method::POST, ["release"]) => lifecycle.release_by_id(activity, id).await,
+            _ => return error(StatusCode::NOT_FOUND, "not_found", "no such admin endpoint"),
+        };
+        match outcome {
+            Ok(AdminOutcome::Done(record)) => {
+                json_response(StatusCode::OK, &reservation_view(activity, id, &record))
+            }
+            Ok(AdminOutcome::Conflict(record)) => {
+                let mut body = reservation_view(activity, id, &record);
+                body["code"] = json!("released");
+                body["message"] = json!("the reservation was released; it cannot be confirmed");
+                json_response(StatusCode::CONFLICT, &body)
+            }
+            Ok(AdminOutcome::NotFound) => error(
+                StatusCode::NOT_FOUND,
+                "unknown_reservation",
+                "no such reservation",
+            ),
+            Err(e) => error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "unavailable",
+                &e.to_string(),
+            ),
         }
     }
 }

@@ -394,89 +394,94 @@ fn activities(
     let mut out = Activities::default();
     for (i, a) in raw.into_iter().enumerate() {
         let key = |field: &str| format!("activities[{i}].{field}");
-        if a.id.is_empty() || a.id.len() > MAX_ACTIVITY_ID_LEN || !a.id.chars().all(is_id_char) {
-            return Err(ConfigError::invalid(
-                key("id"),
-                format!(
-                    "{:?} must be 1 to {MAX_ACTIVITY_ID_LEN} letters, digits, '-' or '_'",
-                    a.id
-                ),
-            ));
-        }
         if out.by_id.contains_key(a.id.as_str()) {
             return Err(ConfigError::invalid(
                 key("id"),
                 format!("{:?} is configured twice", a.id),
             ));
         }
-        if a.version == 0 {
-            return Err(ConfigError::invalid(key("version"), "must be at least 1"));
-        }
-        if a.version > MAX_EXACT_INTEGER {
-            return Err(ConfigError::invalid(
-                key("version"),
-                format!("must be at most {MAX_EXACT_INTEGER} (2^53 - 1, kept exact everywhere)"),
-            ));
-        }
-        if a.stock > MAX_EXACT_INTEGER {
-            return Err(ConfigError::invalid(
-                key("stock"),
-                format!("must be at most {MAX_EXACT_INTEGER} (2^53 - 1, kept exact everywhere)"),
-            ));
-        }
-        let per_user_limit = NonZeroU32::new(a.per_user_limit)
-            .ok_or_else(|| ConfigError::invalid(key("per_user_limit"), "must be at least 1"))?;
-        let max_per_request = NonZeroU32::new(a.max_per_request)
-            .ok_or_else(|| ConfigError::invalid(key("max_per_request"), "must be at least 1"))?;
-        if max_per_request > per_user_limit {
-            return Err(ConfigError::invalid(
-                key("max_per_request"),
-                format!(
-                    "{max_per_request} exceeds per_user_limit {per_user_limit}: such requests could never succeed"
-                ),
-            ));
-        }
-        let starts_at = timestamp(&key("starts_at"), &a.starts_at)?;
-        let ends_at = timestamp(&key("ends_at"), &a.ends_at)?;
-        if ends_at <= starts_at {
-            return Err(ConfigError::invalid(
-                key("ends_at"),
-                "must be after starts_at",
-            ));
-        }
-        let hold = match a.hold_secs {
-            Some(0) => return Err(ConfigError::invalid(key("hold_secs"), "must be at least 1")),
-            Some(secs) => Duration::from_secs(secs),
-            None => default_hold,
-        };
-        if a.segments == 0 || a.segments > MAX_SEGMENTS {
-            return Err(ConfigError::invalid(
-                key("segments"),
-                format!("must be 1 to {MAX_SEGMENTS}"),
-            ));
-        }
-        let queue = a
-            .queue
-            .map(|q| queue(&key("queue"), q, starts_at))
-            .transpose()?;
-        let activity = Arc::new(Activity {
-            id: Arc::from(a.id.as_str()),
-            stock: a.stock,
-            version: a.version,
-            per_user_limit,
-            max_per_request,
-            starts_at,
-            ends_at,
-            confirm: a.confirm,
-            on_store_failure: a.on_store_failure,
-            hold,
-            segments: a.segments,
-            queue,
-        });
+        let activity = Arc::new(activity(a, &key, default_hold)?);
         out.by_id.insert(activity.id.clone(), activity.clone());
         out.ordered.push(activity);
     }
     Ok(out)
+}
+
+/// One activity; `key` names its fields (`activities[i].…`) for errors.
+fn activity(
+    a: file::ActivitySection,
+    key: &dyn Fn(&str) -> String,
+    default_hold: Duration,
+) -> Result<Activity, ConfigError> {
+    if a.id.is_empty() || a.id.len() > MAX_ACTIVITY_ID_LEN || !a.id.chars().all(is_id_char) {
+        return Err(ConfigError::invalid(
+            key("id"),
+            format!(
+                "{:?} must be 1 to {MAX_ACTIVITY_ID_LEN} letters, digits, '-' or '_'",
+                a.id
+            ),
+        ));
+    }
+    if a.version == 0 {
+        return Err(ConfigError::invalid(key("version"), "must be at least 1"));
+    }
+    for (field, value) in [("version", a.version), ("stock", a.stock)] {
+        if value > MAX_EXACT_INTEGER {
+            return Err(ConfigError::invalid(
+                key(field),
+                format!("must be at most {MAX_EXACT_INTEGER} (2^53 - 1, kept exact everywhere)"),
+            ));
+        }
+    }
+    let per_user_limit = NonZeroU32::new(a.per_user_limit)
+        .ok_or_else(|| ConfigError::invalid(key("per_user_limit"), "must be at least 1"))?;
+    let max_per_request = NonZeroU32::new(a.max_per_request)
+        .ok_or_else(|| ConfigError::invalid(key("max_per_request"), "must be at least 1"))?;
+    if max_per_request > per_user_limit {
+        return Err(ConfigError::invalid(
+            key("max_per_request"),
+            format!(
+                "{max_per_request} exceeds per_user_limit {per_user_limit}: such requests could never succeed"
+            ),
+        ));
+    }
+    let starts_at = timestamp(&key("starts_at"), &a.starts_at)?;
+    let ends_at = timestamp(&key("ends_at"), &a.ends_at)?;
+    if ends_at <= starts_at {
+        return Err(ConfigError::invalid(
+            key("ends_at"),
+            "must be after starts_at",
+        ));
+    }
+    let hold = match a.hold_secs {
+        Some(0) => return Err(ConfigError::invalid(key("hold_secs"), "must be at least 1")),
+        Some(secs) => Duration::from_secs(secs),
+        None => default_hold,
+    };
+    if a.segments == 0 || a.segments > MAX_SEGMENTS {
+        return Err(ConfigError::invalid(
+            key("segments"),
+            format!("must be 1 to {MAX_SEGMENTS}"),
+        ));
+    }
+    let queue = a
+        .queue
+        .map(|q| queue(&key("queue"), q, starts_at))
+        .transpose()?;
+    Ok(Activity {
+        id: Arc::from(a.id.as_str()),
+        stock: a.stock,
+        version: a.version,
+        per_user_limit,
+        max_per_request,
+        starts_at,
+        ends_at,
+        confirm: a.confirm,
+        on_store_failure: a.on_store_failure,
+        hold,
+        segments: a.segments,
+        queue,
+    })
 }
 
 fn queue(
