@@ -67,21 +67,6 @@ impl KeyLayout {
         }
     }
 
-    /// Keys for `claim.lua`: the base meta, two keys only an older flashgate wrote, the users
-    /// and res hashes of the base tag (an unsegmented activity's only partition), then the
-    /// activity's floor.
-    pub fn for_claim(&self, layout: &Layout, version: u64) -> [String; 6] {
-        let base = self.base(layout);
-        [
-            base.meta(),
-            format!("{}:versions", base.base),
-            format!("{}:v{version}:segments", base.base),
-            base.users(),
-            base.reservations(),
-            base.floor(),
-        ]
-    }
-
     /// Every activity id ever prewarmed (no hash tag: read by background work only).
     pub fn registry(&self) -> String {
         format!("{}:activities", self.prefix)
@@ -100,6 +85,15 @@ impl PartitionKeys {
 
     fn key(&self, what: &str) -> String {
         format!("{}:{what}", self.base)
+    }
+
+    /// On the base tag: the version list only an older flashgate wrote (its presence refuses).
+    pub fn old_versions(&self) -> String {
+        self.key("versions")
+    }
+    /// On the base tag: a version's segment count, only an older flashgate wrote.
+    pub fn old_segments(&self, version: u64) -> String {
+        self.versioned(version, "segments")
     }
 
     /// On the base tag: the waiting room's state (cursor, rate, pause, history, epoch).
@@ -149,103 +143,8 @@ impl PartitionKeys {
         self.key("acked")
     }
 
-    // The KEYS of each script, in the order the script declares them.
-
-    pub fn for_reserve(&self, version: u64) -> [String; 8] {
-        [
-            self.stock(version),
-            self.users(),
-            self.reservations(),
-            self.ledger(version),
-            self.pending(version),
-            self.idempotency(),
-            self.events(),
-            self.received(),
-        ]
-    }
-
-    pub fn for_release(&self, version: u64) -> [String; 6] {
-        [
-            self.reservations(),
-            self.users(),
-            self.stock(version),
-            self.ledger(version),
-            self.pending(version),
-            self.events(),
-        ]
-    }
-
-    pub fn for_confirm(&self, version: u64) -> [String; 6] {
-        [
-            self.reservations(),
-            self.ledger(version),
-            self.pending(version),
-            self.events(),
-            self.stock(version),
-            self.users(),
-        ]
-    }
-
-    pub fn for_due(&self, version: u64) -> [String; 2] {
-        [self.pending(version), self.reservations()]
-    }
-
-    pub fn for_sweep(&self, version: u64) -> [String; 6] {
-        [
-            self.pending(version),
-            self.reservations(),
-            self.users(),
-            self.stock(version),
-            self.ledger(version),
-            self.events(),
-        ]
-    }
-
-    pub fn for_ledger(&self, version: u64) -> [String; 3] {
-        [
-            self.stock(version),
-            self.ledger(version),
-            self.pending(version),
-        ]
-    }
-
-    pub fn for_withdraw(&self, version: u64) -> [String; 4] {
-        [
-            self.stock(version),
-            self.ledger(version),
-            self.transfers(),
-            self.acknowledged(),
-        ]
-    }
-
-    pub fn for_acknowledge(&self) -> [String; 2] {
-        [self.transfers(), self.acknowledged()]
-    }
-
-    pub fn for_deposit(&self, version: u64) -> [String; 3] {
-        [self.stock(version), self.ledger(version), self.received()]
-    }
-
-    /// `prewarm.lua`: the partition's keys, then stock, ledger and pending of each of `others`.
-    pub fn for_prewarm(&self, version: u64, others: &[u64]) -> Vec<String> {
-        let mut keys = vec![
-            self.meta(),
-            self.stock(version),
-            self.ledger(version),
-            self.pending(version),
-            self.users(),
-            self.reservations(),
-            self.idempotency(),
-            self.events(),
-            self.transfers(),
-            self.received(),
-            self.acknowledged(),
-        ];
-        for &v in others {
-            keys.extend([self.stock(v), self.ledger(v), self.pending(v)]);
-        }
-        keys
-    }
+    // The KEYS of each script, in the order the script declares them, are in its module
+    // (`super::scripts::<name>`).
 }
 
 #[cfg(test)]

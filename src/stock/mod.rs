@@ -23,8 +23,6 @@ pub mod clock;
 mod fault;
 mod keys;
 pub mod layout;
-mod ops;
-mod outcomes;
 mod reads;
 mod records;
 pub mod scripts;
@@ -32,10 +30,15 @@ pub mod segments;
 
 pub use keys::{KeyLayout, PartitionKeys};
 pub use layout::{Layout, Partition};
-pub use ops::{LookupLease, ReserveCall, SaleHours};
-pub use outcomes::*;
 pub use reads::{Snapshot, Transfer, TransferBooks};
 pub use records::*;
+pub use scripts::claim::ClaimOutcome;
+pub use scripts::confirm::ConfirmOutcome;
+pub use scripts::deposit::Deposit;
+pub use scripts::prewarm::PrewarmOutcome;
+pub use scripts::release::{ReleaseMode, ReleaseOutcome};
+pub use scripts::reserve::{ReserveCall, ReserveOutcome, SaleHours};
+pub use scripts::sweep::{Leased, LookupLease, SweepOutcome};
 
 use crate::config::{Activity, RedisSettings};
 use crate::label_enum;

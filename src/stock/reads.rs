@@ -122,23 +122,6 @@ impl StockStore {
         .map(|_: i64| ())
     }
 
-    /// One version's stock and ledger in one partition, read atomically.
-    pub async fn ledger(
-        &self,
-        partition: Partition<'_>,
-        version: u64,
-    ) -> Result<LedgerRow, StoreError> {
-        let mut invocation = scripts::LEDGER.prepare_invoke();
-        for key in self.keys.of(partition).for_ledger(version) {
-            invocation.key(key);
-        }
-        let reply: Vec<i64> = self
-            .eval(ScriptName::Ledger, StoreOp::Read, &invocation)
-            .await?;
-        LedgerRow::parse(version, &reply)
-            .ok_or_else(|| StoreError::protocol(ScriptName::Ledger, reply))
-    }
-
     /// Transfers a partition gave but has not seen acknowledged, with Redis's time now (ms).
     pub async fn transfers(
         &self,

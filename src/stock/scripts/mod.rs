@@ -4,10 +4,22 @@
 //! Readiness loads every script listed in [`all`], so a gateway is not ready before each one is
 //! in Redis.
 
+pub mod acknowledge;
+pub mod claim;
+pub mod confirm;
+pub mod deposit;
+pub mod due;
+pub mod ledger;
+pub mod prewarm;
+pub mod release;
+pub mod reserve;
+pub mod sweep;
+pub mod withdraw;
+
 use redis::Script;
 use std::sync::LazyLock;
 
-const LIB: &str = include_str!("../../lua/lib.lua");
+const LIB: &str = include_str!("../../../lua/lib.lua");
 
 macro_rules! script {
     ($name:ident, $file:literal) => {
@@ -16,20 +28,20 @@ macro_rules! script {
     };
 }
 
-script!(RESERVE, "../../lua/reserve.lua");
-script!(RELEASE, "../../lua/release.lua");
-script!(CONFIRM, "../../lua/confirm.lua");
-script!(SWEEP, "../../lua/sweep.lua");
-script!(CLAIM, "../../lua/claim.lua");
-script!(PREWARM, "../../lua/prewarm.lua");
-script!(LEDGER, "../../lua/ledger.lua");
-script!(WITHDRAW, "../../lua/withdraw.lua");
-script!(DEPOSIT, "../../lua/deposit.lua");
-script!(ACKNOWLEDGE, "../../lua/acknowledge.lua");
-script!(DUE, "../../lua/due.lua");
+script!(RESERVE, "../../../lua/reserve.lua");
+script!(RELEASE, "../../../lua/release.lua");
+script!(CONFIRM, "../../../lua/confirm.lua");
+script!(SWEEP, "../../../lua/sweep.lua");
+script!(CLAIM, "../../../lua/claim.lua");
+script!(PREWARM, "../../../lua/prewarm.lua");
+script!(LEDGER, "../../../lua/ledger.lua");
+script!(WITHDRAW, "../../../lua/withdraw.lua");
+script!(DEPOSIT, "../../../lua/deposit.lua");
+script!(ACKNOWLEDGE, "../../../lua/acknowledge.lua");
+script!(DUE, "../../../lua/due.lua");
 
 /// The waiting room's shared Lua, prepended (after `lib.lua`) to its scripts.
-const QUEUE_LIB: &str = include_str!("../../lua/queue_lib.lua");
+const QUEUE_LIB: &str = include_str!("../../../lua/queue_lib.lua");
 
 macro_rules! queue_script {
     ($name:ident, $file:literal) => {
@@ -38,9 +50,9 @@ macro_rules! queue_script {
     };
 }
 
-queue_script!(QUEUE_TICKET, "../../lua/queue_ticket.lua");
-queue_script!(QUEUE_STATE, "../../lua/queue_state.lua");
-queue_script!(QUEUE_CONTROL, "../../lua/queue_control.lua");
+queue_script!(QUEUE_TICKET, "../../../lua/queue_ticket.lua");
+queue_script!(QUEUE_STATE, "../../../lua/queue_state.lua");
+queue_script!(QUEUE_CONTROL, "../../../lua/queue_control.lua");
 
 /// Every script, for loading them up front (readiness).
 pub(super) fn all() -> [&'static Script; 14] {

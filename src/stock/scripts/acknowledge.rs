@@ -1,0 +1,29 @@
+//! `lua/acknowledge.lua`: the giver forgets a transfer that landed. Its keys (in the order the
+//! script declares them), its arguments and its reply, in one place; the script itself is in the
+//! registry (`super`).
+
+use super::super::{Partition, PartitionKeys, ScriptName, StockStore, StoreError, StoreOp};
+
+impl PartitionKeys {
+    pub fn for_acknowledge(&self) -> [String; 2] {
+        [self.transfers(), self.acknowledged()]
+    }
+}
+
+impl StockStore {
+    /// The giving partition learns a transfer arrived (it is kept, as acknowledged).
+    pub async fn acknowledge(
+        &self,
+        giver: Partition<'_>,
+        transfer_id: &str,
+    ) -> Result<(), StoreError> {
+        let mut invocation = super::ACKNOWLEDGE.prepare_invoke();
+        for key in self.keys.of(giver).for_acknowledge() {
+            invocation.key(key);
+        }
+        invocation.arg(transfer_id);
+        self.eval::<i64>(ScriptName::Transfer, StoreOp::Transfer, &invocation)
+            .await
+            .map(|_| ())
+    }
+}

@@ -1,0 +1,86 @@
+//! `lua/claim.lua`: an activity's version floor and layout, checked and moved before a version goes
+//! on sale. Its keys (in the order the script declares them), its arguments and its reply, in one
+//! place; the script itself is in the registry (`super`).
+
+use super::super::records::{int, string};
+use super::super::{KeyLayout, Layout, ScriptName, StockStore, StoreError, StoreOp};
+use redis::Value;
+
+impl KeyLayout {
+    /// Keys for `claim.lua`: the base meta, two keys only an older flashgate wrote, the users
+    /// and res hashes of the base tag (an unsegmented activity's only partition), then the
+    /// activity's floor.
+    pub fn for_claim(&self, layout: &Layout, version: u64) -> [String; 6] {
+        let base = self.base(layout);
+        [
+            base.meta(),
+            base.old_versions(),
+            base.old_segments(version),
+            base.users(),
+            base.reservations(),
+            base.floor(),
+        ]
+    }
+}
+
+/// Whether an activity's configuration agrees with what Redis recorded about it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClaimOutcome {
+    Claimed,
+    /// It was first sold with another segment count, fixed for the life of its keys.
+    SegmentsFixed {
+        first: u32,
+    },
+    /// A newer version was already prewarmed: this configuration is older.
+    Older {
+        newest: u64,
+    },
+    /// Its keys were written by an older flashgate's layout.
+    OldLayout,
+    /// This version was claimed before and its keys are gone (expired after the sale, or
+    /// removed): it never sells again.
+    SoldBefore {
+        version: u64,
+    },
+}
+
+impl ClaimOutcome {
+    pub(super) fn parse(reply: &[Value]) -> Option<Self> {
+        let value = string(reply.get(1));
+        Some(match int(reply.first())? {
+            1 => ClaimOutcome::Claimed,
+            -1 => ClaimOutcome::SegmentsFixed {
+                first: value?.parse().ok()?,
+            },
+            -2 => ClaimOutcome::Older {
+                newest: value?.parse().ok()?,
+            },
+            -3 => ClaimOutcome::OldLayout,
+            -4 => ClaimOutcome::SoldBefore {
+                version: value?.parse().ok()?,
+            },
+            _ => return None,
+        })
+    }
+}
+
+impl StockStore {
+    /// Checks an activity's configuration against what Redis recorded on its base tag (segment
+    /// count, newest version, key layout) and claims the version as the newest.
+    pub async fn claim(
+        &self,
+        layout: &Layout,
+        version: u64,
+        expire_at: u64,
+    ) -> Result<ClaimOutcome, StoreError> {
+        let mut invocation = super::CLAIM.prepare_invoke();
+        for key in self.keys.for_claim(layout, version) {
+            invocation.key(key);
+        }
+        invocation.arg(version).arg(layout.count()).arg(expire_at);
+        let reply: Vec<Value> = self
+            .eval(ScriptName::Prewarm, StoreOp::Prewarm, &invocation)
+            .await?;
+        ClaimOutcome::parse(&reply).ok_or_else(|| StoreError::protocol(ScriptName::Prewarm, reply))
+    }
+}

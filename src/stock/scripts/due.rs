@@ -1,0 +1,39 @@
+//! `lua/due.lua`: make a reservation due for the sweep soon (never before a forward still in
+//! flight). Its keys (in the order the script declares them), its arguments and its reply, in one
+//! place; the script itself is in the registry (`super`).
+
+use super::super::{Partition, PartitionKeys, ScriptName, StockStore, StoreError, StoreOp};
+use std::time::Duration;
+
+impl PartitionKeys {
+    pub fn for_due(&self, version: u64) -> [String; 2] {
+        [self.pending(version), self.reservations()]
+    }
+}
+
+impl StockStore {
+    /// Makes a pending reservation due (for the sweep and its order lookup) no later than
+    /// `after` from now, by Redis's clock, for a forward that ended without an answer and got
+    /// `fence`: the due time only moves earlier, only while the fence is still that forward's,
+    /// and never before the trips of the forwards before it end (see `lua/due.lua`).
+    pub async fn due_in(
+        &self,
+        partition: Partition<'_>,
+        version: u64,
+        reservation_id: &str,
+        fence: u64,
+        after: Duration,
+    ) -> Result<(), StoreError> {
+        let mut invocation = super::DUE.prepare_invoke();
+        for key in self.keys.of(partition).for_due(version) {
+            invocation.key(key);
+        }
+        invocation
+            .arg(reservation_id)
+            .arg(after.as_millis() as u64)
+            .arg(fence);
+        self.eval::<i64>(ScriptName::Sweep, StoreOp::Sweep, &invocation)
+            .await
+            .map(|_| ())
+    }
+}

@@ -1,0 +1,115 @@
+//! `lua/prewarm.lua`: put a version on sale in one partition (create once, never reset; retire
+//! older ones). Its keys (in the order the script declares them), its arguments and its reply, in
+//! one place; the script itself is in the registry (`super`).
+
+use super::super::records::{int, string};
+use super::super::{Partition, PartitionKeys, ScriptName, StockStore, StoreError, StoreOp};
+use redis::Value;
+
+impl PartitionKeys {
+    /// `prewarm.lua`: the partition's keys, then stock, ledger and pending of each of `others`.
+    pub fn for_prewarm(&self, version: u64, others: &[u64]) -> Vec<String> {
+        let mut keys = vec![
+            self.meta(),
+            self.stock(version),
+            self.ledger(version),
+            self.pending(version),
+            self.users(),
+            self.reservations(),
+            self.idempotency(),
+            self.events(),
+            self.transfers(),
+            self.received(),
+            self.acknowledged(),
+        ];
+        for &v in others {
+            keys.extend([self.stock(v), self.ledger(v), self.pending(v)]);
+        }
+        keys
+    }
+}
+
+/// How many times prewarm reads a partition's meta again when it changed under it.
+const PREWARM_ATTEMPTS: usize = 4;
+
+/// What prewarm found in one partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PrewarmOutcome {
+    /// The version went on sale here now (the one before it, if any, retired).
+    Created,
+    Exists,
+    /// A key the partition had is gone (a placeholder, the event stream, the ledger on sale, or
+    /// the meta while anything else remains): the per-user limit, the records or the versions
+    /// to sweep can no longer be trusted.
+    Damaged,
+    /// The version is on sale here but its stock key is gone (removed by hand, or lost): it is
+    /// not re-created, since that would put sold units on sale again.
+    StockKeyRemoved,
+    /// A newer version is on sale here.
+    Older {
+        current: u64,
+    },
+}
+
+impl StockStore {
+    /// Puts `version` on sale in one partition with `units`, once (retiring the version before
+    /// it), and moves every key's expiry to `expire_at` if that is later. `made_before`: the
+    /// activity's base meta records the partition as made (a partition then found empty lost
+    /// everything, and is refused as damaged).
+    pub async fn prewarm(
+        &self,
+        partition: Partition<'_>,
+        version: u64,
+        units: u64,
+        expire_at: u64,
+        made_before: bool,
+    ) -> Result<PrewarmOutcome, StoreError> {
+        let mut meta = self.meta(partition).await?;
+        for _ in 0..PREWARM_ATTEMPTS {
+            let others: Vec<u64> = meta
+                .versions
+                .iter()
+                .copied()
+                .chain(meta.current)
+                .filter(|&v| v != version)
+                .collect::<std::collections::BTreeSet<u64>>()
+                .into_iter()
+                .collect();
+            let mut invocation = super::PREWARM.prepare_invoke();
+            for key in self.keys.of(partition).for_prewarm(version, &others) {
+                invocation.key(key);
+            }
+            invocation
+                .arg(version)
+                .arg(meta.current.map(|c| c.to_string()).unwrap_or_default())
+                .arg(units)
+                .arg(expire_at)
+                .arg(if made_before { "1" } else { "0" });
+            for v in &others {
+                invocation.arg(*v);
+            }
+            let reply: Vec<Value> = self
+                .eval(ScriptName::Prewarm, StoreOp::Prewarm, &invocation)
+                .await?;
+            let current = string(reply.get(1)).and_then(|c| c.parse::<u64>().ok());
+            return Ok(match int(reply.first()) {
+                Some(1) => PrewarmOutcome::Created,
+                Some(0) => PrewarmOutcome::Exists,
+                Some(-4) => PrewarmOutcome::Damaged,
+                Some(-1) => PrewarmOutcome::StockKeyRemoved,
+                Some(-2) => PrewarmOutcome::Older {
+                    current: current.unwrap_or(0),
+                },
+                Some(-3) => {
+                    meta = self.meta(partition).await?;
+                    continue;
+                }
+                _ => return Err(StoreError::protocol(ScriptName::Prewarm, reply)),
+            });
+        }
+        Err(StoreError::protocol(
+            ScriptName::Prewarm,
+            "what is on sale kept changing while prewarming",
+        ))
+    }
+}

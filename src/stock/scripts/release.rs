@@ -1,0 +1,126 @@
+//! `lua/release.lua`: give a reservation's units back, exactly once, as far as the caller may. Its
+//! keys (in the order the script declares them), its arguments and its reply, in one place; the
+//! script itself is in the registry (`super`).
+
+use super::super::{
+    Partition, PartitionKeys, ReleaseReason, ScriptName, StockStore, StoreError, StoreOp,
+};
+
+impl PartitionKeys {
+    pub fn for_release(&self, version: u64) -> [String; 6] {
+        [
+            self.reservations(),
+            self.users(),
+            self.stock(version),
+            self.ledger(version),
+            self.pending(version),
+            self.events(),
+        ]
+    }
+}
+
+/// Who asks for a release, which decides what may be released (see `lua/release.lua`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReleaseMode {
+    /// The request that made the reservation failed: pending only, and not once a replay handed
+    /// the reservation to another request.
+    Owner,
+    /// The request that sent the reserve does not know whether it landed: as `Owner`, and an
+    /// unknown id is tombstoned so the reserve can never land later.
+    Abandon,
+    /// The backend said it holds no such order: pending only, and only if the reservation's
+    /// fence is still the one the sweep's hand-out set (nothing forwarded or handed out since
+    /// the question was asked).
+    Lookup { fence: u64 },
+    /// The backend or an operator cancels: pending or confirmed.
+    Admin,
+}
+
+impl ReleaseMode {
+    /// The fence a release names (`ARGV[6]` of `lua/release.lua`; lookup only).
+    pub fn fence(self) -> Option<u64> {
+        match self {
+            ReleaseMode::Lookup { fence } => Some(fence),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReleaseMode::Owner => "owner",
+            ReleaseMode::Abandon => "abandon",
+            ReleaseMode::Lookup { .. } => "lookup",
+            ReleaseMode::Admin => "admin",
+        }
+    }
+}
+
+/// What the release script did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReleaseOutcome {
+    /// Units returned; `remaining` is `None` when the version is no longer on sale in that
+    /// partition (the units are then counted as retired: stock is never created from nothing).
+    Released {
+        remaining: Option<u64>,
+    },
+    AlreadyReleased,
+    Unknown,
+    VersionMismatch,
+    /// Kept: it is confirmed, and only an admin release gives back a confirmed sale.
+    KeptConfirmed,
+    /// Kept: an idempotent replay handed it to another request.
+    KeptReplayed,
+    /// Kept: a lookup's answer older than a forward (a replay) or a hand-out since.
+    Fenced,
+    /// Kept: a lookup's "not found" before the hold deadline (its token is still valid, so a
+    /// slow backend may still take the order); asked again at the deadline.
+    TooEarly,
+}
+
+impl ReleaseOutcome {
+    pub(super) fn parse(reply: &[i64]) -> Option<Self> {
+        Some(match (reply.first()?, reply.get(1)?) {
+            (1, remaining) => ReleaseOutcome::Released {
+                remaining: u64::try_from(*remaining).ok(),
+            },
+            (0, _) => ReleaseOutcome::AlreadyReleased,
+            (-1, _) => ReleaseOutcome::Unknown,
+            (-2, _) => ReleaseOutcome::VersionMismatch,
+            (-3, _) => ReleaseOutcome::KeptConfirmed,
+            (-4, _) => ReleaseOutcome::KeptReplayed,
+            (-5, _) => ReleaseOutcome::Fenced,
+            (-6, _) => ReleaseOutcome::TooEarly,
+            _ => return None,
+        })
+    }
+}
+
+impl StockStore {
+    /// Gives a reservation's units back to its version's stock (or retires them) and to its
+    /// user, exactly once, as far as `mode` allows (see [`ReleaseMode`]).
+    pub async fn release(
+        &self,
+        partition: Partition<'_>,
+        version: u64,
+        reservation_id: &str,
+        mode: ReleaseMode,
+        reason: ReleaseReason,
+    ) -> Result<ReleaseOutcome, StoreError> {
+        let mut invocation = super::RELEASE.prepare_invoke();
+        for key in self.keys.of(partition).for_release(version) {
+            invocation.key(key);
+        }
+        invocation
+            .arg(reservation_id)
+            .arg(version)
+            .arg(reason.as_str())
+            .arg(mode.as_str())
+            .arg(self.events_maxlen)
+            .arg(mode.fence().map(|f| f.to_string()).unwrap_or_default());
+        let reply: Vec<i64> = self
+            .eval(ScriptName::Release, StoreOp::Release, &invocation)
+            .await?;
+        ReleaseOutcome::parse(&reply)
+            .ok_or_else(|| StoreError::protocol(ScriptName::Release, reply))
+    }
+}

@@ -1,0 +1,266 @@
+//! `lua/reserve.lua`: take units for one buyer in one partition (or hand back what their
+//! `Idempotency-Key` won). Its keys (in the order the script declares them), its arguments and its
+//! reply, in one place; the script itself is in the registry (`super`).
+
+use super::super::records::{int, string};
+use super::super::{Partition, PartitionKeys, ScriptName, StockStore, StoreError, StoreOp};
+use crate::config::Activity;
+use redis::Value;
+use std::time::Duration;
+
+impl PartitionKeys {
+    pub fn for_reserve(&self, version: u64) -> [String; 8] {
+        [
+            self.stock(version),
+            self.users(),
+            self.reservations(),
+            self.ledger(version),
+            self.pending(version),
+            self.idempotency(),
+            self.events(),
+            self.received(),
+        ]
+    }
+}
+
+/// One reserve call's inputs.
+#[derive(Debug, Clone, Copy)]
+pub struct ReserveCall<'a> {
+    pub user: &'a str,
+    pub qty: u32,
+    pub per_user_limit: u32,
+    pub version: u64,
+    pub reservation_id: &'a str,
+    pub hold: Duration,
+    /// The buyer's `Idempotency-Key`, if any.
+    pub idempotency_key: Option<&'a str>,
+    /// A transfer withdrawn from another partition, deposited in the same step: (id, units).
+    pub deposit: Option<(&'a str, u64)>,
+    /// The longest a forwarded request may take: the reservation is not due for the sweep
+    /// before that long from now (nor, when replayed, from the replay), whatever its hold.
+    pub in_flight: Duration,
+    /// Only answer the `idempotency_key`'s reservation, if it has one; never take stock.
+    pub replay_only: bool,
+    /// When new reservations may be made, checked by the script on Redis's clock.
+    pub hours: SaleHours,
+}
+
+/// A sale's hours as unix ms, `opens_ms <= now < closes_ms`, judged by the script on Redis's
+/// clock: a gateway whose clock runs ahead or behind checks the hours itself first (and may
+/// turn a buyer away early or late), but never reserves outside them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SaleHours {
+    pub opens_ms: i64,
+    pub closes_ms: i64,
+}
+
+impl SaleHours {
+    /// No bounds (tools and tests that call the store directly).
+    pub const ALWAYS: SaleHours = SaleHours {
+        opens_ms: i64::MIN,
+        closes_ms: i64::MAX,
+    };
+
+    pub fn of(activity: &Activity) -> Self {
+        SaleHours {
+            opens_ms: activity.starts_at.timestamp_millis(),
+            closes_ms: activity.ends_at.timestamp_millis(),
+        }
+    }
+}
+
+/// What the reserve script decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReserveOutcome {
+    Reserved {
+        remaining: u64,
+        /// When it was made and when its hold runs out (Redis's clock, unix ms).
+        created_ms: u64,
+        deadline_ms: u64,
+        /// The record's fence once this request's forward is counted (see `lua/lib.lua`).
+        fence: u64,
+    },
+    /// The buyer's `Idempotency-Key` already won this (not released) reservation.
+    Replayed {
+        id: String,
+        qty: u32,
+        version: u64,
+        /// Units left in the partition's current version, if its key exists.
+        remaining: Option<u64>,
+        created_ms: u64,
+        deadline_ms: u64,
+        /// The record's fence once this request's forward is counted.
+        fence: u64,
+    },
+    /// The key's reservation is pending past its hold deadline: being settled (expiry or the
+    /// order lookup), never handed out again.
+    HoldRanOut,
+    /// Replay only, and the key had won nothing.
+    NotReplayed,
+    /// The key's reservation is for another quantity: this request is not its retry.
+    ReplayQuantityDiffers {
+        qty: u32,
+    },
+    /// The key's reservation is pending under another version: asked again (replay only)
+    /// with that version's keys, so the replay moves its due time where the sweep reads it.
+    OtherVersion {
+        version: u64,
+    },
+    /// The key's reservation kept changing under repeated asks (settled, then won again
+    /// under another version): nothing taken, the buyer may try again.
+    Contended,
+    /// Before the sale's hours, by Redis's clock: nothing changed.
+    NotStarted,
+    /// After the sale's hours, by Redis's clock: nothing changed.
+    Ended,
+    /// The stock key of this version does not exist (not prewarmed yet, or retired).
+    NoStockKey,
+    Insufficient {
+        remaining: u64,
+    },
+    LimitExceeded {
+        held: u64,
+    },
+    /// The reservation id exists already (a tombstone of an abandoned attempt).
+    DuplicateId,
+    /// The partition lost a key it had (its users or records): refused.
+    Damaged,
+    /// The transfer to deposit first could not land (its version has no ledger here, or the
+    /// partition lost its book of received transfers): nothing changed, it stays in flight.
+    DepositRefused {
+        /// The received book is lost (the partition is damaged).
+        damaged: bool,
+    },
+}
+
+impl ReserveOutcome {
+    /// Whether a reserve that carried a deposit surely made it (the script deposits before
+    /// every answer but these: a partition never prewarmed or damaged answers before it, a
+    /// refused deposit changed nothing, and "no stock key" comes both before and after it).
+    pub fn deposit_landed(&self) -> bool {
+        !matches!(
+            self,
+            ReserveOutcome::NoStockKey
+                | ReserveOutcome::Damaged
+                | ReserveOutcome::DepositRefused { .. }
+        )
+    }
+
+    pub(super) fn parse(reply: &[Value]) -> Option<Self> {
+        let at = |i: usize| int(reply.get(i));
+        let unsigned = |i: usize| at(i).map(|v| v.max(0) as u64);
+        let ms = |i: usize| string(reply.get(i))?.parse::<u64>().ok();
+        Some(match at(0)? {
+            1 => ReserveOutcome::Reserved {
+                remaining: unsigned(1)?,
+                created_ms: ms(3)?,
+                deadline_ms: ms(4)?,
+                fence: ms(5)?,
+            },
+            2 => ReserveOutcome::Replayed {
+                remaining: at(1).and_then(|r| u64::try_from(r).ok()),
+                qty: u32::try_from(at(2)?).ok()?,
+                id: string(reply.get(3))?,
+                version: string(reply.get(4))?.parse().ok()?,
+                created_ms: ms(5)?,
+                deadline_ms: ms(6)?,
+                fence: ms(7)?,
+            },
+            -1 => ReserveOutcome::NoStockKey,
+            -2 => ReserveOutcome::Insufficient {
+                remaining: unsigned(1)?,
+            },
+            -3 => ReserveOutcome::LimitExceeded { held: unsigned(2)? },
+            -4 => ReserveOutcome::DuplicateId,
+            -5 => ReserveOutcome::HoldRanOut,
+            -6 => ReserveOutcome::Damaged,
+            -8 => ReserveOutcome::NotReplayed,
+            -9 => ReserveOutcome::NotStarted,
+            -10 => ReserveOutcome::Ended,
+            -11 => ReserveOutcome::ReplayQuantityDiffers {
+                qty: u32::try_from(at(1)?).ok()?,
+            },
+            -12 => ReserveOutcome::OtherVersion {
+                version: unsigned(1)?,
+            },
+            -7 => ReserveOutcome::DepositRefused {
+                damaged: at(1)? == -2,
+            },
+            _ => return None,
+        })
+    }
+}
+
+impl StockStore {
+    /// Atomically checks the per-user limit and the stock, deducts, and records the reservation
+    /// (ledger, hold deadline from Redis's clock, event). With an idempotency key that already
+    /// won, returns that reservation instead; one pending under another version is asked for
+    /// again with that version's keys (replay only), so its due time moves where the sweep
+    /// reads it, and if it was settled in between, the purchase is asked for again as it was.
+    pub async fn reserve(
+        &self,
+        partition: Partition<'_>,
+        call: &ReserveCall<'_>,
+    ) -> Result<ReserveOutcome, StoreError> {
+        let mut asked = *call;
+        for _ in 0..3 {
+            match self.reserve_once(partition, &asked).await? {
+                ReserveOutcome::OtherVersion { version } => {
+                    asked = ReserveCall {
+                        version,
+                        replay_only: true,
+                        deposit: None,
+                        ..*call
+                    };
+                }
+                ReserveOutcome::NotReplayed | ReserveOutcome::NoStockKey
+                    if asked.replay_only && !call.replay_only =>
+                {
+                    asked = ReserveCall {
+                        deposit: None,
+                        ..*call
+                    };
+                }
+                outcome => return Ok(outcome),
+            }
+        }
+        Ok(ReserveOutcome::Contended)
+    }
+
+    /// One reserve script call.
+    async fn reserve_once(
+        &self,
+        partition: Partition<'_>,
+        call: &ReserveCall<'_>,
+    ) -> Result<ReserveOutcome, StoreError> {
+        let idempotency_field = call
+            .idempotency_key
+            .map(|key| format!("{}\n{key}", call.user))
+            .unwrap_or_default();
+        let (transfer, units) = call.deposit.unwrap_or(("", 0));
+        let mut invocation = super::RESERVE.prepare_invoke();
+        for key in self.keys.of(partition).for_reserve(call.version) {
+            invocation.key(key);
+        }
+        invocation
+            .arg(call.user)
+            .arg(call.qty)
+            .arg(call.per_user_limit)
+            .arg(call.version)
+            .arg(call.reservation_id)
+            .arg(call.hold.as_millis() as u64)
+            .arg(idempotency_field)
+            .arg(self.events_maxlen)
+            .arg(transfer)
+            .arg(units)
+            .arg(call.in_flight.as_millis() as u64)
+            .arg(if call.replay_only { "1" } else { "0" })
+            .arg(call.hours.opens_ms)
+            .arg(call.hours.closes_ms);
+        let reply: Vec<Value> = self
+            .eval(ScriptName::Reserve, StoreOp::Reserve, &invocation)
+            .await?;
+        ReserveOutcome::parse(&reply)
+            .ok_or_else(|| StoreError::protocol(ScriptName::Reserve, reply))
+    }
+}

@@ -1,0 +1,37 @@
+//! `lua/withdraw.lua`: the giving half of a transfer between two partitions. Its keys (in the order
+//! the script declares them), its arguments and its reply, in one place; the script itself is in
+//! the registry (`super`).
+
+use super::super::{Partition, PartitionKeys, ScriptName, StockStore, StoreError, StoreOp};
+
+impl PartitionKeys {
+    pub fn for_withdraw(&self, version: u64) -> [String; 4] {
+        [
+            self.stock(version),
+            self.ledger(version),
+            self.transfers(),
+            self.acknowledged(),
+        ]
+    }
+}
+
+impl StockStore {
+    /// First half of moving units between partitions: takes up to `want` units of `version` out
+    /// of `giver`. Returns the units taken (0: it has none, or that version is not on sale there).
+    pub async fn withdraw(
+        &self,
+        giver: Partition<'_>,
+        version: u64,
+        transfer_id: &str,
+        want: u64,
+        to: u32,
+    ) -> Result<u64, StoreError> {
+        let mut invocation = super::WITHDRAW.prepare_invoke();
+        for key in self.keys.of(giver).for_withdraw(version) {
+            invocation.key(key);
+        }
+        invocation.arg(transfer_id).arg(want).arg(to).arg(version);
+        self.eval(ScriptName::Transfer, StoreOp::Transfer, &invocation)
+            .await
+    }
+}
