@@ -426,7 +426,6 @@ const LONG_FUNCTIONS: &[(&str, usize)] = &[
     ("stock/segments.rs: pub async fn reserve(", 95),
     ("waiting/mod.rs: async fn answer(", 122),
     ("admission/decision.rs: pub fn reply(", 94),
-    ("stock/reads.rs: pub async fn snapshot(", 90),
     ("stock/segments.rs: pub async fn prewarm(", 89),
 ];
 

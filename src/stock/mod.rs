@@ -18,6 +18,7 @@
 //! gateway recovers without a restart.
 
 pub mod breaker;
+pub mod client;
 pub mod clock;
 #[cfg(feature = "fault-injection")]
 mod fault;
@@ -43,13 +44,9 @@ pub use scripts::sweep::{Leased, LookupLease, SweepOutcome};
 use crate::config::{Activity, RedisSettings};
 use crate::label_enum;
 use crate::metrics::Metrics;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{FromRedisValue, ScriptInvocation, Value};
-use std::cell::RefCell;
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use redis::{FromRedisValue, ScriptInvocation};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 label_enum! {
     /// The Lua scripts, as the `script` label.
@@ -109,65 +106,12 @@ impl StoreError {
     }
 }
 
-/// Distinguishes stores in one process (tests run several) in the per-thread connection cache.
-static NEXT_STORE_ID: AtomicUsize = AtomicUsize::new(0);
-
-/// A thread's connection to one store: made once, by the first caller, while later callers on the
-/// same thread wait for it (a burst's first thousand requests must not each open a connection).
-type ThreadConn = Arc<tokio::sync::OnceCell<StoreConn>>;
-
-thread_local! {
-    /// This thread's connection to each store, made on first use.
-    static THREAD_CONNECTIONS: RefCell<HashMap<usize, ThreadConn>> = RefCell::new(HashMap::new());
-}
-
-/// A connection to a single Redis or to a Redis Cluster; scripts and commands run unchanged on
-/// either (every key of a call shares one hash tag, so a cluster routes it to one node).
-#[derive(Clone)]
-enum StoreConn {
-    Single(ConnectionManager),
-    Cluster(redis::cluster_async::ClusterConnection),
-}
-
-impl redis::aio::ConnectionLike for StoreConn {
-    fn req_packed_command<'a>(&'a mut self, cmd: &'a redis::Cmd) -> redis::RedisFuture<'a, Value> {
-        match self {
-            StoreConn::Single(c) => c.req_packed_command(cmd),
-            StoreConn::Cluster(c) => c.req_packed_command(cmd),
-        }
-    }
-
-    fn req_packed_commands<'a>(
-        &'a mut self,
-        pipeline: &'a redis::Pipeline,
-        offset: usize,
-        count: usize,
-    ) -> redis::RedisFuture<'a, Vec<Value>> {
-        match self {
-            StoreConn::Single(c) => c.req_packed_commands(pipeline, offset, count),
-            StoreConn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
-        }
-    }
-
-    fn get_db(&self) -> i64 {
-        match self {
-            StoreConn::Single(c) => c.get_db(),
-            StoreConn::Cluster(c) => c.get_db(),
-        }
-    }
-}
-
 pub struct StockStore {
-    id: usize,
-    /// The single Redis, or a cluster's first seed node (pub/sub).
-    client: redis::Client,
-    config: ConnectionManagerConfig,
-    cluster: Option<redis::cluster::ClusterClient>,
-    timeout: Duration,
+    /// The connections, bounded and counted.
+    redis: client::RedisClient,
     keys: KeyLayout,
     key_ttl_after_end: Duration,
     events_maxlen: u64,
-    metrics: Arc<Metrics>,
     clock: clock::RedisClock,
 }
 
@@ -175,32 +119,11 @@ impl StockStore {
     /// Creates the store without connecting: each thread's first call connects, and a Redis
     /// that is down at start-up only makes the gateway unready.
     pub fn new(settings: &RedisSettings, metrics: Arc<Metrics>) -> Result<StockStore, StoreError> {
-        let client = redis::Client::open(settings.url.as_str())?;
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(settings.timeout))
-            .set_response_timeout(Some(settings.timeout))
-            .set_number_of_retries(2)
-            .set_max_delay(Duration::from_millis(500));
-        let cluster = if settings.cluster_nodes.is_empty() {
-            None
-        } else {
-            Some(
-                redis::cluster::ClusterClient::builder(settings.cluster_nodes.clone())
-                    .connection_timeout(settings.timeout)
-                    .response_timeout(settings.timeout)
-                    .build()?,
-            )
-        };
         Ok(StockStore {
-            id: NEXT_STORE_ID.fetch_add(1, Ordering::Relaxed),
-            client,
-            config,
-            cluster,
-            timeout: settings.timeout,
+            redis: client::RedisClient::new(settings, metrics)?,
             keys: KeyLayout::new(&settings.key_prefix),
             key_ttl_after_end: settings.key_ttl_after_end,
             events_maxlen: settings.events_maxlen,
-            metrics,
             clock: clock::RedisClock::default(),
         })
     }
@@ -232,45 +155,24 @@ impl StockStore {
         &self.keys
     }
 
+    /// The Redis client under this store.
+    pub fn redis(&self) -> &client::RedisClient {
+        &self.redis
+    }
+
     /// A client for connections of other kinds (pub/sub).
     pub fn client(&self) -> &redis::Client {
-        &self.client
+        self.redis.client()
     }
 
     /// The per-call time budget (`redis.timeout_ms`).
     pub fn timeout(&self) -> Duration {
-        self.timeout
+        self.redis.timeout()
     }
 
     /// Publishes a message on a pub/sub channel (a cluster delivers it on every node).
     pub async fn publish(&self, channel: &str, message: &str) -> Result<(), StoreError> {
-        self.query::<i64>(
-            StoreOp::Read,
-            redis::cmd("PUBLISH").arg(channel).arg(message),
-        )
-        .await
-        .map(|_| ())
-    }
-
-    /// This thread's multiplexed connection, made on first use on the runtime the thread runs.
-    ///
-    /// One connection per worker thread, not one per process: a connection's I/O task then runs
-    /// on the worker that issues most of its commands, so a script call costs no cross-thread
-    /// wake-ups (measured: see BENCHMARKS.md). Commands stay pipelined within each connection.
-    async fn conn(&self) -> Result<StoreConn, StoreError> {
-        let cell = THREAD_CONNECTIONS.with(|c| c.borrow_mut().entry(self.id).or_default().clone());
-        let conn = cell
-            .get_or_try_init(|| async {
-                Ok::<_, StoreError>(match &self.cluster {
-                    None => StoreConn::Single(ConnectionManager::new_lazy_with_config(
-                        self.client.clone(),
-                        self.config.clone(),
-                    )?),
-                    Some(cluster) => StoreConn::Cluster(cluster.get_async_connection().await?),
-                })
-            })
-            .await?;
-        Ok(conn.clone())
+        self.redis.publish(channel, message).await
     }
 
     /// One command, bounded like every store call.
@@ -279,34 +181,9 @@ impl StockStore {
         op: StoreOp,
         cmd: &redis::Cmd,
     ) -> Result<T, StoreError> {
-        self.bounded(op, self.timeout, async {
-            let mut conn = self.conn().await?;
-            Ok(cmd.query_async(&mut conn).await?)
-        })
-        .await
+        self.redis.query(op, cmd).await
     }
 
-    /// Runs `fut` within `budget`, counting failures.
-    async fn bounded<T>(
-        &self,
-        op: StoreOp,
-        budget: Duration,
-        fut: impl std::future::Future<Output = Result<T, StoreError>>,
-    ) -> Result<T, StoreError> {
-        let result = match tokio::time::timeout(budget, fut).await {
-            Ok(r) => r,
-            Err(_) => Err(StoreError::Timeout(budget)),
-        };
-        if result.is_err() {
-            self.metrics
-                .redis_errors
-                .with_label_values(&[op.as_str()])
-                .inc();
-        }
-        result
-    }
-
-    /// One script call (EVALSHA, loading the script on NOSCRIPT), timed and bounded.
     /// Runs a script (EVALSHA, loading it on NOSCRIPT) within the time budget, timed and counted
     /// under `script` and `op`.
     pub async fn eval<T: FromRedisValue>(
@@ -315,18 +192,7 @@ impl StockStore {
         op: StoreOp,
         invocation: &ScriptInvocation<'_>,
     ) -> Result<T, StoreError> {
-        let started = Instant::now();
-        let result = self
-            .bounded(op, self.timeout, async {
-                let mut conn = self.conn().await?;
-                Ok(invocation.invoke_async(&mut conn).await?)
-            })
-            .await;
-        self.metrics
-            .script_duration
-            .with_label_values(&[script.as_str()])
-            .observe(started.elapsed().as_secs_f64());
-        result
+        self.redis.eval(script, op, invocation).await
     }
 
     /// Whether the store answers, every script is loaded (loading them if not), and Redis's
@@ -334,9 +200,9 @@ impl StockStore {
     /// that broke while Redis was away fails once before it reconnects; readiness tries again
     /// then, so a probe does not report a Redis that is back as down.
     pub async fn ready(&self) -> Result<(), StoreError> {
-        match self.ready_once().await {
+        match self.redis.load_scripts().await {
             Err(StoreError::Redis(e)) if e.is_connection_dropped() || e.is_io_error() => {
-                self.ready_once().await
+                self.redis.load_scripts().await
             }
             other => other,
         }?;
@@ -346,25 +212,6 @@ impl StockStore {
             self.read_clock().await?;
         }
         Ok(())
-    }
-
-    async fn ready_once(&self) -> Result<(), StoreError> {
-        self.bounded(StoreOp::Ready, self.timeout, async {
-            let mut conn = self.conn().await?;
-            let scripts = scripts::all();
-            let loaded: Vec<bool> = redis::cmd("SCRIPT")
-                .arg("EXISTS")
-                .arg(scripts.map(|s| s.get_hash()).as_slice())
-                .query_async(&mut conn)
-                .await?;
-            for (script, loaded) in scripts.iter().zip(loaded) {
-                if !loaded {
-                    script.load_async(&mut conn).await?;
-                }
-            }
-            Ok(())
-        })
-        .await
     }
 
     /// When an activity's keys expire: `ends_at` plus the configured retention.

@@ -88,10 +88,8 @@ impl StockStore {
             .arg(keys.reservations())
             .arg("");
         let found: (u64, u64, u64) = self
-            .bounded(StoreOp::Read, self.timeout, async {
-                let mut conn = self.conn().await?;
-                Ok(pipe.query_async(&mut conn).await?)
-            })
+            .redis
+            .pipeline(StoreOp::Read, self.timeout(), &pipe, None)
             .await?;
         Ok(found.0 + found.1 + found.2 > 0)
     }
@@ -132,10 +130,8 @@ impl StockStore {
             .arg(self.keys.of(giver).transfers())
             .cmd("TIME");
         let (raw, (secs, micros)): (Vec<(String, String)>, (u64, u64)) = self
-            .bounded(StoreOp::Read, self.timeout, async {
-                let mut conn = self.conn().await?;
-                Ok(pipe.query_async(&mut conn).await?)
-            })
+            .redis
+            .pipeline(StoreOp::Read, self.timeout(), &pipe, None)
             .await?;
         let transfers = raw
             .into_iter()
@@ -159,12 +155,10 @@ impl StockStore {
             .arg(keys.transfers())
             .cmd("HGETALL")
             .arg(keys.acknowledged());
-        let budget = self.timeout.max(Duration::from_secs(10));
+        let budget = self.timeout().max(Duration::from_secs(10));
         let (open, done): (Fields, Fields) = self
-            .bounded(StoreOp::Read, budget, async {
-                let mut conn = self.conn().await?;
-                Ok(pipe.query_async(&mut conn).await?)
-            })
+            .redis
+            .pipeline(StoreOp::Read, budget, &pipe, None)
             .await?;
         let parse = |fields: Fields| -> Vec<Transfer> {
             fields
@@ -261,21 +255,10 @@ impl StockStore {
             pipe.cmd("HGETALL").arg(key);
         }
         // An operator command: allowed more time than a buyer's request.
-        let budget = self.timeout.max(Duration::from_secs(10));
+        let budget = self.timeout().max(Duration::from_secs(10));
         let values: Vec<Value> = self
-            .bounded(StoreOp::Read, budget, async {
-                let mut conn = self.conn().await?;
-                match pipe.query_async(&mut conn).await {
-                    Err(e)
-                        if e.kind()
-                            == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
-                    {
-                        scripts::LEDGER.load_async(&mut conn).await?;
-                        Ok(pipe.query_async(&mut conn).await?)
-                    }
-                    other => Ok(other?),
-                }
-            })
+            .redis
+            .pipeline(StoreOp::Read, budget, &pipe, Some(&scripts::LEDGER))
             .await?;
         let n = versions.len();
         if values.len() != n + 5 {
@@ -362,11 +345,9 @@ impl StockStore {
             .arg(expire_at)
             .arg("GT")
             .ignore();
-        self.bounded(StoreOp::Prewarm, self.timeout, async {
-            let mut conn = self.conn().await?;
-            Ok(pipe.query_async::<()>(&mut conn).await?)
-        })
-        .await
+        self.redis
+            .pipeline::<()>(StoreOp::Prewarm, self.timeout(), &pipe, None)
+            .await
     }
 
     /// Every activity id ever prewarmed (and not yet expired), with its segment count.

@@ -1,0 +1,249 @@
+//! The Redis client under every store: one multiplexed connection per worker thread (to a single
+//! Redis or a Redis Cluster), every call bounded by the time budget and counted, scripts run by
+//! EVALSHA (loaded on NOSCRIPT, and all of them up front for readiness). It knows nothing of
+//! stock, queues or news: the domain stores (`StockStore`, the waiting room's store) speak
+//! through it. (The batched reserve of the speed work belongs here: one call, many items.)
+
+use super::scripts;
+use super::{ScriptName, StoreError, StoreOp};
+use crate::config::RedisSettings;
+use crate::metrics::Metrics;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{FromRedisValue, ScriptInvocation, Value};
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Distinguishes clients in one process (tests run several) in the per-thread connection cache.
+static NEXT_STORE_ID: AtomicUsize = AtomicUsize::new(0);
+
+/// A thread's connection to one store: made once, by the first caller, while later callers on the
+/// same thread wait for it (a burst's first thousand requests must not each open a connection).
+type ThreadConn = Arc<tokio::sync::OnceCell<StoreConn>>;
+
+thread_local! {
+    /// This thread's connection to each store, made on first use.
+    static THREAD_CONNECTIONS: RefCell<HashMap<usize, ThreadConn>> = RefCell::new(HashMap::new());
+}
+
+/// A connection to a single Redis or to a Redis Cluster; scripts and commands run unchanged on
+/// either (every key of a call shares one hash tag, so a cluster routes it to one node).
+#[derive(Clone)]
+enum StoreConn {
+    Single(ConnectionManager),
+    Cluster(redis::cluster_async::ClusterConnection),
+}
+
+impl redis::aio::ConnectionLike for StoreConn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a redis::Cmd) -> redis::RedisFuture<'a, Value> {
+        match self {
+            StoreConn::Single(c) => c.req_packed_command(cmd),
+            StoreConn::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisFuture<'a, Vec<Value>> {
+        match self {
+            StoreConn::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            StoreConn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            StoreConn::Single(c) => c.get_db(),
+            StoreConn::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
+/// Connections to one Redis (or cluster), every call bounded and counted.
+pub struct RedisClient {
+    id: usize,
+    /// The single Redis, or a cluster's first seed node (pub/sub).
+    client: redis::Client,
+    config: ConnectionManagerConfig,
+    cluster: Option<redis::cluster::ClusterClient>,
+    timeout: Duration,
+    metrics: Arc<Metrics>,
+}
+
+impl RedisClient {
+    /// Creates the client without connecting: each thread's first call connects, and a Redis
+    /// that is down at start-up only makes the gateway unready.
+    pub fn new(settings: &RedisSettings, metrics: Arc<Metrics>) -> Result<RedisClient, StoreError> {
+        let client = redis::Client::open(settings.url.as_str())?;
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(settings.timeout))
+            .set_response_timeout(Some(settings.timeout))
+            .set_number_of_retries(2)
+            .set_max_delay(Duration::from_millis(500));
+        let cluster = if settings.cluster_nodes.is_empty() {
+            None
+        } else {
+            Some(
+                redis::cluster::ClusterClient::builder(settings.cluster_nodes.clone())
+                    .connection_timeout(settings.timeout)
+                    .response_timeout(settings.timeout)
+                    .build()?,
+            )
+        };
+        Ok(RedisClient {
+            id: NEXT_STORE_ID.fetch_add(1, Ordering::Relaxed),
+            client,
+            config,
+            cluster,
+            timeout: settings.timeout,
+            metrics,
+        })
+    }
+
+    /// A client for connections of other kinds (pub/sub).
+    pub fn client(&self) -> &redis::Client {
+        &self.client
+    }
+
+    /// The per-call time budget (`redis.timeout_ms`).
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// Publishes a message on a pub/sub channel (a cluster delivers it on every node).
+    pub async fn publish(&self, channel: &str, message: &str) -> Result<(), StoreError> {
+        self.query::<i64>(
+            StoreOp::Read,
+            redis::cmd("PUBLISH").arg(channel).arg(message),
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// This thread's multiplexed connection, made on first use on the runtime the thread runs.
+    ///
+    /// One connection per worker thread, not one per process: a connection's I/O task then runs
+    /// on the worker that issues most of its commands, so a script call costs no cross-thread
+    /// wake-ups (measured: see BENCHMARKS.md). Commands stay pipelined within each connection.
+    async fn conn(&self) -> Result<StoreConn, StoreError> {
+        let cell = THREAD_CONNECTIONS.with(|c| c.borrow_mut().entry(self.id).or_default().clone());
+        let conn = cell
+            .get_or_try_init(|| async {
+                Ok::<_, StoreError>(match &self.cluster {
+                    None => StoreConn::Single(ConnectionManager::new_lazy_with_config(
+                        self.client.clone(),
+                        self.config.clone(),
+                    )?),
+                    Some(cluster) => StoreConn::Cluster(cluster.get_async_connection().await?),
+                })
+            })
+            .await?;
+        Ok(conn.clone())
+    }
+
+    /// One command, bounded like every store call.
+    pub async fn query<T: FromRedisValue>(
+        &self,
+        op: StoreOp,
+        cmd: &redis::Cmd,
+    ) -> Result<T, StoreError> {
+        self.bounded(op, self.timeout, async {
+            let mut conn = self.conn().await?;
+            Ok(cmd.query_async(&mut conn).await?)
+        })
+        .await
+    }
+
+    /// Runs `fut` within `budget`, counting failures.
+    async fn bounded<T>(
+        &self,
+        op: StoreOp,
+        budget: Duration,
+        fut: impl std::future::Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        let result = match tokio::time::timeout(budget, fut).await {
+            Ok(r) => r,
+            Err(_) => Err(StoreError::Timeout(budget)),
+        };
+        if result.is_err() {
+            self.metrics
+                .redis_errors
+                .with_label_values(&[op.as_str()])
+                .inc();
+        }
+        result
+    }
+
+    /// One script call (EVALSHA, loading the script on NOSCRIPT), timed and bounded.
+    /// Runs a script (EVALSHA, loading it on NOSCRIPT) within the time budget, timed and counted
+    /// under `script` and `op`.
+    pub async fn eval<T: FromRedisValue>(
+        &self,
+        script: ScriptName,
+        op: StoreOp,
+        invocation: &ScriptInvocation<'_>,
+    ) -> Result<T, StoreError> {
+        let started = Instant::now();
+        let result = self
+            .bounded(op, self.timeout, async {
+                let mut conn = self.conn().await?;
+                Ok(invocation.invoke_async(&mut conn).await?)
+            })
+            .await;
+        self.metrics
+            .script_duration
+            .with_label_values(&[script.as_str()])
+            .observe(started.elapsed().as_secs_f64());
+        result
+    }
+
+    /// A pipeline (or a MULTI/EXEC), bounded by `budget` and counted under `op`. With
+    /// `script`, a NOSCRIPT answer (after a restart or `SCRIPT FLUSH`) loads it and sends the
+    /// pipeline again.
+    pub async fn pipeline<T: FromRedisValue>(
+        &self,
+        op: StoreOp,
+        budget: Duration,
+        pipe: &redis::Pipeline,
+        script: Option<&redis::Script>,
+    ) -> Result<T, StoreError> {
+        self.bounded(op, budget, async {
+            let mut conn = self.conn().await?;
+            match (pipe.query_async(&mut conn).await, script) {
+                (Err(e), Some(script))
+                    if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
+                {
+                    script.load_async(&mut conn).await?;
+                    Ok(pipe.query_async(&mut conn).await?)
+                }
+                (other, _) => Ok(other?),
+            }
+        })
+        .await
+    }
+
+    /// Loads every script of the registry that Redis does not have yet.
+    pub async fn load_scripts(&self) -> Result<(), StoreError> {
+        self.bounded(StoreOp::Ready, self.timeout, async {
+            let mut conn = self.conn().await?;
+            let scripts = scripts::all();
+            let loaded: Vec<bool> = redis::cmd("SCRIPT")
+                .arg("EXISTS")
+                .arg(scripts.map(|s| s.get_hash()).as_slice())
+                .query_async(&mut conn)
+                .await?;
+            for (script, loaded) in scripts.iter().zip(loaded) {
+                if !loaded {
+                    script.load_async(&mut conn).await?;
+                }
+            }
+            Ok(())
+        })
+        .await
+    }
+}
