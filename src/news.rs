@@ -15,7 +15,7 @@
 
 use crate::config::Settings;
 use crate::sold_out::SoldOutCache;
-use crate::stock::{segments, StockStore};
+use crate::stock::{segments, Publish, StockStore};
 use futures_util::StreamExt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -77,10 +77,10 @@ pub async fn apply(settings: &Settings, store: &StockStore, cache: &SoldOutCache
 }
 
 /// Tells every instance, off the caller's path; a lost message costs only cache freshness.
-pub fn publish(store: &Arc<StockStore>, news: News) {
+pub fn publish<S: Publish + ?Sized + 'static>(store: &Arc<S>, news: News) {
     let store = store.clone();
     tokio::spawn(async move {
-        let channel = store.keys().news_channel();
+        let channel = store.news_channel();
         if let Err(e) = store.publish(&channel, &news.encode()).await {
             tracing::debug!(error = %e, "sold-out news not published");
         }

@@ -28,8 +28,8 @@ use crate::reservation::Reservation;
 use crate::sold_out::SoldOutCache;
 use crate::stock::{
     segments::{self, Purchase, Reserve},
-    until_answered, ConfirmOutcome, ConfirmedVia, Layout, LedgerRow, Partition, ReleaseMode,
-    ReleaseOutcome, ReleaseReason, ReservationRecord, StockStore, StoreError,
+    until_answered, ConfirmOutcome, ConfirmedVia, Layout, LedgerRow, Partition, Publish, Reads,
+    ReleaseMode, ReleaseOutcome, ReleaseReason, ReservationRecord, Settle, StockStore, StoreError,
 };
 use crate::upstream::lookup::OrderLookup;
 use crate::upstream::Upstreams;
@@ -42,12 +42,21 @@ const MAX_RESERVATION_ID_LEN: usize = 64;
 pub const CONFIRM_BATCH: usize = 100;
 
 mod sweep;
+#[cfg(test)]
+mod tests;
 
 pub use sweep::HandedOut;
 
-pub struct Lifecycle {
+/// The store calls the lifecycle and its sweep make: [`StockStore`] in the gateway, an
+/// in-process fake in the unit tests (`crate::stock::fake`).
+pub trait LifecycleStore: Reads + Settle + Publish + 'static {}
+
+impl<S: Reads + Settle + Publish + 'static> LifecycleStore for S {}
+
+/// The lifecycle over its store `S` (Redis unless a test says otherwise).
+pub struct Lifecycle<S = StockStore> {
     live: Live,
-    store: Arc<StockStore>,
+    store: Arc<S>,
     metrics: Arc<Metrics>,
     sold_out: Arc<SoldOutCache>,
     upstreams: Arc<Upstreams>,
@@ -63,10 +72,10 @@ pub enum AdminOutcome {
     NotFound,
 }
 
-impl Lifecycle {
+impl<S: LifecycleStore> Lifecycle<S> {
     pub fn new(
         live: Live,
-        store: Arc<StockStore>,
+        store: Arc<S>,
         metrics: Arc<Metrics>,
         sold_out: Arc<SoldOutCache>,
         upstreams: Arc<Upstreams>,
@@ -350,7 +359,7 @@ impl Lifecycle {
         activity: &Activity,
         id: &str,
     ) -> Result<Option<ReservationRecord>, StoreError> {
-        let layout = segments::recorded_layout(&self.store, activity).await?;
+        let layout = segments::recorded_layout(&*self.store, activity).await?;
         Ok(self.find(&layout, id).await?.map(|(_, r)| r))
     }
 
@@ -360,7 +369,7 @@ impl Lifecycle {
         activity: &Activity,
         id: &str,
     ) -> Result<AdminOutcome, StoreError> {
-        let layout = segments::recorded_layout(&self.store, activity).await?;
+        let layout = segments::recorded_layout(&*self.store, activity).await?;
         let Some((partition, record)) = self.find(&layout, id).await? else {
             return Ok(AdminOutcome::NotFound);
         };
@@ -384,7 +393,7 @@ impl Lifecycle {
         activity: &Activity,
         id: &str,
     ) -> Result<AdminOutcome, StoreError> {
-        let layout = segments::recorded_layout(&self.store, activity).await?;
+        let layout = segments::recorded_layout(&*self.store, activity).await?;
         let Some((partition, record)) = self.find(&layout, id).await? else {
             return Ok(AdminOutcome::NotFound);
         };
@@ -415,8 +424,8 @@ impl Lifecycle {
     /// Every version's ledger of every segment of one activity (atomically per version and
     /// segment), in segment then version order.
     pub async fn ledgers(&self, activity: &Activity) -> Result<Vec<LedgerRow>, StoreError> {
-        let layout = segments::recorded_layout(&self.store, activity).await?;
-        Ok(segments::ledgers(&self.store, &layout)
+        let layout = segments::recorded_layout(&*self.store, activity).await?;
+        Ok(segments::ledgers(&*self.store, &layout)
             .await?
             .into_iter()
             .map(|(_, row)| row)
@@ -457,7 +466,7 @@ impl StockPort for Arc<Lifecycle> {
     }
 
     fn units_left(&self, activity: &Activity, left: i64) {
-        Lifecycle::units_left(self, &activity.id, left);
+        Lifecycle::<StockStore>::units_left(self, &activity.id, left);
     }
 
     fn sold_out(&self, activity: &Activity) {

@@ -4,7 +4,7 @@
 //! outcome back; they never orchestrate partitions themselves.
 
 use super::{
-    ClaimOutcome, Layout, LedgerRow, Partition, PrewarmOutcome, ReserveCall, ReserveOutcome,
+    ClaimOutcome, Layout, LedgerRow, Partition, PrewarmOutcome, Reads, ReserveCall, ReserveOutcome,
     SaleHours, StockStore, StoreError,
 };
 use crate::config::Activity;
@@ -173,8 +173,8 @@ pub async fn prewarm(
 /// The layout Redis recorded for an activity: the segment count its base meta holds, else the
 /// registry's record, else (never prewarmed) the configured one. Whatever reads or settles what
 /// is in Redis uses this, not the configuration, which may disagree (and is then refused).
-pub async fn recorded_layout(
-    store: &StockStore,
+pub async fn recorded_layout<S: Reads + ?Sized>(
+    store: &S,
     activity: &Activity,
 ) -> Result<Layout, StoreError> {
     let segments = match store.base_meta(&activity.id).await?.segments {
@@ -569,7 +569,10 @@ mod fault {
 /// Units of the activity's current version left anywhere: every partition's stock plus what is
 /// in flight between two of them (exact whatever the order of the reads, see
 /// [`LedgerRow::available`]; a release landing after its partition was read is not counted).
-pub async fn available(store: &StockStore, activity: &Activity) -> Result<i64, StoreError> {
+pub async fn available<S: Reads + ?Sized>(
+    store: &S,
+    activity: &Activity,
+) -> Result<i64, StoreError> {
     let layout = Layout::of(activity);
     let reads = layout
         .partitions()
@@ -583,8 +586,8 @@ pub async fn available(store: &StockStore, activity: &Activity) -> Result<i64, S
 }
 
 /// Every partition's ledger of every version it has had, in partition then version order.
-pub async fn ledgers(
-    store: &StockStore,
+pub async fn ledgers<S: Reads + ?Sized>(
+    store: &S,
     layout: &Layout,
 ) -> Result<Vec<(u32, LedgerRow)>, StoreError> {
     let mut rows = Vec::new();
