@@ -13,6 +13,9 @@ use futures_util::StreamExt;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+#[cfg(test)]
+mod tests;
+
 /// A transfer still unacknowledged this long after its withdraw was cut short.
 const STRANDED_TRANSFER_AFTER_MS: u64 = 5_000;
 

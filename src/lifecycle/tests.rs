@@ -17,7 +17,7 @@ pub(super) const IN_FLIGHT: Duration = Duration::from_secs(30);
 /// The hold of activity `a1` (`hold_secs: 900`).
 pub(super) const HOLD: Duration = Duration::from_secs(900);
 
-fn settings(segments: u32, lookup: bool) -> Settings {
+fn settings(segments: u32, lookup: bool, redis: &str) -> Settings {
     let lookup = if lookup {
         ", order_lookup: { path: \"/orders/{jti}\", retry_interval_ms: 5000, give_up_after_secs: 600 }"
     } else {
@@ -27,7 +27,7 @@ fn settings(segments: u32, lookup: bool) -> Settings {
         r#"server: {{ listen: "127.0.0.1:1" }}
 admin: {{ listen: "127.0.0.1:2" }}
 upstream: {{ addresses: ["127.0.0.1:3"]{lookup} }}
-redis: {{ url: "redis://127.0.0.1:4" }}
+redis: {{ url: "redis://127.0.0.1:4"{redis} }}
 identity: {{ header: X-User-Id }}
 signing: {{ header: X-Flashgate-Reservation, algorithm: HS256, key_id: k, secret_env: SECRET, ttl_secs: 900 }}
 sold_out_cache: {{ ttl_ms: 3600000 }}
@@ -53,7 +53,12 @@ pub(super) struct Harness {
 impl Harness {
     /// Made inside the test's runtime (the fake's clock starts there).
     pub fn new(segments: u32, lookup: bool) -> Harness {
-        let settings = Arc::new(settings(segments, lookup));
+        Harness::with(segments, lookup, "")
+    }
+
+    /// With more of the `redis` section (`", sweep_batch: 2"`).
+    pub fn with(segments: u32, lookup: bool, redis: &str) -> Harness {
+        let settings = Arc::new(settings(segments, lookup, redis));
         let activity = settings.activities.get("a1").unwrap().clone();
         let store = Arc::new(FakeStore::default());
         store.on_sale(&Layout::of(&activity), 1, 10);
@@ -216,7 +221,11 @@ async fn a_failed_request_releases_its_own_reservation_once() {
     assert_eq!(h.left(), 10);
     assert_eq!(h.state(&r).await, RecordState::Released);
     assert_eq!(h.released(ReleaseReason::Upstream5xx), 1);
-    assert_eq!(h.units_left(), "10", "the units left, as the release answered");
+    assert_eq!(
+        h.units_left(),
+        "10",
+        "the units left, as the release answered"
+    );
     assert!(
         !h.sold_out
             .is_sold_out(&h.activity.id, 1, Duration::from_secs(60)),

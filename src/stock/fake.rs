@@ -202,6 +202,14 @@ impl FakeStore {
         part.transfers.insert(id.to_owned(), transfer);
     }
 
+    /// Units vanish from `version`'s stock in `partition` without a ledger entry (a key edited
+    /// by hand): the drift the ledger check reports.
+    pub fn lose(&self, partition: Partition<'_>, version: u64, units: i64) {
+        let mut state = self.state.lock();
+        let part = state.parts.entry(partition.tag()).or_default();
+        *part.stock.get_mut(&version).expect("on sale") -= units;
+    }
+
     /// Every partition's ledger identity holds, and its pending count is its pending records'.
     pub fn check_ledgers(&self) {
         let state = self.state.lock();
