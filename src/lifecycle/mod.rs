@@ -42,8 +42,6 @@ const MAX_RESERVATION_ID_LEN: usize = 64;
 pub const CONFIRM_BATCH: usize = 100;
 
 mod sweep;
-#[cfg(test)]
-mod tests;
 
 pub use sweep::HandedOut;
 
@@ -479,3 +477,6 @@ impl StockPort for Arc<Lifecycle> {
         );
     }
 }
+
+#[cfg(test)]
+mod tests;

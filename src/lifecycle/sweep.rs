@@ -13,9 +13,6 @@ use futures_util::StreamExt;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-#[cfg(test)]
-mod tests;
-
 /// A transfer still unacknowledged this long after its withdraw was cut short.
 const STRANDED_TRANSFER_AFTER_MS: u64 = 5_000;
 
@@ -314,3 +311,6 @@ impl<S: LifecycleStore> Lifecycle<S> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -12,6 +12,8 @@
 //! - [`page`]: the JSON answer and the HTML waiting page.
 
 pub mod draw;
+#[cfg(test)]
+mod fake;
 pub mod page;
 pub mod store;
 pub mod ticket;
@@ -26,6 +28,7 @@ use parking_lot::RwLock;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
+use store::QueueStore;
 use ticket::Ticket;
 use view::{Status, View};
 
@@ -73,8 +76,9 @@ pub struct Answer {
 /// Tickets admitted this process already counted (per activity, by number): bounded.
 const SEEN_CAPACITY: u64 = 2_000_000;
 
-pub struct WaitingRoom {
-    store: Arc<StockStore>,
+/// The waiting room over its store `S` (Redis unless a test says otherwise).
+pub struct WaitingRoom<S = StockStore> {
+    store: Arc<S>,
     metrics: Arc<Metrics>,
     views: RwLock<HashMap<Arc<str>, View>>,
     /// The rate each activity's queue was last configured with here, and whether it is still
@@ -98,8 +102,8 @@ const ISSUED_IDLE: Duration = Duration::from_secs(600);
 /// the rate or a pause changed) at most this late, plus their own refresh.
 pub const REFRESH_INTERVAL: Duration = Duration::from_millis(250);
 
-impl WaitingRoom {
-    pub fn new(store: Arc<StockStore>, metrics: Arc<Metrics>) -> WaitingRoom {
+impl<S: QueueStore> WaitingRoom<S> {
+    pub fn new(store: Arc<S>, metrics: Arc<Metrics>) -> WaitingRoom<S> {
         WaitingRoom {
             store,
             metrics,
@@ -163,8 +167,10 @@ impl WaitingRoom {
         } else {
             None
         };
-        let (state, left) =
-            store::state(&self.store, activity, queue, seed(), set_rate, known).await?;
+        let (state, left) = self
+            .store
+            .state(activity, queue, seed(), set_rate, known)
+            .await?;
         self.learn(activity, View::new(state, left));
         Ok(())
     }
@@ -367,7 +373,9 @@ impl WaitingRoom {
         let (ticket, raw) = match kept.or_else(remembered) {
             Some(kept) => kept,
             None => {
-                let (state, issued) = store::ticket(&self.store, activity, queue, user, seed())
+                let (state, issued) = self
+                    .store
+                    .ticket(activity, queue, user, seed())
                     .await
                     .map_err(|e| {
                         tracing::warn!(activity = %activity.id, error = %e, "no ticket issued");
@@ -479,7 +487,7 @@ impl WaitingRoom {
         activity: &Activity,
         control: store::Control,
     ) -> Result<View, StoreError> {
-        let state = store::control(&self.store, activity, control).await?;
+        let state = self.store.control(activity, control).await?;
         let known = self.views.read().get(&activity.id).and_then(|v| v.left);
         let view = View::new(state, known);
         self.learn(activity, view.clone());
@@ -491,3 +499,6 @@ impl WaitingRoom {
 fn seed() -> u64 {
     uuid::Uuid::new_v4().as_u64_pair().0 >> 11
 }
+
+#[cfg(test)]
+mod tests;
