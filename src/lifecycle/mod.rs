@@ -30,6 +30,7 @@ use crate::stock::{
     segments::{self, Purchase, Reserve},
     until_answered, ConfirmOutcome, ConfirmedVia, Layout, LedgerRow, Partition, Publish, Reads,
     ReleaseMode, ReleaseOutcome, ReleaseReason, ReservationRecord, Settle, StockStore, StoreError,
+    Transfers,
 };
 use crate::upstream::lookup::OrderLookup;
 use crate::upstream::Upstreams;
@@ -47,9 +48,9 @@ pub use sweep::HandedOut;
 
 /// The store calls the lifecycle and its sweep make: [`StockStore`] in the gateway, an
 /// in-process fake in the unit tests (`crate::stock::fake`).
-pub trait LifecycleStore: Reads + Settle + Publish + 'static {}
+pub trait LifecycleStore: Reads + Settle + Transfers + Publish + 'static {}
 
-impl<S: Reads + Settle + Publish + 'static> LifecycleStore for S {}
+impl<S: Reads + Settle + Transfers + Publish + 'static> LifecycleStore for S {}
 
 /// The lifecycle over its store `S` (Redis unless a test says otherwise).
 pub struct Lifecycle<S = StockStore> {
@@ -440,7 +441,7 @@ impl StockPort for Arc<Lifecycle> {
         activity: &Arc<Activity>,
         purchase: Purchase<'_>,
     ) -> Result<Reserve, StoreError> {
-        match segments::reserve(&self.store, activity, purchase).await {
+        match segments::reserve(&*self.store, activity, purchase).await {
             Ok(outcome) => Ok(outcome),
             Err(failed) => {
                 if let Some(partition) = failed.landed_maybe {

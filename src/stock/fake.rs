@@ -60,8 +60,11 @@ struct State {
     bases: BTreeMap<String, PartitionMeta>,
     registry: BTreeMap<String, u32>,
     published: Vec<(String, String)>,
-    /// Calls still to fail, by operation name.
-    failing: BTreeMap<&'static str, u32>,
+    /// By operation name: calls to let through, then calls to fail.
+    failing: BTreeMap<&'static str, (u32, u32)>,
+    /// Prewarms asked for, and what the claim answers them (`None`: on sale).
+    prewarms: u32,
+    refusal: Option<super::segments::Refusal>,
 }
 
 /// The fake store.
@@ -108,7 +111,32 @@ impl FakeStore {
 
     /// The next `calls` calls of `op` (a trait method's name) fail as a timeout would.
     pub fn fail(&self, op: &'static str, calls: u32) {
-        self.state.lock().failing.insert(op, calls);
+        self.fail_later(op, 0, calls);
+    }
+
+    /// The same after `skip` calls of `op` that answer.
+    pub fn fail_later(&self, op: &'static str, skip: u32, calls: u32) {
+        self.state.lock().failing.insert(op, (skip, calls));
+    }
+
+    /// Prewarms refused with `refusal` from now on (what Redis recorded disagrees).
+    pub fn refuse(&self, refusal: super::segments::Refusal) {
+        self.state.lock().refusal = Some(refusal);
+    }
+
+    /// Another instance's claim recorded `version` as the activity's newest.
+    pub fn claimed(&self, id: &str, version: u64) {
+        self.state
+            .lock()
+            .bases
+            .entry(id.to_owned())
+            .or_default()
+            .newest = Some(version);
+    }
+
+    /// Prewarms asked for so far.
+    pub fn prewarms(&self) -> u32 {
+        self.state.lock().prewarms
     }
 
     /// Messages published so far.
@@ -124,9 +152,13 @@ impl FakeStore {
     /// Locks the state, failing the call if the test asked for it.
     fn enter(&self, op: &'static str) -> Result<parking_lot::MutexGuard<'_, State>, StoreError> {
         let mut state = self.state.lock();
-        if let Some(left) = state.failing.get_mut(op).filter(|n| **n > 0) {
-            *left -= 1;
-            return Err(StoreError::Timeout(Duration::from_millis(1)));
+        match state.failing.get_mut(op) {
+            Some((skip, _)) if *skip > 0 => *skip -= 1,
+            Some((_, left)) if *left > 0 => {
+                *left -= 1;
+                return Err(StoreError::Timeout(Duration::from_millis(1)));
+            }
+            _ => {}
         }
         Ok(state)
     }

@@ -36,7 +36,7 @@ pub use keys::{KeyLayout, PartitionKeys};
 pub use layout::{Layout, Partition};
 pub use ops::{LookupLease, ReserveCall, SaleHours};
 pub use outcomes::*;
-pub use port::{Publish, Reads, Settle};
+pub use port::{Publish, Reads, Settle, Transfers};
 pub use reads::{Snapshot, Transfer, TransferBooks};
 pub use records::*;
 

@@ -5,7 +5,8 @@
 //!
 //! - [`Reads`]: metas, ledgers, records and transfer books (nothing here changes stock);
 //! - [`Settle`]: what ends or moves a reservation after its reserve (release, confirm, the
-//!   sweep, an early due time) and the second half of a transfer;
+//!   sweep, an early due time);
+//! - [`Transfers`]: moving units between partitions (withdraw, deposit, acknowledge);
 //! - [`Publish`]: the pub/sub channel the instances share.
 //!
 //! Futures are `Send` (the lifecycle settles off the buyer's path, in spawned tasks) and
@@ -61,7 +62,7 @@ pub trait Reads: Send + Sync {
     ) -> impl Future<Output = Result<(Vec<Transfer>, u64), StoreError>> + Send;
 }
 
-/// What settles reservations after their reserve, and delivers transfers left half done.
+/// What settles reservations after their reserve.
 pub trait Settle: Send + Sync {
     /// See [`StockStore::release`].
     fn release(
@@ -100,6 +101,19 @@ pub trait Settle: Send + Sync {
         fence: u64,
         after: Duration,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
+}
+
+/// Moving units between partitions: a transfer's two halves, and the giver learning it landed.
+pub trait Transfers: Send + Sync {
+    /// See [`StockStore::withdraw`].
+    fn withdraw(
+        &self,
+        giver: Partition<'_>,
+        version: u64,
+        transfer_id: &str,
+        want: u64,
+        to: u32,
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send;
 
     /// See [`StockStore::deposit`].
     fn deposit(
@@ -210,6 +224,19 @@ impl Settle for StockStore {
         after: Duration,
     ) -> Result<(), StoreError> {
         StockStore::due_in(self, partition, version, reservation_id, fence, after).await
+    }
+}
+
+impl Transfers for StockStore {
+    async fn withdraw(
+        &self,
+        giver: Partition<'_>,
+        version: u64,
+        transfer_id: &str,
+        want: u64,
+        to: u32,
+    ) -> Result<u64, StoreError> {
+        StockStore::withdraw(self, giver, version, transfer_id, want, to).await
     }
 
     async fn deposit(

@@ -2,11 +2,14 @@
 //! following its script in `lua/` as far as the fake's module doc says.
 
 use super::{deposit, empty_row, give_back, FakeStore, Part, Rec};
+use crate::config::Activity;
+use crate::stock::segments::{Prewarmed, Refusal, Reserving};
 use crate::stock::{
     ConfirmOutcome, ConfirmedVia, Deposit, Layout, Leased, LedgerRow, LookupLease, Partition,
     PartitionMeta, Publish, Reads, RecordState, ReleaseMode, ReleaseOutcome, ReleaseReason,
-    ReservationRecord, Settle, StoreError, SweepOutcome, Transfer,
+    ReservationRecord, Settle, StoreError, SweepOutcome, Transfer, Transfers,
 };
+use crate::stock::{ReserveCall, ReserveOutcome};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -291,6 +294,21 @@ impl Settle for FakeStore {
         }
         Ok(())
     }
+}
+
+impl Transfers for FakeStore {
+    /// `lua/withdraw.lua`.
+    async fn withdraw(
+        &self,
+        giver: Partition<'_>,
+        version: u64,
+        transfer_id: &str,
+        want: u64,
+        to: u32,
+    ) -> Result<u64, StoreError> {
+        drop(self.enter("withdraw")?);
+        Ok(self.withdraw_now(giver, version, transfer_id, want, to))
+    }
 
     /// `lua/deposit.lua`.
     async fn deposit(
@@ -313,6 +331,41 @@ impl Settle for FakeStore {
             part.acknowledged.insert(transfer_id.to_owned(), t);
         }
         Ok(())
+    }
+}
+
+impl Reserving for FakeStore {
+    /// `lua/reserve.lua` (see [`FakeStore::reserve_now`]).
+    async fn reserve(
+        &self,
+        partition: Partition<'_>,
+        call: &ReserveCall<'_>,
+    ) -> Result<ReserveOutcome, StoreError> {
+        drop(self.enter("reserve")?);
+        Ok(self.reserve_now(partition, call))
+    }
+
+    /// The claim and prewarm: refused as the test said or when a newer version was claimed,
+    /// else the version goes on sale in every partition (once: a version on sale is not
+    /// reset).
+    async fn prewarm(&self, activity: &Activity) -> Result<Result<Prewarmed, Refusal>, StoreError> {
+        {
+            let mut state = self.enter("prewarm")?;
+            state.prewarms += 1;
+            if let Some(refusal) = state.refusal.clone() {
+                return Ok(Err(refusal));
+            }
+            let newest = state.bases.get(&*activity.id).and_then(|b| b.newest);
+            if let Some(newest) = newest.filter(|&n| n > activity.version) {
+                return Ok(Err(Refusal::OlderVersion {
+                    id: activity.id.to_string(),
+                    configured: activity.version,
+                    newest,
+                }));
+            }
+        }
+        self.on_sale(&Layout::of(activity), activity.version, activity.stock);
+        Ok(Ok(Prewarmed::default()))
     }
 }
 
