@@ -47,7 +47,9 @@ mod sweep;
 pub use sweep::HandedOut;
 
 /// The store calls the lifecycle and its sweep make: [`StockStore`] in the gateway, an
-/// in-process fake in the unit tests (`crate::stock::fake`).
+/// in-process fake in the unit tests (`crate::stock::fake`). (Of [`Transfers`] the sweep uses
+/// deposit and acknowledge, not withdraw; a buyer's reserve, made for admission through
+/// [`StockPort`], is on the real store only.)
 pub trait LifecycleStore: Reads + Settle + Transfers + Publish + 'static {}
 
 impl<S: Reads + Settle + Transfers + Publish + 'static> LifecycleStore for S {}
