@@ -13,7 +13,7 @@
 //! only costs that instance what it cost before news existed: a sold-out answer for up to the
 //! cache TTL, or one more script call to learn it. News never admits anyone: Redis still decides.
 
-use crate::stock::StockStore;
+use crate::stock::{Publish, StockStore};
 use futures_util::StreamExt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -56,10 +56,10 @@ pub trait NewsSink: Send + Sync {
 }
 
 /// Tells every instance, off the caller's path; a lost message costs only cache freshness.
-pub fn publish(store: &Arc<StockStore>, news: News) {
+pub fn publish<S: Publish + ?Sized + 'static>(store: &Arc<S>, news: News) {
     let store = store.clone();
     tokio::spawn(async move {
-        let channel = store.keys().news_channel();
+        let channel = store.news_channel();
         if let Err(e) = store.publish(&channel, &news.encode()).await {
             tracing::debug!(error = %e, "sold-out news not published");
         }

@@ -27,8 +27,9 @@ use crate::news::{self, News};
 use crate::reservation::Reservation;
 use crate::stock::{
     segments::{self, Purchase, Reserve},
-    until_answered, ConfirmOutcome, ConfirmedVia, Layout, LedgerRow, Partition, ReleaseMode,
-    ReleaseOutcome, ReleaseReason, ReservationRecord, StockStore, StoreError,
+    until_answered, ConfirmOutcome, ConfirmedVia, Layout, LedgerRow, Partition, Publish, Reads,
+    ReleaseMode, ReleaseOutcome, ReleaseReason, ReservationRecord, Settle, StockStore, StoreError,
+    Transfers,
 };
 use crate::upstream::lookup::OrderLookup;
 use crate::upstream::Upstreams;
@@ -46,9 +47,18 @@ mod sweep;
 pub use state::SaleState;
 pub use sweep::HandedOut;
 
-pub struct Lifecycle {
+/// The store calls the lifecycle and its sweep make: [`StockStore`] in the gateway, an
+/// in-process fake in the unit tests (`crate::stock::fake`). (Of [`Transfers`] the sweep uses
+/// deposit and acknowledge, not withdraw; a buyer's reserve, made for admission through
+/// [`StockPort`], is on the real store only.)
+pub trait LifecycleStore: Reads + Settle + Transfers + Publish + 'static {}
+
+impl<S: Reads + Settle + Transfers + Publish + 'static> LifecycleStore for S {}
+
+/// The lifecycle over its store `S` (Redis unless a test says otherwise).
+pub struct Lifecycle<S = StockStore> {
     live: Live,
-    store: Arc<StockStore>,
+    store: Arc<S>,
     metrics: Arc<Metrics>,
     /// What this gateway knows of each activity's sale (written only here).
     state: Arc<SaleState>,
@@ -65,10 +75,10 @@ pub enum AdminOutcome {
     NotFound,
 }
 
-impl Lifecycle {
+impl<S: LifecycleStore> Lifecycle<S> {
     pub fn new(
         live: Live,
-        store: Arc<StockStore>,
+        store: Arc<S>,
         metrics: Arc<Metrics>,
         state: Arc<SaleState>,
         upstreams: Arc<Upstreams>,
@@ -352,7 +362,7 @@ impl Lifecycle {
         activity: &Activity,
         id: &str,
     ) -> Result<Option<ReservationRecord>, StoreError> {
-        let layout = segments::recorded_layout(&self.store, activity).await?;
+        let layout = segments::recorded_layout(&*self.store, activity).await?;
         Ok(self.find(&layout, id).await?.map(|(_, r)| r))
     }
 
@@ -362,7 +372,7 @@ impl Lifecycle {
         activity: &Activity,
         id: &str,
     ) -> Result<AdminOutcome, StoreError> {
-        let layout = segments::recorded_layout(&self.store, activity).await?;
+        let layout = segments::recorded_layout(&*self.store, activity).await?;
         let Some((partition, record)) = self.find(&layout, id).await? else {
             return Ok(AdminOutcome::NotFound);
         };
@@ -386,7 +396,7 @@ impl Lifecycle {
         activity: &Activity,
         id: &str,
     ) -> Result<AdminOutcome, StoreError> {
-        let layout = segments::recorded_layout(&self.store, activity).await?;
+        let layout = segments::recorded_layout(&*self.store, activity).await?;
         let Some((partition, record)) = self.find(&layout, id).await? else {
             return Ok(AdminOutcome::NotFound);
         };
@@ -417,8 +427,8 @@ impl Lifecycle {
     /// Every version's ledger of every segment of one activity (atomically per version and
     /// segment), in segment then version order.
     pub async fn ledgers(&self, activity: &Activity) -> Result<Vec<LedgerRow>, StoreError> {
-        let layout = segments::recorded_layout(&self.store, activity).await?;
-        Ok(segments::ledgers(&self.store, &layout)
+        let layout = segments::recorded_layout(&*self.store, activity).await?;
+        Ok(segments::ledgers(&*self.store, &layout)
             .await?
             .into_iter()
             .map(|(_, row)| row)
@@ -435,7 +445,7 @@ impl StockPort for Arc<Lifecycle> {
         activity: &Arc<Activity>,
         purchase: Purchase<'_>,
     ) -> Result<Reserve, StoreError> {
-        match segments::reserve(&self.store, activity, purchase).await {
+        match segments::reserve(&*self.store, activity, purchase).await {
             Ok(outcome) => Ok(outcome),
             Err(failed) => {
                 if let Some(partition) = failed.landed_maybe {
@@ -459,7 +469,7 @@ impl StockPort for Arc<Lifecycle> {
     }
 
     fn learned_left(&self, activity: &Activity, left: i64, ttl: std::time::Duration) {
-        Lifecycle::learned_left(self, activity, left, ttl);
+        Lifecycle::<StockStore>::learned_left(self, activity, left, ttl);
     }
 
     fn refused(&self, activity: &Arc<str>, refusal: crate::stock::segments::Refusal) {
@@ -474,3 +484,6 @@ impl StockPort for Arc<Lifecycle> {
         self.state().is_sold_out(activity, ttl)
     }
 }
+
+#[cfg(test)]
+mod tests;

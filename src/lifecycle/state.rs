@@ -9,7 +9,7 @@
 //! The sale's hours are not kept here: they are judged by Redis's clock ([`crate::stock::clock`])
 //! against the configuration, by the gate before any call and by the scripts again.
 
-use super::Lifecycle;
+use super::{Lifecycle, LifecycleStore};
 use crate::config::{Activity, Settings};
 use crate::news::{self, News, NewsSink};
 use crate::refusals::Refusals;
@@ -49,7 +49,7 @@ impl SaleState {
     }
 }
 
-impl Lifecycle {
+impl<S: LifecycleStore> Lifecycle<S> {
     /// What this gateway knows of each activity's sale.
     pub fn state(&self) -> &SaleState {
         &self.state
@@ -126,7 +126,7 @@ impl Lifecycle {
                 if activity.version != *version || self.state.is_sold_out(activity, ttl) {
                     return;
                 }
-                if matches!(segments::available(&self.store, activity).await, Ok(left) if left <= 0)
+                if matches!(segments::available(&*self.store, activity).await, Ok(left) if left <= 0)
                 {
                     self.state
                         .sold_out
@@ -138,7 +138,7 @@ impl Lifecycle {
 }
 
 #[async_trait::async_trait]
-impl NewsSink for Lifecycle {
+impl<S: LifecycleStore> NewsSink for Lifecycle<S> {
     async fn news(&self, news: News) {
         let settings = self.live.settings();
         self.apply_news(&settings, &news).await;

@@ -2,7 +2,7 @@
 //! the order lookup first, where configured), transfers a gateway left half done, and the
 //! periodic ledger check. Every instance runs it; the scripts settle each reservation once.
 
-use super::Lifecycle;
+use super::{Lifecycle, LifecycleStore};
 use crate::config::{OrderLookupSettings, UpstreamSettings};
 use crate::stock::{
     ConfirmedVia, Deposit, Layout, Leased, LookupLease, Partition, ReleaseMode, ReleaseOutcome,
@@ -31,7 +31,7 @@ pub struct HandedOut {
     pub leased: Leased,
 }
 
-impl Lifecycle {
+impl<S: LifecycleStore> Lifecycle<S> {
     /// Every activity whose reservations this instance settles: the configured ones, and those
     /// Redis remembers although the configuration dropped them (their holds still run out), each
     /// with the segment count Redis recorded (a configuration that disagrees is refused, but what
@@ -311,3 +311,6 @@ impl Lifecycle {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -9,7 +9,8 @@
 //!   rebalancing, whether anything is left anywhere, every ledger;
 //! - [`records`]: the scripts' answers and records as Rust types;
 //! - [`breaker`]: the circuit breaker in front of the store on the buyer's path;
-//! - [`clock`]: Redis's clock as last read, for the checks made before any call.
+//! - [`clock`]: Redis's clock as last read, for the checks made before any call;
+//! - [`port`]: the calls each caller makes, as traits the store and in-process fakes implement.
 //!
 //! What happens when Redis is down or slow: every call is bounded by `redis.timeout_ms`, and any
 //! error or timeout is reported to the caller, which answers `unavailable` (503). Nothing is
@@ -20,10 +21,13 @@
 pub mod breaker;
 pub mod client;
 pub mod clock;
+#[cfg(test)]
+pub mod fake;
 #[cfg(feature = "fault-injection")]
 mod fault;
 mod keys;
 pub mod layout;
+pub mod port;
 mod reads;
 mod records;
 pub mod scripts;
@@ -31,6 +35,7 @@ pub mod segments;
 
 pub use keys::{KeyLayout, PartitionKeys};
 pub use layout::{Layout, Partition};
+pub use port::{Publish, Reads, Settle, Transfers};
 pub use reads::{Snapshot, Transfer, TransferBooks};
 pub use records::*;
 pub use scripts::claim::ClaimOutcome;

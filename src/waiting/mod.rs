@@ -12,6 +12,8 @@
 //! - [`page`]: the JSON answer and the HTML waiting page.
 
 pub mod draw;
+#[cfg(test)]
+mod fake;
 pub mod page;
 pub mod store;
 pub mod ticket;
@@ -26,6 +28,7 @@ use parking_lot::RwLock;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
+use store::QueueStore;
 use ticket::Ticket;
 use view::{Status, View};
 
@@ -73,8 +76,9 @@ pub struct Answer {
 /// Tickets admitted this process already counted (per activity, by number): bounded.
 const SEEN_CAPACITY: u64 = 2_000_000;
 
-pub struct WaitingRoom {
-    store: Arc<StockStore>,
+/// The waiting room over its store `S` (Redis unless a test says otherwise).
+pub struct WaitingRoom<S = StockStore> {
+    store: Arc<S>,
     metrics: Arc<Metrics>,
     views: RwLock<HashMap<Arc<str>, View>>,
     /// The rate each activity's queue was last configured with here, and whether it is still
@@ -98,8 +102,8 @@ const ISSUED_IDLE: Duration = Duration::from_secs(600);
 /// the rate or a pause changed) at most this late, plus their own refresh.
 pub const REFRESH_INTERVAL: Duration = Duration::from_millis(250);
 
-impl WaitingRoom {
-    pub fn new(store: Arc<StockStore>, metrics: Arc<Metrics>) -> WaitingRoom {
+impl<S: QueueStore> WaitingRoom<S> {
+    pub fn new(store: Arc<S>, metrics: Arc<Metrics>) -> WaitingRoom<S> {
         WaitingRoom {
             store,
             metrics,
@@ -163,8 +167,10 @@ impl WaitingRoom {
         } else {
             None
         };
-        let (state, left) =
-            store::state(&self.store, activity, queue, seed(), set_rate, known).await?;
+        let (state, left) = self
+            .store
+            .state(activity, queue, seed(), set_rate, known)
+            .await?;
         self.learn(activity, View::new(state, left));
         Ok(())
     }
@@ -327,35 +333,7 @@ impl WaitingRoom {
         user: &str,
         presented: Option<&Presented>,
     ) -> Result<(Answer, Ticket, bool), Decision> {
-        let mut kept = None;
-        let presented = match presented {
-            Some(p) => match ticket::verify(key, &activity.id, user, &p.ticket) {
-                Ok(ticket) => Some((ticket, p.ticket.as_str())),
-                Err(ticket::Invalid::OtherActivity) if p.from_cookie => None,
-                Err(_) => return Err(Decision::InvalidTicket),
-            },
-            None => None,
-        };
-        if let Some((ticket, raw)) = presented {
-            if self.view(activity).is_none() {
-                // Nothing read lately (just started, or the store was away): read now.
-                self.read(activity, queue, false).await.map_err(|e| {
-                    tracing::warn!(activity = %activity.id, error = %e, "queue state not read");
-                    Decision::Unavailable
-                })?;
-            }
-            // A ticket of a queue Redis lost (set up again since) holds no place in this one:
-            // the buyer is given a new ticket, as if they had none.
-            let current = self
-                .view(activity)
-                .is_some_and(|v| ticket.epoch == v.state.epoch);
-            if current {
-                kept = Some((ticket, raw.to_owned()));
-            } else {
-                tracing::warn!(activity = %activity.id,
-                    "a ticket of a queue Redis lost (set up again since): issuing a new one");
-            }
-        }
+        let kept = self.kept(key, activity, queue, user, presented).await?;
         let honoured = kept.is_some();
         let remembered = || {
             let (ticket, raw) = self.issued.get(&(activity.id.clone(), user.to_owned()))?;
@@ -366,68 +344,9 @@ impl WaitingRoom {
         };
         let (ticket, raw) = match kept.or_else(remembered) {
             Some(kept) => kept,
-            None => {
-                let (state, issued) = store::ticket(&self.store, activity, queue, user, seed())
-                    .await
-                    .map_err(|e| {
-                        tracing::warn!(activity = %activity.id, error = %e, "no ticket issued");
-                        Decision::Unavailable
-                    })?;
-                let known = self.view(activity).and_then(|v| v.left);
-                let (number, fresh) = match issued {
-                    store::Issued::Ticket { number, fresh } => (number, fresh),
-                    // This gateway's clock runs ahead of or behind Redis's: Redis's counts.
-                    store::Issued::NotOpen => return Err(Decision::NotStarted),
-                    store::Issued::Closed => return Err(Decision::Ended),
-                };
-                let ticket = Ticket {
-                    number,
-                    issued_ms: state.now_ms,
-                    epoch: state.epoch,
-                };
-                self.learn(activity, View::new(state, known));
-                if fresh {
-                    self.metrics
-                        .queue_tickets
-                        .with_label_values(&[&activity.id])
-                        .inc();
-                }
-                let raw = ticket::sign(key, &activity.id, user, ticket);
-                self.issued.insert(
-                    (activity.id.clone(), user.to_owned()),
-                    (ticket, raw.clone()),
-                );
-                (ticket, raw)
-            }
+            None => self.issue(key, activity, queue, user).await?,
         };
-        let view = self.view(activity).ok_or(Decision::Unavailable)?;
-        let mut status = view.status(ticket.number, queue);
-        // Redis's queue may run on an earlier start than this configuration's (a sale
-        // postponed, this gateway reloaded first): nobody buys before the configured start,
-        // by Redis's clock (estimated from the last read), not this gateway's.
-        let until_start = activity.starts_at.timestamp_millis() - view.redis_now_ms() as i64;
-        if status == Status::YourTurn && until_start > 0 {
-            let until_start = until_start as u64;
-            status = Status::Waiting {
-                position: 1,
-                estimated_wait_ms: until_start,
-                refresh_after_ms: until_start.clamp(1_000, 30_000),
-                likely_too_late: false,
-                drawn: true,
-            };
-        }
-        if !honoured {
-            if let Status::Waiting {
-                likely_too_late: true,
-                ..
-            } = status
-            {
-                self.metrics
-                    .queue_too_late
-                    .with_label_values(&[&activity.id])
-                    .inc();
-            }
-        }
+        let status = self.status(activity, queue, ticket, honoured)?;
         let ends_in = (activity.ends_at - self.store.clock().now())
             .num_seconds()
             .max(0) as u64;
@@ -440,6 +359,128 @@ impl WaitingRoom {
             ticket,
             honoured,
         ))
+    }
+
+    /// The ticket presented, if it is this buyer's for this activity and of the queue as it is
+    /// now (a ticket of a queue Redis lost, set up again since, holds no place in this one: the
+    /// buyer is given a new ticket, as if they had none). A cookie's ticket of another activity
+    /// is ignored; any other ticket that is not the buyer's is refused.
+    async fn kept(
+        &self,
+        key: &[u8; 32],
+        activity: &Activity,
+        queue: &QueueSettings,
+        user: &str,
+        presented: Option<&Presented>,
+    ) -> Result<Option<(Ticket, String)>, Decision> {
+        let Some(p) = presented else {
+            return Ok(None);
+        };
+        let ticket = match ticket::verify(key, &activity.id, user, &p.ticket) {
+            Ok(ticket) => ticket,
+            Err(ticket::Invalid::OtherActivity) if p.from_cookie => return Ok(None),
+            Err(_) => return Err(Decision::InvalidTicket),
+        };
+        if self.view(activity).is_none() {
+            // Nothing read lately (just started, or the store was away): read now.
+            self.read(activity, queue, false).await.map_err(|e| {
+                tracing::warn!(activity = %activity.id, error = %e, "queue state not read");
+                Decision::Unavailable
+            })?;
+        }
+        let current = self
+            .view(activity)
+            .is_some_and(|v| ticket.epoch == v.state.epoch);
+        if !current {
+            tracing::warn!(activity = %activity.id,
+                "a ticket of a queue Redis lost (set up again since): issuing a new one");
+            return Ok(None);
+        }
+        Ok(Some((ticket, p.ticket.clone())))
+    }
+
+    /// A new ticket from Redis (one per buyer: Redis answers a buyer's own again), signed and
+    /// remembered here.
+    async fn issue(
+        &self,
+        key: &[u8; 32],
+        activity: &Activity,
+        queue: &QueueSettings,
+        user: &str,
+    ) -> Result<(Ticket, String), Decision> {
+        let (state, issued) = self
+            .store
+            .ticket(activity, queue, user, seed())
+            .await
+            .map_err(|e| {
+                tracing::warn!(activity = %activity.id, error = %e, "no ticket issued");
+                Decision::Unavailable
+            })?;
+        let known = self.view(activity).and_then(|v| v.left);
+        let (number, fresh) = match issued {
+            store::Issued::Ticket { number, fresh } => (number, fresh),
+            // This gateway's clock runs ahead of or behind Redis's: Redis's counts.
+            store::Issued::NotOpen => return Err(Decision::NotStarted),
+            store::Issued::Closed => return Err(Decision::Ended),
+        };
+        let ticket = Ticket {
+            number,
+            issued_ms: state.now_ms,
+            epoch: state.epoch,
+        };
+        self.learn(activity, View::new(state, known));
+        if fresh {
+            self.metrics
+                .queue_tickets
+                .with_label_values(&[&activity.id])
+                .inc();
+        }
+        let raw = ticket::sign(key, &activity.id, user, ticket);
+        self.issued.insert(
+            (activity.id.clone(), user.to_owned()),
+            (ticket, raw.clone()),
+        );
+        Ok((ticket, raw))
+    }
+
+    /// Where a ticket stands. Redis's queue may run on an earlier start than this
+    /// configuration's (a sale postponed, this gateway reloaded first): nobody buys before the
+    /// configured start, by Redis's clock (estimated from the last read), not this gateway's.
+    /// A buyer new to the queue told they are likely too late is counted.
+    fn status(
+        &self,
+        activity: &Activity,
+        queue: &QueueSettings,
+        ticket: Ticket,
+        honoured: bool,
+    ) -> Result<Status, Decision> {
+        let view = self.view(activity).ok_or(Decision::Unavailable)?;
+        let mut status = view.status(ticket.number, queue);
+        let until_start = activity.starts_at.timestamp_millis() - view.redis_now_ms() as i64;
+        if status == Status::YourTurn && until_start > 0 {
+            let until_start = until_start as u64;
+            status = Status::Waiting {
+                position: 1,
+                estimated_wait_ms: until_start,
+                refresh_after_ms: until_start.clamp(1_000, 30_000),
+                likely_too_late: false,
+                drawn: true,
+            };
+        }
+        let too_late = matches!(
+            status,
+            Status::Waiting {
+                likely_too_late: true,
+                ..
+            }
+        );
+        if too_late && !honoured {
+            self.metrics
+                .queue_too_late
+                .with_label_values(&[&activity.id])
+                .inc();
+        }
+        Ok(status)
     }
 
     /// The first time this process sees a ticket admitted: counted, and its wait observed.
@@ -479,7 +520,7 @@ impl WaitingRoom {
         activity: &Activity,
         control: store::Control,
     ) -> Result<View, StoreError> {
-        let state = store::control(&self.store, activity, control).await?;
+        let state = self.store.control(activity, control).await?;
         let known = self.views.read().get(&activity.id).and_then(|v| v.left);
         let view = View::new(state, known);
         self.learn(activity, view.clone());
@@ -491,3 +532,6 @@ impl WaitingRoom {
 fn seed() -> u64 {
     uuid::Uuid::new_v4().as_u64_pair().0 >> 11
 }
+
+#[cfg(test)]
+mod tests;

@@ -5,11 +5,96 @@
 
 use super::view::{QueueState, STATE_FIELDS};
 use crate::config::{Activity, QueueSettings};
-use crate::stock::{Layout, ScriptName, StockStore, StoreError, StoreOp};
+use crate::stock::clock::RedisClock;
+use crate::stock::{Layout, LedgerRow, Partition, ScriptName, StockStore, StoreError, StoreOp};
+use std::future::Future;
 
 use crate::stock::scripts::{
     QUEUE_CONTROL as CONTROL, QUEUE_STATE as STATE, QUEUE_TICKET as TICKET,
 };
+
+/// The store calls the waiting room makes: [`StockStore`] in the gateway (the functions below),
+/// an in-process fake in the unit tests (`super::fake`).
+pub trait QueueStore: Send + Sync + 'static {
+    /// Redis's clock as last read (see [`StockStore::clock`]).
+    fn clock(&self) -> &RedisClock;
+
+    /// See [`ticket`].
+    fn ticket(
+        &self,
+        activity: &Activity,
+        queue: &QueueSettings,
+        user: &str,
+        seed: u64,
+    ) -> impl Future<Output = Result<(QueueState, Issued), StoreError>> + Send;
+
+    /// See [`state`].
+    fn state(
+        &self,
+        activity: &Activity,
+        queue: &QueueSettings,
+        seed: u64,
+        set_rate: bool,
+        left: Option<i64>,
+    ) -> impl Future<Output = Result<(QueueState, Option<i64>), StoreError>> + Send;
+
+    /// See [`control`].
+    fn control(
+        &self,
+        activity: &Activity,
+        control: Control,
+    ) -> impl Future<Output = Result<QueueState, StoreError>> + Send;
+
+    /// One segment's ledger (see [`StockStore::ledger`]): a segmented activity's units left.
+    fn ledger(
+        &self,
+        partition: Partition<'_>,
+        version: u64,
+    ) -> impl Future<Output = Result<LedgerRow, StoreError>> + Send;
+}
+
+impl QueueStore for StockStore {
+    fn clock(&self) -> &RedisClock {
+        StockStore::clock(self)
+    }
+
+    async fn ticket(
+        &self,
+        activity: &Activity,
+        queue: &QueueSettings,
+        user: &str,
+        seed: u64,
+    ) -> Result<(QueueState, Issued), StoreError> {
+        ticket(self, activity, queue, user, seed).await
+    }
+
+    async fn state(
+        &self,
+        activity: &Activity,
+        queue: &QueueSettings,
+        seed: u64,
+        set_rate: bool,
+        left: Option<i64>,
+    ) -> Result<(QueueState, Option<i64>), StoreError> {
+        state(self, activity, queue, seed, set_rate, left).await
+    }
+
+    async fn control(
+        &self,
+        activity: &Activity,
+        control: Control,
+    ) -> Result<QueueState, StoreError> {
+        self::control(self, activity, control).await
+    }
+
+    async fn ledger(
+        &self,
+        partition: Partition<'_>,
+        version: u64,
+    ) -> Result<LedgerRow, StoreError> {
+        StockStore::ledger(self, partition, version).await
+    }
+}
 
 /// An operator's change to a queue (admin API).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,201 +1,55 @@
-//! What spans an activity's partitions: putting a version on sale everywhere, a buyer's
-//! reserve (in their home partition, pulling units from the others when it runs short),
-//! whether anything is left anywhere, and every ledger. Admission and the lifecycle get one
-//! outcome back; they never orchestrate partitions themselves.
+//! A buyer's reserve over every partition: in their home partition, pulling units from the
+//! others when it runs short (withdraw, then deposit together with the reserve), prewarming
+//! once when the version is not on sale yet. Over [`Reserving`]: the real store, or an
+//! in-process fake in the unit tests.
 
-use super::{
-    ClaimOutcome, Layout, LedgerRow, Partition, PrewarmOutcome, ReserveCall, ReserveOutcome,
-    SaleHours, StockStore, StoreError,
-};
+use super::{available, prewarm, Prewarmed, Refusal};
 use crate::config::Activity;
+use crate::stock::{
+    Layout, Partition, Reads, ReserveCall, ReserveOutcome, SaleHours, StockStore, StoreError,
+    Transfers,
+};
+use std::future::Future;
 use std::time::Duration;
 
-/// Why a configured activity is not on sale: what Redis recorded about it disagrees with the
-/// configuration. Such an activity is refused (buyers get `unavailable`), never sold twice.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum Refusal {
-    #[error(
-        "activity {id}: segments is {configured}, but it was first sold with {first}; the segment \
-         count is fixed for the life of an activity's keys (a buyer's units and idempotency keys \
-         live in their segment): set segments back to {first}, or sell under a new activity id"
-    )]
-    SegmentsFixed {
-        id: String,
-        first: u32,
-        configured: u32,
-    },
-    #[error(
-        "activity {id}: version {configured} is older than version {newest}, already put on sale; \
-         refusing to sell a retired version again: set version to {newest} or higher"
-    )]
-    OlderVersion {
-        id: String,
-        configured: u64,
-        newest: u64,
-    },
-    #[error(
-        "activity {id}: its keys in Redis were written by an older flashgate (another key layout); \
-         finish that sale first, or sell under a new activity id (see README, Upgrading)"
-    )]
-    OldLayout { id: String },
-    #[error(
-        "activity {id}: segment {segment} lost a key it had (removed by hand, evicted, or lost \
-         with Redis's data): its buyers' units or records can no longer be trusted; restore Redis, \
-         or sell under a new activity id (Redis must run with maxmemory-policy noeviction)"
-    )]
-    Damaged { id: String, segment: u32 },
-    #[error(
-        "activity {id}: version {version} was on sale before and its keys are gone (they expire \
-         redis.key_ttl_after_end_secs after ends_at, or were removed); a version that was on sale \
-         never sells again: raise version above {version} to sell afresh (per-user limits start \
-         over), or keep the sale closed"
-    )]
-    SoldBefore { id: String, version: u64 },
-}
+/// The store calls a reserve makes.
+pub trait Reserving: Reads + Transfers {
+    /// See [`StockStore::reserve`].
+    fn reserve(
+        &self,
+        partition: Partition<'_>,
+        call: &ReserveCall<'_>,
+    ) -> impl Future<Output = Result<ReserveOutcome, StoreError>> + Send;
 
-impl Refusal {
-    /// Whether this refusal still holds for `activity` as now configured: a refusal of one
-    /// configuration says nothing about another (a reload raising the version, say).
-    pub fn applies_to(&self, activity: &Activity) -> bool {
-        match self {
-            Refusal::SegmentsFixed { configured, .. } => *configured == activity.segments,
-            Refusal::OlderVersion { configured, .. } => *configured == activity.version,
-            Refusal::SoldBefore { version, .. } => *version == activity.version,
-            Refusal::OldLayout { .. } | Refusal::Damaged { .. } => true,
-        }
+    /// Puts the activity's version on sale everywhere (see [`prewarm`]).
+    fn prewarm(
+        &self,
+        activity: &Activity,
+    ) -> impl Future<Output = Result<Result<Prewarmed, Refusal>, StoreError>> + Send;
+
+    /// A test-only fault between a pull's withdraw and its deposit (see `fault`).
+    fn before_deposit(&self, _home: Partition<'_>) -> impl Future<Output = ()> + Send {
+        async {}
     }
 }
 
-/// What prewarming an activity did.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Prewarmed {
-    /// Partitions where the version went on sale just now.
-    pub created: u32,
-    /// Partitions whose stock key of the version on sale is gone (removed by hand, or lost):
-    /// never re-created; their buyers get `unavailable` until the version is raised.
-    pub stock_key_removed: Vec<u32>,
-    /// Units left over all partitions, when every partition could be read.
-    pub remaining: Option<i64>,
-}
+impl Reserving for StockStore {
+    async fn reserve(
+        &self,
+        partition: Partition<'_>,
+        call: &ReserveCall<'_>,
+    ) -> Result<ReserveOutcome, StoreError> {
+        StockStore::reserve(self, partition, call).await
+    }
 
-/// Puts the activity's configured version on sale in every partition (created once, never
-/// reset; the version before it retired), after checking what Redis recorded about the activity.
-pub async fn prewarm(
-    store: &StockStore,
-    activity: &Activity,
-) -> Result<Result<Prewarmed, Refusal>, StoreError> {
-    let layout = Layout::of(activity);
-    let expire_at = store.expire_at(activity);
-    let id = activity.id.to_string();
-    // The registry keeps a second record of the segment count, outside the activity's keys
-    // (it outlives them: a record whose segments hold nothing any more is stale).
-    if let Some(first) = store.registered_segments(&activity.id).await? {
-        if first != layout.count() && alive(store, &Layout::new(activity.id.clone(), first)).await?
-        {
-            return Ok(Err(Refusal::SegmentsFixed {
-                id,
-                first,
-                configured: layout.count(),
-            }));
-        }
+    async fn prewarm(&self, activity: &Activity) -> Result<Result<Prewarmed, Refusal>, StoreError> {
+        prewarm(self, activity).await
     }
-    match store.claim(&layout, activity.version, expire_at).await? {
-        ClaimOutcome::Claimed => {}
-        ClaimOutcome::SegmentsFixed { first } => {
-            return Ok(Err(Refusal::SegmentsFixed {
-                id,
-                first,
-                configured: layout.count(),
-            }))
-        }
-        ClaimOutcome::Older { newest } => {
-            return Ok(Err(Refusal::OlderVersion {
-                id,
-                configured: activity.version,
-                newest,
-            }))
-        }
-        ClaimOutcome::OldLayout => return Ok(Err(Refusal::OldLayout { id })),
-        ClaimOutcome::SoldBefore { version } => {
-            return Ok(Err(Refusal::SoldBefore { id, version }))
-        }
-    }
-    store
-        .register(&activity.id, layout.count(), expire_at)
-        .await?;
-    let mut report = Prewarmed {
-        remaining: Some(0),
-        ..Prewarmed::default()
-    };
-    // Which segments were made before (read after the claim, which the base meta outlives).
-    let made = if layout.is_segmented() {
-        store.base_meta(&activity.id).await?.made
-    } else {
-        Vec::new()
-    };
-    for partition in layout.partitions() {
-        let units = layout.share(activity.stock, partition.index());
-        let made_before = made.contains(&partition.index());
-        let outcome = store
-            .prewarm(partition, activity.version, units, expire_at, made_before)
-            .await?;
-        if matches!(outcome, PrewarmOutcome::Created | PrewarmOutcome::Exists)
-            && layout.is_segmented()
-            && !made_before
-        {
-            store.mark_made(&layout, partition.index()).await?;
-        }
-        match outcome {
-            PrewarmOutcome::Created => report.created += 1,
-            PrewarmOutcome::Exists => {}
-            PrewarmOutcome::Damaged => {
-                return Ok(Err(Refusal::Damaged {
-                    id,
-                    segment: partition.index(),
-                }))
-            }
-            PrewarmOutcome::StockKeyRemoved => report.stock_key_removed.push(partition.index()),
-            // The claim passed, so a newer version here means another instance claimed it since.
-            PrewarmOutcome::Older { current } => {
-                return Ok(Err(Refusal::OlderVersion {
-                    id,
-                    configured: activity.version,
-                    newest: current,
-                }))
-            }
-        }
-        let left = store.remaining(partition, activity.version).await?;
-        report.remaining = report.remaining.zip(left).map(|(t, l)| t + l);
-    }
-    Ok(Ok(report))
-}
 
-/// The layout Redis recorded for an activity: the segment count its base meta holds, else the
-/// registry's record, else (never prewarmed) the configured one. Whatever reads or settles what
-/// is in Redis uses this, not the configuration, which may disagree (and is then refused).
-pub async fn recorded_layout(
-    store: &StockStore,
-    activity: &Activity,
-) -> Result<Layout, StoreError> {
-    let segments = match store.base_meta(&activity.id).await?.segments {
-        Some(s) => Some(s),
-        None => store.registered_segments(&activity.id).await?,
-    };
-    Ok(Layout::new(
-        activity.id.clone(),
-        segments.unwrap_or(activity.segments),
-    ))
-}
-
-/// Whether any partition of `layout` still has keys: its meta, or what a lost meta leaves
-/// behind (a buyer's units, the records).
-async fn alive(store: &StockStore, layout: &Layout) -> Result<bool, StoreError> {
-    for partition in layout.partitions() {
-        if store.has_keys(partition).await? {
-            return Ok(true);
-        }
+    #[cfg(feature = "fault-injection")]
+    async fn before_deposit(&self, home: Partition<'_>) {
+        crate::stock::fault::before_deposit(self, home).await
     }
-    Ok(false)
 }
 
 /// A buyer's purchase, as the stock layer takes it.
@@ -282,8 +136,8 @@ const REBALANCE_CHUNKS_PER_PARTITION: u64 = 8;
 /// of units in a segmented activity: withdraws from the other partitions, each withdrawal
 /// deposited together with the reserve in one step (nobody can take the units in between).
 /// `sold_out` only when the units of every partition and in flight add up to less than asked.
-pub async fn reserve(
-    store: &StockStore,
+pub async fn reserve<S: Reserving + ?Sized>(
+    store: &S,
     activity: &Activity,
     purchase: Purchase<'_>,
 ) -> Result<Reserve, ReserveFailed> {
@@ -311,7 +165,8 @@ pub async fn reserve(
     if outcome == ReserveOutcome::NoStockKey {
         // Not prewarmed yet (or retired by a newer version): put the configured version on sale
         // (create-once, never a reset; refused if Redis knows better) and try once more.
-        let prewarmed = prewarm(store, activity)
+        let prewarmed = store
+            .prewarm(activity)
             .await
             .map_err(|error| ReserveFailed {
                 error,
@@ -322,12 +177,37 @@ pub async fn reserve(
             Ok(_) => outcome = attempt(store, home, &call).await?,
         }
     }
+    let outcome = match rebalance(store, activity, &layout, home, &call, outcome).await? {
+        Ok(outcome) => outcome,
+        Err(answered) => return Ok(answered),
+    };
+    Ok(answer(
+        outcome,
+        activity,
+        purchase,
+        home,
+        layout.is_segmented(),
+    ))
+}
+
+/// Short of units in a segmented activity's home partition: pulls from the others, round after
+/// round, each withdrawal deposited together with the reserve, until the reserve is answered
+/// otherwise. `Err(answer)`: sold out as a whole (or, a newer version on sale, not on sale), or
+/// still short after every round (busy).
+async fn rebalance<S: Reserving + ?Sized>(
+    store: &S,
+    activity: &Activity,
+    layout: &Layout,
+    home: Partition<'_>,
+    call: &ReserveCall<'_>,
+    mut outcome: ReserveOutcome,
+) -> Result<Result<ReserveOutcome, Reserve>, ReserveFailed> {
     let mut rounds = 0;
     while let ReserveOutcome::Insufficient { remaining } = outcome {
         if !layout.is_segmented() {
-            return Ok(Reserve::SoldOut {
+            return Ok(Err(Reserve::SoldOut {
                 left: remaining as i64,
-            });
+            }));
         }
         let mut have = remaining;
         if rounds > 0 {
@@ -340,16 +220,18 @@ pub async fn reserve(
                     error,
                     landed_maybe: None,
                 })?;
-            if left < i64::from(purchase.qty) {
-                return Ok(newer_version(store, activity)
+            if left < i64::from(call.qty) {
+                return Ok(Err(newer_version(store, activity)
                     .await
-                    .map_or(Reserve::SoldOut { left }, |r| Reserve::NotOnSale(Some(r))));
+                    .map_or(Reserve::SoldOut { left }, |r| {
+                        Reserve::NotOnSale(Some(r))
+                    })));
             }
             if rounds == MAX_REBALANCE_ROUNDS {
-                return Ok(Reserve::Busy);
+                return Ok(Err(Reserve::Busy));
             }
             tokio::time::sleep(Duration::from_millis(1 << rounds.min(4))).await;
-            match attempt(store, home, &call).await? {
+            match attempt(store, home, call).await? {
                 ReserveOutcome::Insufficient { remaining } => have = remaining,
                 settled => {
                     outcome = settled;
@@ -358,7 +240,7 @@ pub async fn reserve(
             }
         }
         rounds += 1;
-        outcome = match pull(store, activity, &layout, home, &call, have).await {
+        outcome = match pull(store, activity, layout, home, call, have).await {
             Pulled::Nothing => ReserveOutcome::Insufficient { remaining: have },
             Pulled::Reserved(next) => next,
             Pulled::Failed(error) => {
@@ -369,13 +251,7 @@ pub async fn reserve(
             }
         };
     }
-    Ok(answer(
-        outcome,
-        activity,
-        purchase,
-        home,
-        layout.is_segmented(),
-    ))
+    Ok(Ok(outcome))
 }
 
 /// What a reserve's last outcome means for the purchase.
@@ -446,7 +322,7 @@ fn answer(
 /// A newer version than this configuration's is on sale (this instance runs an older YAML
 /// while another's prewarm retires its version segment by segment): then "nothing left" is
 /// about a retired version, and the buyer is told `unavailable`, not `sold_out`.
-async fn newer_version(store: &StockStore, activity: &Activity) -> Option<Refusal> {
+async fn newer_version<S: Reads + ?Sized>(store: &S, activity: &Activity) -> Option<Refusal> {
     let newest = store.base_meta(&activity.id).await.ok()?.newest?;
     (newest > activity.version).then(|| Refusal::OlderVersion {
         id: activity.id.to_string(),
@@ -456,8 +332,8 @@ async fn newer_version(store: &StockStore, activity: &Activity) -> Option<Refusa
 }
 
 /// One reserve call in the home partition; an error says whether it may have landed.
-async fn attempt(
-    store: &StockStore,
+async fn attempt<S: Reserving + ?Sized>(
+    store: &S,
     home: Partition<'_>,
     call: &ReserveCall<'_>,
 ) -> Result<ReserveOutcome, ReserveFailed> {
@@ -483,8 +359,8 @@ enum Pulled {
 /// buyers of one home do not all empty the same giver): withdraw what the home lacks (at least
 /// a chunk, so a busy home does not come back for every unit) and deposit it with the reserve.
 /// A withdrawal whose deposit is cut short stays recorded on the giver; the sweep delivers it.
-async fn pull(
-    store: &StockStore,
+async fn pull<S: Reserving + ?Sized>(
+    store: &S,
     activity: &Activity,
     layout: &Layout,
     home: Partition<'_>,
@@ -542,16 +418,15 @@ async fn pull(
 /// when the answer proves it landed. Otherwise (a damaged home, a refused deposit, no answer) it
 /// stays recorded on the giver, in flight, and the sweep delivers it (or finds it received)
 /// and acknowledges it then: a giver never forgets a transfer that did not arrive.
-pub async fn deposit_and_reserve(
-    store: &StockStore,
+pub async fn deposit_and_reserve<S: Reserving + ?Sized>(
+    store: &S,
     giver: Partition<'_>,
     home: Partition<'_>,
     call: &ReserveCall<'_>,
     transfer_id: &str,
     units: u64,
 ) -> Result<ReserveOutcome, StoreError> {
-    #[cfg(feature = "fault-injection")]
-    super::fault::before_deposit(store, home).await;
+    store.before_deposit(home).await;
     let with_deposit = ReserveCall {
         deposit: Some((transfer_id, units)),
         ..*call
@@ -563,32 +438,5 @@ pub async fn deposit_and_reserve(
     outcome
 }
 
-/// Units of the activity's current version left anywhere: every partition's stock plus what is
-/// in flight between two of them (exact whatever the order of the reads, see
-/// [`LedgerRow::available`]; a release landing after its partition was read is not counted).
-pub async fn available(store: &StockStore, activity: &Activity) -> Result<i64, StoreError> {
-    let layout = Layout::of(activity);
-    let reads = layout
-        .partitions()
-        .map(|p| store.ledger(p, activity.version));
-    let rows = futures_util::future::join_all(reads).await;
-    let mut total = 0;
-    for row in rows {
-        total += row?.available();
-    }
-    Ok(total)
-}
-
-/// Every partition's ledger of every version it has had, in partition then version order.
-pub async fn ledgers(
-    store: &StockStore,
-    layout: &Layout,
-) -> Result<Vec<(u32, LedgerRow)>, StoreError> {
-    let mut rows = Vec::new();
-    for partition in layout.partitions() {
-        for version in store.meta(partition).await?.versions {
-            rows.push((partition.index(), store.ledger(partition, version).await?));
-        }
-    }
-    Ok(rows)
-}
+#[cfg(test)]
+mod tests;

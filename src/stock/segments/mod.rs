@@ -1,0 +1,232 @@
+//! What spans an activity's partitions: putting a version on sale everywhere, a buyer's
+//! reserve (in their home partition, pulling units from the others when it runs short),
+//! whether anything is left anywhere, and every ledger. Admission and the lifecycle get one
+//! outcome back; they never orchestrate partitions themselves. The reserve is in [`reserve`].
+
+use super::{ClaimOutcome, Layout, LedgerRow, PrewarmOutcome, Reads, StockStore, StoreError};
+use crate::config::Activity;
+
+mod reserve;
+
+pub use reserve::{deposit_and_reserve, reserve, Purchase, Reserve, ReserveFailed, Reserving};
+
+/// Why a configured activity is not on sale: what Redis recorded about it disagrees with the
+/// configuration. Such an activity is refused (buyers get `unavailable`), never sold twice.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    #[error(
+        "activity {id}: segments is {configured}, but it was first sold with {first}; the segment \
+         count is fixed for the life of an activity's keys (a buyer's units and idempotency keys \
+         live in their segment): set segments back to {first}, or sell under a new activity id"
+    )]
+    SegmentsFixed {
+        id: String,
+        first: u32,
+        configured: u32,
+    },
+    #[error(
+        "activity {id}: version {configured} is older than version {newest}, already put on sale; \
+         refusing to sell a retired version again: set version to {newest} or higher"
+    )]
+    OlderVersion {
+        id: String,
+        configured: u64,
+        newest: u64,
+    },
+    #[error(
+        "activity {id}: its keys in Redis were written by an older flashgate (another key layout); \
+         finish that sale first, or sell under a new activity id (see README, Upgrading)"
+    )]
+    OldLayout { id: String },
+    #[error(
+        "activity {id}: segment {segment} lost a key it had (removed by hand, evicted, or lost \
+         with Redis's data): its buyers' units or records can no longer be trusted; restore Redis, \
+         or sell under a new activity id (Redis must run with maxmemory-policy noeviction)"
+    )]
+    Damaged { id: String, segment: u32 },
+    #[error(
+        "activity {id}: version {version} was on sale before and its keys are gone (they expire \
+         redis.key_ttl_after_end_secs after ends_at, or were removed); a version that was on sale \
+         never sells again: raise version above {version} to sell afresh (per-user limits start \
+         over), or keep the sale closed"
+    )]
+    SoldBefore { id: String, version: u64 },
+}
+
+impl Refusal {
+    /// Whether this refusal still holds for `activity` as now configured: a refusal of one
+    /// configuration says nothing about another (a reload raising the version, say).
+    pub fn applies_to(&self, activity: &Activity) -> bool {
+        match self {
+            Refusal::SegmentsFixed { configured, .. } => *configured == activity.segments,
+            Refusal::OlderVersion { configured, .. } => *configured == activity.version,
+            Refusal::SoldBefore { version, .. } => *version == activity.version,
+            Refusal::OldLayout { .. } | Refusal::Damaged { .. } => true,
+        }
+    }
+}
+
+/// What prewarming an activity did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Prewarmed {
+    /// Partitions where the version went on sale just now.
+    pub created: u32,
+    /// Partitions whose stock key of the version on sale is gone (removed by hand, or lost):
+    /// never re-created; their buyers get `unavailable` until the version is raised.
+    pub stock_key_removed: Vec<u32>,
+    /// Units left over all partitions, when every partition could be read.
+    pub remaining: Option<i64>,
+}
+
+/// Puts the activity's configured version on sale in every partition (created once, never
+/// reset; the version before it retired), after checking what Redis recorded about the activity.
+pub async fn prewarm(
+    store: &StockStore,
+    activity: &Activity,
+) -> Result<Result<Prewarmed, Refusal>, StoreError> {
+    let layout = Layout::of(activity);
+    let expire_at = store.expire_at(activity);
+    let id = activity.id.to_string();
+    // The registry keeps a second record of the segment count, outside the activity's keys
+    // (it outlives them: a record whose segments hold nothing any more is stale).
+    if let Some(first) = store.registered_segments(&activity.id).await? {
+        if first != layout.count() && alive(store, &Layout::new(activity.id.clone(), first)).await?
+        {
+            return Ok(Err(Refusal::SegmentsFixed {
+                id,
+                first,
+                configured: layout.count(),
+            }));
+        }
+    }
+    match store.claim(&layout, activity.version, expire_at).await? {
+        ClaimOutcome::Claimed => {}
+        ClaimOutcome::SegmentsFixed { first } => {
+            return Ok(Err(Refusal::SegmentsFixed {
+                id,
+                first,
+                configured: layout.count(),
+            }))
+        }
+        ClaimOutcome::Older { newest } => {
+            return Ok(Err(Refusal::OlderVersion {
+                id,
+                configured: activity.version,
+                newest,
+            }))
+        }
+        ClaimOutcome::OldLayout => return Ok(Err(Refusal::OldLayout { id })),
+        ClaimOutcome::SoldBefore { version } => {
+            return Ok(Err(Refusal::SoldBefore { id, version }))
+        }
+    }
+    store
+        .register(&activity.id, layout.count(), expire_at)
+        .await?;
+    let mut report = Prewarmed {
+        remaining: Some(0),
+        ..Prewarmed::default()
+    };
+    // Which segments were made before (read after the claim, which the base meta outlives).
+    let made = if layout.is_segmented() {
+        store.base_meta(&activity.id).await?.made
+    } else {
+        Vec::new()
+    };
+    for partition in layout.partitions() {
+        let units = layout.share(activity.stock, partition.index());
+        let made_before = made.contains(&partition.index());
+        let outcome = store
+            .prewarm(partition, activity.version, units, expire_at, made_before)
+            .await?;
+        if matches!(outcome, PrewarmOutcome::Created | PrewarmOutcome::Exists)
+            && layout.is_segmented()
+            && !made_before
+        {
+            store.mark_made(&layout, partition.index()).await?;
+        }
+        match outcome {
+            PrewarmOutcome::Created => report.created += 1,
+            PrewarmOutcome::Exists => {}
+            PrewarmOutcome::Damaged => {
+                return Ok(Err(Refusal::Damaged {
+                    id,
+                    segment: partition.index(),
+                }))
+            }
+            PrewarmOutcome::StockKeyRemoved => report.stock_key_removed.push(partition.index()),
+            // The claim passed, so a newer version here means another instance claimed it since.
+            PrewarmOutcome::Older { current } => {
+                return Ok(Err(Refusal::OlderVersion {
+                    id,
+                    configured: activity.version,
+                    newest: current,
+                }))
+            }
+        }
+        let left = store.remaining(partition, activity.version).await?;
+        report.remaining = report.remaining.zip(left).map(|(t, l)| t + l);
+    }
+    Ok(Ok(report))
+}
+
+/// The layout Redis recorded for an activity: the segment count its base meta holds, else the
+/// registry's record, else (never prewarmed) the configured one. Whatever reads or settles what
+/// is in Redis uses this, not the configuration, which may disagree (and is then refused).
+pub async fn recorded_layout<S: Reads + ?Sized>(
+    store: &S,
+    activity: &Activity,
+) -> Result<Layout, StoreError> {
+    let segments = match store.base_meta(&activity.id).await?.segments {
+        Some(s) => Some(s),
+        None => store.registered_segments(&activity.id).await?,
+    };
+    Ok(Layout::new(
+        activity.id.clone(),
+        segments.unwrap_or(activity.segments),
+    ))
+}
+
+/// Whether any partition of `layout` still has keys: its meta, or what a lost meta leaves
+/// behind (a buyer's units, the records).
+async fn alive(store: &StockStore, layout: &Layout) -> Result<bool, StoreError> {
+    for partition in layout.partitions() {
+        if store.has_keys(partition).await? {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// Units of the activity's current version left anywhere: every partition's stock plus what is
+/// in flight between two of them (exact whatever the order of the reads, see
+/// [`LedgerRow::available`]; a release landing after its partition was read is not counted).
+pub async fn available<S: Reads + ?Sized>(
+    store: &S,
+    activity: &Activity,
+) -> Result<i64, StoreError> {
+    let layout = Layout::of(activity);
+    let reads = layout
+        .partitions()
+        .map(|p| store.ledger(p, activity.version));
+    let rows = futures_util::future::join_all(reads).await;
+    let mut total = 0;
+    for row in rows {
+        total += row?.available();
+    }
+    Ok(total)
+}
+
+/// Every partition's ledger of every version it has had, in partition then version order.
+pub async fn ledgers<S: Reads + ?Sized>(
+    store: &S,
+    layout: &Layout,
+) -> Result<Vec<(u32, LedgerRow)>, StoreError> {
+    let mut rows = Vec::new();
+    for partition in layout.partitions() {
+        for version in store.meta(partition).await?.versions {
+            rows.push((partition.index(), store.ledger(partition, version).await?));
+        }
+    }
+    Ok(rows)
+}

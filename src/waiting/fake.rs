@@ -1,0 +1,249 @@
+//! An in-process waiting-room store for unit tests: the queue scripts (`lua/queue_*.lua`) as
+//! maps under one `Mutex`, close enough for the waiting room's own logic (its views, tickets,
+//! gate and polls); the scripts are proven against Redis by tests/queue_model.rs and e2e. Units
+//! left come from a [`FakeStore`] (ledgers and stock keys).
+//!
+//! Kept: one ticket per user, numbers growing with arrival and skipping what a cursor that ran
+//! ahead passed; the cursor (`base + (now - t0) * rate`, standing while paused or held or
+//! before the start) restarting from where it is on a pause, a resume, a change of rate or a
+//! hold; the draw's freeze at the first call after the start; the epoch; no ticket outside the
+//! queue's hours. Approximations: a postponed start is not rescheduled, the history is never
+//! pruned (nothing lapses by age), and control of a queue never set up sets it up.
+//!
+//! Redis's clock is frozen at what the test sets ([`QueueFake::set_now`]); the store's
+//! [`RedisClock`] learns it, so the gateway's estimate agrees with it (up to the real time the
+//! test takes, a few ms).
+
+use super::store::{Control, Issued, QueueStore};
+use super::view::{Mark, QueueState};
+use crate::config::{Activity, QueueSettings};
+use crate::stock::clock::RedisClock;
+use crate::stock::fake::FakeStore;
+use crate::stock::{Layout, LedgerRow, Partition, Reads, StoreError};
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::time::Duration;
+
+/// One queue hash and its tickets.
+#[derive(Debug, Clone)]
+struct Queue {
+    state: QueueState,
+    tickets: HashMap<String, u64>,
+}
+
+/// What the fake was asked, for tests to check.
+#[derive(Debug, Default)]
+pub struct Asked {
+    pub tickets: u32,
+    /// `set_rate` of each state read.
+    pub set_rate: Vec<bool>,
+}
+
+#[derive(Debug, Default)]
+pub struct QueueFake {
+    pub stock: FakeStore,
+    clock: RedisClock,
+    now_ms: Mutex<u64>,
+    queues: Mutex<HashMap<String, Queue>>,
+    /// Calls still to fail, by name (`ticket`, `state`, `control`).
+    failing: Mutex<HashMap<&'static str, u32>>,
+    pub asked: Mutex<Asked>,
+}
+
+impl QueueFake {
+    /// Redis's clock now, and the gateway's estimate of it.
+    pub fn set_now(&self, at: chrono::DateTime<chrono::Utc>) {
+        *self.now_ms.lock() = at.timestamp_millis() as u64;
+        let local = chrono::Utc::now();
+        self.clock.learn(at.timestamp_millis(), local, local);
+    }
+
+    /// Moves Redis's clock alone (the gateway's estimate stays): a gateway whose clock is off.
+    pub fn skew(&self, by: chrono::Duration) {
+        let mut now = self.now_ms.lock();
+        *now = (*now as i64 + by.num_milliseconds()) as u64;
+    }
+
+    pub fn advance(&self, by: Duration) {
+        let now = *self.now_ms.lock() + by.as_millis() as u64;
+        self.set_now(chrono::DateTime::from_timestamp_millis(now as i64).unwrap());
+    }
+
+    /// The next `calls` calls of `op` fail as a timeout would.
+    pub fn fail(&self, op: &'static str, calls: u32) {
+        self.failing.lock().insert(op, calls);
+    }
+
+    /// Redis lost the queue's keys: the next call sets it up again (a new epoch).
+    pub fn lose(&self, activity: &str) {
+        self.queues.lock().remove(activity);
+    }
+
+    fn enter(&self, op: &'static str) -> Result<u64, StoreError> {
+        if let Some(left) = self.failing.lock().get_mut(op).filter(|n| **n > 0) {
+            *left -= 1;
+            return Err(StoreError::Timeout(Duration::from_millis(1)));
+        }
+        Ok(*self.now_ms.lock())
+    }
+
+    /// `queue_init`, `queue_freeze` and the answer's clock: the queue as a call finds it.
+    fn queue<'q>(
+        queues: &'q mut HashMap<String, Queue>,
+        activity: &Activity,
+        rate: u32,
+        now: u64,
+        seed: u64,
+    ) -> &'q mut Queue {
+        let start = activity.starts_at.timestamp_millis() as u64;
+        let q = queues.entry(activity.id.to_string()).or_insert_with(|| {
+            let t0 = now.max(start);
+            let state = QueueState {
+                seq: 0,
+                start_ms: start,
+                rate: u64::from(rate),
+                base: 0,
+                t0_ms: t0,
+                paused: false,
+                held: false,
+                drawn: None,
+                now_ms: now,
+                epoch: seed,
+                marks: vec![mark(t0, 0, u64::from(rate), true)],
+                lapsed: 0,
+            };
+            Queue {
+                state,
+                tickets: HashMap::new(),
+            }
+        });
+        if now >= q.state.start_ms && q.state.drawn.is_none() {
+            q.state.drawn = Some((q.state.seq, seed));
+        }
+        q.state.now_ms = now;
+        q
+    }
+}
+
+fn mark(at_ms: u64, cursor: u64, rate: u64, running: bool) -> Mark {
+    Mark {
+        at_ms,
+        cursor,
+        rate,
+        running,
+        postponed_at: None,
+    }
+}
+
+/// `queue_cursor`.
+fn cursor(s: &QueueState, now: u64) -> u64 {
+    if now < s.start_ms || now < s.t0_ms || s.paused || s.held {
+        return s.base;
+    }
+    s.base + (now - s.t0_ms) * s.rate / 1000
+}
+
+/// `queue_rebase` then `queue_mark` around `change`: the cursor restarts from where it is.
+fn restart(s: &mut QueueState, now: u64, change: impl FnOnce(&mut QueueState)) {
+    s.base = cursor(s, now);
+    s.t0_ms = now.max(s.start_ms);
+    change(s);
+    if s.marks.last().is_some_and(|m| m.cursor == s.base) {
+        s.marks.pop();
+    }
+    let running = !(s.paused || s.held);
+    s.marks.push(mark(s.t0_ms, s.base, s.rate, running));
+}
+
+impl QueueStore for QueueFake {
+    fn clock(&self) -> &RedisClock {
+        &self.clock
+    }
+
+    /// `lua/queue_ticket.lua`.
+    async fn ticket(
+        &self,
+        activity: &Activity,
+        queue: &QueueSettings,
+        user: &str,
+        seed: u64,
+    ) -> Result<(QueueState, Issued), StoreError> {
+        let now = self.enter("ticket")?;
+        self.asked.lock().tickets += 1;
+        let mut queues = self.queues.lock();
+        let q = Self::queue(&mut queues, activity, queue.admit_per_second, now, seed);
+        if now < queue.opens_at.timestamp_millis() as u64 {
+            return Ok((q.state.clone(), Issued::NotOpen));
+        }
+        if now >= activity.ends_at.timestamp_millis() as u64 {
+            return Ok((q.state.clone(), Issued::Closed));
+        }
+        let (number, fresh) = match q.tickets.get(user) {
+            Some(&n) => (n, false),
+            None => {
+                q.state.seq = q.state.seq.max(cursor(&q.state, now)) + 1;
+                q.tickets.insert(user.to_owned(), q.state.seq);
+                (q.state.seq, true)
+            }
+        };
+        Ok((q.state.clone(), Issued::Ticket { number, fresh }))
+    }
+
+    /// `lua/queue_state.lua`; an unsegmented activity's units left are its stock key's.
+    async fn state(
+        &self,
+        activity: &Activity,
+        queue: &QueueSettings,
+        seed: u64,
+        set_rate: bool,
+        left: Option<i64>,
+    ) -> Result<(QueueState, Option<i64>), StoreError> {
+        let now = self.enter("state")?;
+        self.asked.lock().set_rate.push(set_rate);
+        let left = if activity.is_segmented() {
+            left
+        } else {
+            let layout = Layout::of(activity);
+            self.stock
+                .stock(layout.partition(0).unwrap(), activity.version)
+        };
+        let mut queues = self.queues.lock();
+        let q = Self::queue(&mut queues, activity, queue.admit_per_second, now, seed);
+        let rate = u64::from(queue.admit_per_second);
+        if set_rate && rate != q.state.rate {
+            restart(&mut q.state, now, |s| s.rate = rate);
+        }
+        if let Some(left) = left.filter(|l| *l >= 0) {
+            let held = left == 0;
+            if held != q.state.held {
+                restart(&mut q.state, now, |s| s.held = held);
+            }
+        }
+        Ok((q.state.clone(), left.filter(|l| *l >= 0)))
+    }
+
+    /// `lua/queue_control.lua`.
+    async fn control(
+        &self,
+        activity: &Activity,
+        control: Control,
+    ) -> Result<QueueState, StoreError> {
+        let now = self.enter("control")?;
+        let mut queues = self.queues.lock();
+        let q = Self::queue(&mut queues, activity, 1, now, 0);
+        restart(&mut q.state, now, |s| match control {
+            Control::Pause => s.paused = true,
+            Control::Resume => s.paused = false,
+            Control::Rate(rate) => s.rate = u64::from(rate),
+        });
+        Ok(q.state.clone())
+    }
+
+    async fn ledger(
+        &self,
+        partition: Partition<'_>,
+        version: u64,
+    ) -> Result<LedgerRow, StoreError> {
+        Reads::ledger(&self.stock, partition, version).await
+    }
+}
