@@ -5,7 +5,6 @@
 
 use crate::queue_support::{buy as queue_buy, poll, take_ticket, wait_state, TICKET};
 use crate::support::*;
-use std::time::Duration;
 
 /// Segmented stock, home segments short of a 2-unit purchase: a gateway two hours slow pulls
 /// units across segments after the close (and one two hours fast before the opening). The
@@ -86,16 +85,20 @@ async fn a_slow_gateways_waiting_room_holds_back_a_buyer_whose_turn_came_by_redi
 async fn a_replay_of_a_won_purchase_answers_after_the_close_whatever_the_gateway() {
     let closing =
         TestActivity::explicit("closing", 5, 900).ends_at(from_now(chrono::Duration::seconds(4)));
-    let (_redis, _upstream, config) = backends(vec![closing]);
+    let (redis, _upstream, config) = backends(vec![closing]);
     let right = GatewayProc::start(config.clone());
     let slow = GatewayProc::start_skewed(&config, "-2h");
     let won = right.buy_keyed("closing", "alice", "k-1").await;
     assert_eq!(won.status, 200, "{}", won.text());
     let jti = won.reservation_id();
+    // The close passes by Redis's clock, and by each gateway's estimate of it (off by at most
+    // half a round trip of `TIME`, src/stock/clock.rs): the retries come after the close.
     let ends = chrono::DateTime::parse_from_rfc3339(config.activities[0].ends_at).unwrap();
-    while chrono::Utc::now() < ends + chrono::Duration::milliseconds(500) {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let estimate_error_ms = flashgate::stock::clock::MAX_ROUND_TRIP_MS as u64;
+    redis.wait_time_past(
+        "the close to pass by Redis's clock",
+        ends.timestamp_millis() as u64 + estimate_error_ms,
+    );
     let at_slow = slow.buy_keyed("closing", "alice", "k-1").await;
     let at_right = right.buy_keyed("closing", "alice", "k-1").await;
     let view = right.activity_view("closing").await;
