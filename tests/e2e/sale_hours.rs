@@ -3,7 +3,7 @@
 //! keyed retries after the close. (Two reviews of the change found these: of c41a358, and of
 //! 9ca687c; each test failed then.)
 
-use crate::queue_support::{buy as queue_buy, poll, take_ticket, wait_state, TICKET};
+use crate::queue_support::{buy as queue_buy, poll, take_ticket, wait_state};
 use crate::support::*;
 
 /// Segmented stock, home segments short of a 2-unit purchase: a gateway two hours slow pulls
@@ -42,7 +42,8 @@ async fn skewed_gateways_pulling_across_segments_outside_the_hours_lose_no_unit(
 
 /// The waiting room of a gateway two hours slow: Redis's queue says it is the buyer's turn (the
 /// sale opened by Redis's clock), but the gateway's own clock says the sale has not started, so
-/// it tells the buyer to wait two hours, and the admission window lapses meanwhile.
+/// it tells the buyer to wait two hours, and the admission window lapses meanwhile. Asserted:
+/// the slow gateway tells her it is her turn, on her own ticket (her place), and lets her buy.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_gateways_waiting_room_holds_back_a_buyer_whose_turn_came_by_redis_clock() {
     let opens = from_now(chrono::Duration::hours(-3));
@@ -57,8 +58,9 @@ async fn a_slow_gateways_waiting_room_holds_back_a_buyer_whose_turn_came_by_redi
     let slow = GatewayProc::start_skewed(&config, "-2h");
     let (ticket, _) = take_ticket(&right, "wq", "alice").await;
     wait_state(&right, "wq", "alice", &ticket, "your_turn").await;
-    let at_slow = queue_buy(&slow, "wq", "alice", Some(&ticket)).await;
+    // She asks the slow gateway where she stands (as the waiting page does), then buys there.
     let slow_poll = poll(&slow, "wq", "alice", &ticket).await;
+    let at_slow = queue_buy(&slow, "wq", "alice", Some(&ticket)).await;
     // Told to wait (about two hours), she does; her admission window runs out meanwhile.
     let lapsed = if at_slow.status == 202 {
         wait_state(&right, "wq", "alice", &ticket, "expired").await;
@@ -73,7 +75,15 @@ async fn a_slow_gateways_waiting_room_holds_back_a_buyer_whose_turn_came_by_redi
          then, at the right gateway: {lapsed}",
         at_slow.text()
     );
-    let _ = TICKET;
+    at_slow.reservation_id();
+    assert_eq!(
+        slow_poll["state"], "your_turn",
+        "her turn by Redis's clock; the slow gateway's poll: {slow_poll}"
+    );
+    assert_eq!(
+        slow_poll["ticket"], ticket,
+        "the slow gateway kept her ticket (her place): {slow_poll}"
+    );
 }
 
 /// README: "An idempotent replay of a purchase already won still answers after the close."
