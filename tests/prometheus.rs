@@ -70,6 +70,28 @@ impl Prometheus {
             .unwrap_or_default())
     }
 
+    /// Waits until Prometheus holds a scrape of the gateway taken after `after`: the newest
+    /// sample's timestamp (when its scrape began) is later.
+    async fn wait_scraped_after(&self, after: std::time::SystemTime) {
+        let after = after
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64();
+        wait_for_async(
+            "a scrape after the burst",
+            Duration::from_secs(30),
+            || async {
+                let r = self
+                    .query("timestamp(flashgate_config_generation)")
+                    .await
+                    .ok()?;
+                let at: f64 = r.first()?["value"][1].as_str()?.parse().ok()?;
+                (at > after).then_some(())
+            },
+        )
+        .await;
+    }
+
     /// Whether `expr` selects no series now; panics (naming `what`) if Prometheus refuses it.
     async fn no_series(&self, what: &str, expr: &str) -> bool {
         self.query(expr)
@@ -199,7 +221,7 @@ async fn every_panel_and_alert_returns_series_from_a_real_prometheus() {
 
     // Load: winners, sold out, limits, rate limits, unknown activities, pass-through routes.
     let load = async {
-        for round in 0..3 {
+        for _ in 0..3 {
             let requests = (0..40)
                 .map(|i| {
                     let user = format!("u{}", i % 12);
@@ -213,9 +235,11 @@ async fn every_panel_and_alert_returns_series_from_a_real_prometheus() {
                 .chain((0..5).map(|_| raw_request("GET", "/catalog", &[])))
                 .collect();
             burst(gw.addr, requests).await;
-            if round < 2 {
-                tokio::time::sleep(Duration::from_millis(1200)).await;
-            }
+            // Each round in a scrape of its own (counters that move from scrape to scrape):
+            // the next round once Prometheus scraped this one.
+            prometheus
+                .wait_scraped_after(std::time::SystemTime::now())
+                .await;
         }
     };
     load.await;

@@ -195,7 +195,8 @@ async fn slow_bodies_hold_no_stock_and_no_backend_slot() {
                 "POST /api/seckill/1001/buy HTTP/1.1\r\nHost: x\r\nX-User-Id: slow-{i}\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
             );
             s.write_all(head.as_bytes()).await.unwrap();
-            // A byte every 400 ms, for longer than the deadline allows.
+            // A byte every 400 ms, for longer than the deadline allows: the slow client's pace
+            // (on purpose), not a wait for anything.
             for _ in 0..10 {
                 if s.write_all(b"1\r\na\r\n").await.is_err() {
                     break;

@@ -446,16 +446,31 @@ async fn slow_bodies_on_other_routes_hold_no_backend_worker() {
             .unwrap();
         slow.push(s);
     }
-    let trickle = tokio::spawn(async move {
-        for _ in 0..40 {
-            tokio::time::sleep(Duration::from_millis(500)).await;
-            for s in &mut slow {
-                let _ = s.write_all(b"x").await;
+    let rounds = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let trickle = tokio::spawn({
+        let rounds = rounds.clone();
+        async move {
+            for _ in 0..40 {
+                // The attacker's pace (a slow client on purpose), not a wait for anything.
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                for s in &mut slow {
+                    let _ = s.write_all(b"x").await;
+                }
+                rounds.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             }
         }
     });
-    // Let the trickle get going before the buyers come.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // The trickle is under way before the buyers come: every connection sent a byte of its
+    // body since its headers, and the gateway took them all in (a request on a new connection
+    // is answered once the connections queued before it were accepted).
+    wait_for_async(
+        "the trickle's first round",
+        Duration::from_secs(10),
+        || async { (rounds.load(std::sync::atomic::Ordering::SeqCst) >= 1).then_some(()) },
+    )
+    .await;
+    let probe = get(gw.addr, "/catalog", &[]).await;
+    assert_eq!(probe.status, 200, "{}", probe.text());
     let attacked = buyers(1).await;
     trickle.abort();
     let floor = Duration::from_millis(20);

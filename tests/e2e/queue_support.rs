@@ -20,6 +20,13 @@ pub fn in_secs(secs: i64) -> &'static str {
     )
 }
 
+/// An RFC 3339 time (as [`in_secs`] gives) in unix milliseconds.
+pub fn rfc3339_ms(at: &str) -> u64 {
+    chrono::DateTime::parse_from_rfc3339(at)
+        .expect("an RFC 3339 time")
+        .timestamp_millis() as u64
+}
+
 pub async fn buy(gw: &GatewayProc, act: &str, user: &str, ticket: Option<&str>) -> HttpResponse {
     let path = format!("/api/seckill/{act}/buy");
     let mut headers = vec![("X-User-Id", user)];
@@ -40,6 +47,8 @@ pub async fn poll(gw: &GatewayProc, act: &str, user: &str, ticket: &str) -> Valu
         )
         .await;
         if r.status == 429 {
+            // A client's back-off before asking again (its bucket refills), not a wait for a
+            // fact: polling faster would only spend the bucket again.
             tokio::time::sleep(Duration::from_millis(250)).await;
             continue;
         }

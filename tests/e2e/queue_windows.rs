@@ -5,8 +5,8 @@
 //! on 14142fc, b60426a and 1d0de0b: each test failed then.)
 
 use super::queue_support::{
-    buy_with as buy, in_secs, number, poll, queued, small_activity_bucket, take_ticket, wait_state,
-    TICKET,
+    buy_with as buy, in_secs, number, poll, queued, rfc3339_ms, small_activity_bucket, take_ticket,
+    wait_state, TICKET,
 };
 use crate::support::*;
 use std::time::Duration;
@@ -19,12 +19,18 @@ async fn a_replay_of_an_admitted_purchase_returns_its_reservation() {
     let gw = &stack.gw;
     let t = take_ticket(gw, "1001", "alice").await.0;
     wait_state(gw, "1001", "alice", &t, "your_turn").await;
+    // Her place was reached by now: her window ends a window (1 s) after this at the latest.
+    let window_ends_ms = stack.redis.time_ms() + 1000;
     let with = [(TICKET, t.as_str()), ("Idempotency-Key", "k-1")];
     let first = buy(gw, "1001", "alice", &with).await;
     assert_eq!(first.status, 200, "{}", first.text());
     let jti = first.reservation_id();
-    // The client lost the answer and retries later (the unit is sold, the window passed).
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    // The client lost the answer and retries later: the unit is sold (the gateway learned it,
+    // everyone waiting is told sold_out) and her window passed by Redis's clock.
+    wait_state(gw, "1001", "alice", &t, "sold_out").await;
+    stack
+        .redis
+        .wait_time_past("alice's admission window to close", window_ends_ms);
     let replay = buy(gw, "1001", "alice", &with).await;
     assert_eq!(
         replay.status,
@@ -42,14 +48,22 @@ async fn a_replay_of_an_admitted_purchase_returns_its_reservation() {
 async fn a_postponed_start_is_not_sold_before() {
     let queue = Queue::admit(5).window_secs(30).opens_at(in_secs(-10));
     let act = queued("1001", 5, queue).starts_at(in_secs(3));
-    let (_redis, _upstream, mut config) = backends(vec![act]);
+    let (redis, _upstream, mut config) = backends(vec![act]);
+    let old_start_ms = rfc3339_ms(config.activities[0].starts_at);
     let mut gw = GatewayProc::start(config.clone());
     let t = take_ticket(&gw, "1001", "alice").await.0;
     // The operator postpones the sale by ten minutes.
     config.activities[0].starts_at = in_secs(600);
     gw.rewrite_config(config);
     gw.signal("HUP");
-    tokio::time::sleep(Duration::from_secs(6)).await;
+    gw.wait_generation(2).await;
+    // The wait is the assertion: past the old start by Redis's clock, and her turn there (the
+    // only ticket, place 1 at 5 a second), with the gateway's view read since, nothing sells.
+    redis.wait_time_past(
+        "the old start and alice's turn after it to pass",
+        old_start_ms + 1000 / 5,
+    );
+    gw.wait_queue_read().await;
     let r = buy(&gw, "1001", "alice", &[(TICKET, t.as_str())]).await;
     assert_ne!(
         r.status,
@@ -100,7 +114,13 @@ async fn a_rate_change_keeps_the_admission_window() {
         .await;
     assert_eq!(r.status, 200);
     let t = take_ticket(gw, "1001", "alice").await.0;
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    wait_state(gw, "1001", "alice", &t, "your_turn").await;
+    // The wait is the assertion: 1.5 s after her turn by Redis's clock (five times the 0.3 s
+    // the defect leaves her), her 60 s window is still open.
+    let turn_ms = stack.redis.time_ms();
+    stack
+        .redis
+        .wait_time_past("1.5 s after alice's turn", turn_ms + 1500);
     let r = buy(gw, "1001", "alice", &[(TICKET, t.as_str())]).await;
     assert_eq!(
         r.status,
@@ -136,7 +156,11 @@ async fn a_cookie_from_another_queue_does_not_lock_the_browser_out() {
 async fn a_reloaded_rate_survives_one_failed_read() {
     let (redis, _upstream, mut config) = backends(vec![queued("1001", 5, Queue::admit(5))]);
     let mut gw = GatewayProc::start(config.clone());
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    wait_for(
+        "the queue to be set up in Redis",
+        Duration::from_secs(10),
+        || (redis.exists(&["fg:{1001}:q"]) == 1).then_some(()),
+    );
     let mut c = redis.conn();
     // Make the next queue reads fail (WRONGTYPE), keeping the real state aside.
     let _: () = redis::cmd("RENAME")
@@ -152,14 +176,19 @@ async fn a_reloaded_rate_survives_one_failed_read() {
     config.activities[0].queue = Some(Queue::admit(50));
     gw.rewrite_config(config);
     gw.signal("HUP");
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    gw.wait_generation(2).await;
+    // A read with the new rate fails: one that started after the reload was applied.
+    let errors = r#"flashgate_redis_errors_total{op="queue"}"#;
+    let failed = gw.metric(errors).await.unwrap_or(0.0);
+    gw.wait_metric_at_least(errors, failed + 2.0).await;
     let _: () = redis::cmd("DEL").arg("fg:{1001}:q").query(&mut c).unwrap();
     let _: () = redis::cmd("RENAME")
         .arg("aside")
         .arg("fg:{1001}:q")
         .query(&mut c)
         .unwrap();
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // The next reads succeed (and would write the rate the reload asked for).
+    gw.wait_queue_read().await;
     let v = gw.admin_get("/v1/activities/1001/queue").await.json();
     assert_eq!(v["admit_per_second"], 50, "{v}");
 }
@@ -198,7 +227,11 @@ async fn lowering_the_rate_keeps_an_admitted_buyers_window() {
     let gw = &stack.gw;
     let t = take_ticket(gw, "1001", "alice").await.0;
     wait_state(gw, "1001", "alice", &t, "your_turn").await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // The scenario's time: 2 s into her window by Redis's clock (200 places at 100/s).
+    let turn_ms = stack.redis.time_ms();
+    stack
+        .redis
+        .wait_time_past("2 s into alice's window", turn_ms + 2000);
     let r = gw
         .admin_post("/v1/activities/1001/queue/rate?per_second=1")
         .await;
@@ -223,14 +256,18 @@ async fn a_restocked_segmented_activity_is_not_sold_out_to_the_queue() {
     let (_redis, _upstream, config) = backends(vec![act]);
     let mut config = config.prewarm_interval_ms(600000);
     let mut gw = GatewayProc::start(config.clone());
-    tokio::time::sleep(Duration::from_millis(1000)).await;
+    // The first (and, for ten minutes, last) prewarm put version 1 on sale.
+    gw.wait_metric(r#"flashgate_stock_remaining{activity="1001"}"#, 10.0)
+        .await;
     let t = take_ticket(&gw, "1001", "alice").await.0;
     wait_state(&gw, "1001", "alice", &t, "your_turn").await;
     // Restock: a new version with 10 units.
     config.activities[0].version = 2;
     gw.rewrite_config(config);
     gw.signal("HUP");
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    gw.wait_generation(2).await;
+    // The gateway read its waiting room under version 2 (a held cursor would say sold_out).
+    gw.wait_queue_read().await;
     let v = poll(&gw, "1001", "alice", &t).await;
     assert_ne!(v["state"], "sold_out", "restocked, yet: {v}");
     let r = buy(&gw, "1001", "alice", &[(TICKET, t.as_str())]).await;
@@ -272,7 +309,11 @@ async fn keyed_buyers_asking_for_their_place_do_not_use_up_the_activity_bucket()
 async fn a_ticket_is_admitted_whatever_the_clock_of_the_primary_that_set_the_queue_up() {
     let stack = Stack::start(vec![queued("1001", 50, Queue::admit(5).window_secs(60))]);
     let gw = &stack.gw;
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    wait_for(
+        "the queue to be set up in Redis",
+        Duration::from_secs(10),
+        || (stack.redis.exists(&["fg:{1001}:q"]) == 1).then_some(()),
+    );
     let (secs, _): (u64, u64) = redis::cmd("TIME").query(&mut stack.redis.conn()).unwrap();
     let _: () = redis::cmd("HSET")
         .arg("fg:{1001}:q")
@@ -281,7 +322,13 @@ async fn a_ticket_is_admitted_whatever_the_clock_of_the_primary_that_set_the_que
         .query(&mut stack.redis.conn())
         .unwrap();
     let t = take_ticket(gw, "1001", "alice").await.0;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Her turn comes: the cursor, as the gateway read it, reaches her place (her number: she
+    // queued after the start).
+    gw.wait_metric_at_least(
+        r#"flashgate_queue_cursor{activity="1001"}"#,
+        number(&t) as f64,
+    )
+    .await;
     let r = buy(gw, "1001", "alice", &[(TICKET, t.as_str())]).await;
     assert_eq!(
         r.status,
@@ -313,7 +360,8 @@ async fn a_lost_queues_ticket_holds_no_place_whatever_the_new_primarys_clock() {
         .arg(epoch - 60_000)
         .query(&mut stack.redis.conn())
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(600)).await;
+    // The gateway read the queue since.
+    gw.wait_queue_read().await;
     let r = buy(gw, "1001", "u1", &[(TICKET, old.as_str())]).await;
     assert_eq!(r.status, 202, "{}", r.text());
     let given = r.json()["ticket"].as_str().unwrap().to_owned();
@@ -342,7 +390,7 @@ async fn a_sale_postponed_after_its_start_does_not_lapse_the_waiting() {
     let config_start = config.activities[0].starts_at.to_owned();
     gw.rewrite_config(config);
     gw.signal("HUP");
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    gw.wait_queue_start("1001", &config_start).await;
     let t = take_ticket(&gw, "1001", "alice").await.0;
     let r = buy(&gw, "1001", "alice", &[(TICKET, t.as_str())]).await;
     assert_eq!(r.status, 202, "held before the new start: {}", r.text());
@@ -385,7 +433,9 @@ async fn a_start_moved_later_but_already_past_does_not_jump_the_cursor() {
     config.activities[0].starts_at = in_secs(-20);
     gw.rewrite_config(config);
     gw.signal("HUP");
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    gw.wait_generation(2).await;
+    // The gateway read its waiting room under the corrected start.
+    gw.wait_queue_read().await;
     let v = poll(&gw, "1001", "u5", &t5).await;
     assert_ne!(
         v["state"], "expired",
@@ -408,9 +458,10 @@ async fn a_postponement_does_not_eat_an_admitted_buyers_window() {
     let (_redis, _upstream, mut gw, mut config, t) = alice_admitted().await;
     // Admitted; the sale is postponed by a few seconds, longer than her window.
     config.activities[0].starts_at = in_secs(6);
+    let new_start = config.activities[0].starts_at;
     gw.rewrite_config(config);
     gw.signal("HUP");
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    gw.wait_queue_start("1001", new_start).await;
     // Before the new start a purchase is refused (403 not_started) and the poll says waiting.
     assert_eq!(poll(&gw, "1001", "alice", &t).await["state"], "waiting");
     her_turn_comes_and_she_buys(&gw, &t).await;
@@ -427,14 +478,16 @@ async fn a_second_postponement_during_the_first_does_not_eat_an_admitted_window(
     let (_redis, _upstream, mut gw, mut config, t) = alice_admitted().await;
     // Admitted; the sale is postponed by 3 s ...
     config.activities[0].starts_at = in_secs(3);
+    let first = config.activities[0].starts_at;
     gw.rewrite_config(config.clone());
     gw.signal("HUP");
-    tokio::time::sleep(Duration::from_millis(1000)).await;
-    // ... and, 1 s later (still before that start), by 12 s.
+    gw.wait_queue_start("1001", first).await;
+    // ... and, once Redis stands the cursor for it (still before that start), by 12 s.
     config.activities[0].starts_at = in_secs(12);
+    let second = config.activities[0].starts_at;
     gw.rewrite_config(config);
     gw.signal("HUP");
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    gw.wait_queue_start("1001", second).await;
     let state = gw.admin_get("/v1/activities/1001/queue").await.json();
     eprintln!("queue after the second postponement: {state}");
     assert_eq!(poll(&gw, "1001", "alice", &t).await["state"], "waiting");

@@ -3,9 +3,8 @@
 //! keyed retries after the close. (Two reviews of the change found these: of c41a358, and of
 //! 9ca687c; each test failed then.)
 
-use crate::queue_support::{buy as queue_buy, poll, take_ticket, wait_state, TICKET};
+use crate::queue_support::{buy as queue_buy, poll, take_ticket, wait_state};
 use crate::support::*;
-use std::time::Duration;
 
 /// Segmented stock, home segments short of a 2-unit purchase: a gateway two hours slow pulls
 /// units across segments after the close (and one two hours fast before the opening). The
@@ -43,7 +42,8 @@ async fn skewed_gateways_pulling_across_segments_outside_the_hours_lose_no_unit(
 
 /// The waiting room of a gateway two hours slow: Redis's queue says it is the buyer's turn (the
 /// sale opened by Redis's clock), but the gateway's own clock says the sale has not started, so
-/// it tells the buyer to wait two hours, and the admission window lapses meanwhile.
+/// it tells the buyer to wait two hours, and the admission window lapses meanwhile. Asserted:
+/// the slow gateway tells her it is her turn, on her own ticket (her place), and lets her buy.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_gateways_waiting_room_holds_back_a_buyer_whose_turn_came_by_redis_clock() {
     let opens = from_now(chrono::Duration::hours(-3));
@@ -58,8 +58,9 @@ async fn a_slow_gateways_waiting_room_holds_back_a_buyer_whose_turn_came_by_redi
     let slow = GatewayProc::start_skewed(&config, "-2h");
     let (ticket, _) = take_ticket(&right, "wq", "alice").await;
     wait_state(&right, "wq", "alice", &ticket, "your_turn").await;
-    let at_slow = queue_buy(&slow, "wq", "alice", Some(&ticket)).await;
+    // She asks the slow gateway where she stands (as the waiting page does), then buys there.
     let slow_poll = poll(&slow, "wq", "alice", &ticket).await;
+    let at_slow = queue_buy(&slow, "wq", "alice", Some(&ticket)).await;
     // Told to wait (about two hours), she does; her admission window runs out meanwhile.
     let lapsed = if at_slow.status == 202 {
         wait_state(&right, "wq", "alice", &ticket, "expired").await;
@@ -74,7 +75,15 @@ async fn a_slow_gateways_waiting_room_holds_back_a_buyer_whose_turn_came_by_redi
          then, at the right gateway: {lapsed}",
         at_slow.text()
     );
-    let _ = TICKET;
+    at_slow.reservation_id();
+    assert_eq!(
+        slow_poll["state"], "your_turn",
+        "her turn by Redis's clock; the slow gateway's poll: {slow_poll}"
+    );
+    assert_eq!(
+        slow_poll["ticket"], ticket,
+        "the slow gateway kept her ticket (her place): {slow_poll}"
+    );
 }
 
 /// README: "An idempotent replay of a purchase already won still answers after the close."
@@ -86,16 +95,20 @@ async fn a_slow_gateways_waiting_room_holds_back_a_buyer_whose_turn_came_by_redi
 async fn a_replay_of_a_won_purchase_answers_after_the_close_whatever_the_gateway() {
     let closing =
         TestActivity::explicit("closing", 5, 900).ends_at(from_now(chrono::Duration::seconds(4)));
-    let (_redis, _upstream, config) = backends(vec![closing]);
+    let (redis, _upstream, config) = backends(vec![closing]);
     let right = GatewayProc::start(config.clone());
     let slow = GatewayProc::start_skewed(&config, "-2h");
     let won = right.buy_keyed("closing", "alice", "k-1").await;
     assert_eq!(won.status, 200, "{}", won.text());
     let jti = won.reservation_id();
+    // The close passes by Redis's clock, and by each gateway's estimate of it (off by at most
+    // half a round trip of `TIME`, src/stock/clock.rs): the retries come after the close.
     let ends = chrono::DateTime::parse_from_rfc3339(config.activities[0].ends_at).unwrap();
-    while chrono::Utc::now() < ends + chrono::Duration::milliseconds(500) {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let estimate_error_ms = flashgate::stock::clock::MAX_ROUND_TRIP_MS as u64;
+    redis.wait_time_past(
+        "the close to pass by Redis's clock",
+        ends.timestamp_millis() as u64 + estimate_error_ms,
+    );
     let at_slow = slow.buy_keyed("closing", "alice", "k-1").await;
     let at_right = right.buy_keyed("closing", "alice", "k-1").await;
     let view = right.activity_view("closing").await;

@@ -993,6 +993,88 @@ impl GatewayProc {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
+
+    /// The value of one series (name and labels as exported), if the gateway exports it.
+    pub async fn metric(&self, series: &str) -> Option<f64> {
+        metric_value(&self.metrics().await, series)
+    }
+
+    /// Polls until `series` is `want`; panics (naming it, with its last value) after 10 s.
+    pub async fn wait_metric(&self, series: &str, want: f64) {
+        let end = Instant::now() + Duration::from_secs(10);
+        loop {
+            let last = self.metric(series).await;
+            if last == Some(want) {
+                return;
+            }
+            assert!(
+                Instant::now() < end,
+                "timed out waiting for {series} to be {want}: it is {last:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Polls until `series` is at least `min`; its value then. Panics (naming it, with its last
+    /// value) after 10 s.
+    pub async fn wait_metric_at_least(&self, series: &str, min: f64) -> f64 {
+        let end = Instant::now() + Duration::from_secs(10);
+        loop {
+            let last = self.metric(series).await;
+            if let Some(v) = last.filter(|v| *v >= min) {
+                return v;
+            }
+            assert!(
+                Instant::now() < end,
+                "timed out waiting for {series} to reach {min}: it is {last:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Waits until the configuration generation `generation` runs: a reload applied (1 at
+    /// start, +1 per applied reload).
+    pub async fn wait_generation(&self, generation: u64) {
+        self.wait_metric("flashgate_config_generation", generation as f64)
+            .await;
+    }
+
+    /// Queue script calls this gateway completed (each waiting-room read, ticket and control):
+    /// the count of `flashgate_redis_script_duration_seconds{script="queue"}`, failed calls too.
+    pub async fn queue_calls(&self) -> u64 {
+        self.metric(r#"flashgate_redis_script_duration_seconds_count{script="queue"}"#)
+            .await
+            .unwrap_or(0.0) as u64
+    }
+
+    /// Waits until this gateway has read its waiting room from Redis since this call, and
+    /// learned what it read: three more queue script calls. Of the maintenance loop's reads
+    /// (one queue at a time, each learned before the next starts) one may be under way now;
+    /// the next two start after this call, and the third is not called before the second is
+    /// learned. For a gateway with one queue and nothing else calling queue scripts meanwhile.
+    pub async fn wait_queue_read(&self) {
+        let before = self.queue_calls().await;
+        wait_for_async(
+            "the gateway to read its waiting room again",
+            Duration::from_secs(10),
+            || async { (self.queue_calls().await >= before + 3).then_some(()) },
+        )
+        .await;
+    }
+
+    /// Waits until this gateway's view of `activity`'s waiting room has the cursor start at
+    /// `starts_at` (RFC 3339): Redis's queue was told a postponement, and the gateway read it
+    /// (`flashgate_queue_start_time_seconds`).
+    pub async fn wait_queue_start(&self, activity: &str, starts_at: &str) {
+        let secs = chrono::DateTime::parse_from_rfc3339(starts_at)
+            .expect("an RFC 3339 start")
+            .timestamp();
+        self.wait_metric(
+            &format!(r#"flashgate_queue_start_time_seconds{{activity="{activity}"}}"#),
+            secs as f64,
+        )
+        .await;
+    }
 }
 
 impl Drop for GatewayProc {
