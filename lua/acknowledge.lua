@@ -1,6 +1,6 @@
--- flashgate acknowledge: the giving partition learns its transfer arrived: it moves from the
+-- flashgate acknowledge: the giving segment learns its transfer arrived: it moves from the
 -- transfers still to deliver to the acknowledged ones (kept, so that reconcile can add up every
--- unit the partition moved out). (lib.lua is prepended.)
+-- unit the segment moved out). (lib.lua is prepended.)
 --
 -- KEYS[1] transfers not yet acknowledged   KEYS[2] acknowledged transfers
 -- ARGV[1] transfer id

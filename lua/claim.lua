@@ -1,15 +1,15 @@
 -- flashgate claim: an activity's layout and newest version, kept on its base tag {<id>} and
--- checked before any partition is prewarmed. What Redis records here outlives every YAML edit and
+-- checked before any segment is prewarmed. What Redis records here outlives every YAML edit and
 -- restart, so a configuration that disagrees with it is refused instead of selling twice.
 -- (lib.lua is prepended.)
 --
 -- KEYS[1] the activity's meta   KEYS[2] and KEYS[3] keys only an older flashgate wrote
 -- (<p>:{<id>}:versions, <p>:{<id>}:v<version>:segments)   KEYS[4] and KEYS[5] users and res of
--- the base tag: an unsegmented activity's only partition, which shares the meta's tag
+-- the base tag: an unsegmented activity's only segment, which shares the meta's tag
 -- KEYS[6] the activity's floor: the newest version ever claimed, the one key that never
 -- expires (one small string per activity id ever sold), so that what was on sale is known after
 -- every other key expired with the retention
--- ARGV[1] configured version   ARGV[2] configured partitions (segments)   ARGV[3] expire-at (unix s)
+-- ARGV[1] configured version   ARGV[2] configured segments (segments)   ARGV[3] expire-at (unix s)
 --
 -- Returns {code, value}:
 --   1 claimed: this version is the newest (value: the version)
@@ -33,7 +33,7 @@ if floor and ARGV[1] == floor and not meta and not unsegmented_alive then
   return {-4, floor}
 end
 if not segments and unsegmented_alive then
-  -- The meta is gone but the activity was sold unsegmented (its one partition is here).
+  -- The meta is gone but the activity was sold unsegmented (its one segment is here).
   segments = '1'
 end
 if segments and segments ~= ARGV[2] then

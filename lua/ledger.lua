@@ -1,4 +1,4 @@
--- flashgate ledger: one version's stock and ledger in one partition, read in one atomic step
+-- flashgate ledger: one version's stock and ledger in one segment, read in one atomic step
 -- (read only). (lib.lua is prepended.)
 --
 -- KEYS[1] stock   KEYS[2] ledger   KEYS[3] pending

@@ -1,7 +1,7 @@
 -- flashgate shared Lua, prepended to every script when it is loaded.
 --
--- Keys of one partition of an activity share its hash tag {<id>} (or {<id>~<n>} when the stock is
--- split over n partitions); every key a script touches is passed in KEYS.
+-- Keys of one segment of an activity share its hash tag {<id>} (or {<id>~<n>} when the stock is
+-- split over n segments); every key a script touches is passed in KEYS.
 --
 -- Numbers stay exact: they travel as decimal strings (ARGV, records, replies) and are turned
 -- into Lua numbers only for arithmetic on values far below 2^53 (units, milliseconds); versions
@@ -11,7 +11,7 @@
 -- Time comes from Redis (TIME), never from a gateway: hold deadlines, sweeps and timestamps agree
 -- whatever the gateways' clocks say.
 --
--- A reservation record (field <jti> of the partition's res hash) is one string:
+-- A reservation record (field <jti> of the segment's res hash) is one string:
 --   state|qty|ver|created_ms|deadline_ms|done_ms|reason|flags|fence|prior_ms|busy_ms|user
 -- state: pending, confirmed or released; done_ms: when it was confirmed or released; reason: why
 -- it was released; flags, any of:
@@ -32,7 +32,7 @@
 -- is never made due before prior_ms (another forward may still be at the backend).
 -- user comes last, so it may hold '|'.
 --
--- Per version and partition a ledger hash counts units: initial, pending, confirmed, released,
+-- Per version and segment a ledger hash counts units: initial, pending, confirmed, released,
 -- retired, moved_in, moved_out, so that at every moment
 --   initial + moved_in - moved_out == remaining + pending + confirmed + retired.
 -- retired holds units that can never sell again: released after their version stopped being on
@@ -42,7 +42,7 @@
 -- of a sale, never 'clean'): each was covered by taking a unit of the version's stock (a
 -- confirmed cover record, counted in confirmed) or, with none left, counted oversold.
 
--- How long a tombstone written into a partition that was never prewarmed keeps its hash.
+-- How long a tombstone written into a segment that was never prewarmed keeps its hash.
 local ABANDONED_TTL_SECS = 86400
 
 local LEDGER_FIELDS = {'initial', 'pending', 'confirmed', 'released', 'retired', 'moved_in',
@@ -115,8 +115,8 @@ local function marked(hash)
   return redis.call('HEXISTS', hash, '') == 1
 end
 
--- Appends an event to the partition's stream, capped at about maxlen entries. A stream that is
--- gone is not re-created here (it would have no expiry): prewarm reports the partition damaged.
+-- Appends an event to the segment's stream, capped at about maxlen entries. A stream that is
+-- gone is not re-created here (it would have no expiry): prewarm reports the segment damaged.
 local function emit(events, maxlen, ...)
   if redis.call('EXISTS', events) == 1 then
     redis.call('XADD', events, 'MAXLEN', '~', maxlen, '*', ...)
@@ -159,7 +159,7 @@ local function give_back(k, jti, rec, now, reason)
   return remaining
 end
 
--- Second half of a transfer: units withdrawn from another partition arrive here, once per
+-- Second half of a transfer: units withdrawn from another segment arrive here, once per
 -- transfer id, into the version they left (never into another version). If that version is no
 -- longer on sale here they are counted retired. k: {stock, ledger, received}.
 -- Returns 1 deposited, 0 already deposited, -1 no ledger of that version here, -2 the received

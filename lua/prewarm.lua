@@ -1,12 +1,12 @@
--- flashgate prewarm: put a version of an activity on sale in one partition, once, and keep every
--- key of the partition alive until the sale's end plus the retention. (lib.lua is prepended.)
+-- flashgate prewarm: put a version of an activity on sale in one segment, once, and keep every
+-- key of the segment alive until the sale's end plus the retention. (lib.lua is prepended.)
 --
 -- KEYS[1] meta   KEYS[2] stock of the version   KEYS[3] its ledger   KEYS[4] its pending
 -- KEYS[5] users   KEYS[6] res   KEYS[7] idem   KEYS[8] events   KEYS[9] transfers
 -- KEYS[10] received   KEYS[11] acknowledged transfers   KEYS[12..] stock, ledger and pending of
--- each other version the partition has had (ARGV[6..], in that order)
+-- each other version the segment has had (ARGV[6..], in that order)
 -- ARGV[1] version   ARGV[2] the version the caller read as on sale here ('' none)
--- ARGV[3] units of this partition   ARGV[4] expire-at (unix s)
+-- ARGV[3] units of this segment   ARGV[4] expire-at (unix s)
 -- ARGV[5] '1': the activity's base meta records this segment as made before (`made:<n>`): a
 --         segment with nothing in it then lost every key (a Redis Cluster master that restarted
 --         empty), and is refused as damaged instead of being put on sale again
@@ -17,12 +17,12 @@
 --     counted retired in its ledger and its stock key removed, so it can never sell again, and
 --     none of its units move into the new version)
 --   0 already on sale
---  -1 the version's stock key is gone (removed by hand) while the partition remembers the
+--  -1 the version's stock key is gone (removed by hand) while the segment remembers the
 --     version on sale, or keys of a version the meta does not list exist: never re-created,
 --     since that would put sold units on sale again; raise the version to restock
 --  -2 a newer version is on sale here (an older YAML): refused
 --  -3 what is on sale changed since the caller read it: read again
---  -4 a key the partition had is gone: a placeholder, the event stream, the ledger of the
+--  -4 a key the segment had is gone: a placeholder, the event stream, the ledger of the
 --     version on sale, or the meta while anything else remains (removed by hand, evicted or
 --     lost with Redis's data): the per-user limit, the records or the versions to sweep can no
 --     longer be trusted; refused, never repaired
@@ -54,7 +54,7 @@ if redis.call('EXISTS', KEYS[8]) == 1 then
 end
 local pending_marked = redis.call('ZSCORE', KEYS[4], '') ~= false
 if current == '' then
-  -- No meta. A partition with nothing in it is new; one that has anything prewarm writes lost
+  -- No meta. A segment with nothing in it is new; one that has anything prewarm writes lost
   -- its meta, the only list of the versions it had (their pending reservations, the version to
   -- retire): never adopted, never created over.
   if marks > 0 or pending_marked or has_stock or has_ledger or ARGV[5] == '1' then

@@ -35,7 +35,7 @@ if not raw then
     redis.call('HSET', KEYS[1], jti, encode({state = 'released', qty = '0', ver = ARGV[2],
       created = '', deadline = '', done = int(now_ms()), reason = ARGV[3], flags = 't',
       fence = '0', prior = '0', busy = '0', user = ''}))
-    -- Into a partition never prewarmed, the tombstone makes the hash: give it an expiry (it
+    -- Into a segment never prewarmed, the tombstone makes the hash: give it an expiry (it
     -- only has to outlive the reserve it stops; prewarm extends it with the rest).
     if redis.call('TTL', KEYS[1]) == -1 then
       redis.call('EXPIRE', KEYS[1], ABANDONED_TTL_SECS)

@@ -1,4 +1,4 @@
--- flashgate reserve: take `qty` units of one partition's stock for one user, atomically, and
+-- flashgate reserve: take `qty` units of one segment's stock for one user, atomically, and
 -- record the reservation (ledger, hold deadline, event) in the same step. (lib.lua is prepended.)
 --
 -- KEYS[1] stock of the version   KEYS[2] users (units held, all versions)   KEYS[3] res (records)
@@ -29,7 +29,7 @@
 --  {-4, remaining, held}             reservation id already used (never overwrite a record)
 --  {-5, 0, 0}                        the key's reservation is pending past its hold deadline: it
 --                                    is being settled (expiry or order lookup), never replayed
---  {-6, 0, 0}                        the partition lost a key it had (users or res): refused
+--  {-6, 0, 0}                        the segment lost a key it had (users or res): refused
 --  {-7, code, 0}                     the transfer to deposit first could not land (deposit's
 --                                    code: -1 no ledger of its version, -2 received book lost);
 --                                    nothing changed, the transfer stays in flight
@@ -42,7 +42,7 @@
 --                                    (ver), whose pending set is not in KEYS: ask again, replay
 --                                    only, with that version's keys; nothing changed
 --
--- O(1): no loops, every key in KEYS, all keys share the partition's hash tag.
+-- O(1): no loops, every key in KEYS, all keys share the segment's hash tag.
 -- Numbers are compared with tonumber: as strings "10" < "9".
 
 if not (marked(KEYS[2]) and marked(KEYS[3])) then
@@ -115,7 +115,7 @@ if stock < qty then
 end
 -- A replay above still answers what the key won; nothing new is taken outside the sale's hours
 -- (checked last: refusals above cost no TIME call). A transfer deposited above stays: it only
--- moved units between partitions of one version.
+-- moved units between segments of one version.
 local now = now_ms()
 if now < tonumber(ARGV[13]) then
   return {-9, 0, 0}

@@ -1,17 +1,17 @@
--- flashgate withdraw: take up to ARGV[2] units of one version out of one partition's stock, to
--- move them to another partition (rebalancing). First half of a transfer; the deposit on the
--- receiving partition is the second, once per transfer id, into the same version.
+-- flashgate withdraw: take up to ARGV[2] units of one version out of one segment's stock, to
+-- move them to another segment (rebalancing). First half of a transfer; the deposit on the
+-- receiving segment is the second, once per transfer id, into the same version.
 -- (lib.lua is prepended.)
 --
--- KEYS[1] stock of the version (giving partition)   KEYS[2] its ledger   KEYS[3] its transfers
+-- KEYS[1] stock of the version (giving segment)   KEYS[2] its ledger   KEYS[3] its transfers
 -- (not yet acknowledged)   KEYS[4] its acknowledged transfers
--- ARGV[1] transfer id   ARGV[2] units wanted   ARGV[3] receiving partition   ARGV[4] version
+-- ARGV[1] transfer id   ARGV[2] units wanted   ARGV[3] receiving segment   ARGV[4] version
 --
--- Returns the units taken (0 when the partition has none, or the version is not on sale here).
+-- Returns the units taken (0 when the segment has none, or the version is not on sale here).
 -- Once per transfer id: the same id again (a retried call) returns what it took the first time.
 -- The transfer (version|to|units|ms) is recorded until acknowledged, so a gateway dying between
 -- the halves leaves it to be delivered by a sweep, then kept as acknowledged: every unit a
--- partition ever moved out is accounted for by its own transfers (see reconcile).
+-- segment ever moved out is accounted for by its own transfers (see reconcile).
 
 local seen = redis.call('HGET', KEYS[3], ARGV[1]) or redis.call('HGET', KEYS[4], ARGV[1])
 if seen then

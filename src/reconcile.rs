@@ -11,8 +11,8 @@
 use crate::config::{Activity, Settings};
 use crate::reservation::Reservation;
 use crate::stock::{
-    segments, ConfirmOutcome, ConfirmedVia, Layout, LedgerRow, Partition, RecordState,
-    ReservationRecord, Snapshot, StockStore, StoreError,
+    segments, ConfirmOutcome, ConfirmedVia, Layout, LedgerRow, RecordState, ReservationRecord,
+    Segment, Snapshot, StockStore, StoreError,
 };
 use std::fmt::Write;
 use std::sync::Arc;
@@ -184,11 +184,11 @@ pub enum ReconcileError {
     #[error(transparent)]
     Store(#[from] StoreError),
     /// Versions were put on sale faster than a snapshot could be taken: no honest answer yet.
-    #[error("partition {0}: versions changed during every read; run reconcile again")]
+    #[error("segment {0}: versions changed during every read; run reconcile again")]
     Busy(String),
 }
 
-/// How many times a partition's snapshot is taken again when its versions changed meanwhile.
+/// How many times a segment's snapshot is taken again when its versions changed meanwhile.
 const SNAPSHOT_ATTEMPTS: usize = 16;
 /// Version numbers past the newest listed that a snapshot reads as well.
 const VERSIONS_AHEAD: u64 = 8;
@@ -213,7 +213,7 @@ pub async fn reconcile(
     Ok(report)
 }
 
-/// One activity: what is in Redis, in the layout Redis recorded, partition by partition; then
+/// One activity: what is in Redis, in the layout Redis recorded, segment by segment; then
 /// every transfer between its segments.
 async fn reconcile_activity(
     store: &StockStore,
@@ -227,12 +227,12 @@ async fn reconcile_activity(
             .push((activity.id.clone(), activity.segments, layout.count()));
     }
     let mut received = Vec::new();
-    for partition in layout.partitions() {
-        let snapshot = partition_snapshot(store, activity, partition).await?;
-        let label: Arc<str> = Arc::from(partition.tag());
+    for segment in layout.segments() {
+        let snapshot = segment_snapshot(store, activity, segment).await?;
+        let label: Arc<str> = Arc::from(segment.tag());
         check_books(&snapshot, &label, report);
         for (id, qty) in &snapshot.books.received {
-            received.push((partition.index(), id.clone(), *qty));
+            received.push((segment.index(), id.clone(), *qty));
         }
         for ledger in snapshot.ledgers {
             report
@@ -246,17 +246,17 @@ async fn reconcile_activity(
     Ok(())
 }
 
-/// A partition's versions and their ledgers, read in one transaction: a version put on sale
+/// A segment's versions and their ledgers, read in one transaction: a version put on sale
 /// (and a unit of it moved) between the two reads would look like a transfer mismatch. The
-/// configured version is read too (a partition that lost its meta, refused, still has its
+/// configured version is read too (a segment that lost its meta, refused, still has its
 /// ledger checked), and the next few version numbers, in case one is put on sale while the
 /// snapshot is on its way; versions bumped faster than that are caught by taking the snapshot
 /// again. Versions read ahead that do not exist are left out, and so is the configured version
 /// where the meta does not list it and it has no keys (never put on sale here).
-async fn partition_snapshot(
+async fn segment_snapshot(
     store: &StockStore,
     activity: &Activity,
-    partition: Partition<'_>,
+    segment: Segment<'_>,
 ) -> Result<Snapshot, ReconcileError> {
     let with_next = |mut listed: Vec<u64>| {
         let newest = listed.iter().copied().max().unwrap_or(activity.version);
@@ -266,16 +266,16 @@ async fn partition_snapshot(
         listed.dedup();
         listed
     };
-    let mut versions = with_next(store.meta(partition).await?.versions);
-    let mut snapshot = store.snapshot(partition, &versions).await?;
+    let mut versions = with_next(store.meta(segment).await?.versions);
+    let mut snapshot = store.snapshot(segment, &versions).await?;
     let mut attempts = 0;
     while !snapshot.versions.iter().all(|v| versions.contains(v)) {
         attempts += 1;
         if attempts > SNAPSHOT_ATTEMPTS {
-            return Err(ReconcileError::Busy(partition.tag().to_owned()));
+            return Err(ReconcileError::Busy(segment.tag().to_owned()));
         }
         versions = with_next(snapshot.versions.clone());
-        snapshot = store.snapshot(partition, &versions).await?;
+        snapshot = store.snapshot(segment, &versions).await?;
     }
     let on_record = snapshot.versions.clone();
     let listed = on_record.contains(&activity.version);
@@ -291,7 +291,7 @@ async fn partition_snapshot(
     Ok(snapshot)
 }
 
-/// Every unit a partition moved out is one of its own transfers, and every unit it moved in
+/// Every unit a segment moved out is one of its own transfers, and every unit it moved in
 /// one it received (both read with the ledgers, in one snapshot).
 fn check_books(snapshot: &Snapshot, label: &Arc<str>, report: &mut Report) {
     let given: i64 = snapshot
@@ -325,9 +325,9 @@ async fn check_given(
 ) -> Result<(), ReconcileError> {
     let mut given = std::collections::HashMap::new();
     let mut acknowledged = Vec::new();
-    for partition in layout.partitions() {
-        let (open, acked) = store.transfers_given(partition).await?;
-        acknowledged.extend(acked.iter().map(|t| (partition.index(), t.clone())));
+    for segment in layout.segments() {
+        let (open, acked) = store.transfers_given(segment).await?;
+        acknowledged.extend(acked.iter().map(|t| (segment.index(), t.clone())));
         for t in open.into_iter().chain(acked) {
             given.insert(t.id.clone(), t);
         }
@@ -337,7 +337,7 @@ async fn check_given(
         match given.get(&id) {
             Some(t) if t.to == to && t.qty == qty => {}
             _ => report.transfer_mismatches.push(TransferMismatch {
-                segment: Arc::from(layout.partition(to).expect("in range").tag()),
+                segment: Arc::from(layout.segment(to).expect("in range").tag()),
                 what: format!("received transfer {id} ({qty} units) that no segment gave"),
             }),
         }
@@ -364,12 +364,12 @@ async fn check_acknowledged(
         if seen.contains(&(t.to, t.id.as_str())) {
             continue;
         }
-        let arrived = match layout.partition(t.to) {
+        let arrived = match layout.segment(t.to) {
             Some(receiver) => store.received(receiver, &t.id).await?,
             None => false,
         };
         if !arrived {
-            let segment = layout.partition(*giver).expect("in range");
+            let segment = layout.segment(*giver).expect("in range");
             report.transfer_mismatches.push(TransferMismatch {
                 segment: Arc::from(segment.tag()),
                 what: format!(
@@ -480,17 +480,17 @@ pub async fn compare_orders(
     };
     let layout = segments::recorded_layout(store, activity).await?;
     for id in reservation_ids {
-        let partition = Reservation::segment_of(id).and_then(|n| layout.partition(n));
-        let record = match partition {
-            Some(partition) => store.lookup(partition, id).await?,
+        let segment = Reservation::segment_of(id).and_then(|n| layout.segment(n));
+        let record = match segment {
+            Some(segment) => store.lookup(segment, id).await?,
             None => None,
         };
         let mut state = record.as_ref().map(|r| r.state);
-        if let (Some(RecordState::Pending), Some(record), Some(partition), true) =
-            (state, record.as_ref(), partition, confirm_pending)
+        if let (Some(RecordState::Pending), Some(record), Some(segment), true) =
+            (state, record.as_ref(), segment, confirm_pending)
         {
             state = match store
-                .confirm(partition, record.ver, &[id.as_str()], ConfirmedVia::Admin)
+                .confirm(segment, record.ver, &[id.as_str()], ConfirmedVia::Admin)
                 .await?
                 .as_slice()
             {

@@ -14,7 +14,7 @@ pub struct Reservation {
     pub id: String,
     pub user: String,
     pub activity: Arc<str>,
-    /// The stock segment (partition) it was taken from (0 when the activity is not segmented).
+    /// The stock segment (segment) it was taken from (0 when the activity is not segmented).
     pub segment: u32,
     pub qty: u32,
     pub version: u64,

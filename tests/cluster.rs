@@ -59,7 +59,7 @@ async fn every_script_runs_unchanged_on_a_cluster() {
         let prewarmed = segments::prewarm(&store, &a).await.unwrap().unwrap();
         assert_eq!(prewarmed.created, 1);
         let l = Layout::of(&a);
-        let p = l.partition(0).unwrap();
+        let p = l.segment(0).unwrap();
         let reserve =
             |user: &'static str, qty: u32, rid: &'static str, key: Option<&'static str>| {
                 ReserveCall {

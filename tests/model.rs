@@ -51,7 +51,7 @@ use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 use support::*;
 
-/// The activities: one in a single partition, one split; (id, stock, segments first configured).
+/// The activities: one in a single segment, one split; (id, stock, segments first configured).
 const ACTS: [(&str, u64, u32); 2] = [("plain", 6, 1), ("split", 9, 3)];
 /// Buyers (one id with '|' and a space: user ids are the record's last field).
 const USERS: [&str; 4] = ["ann", "bob", "c|d e", "dan"];
@@ -190,7 +190,7 @@ struct ActModel {
     idem: BTreeMap<(usize, u8), usize>,
     /// The newest version ever claimed: outlives the retention (the one key that never expires).
     floor: Option<u64>,
-    /// A placeholder removed by hand (the unsegmented partition): refused until the keys expire.
+    /// A placeholder removed by hand (the unsegmented segment): refused until the keys expire.
     damaged: Option<Lost>,
 }
 
@@ -323,7 +323,7 @@ enum Op {
     Expire {
         act: usize,
     },
-    /// An operator removes a key of the unsegmented activity's partition by hand.
+    /// An operator removes a key of the unsegmented activity's segment by hand.
     Damage {
         lost: Lost,
     },
@@ -454,7 +454,7 @@ impl Model {
             self.refused[inst][a] = true;
             return false;
         }
-        // Claimed (the floor moves), then the partition refuses if it was damaged.
+        // Claimed (the floor moves), then the segment refuses if it was damaged.
         act.floor = act.floor.max(Some(c.version));
         if act.damaged.is_some() {
             self.refused[inst][a] = true;
@@ -505,9 +505,9 @@ impl Model {
             return refuse("unavailable");
         }
         if self.damaged_here(a, &c) {
-            // The script refuses a damaged partition before anything else, replays too; a
+            // The script refuses a damaged segment before anything else, replays too; a
             // version not on sale there finds no stock key first, and the prewarm on the way
-            // claims it (the floor moves) before the partition refuses.
+            // claims it (the floor moves) before the segment refuses.
             if self.acts[a].current != Some(c.version) {
                 self.prewarm(inst, a, &c);
             }
@@ -586,7 +586,7 @@ impl Model {
     }
 
     /// A purchase outside the sale's hours: refused at once without a key; with one, the
-    /// store is asked replay only (the activity's refusal learned first; a partition never put
+    /// store is asked replay only (the activity's refusal learned first; a segment never put
     /// on sale in this layout is not prewarmed), and the key's reservation answered, or the
     /// refusal.
     fn outside_hours(
@@ -617,12 +617,12 @@ impl Model {
         if let Some(replayed) = self.replay(a, user, key, qty, c) {
             return replayed;
         }
-        // A partition never put on sale in this layout is not prewarmed on the way: the key
+        // A segment never put on sale in this layout is not prewarmed on the way: the key
         // won nothing there.
         refuse(closed)
     }
 
-    /// Whether a reserve under configuration `c` reaches a partition with a key removed.
+    /// Whether a reserve under configuration `c` reaches a segment with a key removed.
     fn damaged_here(&self, a: usize, c: &ActConf) -> bool {
         let act = &self.acts[a];
         act.damaged.is_some() && act.segments == Some(c.segments)
@@ -1334,14 +1334,14 @@ impl System {
         }
     }
 
-    fn partition_of<'l>(layout: &'l Layout, id: &str) -> flashgate::stock::Partition<'l> {
+    fn segment_of<'l>(layout: &'l Layout, id: &str) -> flashgate::stock::Segment<'l> {
         layout
-            .partition(Reservation::segment_of(id).unwrap())
+            .segment(Reservation::segment_of(id).unwrap())
             .unwrap()
     }
 }
 
-/// Every key of one activity (all its partitions).
+/// Every key of one activity (all its segments).
 fn keys_of(act: usize) -> Vec<String> {
     let pattern = format!("fg:{{{}*", ACTS[act].0);
     with_conn(|conn| redis::cmd("KEYS").arg(pattern).query(conn).unwrap())
@@ -1455,9 +1455,9 @@ impl StateMachineTest for System {
             Op::UpstreamOk { handle } => {
                 let h = &sys.handles[handle];
                 let layout = Layout::of(&h.activity);
-                let partition = layout.partition(h.reservation.segment).unwrap();
+                let segment = layout.segment(h.reservation.segment).unwrap();
                 block_on(sys.instances[0].lifecycle.confirm(
-                    partition,
+                    segment,
                     h.reservation.version,
                     &[h.reservation.id.as_str()],
                     ConfirmedVia::Upstream,
@@ -1468,14 +1468,14 @@ impl StateMachineTest for System {
                 // Admission abandons the id this request made (for a replay: one never used).
                 let h = &sys.handles[handle];
                 let layout = Layout::of(&h.activity);
-                let partition = layout.partition(h.reservation.segment).unwrap();
+                let segment = layout.segment(h.reservation.segment).unwrap();
                 let id = if h.reservation.owned {
                     h.reservation.id.clone()
                 } else {
                     Reservation::id_in_segment(&h.activity, h.reservation.segment)
                 };
                 block_on(sys.instances[0].lifecycle.release(
-                    partition,
+                    segment,
                     h.activity.version,
                     &id,
                     ReleaseMode::Abandon,
@@ -1515,8 +1515,8 @@ impl StateMachineTest for System {
                         Arc::from(ACTS[r.act].0),
                         model.acts[r.act].segments.unwrap(),
                     );
-                    let partition = System::partition_of(&layout, &sys.jtis[res]);
-                    let keys = w.store.keys().of(partition);
+                    let segment = System::segment_of(&layout, &sys.jtis[res]);
+                    let keys = w.store.keys().of(segment);
                     let jti = &sys.jtis[res];
                     with_conn(|conn| {
                         // Its deadline and every forward's trip end (in the record), and its
@@ -1575,7 +1575,7 @@ impl StateMachineTest for System {
             }
             Op::LookupAnswer { lookup, answer } => {
                 let h = &sys.lookups[lookup];
-                let partition = h.layout.partition(h.partition).unwrap();
+                let segment = h.layout.segment(h.segment).unwrap();
                 let answer = match answer {
                     Lookup::Found => flashgate::upstream::lookup::Answer::Found,
                     Lookup::NotFound => flashgate::upstream::lookup::Answer::NotFound,
@@ -1584,7 +1584,7 @@ impl StateMachineTest for System {
                 block_on(
                     sys.instances[0]
                         .lifecycle
-                        .settle_answer(partition, h.version, &h.leased, answer),
+                        .settle_answer(segment, h.version, &h.leased, answer),
                 );
             }
             Op::Prewarm { inst } => {
@@ -1683,8 +1683,8 @@ impl StateMachineTest for System {
             let mut records: HashMap<String, String> = HashMap::new();
             let mut held: HashMap<String, u64> = HashMap::new();
             with_conn(|conn| {
-                for partition in layout.partitions() {
-                    let keys = w.store.keys().of(partition);
+                for segment in layout.segments() {
+                    let keys = w.store.keys().of(segment);
                     let (res, users): (HashMap<String, String>, HashMap<String, String>) =
                         redis::pipe()
                             .cmd("HGETALL")

@@ -266,7 +266,7 @@ async fn settled(store: &StockStore, activity: &Activity, deadline: Duration) ->
     let end = Instant::now() + deadline;
     loop {
         let row = store
-            .ledger(Layout::of(activity).partition(0).unwrap(), activity.version)
+            .ledger(Layout::of(activity).segment(0).unwrap(), activity.version)
             .await
             .unwrap();
         if row.pending == 0 && row.pending_reservations == 0 {
@@ -281,7 +281,7 @@ async fn settled(store: &StockStore, activity: &Activity, deadline: Duration) ->
 async fn sold_out(store: &StockStore, activity: &Activity) -> LedgerRow {
     wait_for_async("the stock to sell out", Duration::from_secs(60), || async {
         let row = store
-            .ledger(Layout::of(activity).partition(0).unwrap(), activity.version)
+            .ledger(Layout::of(activity).segment(0).unwrap(), activity.version)
             .await
             .ok()?;
         (row.remaining == 0 && row.pending == 0).then_some(row)
@@ -301,7 +301,7 @@ async fn compare_with_records(
     let mut released = Vec::new();
     for s in sales {
         match store
-            .lookup(Layout::of(activity).partition(0).unwrap(), &s.jti)
+            .lookup(Layout::of(activity).segment(0).unwrap(), &s.jti)
             .await
             .unwrap()
         {
@@ -750,7 +750,7 @@ async fn backend_timeouts_errors_and_resets_return_each_unit_exactly_once() {
     let (confirmed, forgotten, released_after) = compare_with_records(&store, &act, &sales).await;
     assert!(forgotten.is_empty());
     let records = store
-        .snapshot(Layout::of(&act).partition(0).unwrap(), &[1])
+        .snapshot(Layout::of(&act).segment(0).unwrap(), &[1])
         .await
         .unwrap()
         .records;
@@ -866,7 +866,7 @@ async fn gateway_killed_mid_burst(remedy: Remedy, scenario: &'static str) {
         )
         .await;
         let row = store
-            .ledger(Layout::of(&act).partition(0).unwrap(), 1)
+            .ledger(Layout::of(&act).segment(0).unwrap(), 1)
             .await
             .unwrap();
         in_flight_at_kill.push(row.pending);

@@ -7,8 +7,8 @@ mod support;
 use flashgate::config::{Activity, ConfirmMode};
 use flashgate::stock::segments::{self, Refusal};
 use flashgate::stock::{
-    ConfirmOutcome, ConfirmedVia, Layout, Partition, RecordState, ReleaseMode, ReleaseOutcome,
-    ReserveCall, ReserveOutcome, SaleHours, StockStore, StoreError,
+    ConfirmOutcome, ConfirmedVia, Layout, RecordState, ReleaseMode, ReleaseOutcome, ReserveCall,
+    ReserveOutcome, SaleHours, Segment, StockStore, StoreError,
 };
 use flashgate::stock::{Deposit, ReleaseReason};
 use std::time::{Duration, Instant};
@@ -37,9 +37,9 @@ fn store(url: String, timeout_ms: u64) -> StockStore {
     stock_store(url, vec![], Duration::from_millis(timeout_ms))
 }
 
-/// The one partition of an activity that is not segmented.
-fn one(layout: &Layout) -> Partition<'_> {
-    layout.partition(0).unwrap()
+/// The one segment of an activity that is not segmented.
+fn one(layout: &Layout) -> Segment<'_> {
+    layout.segment(0).unwrap()
 }
 
 fn call<'a>(a: &Activity, user: &'a str, qty: u32, id: &'a str) -> ReserveCall<'a> {
@@ -308,7 +308,7 @@ async fn release_never_resurrects_a_removed_stock_key() {
     let row = ledger(&s, &a, 1).await;
     assert_eq!((row.pending, row.released, row.retired), (0, 1, 1));
     assert_eq!(record(&s, &a, "r1").await.returned, Some(false));
-    // And prewarm refuses to re-create a stock key the partition knows it had.
+    // And prewarm refuses to re-create a stock key the segment knows it had.
     assert_eq!(prewarm(&s, &a).await.stock_key_removed, vec![0]);
     let exists: bool = redis::cmd("EXISTS")
         .arg("fg:{1001}:v1:stock")
@@ -837,7 +837,7 @@ async fn the_segment_count_is_fixed_for_the_life_of_the_keys() {
             })
         );
         let l = Layout::of(&four);
-        for p in l.partitions() {
+        for p in l.segments() {
             assert_eq!(s.remaining(p, version).await.unwrap(), None);
         }
     }
@@ -908,7 +908,7 @@ async fn extending_ends_at_extends_every_key_and_never_recreates_the_stock() {
         let at: i64 = redis::cmd("EXPIRETIME").arg(key).query(&mut conn).unwrap();
         assert_eq!(at, after, "{key}");
     }
-    // Even if the stock key went (lost), its partition remembers the version: not re-created.
+    // Even if the stock key went (lost), its segment remembers the version: not re-created.
     let _: () = redis::cmd("DEL")
         .arg("fg:{1001}:v1:stock")
         .arg("fg:{1001}:v1:ledger")
@@ -930,7 +930,7 @@ async fn a_stranded_transfer_lands_in_the_version_it_left() {
     };
     prewarm(&s, &v1).await;
     let l = Layout::of(&v1);
-    let (giver, receiver) = (l.partition(1).unwrap(), l.partition(0).unwrap());
+    let (giver, receiver) = (l.segment(1).unwrap(), l.segment(0).unwrap());
     assert_eq!(s.withdraw(giver, 1, "t1", 10, 0).await.unwrap(), 10);
     // The gateway dies; operations bump the version before the sweep delivers the transfer.
     let v2 = Activity {
@@ -974,10 +974,10 @@ async fn the_reconcile_snapshot_survives_script_flush() {
 
 #[tokio::test]
 async fn a_lost_meta_never_puts_a_version_on_sale_twice() {
-    // Review 12 F1: with its partition meta gone (DEL, or evicted), prewarm re-created the
+    // Review 12 F1: with its segment meta gone (DEL, or evicted), prewarm re-created the
     // stock and overwrote the ledger: the sold units sold again. Review 12b R2/R4: adopting
-    // what outlived the meta forgot the partition's older versions (their reservations never
-    // swept, the old version never retired) and hid every other lost key. A partition that lost
+    // what outlived the meta forgot the segment's older versions (their reservations never
+    // swept, the old version never retired) and hid every other lost key. A segment that lost
     // its meta is refused, whatever else it lost with it; the stock is never created again.
     let damaged = Err(Refusal::Damaged {
         id: "1001".into(),
@@ -1064,7 +1064,7 @@ async fn an_unsegmented_activity_that_lost_its_meta_keeps_its_segment_count() {
             configured: 2
         })
     );
-    // Also without the registry's record: the base tag holds the partition itself.
+    // Also without the registry's record: the base tag holds the segment itself.
     redis.del(&["fg:activities"]);
     assert!(matches!(
         segments::prewarm(&s, &two).await.unwrap(),
@@ -1074,7 +1074,7 @@ async fn an_unsegmented_activity_that_lost_its_meta_keeps_its_segment_count() {
 }
 
 #[tokio::test]
-async fn a_damaged_partition_refuses_buyers_at_once_and_writes_no_key_without_an_expiry() {
+async fn a_damaged_segment_refuses_buyers_at_once_and_writes_no_key_without_an_expiry() {
     // Review 12b R2: a lost `users` or `res` still sold until the next prewarm tick, and the
     // hashes reserve re-created had no expiry.
     for key in ["users", "res"] {
@@ -1113,7 +1113,7 @@ async fn a_lost_received_book_never_lets_a_transfer_land_twice() {
     };
     prewarm(&s, &a).await;
     let l = Layout::of(&a);
-    let (receiver, giver) = (l.partition(0).unwrap(), l.partition(1).unwrap());
+    let (receiver, giver) = (l.segment(0).unwrap(), l.segment(1).unwrap());
     assert_eq!(s.withdraw(giver, 1, "t1", 2, 0).await.unwrap(), 2);
     assert_eq!(
         s.deposit(receiver, 1, "t1", 2).await.unwrap(),
@@ -1153,7 +1153,7 @@ async fn a_lost_received_book_never_lets_a_transfer_land_twice() {
 }
 
 #[tokio::test]
-async fn a_lost_ledger_beside_its_stock_refuses_the_partition() {
+async fn a_lost_ledger_beside_its_stock_refuses_the_segment() {
     // Review 12b R2: a lost ledger was reported but sales went on, and reserve re-created it.
     let redis = RedisServer::start();
     let s = store(redis.url(), 1000);
@@ -1167,7 +1167,7 @@ async fn a_lost_ledger_beside_its_stock_refuses_the_partition() {
 }
 
 #[tokio::test]
-async fn an_abandon_into_a_partition_never_prewarmed_leaves_a_key_that_expires() {
+async fn an_abandon_into_a_segment_never_prewarmed_leaves_a_key_that_expires() {
     // Review 12b R9: the tombstone's hash had no expiry.
     let redis = RedisServer::start();
     let s = store(redis.url(), 1000);
@@ -1178,7 +1178,7 @@ async fn an_abandon_into_a_partition_never_prewarmed_leaves_a_key_that_expires()
     let l = Layout::of(&a);
     let outcome = s
         .release(
-            l.partition(3).unwrap(),
+            l.segment(3).unwrap(),
             1,
             "r1.3",
             ReleaseMode::Abandon,
@@ -1192,7 +1192,7 @@ async fn an_abandon_into_a_partition_never_prewarmed_leaves_a_key_that_expires()
         .query(&mut redis.conn())
         .unwrap();
     assert!(ttl > 0, "{ttl}");
-    // The tombstone is not taken for a lost key: the partition goes on sale as new.
+    // The tombstone is not taken for a lost key: the segment goes on sale as new.
     assert_eq!(prewarm(&s, &a).await.created, 4);
 }
 
@@ -1339,7 +1339,7 @@ async fn transfer_halves_are_each_once_and_never_lose_units() {
     };
     prewarm(&s, &a).await;
     let l = Layout::of(&a);
-    let (giver, receiver) = (l.partition(1).unwrap(), l.partition(0).unwrap());
+    let (giver, receiver) = (l.segment(1).unwrap(), l.segment(0).unwrap());
     assert_eq!(s.withdraw(giver, 1, "t1", 3, 0).await.unwrap(), 3);
     assert_eq!(
         s.withdraw(giver, 1, "t1", 3, 0).await.unwrap(),
@@ -1512,7 +1512,7 @@ async fn no_reservation_is_made_outside_the_sales_hours_by_redis_clock_but_a_rep
 
 #[tokio::test]
 async fn a_segmented_reserve_outside_the_hours_pulls_units_home_and_loses_none() {
-    // Review of the sale hours: a home partition short of a 2-unit purchase pulls units from
+    // Review of the sale hours: a home segment short of a 2-unit purchase pulls units from
     // the others (withdraw, then deposit with the reserve); the reserve is refused by Redis's
     // clock, the deposit stays, nothing is left in flight, every unit is still for sale.
     let redis = RedisServer::start();
@@ -1824,7 +1824,7 @@ async fn a_late_acceptance_is_covered_from_stock_or_counted_oversold() {
     );
 }
 
-/// Issue 20: a pull whose deposit-and-reserve answers before depositing (the home partition
+/// Issue 20: a pull whose deposit-and-reserve answers before depositing (the home segment
 /// was damaged in between) leaves the transfer unacknowledged on the giver: the sweep delivers
 /// it later; before, it was acknowledged and its units lost (and reconcile, which now checks
 /// that every acknowledged transfer arrived, saw nothing).
@@ -1838,7 +1838,7 @@ async fn a_transfer_is_acknowledged_only_once_it_landed() {
     };
     prewarm(&s, &a).await;
     let l = Layout::of(&a);
-    let (home, giver) = (l.partition(0).unwrap(), l.partition(1).unwrap());
+    let (home, giver) = (l.segment(0).unwrap(), l.segment(1).unwrap());
     assert_eq!(s.withdraw(giver, 1, "t1", 1, 0).await.unwrap(), 1);
     // The home loses a placeholder between the withdraw and the deposit.
     let _: () = redis::cmd("HDEL")

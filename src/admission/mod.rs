@@ -310,7 +310,7 @@ impl Admission {
         match outcome {
             Reserve::Reserved {
                 id,
-                partition,
+                segment,
                 version,
                 qty,
                 replayed,
@@ -328,7 +328,7 @@ impl Admission {
                     id,
                     user: purchase.user.to_owned(),
                     activity: activity.id.clone(),
-                    segment: partition,
+                    segment,
                     qty,
                     version,
                     owned: !replayed,

@@ -2,8 +2,8 @@
 //! configured sale route templates.
 
 use super::target::Target;
+use crate::config::route::PathSegment;
 pub use crate::config::route::SaleRoute;
-use crate::config::route::Segment;
 
 /// If the (normalised) request is on this route, its activity segment. Literal segments
 /// match case-insensitively: a buyer must not skip admission with a spelling the backend's
@@ -19,9 +19,9 @@ pub fn match_target<'t>(route: &SaleRoute, target: &'t Target) -> Option<&'t str
     let mut activity = None;
     for (segment, part) in route.segments().iter().zip(parts) {
         match segment {
-            Segment::Literal(lit) if lit.eq_ignore_ascii_case(part) => {}
-            Segment::Literal(_) => return None,
-            Segment::Activity => activity = Some(part.as_str()),
+            PathSegment::Literal(lit) if lit.eq_ignore_ascii_case(part) => {}
+            PathSegment::Literal(_) => return None,
+            PathSegment::Activity => activity = Some(part.as_str()),
         }
     }
     activity
@@ -55,8 +55,8 @@ pub fn resembles(route: &SaleRoute, target: &Target) -> bool {
         .iter()
         .zip(tail)
         .all(|(segment, part)| match segment {
-            Segment::Literal(lit) => loose(lit) == loose(part),
-            Segment::Activity => true,
+            PathSegment::Literal(lit) => loose(lit) == loose(part),
+            PathSegment::Activity => true,
         })
 }
 

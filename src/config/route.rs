@@ -5,7 +5,7 @@ use http::Method;
 
 /// One segment of a route's path.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Segment {
+pub enum PathSegment {
     /// Matched case-insensitively.
     Literal(String),
     /// `{activity}`: the activity id.
@@ -16,7 +16,7 @@ pub enum Segment {
 #[derive(Debug, Clone)]
 pub struct SaleRoute {
     method: Method,
-    segments: Vec<Segment>,
+    segments: Vec<PathSegment>,
     quantity_query: String,
 }
 
@@ -42,23 +42,28 @@ impl SaleRoute {
         if !path.starts_with('/') {
             return Err(("path", format!("{path:?} must start with '/'")));
         }
-        let segments: Vec<Segment> = path
+        let segments: Vec<PathSegment> = path
             .split('/')
             .filter(|s| !s.is_empty())
             .map(|s| {
                 if s == ACTIVITY_PLACEHOLDER {
-                    Ok(Segment::Activity)
+                    Ok(PathSegment::Activity)
                 } else if s.contains(['{', '}', '?', '#']) {
                     Err((
                         "path",
                         format!("segment {s:?}: only {ACTIVITY_PLACEHOLDER} may be a placeholder"),
                     ))
                 } else {
-                    Ok(Segment::Literal(s.to_owned()))
+                    Ok(PathSegment::Literal(s.to_owned()))
                 }
             })
             .collect::<Result<_, _>>()?;
-        if segments.iter().filter(|s| **s == Segment::Activity).count() != 1 {
+        if segments
+            .iter()
+            .filter(|s| **s == PathSegment::Activity)
+            .count()
+            != 1
+        {
             return Err((
                 "path",
                 format!(
@@ -89,8 +94,8 @@ impl SaleRoute {
         for segment in &self.segments {
             path.push('/');
             match segment {
-                Segment::Literal(lit) => path.push_str(lit),
-                Segment::Activity => path.push_str(activity),
+                PathSegment::Literal(lit) => path.push_str(lit),
+                PathSegment::Activity => path.push_str(activity),
             }
         }
         path
@@ -101,7 +106,7 @@ impl SaleRoute {
     }
 
     /// The path's segments, in order.
-    pub fn segments(&self) -> &[Segment] {
+    pub fn segments(&self) -> &[PathSegment] {
         &self.segments
     }
 

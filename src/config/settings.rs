@@ -248,7 +248,7 @@ pub struct Activity {
     pub on_store_failure: StoreFailurePolicy,
     /// How long a reservation stays pending before it expires.
     pub hold: Duration,
-    /// Partitions the stock is split over (1: not segmented); fixed for the life of the
+    /// Segments the stock is split over (1: not segmented); fixed for the life of the
     /// activity's keys.
     pub segments: u32,
     /// The waiting room in front of the purchase, if any.

@@ -27,8 +27,8 @@ use crate::news::{self, News};
 use crate::reservation::Reservation;
 use crate::stock::{
     segments::{self, Purchase, Reserve},
-    until_answered, ConfirmOutcome, ConfirmedVia, Layout, LedgerRow, Partition, Publish, Reads,
-    ReleaseMode, ReleaseOutcome, ReleaseReason, ReservationRecord, Settle, StockStore, StoreError,
+    until_answered, ConfirmOutcome, ConfirmedVia, Layout, LedgerRow, Publish, Reads, ReleaseMode,
+    ReleaseOutcome, ReleaseReason, ReservationRecord, Segment, Settle, StockStore, StoreError,
     Transfers,
 };
 use crate::upstream::lookup::OrderLookup;
@@ -93,11 +93,11 @@ impl<S: LifecycleStore> Lifecycle<S> {
         }
     }
 
-    /// Releases a reservation of `version` in `partition`, exactly once and as far as `mode`
+    /// Releases a reservation of `version` in `segment`, exactly once and as far as `mode`
     /// allows; counts it and makes the units purchasable here at once (everywhere by news).
     pub async fn release(
         &self,
-        partition: Partition<'_>,
+        segment: Segment<'_>,
         version: u64,
         id: &str,
         mode: ReleaseMode,
@@ -105,10 +105,10 @@ impl<S: LifecycleStore> Lifecycle<S> {
     ) -> Result<ReleaseOutcome, StoreError> {
         let outcome = self
             .store
-            .release(partition, version, id, mode, reason)
+            .release(segment, version, id, mode, reason)
             .await?;
         if let ReleaseOutcome::Released { remaining } = outcome {
-            self.count_release(partition.layout(), version, reason, remaining, 1);
+            self.count_release(segment.layout(), version, reason, remaining, 1);
         }
         Ok(outcome)
     }
@@ -174,11 +174,11 @@ impl<S: LifecycleStore> Lifecycle<S> {
             return Ok(ReleaseOutcome::KeptReplayed);
         }
         let layout = Layout::of(activity);
-        let Some(partition) = layout.partition(reservation.segment) else {
+        let Some(segment) = layout.segment(reservation.segment) else {
             return Ok(ReleaseOutcome::Unknown);
         };
         self.release(
-            partition,
+            segment,
             reservation.version,
             &reservation.id,
             ReleaseMode::Owner,
@@ -190,21 +190,16 @@ impl<S: LifecycleStore> Lifecycle<S> {
     /// A reserve whose outcome is unknown (timed out, connection lost) is released by id until
     /// Redis answers (a tombstone if it never landed, so it never will), so units never stay
     /// stranded behind a buyer who was told `unavailable`. Not if a replay handed it on meanwhile.
-    fn abandon_in_background(
-        self: &Arc<Self>,
-        activity: Arc<Activity>,
-        partition: u32,
-        id: String,
-    ) {
+    fn abandon_in_background(self: &Arc<Self>, activity: Arc<Activity>, segment: u32, id: String) {
         let this = self.clone();
         tokio::spawn(async move {
             let layout = Layout::of(&activity);
-            let Some(partition) = layout.partition(partition) else {
+            let Some(segment) = layout.segment(segment) else {
                 return;
             };
             let abandon = || {
                 this.release(
-                    partition,
+                    segment,
                     activity.version,
                     &id,
                     ReleaseMode::Abandon,
@@ -251,12 +246,12 @@ impl<S: LifecycleStore> Lifecycle<S> {
         after: std::time::Duration,
     ) -> Result<(), StoreError> {
         let layout = Layout::of(activity);
-        let Some(partition) = layout.partition(reservation.segment) else {
+        let Some(segment) = layout.segment(reservation.segment) else {
             return Ok(());
         };
         self.store
             .due_in(
-                partition,
+                segment,
                 reservation.version,
                 &reservation.id,
                 reservation.fence,
@@ -265,16 +260,16 @@ impl<S: LifecycleStore> Lifecycle<S> {
             .await
     }
 
-    /// Confirms reservations of one version in one partition (at most [`CONFIRM_BATCH`]).
+    /// Confirms reservations of one version in one segment (at most [`CONFIRM_BATCH`]).
     pub async fn confirm(
         &self,
-        partition: Partition<'_>,
+        segment: Segment<'_>,
         version: u64,
         ids: &[&str],
         via: ConfirmedVia,
     ) -> Result<Vec<ConfirmOutcome>, StoreError> {
-        let outcomes = self.store.confirm(partition, version, ids, via).await?;
-        let label = &**partition.layout().id();
+        let outcomes = self.store.confirm(segment, version, ids, via).await?;
+        let label = &**segment.layout().id();
         let confirmed = outcomes
             .iter()
             .filter(|o| **o == ConfirmOutcome::Confirmed)
@@ -314,12 +309,12 @@ impl<S: LifecycleStore> Lifecycle<S> {
         let this = self.clone();
         tokio::spawn(async move {
             let layout = Layout::of(&activity);
-            let Some(partition) = layout.partition(reservation.segment) else {
+            let Some(segment) = layout.segment(reservation.segment) else {
                 return;
             };
             let ids = [reservation.id.as_str()];
             let confirm =
-                || this.confirm(partition, reservation.version, &ids, ConfirmedVia::Upstream);
+                || this.confirm(segment, reservation.version, &ids, ConfirmedVia::Upstream);
             match until_answered(confirm).await.as_deref() {
                 Some([ConfirmOutcome::Released]) => tracing::warn!(reservation = %reservation.id,
                     "upstream accepted a reservation that was already released (counted before)"),
@@ -330,13 +325,13 @@ impl<S: LifecycleStore> Lifecycle<S> {
         });
     }
 
-    /// The partition a reservation id names, and its record; tombstones of abandoned ids and
+    /// The segment a reservation id names, and its record; tombstones of abandoned ids and
     /// malformed ids are "not found".
     async fn find<'l>(
         &self,
         layout: &'l Layout,
         id: &str,
-    ) -> Result<Option<(Partition<'l>, ReservationRecord)>, StoreError> {
+    ) -> Result<Option<(Segment<'l>, ReservationRecord)>, StoreError> {
         if id.is_empty()
             || id.len() > MAX_RESERVATION_ID_LEN
             || !id
@@ -345,15 +340,15 @@ impl<S: LifecycleStore> Lifecycle<S> {
         {
             return Ok(None);
         }
-        let Some(partition) = Reservation::segment_of(id).and_then(|n| layout.partition(n)) else {
+        let Some(segment) = Reservation::segment_of(id).and_then(|n| layout.segment(n)) else {
             return Ok(None);
         };
         Ok(self
             .store
-            .lookup(partition, id)
+            .lookup(segment, id)
             .await?
             .filter(|r| !r.tombstone)
-            .map(|r| (partition, r)))
+            .map(|r| (segment, r)))
     }
 
     /// A reservation's record (admin API).
@@ -373,11 +368,11 @@ impl<S: LifecycleStore> Lifecycle<S> {
         id: &str,
     ) -> Result<AdminOutcome, StoreError> {
         let layout = segments::recorded_layout(&*self.store, activity).await?;
-        let Some((partition, record)) = self.find(&layout, id).await? else {
+        let Some((segment, record)) = self.find(&layout, id).await? else {
             return Ok(AdminOutcome::NotFound);
         };
         match self
-            .confirm(partition, record.ver, &[id], ConfirmedVia::Admin)
+            .confirm(segment, record.ver, &[id], ConfirmedVia::Admin)
             .await?
             .as_slice()
         {
@@ -397,12 +392,12 @@ impl<S: LifecycleStore> Lifecycle<S> {
         id: &str,
     ) -> Result<AdminOutcome, StoreError> {
         let layout = segments::recorded_layout(&*self.store, activity).await?;
-        let Some((partition, record)) = self.find(&layout, id).await? else {
+        let Some((segment, record)) = self.find(&layout, id).await? else {
             return Ok(AdminOutcome::NotFound);
         };
         match self
             .release(
-                partition,
+                segment,
                 record.ver,
                 id,
                 ReleaseMode::Admin,
@@ -448,10 +443,10 @@ impl StockPort for Arc<Lifecycle> {
         match segments::reserve(&*self.store, activity, purchase).await {
             Ok(outcome) => Ok(outcome),
             Err(failed) => {
-                if let Some(partition) = failed.landed_maybe {
+                if let Some(segment) = failed.landed_maybe {
                     self.abandon_in_background(
                         activity.clone(),
-                        partition,
+                        segment,
                         purchase.reservation_id.to_owned(),
                     );
                 }

@@ -5,8 +5,8 @@
 use super::{Lifecycle, LifecycleStore};
 use crate::config::{OrderLookupSettings, UpstreamSettings};
 use crate::stock::{
-    ConfirmedVia, Deposit, Layout, Leased, LookupLease, Partition, ReleaseMode, ReleaseOutcome,
-    ReleaseReason, SweepOutcome,
+    ConfirmedVia, Deposit, Layout, Leased, LookupLease, ReleaseMode, ReleaseOutcome, ReleaseReason,
+    Segment, SweepOutcome,
 };
 use crate::upstream::lookup::Answer;
 use futures_util::StreamExt;
@@ -26,7 +26,7 @@ const LOOKUP_CONCURRENCY: usize = 16;
 #[derive(Debug, Clone)]
 pub struct HandedOut {
     pub layout: Layout,
-    pub partition: u32,
+    pub segment: u32,
     pub version: u64,
     pub leased: Leased,
 }
@@ -79,7 +79,7 @@ impl<S: LifecycleStore> Lifecycle<S> {
         self.sweep(false).await.1
     }
 
-    /// One sweep over every layout, partition and version: returns how many it released, and
+    /// One sweep over every layout, segment and version: returns how many it released, and
     /// (unless `ask`, when the backend is asked at once) what it handed out for lookups.
     async fn sweep(&self, ask: bool) -> (u64, Vec<HandedOut>) {
         let settings = self.live.settings();
@@ -92,9 +92,9 @@ impl<S: LifecycleStore> Lifecycle<S> {
         let mut total = 0;
         let mut handed = Vec::new();
         for layout in self.layouts().await {
-            for partition in layout.partitions() {
-                self.deliver_stranded_transfers(partition).await;
-                let versions = match self.store.meta(partition).await {
+            for segment in layout.segments() {
+                self.deliver_stranded_transfers(segment).await;
+                let versions = match self.store.meta(segment).await {
                     Ok(meta) => meta.versions,
                     Err(e) => {
                         tracing::warn!(activity = %layout.id(), error = %e, "sweep skipped");
@@ -103,8 +103,7 @@ impl<S: LifecycleStore> Lifecycle<S> {
                 };
                 for version in versions {
                     for _ in 0..MAX_SWEEP_CALLS_PER_TICK {
-                        let outcome = match self.store.sweep(partition, version, batch, lease).await
-                        {
+                        let outcome = match self.store.sweep(segment, version, batch, lease).await {
                             Ok(outcome) => outcome,
                             Err(e) => {
                                 tracing::warn!(activity = %layout.id(), version, error = %e, "sweep failed");
@@ -116,7 +115,7 @@ impl<S: LifecycleStore> Lifecycle<S> {
                             Some(lookup) => {
                                 total += self
                                     .settle_by_lookup(
-                                        partition,
+                                        segment,
                                         version,
                                         &settings.upstream,
                                         lookup,
@@ -127,7 +126,7 @@ impl<S: LifecycleStore> Lifecycle<S> {
                             None => {
                                 handed.extend(outcome.for_lookup.iter().map(|leased| HandedOut {
                                     layout: layout.clone(),
-                                    partition: partition.index(),
+                                    segment: segment.index(),
                                     version,
                                     leased: leased.clone(),
                                 }))
@@ -168,7 +167,7 @@ impl<S: LifecycleStore> Lifecycle<S> {
     /// hands them out again after `retry_interval_ms`). Returns how many were released.
     async fn settle_by_lookup(
         &self,
-        partition: Partition<'_>,
+        segment: Segment<'_>,
         version: u64,
         upstream: &UpstreamSettings,
         settings: &OrderLookupSettings,
@@ -184,7 +183,7 @@ impl<S: LifecycleStore> Lifecycle<S> {
             .await;
         let mut released = 0;
         for (leased, answer) in answers {
-            if self.settle_answer(partition, version, leased, answer).await {
+            if self.settle_answer(segment, version, leased, answer).await {
                 released += 1;
             }
         }
@@ -196,12 +195,12 @@ impl<S: LifecycleStore> Lifecycle<S> {
     /// released under the hand-out's fence; unanswered, nothing. Returns whether it released.
     pub async fn settle_answer(
         &self,
-        partition: Partition<'_>,
+        segment: Segment<'_>,
         version: u64,
         leased: &Leased,
         answer: Answer,
     ) -> bool {
-        let label = &**partition.layout().id();
+        let label = &**segment.layout().id();
         self.metrics
             .order_lookups
             .with_label_values(&[label, answer.as_str()])
@@ -210,7 +209,7 @@ impl<S: LifecycleStore> Lifecycle<S> {
         match answer {
             Answer::Found => {
                 if let Err(e) = self
-                    .confirm(partition, version, &[id], ConfirmedVia::Lookup)
+                    .confirm(segment, version, &[id], ConfirmedVia::Lookup)
                     .await
                 {
                     tracing::warn!(reservation = %id, error = %e,
@@ -223,7 +222,7 @@ impl<S: LifecycleStore> Lifecycle<S> {
                     fence: leased.fence,
                 };
                 match self
-                    .release(partition, version, id, mode, ReleaseReason::OrderNotFound)
+                    .release(segment, version, id, mode, ReleaseReason::OrderNotFound)
                     .await
                 {
                     Ok(ReleaseOutcome::Released { .. }) => true,
@@ -260,7 +259,7 @@ impl<S: LifecycleStore> Lifecycle<S> {
 
     /// Transfers a segment gave that never arrived (a gateway died between withdraw and
     /// deposit): delivered once they are older than a rebalance could still be in flight.
-    async fn deliver_stranded_transfers(&self, giver: Partition<'_>) {
+    async fn deliver_stranded_transfers(&self, giver: Segment<'_>) {
         if !giver.layout().is_segmented() {
             return;
         }
@@ -271,7 +270,7 @@ impl<S: LifecycleStore> Lifecycle<S> {
             .iter()
             .filter(|t| t.at_ms + STRANDED_TRANSFER_AFTER_MS < now_ms)
         {
-            let Some(receiver) = giver.layout().partition(t.to) else {
+            let Some(receiver) = giver.layout().segment(t.to) else {
                 continue;
             };
             if let Ok(deposit) = self.store.deposit(receiver, t.version, &t.id, t.qty).await {

@@ -137,19 +137,19 @@ impl Harness {
     /// The record of a reservation, tombstones included.
     pub async fn record(&self, r: &Reservation) -> Option<ReservationRecord> {
         let layout = self.layout();
-        let partition = layout.partition(r.segment).unwrap();
-        Reads::lookup(&*self.store, partition, &r.id).await.unwrap()
+        let segment = layout.segment(r.segment).unwrap();
+        Reads::lookup(&*self.store, segment, &r.id).await.unwrap()
     }
 
     pub async fn state(&self, r: &Reservation) -> RecordState {
         self.record(r).await.expect("a record").state
     }
 
-    /// Units left of version 1 over every partition.
+    /// Units left of version 1 over every segment.
     pub fn left(&self) -> i64 {
         let layout = self.layout();
         layout
-            .partitions()
+            .segments()
             .map(|p| self.store.stock(p, 1).unwrap_or(0))
             .sum()
     }
@@ -277,7 +277,7 @@ async fn a_failed_request_does_not_release_a_confirmed_reservation() {
     let h = Harness::new(1, false);
     let r = h.reserve("alice", None);
     let layout = h.layout();
-    let p = layout.partition(0).unwrap();
+    let p = layout.segment(0).unwrap();
     let ids = [r.id.as_str()];
     let confirmed = h.lifecycle.confirm(p, 1, &ids, ConfirmedVia::Upstream);
     assert_eq!(confirmed.await.unwrap(), [ConfirmOutcome::Confirmed]);
@@ -302,7 +302,7 @@ async fn confirming_a_released_reservation_counts_a_late_acceptance() {
         .await
         .unwrap();
     let layout = h.layout();
-    let p = layout.partition(0).unwrap();
+    let p = layout.segment(0).unwrap();
     let ids = [r.id.as_str()];
     let outcome = h
         .lifecycle
@@ -367,7 +367,7 @@ async fn an_ambiguous_reserve_is_abandoned_by_id_and_tombstoned() {
     h.lifecycle
         .abandon_in_background(h.activity.clone(), 0, id.clone());
     let layout = h.layout();
-    let p = layout.partition(0).unwrap();
+    let p = layout.segment(0).unwrap();
     h.until(async || Reads::lookup(&*h.store, p, &id).await.unwrap().is_some())
         .await;
     let tomb = Reads::lookup(&*h.store, p, &id).await.unwrap().unwrap();
@@ -482,7 +482,7 @@ async fn a_release_of_a_retired_version_counts_its_units_retired() {
     let h = Harness::new(1, false);
     let r = h.reserve("alice", None);
     let layout = h.layout();
-    h.store.retire(layout.partition(0).unwrap(), 1);
+    h.store.retire(layout.segment(0).unwrap(), 1);
     let outcome = h
         .lifecycle
         .release_failed(&h.activity, &r, ReleaseReason::Upstream5xx)
@@ -498,7 +498,7 @@ async fn a_release_of_a_retired_version_counts_its_units_retired() {
 async fn an_early_lookup_is_due_only_under_its_own_fence() {
     let h = Harness::new(1, true);
     let layout = h.layout();
-    let p = layout.partition(0).unwrap();
+    let p = layout.segment(0).unwrap();
     let r = h.reserve("alice", Some("k"));
     let due = h.store.due_at(p, 1, &r.id).unwrap();
     assert_eq!(due, r.deadline_ms, "due at its hold deadline");
@@ -522,7 +522,7 @@ async fn an_early_lookup_is_due_only_under_its_own_fence() {
 async fn settle_soon_does_nothing_without_an_order_lookup() {
     let h = Harness::new(1, false);
     let layout = h.layout();
-    let p = layout.partition(0).unwrap();
+    let p = layout.segment(0).unwrap();
     let r = h.reserve("alice", None);
     h.lifecycle
         .settle_soon(h.activity.clone(), &r, Duration::from_secs(1));
@@ -531,7 +531,7 @@ async fn settle_soon_does_nothing_without_an_order_lookup() {
 
     let h = Harness::new(1, true);
     let layout = h.layout();
-    let p = layout.partition(0).unwrap();
+    let p = layout.segment(0).unwrap();
     let r = h.reserve("alice", None);
     h.lifecycle
         .settle_soon(h.activity.clone(), &r, Duration::from_secs(40));

@@ -225,7 +225,7 @@ fn futures_executor<F: std::future::Future>(f: F) -> F::Output {
 fn reserved(remaining: Option<u64>, replayed: bool) -> Result<Reserve, StoreError> {
     Ok(Reserve::Reserved {
         id: "r-1".into(),
-        partition: 0,
+        segment: 0,
         version: 1,
         qty: 2,
         replayed,

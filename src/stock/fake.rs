@@ -18,8 +18,8 @@
 //! made, so `tokio::time::pause` and `advance` move it and nothing else does.
 
 use super::{
-    Deposit, Layout, LedgerRow, Partition, PartitionMeta, RecordState, ReleaseReason,
-    ReservationRecord, ReserveCall, ReserveOutcome, StoreError, Transfer,
+    Deposit, Layout, LedgerRow, RecordState, ReleaseReason, ReservationRecord, ReserveCall,
+    ReserveOutcome, Segment, SegmentMeta, StoreError, Transfer,
 };
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
@@ -36,10 +36,10 @@ struct Rec {
     busy: u64,
 }
 
-/// One partition's keys.
+/// One segment's keys.
 #[derive(Debug, Default)]
 struct Part {
-    meta: PartitionMeta,
+    meta: SegmentMeta,
     /// Stock keys: version -> units left.
     stock: BTreeMap<u64, i64>,
     ledgers: BTreeMap<u64, LedgerRow>,
@@ -57,7 +57,7 @@ struct Part {
 struct State {
     parts: BTreeMap<String, Part>,
     /// Base metas by activity id (segment count, newest version, segments made).
-    bases: BTreeMap<String, PartitionMeta>,
+    bases: BTreeMap<String, SegmentMeta>,
     registry: BTreeMap<String, u32>,
     published: Vec<(String, String)>,
     /// By operation name: calls to let through, then calls to fail.
@@ -163,13 +163,13 @@ impl FakeStore {
         Ok(state)
     }
 
-    /// Puts `version` on sale with `stock` units split over the layout's partitions (what
+    /// Puts `version` on sale with `stock` units split over the layout's segments (what
     /// prewarm and the claim leave behind), retiring the version before it.
     pub fn on_sale(&self, layout: &Layout, version: u64, stock: u64) {
         let mut state = self.state.lock();
-        for partition in layout.partitions() {
-            let units = layout.share(stock, partition.index()) as i64;
-            let part = state.parts.entry(partition.tag()).or_default();
+        for segment in layout.segments() {
+            let units = layout.share(stock, segment.index()) as i64;
+            let part = state.parts.entry(segment.tag()).or_default();
             if let Some(old) = part.meta.current.filter(|&c| c != version) {
                 retire(part, old);
             }
@@ -191,34 +191,34 @@ impl FakeStore {
             .insert(layout.id().to_string(), layout.count());
     }
 
-    /// A newer version went on sale: `version`'s stock key in `partition` is gone and its
+    /// A newer version went on sale: `version`'s stock key in `segment` is gone and its
     /// units left are retired (what prewarm does to the version before).
-    pub fn retire(&self, partition: Partition<'_>, version: u64) {
+    pub fn retire(&self, segment: Segment<'_>, version: u64) {
         let mut state = self.state.lock();
-        retire(state.parts.entry(partition.tag()).or_default(), version);
+        retire(state.parts.entry(segment.tag()).or_default(), version);
     }
 
-    /// Units left in `version` of `partition`, if its stock key exists.
-    pub fn stock(&self, partition: Partition<'_>, version: u64) -> Option<i64> {
+    /// Units left in `version` of `segment`, if its stock key exists.
+    pub fn stock(&self, segment: Segment<'_>, version: u64) -> Option<i64> {
         let state = self.state.lock();
         state
             .parts
-            .get(&partition.tag())?
+            .get(&segment.tag())?
             .stock
             .get(&version)
             .copied()
     }
 
     /// When a pending reservation is due for the sweep (ms), if it is in the pending set.
-    pub fn due_at(&self, partition: Partition<'_>, version: u64, id: &str) -> Option<u64> {
+    pub fn due_at(&self, segment: Segment<'_>, version: u64, id: &str) -> Option<u64> {
         let state = self.state.lock();
-        let part = state.parts.get(&partition.tag())?;
+        let part = state.parts.get(&segment.tag())?;
         part.due.get(&version)?.get(id).copied()
     }
 
     /// Records a transfer `giver` gave at `at_ms` that never arrived (a gateway died between
     /// the withdraw and the deposit): the withdraw script's half alone.
-    pub fn withdrawn(&self, giver: Partition<'_>, version: u64, id: &str, to: u32, qty: u64) {
+    pub fn withdrawn(&self, giver: Segment<'_>, version: u64, id: &str, to: u32, qty: u64) {
         let now = self.now_ms();
         let mut state = self.state.lock();
         let part = state.parts.entry(giver.tag()).or_default();
@@ -234,15 +234,15 @@ impl FakeStore {
         part.transfers.insert(id.to_owned(), transfer);
     }
 
-    /// Units vanish from `version`'s stock in `partition` without a ledger entry (a key edited
+    /// Units vanish from `version`'s stock in `segment` without a ledger entry (a key edited
     /// by hand): the drift the ledger check reports.
-    pub fn lose(&self, partition: Partition<'_>, version: u64, units: i64) {
+    pub fn lose(&self, segment: Segment<'_>, version: u64, units: i64) {
         let mut state = self.state.lock();
-        let part = state.parts.entry(partition.tag()).or_default();
+        let part = state.parts.entry(segment.tag()).or_default();
         *part.stock.get_mut(&version).expect("on sale") -= units;
     }
 
-    /// Every partition's ledger identity holds, and its pending count is its pending records'.
+    /// Every segment's ledger identity holds, and its pending count is its pending records'.
     pub fn check_ledgers(&self) {
         let state = self.state.lock();
         for (tag, part) in &state.parts {
@@ -265,10 +265,10 @@ impl FakeStore {
     }
 
     /// The reserve script (`lua/reserve.lua`), less its damaged-key checks.
-    pub fn reserve_now(&self, partition: Partition<'_>, call: &ReserveCall<'_>) -> ReserveOutcome {
+    pub fn reserve_now(&self, segment: Segment<'_>, call: &ReserveCall<'_>) -> ReserveOutcome {
         let now = self.now_ms();
         let mut state = self.state.lock();
-        let part = state.parts.entry(partition.tag()).or_default();
+        let part = state.parts.entry(segment.tag()).or_default();
         if part.meta.versions.is_empty() && part.stock.is_empty() {
             return ReserveOutcome::NoStockKey;
         }
@@ -355,7 +355,7 @@ impl FakeStore {
     /// The withdraw script (`lua/withdraw.lua`): up to `want` units out, once per transfer id.
     pub fn withdraw_now(
         &self,
-        giver: Partition<'_>,
+        giver: Segment<'_>,
         version: u64,
         transfer_id: &str,
         want: u64,
@@ -431,7 +431,7 @@ fn replay(
     })
 }
 
-/// A version stops being on sale in a partition: its units left are retired.
+/// A version stops being on sale in a segment: its units left are retired.
 fn retire(part: &mut Part, version: u64) {
     if let Some(left) = part.stock.remove(&version) {
         let row = part.ledgers.entry(version).or_insert(empty_row(version));

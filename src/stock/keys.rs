@@ -1,11 +1,11 @@
-//! Redis key layout. Every key of one partition carries its hash tag (`{<act>}`, or
-//! `{<act>~<n>/<count>}` for partition n of an activity split into count segments), so each script's keys hash to one
+//! Redis key layout. Every key of one segment carries its hash tag (`{<act>}`, or
+//! `{<act>~<n>/<count>}` for segment n of an activity split into count segments), so each script's keys hash to one
 //! Redis Cluster slot (no CROSSSLOT). Only configured activity ids appear in key names; user ids
 //! and reservation ids are hash fields and script arguments. Every key expires at the sale's end
 //! plus `redis.key_ttl_after_end_secs` (prewarm moves expiries later, never earlier).
 //!
 //! ```text
-//! <p>:{<tag>}:meta          hash    partition: current (version on sale here), v:<n> (when
+//! <p>:{<tag>}:meta          hash    segment: current (version on sale here), v:<n> (when
 //!                                   version n went on sale here); on the base tag {<act>} also
 //!                                   segments (fixed for the activity) and version (newest claimed)
 //! <p>:{<tag>}:v<n>:stock    string  units of version n remaining here (only while n is on sale)
@@ -33,16 +33,16 @@
 //! +inf) so that they exist, with their expiry, from prewarm on: the buyer's path then never
 //! creates a key without one.
 
-use super::layout::{Layout, Partition};
+use super::layout::{Layout, Segment};
 
 #[derive(Debug, Clone)]
 pub struct KeyLayout {
     prefix: String,
 }
 
-/// The keys of one partition.
+/// The keys of one segment.
 #[derive(Debug, Clone)]
-pub struct PartitionKeys {
+pub struct SegmentKeys {
     /// `<prefix>:{<tag>}`
     base: String,
 }
@@ -54,15 +54,15 @@ impl KeyLayout {
         }
     }
 
-    pub fn of(&self, partition: Partition<'_>) -> PartitionKeys {
-        PartitionKeys {
-            base: format!("{}:{{{}}}", self.prefix, partition.tag()),
+    pub fn of(&self, segment: Segment<'_>) -> SegmentKeys {
+        SegmentKeys {
+            base: format!("{}:{{{}}}", self.prefix, segment.tag()),
         }
     }
 
     /// The activity's own tag `{<act>}`: its meta holds the segment count and newest version.
-    pub fn base(&self, layout: &Layout) -> PartitionKeys {
-        PartitionKeys {
+    pub fn base(&self, layout: &Layout) -> SegmentKeys {
+        SegmentKeys {
             base: format!("{}:{{{}}}", self.prefix, layout.id()),
         }
     }
@@ -78,7 +78,7 @@ impl KeyLayout {
     }
 }
 
-impl PartitionKeys {
+impl SegmentKeys {
     fn versioned(&self, version: u64, what: &str) -> String {
         format!("{}:v{version}:{what}", self.base)
     }
@@ -159,13 +159,13 @@ mod tests {
     }
 
     #[test]
-    fn all_keys_of_a_partition_share_one_hash_tag() {
+    fn all_keys_of_a_segment_share_one_hash_tag() {
         let k = KeyLayout::new("fg");
         let one = Layout::new(Arc::from("1001"), 1);
-        let p = k.of(one.partition(0).unwrap());
+        let p = k.of(one.segment(0).unwrap());
         assert_eq!(p.stock(3), "fg:{1001}:v3:stock");
         let four = Layout::new(Arc::from("1001"), 4);
-        let q = k.of(four.partition(2).unwrap());
+        let q = k.of(four.segment(2).unwrap());
         assert_eq!(q.users(), "fg:{1001~2/4}:users");
         for (keys, tag) in [
             (p.for_prewarm(3, &[1, 2]), "1001"),

@@ -1,38 +1,38 @@
-//! Where an activity's stock lives in Redis: one partition, or `segments` partitions, each under
+//! Where an activity's stock lives in Redis: one segment, or `segments` segments, each under
 //! a hash tag of its own so that Redis Cluster spreads them over masters. Every buyer has a home
-//! partition holding their units, reservations and idempotency keys, so the per-user limit is
+//! segment holding their units, reservations and idempotency keys, so the per-user limit is
 //! checked in the same atomic step as the deduction.
 //!
-//! The partition count is fixed for the life of an activity's keys (recorded in Redis when it is
+//! The segment count is fixed for the life of an activity's keys (recorded in Redis when it is
 //! first prewarmed; see `claim.lua`): a buyer's home must never move, or their units and
-//! idempotency keys would be left behind in another partition. The count is part of every
-//! partition's tag (`{<id>~<n>/<count>}`), so an instance configured with another count finds no
+//! idempotency keys would be left behind in another segment. The count is part of every
+//! segment's tag (`{<id>~<n>/<count>}`), so an instance configured with another count finds no
 //! stock key at all (and its prewarm is refused by the claim) instead of selling from a layout
 //! whose buyers live elsewhere.
 
 use crate::config::Activity;
 use std::sync::Arc;
 
-/// One activity's partitions.
+/// One activity's segments.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Layout {
     id: Arc<str>,
-    partitions: u32,
+    segments: u32,
 }
 
-/// One partition of an activity: hash tag `{<id>}` when it has one, `{<id>~<n>/<count>}` when
+/// One segment of an activity: hash tag `{<id>}` when it has one, `{<id>~<n>/<count>}` when
 /// several.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Partition<'a> {
+pub struct Segment<'a> {
     layout: &'a Layout,
     index: u32,
 }
 
 impl Layout {
-    pub fn new(id: Arc<str>, partitions: u32) -> Layout {
+    pub fn new(id: Arc<str>, segments: u32) -> Layout {
         Layout {
             id,
-            partitions: partitions.max(1),
+            segments: segments.max(1),
         }
     }
 
@@ -45,50 +45,50 @@ impl Layout {
         &self.id
     }
 
-    /// How many partitions (1 for an activity that is not segmented).
+    /// How many segments (1 for an activity that is not segmented).
     pub fn count(&self) -> u32 {
-        self.partitions
+        self.segments
     }
 
     pub fn is_segmented(&self) -> bool {
-        self.partitions > 1
+        self.segments > 1
     }
 
-    pub fn partition(&self, index: u32) -> Option<Partition<'_>> {
-        (index < self.partitions).then_some(Partition {
+    pub fn segment(&self, index: u32) -> Option<Segment<'_>> {
+        (index < self.segments).then_some(Segment {
             layout: self,
             index,
         })
     }
 
-    pub fn partitions(&self) -> impl Iterator<Item = Partition<'_>> {
-        (0..self.partitions).map(|index| Partition {
+    pub fn segments(&self) -> impl Iterator<Item = Segment<'_>> {
+        (0..self.segments).map(|index| Segment {
             layout: self,
             index,
         })
     }
 
-    /// A buyer's home partition: FNV-1a (64 bit) of the user id, the same on every instance and
+    /// A buyer's home segment: FNV-1a (64 bit) of the user id, the same on every instance and
     /// release (unlike std's per-process RandomState).
-    pub fn home(&self, user: &str) -> Partition<'_> {
+    pub fn home(&self, user: &str) -> Segment<'_> {
         let hash = user.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
             (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
         });
-        Partition {
+        Segment {
             layout: self,
-            index: (hash % u64::from(self.partitions)) as u32,
+            index: (hash % u64::from(self.segments)) as u32,
         }
     }
 
-    /// The units partition `index` starts a version with: the stock split evenly, the first
-    /// `stock % partitions` taking one unit more.
+    /// The units segment `index` starts a version with: the stock split evenly, the first
+    /// `stock % segments` taking one unit more.
     pub fn share(&self, stock: u64, index: u32) -> u64 {
-        let n = u64::from(self.partitions);
+        let n = u64::from(self.segments);
         stock / n + u64::from(u64::from(index) < stock % n)
     }
 }
 
-impl<'a> Partition<'a> {
+impl<'a> Segment<'a> {
     pub fn index(&self) -> u32 {
         self.index
     }
@@ -100,10 +100,7 @@ impl<'a> Partition<'a> {
     /// The hash tag's content.
     pub fn tag(&self) -> String {
         if self.layout.is_segmented() {
-            format!(
-                "{}~{}/{}",
-                self.layout.id, self.index, self.layout.partitions
-            )
+            format!("{}~{}/{}", self.layout.id, self.index, self.layout.segments)
         } else {
             self.layout.id.to_string()
         }
@@ -119,14 +116,14 @@ mod tests {
         let one = Layout::new(Arc::from("1001"), 1);
         assert_eq!(one.home("alice").tag(), "1001");
         let six = Layout::new(Arc::from("1001"), 6);
-        assert_eq!(six.partition(5).unwrap().tag(), "1001~5/6");
-        assert!(six.partition(6).is_none());
+        assert_eq!(six.segment(5).unwrap().tag(), "1001~5/6");
+        assert!(six.segment(6).is_none());
         // Stable across processes: pinned values.
         assert_eq!(six.home("alice").index(), six.home("alice").index());
         let homes: std::collections::HashSet<u32> = (0..200)
             .map(|i| six.home(&format!("u{i}")).index())
             .collect();
-        assert_eq!(homes.len(), 6, "buyers spread over every partition");
+        assert_eq!(homes.len(), 6, "buyers spread over every segment");
         let shares: Vec<u64> = (0..6).map(|i| six.share(1000, i)).collect();
         assert_eq!(shares, [167, 167, 167, 167, 166, 166]);
         assert_eq!(shares.iter().sum::<u64>(), 1000);

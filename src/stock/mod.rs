@@ -2,10 +2,10 @@
 //! reads. It owns the key layout, the scripts, time budgets and the store's metrics; it knows
 //! nothing of requests, admission or news.
 //!
-//! - [`layout`]: an activity's partitions (segments) and a buyer's home partition;
+//! - [`layout`]: an activity's segments (segments) and a buyer's home segment;
 //! - [`keys`]: every key name, and each script's KEYS in the order it declares them;
-//! - [`ops`]: one script or command on one partition;
-//! - [`segments`]: what spans partitions: prewarming an activity, a buyer's reserve with
+//! - [`ops`]: one script or command on one segment;
+//! - [`segments`]: what spans segments: prewarming an activity, a buyer's reserve with
 //!   rebalancing, whether anything is left anywhere, every ledger;
 //! - [`records`]: the scripts' answers and records as Rust types;
 //! - [`breaker`]: the circuit breaker in front of the store on the buyer's path;
@@ -33,8 +33,8 @@ mod records;
 pub mod scripts;
 pub mod segments;
 
-pub use keys::{KeyLayout, PartitionKeys};
-pub use layout::{Layout, Partition};
+pub use keys::{KeyLayout, SegmentKeys};
+pub use layout::{Layout, Segment};
 pub use port::{Publish, Reads, Settle, Transfers};
 pub use reads::{Snapshot, Transfer, TransferBooks};
 pub use records::*;

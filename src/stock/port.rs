@@ -6,31 +6,30 @@
 //! - [`Reads`]: metas, ledgers, records and transfer books (nothing here changes stock);
 //! - [`Settle`]: what ends or moves a reservation after its reserve (release, confirm, the
 //!   sweep, an early due time);
-//! - [`Transfers`]: moving units between partitions (withdraw, deposit, acknowledge);
+//! - [`Transfers`]: moving units between segments (withdraw, deposit, acknowledge);
 //! - [`Publish`]: the pub/sub channel the instances share.
 //!
 //! Futures are `Send` (the lifecycle settles off the buyer's path, in spawned tasks) and
 //! unboxed: the real store pays nothing for the seam.
 
 use super::{
-    ConfirmOutcome, ConfirmedVia, Deposit, LedgerRow, LookupLease, Partition, PartitionMeta,
-    ReleaseMode, ReleaseOutcome, ReleaseReason, ReservationRecord, StockStore, StoreError,
-    SweepOutcome, Transfer,
+    ConfirmOutcome, ConfirmedVia, Deposit, LedgerRow, LookupLease, ReleaseMode, ReleaseOutcome,
+    ReleaseReason, ReservationRecord, Segment, SegmentMeta, StockStore, StoreError, SweepOutcome,
+    Transfer,
 };
 use std::future::Future;
 use std::time::Duration;
 
-/// Reads of one partition and of the activity registry.
+/// Reads of one segment and of the activity registry.
 pub trait Reads: Send + Sync {
     /// See [`StockStore::meta`].
     fn meta(
         &self,
-        partition: Partition<'_>,
-    ) -> impl Future<Output = Result<PartitionMeta, StoreError>> + Send;
+        segment: Segment<'_>,
+    ) -> impl Future<Output = Result<SegmentMeta, StoreError>> + Send;
 
     /// See [`StockStore::base_meta`].
-    fn base_meta(&self, id: &str)
-        -> impl Future<Output = Result<PartitionMeta, StoreError>> + Send;
+    fn base_meta(&self, id: &str) -> impl Future<Output = Result<SegmentMeta, StoreError>> + Send;
 
     /// See [`StockStore::registered`].
     fn registered(&self) -> impl Future<Output = Result<Vec<(String, u32)>, StoreError>> + Send;
@@ -44,21 +43,21 @@ pub trait Reads: Send + Sync {
     /// See [`StockStore::ledger`].
     fn ledger(
         &self,
-        partition: Partition<'_>,
+        segment: Segment<'_>,
         version: u64,
     ) -> impl Future<Output = Result<LedgerRow, StoreError>> + Send;
 
     /// See [`StockStore::lookup`].
     fn lookup(
         &self,
-        partition: Partition<'_>,
+        segment: Segment<'_>,
         reservation_id: &str,
     ) -> impl Future<Output = Result<Option<ReservationRecord>, StoreError>> + Send;
 
     /// See [`StockStore::transfers`].
     fn transfers(
         &self,
-        giver: Partition<'_>,
+        giver: Segment<'_>,
     ) -> impl Future<Output = Result<(Vec<Transfer>, u64), StoreError>> + Send;
 }
 
@@ -67,7 +66,7 @@ pub trait Settle: Send + Sync {
     /// See [`StockStore::release`].
     fn release(
         &self,
-        partition: Partition<'_>,
+        segment: Segment<'_>,
         version: u64,
         reservation_id: &str,
         mode: ReleaseMode,
@@ -77,7 +76,7 @@ pub trait Settle: Send + Sync {
     /// See [`StockStore::confirm`].
     fn confirm(
         &self,
-        partition: Partition<'_>,
+        segment: Segment<'_>,
         version: u64,
         reservation_ids: &[&str],
         via: ConfirmedVia,
@@ -86,7 +85,7 @@ pub trait Settle: Send + Sync {
     /// See [`StockStore::sweep`].
     fn sweep(
         &self,
-        partition: Partition<'_>,
+        segment: Segment<'_>,
         version: u64,
         batch: u32,
         lookup: Option<LookupLease>,
@@ -95,7 +94,7 @@ pub trait Settle: Send + Sync {
     /// See [`StockStore::due_in`].
     fn due_in(
         &self,
-        partition: Partition<'_>,
+        segment: Segment<'_>,
         version: u64,
         reservation_id: &str,
         fence: u64,
@@ -103,12 +102,12 @@ pub trait Settle: Send + Sync {
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 }
 
-/// Moving units between partitions: a transfer's two halves, and the giver learning it landed.
+/// Moving units between segments: a transfer's two halves, and the giver learning it landed.
 pub trait Transfers: Send + Sync {
     /// See [`StockStore::withdraw`].
     fn withdraw(
         &self,
-        giver: Partition<'_>,
+        giver: Segment<'_>,
         version: u64,
         transfer_id: &str,
         want: u64,
@@ -118,7 +117,7 @@ pub trait Transfers: Send + Sync {
     /// See [`StockStore::deposit`].
     fn deposit(
         &self,
-        receiver: Partition<'_>,
+        receiver: Segment<'_>,
         version: u64,
         transfer_id: &str,
         qty: u64,
@@ -127,7 +126,7 @@ pub trait Transfers: Send + Sync {
     /// See [`StockStore::acknowledge`].
     fn acknowledge(
         &self,
-        giver: Partition<'_>,
+        giver: Segment<'_>,
         transfer_id: &str,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 }
@@ -146,11 +145,11 @@ pub trait Publish: Send + Sync {
 }
 
 impl Reads for StockStore {
-    async fn meta(&self, partition: Partition<'_>) -> Result<PartitionMeta, StoreError> {
-        StockStore::meta(self, partition).await
+    async fn meta(&self, segment: Segment<'_>) -> Result<SegmentMeta, StoreError> {
+        StockStore::meta(self, segment).await
     }
 
-    async fn base_meta(&self, id: &str) -> Result<PartitionMeta, StoreError> {
+    async fn base_meta(&self, id: &str) -> Result<SegmentMeta, StoreError> {
         StockStore::base_meta(self, id).await
     }
 
@@ -162,23 +161,19 @@ impl Reads for StockStore {
         StockStore::registered_segments(self, id).await
     }
 
-    async fn ledger(
-        &self,
-        partition: Partition<'_>,
-        version: u64,
-    ) -> Result<LedgerRow, StoreError> {
-        StockStore::ledger(self, partition, version).await
+    async fn ledger(&self, segment: Segment<'_>, version: u64) -> Result<LedgerRow, StoreError> {
+        StockStore::ledger(self, segment, version).await
     }
 
     async fn lookup(
         &self,
-        partition: Partition<'_>,
+        segment: Segment<'_>,
         reservation_id: &str,
     ) -> Result<Option<ReservationRecord>, StoreError> {
-        StockStore::lookup(self, partition, reservation_id).await
+        StockStore::lookup(self, segment, reservation_id).await
     }
 
-    async fn transfers(&self, giver: Partition<'_>) -> Result<(Vec<Transfer>, u64), StoreError> {
+    async fn transfers(&self, giver: Segment<'_>) -> Result<(Vec<Transfer>, u64), StoreError> {
         StockStore::transfers(self, giver).await
     }
 }
@@ -186,51 +181,51 @@ impl Reads for StockStore {
 impl Settle for StockStore {
     async fn release(
         &self,
-        partition: Partition<'_>,
+        segment: Segment<'_>,
         version: u64,
         reservation_id: &str,
         mode: ReleaseMode,
         reason: ReleaseReason,
     ) -> Result<ReleaseOutcome, StoreError> {
-        StockStore::release(self, partition, version, reservation_id, mode, reason).await
+        StockStore::release(self, segment, version, reservation_id, mode, reason).await
     }
 
     async fn confirm(
         &self,
-        partition: Partition<'_>,
+        segment: Segment<'_>,
         version: u64,
         reservation_ids: &[&str],
         via: ConfirmedVia,
     ) -> Result<Vec<ConfirmOutcome>, StoreError> {
-        StockStore::confirm(self, partition, version, reservation_ids, via).await
+        StockStore::confirm(self, segment, version, reservation_ids, via).await
     }
 
     async fn sweep(
         &self,
-        partition: Partition<'_>,
+        segment: Segment<'_>,
         version: u64,
         batch: u32,
         lookup: Option<LookupLease>,
     ) -> Result<SweepOutcome, StoreError> {
-        StockStore::sweep(self, partition, version, batch, lookup).await
+        StockStore::sweep(self, segment, version, batch, lookup).await
     }
 
     async fn due_in(
         &self,
-        partition: Partition<'_>,
+        segment: Segment<'_>,
         version: u64,
         reservation_id: &str,
         fence: u64,
         after: Duration,
     ) -> Result<(), StoreError> {
-        StockStore::due_in(self, partition, version, reservation_id, fence, after).await
+        StockStore::due_in(self, segment, version, reservation_id, fence, after).await
     }
 }
 
 impl Transfers for StockStore {
     async fn withdraw(
         &self,
-        giver: Partition<'_>,
+        giver: Segment<'_>,
         version: u64,
         transfer_id: &str,
         want: u64,
@@ -241,7 +236,7 @@ impl Transfers for StockStore {
 
     async fn deposit(
         &self,
-        receiver: Partition<'_>,
+        receiver: Segment<'_>,
         version: u64,
         transfer_id: &str,
         qty: u64,
@@ -249,7 +244,7 @@ impl Transfers for StockStore {
         StockStore::deposit(self, receiver, version, transfer_id, qty).await
     }
 
-    async fn acknowledge(&self, giver: Partition<'_>, transfer_id: &str) -> Result<(), StoreError> {
+    async fn acknowledge(&self, giver: Segment<'_>, transfer_id: &str) -> Result<(), StoreError> {
         StockStore::acknowledge(self, giver, transfer_id).await
     }
 }

@@ -1,22 +1,21 @@
-//! Reads of one partition (and of the activity registry): metas, ledgers, records, transfer
+//! Reads of one segment (and of the activity registry): metas, ledgers, records, transfer
 //! books and the reconcile snapshot. Nothing here changes stock; each read is bounded by the
 //! store's time budget (the snapshot, for reconcile only, by a longer one).
 
 use super::records::from;
 use super::scripts;
 use super::{
-    LedgerRow, Partition, PartitionMeta, ReservationRecord, ScriptName, StockStore, StoreError,
-    StoreOp,
+    LedgerRow, ReservationRecord, ScriptName, Segment, SegmentMeta, StockStore, StoreError, StoreOp,
 };
 use redis::Value;
 use std::time::Duration;
 
-/// An outgoing transfer not yet acknowledged by its giving partition.
+/// An outgoing transfer not yet acknowledged by its giving segment.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Transfer {
     pub id: String,
     pub version: u64,
-    /// The receiving partition's index.
+    /// The receiving segment's index.
     pub to: u32,
     pub qty: u64,
     /// When it was withdrawn (Redis time, unix ms).
@@ -37,10 +36,10 @@ impl Transfer {
     }
 }
 
-/// One partition read in one MULTI/EXEC (see [`StockStore::snapshot`]).
+/// One segment read in one MULTI/EXEC (see [`StockStore::snapshot`]).
 #[derive(Debug, Clone)]
 pub struct Snapshot {
-    /// Every version the partition's meta listed in the same transaction: when it is not the
+    /// Every version the segment's meta listed in the same transaction: when it is not the
     /// list asked for (a version went on sale meanwhile), take the snapshot again with it.
     pub versions: Vec<u64>,
     pub ledgers: Vec<LedgerRow>,
@@ -48,7 +47,7 @@ pub struct Snapshot {
     pub books: TransferBooks,
 }
 
-/// A partition's transfer records.
+/// A segment's transfer records.
 #[derive(Debug, Clone, Default)]
 pub struct TransferBooks {
     /// Given, not yet acknowledged (in flight, or arrived and not yet known to have).
@@ -62,22 +61,22 @@ pub struct TransferBooks {
 type Fields = Vec<(String, String)>;
 
 impl StockStore {
-    /// A partition's meta (the base tag's also carries the activity's segment count).
-    pub async fn meta(&self, partition: Partition<'_>) -> Result<PartitionMeta, StoreError> {
+    /// A segment's meta (the base tag's also carries the activity's segment count).
+    pub async fn meta(&self, segment: Segment<'_>) -> Result<SegmentMeta, StoreError> {
         let fields: Vec<(String, String)> = self
             .query(
                 StoreOp::Read,
-                redis::cmd("HGETALL").arg(self.keys.of(partition).meta()),
+                redis::cmd("HGETALL").arg(self.keys.of(segment).meta()),
             )
             .await?;
-        Ok(PartitionMeta::parse(fields))
+        Ok(SegmentMeta::parse(fields))
     }
 
-    /// Whether a partition has its meta, or the placeholders prewarm gave its users and records
+    /// Whether a segment has its meta, or the placeholders prewarm gave its users and records
     /// (what a lost meta leaves behind; a hash holding only tombstones of abandoned reserves
     /// does not count).
-    pub async fn has_keys(&self, partition: Partition<'_>) -> Result<bool, StoreError> {
-        let keys = self.keys.of(partition);
+    pub async fn has_keys(&self, segment: Segment<'_>) -> Result<bool, StoreError> {
+        let keys = self.keys.of(segment);
         let mut pipe = redis::pipe();
         pipe.cmd("EXISTS")
             .arg(keys.meta())
@@ -95,7 +94,7 @@ impl StockStore {
     }
 
     /// The base tag's meta of an activity id (its segment count), if it was ever prewarmed.
-    pub async fn base_meta(&self, id: &str) -> Result<PartitionMeta, StoreError> {
+    pub async fn base_meta(&self, id: &str) -> Result<SegmentMeta, StoreError> {
         let layout = super::Layout::new(std::sync::Arc::from(id), 1);
         let fields: Vec<(String, String)> = self
             .query(
@@ -103,7 +102,7 @@ impl StockStore {
                 redis::cmd("HGETALL").arg(self.keys.base(&layout).meta()),
             )
             .await?;
-        Ok(PartitionMeta::parse(fields))
+        Ok(SegmentMeta::parse(fields))
     }
 
     /// Records on a segmented activity's base meta that its segment `index` was made (put on
@@ -120,11 +119,8 @@ impl StockStore {
         .map(|_: i64| ())
     }
 
-    /// Transfers a partition gave but has not seen acknowledged, with Redis's time now (ms).
-    pub async fn transfers(
-        &self,
-        giver: Partition<'_>,
-    ) -> Result<(Vec<Transfer>, u64), StoreError> {
+    /// Transfers a segment gave but has not seen acknowledged, with Redis's time now (ms).
+    pub async fn transfers(&self, giver: Segment<'_>) -> Result<(Vec<Transfer>, u64), StoreError> {
         let mut pipe = redis::pipe();
         pipe.cmd("HGETALL")
             .arg(self.keys.of(giver).transfers())
@@ -141,12 +137,12 @@ impl StockStore {
         Ok((transfers, secs * 1000 + micros / 1000))
     }
 
-    /// Every transfer a partition gave, read in one MULTI/EXEC: (not yet acknowledged,
-    /// acknowledged). Reconcile checks each transfer another partition received against them,
+    /// Every transfer a segment gave, read in one MULTI/EXEC: (not yet acknowledged,
+    /// acknowledged). Reconcile checks each transfer another segment received against them,
     /// and each acknowledged one against its receiver's book.
     pub async fn transfers_given(
         &self,
-        giver: Partition<'_>,
+        giver: Segment<'_>,
     ) -> Result<(Vec<Transfer>, Vec<Transfer>), StoreError> {
         let keys = self.keys.of(giver);
         let mut pipe = redis::pipe();
@@ -187,10 +183,10 @@ impl StockStore {
         })
     }
 
-    /// Whether a partition has received a transfer.
+    /// Whether a segment has received a transfer.
     pub async fn received(
         &self,
-        receiver: Partition<'_>,
+        receiver: Segment<'_>,
         transfer_id: &str,
     ) -> Result<bool, StoreError> {
         self.query(
@@ -202,17 +198,17 @@ impl StockStore {
         .await
     }
 
-    /// A reservation's record, if the partition has one with that id.
+    /// A reservation's record, if the segment has one with that id.
     pub async fn lookup(
         &self,
-        partition: Partition<'_>,
+        segment: Segment<'_>,
         reservation_id: &str,
     ) -> Result<Option<ReservationRecord>, StoreError> {
         let raw: Option<String> = self
             .query(
                 StoreOp::Read,
                 redis::cmd("HGET")
-                    .arg(self.keys.of(partition).reservations())
+                    .arg(self.keys.of(segment).reservations())
                     .arg(reservation_id),
             )
             .await?;
@@ -226,15 +222,15 @@ impl StockStore {
             .transpose()
     }
 
-    /// Every reservation record of a partition, the ledgers of the given versions and its
+    /// Every reservation record of a segment, the ledgers of the given versions and its
     /// transfer books, read in one MULTI/EXEC snapshot (for `flashgate reconcile`;
     /// O(reservations), not for the hot path).
     pub async fn snapshot(
         &self,
-        partition: Partition<'_>,
+        segment: Segment<'_>,
         versions: &[u64],
     ) -> Result<Snapshot, StoreError> {
-        let keys = self.keys.of(partition);
+        let keys = self.keys.of(segment);
         let mut pipe = redis::pipe();
         pipe.atomic();
         for &v in versions {
@@ -294,7 +290,7 @@ impl StockStore {
         let received: Vec<(String, String)> = from(&values[n + 3])?;
         let meta: Vec<(String, String)> = from(&values[n + 4])?;
         Ok(Snapshot {
-            versions: PartitionMeta::parse(meta).versions,
+            versions: SegmentMeta::parse(meta).versions,
             ledgers,
             records,
             books: TransferBooks {
@@ -309,15 +305,15 @@ impl StockStore {
         })
     }
 
-    /// Units remaining in `version` of one partition; `None` if its key does not exist.
+    /// Units remaining in `version` of one segment; `None` if its key does not exist.
     pub async fn remaining(
         &self,
-        partition: Partition<'_>,
+        segment: Segment<'_>,
         version: u64,
     ) -> Result<Option<i64>, StoreError> {
         self.query(
             StoreOp::Read,
-            redis::cmd("GET").arg(self.keys.of(partition).stock(version)),
+            redis::cmd("GET").arg(self.keys.of(segment).stock(version)),
         )
         .await
     }

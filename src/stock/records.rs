@@ -1,4 +1,4 @@
-//! The records and ledgers the scripts keep, as Rust types (a reservation record, a partition's
+//! The records and ledgers the scripts keep, as Rust types (a reservation record, a segment's
 //! meta, a ledger row), and the label enums they carry.
 
 use crate::label_enum;
@@ -72,9 +72,9 @@ label_enum! {
     }
 }
 
-/// One partition's meta: what is on sale, and every version it ever had.
+/// One segment's meta: what is on sale, and every version it ever had.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct PartitionMeta {
+pub struct SegmentMeta {
     pub current: Option<u64>,
     /// Ascending.
     pub versions: Vec<u64>,
@@ -85,9 +85,9 @@ pub struct PartitionMeta {
     pub made: Vec<u32>,
 }
 
-impl PartitionMeta {
-    pub(super) fn parse(fields: Vec<(String, String)>) -> PartitionMeta {
-        let mut meta = PartitionMeta::default();
+impl SegmentMeta {
+    pub(super) fn parse(fields: Vec<(String, String)>) -> SegmentMeta {
+        let mut meta = SegmentMeta::default();
         for (field, value) in fields {
             match field.as_str() {
                 "current" => meta.current = value.parse().ok(),
@@ -215,7 +215,7 @@ pub const LEDGER_FIELDS: [&str; 10] = [
     "oversold",
 ];
 
-/// One stock version's ledger in one partition, read atomically with its stock key.
+/// One stock version's ledger in one segment, read atomically with its stock key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct LedgerRow {
     pub version: u64,
@@ -226,7 +226,7 @@ pub struct LedgerRow {
     pub confirmed: i64,
     pub released: i64,
     pub retired: i64,
-    /// Units moved in from / out to other partitions (rebalancing).
+    /// Units moved in from / out to other segments (rebalancing).
     pub moved_in: i64,
     pub moved_out: i64,
     /// The part of `retired` no reservation accounts for: stock left when a newer version went
@@ -268,7 +268,7 @@ impl LedgerRow {
         }
     }
 
-    /// The rows of one version summed over partitions; `None` without rows.
+    /// The rows of one version summed over segments; `None` without rows.
     pub fn total(rows: &[&LedgerRow]) -> Option<LedgerRow> {
         let first = *rows.first()?;
         Some(rows.iter().skip(1).fold(*first, |t, r| LedgerRow {
@@ -303,10 +303,10 @@ impl LedgerRow {
             - (remaining + self.pending + self.confirmed + self.retired)
     }
 
-    /// Units this partition can still sell or is owed: its stock plus what it sent off that has
-    /// not arrived anywhere yet. Summed over partitions this is the version's stock plus the
-    /// units in flight, whatever order the partitions were read in (a withdraw or a deposit
-    /// keeps each partition's figure as it was).
+    /// Units this segment can still sell or is owed: its stock plus what it sent off that has
+    /// not arrived anywhere yet. Summed over segments this is the version's stock plus the
+    /// units in flight, whatever order the segments were read in (a withdraw or a deposit
+    /// keeps each segment's figure as it was).
     pub fn available(&self) -> i64 {
         let remaining = if self.stock_key { self.remaining } else { 0 };
         remaining + self.moved_out - self.moved_in

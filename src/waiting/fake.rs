@@ -19,7 +19,7 @@ use super::view::{Mark, QueueState};
 use crate::config::{Activity, QueueSettings};
 use crate::stock::clock::RedisClock;
 use crate::stock::fake::FakeStore;
-use crate::stock::{Layout, LedgerRow, Partition, Reads, StoreError};
+use crate::stock::{Layout, LedgerRow, Reads, Segment, StoreError};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::time::Duration;
@@ -205,7 +205,7 @@ impl QueueStore for QueueFake {
         } else {
             let layout = Layout::of(activity);
             self.stock
-                .stock(layout.partition(0).unwrap(), activity.version)
+                .stock(layout.segment(0).unwrap(), activity.version)
         };
         let mut queues = self.queues.lock();
         let q = Self::queue(&mut queues, activity, queue.admit_per_second, now, seed);
@@ -239,11 +239,7 @@ impl QueueStore for QueueFake {
         Ok(q.state.clone())
     }
 
-    async fn ledger(
-        &self,
-        partition: Partition<'_>,
-        version: u64,
-    ) -> Result<LedgerRow, StoreError> {
-        Reads::ledger(&self.stock, partition, version).await
+    async fn ledger(&self, segment: Segment<'_>, version: u64) -> Result<LedgerRow, StoreError> {
+        Reads::ledger(&self.stock, segment, version).await
     }
 }

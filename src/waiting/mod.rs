@@ -182,7 +182,7 @@ impl<S: QueueStore> WaitingRoom<S> {
     async fn segmented_left(&self, activity: &Activity) -> Option<i64> {
         let layout = crate::stock::Layout::of(activity);
         let reads = layout
-            .partitions()
+            .segments()
             .map(|p| self.store.ledger(p, activity.version));
         let mut total = 0;
         for row in futures_util::future::join_all(reads).await {

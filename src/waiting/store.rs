@@ -6,7 +6,7 @@
 use super::view::{QueueState, STATE_FIELDS};
 use crate::config::{Activity, QueueSettings};
 use crate::stock::clock::RedisClock;
-use crate::stock::{Layout, LedgerRow, Partition, ScriptName, StockStore, StoreError, StoreOp};
+use crate::stock::{Layout, LedgerRow, ScriptName, Segment, StockStore, StoreError, StoreOp};
 use std::future::Future;
 
 use crate::stock::scripts::{
@@ -48,7 +48,7 @@ pub trait QueueStore: Send + Sync + 'static {
     /// One segment's ledger (see [`StockStore::ledger`]): a segmented activity's units left.
     fn ledger(
         &self,
-        partition: Partition<'_>,
+        segment: Segment<'_>,
         version: u64,
     ) -> impl Future<Output = Result<LedgerRow, StoreError>> + Send;
 }
@@ -87,12 +87,8 @@ impl QueueStore for StockStore {
         self::control(self, activity, control).await
     }
 
-    async fn ledger(
-        &self,
-        partition: Partition<'_>,
-        version: u64,
-    ) -> Result<LedgerRow, StoreError> {
-        StockStore::ledger(self, partition, version).await
+    async fn ledger(&self, segment: Segment<'_>, version: u64) -> Result<LedgerRow, StoreError> {
+        StockStore::ledger(self, segment, version).await
     }
 }
 
@@ -185,7 +181,7 @@ pub async fn state(
     let layout = Layout::of(activity);
     let stock_key = store
         .keys()
-        .of(layout.partition(0).expect("one partition at least"))
+        .of(layout.segment(0).expect("one segment at least"))
         .stock(activity.version);
     let mut invocation = STATE.prepare_invoke();
     // A segmented activity's stock is in other slots: only the queue's key is passed.

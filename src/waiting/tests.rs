@@ -187,7 +187,7 @@ async fn nothing_left_refuses_every_waiting_buyer() {
         h.gate("u1", Some(&header(&raw))).await,
         Gate::Wait(_)
     ));
-    h.store.stock.lose(layout.partition(0).unwrap(), 1, 1);
+    h.store.stock.lose(layout.segment(0).unwrap(), 1, 1);
     h.room.refresh(&h.settings).await;
     let view = h.room.state(&a1).unwrap();
     assert!(view.state.held && view.left == Some(0));
@@ -205,7 +205,7 @@ async fn a_segmented_activitys_units_left_are_summed_and_never_guessed() {
     let h = Harness::at(10_500);
     let seg = h.activity("seg");
     let layout = Layout::of(&seg);
-    let p1 = layout.partition(1).unwrap();
+    let p1 = layout.segment(1).unwrap();
     h.store.stock.on_sale(&layout, 1, 4);
     h.room.refresh(&h.settings).await;
     assert_eq!(h.room.state(&seg).unwrap().left, Some(4));

@@ -373,7 +373,7 @@ async fn a_restart_with_an_older_yaml_never_sells_the_retired_version() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_meta_does_not_put_the_stock_on_sale_again() {
-    // Review 12 F1: with the partition meta deleted (or evicted), the next prewarm re-created
+    // Review 12 F1: with the segment meta deleted (or evicted), the next prewarm re-created
     // the stock: stock 2, four orders. Review 12b R2/R4: adopting what outlived the meta hid
     // other losses and forgot older versions; the activity is refused (buyers may retry).
     let (redis, upstream, gw) = Stack::start_with(vec![TestActivity::open("1001", 2)], |config| {
@@ -421,7 +421,7 @@ async fn reconcile_stays_clean_while_segments_rebalance() {
         let (store, activity, stop) = (store.clone(), activity.clone(), stop.clone());
         tokio::spawn(async move {
             let layout = Layout::of(&activity);
-            let (home, giver) = (layout.partition(0).unwrap(), layout.partition(1).unwrap());
+            let (home, giver) = (layout.segment(0).unwrap(), layout.segment(1).unwrap());
             let mut n = 0u64;
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                 n += 1;

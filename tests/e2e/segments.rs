@@ -163,7 +163,7 @@ async fn a_transfer_cut_in_half_is_accounted_for_and_delivered_by_the_sweep() {
         .unwrap()
         .unwrap();
     let layout = Layout::of(activity);
-    let (giver, receiver) = (layout.partition(1).unwrap(), layout.partition(0).unwrap());
+    let (giver, receiver) = (layout.segment(1).unwrap(), layout.segment(0).unwrap());
     assert_eq!(
         store.withdraw(giver, 1, "t-crash", 30, 0).await.unwrap(),
         30

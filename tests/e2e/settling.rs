@@ -1,5 +1,5 @@
 //! How reservations settle at the edges of their lifecycle: a hold shorter than the backend, a
-//! replay near its deadline, a partition that lost its meta and users, a paid order confirmed in
+//! replay near its deadline, a segment that lost its meta and users, a paid order confirmed in
 //! the layout Redis recorded, reconcile while versions are bumped. (Found by the second review
 //! of stock integrity, 12b: each sold a unit twice or lost a paid order then.)
 
@@ -160,7 +160,7 @@ async fn reconcile_is_clean_while_versions_are_bumped_and_units_move() {
                     .unwrap()
                     .unwrap();
                 let layout = flashgate::stock::Layout::of(&a);
-                let (home, giver) = (layout.partition(0).unwrap(), layout.partition(1).unwrap());
+                let (home, giver) = (layout.segment(0).unwrap(), layout.segment(1).unwrap());
                 let t = format!("t{v}");
                 let n = store.withdraw(giver, v, &t, 1, 0).await.unwrap();
                 store.deposit(home, v, &t, n).await.unwrap();

@@ -637,7 +637,7 @@ impl RedisServer {
             .unwrap()
     }
 
-    /// The record of reservation `jti` in the partition tagged `tag` (`1001`, `1001~0/2`):
+    /// The record of reservation `jti` in the segment tagged `tag` (`1001`, `1001~0/2`):
     /// `state|...`.
     pub fn record(&self, tag: &str, jti: &str) -> Option<String> {
         redis::cmd("HGET")
@@ -1079,8 +1079,13 @@ impl GatewayProc {
 
 impl Drop for GatewayProc {
     fn drop(&mut self) {
+        // A test that failed because the gateway was gone says how it went.
+        let exited = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten());
         self.kill();
         if std::thread::panicking() {
+            if let Some(status) = exited {
+                eprintln!("---- flashgate had exited before the test ended: {status} ----");
+            }
             eprintln!("---- flashgate log ----\n{}", self.logs());
         }
     }

@@ -52,7 +52,7 @@ async fn a_confirmed_reservation_never_expires() {
     let h = Harness::new(1, false);
     let r = h.reserve("alice", None);
     let layout = h.layout();
-    let p = layout.partition(0).unwrap();
+    let p = layout.segment(0).unwrap();
     let ids = [r.id.as_str()];
     h.lifecycle
         .confirm(p, 1, &ids, ConfirmedVia::Upstream)
@@ -65,10 +65,10 @@ async fn a_confirmed_reservation_never_expires() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn every_partition_is_swept_though_one_cannot_be_read() {
+async fn every_segment_is_swept_though_one_cannot_be_read() {
     let h = Harness::new(4, false);
     let layout = h.layout();
-    // One buyer at home in each partition.
+    // One buyer at home in each segment.
     for index in 0..4 {
         let user = (0..)
             .map(|i| format!("u{i}"))
@@ -78,7 +78,7 @@ async fn every_partition_is_swept_though_one_cannot_be_read() {
     }
     advance(HOLD).await;
     h.store.fail("meta", 1);
-    assert_eq!(h.lifecycle.sweep_expired().await, 3, "partition 0 skipped");
+    assert_eq!(h.lifecycle.sweep_expired().await, 3, "segment 0 skipped");
     assert_eq!(h.lifecycle.sweep_expired().await, 1);
     assert_eq!(h.left(), 10);
     h.store.check_ledgers();
@@ -121,8 +121,8 @@ async fn handed(h: &Harness, users: usize) -> Vec<HandedOut> {
 }
 
 fn at(store: &FakeStore, handed: &HandedOut) -> Option<u64> {
-    let partition = handed.layout.partition(handed.partition).unwrap();
-    store.due_at(partition, handed.version, &handed.leased.id)
+    let segment = handed.layout.segment(handed.segment).unwrap();
+    store.due_at(segment, handed.version, &handed.leased.id)
 }
 
 #[tokio::test(start_paused = true)]
@@ -147,7 +147,7 @@ async fn a_not_found_releases_under_the_hand_outs_fence_only() {
     advance(LEASE).await;
     let second = h.lifecycle.hand_out().await.remove(0);
     let layout = h.layout();
-    let p = layout.partition(0).unwrap();
+    let p = layout.segment(0).unwrap();
     let stale = h
         .lifecycle
         .settle_answer(p, 1, &first.leased, Answer::NotFound)
@@ -174,7 +174,7 @@ async fn found_confirms_and_unanswered_keeps_it_pending() {
     let h = Harness::new(1, true);
     let out = handed(&h, 2).await;
     let layout = h.layout();
-    let p = layout.partition(0).unwrap();
+    let p = layout.segment(0).unwrap();
     let found = &out[0].leased;
     let silent = &out[1].leased;
     assert!(!h.lifecycle.settle_answer(p, 1, found, Answer::Found).await);
@@ -188,7 +188,7 @@ async fn found_confirms_and_unanswered_keeps_it_pending() {
         let id = id.to_owned();
         async move {
             let layout = Layout::new(Arc::from("a1"), 1);
-            let p = layout.partition(0).unwrap();
+            let p = layout.segment(0).unwrap();
             Reads::lookup(&*store, p, &id).await.unwrap().unwrap().state
         }
     };
@@ -220,7 +220,7 @@ async fn unanswered_for_too_long_it_expires() {
 async fn a_transfer_left_half_done_is_delivered_once_it_cannot_be_in_flight() {
     let h = Harness::new(2, false);
     let layout = h.layout();
-    let (home, giver) = (layout.partition(0).unwrap(), layout.partition(1).unwrap());
+    let (home, giver) = (layout.segment(0).unwrap(), layout.segment(1).unwrap());
     h.store.withdrawn(giver, 1, "t1", 0, 2);
     assert_eq!(h.left(), 8, "two units in flight");
     advance(Duration::from_millis(STRANDED_TRANSFER_AFTER_MS)).await;
@@ -248,7 +248,7 @@ async fn the_ledger_check_exports_the_drift() {
     h.lifecycle.check_drift().await;
     assert_eq!(drift.get(), 0);
     let layout = h.layout();
-    h.store.lose(layout.partition(1).unwrap(), 1, 3);
+    h.store.lose(layout.segment(1).unwrap(), 1, 3);
     h.lifecycle.check_drift().await;
     assert_eq!(drift.get(), 3);
 }

@@ -5,30 +5,27 @@ use super::{deposit, empty_row, give_back, FakeStore, Part, Rec};
 use crate::config::Activity;
 use crate::stock::segments::{Prewarmed, Refusal, Reserving};
 use crate::stock::{
-    ConfirmOutcome, ConfirmedVia, Deposit, Layout, Leased, LedgerRow, LookupLease, Partition,
-    PartitionMeta, Publish, Reads, RecordState, ReleaseMode, ReleaseOutcome, ReleaseReason,
-    ReservationRecord, Settle, StoreError, SweepOutcome, Transfer, Transfers,
+    ConfirmOutcome, ConfirmedVia, Deposit, Layout, Leased, LedgerRow, LookupLease, Publish, Reads,
+    RecordState, ReleaseMode, ReleaseOutcome, ReleaseReason, ReservationRecord, Segment,
+    SegmentMeta, Settle, StoreError, SweepOutcome, Transfer, Transfers,
 };
 use crate::stock::{ReserveCall, ReserveOutcome};
 use std::sync::Arc;
 use std::time::Duration;
 
 impl Reads for FakeStore {
-    async fn meta(&self, partition: Partition<'_>) -> Result<PartitionMeta, StoreError> {
+    async fn meta(&self, segment: Segment<'_>) -> Result<SegmentMeta, StoreError> {
         let state = self.enter("meta")?;
         Ok(state
             .parts
-            .get(&partition.tag())
+            .get(&segment.tag())
             .map(|p| p.meta.clone())
             .unwrap_or_default())
     }
 
-    async fn base_meta(&self, id: &str) -> Result<PartitionMeta, StoreError> {
+    async fn base_meta(&self, id: &str) -> Result<SegmentMeta, StoreError> {
         let state = self.enter("base_meta")?;
-        let tag = Layout::new(Arc::from(id), 1)
-            .partition(0)
-            .expect("one")
-            .tag();
+        let tag = Layout::new(Arc::from(id), 1).segment(0).expect("one").tag();
         let mut meta = state
             .parts
             .get(&tag)
@@ -55,13 +52,9 @@ impl Reads for FakeStore {
         Ok(self.enter("registered_segments")?.registry.get(id).copied())
     }
 
-    async fn ledger(
-        &self,
-        partition: Partition<'_>,
-        version: u64,
-    ) -> Result<LedgerRow, StoreError> {
+    async fn ledger(&self, segment: Segment<'_>, version: u64) -> Result<LedgerRow, StoreError> {
         let state = self.enter("ledger")?;
-        let Some(part) = state.parts.get(&partition.tag()) else {
+        let Some(part) = state.parts.get(&segment.tag()) else {
             return Ok(empty_row(version));
         };
         let mut row = part
@@ -78,18 +71,18 @@ impl Reads for FakeStore {
 
     async fn lookup(
         &self,
-        partition: Partition<'_>,
+        segment: Segment<'_>,
         reservation_id: &str,
     ) -> Result<Option<ReservationRecord>, StoreError> {
         let state = self.enter("lookup")?;
         Ok(state
             .parts
-            .get(&partition.tag())
+            .get(&segment.tag())
             .and_then(|p| p.records.get(reservation_id))
             .map(|r| r.record.clone()))
     }
 
-    async fn transfers(&self, giver: Partition<'_>) -> Result<(Vec<Transfer>, u64), StoreError> {
+    async fn transfers(&self, giver: Segment<'_>) -> Result<(Vec<Transfer>, u64), StoreError> {
         let now = self.now_ms();
         let state = self.enter("transfers")?;
         let open = state
@@ -105,7 +98,7 @@ impl Settle for FakeStore {
     /// `lua/release.lua`.
     async fn release(
         &self,
-        partition: Partition<'_>,
+        segment: Segment<'_>,
         version: u64,
         reservation_id: &str,
         mode: ReleaseMode,
@@ -113,7 +106,7 @@ impl Settle for FakeStore {
     ) -> Result<ReleaseOutcome, StoreError> {
         let now = self.now_ms();
         let mut state = self.enter("release")?;
-        let part = state.parts.entry(partition.tag()).or_default();
+        let part = state.parts.entry(segment.tag()).or_default();
         let Some(rec) = part.records.get(reservation_id) else {
             if mode == ReleaseMode::Abandon {
                 let record = tombstone(version, now, reason);
@@ -159,14 +152,14 @@ impl Settle for FakeStore {
     /// `lua/confirm.lua`.
     async fn confirm(
         &self,
-        partition: Partition<'_>,
+        segment: Segment<'_>,
         version: u64,
         reservation_ids: &[&str],
         via: ConfirmedVia,
     ) -> Result<Vec<ConfirmOutcome>, StoreError> {
         let now = self.now_ms();
         let mut state = self.enter("confirm")?;
-        let part = state.parts.entry(partition.tag()).or_default();
+        let part = state.parts.entry(segment.tag()).or_default();
         let mut out = Vec::with_capacity(reservation_ids.len());
         for &id in reservation_ids {
             let Some(rec) = part.records.get_mut(id) else {
@@ -207,14 +200,14 @@ impl Settle for FakeStore {
     /// `lua/sweep.lua`.
     async fn sweep(
         &self,
-        partition: Partition<'_>,
+        segment: Segment<'_>,
         version: u64,
         batch: u32,
         lookup: Option<LookupLease>,
     ) -> Result<SweepOutcome, StoreError> {
         let now = self.now_ms();
         let mut state = self.enter("sweep")?;
-        let part = state.parts.entry(partition.tag()).or_default();
+        let part = state.parts.entry(segment.tag()).or_default();
         let mut due: Vec<(u64, String)> = part
             .due
             .get(&version)
@@ -269,7 +262,7 @@ impl Settle for FakeStore {
     /// `lua/due.lua`.
     async fn due_in(
         &self,
-        partition: Partition<'_>,
+        segment: Segment<'_>,
         version: u64,
         reservation_id: &str,
         fence: u64,
@@ -277,7 +270,7 @@ impl Settle for FakeStore {
     ) -> Result<(), StoreError> {
         let now = self.now_ms();
         let mut state = self.enter("due_in")?;
-        let part = state.parts.entry(partition.tag()).or_default();
+        let part = state.parts.entry(segment.tag()).or_default();
         let Some(rec) = part.records.get(reservation_id) else {
             return Ok(());
         };
@@ -300,7 +293,7 @@ impl Transfers for FakeStore {
     /// `lua/withdraw.lua`.
     async fn withdraw(
         &self,
-        giver: Partition<'_>,
+        giver: Segment<'_>,
         version: u64,
         transfer_id: &str,
         want: u64,
@@ -313,7 +306,7 @@ impl Transfers for FakeStore {
     /// `lua/deposit.lua`.
     async fn deposit(
         &self,
-        receiver: Partition<'_>,
+        receiver: Segment<'_>,
         version: u64,
         transfer_id: &str,
         qty: u64,
@@ -324,7 +317,7 @@ impl Transfers for FakeStore {
     }
 
     /// `lua/acknowledge.lua`.
-    async fn acknowledge(&self, giver: Partition<'_>, transfer_id: &str) -> Result<(), StoreError> {
+    async fn acknowledge(&self, giver: Segment<'_>, transfer_id: &str) -> Result<(), StoreError> {
         let mut state = self.enter("acknowledge")?;
         let part = state.parts.entry(giver.tag()).or_default();
         if let Some(t) = part.transfers.remove(transfer_id) {
@@ -338,15 +331,15 @@ impl Reserving for FakeStore {
     /// `lua/reserve.lua` (see [`FakeStore::reserve_now`]).
     async fn reserve(
         &self,
-        partition: Partition<'_>,
+        segment: Segment<'_>,
         call: &ReserveCall<'_>,
     ) -> Result<ReserveOutcome, StoreError> {
         drop(self.enter("reserve")?);
-        Ok(self.reserve_now(partition, call))
+        Ok(self.reserve_now(segment, call))
     }
 
     /// The claim and prewarm: refused as the test said or when a newer version was claimed,
-    /// else the version goes on sale in every partition (once: a version on sale is not
+    /// else the version goes on sale in every segment (once: a version on sale is not
     /// reset).
     async fn prewarm(&self, activity: &Activity) -> Result<Result<Prewarmed, Refusal>, StoreError> {
         {

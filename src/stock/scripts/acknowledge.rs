@@ -2,19 +2,19 @@
 //! script declares them), its arguments and its reply, in one place; the script itself is in the
 //! registry (`super`).
 
-use super::super::{Partition, PartitionKeys, ScriptName, StockStore, StoreError, StoreOp};
+use super::super::{ScriptName, Segment, SegmentKeys, StockStore, StoreError, StoreOp};
 
-impl PartitionKeys {
+impl SegmentKeys {
     pub fn for_acknowledge(&self) -> [String; 2] {
         [self.transfers(), self.acknowledged()]
     }
 }
 
 impl StockStore {
-    /// The giving partition learns a transfer arrived (it is kept, as acknowledged).
+    /// The giving segment learns a transfer arrived (it is kept, as acknowledged).
     pub async fn acknowledge(
         &self,
-        giver: Partition<'_>,
+        giver: Segment<'_>,
         transfer_id: &str,
     ) -> Result<(), StoreError> {
         let mut invocation = super::ACKNOWLEDGE.prepare_invoke();

@@ -8,7 +8,7 @@ use redis::Value;
 
 impl KeyLayout {
     /// Keys for `claim.lua`: the base meta, two keys only an older flashgate wrote, the users
-    /// and res hashes of the base tag (an unsegmented activity's only partition), then the
+    /// and res hashes of the base tag (an unsegmented activity's only segment), then the
     /// activity's floor.
     pub fn for_claim(&self, layout: &Layout, version: u64) -> [String; 6] {
         let base = self.base(layout);

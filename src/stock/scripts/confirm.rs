@@ -3,10 +3,10 @@
 //! itself is in the registry (`super`).
 
 use super::super::{
-    ConfirmedVia, Partition, PartitionKeys, ScriptName, StockStore, StoreError, StoreOp,
+    ConfirmedVia, ScriptName, Segment, SegmentKeys, StockStore, StoreError, StoreOp,
 };
 
-impl PartitionKeys {
+impl SegmentKeys {
     pub fn for_confirm(&self, version: u64) -> [String; 6] {
         [
             self.reservations(),
@@ -72,13 +72,13 @@ impl StockStore {
     /// per id, in order. The caller keeps batches small (one script call confirms them all).
     pub async fn confirm(
         &self,
-        partition: Partition<'_>,
+        segment: Segment<'_>,
         version: u64,
         reservation_ids: &[&str],
         via: ConfirmedVia,
     ) -> Result<Vec<ConfirmOutcome>, StoreError> {
         let mut invocation = super::CONFIRM.prepare_invoke();
-        for key in self.keys.of(partition).for_confirm(version) {
+        for key in self.keys.of(segment).for_confirm(version) {
             invocation.key(key);
         }
         invocation

@@ -2,9 +2,9 @@
 //! the script declares them), its arguments and its reply, in one place; the script itself is in
 //! the registry (`super`).
 
-use super::super::{Partition, PartitionKeys, ScriptName, StockStore, StoreError, StoreOp};
+use super::super::{ScriptName, Segment, SegmentKeys, StockStore, StoreError, StoreOp};
 
-impl PartitionKeys {
+impl SegmentKeys {
     pub fn for_deposit(&self, version: u64) -> [String; 3] {
         [self.stock(version), self.ledger(version), self.received()]
     }
@@ -17,7 +17,7 @@ pub enum Deposit {
     Landed,
     /// They had arrived before (once per transfer id).
     AlreadyLanded,
-    /// They cannot land: no ledger of their version here, or the partition lost its book of
+    /// They cannot land: no ledger of their version here, or the segment lost its book of
     /// received transfers. Nothing changed; the transfer stays in flight (never acknowledged).
     Refused,
 }
@@ -43,7 +43,7 @@ impl StockStore {
     /// `Ok(false)` if they had arrived already (or that version has no ledger there).
     pub async fn deposit(
         &self,
-        receiver: Partition<'_>,
+        receiver: Segment<'_>,
         version: u64,
         transfer_id: &str,
         qty: u64,

@@ -2,10 +2,10 @@
 //! flight). Its keys (in the order the script declares them), its arguments and its reply, in one
 //! place; the script itself is in the registry (`super`).
 
-use super::super::{Partition, PartitionKeys, ScriptName, StockStore, StoreError, StoreOp};
+use super::super::{ScriptName, Segment, SegmentKeys, StockStore, StoreError, StoreOp};
 use std::time::Duration;
 
-impl PartitionKeys {
+impl SegmentKeys {
     pub fn for_due(&self, version: u64) -> [String; 2] {
         [self.pending(version), self.reservations()]
     }
@@ -18,14 +18,14 @@ impl StockStore {
     /// and never before the trips of the forwards before it end (see `lua/due.lua`).
     pub async fn due_in(
         &self,
-        partition: Partition<'_>,
+        segment: Segment<'_>,
         version: u64,
         reservation_id: &str,
         fence: u64,
         after: Duration,
     ) -> Result<(), StoreError> {
         let mut invocation = super::DUE.prepare_invoke();
-        for key in self.keys.of(partition).for_due(version) {
+        for key in self.keys.of(segment).for_due(version) {
             invocation.key(key);
         }
         invocation

@@ -1,12 +1,10 @@
-//! `lua/ledger.lua`: one version's ledger in one partition, read atomically (also inside the
+//! `lua/ledger.lua`: one version's ledger in one segment, read atomically (also inside the
 //! reconcile snapshot). Its keys (in the order the script declares them), its arguments and its
 //! reply, in one place; the script itself is in the registry (`super`).
 
-use super::super::{
-    LedgerRow, Partition, PartitionKeys, ScriptName, StockStore, StoreError, StoreOp,
-};
+use super::super::{LedgerRow, ScriptName, Segment, SegmentKeys, StockStore, StoreError, StoreOp};
 
-impl PartitionKeys {
+impl SegmentKeys {
     pub fn for_ledger(&self, version: u64) -> [String; 3] {
         [
             self.stock(version),
@@ -17,14 +15,14 @@ impl PartitionKeys {
 }
 
 impl StockStore {
-    /// One version's stock and ledger in one partition, read atomically.
+    /// One version's stock and ledger in one segment, read atomically.
     pub async fn ledger(
         &self,
-        partition: Partition<'_>,
+        segment: Segment<'_>,
         version: u64,
     ) -> Result<LedgerRow, StoreError> {
         let mut invocation = super::LEDGER.prepare_invoke();
-        for key in self.keys.of(partition).for_ledger(version) {
+        for key in self.keys.of(segment).for_ledger(version) {
             invocation.key(key);
         }
         let reply: Vec<i64> = self

@@ -1,13 +1,13 @@
-//! `lua/prewarm.lua`: put a version on sale in one partition (create once, never reset; retire
+//! `lua/prewarm.lua`: put a version on sale in one segment (create once, never reset; retire
 //! older ones). Its keys (in the order the script declares them), its arguments and its reply, in
 //! one place; the script itself is in the registry (`super`).
 
 use super::super::records::{int, string};
-use super::super::{Partition, PartitionKeys, ScriptName, StockStore, StoreError, StoreOp};
+use super::super::{ScriptName, Segment, SegmentKeys, StockStore, StoreError, StoreOp};
 use redis::Value;
 
-impl PartitionKeys {
-    /// `prewarm.lua`: the partition's keys, then stock, ledger and pending of each of `others`.
+impl SegmentKeys {
+    /// `prewarm.lua`: the segment's keys, then stock, ledger and pending of each of `others`.
     pub fn for_prewarm(&self, version: u64, others: &[u64]) -> Vec<String> {
         let mut keys = vec![
             self.meta(),
@@ -29,16 +29,16 @@ impl PartitionKeys {
     }
 }
 
-/// How many times prewarm reads a partition's meta again when it changed under it.
+/// How many times prewarm reads a segment's meta again when it changed under it.
 const PREWARM_ATTEMPTS: usize = 4;
 
-/// What prewarm found in one partition.
+/// What prewarm found in one segment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PrewarmOutcome {
     /// The version went on sale here now (the one before it, if any, retired).
     Created,
     Exists,
-    /// A key the partition had is gone (a placeholder, the event stream, the ledger on sale, or
+    /// A key the segment had is gone (a placeholder, the event stream, the ledger on sale, or
     /// the meta while anything else remains): the per-user limit, the records or the versions
     /// to sweep can no longer be trusted.
     Damaged,
@@ -52,19 +52,19 @@ pub enum PrewarmOutcome {
 }
 
 impl StockStore {
-    /// Puts `version` on sale in one partition with `units`, once (retiring the version before
+    /// Puts `version` on sale in one segment with `units`, once (retiring the version before
     /// it), and moves every key's expiry to `expire_at` if that is later. `made_before`: the
-    /// activity's base meta records the partition as made (a partition then found empty lost
+    /// activity's base meta records the segment as made (a segment then found empty lost
     /// everything, and is refused as damaged).
     pub async fn prewarm(
         &self,
-        partition: Partition<'_>,
+        segment: Segment<'_>,
         version: u64,
         units: u64,
         expire_at: u64,
         made_before: bool,
     ) -> Result<PrewarmOutcome, StoreError> {
-        let mut meta = self.meta(partition).await?;
+        let mut meta = self.meta(segment).await?;
         for _ in 0..PREWARM_ATTEMPTS {
             let others: Vec<u64> = meta
                 .versions
@@ -76,7 +76,7 @@ impl StockStore {
                 .into_iter()
                 .collect();
             let mut invocation = super::PREWARM.prepare_invoke();
-            for key in self.keys.of(partition).for_prewarm(version, &others) {
+            for key in self.keys.of(segment).for_prewarm(version, &others) {
                 invocation.key(key);
             }
             invocation
@@ -101,7 +101,7 @@ impl StockStore {
                     current: current.unwrap_or(0),
                 },
                 Some(-3) => {
-                    meta = self.meta(partition).await?;
+                    meta = self.meta(segment).await?;
                     continue;
                 }
                 _ => return Err(StoreError::protocol(ScriptName::Prewarm, reply)),

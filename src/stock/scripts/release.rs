@@ -3,10 +3,10 @@
 //! script itself is in the registry (`super`).
 
 use super::super::{
-    Partition, PartitionKeys, ReleaseReason, ScriptName, StockStore, StoreError, StoreOp,
+    ReleaseReason, ScriptName, Segment, SegmentKeys, StockStore, StoreError, StoreOp,
 };
 
-impl PartitionKeys {
+impl SegmentKeys {
     pub fn for_release(&self, version: u64) -> [String; 6] {
         [
             self.reservations(),
@@ -59,7 +59,7 @@ impl ReleaseMode {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReleaseOutcome {
     /// Units returned; `remaining` is `None` when the version is no longer on sale in that
-    /// partition (the units are then counted as retired: stock is never created from nothing).
+    /// segment (the units are then counted as retired: stock is never created from nothing).
     Released {
         remaining: Option<u64>,
     },
@@ -100,14 +100,14 @@ impl StockStore {
     /// user, exactly once, as far as `mode` allows (see [`ReleaseMode`]).
     pub async fn release(
         &self,
-        partition: Partition<'_>,
+        segment: Segment<'_>,
         version: u64,
         reservation_id: &str,
         mode: ReleaseMode,
         reason: ReleaseReason,
     ) -> Result<ReleaseOutcome, StoreError> {
         let mut invocation = super::RELEASE.prepare_invoke();
-        for key in self.keys.of(partition).for_release(version) {
+        for key in self.keys.of(segment).for_release(version) {
             invocation.key(key);
         }
         invocation

@@ -1,14 +1,14 @@
-//! `lua/reserve.lua`: take units for one buyer in one partition (or hand back what their
+//! `lua/reserve.lua`: take units for one buyer in one segment (or hand back what their
 //! `Idempotency-Key` won). Its keys (in the order the script declares them), its arguments and its
 //! reply, in one place; the script itself is in the registry (`super`).
 
 use super::super::records::{int, string};
-use super::super::{Partition, PartitionKeys, ScriptName, StockStore, StoreError, StoreOp};
+use super::super::{ScriptName, Segment, SegmentKeys, StockStore, StoreError, StoreOp};
 use crate::config::Activity;
 use redis::Value;
 use std::time::Duration;
 
-impl PartitionKeys {
+impl SegmentKeys {
     pub fn for_reserve(&self, version: u64) -> [String; 8] {
         [
             self.stock(version),
@@ -34,7 +34,7 @@ pub struct ReserveCall<'a> {
     pub hold: Duration,
     /// The buyer's `Idempotency-Key`, if any.
     pub idempotency_key: Option<&'a str>,
-    /// A transfer withdrawn from another partition, deposited in the same step: (id, units).
+    /// A transfer withdrawn from another segment, deposited in the same step: (id, units).
     pub deposit: Option<(&'a str, u64)>,
     /// The longest a forwarded request may take: the reservation is not due for the sweep
     /// before that long from now (nor, when replayed, from the replay), whatever its hold.
@@ -85,7 +85,7 @@ pub enum ReserveOutcome {
         id: String,
         qty: u32,
         version: u64,
-        /// Units left in the partition's current version, if its key exists.
+        /// Units left in the segment's current version, if its key exists.
         remaining: Option<u64>,
         created_ms: u64,
         deadline_ms: u64,
@@ -123,19 +123,19 @@ pub enum ReserveOutcome {
     },
     /// The reservation id exists already (a tombstone of an abandoned attempt).
     DuplicateId,
-    /// The partition lost a key it had (its users or records): refused.
+    /// The segment lost a key it had (its users or records): refused.
     Damaged,
     /// The transfer to deposit first could not land (its version has no ledger here, or the
-    /// partition lost its book of received transfers): nothing changed, it stays in flight.
+    /// segment lost its book of received transfers): nothing changed, it stays in flight.
     DepositRefused {
-        /// The received book is lost (the partition is damaged).
+        /// The received book is lost (the segment is damaged).
         damaged: bool,
     },
 }
 
 impl ReserveOutcome {
     /// Whether a reserve that carried a deposit surely made it (the script deposits before
-    /// every answer but these: a partition never prewarmed or damaged answers before it, a
+    /// every answer but these: a segment never prewarmed or damaged answers before it, a
     /// refused deposit changed nothing, and "no stock key" comes both before and after it).
     pub fn deposit_landed(&self) -> bool {
         !matches!(
@@ -199,12 +199,12 @@ impl StockStore {
     /// reads it, and if it was settled in between, the purchase is asked for again as it was.
     pub async fn reserve(
         &self,
-        partition: Partition<'_>,
+        segment: Segment<'_>,
         call: &ReserveCall<'_>,
     ) -> Result<ReserveOutcome, StoreError> {
         let mut asked = *call;
         for _ in 0..3 {
-            match self.reserve_once(partition, &asked).await? {
+            match self.reserve_once(segment, &asked).await? {
                 ReserveOutcome::OtherVersion { version } => {
                     asked = ReserveCall {
                         version,
@@ -230,7 +230,7 @@ impl StockStore {
     /// One reserve script call.
     async fn reserve_once(
         &self,
-        partition: Partition<'_>,
+        segment: Segment<'_>,
         call: &ReserveCall<'_>,
     ) -> Result<ReserveOutcome, StoreError> {
         let idempotency_field = call
@@ -239,7 +239,7 @@ impl StockStore {
             .unwrap_or_default();
         let (transfer, units) = call.deposit.unwrap_or(("", 0));
         let mut invocation = super::RESERVE.prepare_invoke();
-        for key in self.keys.of(partition).for_reserve(call.version) {
+        for key in self.keys.of(segment).for_reserve(call.version) {
             invocation.key(key);
         }
         invocation

@@ -3,11 +3,11 @@
 //! script itself is in the registry (`super`).
 
 use super::super::records::{int, string};
-use super::super::{Partition, PartitionKeys, ScriptName, StockStore, StoreError, StoreOp};
+use super::super::{ScriptName, Segment, SegmentKeys, StockStore, StoreError, StoreOp};
 use redis::Value;
 use std::time::Duration;
 
-impl PartitionKeys {
+impl SegmentKeys {
     pub fn for_sweep(&self, version: u64) -> [String; 6] {
         [
             self.pending(version),
@@ -77,13 +77,13 @@ impl StockStore {
     /// its lease unless settled meanwhile; released as expired once past its give-up time).
     pub async fn sweep(
         &self,
-        partition: Partition<'_>,
+        segment: Segment<'_>,
         version: u64,
         batch: u32,
         lookup: Option<LookupLease>,
     ) -> Result<SweepOutcome, StoreError> {
         let mut invocation = super::SWEEP.prepare_invoke();
-        for key in self.keys.of(partition).for_sweep(version) {
+        for key in self.keys.of(segment).for_sweep(version) {
             invocation.key(key);
         }
         invocation

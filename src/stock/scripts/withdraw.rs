@@ -1,10 +1,10 @@
-//! `lua/withdraw.lua`: the giving half of a transfer between two partitions. Its keys (in the order
+//! `lua/withdraw.lua`: the giving half of a transfer between two segments. Its keys (in the order
 //! the script declares them), its arguments and its reply, in one place; the script itself is in
 //! the registry (`super`).
 
-use super::super::{Partition, PartitionKeys, ScriptName, StockStore, StoreError, StoreOp};
+use super::super::{ScriptName, Segment, SegmentKeys, StockStore, StoreError, StoreOp};
 
-impl PartitionKeys {
+impl SegmentKeys {
     pub fn for_withdraw(&self, version: u64) -> [String; 4] {
         [
             self.stock(version),
@@ -16,11 +16,11 @@ impl PartitionKeys {
 }
 
 impl StockStore {
-    /// First half of moving units between partitions: takes up to `want` units of `version` out
+    /// First half of moving units between segments: takes up to `want` units of `version` out
     /// of `giver`. Returns the units taken (0: it has none, or that version is not on sale there).
     pub async fn withdraw(
         &self,
-        giver: Partition<'_>,
+        giver: Segment<'_>,
         version: u64,
         transfer_id: &str,
         want: u64,

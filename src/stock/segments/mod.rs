@@ -1,7 +1,7 @@
-//! What spans an activity's partitions: putting a version on sale everywhere, a buyer's
-//! reserve (in their home partition, pulling units from the others when it runs short),
+//! What spans an activity's segments: putting a version on sale everywhere, a buyer's
+//! reserve (in their home segment, pulling units from the others when it runs short),
 //! whether anything is left anywhere, and every ledger. Admission and the lifecycle get one
-//! outcome back; they never orchestrate partitions themselves. The reserve is in [`reserve`].
+//! outcome back; they never orchestrate segments themselves. The reserve is in [`reserve`].
 
 use super::{ClaimOutcome, Layout, LedgerRow, PrewarmOutcome, Reads, StockStore, StoreError};
 use crate::config::Activity;
@@ -69,16 +69,16 @@ impl Refusal {
 /// What prewarming an activity did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Prewarmed {
-    /// Partitions where the version went on sale just now.
+    /// Segments where the version went on sale just now.
     pub created: u32,
-    /// Partitions whose stock key of the version on sale is gone (removed by hand, or lost):
+    /// Segments whose stock key of the version on sale is gone (removed by hand, or lost):
     /// never re-created; their buyers get `unavailable` until the version is raised.
     pub stock_key_removed: Vec<u32>,
-    /// Units left over all partitions, when every partition could be read.
+    /// Units left over all segments, when every segment could be read.
     pub remaining: Option<i64>,
 }
 
-/// Puts the activity's configured version on sale in every partition (created once, never
+/// Puts the activity's configured version on sale in every segment (created once, never
 /// reset; the version before it retired), after checking what Redis recorded about the activity.
 pub async fn prewarm(
     store: &StockStore,
@@ -133,17 +133,17 @@ pub async fn prewarm(
     } else {
         Vec::new()
     };
-    for partition in layout.partitions() {
-        let units = layout.share(activity.stock, partition.index());
-        let made_before = made.contains(&partition.index());
+    for segment in layout.segments() {
+        let units = layout.share(activity.stock, segment.index());
+        let made_before = made.contains(&segment.index());
         let outcome = store
-            .prewarm(partition, activity.version, units, expire_at, made_before)
+            .prewarm(segment, activity.version, units, expire_at, made_before)
             .await?;
         if matches!(outcome, PrewarmOutcome::Created | PrewarmOutcome::Exists)
             && layout.is_segmented()
             && !made_before
         {
-            store.mark_made(&layout, partition.index()).await?;
+            store.mark_made(&layout, segment.index()).await?;
         }
         match outcome {
             PrewarmOutcome::Created => report.created += 1,
@@ -151,10 +151,10 @@ pub async fn prewarm(
             PrewarmOutcome::Damaged => {
                 return Ok(Err(Refusal::Damaged {
                     id,
-                    segment: partition.index(),
+                    segment: segment.index(),
                 }))
             }
-            PrewarmOutcome::StockKeyRemoved => report.stock_key_removed.push(partition.index()),
+            PrewarmOutcome::StockKeyRemoved => report.stock_key_removed.push(segment.index()),
             // The claim passed, so a newer version here means another instance claimed it since.
             PrewarmOutcome::Older { current } => {
                 return Ok(Err(Refusal::OlderVersion {
@@ -164,7 +164,7 @@ pub async fn prewarm(
                 }))
             }
         }
-        let left = store.remaining(partition, activity.version).await?;
+        let left = store.remaining(segment, activity.version).await?;
         report.remaining = report.remaining.zip(left).map(|(t, l)| t + l);
     }
     Ok(Ok(report))
@@ -187,28 +187,26 @@ pub async fn recorded_layout<S: Reads + ?Sized>(
     ))
 }
 
-/// Whether any partition of `layout` still has keys: its meta, or what a lost meta leaves
+/// Whether any segment of `layout` still has keys: its meta, or what a lost meta leaves
 /// behind (a buyer's units, the records).
 async fn alive(store: &StockStore, layout: &Layout) -> Result<bool, StoreError> {
-    for partition in layout.partitions() {
-        if store.has_keys(partition).await? {
+    for segment in layout.segments() {
+        if store.has_keys(segment).await? {
             return Ok(true);
         }
     }
     Ok(false)
 }
 
-/// Units of the activity's current version left anywhere: every partition's stock plus what is
+/// Units of the activity's current version left anywhere: every segment's stock plus what is
 /// in flight between two of them (exact whatever the order of the reads, see
-/// [`LedgerRow::available`]; a release landing after its partition was read is not counted).
+/// [`LedgerRow::available`]; a release landing after its segment was read is not counted).
 pub async fn available<S: Reads + ?Sized>(
     store: &S,
     activity: &Activity,
 ) -> Result<i64, StoreError> {
     let layout = Layout::of(activity);
-    let reads = layout
-        .partitions()
-        .map(|p| store.ledger(p, activity.version));
+    let reads = layout.segments().map(|p| store.ledger(p, activity.version));
     let rows = futures_util::future::join_all(reads).await;
     let mut total = 0;
     for row in rows {
@@ -217,15 +215,15 @@ pub async fn available<S: Reads + ?Sized>(
     Ok(total)
 }
 
-/// Every partition's ledger of every version it has had, in partition then version order.
+/// Every segment's ledger of every version it has had, in segment then version order.
 pub async fn ledgers<S: Reads + ?Sized>(
     store: &S,
     layout: &Layout,
 ) -> Result<Vec<(u32, LedgerRow)>, StoreError> {
     let mut rows = Vec::new();
-    for partition in layout.partitions() {
-        for version in store.meta(partition).await?.versions {
-            rows.push((partition.index(), store.ledger(partition, version).await?));
+    for segment in layout.segments() {
+        for version in store.meta(segment).await?.versions {
+            rows.push((segment.index(), store.ledger(segment, version).await?));
         }
     }
     Ok(rows)

@@ -1,4 +1,4 @@
-//! A buyer's reserve over every partition: in their home partition, pulling units from the
+//! A buyer's reserve over every segment: in their home segment, pulling units from the
 //! others when it runs short (withdraw, then deposit together with the reserve), prewarming
 //! once when the version is not on sale yet. Over [`Reserving`]: the real store, or an
 //! in-process fake in the unit tests.
@@ -6,7 +6,7 @@
 use super::{available, prewarm, Prewarmed, Refusal};
 use crate::config::Activity;
 use crate::stock::{
-    Layout, Partition, Reads, ReserveCall, ReserveOutcome, SaleHours, StockStore, StoreError,
+    Layout, Reads, ReserveCall, ReserveOutcome, SaleHours, Segment, StockStore, StoreError,
     Transfers,
 };
 use std::future::Future;
@@ -17,7 +17,7 @@ pub trait Reserving: Reads + Transfers {
     /// See [`StockStore::reserve`].
     fn reserve(
         &self,
-        partition: Partition<'_>,
+        segment: Segment<'_>,
         call: &ReserveCall<'_>,
     ) -> impl Future<Output = Result<ReserveOutcome, StoreError>> + Send;
 
@@ -28,7 +28,7 @@ pub trait Reserving: Reads + Transfers {
     ) -> impl Future<Output = Result<Result<Prewarmed, Refusal>, StoreError>> + Send;
 
     /// A test-only fault between a pull's withdraw and its deposit (see `fault`).
-    fn before_deposit(&self, _home: Partition<'_>) -> impl Future<Output = ()> + Send {
+    fn before_deposit(&self, _home: Segment<'_>) -> impl Future<Output = ()> + Send {
         async {}
     }
 }
@@ -36,10 +36,10 @@ pub trait Reserving: Reads + Transfers {
 impl Reserving for StockStore {
     async fn reserve(
         &self,
-        partition: Partition<'_>,
+        segment: Segment<'_>,
         call: &ReserveCall<'_>,
     ) -> Result<ReserveOutcome, StoreError> {
-        StockStore::reserve(self, partition, call).await
+        StockStore::reserve(self, segment, call).await
     }
 
     async fn prewarm(&self, activity: &Activity) -> Result<Result<Prewarmed, Refusal>, StoreError> {
@@ -47,7 +47,7 @@ impl Reserving for StockStore {
     }
 
     #[cfg(feature = "fault-injection")]
-    async fn before_deposit(&self, home: Partition<'_>) {
+    async fn before_deposit(&self, home: Segment<'_>) {
         crate::stock::fault::before_deposit(self, home).await
     }
 }
@@ -68,18 +68,18 @@ pub struct Purchase<'a> {
     pub replay_only: bool,
 }
 
-/// What a buyer's reserve came to, over every partition.
+/// What a buyer's reserve came to, over every segment.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Reserve {
-    /// Stock is held in `partition` under `id` (this purchase's id, or, `replayed`, the one its
+    /// Stock is held in `segment` under `id` (this purchase's id, or, `replayed`, the one its
     /// idempotency key already won: then this request did not make it and may not release it).
     Reserved {
         id: String,
-        partition: u32,
+        segment: u32,
         version: u64,
         qty: u32,
         replayed: bool,
-        /// Units left in the activity, when a single partition answered for all of it.
+        /// Units left in the activity, when a single segment answered for all of it.
         remaining: Option<u64>,
         /// When it was made, and when its hold runs out (Redis's clock, unix ms).
         created_ms: u64,
@@ -91,7 +91,7 @@ pub enum Reserve {
     /// The idempotency key's reservation is pending past its hold deadline (being settled):
     /// retry.
     HoldRanOut,
-    /// Not enough for the request anywhere: every partition, and every unit in flight between
+    /// Not enough for the request anywhere: every segment, and every unit in flight between
     /// two of them, adds up to `left`, less than the quantity.
     SoldOut {
         left: i64,
@@ -114,7 +114,7 @@ pub enum Reserve {
 }
 
 /// A reserve failed with an unknown outcome: the caller abandons `reservation_id` in
-/// `partition` (it may have landed).
+/// `segment` (it may have landed).
 #[derive(Debug, thiserror::Error)]
 #[error("{error}")]
 pub struct ReserveFailed {
@@ -123,19 +123,19 @@ pub struct ReserveFailed {
     pub landed_maybe: Option<u32>,
 }
 
-/// Rounds of pulling units from the other partitions one purchase may make: each round asks
-/// every other partition once; after a round that left the buyer short, the activity's units
+/// Rounds of pulling units from the other segments one purchase may make: each round asks
+/// every other segment once; after a round that left the buyer short, the activity's units
 /// are counted (sold out if too few) and, after a short wait (2, 4, 8, 16 ms: units in flight
-/// settle within a round trip; at most 16 ms), the home partition is tried again before the next round.
+/// settle within a round trip; at most 16 ms), the home segment is tried again before the next round.
 const MAX_REBALANCE_ROUNDS: u32 = 24;
 
-/// A partition short of units takes at least `stock / (partitions * this)` from a giver.
-const REBALANCE_CHUNKS_PER_PARTITION: u64 = 8;
+/// A segment short of units takes at least `stock / (segments * this)` from a giver.
+const REBALANCE_CHUNKS_PER_SEGMENT: u64 = 8;
 
-/// Reserves in the buyer's home partition. Not prewarmed yet: prewarms once and retries. Short
-/// of units in a segmented activity: withdraws from the other partitions, each withdrawal
+/// Reserves in the buyer's home segment. Not prewarmed yet: prewarms once and retries. Short
+/// of units in a segmented activity: withdraws from the other segments, each withdrawal
 /// deposited together with the reserve in one step (nobody can take the units in between).
-/// `sold_out` only when the units of every partition and in flight add up to less than asked.
+/// `sold_out` only when the units of every segment and in flight add up to less than asked.
 pub async fn reserve<S: Reserving + ?Sized>(
     store: &S,
     activity: &Activity,
@@ -158,7 +158,7 @@ pub async fn reserve<S: Reserving + ?Sized>(
     };
     let mut outcome = attempt(store, home, &call).await?;
     if outcome == ReserveOutcome::NoStockKey && purchase.replay_only {
-        // Never prewarmed here (or its keys expired): the key won nothing in this partition,
+        // Never prewarmed here (or its keys expired): the key won nothing in this segment,
         // and a replay-only call (outside the hours, or held back) puts nothing on sale.
         return Ok(Reserve::NotReplayed);
     }
@@ -190,7 +190,7 @@ pub async fn reserve<S: Reserving + ?Sized>(
     ))
 }
 
-/// Short of units in a segmented activity's home partition: pulls from the others, round after
+/// Short of units in a segmented activity's home segment: pulls from the others, round after
 /// round, each withdrawal deposited together with the reserve, until the reserve is answered
 /// otherwise. `Err(answer)`: sold out as a whole (or, a newer version on sale, not on sale), or
 /// still short after every round (busy).
@@ -198,7 +198,7 @@ async fn rebalance<S: Reserving + ?Sized>(
     store: &S,
     activity: &Activity,
     layout: &Layout,
-    home: Partition<'_>,
+    home: Segment<'_>,
     call: &ReserveCall<'_>,
     mut outcome: ReserveOutcome,
 ) -> Result<Result<ReserveOutcome, Reserve>, ReserveFailed> {
@@ -259,7 +259,7 @@ fn answer(
     outcome: ReserveOutcome,
     activity: &Activity,
     purchase: Purchase<'_>,
-    home: Partition<'_>,
+    home: Segment<'_>,
     segmented: bool,
 ) -> Reserve {
     match outcome {
@@ -270,7 +270,7 @@ fn answer(
             fence,
         } => Reserve::Reserved {
             id: purchase.reservation_id.to_owned(),
-            partition: home.index(),
+            segment: home.index(),
             version: activity.version,
             qty: purchase.qty,
             replayed: false,
@@ -289,7 +289,7 @@ fn answer(
             fence,
         } => Reserve::Reserved {
             id,
-            partition: home.index(),
+            segment: home.index(),
             version,
             qty,
             replayed: true,
@@ -331,10 +331,10 @@ async fn newer_version<S: Reads + ?Sized>(store: &S, activity: &Activity) -> Opt
     })
 }
 
-/// One reserve call in the home partition; an error says whether it may have landed.
+/// One reserve call in the home segment; an error says whether it may have landed.
 async fn attempt<S: Reserving + ?Sized>(
     store: &S,
-    home: Partition<'_>,
+    home: Segment<'_>,
     call: &ReserveCall<'_>,
 ) -> Result<ReserveOutcome, ReserveFailed> {
     store
@@ -347,7 +347,7 @@ async fn attempt<S: Reserving + ?Sized>(
 }
 
 enum Pulled {
-    /// No other partition had units of this version.
+    /// No other segment had units of this version.
     Nothing,
     /// Units arrived with the reserve: its outcome (possibly still short).
     Reserved(ReserveOutcome),
@@ -355,7 +355,7 @@ enum Pulled {
     Failed(StoreError),
 }
 
-/// One round over the other partitions (starting at one chosen by the reservation id, so
+/// One round over the other segments (starting at one chosen by the reservation id, so
 /// buyers of one home do not all empty the same giver): withdraw what the home lacks (at least
 /// a chunk, so a busy home does not come back for every unit) and deposit it with the reserve.
 /// A withdrawal whose deposit is cut short stays recorded on the giver; the sweep delivers it.
@@ -363,12 +363,12 @@ async fn pull<S: Reserving + ?Sized>(
     store: &S,
     activity: &Activity,
     layout: &Layout,
-    home: Partition<'_>,
+    home: Segment<'_>,
     call: &ReserveCall<'_>,
     mut have: u64,
 ) -> Pulled {
     let count = layout.count();
-    let chunk = (activity.stock / (u64::from(count) * REBALANCE_CHUNKS_PER_PARTITION)).max(1);
+    let chunk = (activity.stock / (u64::from(count) * REBALANCE_CHUNKS_PER_SEGMENT)).max(1);
     let start = call
         .reservation_id
         .bytes()
@@ -376,8 +376,8 @@ async fn pull<S: Reserving + ?Sized>(
     let mut moved_any = false;
     for step in 0..count - 1 {
         let giver = layout
-            .partition((home.index() + 1 + (start.wrapping_add(step)) % (count - 1)) % count)
-            .expect("partition index in range");
+            .segment((home.index() + 1 + (start.wrapping_add(step)) % (count - 1)) % count)
+            .expect("segment index in range");
         let needed = u64::from(call.qty).saturating_sub(have);
         let transfer_id = uuid::Uuid::now_v7().to_string();
         let taken = match store
@@ -420,8 +420,8 @@ async fn pull<S: Reserving + ?Sized>(
 /// and acknowledges it then: a giver never forgets a transfer that did not arrive.
 pub async fn deposit_and_reserve<S: Reserving + ?Sized>(
     store: &S,
-    giver: Partition<'_>,
-    home: Partition<'_>,
+    giver: Segment<'_>,
+    home: Segment<'_>,
     call: &ReserveCall<'_>,
     transfer_id: &str,
     units: u64,

@@ -1,4 +1,4 @@
-//! A buyer's reserve over partitions against the in-process fake store: the Rust side of
+//! A buyer's reserve over segments against the in-process fake store: the Rust side of
 //! rebalancing (which giver, how much, when sold out, what a failure leaves behind). The
 //! scripts themselves are proven against Redis by tests/scripts.rs and the model test.
 
@@ -39,7 +39,7 @@ fn purchase<'a>(user: &'a str, id: &'a str, qty: u32) -> Purchase<'a> {
     }
 }
 
-/// A store with `a` on sale, and a buyer at home in partition 0.
+/// A store with `a` on sale, and a buyer at home in segment 0.
 fn on_sale(a: &Activity) -> (FakeStore, String) {
     let store = FakeStore::default();
     store.on_sale(&Layout::of(a), 1, a.stock);
@@ -56,12 +56,12 @@ fn home_of(a: &Activity, index: u32) -> String {
 
 fn left(store: &FakeStore, a: &Activity, index: u32) -> i64 {
     let layout = Layout::of(a);
-    store.stock(layout.partition(index).unwrap(), 1).unwrap()
+    store.stock(layout.segment(index).unwrap(), 1).unwrap()
 }
 
 async fn open_transfers(store: &FakeStore, a: &Activity, index: u32) -> usize {
     let layout = Layout::of(a);
-    let giver = layout.partition(index).unwrap();
+    let giver = layout.segment(index).unwrap();
     store.transfers(giver).await.unwrap().0.len()
 }
 
@@ -73,7 +73,7 @@ async fn a_buyer_reserves_at_home() {
         .await
         .unwrap();
     let Reserve::Reserved {
-        partition,
+        segment,
         replayed,
         remaining,
         ..
@@ -81,13 +81,13 @@ async fn a_buyer_reserves_at_home() {
     else {
         panic!("{outcome:?}")
     };
-    assert_eq!((partition, replayed, remaining), (0, false, None));
+    assert_eq!((segment, replayed, remaining), (0, false, None));
     assert_eq!((left(&store, &a, 0), left(&store, &a, 1)), (2, 4));
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_home_short_of_units_pulls_a_chunk_from_another_partition() {
-    // 64 units over 2 partitions: 32 each, a chunk is 64 / (2 * 8) = 4.
+async fn a_home_short_of_units_pulls_a_chunk_from_another_segment() {
+    // 64 units over 2 segments: 32 each, a chunk is 64 / (2 * 8) = 4.
     let a = activity(64, 2);
     let (store, user) = on_sale(&a);
     let first = reserve(&store, &a, purchase(&user, "r1.0", 31)).await;
@@ -96,7 +96,7 @@ async fn a_home_short_of_units_pulls_a_chunk_from_another_partition() {
         .await
         .unwrap();
     assert!(
-        matches!(outcome, Reserve::Reserved { partition: 0, .. }),
+        matches!(outcome, Reserve::Reserved { segment: 0, .. }),
         "{outcome:?}"
     );
     // One unit was there, a chunk of 4 came (more than the one missing): 3 left at home.
@@ -125,8 +125,8 @@ async fn units_in_flight_are_not_sold_out_but_busy() {
     let a = activity(4, 2);
     let (store, user) = on_sale(&a);
     let layout = Layout::of(&a);
-    let (home, giver) = (layout.partition(0).unwrap(), layout.partition(1).unwrap());
-    // Every unit of both partitions is in flight (withdrawn by gateways that died).
+    let (home, giver) = (layout.segment(0).unwrap(), layout.segment(1).unwrap());
+    // Every unit of both segments is in flight (withdrawn by gateways that died).
     store.withdrawn(home, 1, "t0", 1, 2);
     store.withdrawn(giver, 1, "t1", 0, 2);
     let outcome = reserve(&store, &a, purchase(&user, "r1.0", 1))
@@ -208,7 +208,7 @@ async fn a_deposit_cut_short_stays_recorded_on_the_giver() {
     assert_eq!(open_transfers(&store, &a, 1).await, 0, "nothing withdrawn");
     // Now the home answers short, the giver gives, and the deposit's answer is lost.
     let layout = Layout::of(&a);
-    let (home, giver) = (layout.partition(0).unwrap(), layout.partition(1).unwrap());
+    let (home, giver) = (layout.segment(0).unwrap(), layout.segment(1).unwrap());
     let call = ReserveCall {
         user: &user,
         qty: 1,
