@@ -1080,7 +1080,10 @@ impl GatewayProc {
 impl Drop for GatewayProc {
     fn drop(&mut self) {
         // A test that failed because the gateway was gone says how it went.
-        let exited = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten());
+        let exited = self
+            .child
+            .as_mut()
+            .and_then(|c| c.try_wait().ok().flatten());
         self.kill();
         if std::thread::panicking() {
             if let Some(status) = exited {

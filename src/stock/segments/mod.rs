@@ -87,38 +87,8 @@ pub async fn prewarm(
     let layout = Layout::of(activity);
     let expire_at = store.expire_at(activity);
     let id = activity.id.to_string();
-    // The registry keeps a second record of the segment count, outside the activity's keys
-    // (it outlives them: a record whose segments hold nothing any more is stale).
-    if let Some(first) = store.registered_segments(&activity.id).await? {
-        if first != layout.count() && alive(store, &Layout::new(activity.id.clone(), first)).await?
-        {
-            return Ok(Err(Refusal::SegmentsFixed {
-                id,
-                first,
-                configured: layout.count(),
-            }));
-        }
-    }
-    match store.claim(&layout, activity.version, expire_at).await? {
-        ClaimOutcome::Claimed => {}
-        ClaimOutcome::SegmentsFixed { first } => {
-            return Ok(Err(Refusal::SegmentsFixed {
-                id,
-                first,
-                configured: layout.count(),
-            }))
-        }
-        ClaimOutcome::Older { newest } => {
-            return Ok(Err(Refusal::OlderVersion {
-                id,
-                configured: activity.version,
-                newest,
-            }))
-        }
-        ClaimOutcome::OldLayout => return Ok(Err(Refusal::OldLayout { id })),
-        ClaimOutcome::SoldBefore { version } => {
-            return Ok(Err(Refusal::SoldBefore { id, version }))
-        }
+    if let Err(refusal) = claimed(store, activity, &layout, expire_at).await? {
+        return Ok(Err(refusal));
     }
     store
         .register(&activity.id, layout.count(), expire_at)
@@ -168,6 +138,43 @@ pub async fn prewarm(
         report.remaining = report.remaining.zip(left).map(|(t, l)| t + l);
     }
     Ok(Ok(report))
+}
+
+/// Whether the activity may go on sale in this layout and version: the registry's record of its
+/// segment count (it outlives the activity's keys: a record whose segments hold nothing any more
+/// is stale), then the claim on its version floor and layout.
+async fn claimed(
+    store: &StockStore,
+    activity: &Activity,
+    layout: &Layout,
+    expire_at: u64,
+) -> Result<Result<(), Refusal>, StoreError> {
+    let id = activity.id.to_string();
+    if let Some(first) = store.registered_segments(&activity.id).await? {
+        if first != layout.count() && alive(store, &Layout::new(activity.id.clone(), first)).await?
+        {
+            return Ok(Err(Refusal::SegmentsFixed {
+                id,
+                first,
+                configured: layout.count(),
+            }));
+        }
+    }
+    match store.claim(layout, activity.version, expire_at).await? {
+        ClaimOutcome::Claimed => Ok(Ok(())),
+        ClaimOutcome::SegmentsFixed { first } => Ok(Err(Refusal::SegmentsFixed {
+            id,
+            first,
+            configured: layout.count(),
+        })),
+        ClaimOutcome::Older { newest } => Ok(Err(Refusal::OlderVersion {
+            id,
+            configured: activity.version,
+            newest,
+        })),
+        ClaimOutcome::OldLayout => Ok(Err(Refusal::OldLayout { id })),
+        ClaimOutcome::SoldBefore { version } => Ok(Err(Refusal::SoldBefore { id, version })),
+    }
 }
 
 /// The layout Redis recorded for an activity: the segment count its base meta holds, else the
