@@ -1218,9 +1218,9 @@ struct Instance {
 }
 
 impl Instance {
-    /// `state`: the sale state, shared by the instances as if news reached them at once (the
-    /// model keeps one sold-out set).
-    fn new(conf: &Conf, state: &Arc<SaleState>) -> Instance {
+    /// `marks`: whose sold-out marks this instance shares, as if news reached it at once (the
+    /// model keeps one sold-out set); its refusals are its own, as a separate process's are.
+    fn new(conf: &Conf, marks: &SaleState) -> Instance {
         let w = &*WORLD;
         let settings = settings(conf, false);
         let metrics = Arc::new(Metrics::new());
@@ -1230,7 +1230,7 @@ impl Instance {
             live.clone(),
             w.store.clone(),
             metrics.clone(),
-            state.clone(),
+            Arc::new(marks.sharing_marks()),
             Arc::new(upstreams),
         ));
         let admission = Admission::new(
@@ -1366,13 +1366,13 @@ impl StateMachineTest for System {
         ));
         with_conn(|conn| redis::cmd("FLUSHALL").query::<()>(conn).unwrap());
         block_on(w.upstream.reset());
-        let state = Arc::new(SaleState::default());
+        let marks = SaleState::default();
         System {
             _serial: serial,
             instances: model
                 .conf
                 .iter()
-                .map(|c| Instance::new(c, &state))
+                .map(|c| Instance::new(c, &marks))
                 .collect(),
             jtis: Vec::new(),
             handles: Vec::new(),

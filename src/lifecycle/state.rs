@@ -21,11 +21,20 @@ use std::time::Duration;
 /// The sale state of every activity this gateway serves (see the module's doc).
 #[derive(Default)]
 pub struct SaleState {
-    sold_out: SoldOutCache,
+    sold_out: Arc<SoldOutCache>,
     refused: Refusals,
 }
 
 impl SaleState {
+    /// Another instance's state in the same process whose sold-out marks are these, as if news
+    /// reached it at once; its refusals are its own (the model test runs several instances).
+    pub fn sharing_marks(&self) -> SaleState {
+        SaleState {
+            sold_out: self.sold_out.clone(),
+            refused: Refusals::default(),
+        }
+    }
+
     /// Whether this gateway knows `activity`'s current version sold out (marks live for `ttl`,
     /// the reader's generation's `sold_out_cache.ttl_ms`).
     pub fn is_sold_out(&self, activity: &Activity, ttl: Duration) -> bool {
@@ -126,8 +135,8 @@ impl<S: LifecycleStore> Lifecycle<S> {
                 if activity.version != *version || self.state.is_sold_out(activity, ttl) {
                     return;
                 }
-                if matches!(segments::available(&*self.store, activity).await, Ok(left) if left <= 0)
-                {
+                let left = segments::available_on_sale(&*self.store, activity).await;
+                if matches!(left, Ok(Some(left)) if left <= 0) {
                     self.state
                         .sold_out
                         .mark_sold_out(&activity.id, *version, ttl);

@@ -1,11 +1,12 @@
 //! The purchase pipeline: one owner for the question "may this sale request take stock?".
 //!
 //! A purchase runs through an ordered list of small gates ([`gates::GATES`], a file each), each
-//! cheaper than the next: the client IP's bucket, who buys what, the quantity (from every source
-//! at once), the sale's hours, the buyer's bucket, the sold-out mark, the waiting room, the
-//! activity's bucket, and the reserve (the only Redis round trip). A gate lets the purchase go
-//! on, or answers it with the pipeline's one [`Verdict`]: refused, queued, reserved, or
-//! forwarded unreserved. Adding a gate is one new file and one line in the list.
+//! cheaper than the next: the client IP's bucket, who buys what, the quantity the query names,
+//! the sale's hours, the buyer's bucket, the sold-out mark, the waiting room, the activity's
+//! bucket, the whole body (read last of all, so refusals that need none never wait for it; a
+//! quantity it names must agree), and the reserve (the only Redis round trip). A gate lets the
+//! purchase go on, or answers it with the pipeline's one [`Verdict`]: refused, queued,
+//! reserved, or forwarded unreserved. Adding a gate is one new file and its place in the list.
 //!
 //! The pipeline knows nothing of Pingora's session: what a gate reads of the request besides
 //! its header (the body, read once on first ask) comes through [`Exchange`], which the proxy

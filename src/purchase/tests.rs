@@ -17,6 +17,7 @@ use crate::waiting::{self, Answer, Presented};
 use parking_lot::Mutex;
 use std::collections::VecDeque;
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 /// What one reserve asked: user, quantity, key, replay only.
@@ -130,7 +131,33 @@ impl Room for FakeRoom {
     }
 }
 
+/// A request as the proxy hands it to the pipeline, counting how often its body was asked for.
+struct TestExchange<'h> {
+    header: RequestHeader,
+    /// `None`: the body never arrives.
+    body: Option<bytes::Bytes>,
+    asked: &'h AtomicUsize,
+}
+
+#[async_trait::async_trait]
+impl Exchange for TestExchange<'_> {
+    fn header(&self) -> &RequestHeader {
+        &self.header
+    }
+
+    fn peer(&self) -> Option<std::net::IpAddr> {
+        None
+    }
+
+    async fn body(&mut self) -> Result<bytes::Bytes, BadRequest> {
+        self.asked.fetch_add(1, Ordering::Relaxed);
+        self.body.clone().ok_or(BadRequest::BodyTooSlow)
+    }
+}
+
 struct Harness {
+    /// How often a request's body was asked for.
+    body_asked: AtomicUsize,
     settings: Settings,
     policy: Policy,
     stock: Arc<FakeStock>,
@@ -146,6 +173,7 @@ impl Harness {
         let breaker = Arc::new(Breaker::new(metrics.clone()));
         let admission = Admission::new(stock.clone(), metrics.clone(), breaker);
         Harness {
+            body_asked: AtomicUsize::new(0),
             policy: Policy::new(&settings, None),
             settings,
             stock,
@@ -179,6 +207,17 @@ impl Harness {
         headers: &[(&str, &str)],
         body: &[u8],
     ) -> Result<Verdict, Decision> {
+        self.buy_as(user, path, headers, Some(body))
+    }
+
+    /// `body: None`: a body that never arrives (asked for, it runs out of time).
+    fn buy_as(
+        &self,
+        user: Option<&str>,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Option<&[u8]>,
+    ) -> Result<Verdict, Decision> {
         let mut req = RequestHeader::build("POST", path.as_bytes(), None).unwrap();
         if let Some(user) = user {
             req.insert_header("x-user-id", user).unwrap();
@@ -195,10 +234,10 @@ impl Harness {
             target: &target,
             canonical: (&http::Method::POST, &uri),
         };
-        let mut exchange = Buffered {
+        let mut exchange = TestExchange {
             header: req,
-            peer: None,
-            body: bytes::Bytes::copy_from_slice(body),
+            body: body.map(bytes::Bytes::copy_from_slice),
+            asked: &self.body_asked,
         };
         let parts = Parts {
             rules: self.rules(),
@@ -452,7 +491,7 @@ fn queued_settings() -> Settings {
 }
 
 #[test]
-fn the_quantity_is_read_from_the_query_and_the_body_at_once() {
+fn a_quantity_the_body_names_must_be_the_one_the_query_admitted() {
     let h = Harness::new(
         settings("", ""),
         vec![reserved(Some(8), false), reserved(Some(8), false)],
@@ -582,7 +621,47 @@ fn the_gates_run_in_the_documented_order() {
             "SoldOut",
             "WaitingRoom",
             "ActivityBucket",
+            "Body",
             "Reserve",
         ]
     );
+}
+
+#[test]
+fn refusals_that_need_no_body_never_wait_for_it() {
+    let top = "rate_limits: { per_user: { per_second: 1, burst: 1 } }\n";
+    let h = Harness::new(
+        settings(", queue: { admit_per_second: 1 }", top),
+        vec![Ok(Reserve::SoldOut { left: 0 })],
+    );
+    let no_body = |user: &str, path: &str| h.buy_as(Some(user), path, &[], None);
+    // Not started, the user's bucket, the waiting room, the sold-out mark: none reads the body.
+    assert_eq!(
+        no_body("u1", "/buy/later").unwrap_err(),
+        Decision::NotStarted
+    );
+    *h.room.answer.lock() = Some(waiting_answer());
+    assert!(matches!(no_body("u2", "/buy/a1"), Ok(Verdict::Queue(_))));
+    assert!(matches!(
+        no_body("u2", "/buy/a1").unwrap_err(),
+        Decision::RateLimited { .. }
+    ));
+    *h.room.answer.lock() = Some(waiting::Gate::Pass);
+    assert_eq!(
+        h.buy_with_body(Some("u3"), "/buy/a1", &[], b"")
+            .unwrap_err(),
+        Decision::SoldOut
+    );
+    let asked_before = h.body_asked.load(Ordering::Relaxed);
+    assert_eq!(no_body("u4", "/buy/a1").unwrap_err(), Decision::SoldOut);
+    assert_eq!(h.body_asked.load(Ordering::Relaxed), asked_before);
+    assert_eq!(asked_before, 1, "only the purchase that reached the store");
+    // A purchase that would take stock waits for its body, and a body that never comes is
+    // refused before anything is taken.
+    let open = Harness::new(settings("", ""), vec![]);
+    assert_eq!(
+        open.buy_as(Some("u5"), "/buy/a1", &[], None).unwrap_err(),
+        Decision::BadRequest(BadRequest::BodyTooSlow)
+    );
+    assert!(open.stock.asked.lock().is_empty());
 }

@@ -2,6 +2,7 @@
 //! first that answers decides. A new gate is a file here and a line in [`GATES`].
 
 pub mod activity_bucket;
+pub mod body;
 pub mod hours;
 pub mod identity;
 pub mod ip_bucket;
@@ -23,5 +24,6 @@ pub static GATES: &[&dyn Gate] = &[
     &sold_out::SoldOut,
     &waiting_room::WaitingRoom,
     &activity_bucket::ActivityBucket,
+    &body::Body,
     &reserve::Reserve,
 ];

@@ -212,14 +212,25 @@ pub async fn available<S: Reads + ?Sized>(
     store: &S,
     activity: &Activity,
 ) -> Result<i64, StoreError> {
+    Ok(available_on_sale(store, activity).await?.unwrap_or(0))
+}
+
+/// [`available`], or `None` when no segment has the version's ledger: never put on sale (a
+/// reload ahead of the prewarm), which is not sold out.
+pub async fn available_on_sale<S: Reads + ?Sized>(
+    store: &S,
+    activity: &Activity,
+) -> Result<Option<i64>, StoreError> {
     let layout = Layout::of(activity);
     let reads = layout.segments().map(|p| store.ledger(p, activity.version));
     let rows = futures_util::future::join_all(reads).await;
-    let mut total = 0;
+    let (mut total, mut on_sale) = (0, false);
     for row in rows {
-        total += row?.available();
+        let row = row?;
+        on_sale |= row.ledger;
+        total += row.available();
     }
-    Ok(total)
+    Ok(on_sale.then_some(total))
 }
 
 /// Every segment's ledger of every version it has had, in segment then version order.

@@ -293,7 +293,9 @@ fn answer(
             version,
             qty,
             replayed: true,
-            remaining: remaining.filter(|_| !segmented),
+            // A replay answered under another version (its own) says nothing of what is left of
+            // the version on sale now: no figure, or a restock would be marked sold out.
+            remaining: remaining.filter(|_| !segmented && version == activity.version),
             created_ms,
             deadline_ms,
             fence,
