@@ -302,7 +302,11 @@ fn no_source_file_is_past_600_lines() {
         .filter(|(_, n)| *n > MAX_LINES)
         .map(|(p, n)| format!("{p}: {n} lines"))
         .collect();
-    assert!(long.is_empty(), "files past {MAX_LINES} lines: {long:#?}");
+    assert!(
+        long.is_empty(),
+        "files past {MAX_LINES} lines: {long:#?}\nsplit by job: a folder with one file per job \
+         (unit tests too: `x/tests/mod.rs` for the harness, `x/tests/<topic>.rs` beside it)"
+    );
 }
 
 #[test]
@@ -485,7 +489,11 @@ fn functions_stay_short() {
             long.push(format!("{name} is {len} lines (at most {allowed})"));
         }
     }
-    assert!(long.is_empty(), "functions too long: {long:#?}");
+    assert!(
+        long.is_empty(),
+        "functions too long: {long:#?}\nsplit each into named steps (a listed older one may \
+         only shrink: split it, or take a piece out before adding one)"
+    );
     let found = function_lengths();
     for (name, _) in LONG_FUNCTIONS {
         let still_long = found.iter().any(|(f, len)| f == name && *len > 80);

@@ -216,19 +216,23 @@ impl Decision {
                 None,
             ),
         };
-        let queue = match *self {
-            Decision::Queued {
-                position,
-                estimated_wait,
-            } => Some((position, estimated_wait.as_millis() as u64)),
-            _ => None,
-        };
         Reply {
             status,
             code: code.as_str(),
             message,
             retry_after_secs,
-            queue,
+            queue: self.queue_place(),
+        }
+    }
+
+    /// The upstream-protection queue's place: (position, estimated wait in ms).
+    fn queue_place(&self) -> Option<(u64, u64)> {
+        match *self {
+            Decision::Queued {
+                position,
+                estimated_wait,
+            } => Some((position, estimated_wait.as_millis() as u64)),
+            _ => None,
         }
     }
 

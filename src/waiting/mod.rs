@@ -55,7 +55,7 @@ pub struct Presented {
 
 /// What the waiting room says about one request.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Gate {
+pub enum Turn {
     /// No queue (or it is closed), or this ticket's turn: on to the purchase.
     Pass,
     /// Not yet: answer with the place (202 `queued`).
@@ -257,32 +257,32 @@ impl<S: QueueStore> WaitingRoom<S> {
         activity: &Activity,
         user: &str,
         presented: Option<&Presented>,
-    ) -> Gate {
+    ) -> Turn {
         let Some(queue) = activity.queue.as_ref() else {
-            return Gate::Pass;
+            return Turn::Pass;
         };
         if !activity.queue_open_at(self.store.clock().now()) {
-            return Gate::Pass;
+            return Turn::Pass;
         }
         let key = &settings.signing.ticket_key;
         match self.answer(key, activity, queue, user, presented).await {
             Ok((answer, ticket, honoured)) => match answer.status {
                 Status::YourTurn if honoured => {
                     self.count_admitted(activity, ticket);
-                    Gate::Pass
+                    Turn::Pass
                 }
-                Status::YourTurn | Status::Waiting { .. } => Gate::Wait(answer),
-                Status::SoldOut => Gate::Refuse(Decision::SoldOut),
+                Status::YourTurn | Status::Waiting { .. } => Turn::Wait(answer),
+                Status::SoldOut => Turn::Refuse(Decision::SoldOut),
                 Status::Expired if honoured => {
                     self.metrics
                         .queue_lapsed
                         .with_label_values(&[&activity.id])
                         .inc();
-                    Gate::Refuse(Decision::TicketExpired)
+                    Turn::Refuse(Decision::TicketExpired)
                 }
-                Status::Expired => Gate::Refuse(Decision::TicketExpired),
+                Status::Expired => Turn::Refuse(Decision::TicketExpired),
             },
-            Err(decision) => Gate::Refuse(decision),
+            Err(decision) => Turn::Refuse(decision),
         }
     }
 

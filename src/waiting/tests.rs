@@ -60,7 +60,7 @@ impl Harness {
         self.settings.activities.get(id).unwrap().clone()
     }
 
-    async fn gate(&self, user: &str, presented: Option<&Presented>) -> Gate {
+    async fn gate(&self, user: &str, presented: Option<&Presented>) -> Turn {
         let a1 = self.activity("a1");
         self.room.gate(&self.settings, &a1, user, presented).await
     }
@@ -68,7 +68,7 @@ impl Harness {
     /// The ticket a gate handed out while making the buyer wait.
     async fn waiting_ticket(&self, user: &str) -> String {
         match self.gate(user, None).await {
-            Gate::Wait(answer) => answer.ticket,
+            Turn::Wait(answer) => answer.ticket,
             other => panic!("{other:?}"),
         }
     }
@@ -91,12 +91,12 @@ async fn no_queue_or_outside_its_hours_passes() {
     let plain = h.activity("plain");
     assert_eq!(
         h.room.gate(&h.settings, &plain, "u1", None).await,
-        Gate::Pass
+        Turn::Pass
     );
     h.store.set_now("2029-12-31T22:59:59Z".parse().unwrap());
-    assert_eq!(h.gate("u1", None).await, Gate::Pass, "not open yet");
+    assert_eq!(h.gate("u1", None).await, Turn::Pass, "not open yet");
     h.store.set_now("2030-01-02T00:00:00Z".parse().unwrap());
-    assert_eq!(h.gate("u1", None).await, Gate::Pass, "closed");
+    assert_eq!(h.gate("u1", None).await, Turn::Pass, "closed");
     assert_eq!(h.store.asked.lock().tickets, 0, "no store call");
 }
 
@@ -106,7 +106,7 @@ async fn a_buyer_without_a_ticket_gets_one_and_waits() {
     // The queue is set up now (its cursor runs from now) and nobody comes for ten seconds.
     h.room.refresh(&h.settings).await;
     h.store.advance(Duration::from_secs(10));
-    let Gate::Wait(answer) = h.gate("u1", None).await else {
+    let Turn::Wait(answer) = h.gate("u1", None).await else {
         panic!("a ticket")
     };
     // The cursor passed everyone (at 10): the ticket takes the next place.
@@ -131,21 +131,21 @@ async fn a_ticket_whose_turn_came_passes_and_is_counted_once() {
     let raw = h.waiting_ticket("u1").await;
     assert!(matches!(
         h.gate("u1", Some(&header(&raw))).await,
-        Gate::Wait(_)
+        Turn::Wait(_)
     ));
     h.store.advance(Duration::from_secs(1));
     h.room.refresh(&h.settings).await;
-    assert_eq!(h.gate("u1", Some(&header(&raw))).await, Gate::Pass);
-    assert_eq!(h.gate("u1", Some(&header(&raw))).await, Gate::Pass);
+    assert_eq!(h.gate("u1", Some(&header(&raw))).await, Turn::Pass);
+    assert_eq!(h.gate("u1", Some(&header(&raw))).await, Turn::Pass);
     assert_eq!(h.admitted(), 1, "counted once");
     // Someone else's ticket is not theirs.
     let theirs = h.gate("u2", Some(&header(&raw))).await;
-    assert_eq!(theirs, Gate::Refuse(Decision::InvalidTicket));
+    assert_eq!(theirs, Turn::Refuse(Decision::InvalidTicket));
     // Past its admission window (60 s) it has lapsed.
     h.store.advance(Duration::from_secs(61));
     h.room.refresh(&h.settings).await;
     let lapsed = h.gate("u1", Some(&header(&raw))).await;
-    assert_eq!(lapsed, Gate::Refuse(Decision::TicketExpired));
+    assert_eq!(lapsed, Turn::Refuse(Decision::TicketExpired));
     let counted = h.metrics.queue_lapsed.with_label_values(&["a1"]);
     assert_eq!(counted.get(), 1);
 }
@@ -154,7 +154,7 @@ async fn a_ticket_whose_turn_came_passes_and_is_counted_once() {
 async fn forged_and_foreign_tickets() {
     let h = Harness::at(10_500);
     let forged = h.gate("u1", Some(&header("t1.a1.1.2.3.4"))).await;
-    assert_eq!(forged, Gate::Refuse(Decision::InvalidTicket));
+    assert_eq!(forged, Turn::Refuse(Decision::InvalidTicket));
     let key = &h.settings.signing.ticket_key;
     let other = ticket::Ticket {
         number: 1,
@@ -163,13 +163,13 @@ async fn forged_and_foreign_tickets() {
     };
     let foreign = ticket::sign(key, "seg", "u1", other);
     let from_header = h.gate("u1", Some(&header(&foreign))).await;
-    assert_eq!(from_header, Gate::Refuse(Decision::InvalidTicket));
+    assert_eq!(from_header, Turn::Refuse(Decision::InvalidTicket));
     // From the browser's one cookie: it queued elsewhere too; a ticket of its own is issued.
     let cookie = Presented {
         ticket: foreign,
         from_cookie: true,
     };
-    let Gate::Wait(answer) = h.gate("u1", Some(&cookie)).await else {
+    let Turn::Wait(answer) = h.gate("u1", Some(&cookie)).await else {
         panic!("a new ticket")
     };
     assert!(ticket::verify(key, "a1", "u1", &answer.ticket).is_ok());
@@ -185,14 +185,14 @@ async fn nothing_left_refuses_every_waiting_buyer() {
     h.room.refresh(&h.settings).await;
     assert!(matches!(
         h.gate("u1", Some(&header(&raw))).await,
-        Gate::Wait(_)
+        Turn::Wait(_)
     ));
     h.store.stock.lose(layout.segment(0).unwrap(), 1, 1);
     h.room.refresh(&h.settings).await;
     let view = h.room.state(&a1).unwrap();
     assert!(view.state.held && view.left == Some(0));
     let sold_out = h.gate("u1", Some(&header(&raw))).await;
-    assert_eq!(sold_out, Gate::Refuse(Decision::SoldOut));
+    assert_eq!(sold_out, Turn::Refuse(Decision::SoldOut));
     let standing = h
         .metrics
         .queue_paused
@@ -247,7 +247,7 @@ async fn a_ticket_of_a_queue_redis_lost_is_replaced() {
     h.store.lose("a1");
     h.room.refresh(&h.settings).await;
     assert_ne!(h.room.state(&a1).unwrap().state.epoch, epoch);
-    let Gate::Wait(answer) = h.gate("u1", Some(&header(&raw))).await else {
+    let Turn::Wait(answer) = h.gate("u1", Some(&header(&raw))).await else {
         panic!("a new ticket")
     };
     assert_ne!(answer.ticket, raw);
@@ -265,9 +265,9 @@ async fn redis_s_clock_decides_the_queue_s_hours() {
     // This gateway's estimate says open; Redis's clock is two seconds behind it.
     h.store.skew(chrono::Duration::seconds(-2));
     let early = h.gate("u1", None).await;
-    assert_eq!(early, Gate::Refuse(Decision::NotStarted));
+    assert_eq!(early, Turn::Refuse(Decision::NotStarted));
     h.store.skew(chrono::Duration::days(3));
-    assert_eq!(h.gate("u1", None).await, Gate::Refuse(Decision::Ended));
+    assert_eq!(h.gate("u1", None).await, Turn::Refuse(Decision::Ended));
 }
 
 #[tokio::test]
@@ -276,9 +276,9 @@ async fn a_store_failure_answers_unavailable() {
     h.store.fail("ticket", 1);
     assert_eq!(
         h.gate("u1", None).await,
-        Gate::Refuse(Decision::Unavailable)
+        Turn::Refuse(Decision::Unavailable)
     );
-    assert!(matches!(h.gate("u1", None).await, Gate::Wait(_)));
+    assert!(matches!(h.gate("u1", None).await, Turn::Wait(_)));
 }
 
 #[tokio::test]
@@ -322,10 +322,10 @@ async fn an_operator_pause_stands_the_cursor() {
     h.room.refresh(&h.settings).await;
     assert!(matches!(
         h.gate("u1", Some(&header(&raw))).await,
-        Gate::Wait(_)
+        Turn::Wait(_)
     ));
     h.room.control(&a1, store::Control::Resume).await.unwrap();
     h.store.advance(Duration::from_secs(1));
     h.room.refresh(&h.settings).await;
-    assert_eq!(h.gate("u1", Some(&header(&raw))).await, Gate::Pass);
+    assert_eq!(h.gate("u1", Some(&header(&raw))).await, Turn::Pass);
 }

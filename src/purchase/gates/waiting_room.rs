@@ -23,7 +23,7 @@ pub trait Room: Sync {
         activity: &Activity,
         user: &str,
         presented: Option<&Presented>,
-    ) -> waiting::Gate;
+    ) -> waiting::Turn;
 }
 
 #[async_trait::async_trait]
@@ -34,7 +34,7 @@ impl Room for waiting::WaitingRoom {
         activity: &Activity,
         user: &str,
         presented: Option<&Presented>,
-    ) -> waiting::Gate {
+    ) -> waiting::Turn {
         waiting::WaitingRoom::gate(self, settings, activity, user, presented).await
     }
 }
@@ -50,8 +50,8 @@ impl Room for NoQueues {
         _activity: &Activity,
         _user: &str,
         _presented: Option<&Presented>,
-    ) -> waiting::Gate {
-        waiting::Gate::Pass
+    ) -> waiting::Turn {
+        waiting::Turn::Pass
     }
 }
 
@@ -95,13 +95,13 @@ impl Gate for WaitingRoom {
             .gate(settings, &activity, attempt.user(), ticket.as_ref())
             .await
         {
-            waiting::Gate::Pass => Step::Pass,
-            waiting::Gate::Refuse(decision) if keyed && decision != Decision::Unavailable => {
+            waiting::Turn::Pass => Step::Pass,
+            waiting::Turn::Refuse(decision) if keyed && decision != Decision::Unavailable => {
                 attempt.held_back = Some(HeldBack::Queue(decision, None));
                 Step::Pass
             }
-            waiting::Gate::Refuse(decision) => Step::refuse(decision),
-            waiting::Gate::Wait(answer) => {
+            waiting::Turn::Refuse(decision) => Step::refuse(decision),
+            waiting::Turn::Wait(answer) => {
                 let (method, target) = attempt.asked.canonical;
                 let landing = match &queue.landing_url {
                     Some(url) => Landing::Url(url.clone()),
