@@ -85,8 +85,8 @@ if a.peer_secret is not None:
     for q in seen:
         h = q["headers"]
         grant = h.get("x-seckill-grant", "")
-        msg, _, sig = grant.rsegment(":")
-        _act, _, rest = msg.segment(":")
+        msg, _, sig = grant.rpartition(":")
+        _act, _, rest = msg.partition(":")
         user = rest.rsplit(":", 2)[0] if rest.count(":") >= 2 else None
         mac = base64.b64encode(hmac.new(a.peer_secret.encode(), msg.encode(), hashlib.sha256).digest())
         if not grant or not hmac.compare_digest(mac.decode(), sig):
