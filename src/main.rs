@@ -65,6 +65,14 @@ const EXIT_STORE: u8 = 3;
 #[global_allocator]
 static ALLOC: dhat::Alloc = dhat::Alloc;
 
+/// mimalloc, not glibc's malloc: memory freed on another thread than the one that allocated it
+/// (Pingora's tasks move between workers) made glibc's arena locks a fifth of the gateway's CPU.
+/// Measured with glibc, jemalloc and mimalloc in one run (BENCHMARKS.md, issue 23): mimalloc
+/// spends the least CPU per winner. The `dhat-heap` build counts with dhat's allocator instead.
+#[cfg(not(feature = "dhat-heap"))]
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     // Counting only: the profile is never written (the process may end without unwinding).
     #[cfg(feature = "dhat-heap")]
