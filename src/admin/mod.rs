@@ -188,6 +188,10 @@ impl AdminApp {
                 &json!({"ready": false, "reason": "shutting down"}),
             ),
             (&Method::GET, ["readyz"]) => match self.gw.store.ready().await {
+                Ok(()) if !self.proxy_listening().await => json_response(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    &json!({"ready": false, "reason": "the proxy is not listening yet"}),
+                ),
                 Ok(()) => json_response(StatusCode::OK, &json!({"ready": true})),
                 Err(e) => json_response(
                     StatusCode::SERVICE_UNAVAILABLE,
@@ -196,6 +200,19 @@ impl AdminApp {
             },
             _ => error(StatusCode::NOT_FOUND, "not_found", "no such admin endpoint"),
         }
+    }
+
+    /// Whether the proxy's listener takes connections: Pingora starts the services one after
+    /// another, and the admin listener answers before the proxy's is bound, so without this a
+    /// load balancer could send buyers to a port that refuses them. A connection to the listen
+    /// address, closed at once (the proxy reads nothing from it).
+    async fn proxy_listening(&self) -> bool {
+        let listen = self.gw.settings().server.listen;
+        let connect = tokio::net::TcpStream::connect(listen);
+        matches!(
+            tokio::time::timeout(std::time::Duration::from_millis(500), connect).await,
+            Ok(Ok(_))
+        )
     }
 
     /// `POST /v1/breaker/{auto,open,closed}`: the admin switch.

@@ -862,10 +862,12 @@ impl GatewayProc {
                     self.logs()
                 );
             }
-            if let Ok(resp) = blocking_get(admin, "/readyz") {
-                if resp.status == 200 {
-                    return;
-                }
+            // Ready (the store, the scripts, Redis's clock, the proxy's listener), and the proxy
+            // port taking connections (services start one after another: the admin listener
+            // answers before the proxy's is bound).
+            let ready = blocking_get(admin, "/readyz").is_ok_and(|r| r.status == 200);
+            if ready && std::net::TcpStream::connect(self.addr).is_ok() {
+                return;
             }
             assert!(
                 Instant::now() < end,
