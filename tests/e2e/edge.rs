@@ -52,7 +52,8 @@ impl Drop for Shop {
     }
 }
 
-/// nginx in front of the shop, normalising targets before `proxy_pass`.
+/// nginx in front of the shop, normalising targets before `proxy_pass`: one process (no master),
+/// so killing it leaves no worker behind.
 struct Nginx {
     addr: SocketAddr,
     child: Child,
@@ -69,7 +70,7 @@ impl Nginx {
         open_up(root);
         let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         let conf = format!(
-            "daemon off;\nworker_processes 1;\npid {root}/nginx.pid;\nerror_log {root}/error.log;\n\
+            "daemon off;\nmaster_process off;\nworker_processes 1;\npid {root}/nginx.pid;\nerror_log {root}/error.log;\n\
              events {{ worker_connections 512; }}\n\
              http {{\n  access_log off;\n  client_body_temp_path {root}/body;\n  proxy_temp_path {root}/proxy;\n\
              \x20 fastcgi_temp_path {root}/fastcgi;\n  uwsgi_temp_path {root}/uwsgi;\n  scgi_temp_path {root}/scgi;\n\
