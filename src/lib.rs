@@ -5,6 +5,7 @@
 
 pub mod admin;
 pub mod admission;
+pub mod coalesce;
 pub mod config;
 pub mod decision_log;
 pub mod gateway;

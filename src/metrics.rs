@@ -111,6 +111,8 @@ const SCRIPT_BUCKETS: [f64; 12] = [
 const WAIT_BUCKETS: [f64; 12] = [
     1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 900.0, 1800.0, 2700.0, 3600.0,
 ];
+/// Items per batched script call: 1 (alone) to 32 (the bound).
+const BATCH_BUCKETS: [f64; 7] = [1.0, 2.0, 4.0, 8.0, 16.0, 24.0, 32.0];
 const QUEUE_BUCKETS: [f64; 12] = [
     0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 ];
@@ -125,6 +127,10 @@ metrics! {
     /// Round trip of one script call.
     script_duration: HistogramVec = "flashgate_redis_script_duration_seconds" ["script"]
         buckets SCRIPT_BUCKETS, "Round trip of one Lua script call to the stock store.";
+    /// Items per script call of the scripts that take batches.
+    script_batch_size: HistogramVec = "flashgate_redis_script_batch_size" ["script"]
+        buckets BATCH_BUCKETS,
+        "Items carried by one call of a batched Lua script (reserve, confirm).";
     /// Backend answers by class.
     upstream_responses: IntCounterVec = "flashgate_upstream_responses_total" ["class"],
         "Upstream answers by class (2xx, 4xx, 5xx, error).";

@@ -188,8 +188,9 @@ fn lower_layers_import_nothing_above_them() {
     let allowed: &[(&str, &[&str])] = &[
         ("config", &[]),
         ("metrics", &[]),
+        ("coalesce", &[]),
         ("header_names", &[]),
-        ("stock", &["config", "metrics"]),
+        ("stock", &["coalesce", "config", "metrics"]),
         ("reservation", &["config"]),
         ("sold_out", &[]),
         ("refusals", &["config", "stock"]),
@@ -199,6 +200,7 @@ fn lower_layers_import_nothing_above_them() {
             "lifecycle",
             &[
                 "admission",
+                "coalesce",
                 "config",
                 "live",
                 "metrics",

@@ -207,6 +207,8 @@ enum Lost {
 #[derive(Clone, Debug, PartialEq)]
 enum Expect {
     Nothing,
+    /// One expectation per item of a batch.
+    Batch(Vec<Expect>),
     /// A reserve's decision code, and for `admitted` the reservation (made or replayed).
     Decision(&'static str, Option<(usize, bool)>),
     Admin(&'static str),
@@ -255,6 +257,15 @@ enum Op {
         user: usize,
         qty: u64,
         key: Option<u8>,
+    },
+    /// Purchases arriving on one instance while its reserve of the same segment and version is
+    /// out: sent together in one script call, judged in arrival order (each item: user, qty,
+    /// key). Only where nothing before the reserve waits on Redis (the version on sale, one
+    /// segment, open hours), so that arrival order is the list's.
+    Batch {
+        inst: usize,
+        act: usize,
+        items: Vec<(usize, u64, Option<u8>)>,
     },
     /// The request's upstream failed (5xx, timeout, a cut body, the queue): the proxy gives back
     /// what it made.
@@ -669,6 +680,39 @@ impl Model {
         Expect::Decision("admitted", Some((r, false)))
     }
 
+    /// Whether purchases of `a` on `inst` reach the reserve without waiting on Redis first (no
+    /// prewarm on the way, no rebalancing), so a batch's arrival order is its list's.
+    fn batchable(&self, inst: usize, a: usize) -> bool {
+        let act = &self.acts[a];
+        self.conf[inst][a].as_ref().is_some_and(|c| {
+            c.segments == 1
+                && c.hours == Hours::Open
+                && act.segments == Some(1)
+                && act.current == Some(c.version)
+                && act.damaged.is_none()
+                && !self.refused[inst][a]
+        })
+    }
+
+    /// A batch: each item as a reserve in list order, except that the sold-out marks the
+    /// items check before the call are those of the batch's start (every item was on its way
+    /// before any answer came back); marks learned from the answers count after it.
+    fn batch(&mut self, inst: usize, a: usize, items: &[(usize, u64, Option<u8>)]) -> Expect {
+        let start = self.sold_out.clone();
+        let mut learned = BTreeSet::new();
+        let expects = items
+            .iter()
+            .map(|&(user, qty, key)| {
+                self.sold_out = start.clone();
+                let expect = self.reserve(inst, a, user, qty, key);
+                learned.extend(self.sold_out.iter().copied());
+                expect
+            })
+            .collect();
+        self.sold_out = learned;
+        Expect::Batch(expects)
+    }
+
     /// A reserve under an id already tombstoned by its abandon: every check as usual, but
     /// where it would take units it finds its id used, changes nothing and answers
     /// `unavailable`.
@@ -752,6 +796,26 @@ impl ReferenceStateMachine for Model {
             (1, Just(Op::RestartRedis).boxed()),
             (1, act.clone().prop_map(|act| Op::Expire { act }).boxed()),
         ];
+        let batchable: Vec<(usize, usize)> = (0..INSTANCES)
+            .flat_map(|i| (0..2).map(move |a| (i, a)))
+            .filter(|&(i, a)| state.batchable(i, a))
+            .collect();
+        if !batchable.is_empty() {
+            let item = (
+                0..USERS.len(),
+                1..=2u64,
+                proptest::option::weighted(0.4, 0..2u8),
+            );
+            ops.push((
+                4,
+                (
+                    proptest::sample::select(batchable),
+                    proptest::collection::vec(item, 2..=5),
+                )
+                    .prop_map(|((inst, act), items)| Op::Batch { inst, act, items })
+                    .boxed(),
+            ));
+        }
         if state.acts[0].segments == Some(1) && state.acts[0].damaged.is_none() {
             ops.push((
                 1,
@@ -833,6 +897,7 @@ impl ReferenceStateMachine for Model {
             Op::Damage { .. } => {
                 state.acts[0].segments == Some(1) && state.acts[0].damaged.is_none()
             }
+            Op::Batch { inst, act, .. } => state.batchable(*inst, *act),
             Op::LookupAnswer { lookup, answer } => state.lookups.get(*lookup).is_some_and(|l| {
                 l.open && !(*answer == Lookup::Found && state.cover_unpredictable(l.res))
             }),
@@ -855,6 +920,13 @@ impl ReferenceStateMachine for Model {
                 key,
             } => {
                 state.expect = state.reserve(inst, act, user, qty, key);
+            }
+            Op::Batch {
+                inst,
+                act,
+                ref items,
+            } => {
+                state.expect = state.batch(inst, act, items);
             }
             Op::LateReserve { inst, act, user } => {
                 state.expect = state.late_reserve(inst, act, user);
@@ -1043,6 +1115,7 @@ impl Model {
         let one = |act: usize| [act == 0, act == 1];
         match *op {
             Op::Reserve { act, .. }
+            | Op::Batch { act, .. }
             | Op::LateReserve { act, .. }
             | Op::Reconfigure { act, .. }
             | Op::Expire { act } => one(act),
@@ -1088,6 +1161,8 @@ struct World {
 /// Sequences run and steps applied in this process (`scripts/reliability integrity` reports them).
 static SEQUENCES: AtomicU64 = AtomicU64::new(0);
 static STEPS: AtomicU64 = AtomicU64::new(0);
+/// Purchases that went to Redis together with others (in a batch of two or more).
+static BATCHED: AtomicU64 = AtomicU64::new(0);
 
 static WORLD: LazyLock<World> = LazyLock::new(|| {
     // The gateway's own log lines, shown with a failing sequence (RUST_LOG to see more).
@@ -1289,48 +1364,92 @@ impl System {
         key: Option<u8>,
         id: Option<&str>,
     ) -> (&'static str, Option<Reservation>) {
+        block_on(purchase(&self.instances[inst], act, user, qty, key, id))
+    }
+
+    /// Purchases on one instance, each started before any is answered: they reach the reserve
+    /// in list order and go in one script call (the store holds reserves until all are in).
+    fn batch(
+        &mut self,
+        inst: usize,
+        act: usize,
+        items: &[(usize, u64, Option<u8>)],
+    ) -> Vec<(&'static str, Option<Reservation>)> {
+        let w = &*WORLD;
         let instance = &self.instances[inst];
-        let generation = instance.live.current();
-        let mut req = RequestHeader::build(
-            "POST",
-            format!("/buy/{}?qty={qty}", ACTS[act].0).as_bytes(),
-            None,
-        )
-        .unwrap();
-        req.insert_header("x-user-id", USERS[user]).unwrap();
-        if let Some(k) = key {
-            req.insert_header("idempotency-key", format!("key-{k}"))
-                .unwrap();
-        }
-        let target = Target::of(&req.method, req.raw_path());
-        let Some((route, raw)) = sale_route(&generation.settings, &target) else {
-            panic!("a sale route");
+        let done = AtomicU64::new(0);
+        let purchases = items.iter().map(|&(user, qty, key)| {
+            let done = &done;
+            async move {
+                let answer = purchase(instance, act, user, qty, key, None).await;
+                done.fetch_add(1, Ordering::SeqCst);
+                answer
+            }
+        });
+        w.store.hold_reserves();
+        let release = async {
+            // Every purchase is answered at once (refused before the store) or waits in the
+            // held call: nothing on their way waits on Redis.
+            for _ in 0..1000 {
+                if w.store.reserves_waiting() as u64 + done.load(Ordering::SeqCst)
+                    == items.len() as u64
+                {
+                    break;
+                }
+                tokio::task::yield_now().await;
+            }
+            assert_eq!(
+                w.store.reserves_waiting() as u64 + done.load(Ordering::SeqCst),
+                items.len() as u64,
+                "every purchase reached the held reserve or was answered"
+            );
+            let held = w.store.reserves_waiting() as u64;
+            if held > 1 {
+                BATCHED.fetch_add(held, Ordering::Relaxed);
+            }
+            w.store.release_reserves();
         };
-        let uri: http::Uri = req.uri.clone();
-        let asked = purchase::Asked {
-            route,
-            activity: raw,
-            target: &target,
-            canonical: (&http::Method::POST, &uri),
+        block_on(futures_util::future::join(
+            futures_util::future::join_all(purchases),
+            release,
+        ))
+        .0
+    }
+
+    /// Checks one purchase's answer against the model's expectation, and keeps what it made.
+    fn check_purchase(
+        &mut self,
+        inst: usize,
+        act: usize,
+        (code, reservation): (&'static str, Option<Reservation>),
+        expect: &Expect,
+        op: &Op,
+    ) {
+        let sys = self;
+        let Expect::Decision(want, made) = expect else {
+            unreachable!()
         };
-        let mut exchange = Buffered {
-            header: req,
-            peer: None,
-            body: Default::default(),
-        };
-        let parts = Parts {
-            rules: generation.rules(),
-            admission: &instance.admission,
-            room: &NoQueues,
-        };
-        let mut attempt = Attempt::new(asked, &mut exchange, instance.admission.now());
-        // A reserve whose id was abandoned first: the same path, with that id.
-        attempt.reservation_id = id.map(str::to_owned);
-        match block_on(purchase::run(parts, &mut attempt)) {
-            Verdict::Reserved(r) => ("admitted", Some(r)),
-            Verdict::Passthrough => ("passthrough", None),
-            Verdict::Queue(_) => ("queued", None),
-            Verdict::Refuse(decision) => (decision.code(), None),
+        assert_eq!(code, *want, "{op:?}");
+        if let (Some(r), Some((res, replayed))) = (reservation, made) {
+            assert_eq!(r.owned, !replayed, "{op:?}: owned");
+            if *replayed {
+                assert_eq!(r.id, sys.jtis[*res], "a replay returns the same jti");
+            } else {
+                assert_eq!(*res, sys.jtis.len());
+                sys.jtis.push(r.id.clone());
+            }
+            let activity = sys.instances[inst]
+                .live
+                .current()
+                .settings
+                .activities
+                .get(ACTS[act].0)
+                .unwrap()
+                .clone();
+            sys.handles.push(HandleSut {
+                reservation: r,
+                activity,
+            });
         }
     }
 
@@ -1338,6 +1457,60 @@ impl System {
         layout
             .segment(Reservation::segment_of(id).unwrap())
             .unwrap()
+    }
+}
+
+/// One purchase on `instance`, through the gateway's pipeline (with `id`, the reservation id
+/// an abandon used first).
+async fn purchase(
+    instance: &Instance,
+    act: usize,
+    user: usize,
+    qty: u64,
+    key: Option<u8>,
+    id: Option<&str>,
+) -> (&'static str, Option<Reservation>) {
+    let generation = instance.live.current();
+    let mut req = RequestHeader::build(
+        "POST",
+        format!("/buy/{}?qty={qty}", ACTS[act].0).as_bytes(),
+        None,
+    )
+    .unwrap();
+    req.insert_header("x-user-id", USERS[user]).unwrap();
+    if let Some(k) = key {
+        req.insert_header("idempotency-key", format!("key-{k}"))
+            .unwrap();
+    }
+    let target = Target::of(&req.method, req.raw_path());
+    let Some((route, raw)) = sale_route(&generation.settings, &target) else {
+        panic!("a sale route");
+    };
+    let uri: http::Uri = req.uri.clone();
+    let asked = purchase::Asked {
+        route,
+        activity: raw,
+        target: &target,
+        canonical: (&http::Method::POST, &uri),
+    };
+    let mut exchange = Buffered {
+        header: req.clone(),
+        peer: None,
+        body: Default::default(),
+    };
+    let parts = Parts {
+        rules: generation.rules(),
+        admission: &instance.admission,
+        room: &NoQueues,
+    };
+    let mut attempt = Attempt::new(asked, &mut exchange, instance.admission.now());
+    // A reserve whose id was abandoned first: the same path, with that id.
+    attempt.reservation_id = id.map(str::to_owned);
+    match purchase::run(parts, &mut attempt).await {
+        Verdict::Reserved(r) => ("admitted", Some(r)),
+        Verdict::Passthrough => ("passthrough", None),
+        Verdict::Queue(_) => ("queued", None),
+        Verdict::Refuse(decision) => (decision.code(), None),
     }
 }
 
@@ -1391,31 +1564,21 @@ impl StateMachineTest for System {
                 qty,
                 key,
             } => {
-                let (code, reservation) = sys.reserve(inst, act, user, qty, key, None);
-                let Expect::Decision(want, made) = &model.expect else {
+                let answer = sys.reserve(inst, act, user, qty, key, None);
+                sys.check_purchase(inst, act, answer, &model.expect, &op);
+            }
+            Op::Batch {
+                inst,
+                act,
+                ref items,
+            } => {
+                let answers = sys.batch(inst, act, items);
+                let Expect::Batch(expects) = &model.expect else {
                     unreachable!()
                 };
-                assert_eq!(code, *want, "{op:?}");
-                if let (Some(r), Some((res, replayed))) = (reservation, made) {
-                    assert_eq!(r.owned, !replayed, "{op:?}: owned");
-                    if *replayed {
-                        assert_eq!(r.id, sys.jtis[*res], "a replay returns the same jti");
-                    } else {
-                        assert_eq!(*res, sys.jtis.len());
-                        sys.jtis.push(r.id.clone());
-                    }
-                    let activity = sys.instances[inst]
-                        .live
-                        .current()
-                        .settings
-                        .activities
-                        .get(ACTS[act].0)
-                        .unwrap()
-                        .clone();
-                    sys.handles.push(HandleSut {
-                        reservation: r,
-                        activity,
-                    });
+                assert_eq!(answers.len(), expects.len());
+                for (answer, expect) in answers.into_iter().zip(expects) {
+                    sys.check_purchase(inst, act, answer, expect, &op);
                 }
             }
             Op::LateReserve { inst, act, user } => {
@@ -1650,7 +1813,11 @@ impl StateMachineTest for System {
         let sequences = SEQUENCES.fetch_add(1, Ordering::Relaxed) + 1;
         if let Ok(path) = std::env::var("FLASHGATE_INTEGRITY_REPORT") {
             let steps = STEPS.load(Ordering::Relaxed);
-            let _ = std::fs::write(path, format!("sequences {sequences} steps {steps}\n"));
+            let batched = BATCHED.load(Ordering::Relaxed);
+            let _ = std::fs::write(
+                path,
+                format!("sequences {sequences} steps {steps} batched {batched}\n"),
+            );
         }
     }
 

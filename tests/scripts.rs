@@ -1936,3 +1936,119 @@ async fn a_segment_that_lost_every_key_is_refused_not_put_on_sale_again() {
         .unwrap();
     assert_eq!(left, None, "its share is not on sale again");
 }
+
+/// An outcome without its times and fence (which differ between two runs).
+fn shape(outcome: ReserveOutcome) -> ReserveOutcome {
+    match outcome {
+        ReserveOutcome::Reserved { remaining, .. } => ReserveOutcome::Reserved {
+            remaining,
+            created_ms: 0,
+            deadline_ms: 0,
+            fence: 0,
+        },
+        ReserveOutcome::Replayed {
+            id,
+            qty,
+            version,
+            remaining,
+            ..
+        } => ReserveOutcome::Replayed {
+            id,
+            qty,
+            version,
+            remaining,
+            created_ms: 0,
+            deadline_ms: 0,
+            fence: 0,
+        },
+        other => other,
+    }
+}
+
+#[tokio::test]
+async fn one_reserve_call_judges_a_batch_in_order_as_separate_calls_would() {
+    let redis = RedisServer::start();
+    let s = store(redis.url(), 1000);
+    // (user, qty, id, idempotency key, replay only): every outcome a batch item can have but
+    // a deposit's, each depending on the items before it.
+    let items: &[(&str, u32, &str, Option<&str>, bool)] = &[
+        ("u1", 2, "r1", None, false),      // reserved
+        ("u2", 2, "r2", None, false),      // 3 left: reserved, 1 left
+        ("u2", 1, "r3", None, false),      // u2 at its limit of 2: limit
+        ("u3", 1, "r1", None, false),      // id r1 taken: duplicate id
+        ("u3", 1, "r4", Some("k"), false), // the last unit, under key k
+        ("u3", 1, "r5", Some("k"), false), // the key's retry: r4 replayed
+        ("u3", 2, "r6", Some("k"), false), // same key, another quantity
+        ("u4", 1, "r7", Some("k"), true),  // replay only, u4's key k won nothing
+        ("u4", 1, "r8", None, false),      // nothing left: insufficient
+    ];
+    let calls = |a: &Activity| -> Vec<ReserveCall<'static>> {
+        items
+            .iter()
+            .map(|&(user, qty, id, key, replay_only)| ReserveCall {
+                idempotency_key: key,
+                replay_only,
+                ..call(a, user, qty, id)
+            })
+            .collect()
+    };
+    // One at a time, on activity 1001.
+    let alone = activity("1001", 5, 1, 2);
+    prewarm(&s, &alone).await;
+    let l = Layout::of(&alone);
+    let mut one_by_one = Vec::new();
+    for c in calls(&alone) {
+        one_by_one.push(shape(s.reserve(one(&l), &c).await.unwrap()));
+    }
+    // All in one call, on activity 1002 (the same ids: records are per activity).
+    let together = activity("1002", 5, 1, 2);
+    prewarm(&s, &together).await;
+    let l2 = Layout::of(&together);
+    let evalsha = || -> u64 {
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query(&mut redis.conn())
+            .unwrap();
+        info.lines()
+            .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+            .and_then(|rest| rest.split(',').next()?.parse().ok())
+            .unwrap_or(0)
+    };
+    let calls_before = evalsha();
+    s.hold_reserves();
+    let calls2 = calls(&together);
+    let pending = futures_util::future::join_all(calls2.iter().map(|c| s.reserve(one(&l2), c)));
+    let release = async {
+        wait_for_async("every item to queue", Duration::from_secs(5), || async {
+            (s.reserves_waiting() == items.len()).then_some(())
+        })
+        .await;
+        s.release_reserves();
+    };
+    let (batched, ()) = tokio::join!(pending, release);
+    let batched: Vec<ReserveOutcome> = batched.into_iter().map(|o| shape(o.unwrap())).collect();
+    assert_eq!(batched, one_by_one);
+    assert_eq!(evalsha() - calls_before, 1, "one script call for the batch");
+    assert!(matches!(
+        one_by_one[1],
+        ReserveOutcome::Reserved { remaining: 1, .. }
+    ));
+    assert!(matches!(one_by_one[5], ReserveOutcome::Replayed { ref id, .. } if id == "r4"));
+    assert_eq!(one_by_one[8], ReserveOutcome::Insufficient { remaining: 0 });
+    // One call, and the same state: ledger, stock, records, events.
+    let a_row = ledger(&s, &alone, 1).await;
+    let b_row = ledger(&s, &together, 1).await;
+    assert_eq!(format!("{a_row:?}"), format!("{b_row:?}"));
+    assert_eq!(remaining(&s, &together).await, Some(0));
+    let mut conn = redis.conn();
+    for (field, key) in [("events", "events"), ("records", "res")] {
+        let mut len = |act: &str| -> usize {
+            let k = format!("fg:{{{act}}}:{key}");
+            let cmd = if key == "events" { "XLEN" } else { "HLEN" };
+            redis::cmd(cmd).arg(k).query(&mut conn).unwrap()
+        };
+        assert_eq!(len("1001"), len("1002"), "{field}");
+    }
+    assert_eq!(b_row.drift(), 0, "{b_row:?}");
+    assert_eq!((b_row.pending, b_row.pending_reservations), (5, 3));
+}

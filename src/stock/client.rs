@@ -2,7 +2,7 @@
 //! Redis or a Redis Cluster), every call bounded by the time budget and counted, scripts run by
 //! EVALSHA (loaded on NOSCRIPT, and all of them up front for readiness). It knows nothing of
 //! stock, queues or news: the domain stores (`StockStore`, the waiting room's store) speak
-//! through it. (The batched reserve of the speed work belongs here: one call, many items.)
+//! through it. Batches are built above it (`scripts::reserve`): here a batch is one call.
 
 use super::scripts;
 use super::{ScriptName, StoreError, StoreOp};
@@ -179,7 +179,14 @@ impl RedisClient {
         result
     }
 
-    /// One script call (EVALSHA, loading the script on NOSCRIPT), timed and bounded.
+    /// Counts the items one call of a batched script carries.
+    pub fn observe_batch(&self, script: ScriptName, items: usize) {
+        self.metrics
+            .script_batch_size
+            .with_label_values(&[script.as_str()])
+            .observe(items as f64);
+    }
+
     /// Runs a script (EVALSHA, loading it on NOSCRIPT) within the time budget, timed and counted
     /// under `script` and `op`.
     pub async fn eval<T: FromRedisValue>(

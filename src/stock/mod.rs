@@ -90,6 +90,12 @@ pub enum StoreError {
     Redis(#[from] redis::RedisError),
     #[error("unexpected reply from the {script} script: {reply}")]
     Protocol { script: &'static str, reply: String },
+    /// The error of a batched call, shared by every item it carried.
+    #[error("{0}")]
+    Batch(Arc<StoreError>),
+    /// The batched call carrying this item was dropped before its answer.
+    #[error(transparent)]
+    Lost(#[from] crate::coalesce::Lost),
 }
 
 impl StoreError {
@@ -98,8 +104,9 @@ impl StoreError {
     /// reply came that we could not read. Only a refused connection surely ran nothing.
     pub fn may_have_landed(&self) -> bool {
         match self {
-            StoreError::Timeout(_) | StoreError::Protocol { .. } => true,
+            StoreError::Timeout(_) | StoreError::Protocol { .. } | StoreError::Lost(_) => true,
             StoreError::Redis(e) => !e.is_connection_refusal(),
+            StoreError::Batch(e) => e.may_have_landed(),
         }
     }
 
@@ -118,6 +125,8 @@ pub struct StockStore {
     key_ttl_after_end: Duration,
     events_maxlen: u64,
     clock: clock::RedisClock,
+    /// Reserves sent together per segment and version (see [`scripts::reserve`]).
+    reserves: scripts::reserve::Batches,
 }
 
 impl StockStore {
@@ -130,6 +139,7 @@ impl StockStore {
             key_ttl_after_end: settings.key_ttl_after_end,
             events_maxlen: settings.events_maxlen,
             clock: clock::RedisClock::default(),
+            reserves: scripts::reserve::Batches::new(scripts::reserve::MAX_BATCH),
         })
     }
 
