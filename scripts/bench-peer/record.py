@@ -5,12 +5,16 @@ or a loadgen report), what Redis spent meanwhile, and whether the answers were r
   record.py OUT --expect winners|refused --wrk FILE | --loadgen FILE --upstream HOST:PORT
             [--redis-before "cpu_us script_us script_calls" --redis-after "..."]
             [--code "410 sold_out"] [--exact-winners N] [--peer-secret S --peer-users N --peer-sold N]
+            [--upstream-cpu-us N]
 
 Correctness (`correct`, the run fails on false):
   refused  no request reached the upstream; wrk: every answer non-2xx; loadgen: every answer `--code`
   winners  wrk: every answer 2xx and upstream requests in [2xx, 2xx + connections] (wrk drops the
            answers still in flight when it stops); loadgen: upstream requests == 200 answers
   --exact-winners: exactly this many requests reached the upstream (a sale that sells out)
+  always: the upstream answered no request 403 for a bad signature (its /__upstream/grants
+           `rejected`, when it verifies: scripts/bench starts it with --verify-secret and
+           --peer-secret)
   --peer-secret: every upstream request carries a valid HMAC-SHA256 grant for its own buyer, no
            buyer twice, and their count equals the Redis users-set growth (--peer-users) and the
            stock taken (--peer-sold)
@@ -31,6 +35,7 @@ p.add_argument("--exact-winners", type=int)
 p.add_argument("--peer-secret")
 p.add_argument("--peer-users", type=int)
 p.add_argument("--peer-sold", type=int)
+p.add_argument("--upstream-cpu-us", type=int, help="the upstream's CPU during the run (kept as upstream_cpu_us)")
 a = p.parse_args()
 
 r, check = {}, []
@@ -58,7 +63,13 @@ if a.redis_before and a.redis_after:
 with urllib.request.urlopen(f"http://{a.upstream}/__upstream/requests") as f:
     seen = json.load(f)["requests"]
 r["upstream_requests"] = len(seen)
+if a.upstream_cpu_us is not None:
+    r["upstream_cpu_us"] = a.upstream_cpu_us
+with urllib.request.urlopen(f"http://{a.upstream}/__upstream/grants") as f:
+    rejected = json.load(f)["rejected"]
 problems = []
+if rejected:
+    problems.append(f"the upstream answered {rejected} requests 403: bad signature")
 if r["errors"]:
     problems.append(f"{r['errors']} transport errors")
 if a.expect == "refused":
