@@ -2052,3 +2052,85 @@ async fn one_reserve_call_judges_a_batch_in_order_as_separate_calls_would() {
     assert_eq!(b_row.drift(), 0, "{b_row:?}");
     assert_eq!((b_row.pending, b_row.pending_reservations), (5, 3));
 }
+
+/// Script calls Redis has run so far (INFO commandstats; every store call on the buyer's path
+/// is a script: reserve, withdraw, the ledger read).
+fn script_calls(redis: &RedisServer) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut redis.conn())
+        .unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|rest| rest.split(',').next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test]
+async fn a_sell_out_of_segmented_stock_costs_one_determination_not_one_per_buyer() {
+    // Issue 23's herd: 20 buyers arriving at once at a gateway that has not yet learned that
+    // a 6-segment activity is sold out made 240 calls (each: its reserve, 5 withdraws, 6
+    // ledger reads). Now their reserves go in batches per home segment and one read of the
+    // whole activity answers them all.
+    let redis = RedisServer::start();
+    let s = store(redis.url(), 1000);
+    let a = Activity {
+        segments: 6,
+        ..activity("1001", 6, 1, 1)
+    };
+    prewarm(&s, &a).await;
+    for i in 0..6 {
+        let user = format!("early{i}");
+        let id = format!("e{i}");
+        let outcome = segments::reserve(
+            &s,
+            &a,
+            segments::Purchase {
+                user: &user,
+                qty: 1,
+                reservation_id: &id,
+                idempotency_key: None,
+                in_flight: Duration::ZERO,
+                replay_only: false,
+            },
+        )
+        .await
+        .unwrap();
+        assert!(
+            matches!(outcome, segments::Reserve::Reserved { .. }),
+            "{outcome:?}"
+        );
+    }
+    assert_eq!(segments::available(&s, &a).await.unwrap(), 0);
+    let moved = |rows: Vec<(u32, flashgate::stock::LedgerRow)>| -> i64 {
+        rows.iter().map(|(_, r)| r.moved_out).sum()
+    };
+    let moved_before = moved(segments::ledgers(&s, &Layout::of(&a)).await.unwrap());
+    let before = script_calls(&redis);
+    let users: Vec<String> = (0..20).map(|i| format!("late{i}")).collect();
+    let ids: Vec<String> = (0..20).map(|i| format!("l{i}")).collect();
+    let outcomes = futures_util::future::join_all(users.iter().zip(&ids).map(|(user, id)| {
+        segments::reserve(
+            &s,
+            &a,
+            segments::Purchase {
+                user,
+                qty: 1,
+                reservation_id: id,
+                idempotency_key: None,
+                in_flight: Duration::ZERO,
+                replay_only: false,
+            },
+        )
+    }))
+    .await;
+    let calls = script_calls(&redis) - before;
+    for outcome in outcomes {
+        assert_eq!(outcome.unwrap(), segments::Reserve::SoldOut { left: 0 });
+    }
+    // At most two reserve calls per home segment (the first alone, the rest together), and
+    // a determination or two (6 ledger reads each): nothing withdrawn.
+    assert!(calls <= 12 + 2 * 6, "{calls} script calls for 20 buyers");
+    let rows = segments::ledgers(&s, &Layout::of(&a)).await.unwrap();
+    assert_eq!(moved(rows), moved_before, "nothing withdrawn");
+}

@@ -20,6 +20,7 @@
 //! it, or, without one, it expires and its units return although the backend took the order.
 
 use crate::admission::StockPort;
+use crate::coalesce::Batcher;
 use crate::config::Activity;
 use crate::live::Live;
 use crate::metrics::Metrics;
@@ -64,7 +65,13 @@ pub struct Lifecycle<S = StockStore> {
     state: Arc<SaleState>,
     upstreams: Arc<Upstreams>,
     lookup: OrderLookup,
+    /// Confirms after a 2xx, sent together per segment and version (see
+    /// [`Lifecycle::confirm_in_background`]).
+    confirms: Confirms,
 }
+
+/// Confirms waiting per activity, segment and version, each answered on its own.
+type Confirms = Batcher<(Arc<str>, u32, u64), String, Result<ConfirmOutcome, Arc<StoreError>>>;
 
 /// An admin request's answer about one reservation.
 #[derive(Debug, Clone, PartialEq)]
@@ -90,6 +97,7 @@ impl<S: LifecycleStore> Lifecycle<S> {
             state,
             upstreams,
             lookup: OrderLookup::default(),
+            confirms: Batcher::new(CONFIRM_BATCH),
         }
     }
 
@@ -300,7 +308,8 @@ impl<S: LifecycleStore> Lifecycle<S> {
     }
 
     /// After a 2xx from the upstream on a `confirm: upstream` activity: confirms off the
-    /// buyer's path, retrying while Redis is unreachable.
+    /// buyer's path, retrying while Redis is unreachable. Confirms of one segment and version
+    /// arriving while one is out go together in the next call (at most [`CONFIRM_BATCH`]).
     pub fn confirm_in_background(
         self: &Arc<Self>,
         activity: Arc<Activity>,
@@ -312,11 +321,34 @@ impl<S: LifecycleStore> Lifecycle<S> {
             let Some(segment) = layout.segment(reservation.segment) else {
                 return;
             };
-            let ids = [reservation.id.as_str()];
-            let confirm =
-                || this.confirm(segment, reservation.version, &ids, ConfirmedVia::Upstream);
-            match until_answered(confirm).await.as_deref() {
-                Some([ConfirmOutcome::Released]) => tracing::warn!(reservation = %reservation.id,
+            let version = reservation.version;
+            let lifecycle = &*this;
+            let confirm = || async {
+                let batch = move |ids: Vec<String>| async move {
+                    let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
+                    match lifecycle
+                        .confirm(segment, version, &refs, ConfirmedVia::Upstream)
+                        .await
+                    {
+                        Ok(outcomes) => outcomes.into_iter().map(Ok).collect(),
+                        Err(e) => {
+                            let e = Arc::new(e);
+                            ids.iter().map(|_| Err(e.clone())).collect::<Vec<_>>()
+                        }
+                    }
+                };
+                lifecycle
+                    .confirms
+                    .submit(
+                        (activity.id.clone(), segment.index(), version),
+                        reservation.id.clone(),
+                        batch,
+                    )
+                    .await?
+                    .map_err(StoreError::Batch)
+            };
+            match until_answered(confirm).await {
+                Some(ConfirmOutcome::Released) => tracing::warn!(reservation = %reservation.id,
                     "upstream accepted a reservation that was already released (counted before)"),
                 Some(_) => {}
                 None => tracing::error!(reservation = %reservation.id,

@@ -62,6 +62,8 @@ struct State {
     published: Vec<(String, String)>,
     /// By operation name: calls to let through, then calls to fail.
     failing: BTreeMap<&'static str, (u32, u32)>,
+    /// Ids per confirm call, in call order.
+    confirm_calls: Vec<usize>,
     /// Prewarms asked for, and what the claim answers them (`None`: on sale).
     prewarms: u32,
     refusal: Option<super::segments::Refusal>,
@@ -132,6 +134,11 @@ impl FakeStore {
             .entry(id.to_owned())
             .or_default()
             .newest = Some(version);
+    }
+
+    /// Ids each confirm call carried, in call order.
+    pub fn confirm_calls(&self) -> Vec<usize> {
+        self.state.lock().confirm_calls.clone()
     }
 
     /// Prewarms asked for so far.

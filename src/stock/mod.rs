@@ -127,7 +127,13 @@ pub struct StockStore {
     clock: clock::RedisClock,
     /// Reserves sent together per segment and version (see [`scripts::reserve`]).
     reserves: scripts::reserve::Batches,
+    /// Whether an activity has units left anywhere, one read at a time per activity and
+    /// version (see `segments::Reserving::standing`).
+    standings: Standings,
 }
+
+type Standings =
+    crate::coalesce::SingleFlight<(Arc<str>, u64), Result<segments::Standing, Arc<StoreError>>>;
 
 impl StockStore {
     /// Creates the store without connecting: each thread's first call connects, and a Redis
@@ -140,6 +146,7 @@ impl StockStore {
             events_maxlen: settings.events_maxlen,
             clock: clock::RedisClock::default(),
             reserves: scripts::reserve::Batches::new(scripts::reserve::MAX_BATCH),
+            standings: Standings::default(),
         })
     }
 
@@ -164,6 +171,10 @@ impl StockStore {
             );
         }
         Ok(())
+    }
+
+    fn standings(&self) -> &Standings {
+        &self.standings
     }
 
     pub fn keys(&self) -> &KeyLayout {

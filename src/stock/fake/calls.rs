@@ -157,8 +157,11 @@ impl Settle for FakeStore {
         reservation_ids: &[&str],
         via: ConfirmedVia,
     ) -> Result<Vec<ConfirmOutcome>, StoreError> {
+        // A round trip: confirms arriving meanwhile queue behind this one.
+        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
         let now = self.now_ms();
         let mut state = self.enter("confirm")?;
+        state.confirm_calls.push(reservation_ids.len());
         let part = state.parts.entry(segment.tag()).or_default();
         let mut out = Vec::with_capacity(reservation_ids.len());
         for &id in reservation_ids {

@@ -88,6 +88,8 @@ impl StockStore {
         for id in reservation_ids {
             invocation.arg(*id);
         }
+        self.redis
+            .observe_batch(ScriptName::Confirm, reservation_ids.len());
         let reply: Vec<i64> = self
             .eval(ScriptName::Confirm, StoreOp::Confirm, &invocation)
             .await?;

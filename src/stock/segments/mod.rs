@@ -8,7 +8,9 @@ use crate::config::Activity;
 
 mod reserve;
 
-pub use reserve::{deposit_and_reserve, reserve, Purchase, Reserve, ReserveFailed, Reserving};
+pub use reserve::{
+    deposit_and_reserve, reserve, standing, Purchase, Reserve, ReserveFailed, Reserving, Standing,
+};
 
 /// Why a configured activity is not on sale: what Redis recorded about it disagrees with the
 /// configuration. Such an activity is refused (buyers get `unavailable`), never sold twice.

@@ -10,7 +10,8 @@ use crate::stock::{
     Transfers,
 };
 use std::future::Future;
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// The store calls a reserve makes.
 pub trait Reserving: Reads + Transfers {
@@ -26,6 +27,17 @@ pub trait Reserving: Reads + Transfers {
         &self,
         activity: &Activity,
     ) -> impl Future<Output = Result<Result<Prewarmed, Refusal>, StoreError>> + Send;
+
+    /// Whether the activity's current version still has units anywhere, as read at or after
+    /// `fresh_from` (see [`standing`]). The store shares one read among concurrent askers.
+    fn standing(
+        &self,
+        activity: &Activity,
+        fresh_from: Instant,
+    ) -> impl Future<Output = Result<Standing, StoreError>> + Send {
+        let _ = fresh_from;
+        standing(self, activity)
+    }
 
     /// A test-only fault between a pull's withdraw and its deposit (see `fault`).
     fn before_deposit(&self, _home: Segment<'_>) -> impl Future<Output = ()> + Send {
@@ -44,6 +56,22 @@ impl Reserving for StockStore {
 
     async fn prewarm(&self, activity: &Activity) -> Result<Result<Prewarmed, Refusal>, StoreError> {
         prewarm(self, activity).await
+    }
+
+    /// One read at a time per activity and version: a sell-out of a segmented activity costs
+    /// one determination per gateway, not one per buyer arriving at that moment.
+    async fn standing(
+        &self,
+        activity: &Activity,
+        fresh_from: Instant,
+    ) -> Result<Standing, StoreError> {
+        let key = (activity.id.clone(), activity.version);
+        self.standings()
+            .get(key, fresh_from, || async {
+                standing(self, activity).await.map_err(Arc::new)
+            })
+            .await
+            .map_err(|e| Arc::try_unwrap(e).unwrap_or_else(StoreError::Batch))
     }
 
     #[cfg(feature = "fault-injection")]
@@ -113,6 +141,30 @@ pub enum Reserve {
     Ended,
 }
 
+/// What is left of an activity's current version as a whole.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Standing {
+    /// Units in every segment and in flight between two of them (see [`available`]).
+    pub left: i64,
+    /// The newest version Redis recorded, read only when `left` is below what one request may
+    /// buy (then "nothing left" may be about a version a newer one retired).
+    pub newest: Option<u64>,
+}
+
+/// Reads [`Standing`] directly.
+pub async fn standing<S: Reads + ?Sized>(
+    store: &S,
+    activity: &Activity,
+) -> Result<Standing, StoreError> {
+    let left = available(store, activity).await?;
+    let newest = if left < i64::from(activity.max_per_request.get()) {
+        store.base_meta(&activity.id).await?.newest
+    } else {
+        None
+    };
+    Ok(Standing { left, newest })
+}
+
 /// A reserve failed with an unknown outcome: the caller abandons `reservation_id` in
 /// `segment` (it may have landed).
 #[derive(Debug, thiserror::Error)]
@@ -156,6 +208,10 @@ pub async fn reserve<S: Reserving + ?Sized>(
         replay_only: purchase.replay_only,
         hours: SaleHours::of(activity),
     };
+    // When the purchase reached the store: a determination that the activity is sold out is
+    // one read after this (shared with the buyers asking at the same moment), so it describes
+    // the activity during this purchase, never before it.
+    let asked_at = Instant::now();
     let mut outcome = attempt(store, home, &call).await?;
     if outcome == ReserveOutcome::NoStockKey && purchase.replay_only {
         // Never prewarmed here (or its keys expired): the key won nothing in this segment,
@@ -177,7 +233,7 @@ pub async fn reserve<S: Reserving + ?Sized>(
             Ok(_) => outcome = attempt(store, home, &call).await?,
         }
     }
-    let outcome = match rebalance(store, activity, &layout, home, &call, outcome).await? {
+    let outcome = match rebalance(store, activity, &layout, home, &call, outcome, asked_at).await? {
         Ok(outcome) => outcome,
         Err(answered) => return Ok(answered),
     };
@@ -201,6 +257,7 @@ async fn rebalance<S: Reserving + ?Sized>(
     home: Segment<'_>,
     call: &ReserveCall<'_>,
     mut outcome: ReserveOutcome,
+    asked_at: Instant,
 ) -> Result<Result<ReserveOutcome, Reserve>, ReserveFailed> {
     let mut rounds = 0;
     while let ReserveOutcome::Insufficient { remaining } = outcome {
@@ -209,24 +266,27 @@ async fn rebalance<S: Reserving + ?Sized>(
                 left: remaining as i64,
             }));
         }
+        // Sold out only when the whole activity holds less than asked (units in flight
+        // between two segments included).
+        let standing = store
+            .standing(activity, asked_at)
+            .await
+            .map_err(|error| ReserveFailed {
+                error,
+                landed_maybe: None,
+            })?;
+        if standing.left < i64::from(call.qty) {
+            return Ok(Err(match newer_version(activity, standing.newest) {
+                Some(refusal) => Reserve::NotOnSale(Some(refusal)),
+                None => Reserve::SoldOut {
+                    left: standing.left,
+                },
+            }));
+        }
         let mut have = remaining;
         if rounds > 0 {
-            // A round left the buyer short: the units left may be in flight between two others,
-            // or just deposited here by another buyer. Sold out only when the whole activity
-            // holds less than asked; else look again after a moment.
-            let left = available(store, activity)
-                .await
-                .map_err(|error| ReserveFailed {
-                    error,
-                    landed_maybe: None,
-                })?;
-            if left < i64::from(call.qty) {
-                return Ok(Err(newer_version(store, activity)
-                    .await
-                    .map_or(Reserve::SoldOut { left }, |r| {
-                        Reserve::NotOnSale(Some(r))
-                    })));
-            }
+            // A round left the buyer short although units exist: in flight between two
+            // others, or just deposited here by another buyer. Look again after a moment.
             if rounds == MAX_REBALANCE_ROUNDS {
                 return Ok(Err(Reserve::Busy));
             }
@@ -324,8 +384,8 @@ fn answer(
 /// A newer version than this configuration's is on sale (this instance runs an older YAML
 /// while another's prewarm retires its version segment by segment): then "nothing left" is
 /// about a retired version, and the buyer is told `unavailable`, not `sold_out`.
-async fn newer_version<S: Reads + ?Sized>(store: &S, activity: &Activity) -> Option<Refusal> {
-    let newest = store.base_meta(&activity.id).await.ok()?.newest?;
+fn newer_version(activity: &Activity, newest: Option<u64>) -> Option<Refusal> {
+    let newest = newest?;
     (newest > activity.version).then(|| Refusal::OlderVersion {
         id: activity.id.to_string(),
         configured: activity.version,
