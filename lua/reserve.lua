@@ -2,9 +2,10 @@
 -- record each reservation (ledger, hold deadline, event) in the same step. (lib.lua is prepended.)
 -- The items are judged one after another exactly as separate calls in that order would be (each
 -- sees what the ones before it took: stock, per-user units, ids, idempotency keys), with one
--- TIME for the batch (read when the first item needs it: as if they all arrived then), one
--- HINCRBY of the ledger's pending at the end (nothing here reads it), and each item's own
--- record, pending entry and event. A batch of one is the single reserve.
+-- TIME for the batch (read when the first item needs it: as if they all arrived then), and each
+-- item's own record, pending entry, ledger count and event, written as it is judged (a later
+-- item's error leaves the ones before it whole, and a deposit after a reserve sees its ledger,
+-- as separate calls would). A batch of one is the single reserve.
 --
 -- KEYS[1] stock of the version   KEYS[2] users (units held, all versions)   KEYS[3] res (records)
 -- KEYS[4] ledger of the version  KEYS[5] pending of the version (jti -> when due)
@@ -71,7 +72,6 @@ local function event(...)
     redis.call('XADD', KEYS[7], 'MAXLEN', '~', MAXLEN, '*', ...)
   end
 end
-local pending_units = 0
 
 -- The key's reservation, answered again; nil if it has none that is not released.
 local function replay(a, field)
@@ -167,7 +167,7 @@ local function reserve(a)
 
   local remaining = redis.call('DECRBY', KEYS[1], qty)
   held = redis.call('HINCRBY', KEYS[2], a[1], qty)
-  pending_units = pending_units + qty
+  redis.call('HINCRBY', KEYS[4], 'pending', qty)
   redis.call('ZADD', KEYS[5], int(math.max(tonumber(deadline), tonumber(rec.busy))), a[4])
   if a[6] ~= '' then
     redis.call('HSET', KEYS[6], a[6], a[4])
@@ -179,8 +179,5 @@ end
 local replies = {}
 for base = 2, #ARGV - ITEM_ARGS, ITEM_ARGS do
   replies[#replies + 1] = reserve({unpack(ARGV, base + 1, base + ITEM_ARGS)})
-end
-if pending_units > 0 then
-  redis.call('HINCRBY', KEYS[4], 'pending', pending_units)
 end
 return replies

@@ -86,15 +86,31 @@ impl<K: Hash + Eq + Clone, I, O> Batcher<K, I, O> {
         };
         let (mine, others) = match queued {
             Ok(item) => (item, Vec::new()),
-            Err(rx) => match rx.await.map_err(|_| Lost)? {
-                Message::Answer(out) => return Ok(out),
-                Message::Lead { mine, others } => (mine, others),
-            },
+            Err(rx) => {
+                let mut waiting = Waiting {
+                    batcher: self,
+                    key: key.clone(),
+                    rx: Some(rx),
+                };
+                let message = waiting.rx.as_mut().expect("set above").await;
+                waiting.rx = None;
+                match message.map_err(|_| Lost)? {
+                    Message::Answer(out) => return Ok(out),
+                    Message::Lead { mine, others } => (mine, others),
+                }
+            }
         };
         // Leading: whatever happens to this future, the lane goes on (see `Leading::drop`).
         let _leading = Leading { batcher: self, key };
+        // Askers gone since the batch was formed are left out (one gone after this may still
+        // have its item carried: as with a request dropped while its own call is out).
         let (items, replies): (Vec<I>, Vec<_>) = std::iter::once((mine, None))
-            .chain(others.into_iter().map(|w| (w.item, Some(w.reply))))
+            .chain(
+                others
+                    .into_iter()
+                    .filter(|w| !w.reply.is_closed())
+                    .map(|w| (w.item, Some(w.reply))),
+            )
             .unzip();
         let mut answers = call(items).await.into_iter();
         let own = answers.next().ok_or(Lost);
@@ -184,6 +200,33 @@ struct Leading<'a, K: Hash + Eq + Clone, I, O> {
 impl<K: Hash + Eq + Clone, I, O> Drop for Leading<'_, K, I, O> {
     fn drop(&mut self) {
         self.batcher.hand_on(&self.key);
+    }
+}
+
+/// A waiting asker's mark: dropped before its message was read (its request went away), it
+/// closes its channel and, if the lead was handed to it meanwhile, puts the batch it was given
+/// back at the head of the lane and hands the lead on, so a lane never stays busy with no one
+/// leading it.
+struct Waiting<'a, K: Hash + Eq + Clone, I, O> {
+    batcher: &'a Batcher<K, I, O>,
+    key: K,
+    rx: Option<oneshot::Receiver<Message<I, O>>>,
+}
+
+impl<K: Hash + Eq + Clone, I, O> Drop for Waiting<'_, K, I, O> {
+    fn drop(&mut self) {
+        let Some(mut rx) = self.rx.take() else {
+            return;
+        };
+        rx.close();
+        if let Ok(Message::Lead { others, .. }) = rx.try_recv() {
+            if let Some(lane) = self.batcher.lanes.lock().get_mut(&self.key) {
+                for w in others.into_iter().rev() {
+                    lane.waiting.push_front(w);
+                }
+            }
+            self.batcher.hand_on(&self.key);
+        }
     }
 }
 
