@@ -121,7 +121,7 @@ impl FlashProxy {
                 return;
             }
         };
-        let status = answer.header.status.as_u16();
+        let status = answer.header().status.as_u16();
         ctx.upstream_status = Some(status);
         if let Some(decision) = self.settle(ctx, Exchange::Answered(status)).await {
             ctx.decision = Some(decision);
@@ -162,7 +162,7 @@ impl FlashProxy {
             .await
         {
             Ok(answer) => {
-                ctx.upstream_status = Some(answer.header.status.as_u16());
+                ctx.upstream_status = Some(answer.header().status.as_u16());
                 self.relay(session, answer, None).await;
             }
             Err(e) => {
@@ -184,7 +184,7 @@ impl FlashProxy {
         mut answer: crate::upstream::forward::Answer,
         reservation: Option<&str>,
     ) {
-        let mut resp: ResponseHeader = answer.header.clone();
+        let mut resp: ResponseHeader = answer.header().clone();
         headers::strip_response_hop_by_hop(&mut resp);
         if let Some(id) = reservation {
             let _ = resp.insert_header(headers::RESERVATION_ID, id);

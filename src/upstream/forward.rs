@@ -43,9 +43,9 @@ impl ForwardError {
     }
 }
 
-/// The backend's answer: its response header, and the connection to read the body from.
+/// The backend's answer: the connection its response header was read from (and its body is
+/// read from).
 pub struct Answer {
-    pub header: ResponseHeader,
     session: HttpSession,
     peer: Box<HttpPeer>,
 }
@@ -85,13 +85,7 @@ impl Forwarder {
                 }
             };
             match exchange(session, &peer, req, body).await {
-                Ok((header, session)) => {
-                    return Ok(Answer {
-                        header,
-                        session,
-                        peer,
-                    })
-                }
+                Ok(session) => return Ok(Answer { session, peer }),
                 Err((e, nothing_read)) if reused && nothing_read => {
                     // A pooled connection the backend had closed: once more on a new one.
                     let (session, _) = self
@@ -101,11 +95,7 @@ impl Forwarder {
                         .map_err(ForwardError::NoAnswer)?;
                     tracing::debug!(error = %e, "pooled backend connection was closed; sent again");
                     return match exchange(session, &peer, req, body).await {
-                        Ok((header, session)) => Ok(Answer {
-                            header,
-                            session,
-                            peer,
-                        }),
+                        Ok(session) => Ok(Answer { session, peer }),
                         Err((e, _)) => Err(ForwardError::NoAnswer(e)),
                     };
                 }
@@ -119,6 +109,13 @@ impl Forwarder {
 }
 
 impl Answer {
+    /// The backend's response header (not `100 Continue`).
+    pub fn header(&self) -> &ResponseHeader {
+        self.session
+            .response_header()
+            .expect("an answer is made only once its header was read")
+    }
+
     /// The next chunk of the response body (`None` at its end).
     pub async fn body_chunk(&mut self) -> Result<Option<Bytes>> {
         self.session.read_response_body().await
@@ -142,7 +139,7 @@ async fn exchange(
     peer: &HttpPeer,
     req: &RequestHeader,
     body: &Bytes,
-) -> std::result::Result<(ResponseHeader, HttpSession), (Box<Error>, bool)> {
+) -> std::result::Result<HttpSession, (Box<Error>, bool)> {
     session.set_read_timeout(peer.options.read_timeout);
     session.set_write_timeout(peer.options.write_timeout);
     let sent = async {
@@ -166,7 +163,7 @@ async fn exchange(
         }
         match session.response_header() {
             Some(h) if h.status.is_informational() && h.status.as_u16() != 101 => continue,
-            Some(h) => return Ok((h.clone(), session)),
+            Some(_) => return Ok(session),
             None => {
                 return Err((
                     Error::explain(ErrorType::InvalidHTTPHeader, "no response header"),
