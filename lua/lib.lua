@@ -33,8 +33,9 @@
 -- user comes last, so it may hold '|'.
 --
 -- Per version and segment a ledger hash counts units: initial, pending, confirmed, released,
--- retired, moved_in, moved_out, so that at every moment
---   initial + moved_in - moved_out == remaining + pending + confirmed + retired.
+-- retired, moved_in, moved_out, restocked, so that at every moment
+--   initial + moved_in - moved_out + restocked == remaining + pending + confirmed + retired.
+-- restocked counts units an operator added to the version on sale (restock.lua).
 -- retired holds units that can never sell again: released after their version stopped being on
 -- sale here, and (also counted in unsold_retired, which no reservation record accounts for) the
 -- stock left when a newer version went on sale, and transfers arriving after that.
@@ -46,7 +47,7 @@
 local ABANDONED_TTL_SECS = 86400
 
 local LEDGER_FIELDS = {'initial', 'pending', 'confirmed', 'released', 'retired', 'moved_in',
-  'moved_out', 'unsold_retired', 'late_accepted', 'oversold'}
+  'moved_out', 'unsold_retired', 'late_accepted', 'oversold', 'restocked'}
 
 local function now_ms()
   local t = redis.call('TIME')

@@ -79,8 +79,14 @@ fn main() -> ExitCode {
     std::mem::forget(dhat::Profiler::builder().testing().build());
     let cli = Cli::parse();
     match cli.command {
-        Command::Check { config } => match Settings::load(&config) {
-            Ok(settings) => {
+        Command::Check { config } => match Settings::load_for_check(&config) {
+            Ok((settings, missing)) => {
+                for name in missing {
+                    eprintln!(
+                        "warning: {name} is not set here: checked with a placeholder; the \
+                         gateway will not start without it"
+                    );
+                }
                 println!(
                     "{}: valid ({} activities, {} sale routes)",
                     config.display(),
@@ -158,6 +164,14 @@ fn reconcile_orders(
     reconcile_exit(report, "orders clean", "ORDERS DRIFT")
 }
 
+/// Writes `text` to stdout; a reader that went away (`flashgate reconcile | head`) ends the
+/// output quietly instead of a panic (the exit code still says clean or not).
+fn emit(text: &str) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
+}
+
 /// Prints a reconcile report (its table and whether it is clean) and maps it, or the error
 /// that stopped it, to the exit code.
 fn reconcile_exit(
@@ -168,13 +182,11 @@ fn reconcile_exit(
     use flashgate::reconcile::ReconcileError;
     match report {
         Ok((table, true)) => {
-            print!("{table}");
-            println!("reconcile: {clean}");
+            emit(&format!("{table}reconcile: {clean}\n"));
             ExitCode::SUCCESS
         }
         Ok((table, false)) => {
-            print!("{table}");
-            println!("reconcile: {drift}");
+            emit(&format!("{table}reconcile: {drift}\n"));
             ExitCode::from(EXIT_DRIFT)
         }
         Err(e) => {

@@ -127,6 +127,9 @@ metrics! {
     /// Round trip of one script call.
     script_duration: HistogramVec = "flashgate_redis_script_duration_seconds" ["script"]
         buckets SCRIPT_BUCKETS, "Round trip of one Lua script call to the stock store.";
+    /// Units added by the restock call.
+    restocked_units: IntCounterVec = "flashgate_restocked_units_total" ["activity"],
+        "Units an operator added to the version on sale (POST /v1/activities/{act}/restock).";
     /// Items per script call of the scripts that take batches.
     script_batch_size: HistogramVec = "flashgate_redis_script_batch_size" ["script"]
         buckets BATCH_BUCKETS,
@@ -327,6 +330,11 @@ mod tests {
         metrics.queue_wait.with_label_values(&["x"]).observe(1.0);
         metrics.stock_keys_created.with_label_values(&["x"]);
         metrics.reservations_retired.with_label_values(&["x"]);
+        metrics.restocked_units.with_label_values(&["x"]);
+        metrics
+            .script_batch_size
+            .with_label_values(&["x"])
+            .observe(1.0);
         metrics
             .script_duration
             .with_label_values(&["x"])

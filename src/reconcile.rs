@@ -163,6 +163,13 @@ impl Report {
                 l.oversold
             );
         }
+        for v in self.versions.iter().filter(|v| v.ledger.restocked > 0) {
+            let _ = writeln!(
+                out,
+                "{} v{}: restocked {} unit(s) by the restock call (initial stays the configured stock; the ledger counts them)",
+                v.activity, v.ledger.version, v.ledger.restocked
+            );
+        }
         for m in &self.transfer_mismatches {
             let _ = writeln!(out, "{}: TRANSFER MISMATCH: {}", m.segment, m.what);
         }
@@ -422,6 +429,9 @@ pub struct OrdersReport {
     pub released: Vec<String>,
     /// No record: Redis forgot the sale.
     pub unknown: Vec<String>,
+    /// Orders of another configured activity (the backend's list holds every sale's): left
+    /// out, with the activity they belong to.
+    pub elsewhere: Vec<(String, String)>,
 }
 
 impl OrdersReport {
@@ -434,13 +444,14 @@ impl OrdersReport {
         let mut out = String::new();
         let _ = writeln!(
             out,
-            "orders of {}: {} confirmed ({} just now), {} pending, {} released after the sale, {} unknown to Redis",
+            "orders of {}: {} confirmed ({} just now), {} pending, {} released after the sale, {} unknown to Redis; {} of other activities left out",
             self.activity,
             self.confirmed.len(),
             self.confirmed_now.len(),
             self.pending.len(),
             self.released.len(),
-            self.unknown.len()
+            self.unknown.len(),
+            self.elsewhere.len()
         );
         for (what, ids) in [
             ("confirmed just now (it was pending)", &self.confirmed_now),
@@ -533,6 +544,36 @@ pub fn run_orders_cli(
         .map(str::to_owned)
         .collect();
     with_store(&settings, async |store| {
-        Ok(compare_orders(store, &activity, &ids, confirm_pending).await?)
+        let mut report = compare_orders(store, &activity, &ids, confirm_pending).await?;
+        // A reservation id names no activity: one unknown here may be another sale's order
+        // (the backend's list holds them all). Those are left out, not reported forgotten.
+        let mut forgotten = Vec::new();
+        for id in std::mem::take(&mut report.unknown) {
+            match owner_elsewhere(store, &settings, &activity, &id).await? {
+                Some(other) => report.elsewhere.push((id, other)),
+                None => forgotten.push(id),
+            }
+        }
+        report.unknown = forgotten;
+        Ok(report)
     })
+}
+
+/// The other configured activity whose records hold reservation `id`, if one does.
+async fn owner_elsewhere(
+    store: &StockStore,
+    settings: &Settings,
+    activity: &Activity,
+    id: &str,
+) -> Result<Option<String>, StoreError> {
+    for other in settings.activities.iter().filter(|a| a.id != activity.id) {
+        let layout = segments::recorded_layout(store, other).await?;
+        let Some(segment) = Reservation::segment_of(id).and_then(|n| layout.segment(n)) else {
+            continue;
+        };
+        if store.lookup(segment, id).await?.is_some() {
+            return Ok(Some(other.id.to_string()));
+        }
+    }
+    Ok(None)
 }

@@ -45,6 +45,16 @@ fn call<'a>(a: &Activity, user: &'a str, qty: u32, id: &'a str) -> ReserveCall<'
     }
 }
 
+/// Redis answers nobody for `ms` (CLIENT PAUSE): a call sent now stays out that long.
+fn pause(redis: &RedisServer, ms: u64) {
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(ms)
+        .arg("ALL")
+        .query(&mut redis.conn())
+        .unwrap();
+}
+
 /// Polls `f` exactly once.
 async fn poll_once<F: Future + Unpin>(f: &mut F) -> Poll<F::Output> {
     std::future::poll_fn(|cx| Poll::Ready(Pin::new(&mut *f).poll(cx))).await
@@ -66,7 +76,9 @@ async fn regression_a_waiter_dropped_after_being_handed_the_lead_does_not_wedge_
     let cb = call(&a, "ub", 1, "rb");
     let cc = call(&a, "uc", 1, "rc");
 
-    // A leads: its call is out.
+    // A leads: its call is out (Redis holds every answer for a moment, so it stays out while
+    // the others arrive).
+    pause(&redis, 300);
     let mut fa = Box::pin(s.reserve(one(&l), &ca));
     assert!(poll_once(&mut fa).await.is_pending());
     // B arrives meanwhile: it waits in the lane.
@@ -407,7 +419,8 @@ async fn regression_a_follower_dropped_before_its_call_left_reserves_nothing() {
     let ca = call(&a, "ua", 1, "ra");
     let cb = call(&a, "ub", 1, "rb");
     let cc = call(&a, "uc", 1, "rc");
-    // A leads, B and C wait.
+    // A leads, B and C wait (Redis holds A's answer for a moment).
+    pause(&redis, 300);
     let mut fa = Box::pin(s.reserve(one(&l), &ca));
     assert!(poll_once(&mut fa).await.is_pending());
     let mut fb = Box::pin(s.reserve(one(&l), &cb));

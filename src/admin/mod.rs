@@ -1,6 +1,7 @@
 //! The admin listener: `/metrics`, `/healthz`, `/readyz` open; `/v1/*` behind the bearer token.
 
 mod queue;
+mod restock;
 
 use crate::config::{Activity, AdminToken, ConfirmMode};
 use crate::lifecycle::AdminOutcome;
@@ -142,6 +143,13 @@ impl ServeHttp for AdminApp {
                 }
                 None => unknown_activity(),
             },
+            (&Method::POST, ["activities", act, "restock"]) => match activity(act) {
+                Some(activity) => {
+                    let activity = activity.clone();
+                    self.restock(session, &activity).await
+                }
+                None => unknown_activity(),
+            },
             (method, ["activities", act, "queue", rest @ ..]) => match activity(act) {
                 Some(activity) => {
                     queue::handle(&self.gw, activity, method, rest, query.as_deref()).await
@@ -192,7 +200,20 @@ impl AdminApp {
                     StatusCode::SERVICE_UNAVAILABLE,
                     &json!({"ready": false, "reason": "the proxy is not listening yet"}),
                 ),
-                Ok(()) => json_response(StatusCode::OK, &json!({"ready": true})),
+                Ok(()) => match self.refused_activities() {
+                    refused if refused.is_empty() => {
+                        json_response(StatusCode::OK, &json!({"ready": true}))
+                    }
+                    refused => json_response(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        &json!({
+                            "ready": false,
+                            "reason": "Redis's record refuses these activities as configured: \
+                                       see flashgate_activity_refused and the log",
+                            "refused": refused,
+                        }),
+                    ),
+                },
                 Err(e) => json_response(
                     StatusCode::SERVICE_UNAVAILABLE,
                     &json!({"ready": false, "reason": e.to_string()}),
@@ -200,6 +221,20 @@ impl AdminApp {
             },
             _ => error(StatusCode::NOT_FOUND, "not_found", "no such admin endpoint"),
         }
+    }
+
+    /// The configured activities Redis's record refuses (an older version than one on sale, a
+    /// changed segment count, a damaged segment): a gateway restarted with an old YAML is not
+    /// ready, instead of answering every buyer `unavailable` while its load balancer sends more.
+    fn refused_activities(&self) -> Vec<String> {
+        let state = self.gw.lifecycle.state();
+        self.gw
+            .settings()
+            .activities
+            .iter()
+            .filter(|a| state.is_refused(a))
+            .map(|a| a.id.to_string())
+            .collect()
     }
 
     /// Whether the proxy's listener takes connections: Pingora starts the services one after
@@ -312,6 +347,7 @@ impl AdminApp {
             "confirmed": field(|r| r.confirmed),
             "released": field(|r| r.released),
             "retired": field(|r| r.retired),
+            "restocked": field(|r| r.restocked),
             "sold_out": remaining.map(|r| r <= 0),
             // Whether this instance answers sold_out locally (its cache, or news from another).
             "sold_out_cached": self.gw.lifecycle.state().is_sold_out(

@@ -42,6 +42,7 @@ const MAX_RESERVATION_ID_LEN: usize = 64;
 /// Most reservations one confirm script call confirms.
 pub const CONFIRM_BATCH: usize = 100;
 
+mod restock;
 mod state;
 mod sweep;
 

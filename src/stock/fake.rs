@@ -100,6 +100,7 @@ fn empty_row(version: u64) -> LedgerRow {
         unsold_retired: 0,
         late_accepted: 0,
         oversold: 0,
+        restocked: 0,
         ledger: false,
         pending_reservations: 0,
     }

@@ -11,7 +11,7 @@
 //! <p>:{<tag>}:v<n>:stock    string  units of version n remaining here (only while n is on sale)
 //! <p>:{<tag>}:v<n>:ledger   hash    units of version n here: initial, pending, confirmed,
 //!                                   released, retired, moved_in, moved_out, unsold_retired,
-//!                                   late_accepted, oversold
+//!                                   late_accepted, oversold, restocked
 //! <p>:{<tag>}:v<n>:pending  zset    jti -> when due (hold deadline, or next order lookup), ms
 //! <p>:{<tag>}:users         hash    user id -> units held (all versions)
 //! <p>:{<tag>}:res           hash    jti -> reservation record, with its fence (see lua/lib.lua)
@@ -20,6 +20,8 @@
 //! <p>:{<tag>}:transfers     hash    transfer id -> version|to|units|ms, given but not yet acknowledged
 //! <p>:{<tag>}:acked         hash    the same, acknowledged (kept: they account for moved_out)
 //! <p>:{<tag>}:received      hash    transfer id -> units, received (a deposit happens once)
+//! <p>:{<tag>}:restocks      hash    Idempotency-Key -> version:units of each restock added here
+//!                                   (a restock happens once per key; segment 0 only)
 //! <p>:{<act>}:floor         string  the newest version ever claimed: the one key that never
 //!                                   expires (a few bytes per activity id ever sold), so no
 //!                                   version that was on sale sells again after the rest expired
@@ -141,6 +143,9 @@ impl SegmentKeys {
     }
     pub fn acknowledged(&self) -> String {
         self.key("acked")
+    }
+    pub fn restocks(&self) -> String {
+        self.key("restocks")
     }
 
     // The KEYS of each script, in the order the script declares them, are in its module

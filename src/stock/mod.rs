@@ -44,6 +44,7 @@ pub use scripts::deposit::Deposit;
 pub use scripts::prewarm::PrewarmOutcome;
 pub use scripts::release::{ReleaseMode, ReleaseOutcome};
 pub use scripts::reserve::{ReserveCall, ReserveOutcome, SaleHours};
+pub use scripts::restock::RestockOutcome;
 pub use scripts::sweep::{Leased, LookupLease, SweepOutcome};
 
 use crate::config::{Activity, RedisSettings};
@@ -64,6 +65,7 @@ label_enum! {
         Ledger => "ledger",
         Transfer => "transfer",
         Queue => "queue",
+        Restock => "restock",
     }
 }
 
@@ -79,6 +81,7 @@ label_enum! {
         Ready => "ready",
         Transfer => "transfer",
         Queue => "queue",
+        Restock => "restock",
     }
 }
 

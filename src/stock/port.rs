@@ -14,8 +14,8 @@
 
 use super::{
     ConfirmOutcome, ConfirmedVia, Deposit, LedgerRow, LookupLease, ReleaseMode, ReleaseOutcome,
-    ReleaseReason, ReservationRecord, Segment, SegmentMeta, StockStore, StoreError, SweepOutcome,
-    Transfer,
+    ReleaseReason, ReservationRecord, RestockOutcome, Segment, SegmentMeta, StockStore, StoreError,
+    SweepOutcome, Transfer,
 };
 use std::future::Future;
 use std::time::Duration;
@@ -90,6 +90,16 @@ pub trait Settle: Send + Sync {
         batch: u32,
         lookup: Option<LookupLease>,
     ) -> impl Future<Output = Result<SweepOutcome, StoreError>> + Send;
+
+    /// See [`StockStore::restock`].
+    fn restock(
+        &self,
+        segment: Segment<'_>,
+        version: u64,
+        units: u64,
+        idempotency_key: Option<&str>,
+        expire_at: u64,
+    ) -> impl Future<Output = Result<RestockOutcome, StoreError>> + Send;
 
     /// See [`StockStore::due_in`].
     fn due_in(
@@ -208,6 +218,17 @@ impl Settle for StockStore {
         lookup: Option<LookupLease>,
     ) -> Result<SweepOutcome, StoreError> {
         StockStore::sweep(self, segment, version, batch, lookup).await
+    }
+
+    async fn restock(
+        &self,
+        segment: Segment<'_>,
+        version: u64,
+        units: u64,
+        idempotency_key: Option<&str>,
+        expire_at: u64,
+    ) -> Result<RestockOutcome, StoreError> {
+        StockStore::restock(self, segment, version, units, idempotency_key, expire_at).await
     }
 
     async fn due_in(

@@ -202,7 +202,7 @@ impl ReservationRecord {
 
 /// The ledger fields as `lua/lib.lua`'s LEDGER_FIELDS lists them (the ledger script answers in
 /// this order; a test keeps the two lists equal).
-pub const LEDGER_FIELDS: [&str; 10] = [
+pub const LEDGER_FIELDS: [&str; 11] = [
     "initial",
     "pending",
     "confirmed",
@@ -213,6 +213,7 @@ pub const LEDGER_FIELDS: [&str; 10] = [
     "unsold_retired",
     "late_accepted",
     "oversold",
+    "restocked",
 ];
 
 /// One stock version's ledger in one segment, read atomically with its stock key.
@@ -237,6 +238,8 @@ pub struct LedgerRow {
     pub late_accepted: i64,
     /// The part of `late_accepted` no unit of stock was left to cover: sold twice.
     pub oversold: i64,
+    /// Units an operator added to the version on sale (`POST .../restock`).
+    pub restocked: i64,
     pub ledger: bool,
     pub pending_reservations: i64,
 }
@@ -245,7 +248,7 @@ impl LedgerRow {
     /// Parses the ledger script's answer (see `lua/ledger.lua`).
     pub(super) fn parse(version: u64, r: &[i64]) -> Option<Self> {
         match *r {
-            [stock_key, remaining, initial, pending, confirmed, released, retired, moved_in, moved_out, unsold_retired, late_accepted, oversold, ledger, pending_reservations] => {
+            [stock_key, remaining, initial, pending, confirmed, released, retired, moved_in, moved_out, unsold_retired, late_accepted, oversold, restocked, ledger, pending_reservations] => {
                 Some(LedgerRow {
                     version,
                     stock_key: stock_key == 1,
@@ -260,6 +263,7 @@ impl LedgerRow {
                     unsold_retired,
                     late_accepted,
                     oversold,
+                    restocked,
                     ledger: ledger == 1,
                     pending_reservations,
                 })
@@ -285,21 +289,21 @@ impl LedgerRow {
             unsold_retired: t.unsold_retired + r.unsold_retired,
             late_accepted: t.late_accepted + r.late_accepted,
             oversold: t.oversold + r.oversold,
+            restocked: t.restocked + r.restocked,
             ledger: t.ledger || r.ledger,
             pending_reservations: t.pending_reservations + r.pending_reservations,
         }))
     }
 
-    /// `initial + moved_in - moved_out - (remaining + pending + confirmed + retired)`: zero when
-    /// every unit is accounted for. A version with no ledger and no stock key (never prewarmed,
+    /// `initial + moved_in - moved_out + restocked - (remaining + pending + confirmed + retired)`:
+    /// zero when every unit is accounted for. A version with no ledger and no stock key (never prewarmed,
     /// or expired with everything) has nothing to account for.
     pub fn drift(&self) -> i64 {
         if !self.ledger && !self.stock_key {
             return 0;
         }
         let remaining = if self.stock_key { self.remaining } else { 0 };
-        self.initial + self.moved_in
-            - self.moved_out
+        self.initial + self.moved_in - self.moved_out + self.restocked
             - (remaining + self.pending + self.confirmed + self.retired)
     }
 
@@ -332,6 +336,7 @@ mod tests {
             unsold_retired: 0,
             late_accepted: 0,
             oversold: 0,
+            restocked: 0,
             ledger: true,
             pending_reservations: 6,
         }

@@ -366,6 +366,13 @@ async fn a_restart_with_an_older_yaml_never_sells_the_retired_version() {
     });
     let view = gw.activity_view("1001").await;
     assert!(view["refused"].as_str().unwrap().contains("1001"), "{view}");
+    // Not ready while it refuses a configured activity: the load balancer sends buyers to
+    // another gateway, and the SRE sees which activity.
+    let ready = get(gw.admin, "/readyz", &[]).await;
+    assert_eq!(ready.status, 503, "{}", ready.text());
+    assert_eq!(ready.json()["refused"], serde_json::json!(["1001"]));
+    let metrics = gw.metrics().await;
+    assert!(metrics.contains(r#"flashgate_activity_refused{activity="1001"} 1"#));
     assert_eq!(redis.get_int("fg:{1001}:v1:stock"), None);
     assert_eq!(redis.get_int("fg:{1001}:v2:stock"), Some(4));
     gw.reconcile_clean();

@@ -90,3 +90,81 @@ async fn replay_under_old_version_false_sold_out_spreads_by_news() {
         bob.text()
     );
 }
+
+/// The restock call (contract: "The SRE's tools"): units added to the version on sale at once,
+/// for every gateway, once per `Idempotency-Key`, counted in the ledger; the YAML and its version
+/// stay as they are, and nothing is sold twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restock_adds_units_once_per_key_for_the_whole_fleet() {
+    let (redis, upstream, config) = backends(vec![TestActivity::open("1001", 2)]);
+    let a = GatewayProc::start(config.clone());
+    let b = GatewayProc::start(config.on_new_ports());
+    for user in ["u1", "u2"] {
+        assert_eq!(a.buy("1001", user, None).await.status, 200);
+    }
+    // Sold out, and both gateways know it (b by news, or by its own answer).
+    assert_eq!(a.buy("1001", "u3", None).await.code(), "sold_out");
+    assert_eq!(b.buy("1001", "u3", None).await.code(), "sold_out");
+    let added = a.restock("1001", r#"{"add": 3}"#, Some("po-77")).await;
+    assert_eq!(added.status, 200, "{}", added.text());
+    let view = added.json();
+    assert_eq!(
+        (view["remaining"].as_i64(), view["restocked"].as_i64()),
+        (Some(3), Some(3))
+    );
+    assert_eq!(
+        view["stock"], 2,
+        "the configured stock stays the initial stock"
+    );
+    // The same key again (a retried call): 200, nothing added.
+    let again = a.restock("1001", r#"{"add": 3}"#, Some("po-77")).await;
+    assert_eq!(again.status, 200, "{}", again.text());
+    assert_eq!(again.json()["restocked"], 3);
+    // The other gateway sells them at once: its sold-out mark was lifted by news.
+    wait_for_async("b to sell the restock", Duration::from_secs(10), || async {
+        (b.buy("1001", "u4", None).await.status == 200).then_some(())
+    })
+    .await;
+    for user in ["u5", "u6"] {
+        assert_eq!(a.buy("1001", user, None).await.status, 200, "{user}");
+    }
+    assert_eq!(a.buy("1001", "u7", None).await.code(), "sold_out");
+    assert_eq!(
+        upstream.orders().await.len(),
+        5,
+        "2 + 3 units, each sold once"
+    );
+    assert_eq!(redis.get_int("fg:{1001}:v1:stock"), Some(0));
+    // Bad input: 400, and 409 for an activity with nothing on sale.
+    for bad in [
+        r#"{"add": 0}"#,
+        r#"{"add": -1}"#,
+        r#"{"add": 1.5}"#,
+        r#"{"add": "2"}"#,
+        "{}",
+    ] {
+        let r = a.restock("1001", bad, None).await;
+        assert_eq!(r.status, 400, "{bad}: {}", r.text());
+    }
+    assert_eq!(a.restock("nope", r#"{"add": 1}"#, None).await.status, 404);
+    let metrics = a.metrics().await;
+    assert!(
+        metrics.contains(r#"flashgate_restocked_units_total{activity="1001"} 3"#),
+        "{metrics}"
+    );
+    let table = a.reconcile_clean();
+    assert!(table.contains("restocked 3 unit(s)"), "{table}");
+}
+
+/// An activity whose sale is over (by Redis's clock) or whose version was never put on sale
+/// takes no restock: 409, nothing written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restock_of_a_sale_that_is_not_on_sale_is_refused() {
+    let ended = TestActivity::open("over", 2).ended();
+    let (redis, _upstream, config) = backends(vec![ended]);
+    let gw = GatewayProc::start(config);
+    let r = gw.restock("over", r#"{"add": 5}"#, Some("k")).await;
+    assert_eq!(r.status, 409, "{}", r.text());
+    assert_eq!(r.json()["code"], "not_on_sale");
+    assert_eq!(redis.get_int("fg:{over}:v1:stock").unwrap_or(0), 0);
+}

@@ -865,7 +865,11 @@ impl GatewayProc {
             // Ready (the store, the scripts, Redis's clock, the proxy's listener), and the proxy
             // port taking connections (services start one after another: the admin listener
             // answers before the proxy's is bound).
-            let ready = blocking_get(admin, "/readyz").is_ok_and(|r| r.status == 200);
+            // Up is enough when Redis's record refuses a configured activity (readiness then
+            // says 503 with the refused ids: the tests that start so read it themselves).
+            let ready = blocking_get(admin, "/readyz").is_ok_and(|r| {
+                r.status == 200 || (r.status == 503 && r.text().contains("\"refused\""))
+            });
             if ready && std::net::TcpStream::connect(self.addr).is_ok() {
                 return;
             }
@@ -956,6 +960,25 @@ impl GatewayProc {
             &[("Authorization", auth.as_str())],
         )
         .await
+    }
+
+    /// `POST /v1/activities/{id}/restock` with `body`, and an `Idempotency-Key` if given.
+    pub async fn restock(&self, id: &str, body: &str, key: Option<&str>) -> HttpResponse {
+        let auth = format!("Bearer {ADMIN_TOKEN}");
+        let mut raw = format!(
+            "POST /v1/activities/{id}/restock HTTP/1.1\r\nHost: flashgate.test\r\n\
+             Connection: close\r\nAuthorization: {auth}\r\nContent-Type: application/json\r\n\
+             Content-Length: {}\r\n",
+            body.len()
+        );
+        if let Some(key) = key {
+            raw.push_str(&format!("Idempotency-Key: {key}\r\n"));
+        }
+        raw.push_str("\r\n");
+        raw.push_str(body);
+        send_raw(self.admin, raw.as_bytes())
+            .await
+            .unwrap_or_else(|e| panic!("restock {id}: {e}"))
     }
 
     /// `flashgate reconcile` against this gateway's configuration: (exit code, table).

@@ -9,7 +9,7 @@ use crate::stock::{
     RecordState, ReleaseMode, ReleaseOutcome, ReleaseReason, ReservationRecord, Segment,
     SegmentMeta, Settle, StoreError, SweepOutcome, Transfer, Transfers,
 };
-use crate::stock::{ReserveCall, ReserveOutcome};
+use crate::stock::{ReserveCall, ReserveOutcome, RestockOutcome};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -260,6 +260,31 @@ impl Settle for FakeStore {
             }
         }
         Ok(outcome)
+    }
+
+    /// `lua/restock.lua` (without its once-per-key book: the fake does not keep one).
+    async fn restock(
+        &self,
+        segment: Segment<'_>,
+        version: u64,
+        units: u64,
+        _idempotency_key: Option<&str>,
+        _expire_at: u64,
+    ) -> Result<RestockOutcome, StoreError> {
+        let mut state = self.enter("restock")?;
+        let part = state.parts.entry(segment.tag()).or_default();
+        if !part.stock.contains_key(&version) {
+            return Ok(RestockOutcome::NotOnSale);
+        }
+        let Some(row) = part.ledgers.get_mut(&version) else {
+            return Ok(RestockOutcome::Damaged);
+        };
+        row.restocked += units as i64;
+        let stock = part.stock.get_mut(&version).expect("checked above");
+        *stock += units as i64;
+        Ok(RestockOutcome::Added {
+            remaining: *stock as u64,
+        })
     }
 
     /// `lua/due.lua`.

@@ -13,6 +13,7 @@ pub mod ledger;
 pub mod prewarm;
 pub mod release;
 pub mod reserve;
+pub mod restock;
 pub mod sweep;
 pub mod withdraw;
 
@@ -29,6 +30,7 @@ macro_rules! script {
 }
 
 script!(RESERVE, "../../../lua/reserve.lua");
+script!(RESTOCK, "../../../lua/restock.lua");
 script!(RELEASE, "../../../lua/release.lua");
 script!(CONFIRM, "../../../lua/confirm.lua");
 script!(SWEEP, "../../../lua/sweep.lua");
@@ -55,9 +57,10 @@ queue_script!(QUEUE_STATE, "../../../lua/queue_state.lua");
 queue_script!(QUEUE_CONTROL, "../../../lua/queue_control.lua");
 
 /// Every script, for loading them up front (readiness).
-pub(super) fn all() -> [&'static Script; 14] {
+pub(super) fn all() -> [&'static Script; 15] {
     [
         &RESERVE,
+        &RESTOCK,
         &RELEASE,
         &CONFIRM,
         &SWEEP,

@@ -1,0 +1,35 @@
+-- flashgate restock: add units to the version on sale in one segment, once per Idempotency-Key,
+-- counted in the ledger (restocked). (lib.lua is prepended.)
+--
+-- KEYS[1] stock of the version   KEYS[2] ledger of the version   KEYS[3] restocks (key -> units)
+-- KEYS[4] events
+-- ARGV[1] units (>= 1)   ARGV[2] idempotency key ('' for none)   ARGV[3] version
+-- ARGV[4] when the segment's keys expire (unix s)   ARGV[5] stream cap
+--
+-- Returns {1, remaining} added; {0, remaining} this key's restock was added before (nothing
+-- changed); {-1, 0} the version is not on sale here (no stock key: never prewarmed, retired by a
+-- newer version, or its keys expired): nothing changed; {-2, 0} its ledger is gone (damaged).
+--
+-- The ledger then reads initial + moved_in - moved_out + restocked ==
+-- remaining + pending + confirmed + retired; initial stays the configured stock (a restock is not
+-- a stock change for a reload).
+
+local stock, ledger, book, events = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+if ARGV[2] ~= '' and redis.call('HEXISTS', book, ARGV[2]) == 1 then
+  return {0, tonumber(redis.call('GET', stock) or '0')}
+end
+if redis.call('EXISTS', stock) == 0 then
+  return {-1, 0}
+end
+if redis.call('EXISTS', ledger) == 0 then
+  return {-2, 0}
+end
+local remaining = redis.call('INCRBY', stock, ARGV[1])
+redis.call('HINCRBY', ledger, 'restocked', ARGV[1])
+if ARGV[2] ~= '' then
+  redis.call('HSET', book, ARGV[2], ARGV[3] .. ':' .. ARGV[1])
+  extend(book, ARGV[4])
+end
+emit(events, ARGV[5], 'type', 'restock', 'qty', ARGV[1], 'ver', ARGV[3], 'key', ARGV[2],
+  'ts', int(now_ms()))
+return {1, remaining}

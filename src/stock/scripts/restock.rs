@@ -1,0 +1,67 @@
+//! `lua/restock.lua`: add units to the version on sale in one segment, once per
+//! `Idempotency-Key`. Its keys (in the order the script declares them), its arguments and its
+//! reply, in one place; the script itself is in the registry (`super`).
+
+use super::super::records::int;
+use super::super::{ScriptName, Segment, SegmentKeys, StockStore, StoreError, StoreOp};
+use redis::Value;
+
+impl SegmentKeys {
+    pub fn for_restock(&self, version: u64) -> [String; 4] {
+        [
+            self.stock(version),
+            self.ledger(version),
+            self.restocks(),
+            self.events(),
+        ]
+    }
+}
+
+/// What a restock did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RestockOutcome {
+    /// The units were added: `remaining` in the segment now.
+    Added { remaining: u64 },
+    /// This idempotency key's restock was added before: nothing changed.
+    Repeated { remaining: u64 },
+    /// The version is not on sale in the segment (no stock key): nothing changed.
+    NotOnSale,
+    /// The version's ledger is gone (the segment is damaged): nothing changed.
+    Damaged,
+}
+
+impl StockStore {
+    /// Adds `units` to `version`'s stock in `segment`, counted in its ledger (`restocked`), once
+    /// per `idempotency_key`; `expire_at` (unix s) is when the segment's keys expire.
+    pub async fn restock(
+        &self,
+        segment: Segment<'_>,
+        version: u64,
+        units: u64,
+        idempotency_key: Option<&str>,
+        expire_at: u64,
+    ) -> Result<RestockOutcome, StoreError> {
+        let mut invocation = super::RESTOCK.prepare_invoke();
+        for key in self.keys.of(segment).for_restock(version) {
+            invocation.key(key);
+        }
+        invocation
+            .arg(units)
+            .arg(idempotency_key.unwrap_or(""))
+            .arg(version)
+            .arg(expire_at)
+            .arg(self.events_maxlen);
+        let reply: Vec<Value> = self
+            .eval(ScriptName::Restock, StoreOp::Restock, &invocation)
+            .await?;
+        let remaining = || int(reply.get(1)).map(|r| r.max(0) as u64);
+        let outcome = match int(reply.first()) {
+            Some(1) => remaining().map(|remaining| RestockOutcome::Added { remaining }),
+            Some(0) => remaining().map(|remaining| RestockOutcome::Repeated { remaining }),
+            Some(-1) => Some(RestockOutcome::NotOnSale),
+            Some(-2) => Some(RestockOutcome::Damaged),
+            _ => None,
+        };
+        outcome.ok_or_else(|| StoreError::protocol(ScriptName::Restock, reply))
+    }
+}
