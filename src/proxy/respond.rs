@@ -22,6 +22,17 @@ pub async fn decision(session: &mut Session, decision: &Decision) -> Result<()> 
     session.write_response_body(Some(body), true).await
 }
 
+/// A JSON answer of the gateway's own (`{"code", "message"}`), never cached.
+pub async fn json(session: &mut Session, status: u16, body: &serde_json::Value) -> Result<()> {
+    let body = Bytes::from(body.to_string());
+    let mut resp = ResponseHeader::build(status, Some(4))?;
+    resp.insert_header(http::header::CONTENT_TYPE, "application/json")?;
+    resp.insert_header(http::header::CONTENT_LENGTH, body.len().to_string())?;
+    resp.insert_header(http::header::CACHE_CONTROL, "no-store")?;
+    session.write_response_header(Box::new(resp), false).await?;
+    session.write_response_body(Some(body), true).await
+}
+
 /// A bare status answer on another route (no body), with `Retry-After` when given.
 pub async fn status(
     session: &mut Session,

@@ -55,6 +55,22 @@ impl FlashProxy {
         let generation = ctx.generation.clone();
         let policy = &generation.policy;
         let settings = &generation.settings;
+        if settings
+            .activities
+            .get(raw_activity)
+            .is_some_and(|a| a.queue.is_none())
+        {
+            // A sale without a waiting room: said so (an app polls the wrong thing), not "no
+            // such sale".
+            let body = serde_json::json!({
+                "code": "no_queue",
+                "message": format!(
+                    "sale {raw_activity} has no waiting room: buy at its sale route directly"
+                ),
+            });
+            respond::json(session, 404, &body).await?;
+            return Ok(true);
+        }
         let headers = &session.req_header().headers;
         let peer = peer_ip(session);
         let answer = async {

@@ -465,6 +465,7 @@ impl<S: QueueStore> WaitingRoom<S> {
                 refresh_after_ms: until_start.clamp(1_000, 30_000),
                 likely_too_late: false,
                 drawn: true,
+                paused: false,
             };
         }
         let too_late = matches!(

@@ -61,6 +61,17 @@ fn code(status: &Status) -> (&'static str, String) {
                  random when the sale starts, arriving earlier gives no advantage"
             ),
         ),
+        Status::Waiting {
+            paused: true,
+            position,
+            ..
+        } => (
+            "queued",
+            format!(
+                "you are number {position} in the queue; the queue is paused for now: \
+                 no one moves ahead until it runs again, keep this page open"
+            ),
+        ),
         Status::Waiting { position, .. } => {
             ("queued", format!("you are number {position} in the queue"))
         }
@@ -73,40 +84,53 @@ fn code(status: &Status) -> (&'static str, String) {
     }
 }
 
-/// The JSON answer's fields (the contract's, plus `state`, `place_final`).
+/// The JSON answer's fields (the contract's, plus `state`, `place_final`, `paused`). While the
+/// queue is paused there is no estimate (`null`); a final state (`sold_out`, `expired`) asks for
+/// no refresh (`refresh_after_ms` absent: an app following it would poll for nothing).
 pub fn json(answer: &Answer) -> serde_json::Value {
     let (code, message) = code(&answer.status);
-    let (position, wait, refresh, too_late, drawn) = match answer.status {
+    let (position, wait, refresh, too_late, drawn, paused) = match answer.status {
         Status::Waiting {
             position,
             estimated_wait_ms,
             refresh_after_ms,
             likely_too_late,
             drawn,
+            paused,
         } => (
             position,
-            estimated_wait_ms,
-            refresh_after_ms,
+            (!paused).then_some(estimated_wait_ms),
+            Some(refresh_after_ms),
             likely_too_late,
             drawn,
+            paused,
         ),
         // At the front: nothing left to wait for; come back soon only to learn what changed.
-        Status::YourTurn => (0, 0, 1_000, false, true),
-        Status::SoldOut | Status::Expired => {
-            (0, 0, 0, matches!(answer.status, Status::SoldOut), true)
-        }
+        Status::YourTurn => (0, Some(0), Some(1_000), false, true, false),
+        Status::SoldOut | Status::Expired => (
+            0,
+            Some(0),
+            None,
+            matches!(answer.status, Status::SoldOut),
+            true,
+            false,
+        ),
     };
-    serde_json::json!({
+    let mut json = serde_json::json!({
         "code": code,
         "message": message,
         "state": answer.status.state(),
         "queue_position": position,
         "estimated_wait_ms": wait,
-        "refresh_after_ms": refresh,
         "ticket": answer.ticket,
         "likely_too_late": too_late,
         "place_final": drawn,
-    })
+        "paused": paused,
+    });
+    if let Some(refresh) = refresh {
+        json["refresh_after_ms"] = refresh.into();
+    }
+    json
 }
 
 /// The answer to a ticket holder: `status` (202 on a sale route, 200 on the poll endpoint),
@@ -202,9 +226,35 @@ mod tests {
                 refresh_after_ms: 1_000,
                 likely_too_late: false,
                 drawn: true,
+                paused: false,
             },
             cookie_max_age_secs: 60,
         }
+    }
+
+    #[test]
+    fn paused_has_no_estimate_and_final_states_ask_for_no_refresh() {
+        let mut paused = waiting(3);
+        if let Status::Waiting { paused: p, .. } = &mut paused.status {
+            *p = true;
+        }
+        let v = json(&paused);
+        assert_eq!(v["paused"], true);
+        assert!(v["estimated_wait_ms"].is_null(), "{v}");
+        assert!(v["message"].as_str().unwrap().contains("paused"), "{v}");
+        assert_eq!(json(&waiting(3))["paused"], false);
+        for status in [Status::SoldOut, Status::Expired] {
+            let v = json(&Answer {
+                status,
+                ..waiting(1)
+            });
+            assert!(v.get("refresh_after_ms").is_none(), "{v}");
+        }
+        let turn = json(&Answer {
+            status: Status::YourTurn,
+            ..waiting(1)
+        });
+        assert_eq!(turn["refresh_after_ms"], 1_000);
     }
 
     #[test]

@@ -167,6 +167,9 @@ pub enum Status {
         refresh_after_ms: u64,
         likely_too_late: bool,
         drawn: bool,
+        /// An operator paused the queue: the cursor stands, and `estimated_wait_ms` means
+        /// nothing until it runs again (the JSON says `null`).
+        paused: bool,
     },
     /// The ticket may buy now.
     YourTurn,
@@ -191,6 +194,8 @@ impl Status {
 /// Shortest and longest pause a waiting client is asked to take before asking again.
 const MIN_REFRESH_MS: u64 = 1_000;
 const MAX_REFRESH_MS: u64 = 30_000;
+/// The longest pause asked of a client while the queue is paused (the contract's 5 s).
+const PAUSED_REFRESH_MS: u64 = 5_000;
 
 /// One queue as this gateway read it.
 #[derive(Debug, Clone)]
@@ -244,6 +249,7 @@ impl View {
                 refresh_after_ms: refresh_after(until_start.max(MIN_REFRESH_MS)),
                 likely_too_late: false,
                 drawn: false,
+                paused: false,
             };
         };
         let cursor = self.cursor();
@@ -259,14 +265,22 @@ impl View {
         let ahead = place - cursor - 1;
         let until_start = self.state.start_ms.saturating_sub(self.redis_now_ms());
         let estimated_wait_ms = until_start + (ahead + 1) * 1000 / rate;
+        // Paused by an operator, the cursor stands: no estimate holds, and the buyer is asked
+        // back often enough to see it run again.
+        let paused = self.state.paused;
+        let refresh_after_ms = match paused {
+            true => refresh_after(estimated_wait_ms).min(PAUSED_REFRESH_MS),
+            false => refresh_after(estimated_wait_ms),
+        };
         Status::Waiting {
             position: ahead + 1,
             estimated_wait_ms,
-            refresh_after_ms: refresh_after(estimated_wait_ms),
+            refresh_after_ms,
             likely_too_late: self
                 .left
                 .is_some_and(|left| ahead as f64 >= left.max(0) as f64 * settings.too_late_factor),
             drawn: true,
+            paused,
         }
     }
 

@@ -323,6 +323,21 @@ async fn the_admin_api_pauses_resumes_and_changes_the_rate_for_the_fleet() {
     let (t, _) = take_ticket(gw, "1001", "alice").await;
     assert!(number(&t) > cursor);
     assert_eq!(poll(gw, "1001", "alice", &t).await["state"], "waiting");
+    // Paused is said as paused: no estimate, and a refresh soon enough to see it run again.
+    let paused = wait_for_async("the poll to say paused", Duration::from_secs(5), || async {
+        let p = poll(gw, "1001", "alice", &t).await;
+        (p["paused"] == true).then_some(p)
+    })
+    .await;
+    assert!(paused["estimated_wait_ms"].is_null(), "{paused}");
+    assert!(
+        paused["refresh_after_ms"].as_u64().unwrap() <= 5_000,
+        "{paused}"
+    );
+    assert!(
+        paused["message"].as_str().unwrap().contains("paused"),
+        "{paused}"
+    );
     let r = queue_control(gw, "1001", "resume").await;
     assert_eq!(r["paused"], false);
     wait_state(gw, "1001", "alice", &t, "your_turn").await;
@@ -418,7 +433,8 @@ async fn three_gateways_admit_ten_thousand_buyers_at_one_rate() {
                                 break;
                             }
                             202 => {
-                                let wait = r.json()["estimated_wait_ms"].as_u64().unwrap();
+                                // null while a gateway still sees the queue paused.
+                                let wait = r.json()["estimated_wait_ms"].as_u64().unwrap_or(200);
                                 tokio::time::sleep(Duration::from_millis(wait.clamp(5, 200))).await;
                             }
                             s => panic!("{user}: {s} {}", r.text()),
@@ -498,4 +514,28 @@ async fn buyers_asking_for_their_place_do_not_use_up_the_activity_bucket() {
     }
     let r = buy(&gw, "1001", "alice", Some(&alice)).await;
     assert_eq!(r.status, 200, "{}", r.text());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn polling_a_sale_without_a_waiting_room_says_so() {
+    let stack = Stack::start(vec![TestActivity::open("2002", 5)]);
+    let r = get(
+        stack.gw.addr,
+        "/flashgate/queue/2002",
+        &[("X-User-Id", "alice")],
+    )
+    .await;
+    assert_eq!(r.status, 404, "{}", r.text());
+    assert_eq!(r.json()["code"], "no_queue");
+    assert!(r.json()["message"]
+        .as_str()
+        .unwrap()
+        .contains("no waiting room"));
+    let unknown = get(
+        stack.gw.addr,
+        "/flashgate/queue/9999",
+        &[("X-User-Id", "alice")],
+    )
+    .await;
+    assert_eq!(unknown.json()["code"], "unknown_activity");
 }

@@ -13,6 +13,7 @@ fn waiting_answer() -> waiting::Turn {
             refresh_after_ms: 1_000,
             likely_too_late: false,
             drawn: true,
+            paused: false,
         },
         cookie_max_age_secs: 60,
     })
