@@ -60,15 +60,7 @@ impl FlashProxy {
             .get(raw_activity)
             .is_some_and(|a| a.queue.is_none())
         {
-            // A sale without a waiting room: said so (an app polls the wrong thing), not "no
-            // such sale".
-            let body = serde_json::json!({
-                "code": "no_queue",
-                "message": format!(
-                    "sale {raw_activity} has no waiting room: buy at its sale route directly"
-                ),
-            });
-            respond::json(session, 404, &body).await?;
+            no_queue(session, raw_activity).await?;
             return Ok(true);
         }
         let headers = &session.req_header().headers;
@@ -130,6 +122,16 @@ impl FlashProxy {
             }
         }
     }
+}
+
+/// A poll of a sale without a waiting room: said so (an app polls the wrong thing), not "no
+/// such sale".
+async fn no_queue(session: &mut Session, activity: &str) -> Result<()> {
+    let body = serde_json::json!({
+        "code": "no_queue",
+        "message": format!("sale {activity} has no waiting room: buy at its sale route directly"),
+    });
+    respond::json(session, 404, &body).await
 }
 
 /// `?ticket=` on a poll (a link the shop's page built). A ticket is URL-safe as it is.
