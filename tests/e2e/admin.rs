@@ -1,6 +1,7 @@
 //! The admin listener and the metrics it exports.
 
 use crate::support::*;
+use std::time::Duration;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn admin_api_health_readiness_and_token() {
@@ -42,7 +43,12 @@ async fn admin_api_health_readiness_and_token() {
     );
     assert_eq!(acts[1]["version"], 3);
 
-    let one = gw.activity_view("2002").await;
+    // 2002 is put on sale by the first prewarm tick (readiness does not wait for it).
+    let one = wait_for_async("2002's prewarm", Duration::from_secs(10), || async {
+        let view = gw.activity_view("2002").await;
+        view["remaining"].is_number().then_some(view)
+    })
+    .await;
     assert_eq!(one["id"], "2002");
     assert_eq!(one["version"], 3);
     assert_eq!(one["remaining"], 50);
