@@ -1057,11 +1057,23 @@ impl GatewayProc {
         }
     }
 
-    /// Waits until the configuration generation `generation` runs: a reload applied (1 at
-    /// start, +1 per applied reload).
+    /// Waits until the configuration generation `generation` (or a later one) runs: a reload
+    /// applied (1 at start, +1 per applied reload). A later one counts: a file rewritten and
+    /// then signalled may be applied twice (the file watcher, then SIGHUP).
     pub async fn wait_generation(&self, generation: u64) {
-        self.wait_metric("flashgate_config_generation", generation as f64)
-            .await;
+        let series = "flashgate_config_generation";
+        let end = Instant::now() + Duration::from_secs(10);
+        loop {
+            let last = self.metric(series).await;
+            if last.is_some_and(|g| g >= generation as f64) {
+                return;
+            }
+            assert!(
+                Instant::now() < end,
+                "timed out waiting for {series} to reach {generation}: it is {last:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     /// Queue script calls this gateway completed (each waiting-room read, ticket and control):
