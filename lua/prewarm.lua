@@ -4,7 +4,8 @@
 -- KEYS[1] meta   KEYS[2] stock of the version   KEYS[3] its ledger   KEYS[4] its pending
 -- KEYS[5] users   KEYS[6] res   KEYS[7] idem   KEYS[8] events   KEYS[9] transfers
 -- KEYS[10] received   KEYS[11] acknowledged transfers   KEYS[12..] stock, ledger and pending of
--- each other version the segment has had (ARGV[6..], in that order)
+-- each other version the segment has had (ARGV[6..], in that order)   KEYS[#KEYS] the book of
+-- restocks (only its expiry is moved, with every other key's)
 -- ARGV[1] version   ARGV[2] the version the caller read as on sale here ('' none)
 -- ARGV[3] units of this segment   ARGV[4] expire-at (unix s)
 -- ARGV[5] '1': the activity's base meta records this segment as made before (`made:<n>`): a

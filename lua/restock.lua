@@ -8,7 +8,13 @@
 --
 -- Returns {1, remaining} added; {0, remaining} this key's restock was added before (nothing
 -- changed); {-1, 0} the version is not on sale here (no stock key: never prewarmed, retired by a
--- newer version, or its keys expired): nothing changed; {-2, 0} its ledger is gone (damaged).
+-- newer version, or its keys expired): nothing changed; {-2, 0} its ledger is gone (damaged);
+-- {-3, remaining} the stock or the ledger's count would pass 2^53 - 1 (numbers stay exact
+-- below it): nothing changed.
+--
+-- The book of keys lives as long as the stock key does (its expiry is the later of the stock's
+-- and ARGV[4], and prewarm extends it with the segment's other keys): a key is never forgotten
+-- while the version it restocked can still sell.
 --
 -- The ledger then reads initial + moved_in - moved_out + restocked ==
 -- remaining + pending + confirmed + retired; initial stays the configured stock (a restock is not
@@ -24,11 +30,18 @@ end
 if redis.call('EXISTS', ledger) == 0 then
   return {-2, 0}
 end
+local EXACT = 9007199254740991
+local units = tonumber(ARGV[1])
+local left = tonumber(redis.call('GET', stock))
+if left + units > EXACT
+    or tonumber(redis.call('HGET', ledger, 'restocked') or '0') + units > EXACT then
+  return {-3, left}
+end
 local remaining = redis.call('INCRBY', stock, ARGV[1])
 redis.call('HINCRBY', ledger, 'restocked', ARGV[1])
 if ARGV[2] ~= '' then
   redis.call('HSET', book, ARGV[2], ARGV[3] .. ':' .. ARGV[1])
-  extend(book, ARGV[4])
+  extend(book, int(math.max(tonumber(ARGV[4]), redis.call('EXPIRETIME', stock))))
 end
 emit(events, ARGV[5], 'type', 'restock', 'qty', ARGV[1], 'ver', ARGV[3], 'key', ARGV[2],
   'ts', int(now_ms()))

@@ -34,15 +34,16 @@ impl AdminApp {
                 return bad_request("Idempotency-Key must be 1 to 200 visible ASCII characters")
             }
         };
-        let units = match read_body(session).await {
-            Ok(body) => match add_of(&body) {
-                Some(units) => units,
-                None => {
-                    return bad_request("the body must be {\"add\": N} with N a whole number >= 1")
-                }
-            },
-            Err(message) => return bad_request(message),
-        };
+        let units =
+            match read_body(session).await {
+                Ok(body) => match add_of(&body) {
+                    Some(units) => units,
+                    None => return bad_request(
+                        "the body must be {\"add\": N} with N a whole number from 1 to 2^53 - 1",
+                    ),
+                },
+                Err(message) => return bad_request(message),
+            };
         if let Some(refusal) = self.gw.lifecycle.state().refusal(&activity.id) {
             if refusal.applies_to(activity) {
                 return conflict(&format!("not on sale: {refusal}"));
@@ -65,6 +66,10 @@ impl AdminApp {
                 "version {} of {} is not on sale in Redis (never put on sale, retired by a newer \
                  version, or its keys expired)",
                 activity.version, activity.id
+            )),
+            Ok(RestockOutcome::TooMany { remaining }) => bad_request(&format!(
+                "{remaining} units are on sale: adding {units} would pass 2^53 - 1, the largest \
+                 stock kept exact"
             )),
             Ok(RestockOutcome::Damaged) => conflict(&format!(
                 "the ledger of version {} of {} is gone: the segment is damaged, nothing added",
@@ -96,10 +101,14 @@ async fn read_body(session: &mut ServerSession) -> Result<Vec<u8>, &'static str>
     }
 }
 
-/// `N` of `{"add": N}`: a whole number >= 1 (not a string, a fraction or a negative).
+/// `N` of `{"add": N}`: a whole number from 1 to 2^53 - 1 (not a string, a fraction, a
+/// negative, or past what stays exact in Redis's Lua).
 fn add_of(body: &[u8]) -> Option<u64> {
     let value: serde_json::Value = serde_json::from_slice(body).ok()?;
-    value.get("add")?.as_u64().filter(|&n| n >= 1)
+    value
+        .get("add")?
+        .as_u64()
+        .filter(|&n| (1..=crate::config::MAX_EXACT_INTEGER).contains(&n))
 }
 
 fn bad_request(message: &str) -> Response<Vec<u8>> {
@@ -121,6 +130,7 @@ mod tests {
             r#"{"add": -3}"#,
             r#"{"add": 1.5}"#,
             r#"{"add": "5"}"#,
+            r#"{"add": 9007199254740992}"#,
             r#"{"units": 5}"#,
             r#"[5]"#,
             "add=5",

@@ -25,6 +25,8 @@ impl SegmentKeys {
         for &v in others {
             keys.extend([self.stock(v), self.ledger(v), self.pending(v)]);
         }
+        // Last, only to have its expiry moved with the others' (the restock call makes it).
+        keys.push(self.restocks());
         keys
     }
 }

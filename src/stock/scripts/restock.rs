@@ -28,6 +28,8 @@ pub enum RestockOutcome {
     NotOnSale,
     /// The version's ledger is gone (the segment is damaged): nothing changed.
     Damaged,
+    /// The stock (`remaining` now) or the ledger's count would pass 2^53 - 1: nothing changed.
+    TooMany { remaining: u64 },
 }
 
 impl StockStore {
@@ -60,6 +62,7 @@ impl StockStore {
             Some(0) => remaining().map(|remaining| RestockOutcome::Repeated { remaining }),
             Some(-1) => Some(RestockOutcome::NotOnSale),
             Some(-2) => Some(RestockOutcome::Damaged),
+            Some(-3) => remaining().map(|remaining| RestockOutcome::TooMany { remaining }),
             _ => None,
         };
         outcome.ok_or_else(|| StoreError::protocol(ScriptName::Restock, reply))
