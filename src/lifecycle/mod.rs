@@ -346,7 +346,7 @@ impl<S: LifecycleStore> Lifecycle<S> {
                         batch,
                     )
                     .await?
-                    .map_err(StoreError::Batch)
+                    .map_err(StoreError::shared)
             };
             match until_answered(confirm).await {
                 Some(ConfirmOutcome::Released) => tracing::warn!(reservation = %reservation.id,

@@ -113,6 +113,12 @@ impl StoreError {
         }
     }
 
+    /// An error a batch or a shared read handed to each of its askers: the error itself when
+    /// this asker holds the only reference (a batch of one), else shared.
+    pub fn shared(error: Arc<StoreError>) -> Self {
+        Arc::try_unwrap(error).unwrap_or_else(StoreError::Batch)
+    }
+
     pub fn protocol(script: ScriptName, reply: impl std::fmt::Debug) -> Self {
         StoreError::Protocol {
             script: script.as_str(),

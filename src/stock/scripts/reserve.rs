@@ -295,8 +295,7 @@ impl StockStore {
                 self.reserve_batch(&keys, version, items)
             })
             .await?;
-        // A batch of one's error is its own.
-        answer.map_err(|e| Arc::try_unwrap(e).unwrap_or_else(StoreError::Batch))
+        answer.map_err(StoreError::shared)
     }
 
     /// One reserve script call for `items` (in one segment and version), answering each in

@@ -71,7 +71,7 @@ impl Reserving for StockStore {
                 standing(self, activity).await.map_err(Arc::new)
             })
             .await
-            .map_err(|e| Arc::try_unwrap(e).unwrap_or_else(StoreError::Batch))
+            .map_err(StoreError::shared)
     }
 
     #[cfg(feature = "fault-injection")]
