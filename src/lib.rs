@@ -5,6 +5,7 @@
 
 pub mod admin;
 pub mod admission;
+pub mod catalogue;
 pub mod coalesce;
 pub mod config;
 pub mod decision_log;
@@ -17,6 +18,7 @@ pub mod logging;
 pub mod maintenance;
 pub mod metrics;
 pub mod news;
+pub mod pages;
 pub mod proxy;
 pub mod purchase;
 pub mod reconcile;

@@ -24,6 +24,8 @@ pub struct Generation {
     /// Kibibytes of other routes' bodies the gateway may hold at once
     /// (`server.max_passthrough_buffered_bytes`).
     pub passthrough_buffer: Arc<tokio::sync::Semaphore>,
+    /// The buyer's pages (templates of `pages.dir` or built in), as this configuration has them.
+    pub pages: crate::pages::Pages,
 }
 
 impl Generation {
@@ -42,12 +44,21 @@ impl Generation {
                 (settings.server.max_passthrough_buffered_bytes / 1024)
                     .min(tokio::sync::Semaphore::MAX_PERMITS as u64) as usize,
             )),
+            pages: crate::pages::Pages::new(&settings.pages),
             settings,
         }
     }
 }
 
 impl Generation {
+    /// Activity `id`'s page keys, as its pages name it.
+    pub fn sale_page<'a>(&'a self, id: &'a str) -> crate::pages::Sale<'a> {
+        crate::pages::Sale {
+            id,
+            page: self.settings.pages.activity(id),
+        }
+    }
+
     /// What admission reads from this generation.
     pub fn rules(&self) -> Rules<'_> {
         Rules {

@@ -202,3 +202,23 @@ fn check_command_exit_codes_and_messages() {
     assert_ne!(code, 0);
     assert!(err.contains("cannot read"), "{err}");
 }
+
+#[test]
+fn a_pages_dir_replaces_the_templates_it_holds_and_titles_are_kept() {
+    let text = std::fs::read_to_string(repo_path("tests/fixtures/contract.example.yaml")).unwrap();
+    let mut doc: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
+    doc["pages"] = serde_yaml::from_str("{dir: pages, shop_name: Example Shop}").unwrap();
+    doc["activities"][0]["title"] = "Phone X".into();
+    doc["activities"][0]["success_url"] = "/orders/{jti}".into();
+    let yaml = serde_yaml::to_string(&doc).unwrap();
+    let settings = Settings::from_yaml(&yaml, &repo_path("tests/fixtures"), &secrets).unwrap();
+    let pages = &settings.pages;
+    assert_eq!(pages.shop_name, "Example Shop");
+    assert_eq!(pages.shop_url, "/");
+    assert!(pages.templates["refusal.html"].contains("{{ shop_name }}"));
+    assert!(!pages.templates.contains_key("waiting.html"), "built in");
+    let act = pages.activity("1001");
+    assert_eq!(act.title.as_deref(), Some("Phone X"));
+    assert_eq!(act.success_url.as_deref(), Some("/orders/{jti}"));
+    assert_eq!(pages.activity("other").title, None);
+}

@@ -1,5 +1,6 @@
 //! Every way a sale request can end, and the one place each maps to what the buyer sees.
 
+use crate::catalogue::{Lang, Message};
 use http::StatusCode;
 use std::time::Duration;
 
@@ -31,32 +32,22 @@ pub enum BadRequest {
 }
 
 impl BadRequest {
-    fn message(self) -> &'static str {
+    fn message(self) -> Message {
         match self {
-            BadRequest::QuantityNotInteger => "quantity must be a whole number",
-            BadRequest::QuantityTooSmall => "quantity must be at least 1",
-            BadRequest::QuantityTooLarge => "quantity exceeds the most one request may buy",
-            BadRequest::QuantityRepeated => "quantity must be given once",
-            BadRequest::QuantityAmbiguous => {
-                "quantity must be given once, as the route's quantity parameter"
-            }
-            BadRequest::BodyTooLarge => "request body too large",
-            BadRequest::BodyTooSlow => "request body not received in time",
-            BadRequest::HeadersTooLarge => "request headers too large",
-            BadRequest::MalformedBody => "malformed request body",
-            BadRequest::MalformedTarget => "malformed request target",
-            BadRequest::UnreadableTarget => {
-                "request target cannot be read (not UTF-8, a control character, or too deep)"
-            }
-            BadRequest::QuantityDiffersFromRetry => {
-                "this Idempotency-Key already bought another quantity: retry with the same one, or use a new key"
-            }
-            BadRequest::LookAlikeTarget => {
-                "request target resembles a sale route without being one: use the route as published"
-            }
-            BadRequest::IdempotencyKeyInvalid => {
-                "Idempotency-Key must be given once, 1 to 128 visible ASCII characters"
-            }
+            BadRequest::QuantityNotInteger => Message::QuantityNotInteger,
+            BadRequest::QuantityTooSmall => Message::QuantityTooSmall,
+            BadRequest::QuantityTooLarge => Message::QuantityTooLarge,
+            BadRequest::QuantityRepeated => Message::QuantityRepeated,
+            BadRequest::QuantityAmbiguous => Message::QuantityAmbiguous,
+            BadRequest::BodyTooLarge => Message::BodyTooLarge,
+            BadRequest::BodyTooSlow => Message::BodyTooSlow,
+            BadRequest::HeadersTooLarge => Message::HeadersTooLarge,
+            BadRequest::MalformedBody => Message::MalformedBody,
+            BadRequest::MalformedTarget => Message::MalformedTarget,
+            BadRequest::UnreadableTarget => Message::UnreadableTarget,
+            BadRequest::QuantityDiffersFromRetry => Message::QuantityDiffersFromRetry,
+            BadRequest::LookAlikeTarget => Message::LookAlikeTarget,
+            BadRequest::IdempotencyKeyInvalid => Message::IdempotencyKeyInvalid,
         }
     }
 }
@@ -125,7 +116,8 @@ pub enum Decision {
 pub struct Reply {
     pub status: StatusCode,
     pub code: &'static str,
-    pub message: &'static str,
+    /// The catalogue's message, in the client's language when written.
+    pub message: Message,
     /// Seconds for the `Retry-After` header, where one is sent.
     pub retry_after_secs: Option<u64>,
     /// The upstream-protection queue's answer: (position, estimated wait in ms).
@@ -139,11 +131,11 @@ impl Decision {
     /// The buyer-facing answer: status, contract code, message, Retry-After. The only mapping.
     pub fn reply(&self) -> Reply {
         let (status, code, message, retry_after_secs) = match *self {
-            Decision::Admitted => (StatusCode::OK, Code::Admitted, "reserved", None),
+            Decision::Admitted => (StatusCode::OK, Code::Admitted, Message::Reserved, None),
             Decision::Unauthenticated => (
                 StatusCode::UNAUTHORIZED,
                 Code::Unauthenticated,
-                "sign in to take part in the sale",
+                Message::SignIn,
                 None,
             ),
             Decision::BadRequest(why) => (
@@ -155,66 +147,56 @@ impl Decision {
             Decision::UnknownActivity => (
                 StatusCode::NOT_FOUND,
                 Code::UnknownActivity,
-                "no such sale",
+                Message::NoSuchSale,
                 None,
             ),
             Decision::NotStarted => (
                 StatusCode::FORBIDDEN,
                 Code::NotStarted,
-                "the sale has not started yet",
+                Message::NotStarted,
                 None,
             ),
-            Decision::Ended => (StatusCode::GONE, Code::Ended, "the sale has ended", None),
+            Decision::Ended => (StatusCode::GONE, Code::Ended, Message::Ended, None),
             Decision::RateLimited { retry_after } => (
                 StatusCode::TOO_MANY_REQUESTS,
                 Code::RateLimited,
-                "too many attempts, slow down",
+                Message::SlowDown,
                 Some(ceil_secs(retry_after)),
             ),
-            Decision::SoldOut => (StatusCode::GONE, Code::SoldOut, "sold out", None),
+            Decision::SoldOut => (StatusCode::GONE, Code::SoldOut, Message::SoldOut, None),
             Decision::LimitExceeded => (
                 StatusCode::CONFLICT,
                 Code::LimitExceeded,
-                "this would take you over the per-buyer limit",
+                Message::OverLimit,
                 None,
             ),
             Decision::Unavailable | Decision::StoreUnavailable | Decision::ShuttingDown => (
                 StatusCode::SERVICE_UNAVAILABLE,
                 Code::Unavailable,
-                "the sale is busy, please retry shortly",
+                Message::Busy,
                 Some(UNAVAILABLE_RETRY_AFTER_SECS),
             ),
             Decision::Queued { estimated_wait, .. } => (
                 StatusCode::SERVICE_UNAVAILABLE,
                 Code::Unavailable,
-                "the shop is busy: too many buyers ahead of you, please retry",
+                Message::BusyQueue,
                 Some(ceil_secs(estimated_wait)),
             ),
-            Decision::Waiting => (
-                StatusCode::ACCEPTED,
-                Code::Queued,
-                "you are in the queue for this sale",
-                None,
-            ),
+            Decision::Waiting => (StatusCode::ACCEPTED, Code::Queued, Message::InQueue, None),
             Decision::InvalidTicket => (
                 StatusCode::FORBIDDEN,
                 Code::InvalidTicket,
-                "this queue ticket is not valid for you or for this sale",
+                Message::InvalidTicket,
                 None,
             ),
             Decision::TicketExpired => (
                 StatusCode::GONE,
                 Code::TicketExpired,
-                "your turn passed: the queue ticket has lapsed",
+                Message::TicketLapsed,
                 None,
             ),
             // Never sent by the gateway: the backend answers.
-            Decision::Passthrough => (
-                StatusCode::OK,
-                Code::Passthrough,
-                "forwarded unreserved",
-                None,
-            ),
+            Decision::Passthrough => (StatusCode::OK, Code::Passthrough, Message::Forwarded, None),
         };
         Reply {
             status,
@@ -249,9 +231,10 @@ fn ceil_secs(d: Duration) -> u64 {
 }
 
 impl Reply {
-    /// The JSON body `{"code": ..., "message": ...}`.
-    pub fn body(&self) -> Vec<u8> {
-        let mut body = serde_json::json!({ "code": self.code, "message": self.message });
+    /// The JSON body `{"code": ..., "message": ...}`, the message in `lang`.
+    pub fn body(&self, lang: Lang) -> Vec<u8> {
+        let message = self.message.text(lang);
+        let mut body = serde_json::json!({ "code": self.code, "message": message });
         if let Some((position, estimated_wait_ms)) = self.queue {
             body["queue_position"] = position.into();
             body["estimated_wait_ms"] = estimated_wait_ms.into();
@@ -326,7 +309,7 @@ mod tests {
 
     #[test]
     fn body_is_the_contract_json() {
-        let body = Decision::SoldOut.reply().body();
+        let body = Decision::SoldOut.reply().body(Lang::En);
         let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(v["code"], "sold_out");
         assert!(v["message"].is_string());
@@ -337,7 +320,7 @@ mod tests {
         }
         .reply();
         assert_eq!(queued.retry_after_secs, Some(16));
-        let v: serde_json::Value = serde_json::from_slice(&queued.body()).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&queued.body(Lang::En)).unwrap();
         assert_eq!(v["code"], "unavailable");
         assert_eq!(v["queue_position"], 1234);
         assert_eq!(v["estimated_wait_ms"], 15_200);

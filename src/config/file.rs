@@ -34,6 +34,9 @@ pub struct FileConfig {
     /// The flash-sale activities.
     #[serde(default)]
     pub activities: Vec<ActivitySection>,
+    /// The buyer's pages: shop name, templates (see `super::pages`).
+    #[serde(default)]
+    pub pages: Option<super::pages::PagesSection>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -430,6 +433,13 @@ pub struct ActivitySection {
     /// at one admission rate for the whole fleet.
     #[serde(default)]
     pub queue: Option<QueueSection>,
+    /// Shown on the waiting and refusal pages.
+    #[serde(default)]
+    pub title: Option<String>,
+    /// Where a browser buyer whose purchase from the waiting page won is sent (303), `{jti}`
+    /// filled in; without it, a page says what they won.
+    #[serde(default)]
+    pub success_url: Option<String>,
 }
 
 /// `activities[].queue`: the waiting room.

@@ -6,10 +6,12 @@
 mod bounds;
 pub mod file;
 mod keys;
+pub mod pages;
 pub mod route;
 mod settings;
 mod validate;
 
+pub use pages::{ActivityPage, PagesSettings};
 pub use settings::*;
 
 use http::HeaderName;

@@ -39,6 +39,8 @@ pub struct Settings {
     pub activities: Activities,
     /// From `redis.breaker` (reloadable, unlike the rest of `redis`).
     pub breaker: BreakerSettings,
+    /// `pages:` and the activities' titles and success URLs.
+    pub pages: super::PagesSettings,
 }
 
 #[derive(Debug)]

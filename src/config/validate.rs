@@ -36,6 +36,7 @@ impl Settings {
         let upstream = upstream(raw.upstream)?;
         let redis = redis(raw.redis)?;
         let longest_trip = bounds::longest_sale_trip(&redis, &upstream);
+        let pages = super::pages::pages(raw.pages, &raw.activities, base_dir)?;
         let activities = activities(raw.activities, Duration::from_secs(raw.signing.ttl_secs))?;
         bounds::retention_covers_the_lifecycle(&redis, &upstream, &activities, longest_trip)?;
         Ok(Settings {
@@ -52,6 +53,7 @@ impl Settings {
                 ttl: positive_ms("sold_out_cache.ttl_ms", raw.sold_out_cache.ttl_ms)?,
             },
             sale_routes: sale_routes(raw.sale_routes)?,
+            pages,
         })
     }
 }

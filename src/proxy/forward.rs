@@ -125,12 +125,17 @@ impl FlashProxy {
         ctx.upstream_status = Some(status);
         if let Some(decision) = self.settle(ctx, Exchange::Answered(status)).await {
             ctx.decision = Some(decision);
-            if let Err(e) = respond::decision(session, &decision).await {
+            if let Err(e) = respond::decision(session, &ctx.answering(), &decision).await {
                 tracing::debug!(error = %e, "could not answer the buyer");
             }
             return;
         }
-        // Settled: relay the answer; the buyer's side failing now changes nothing.
+        // Settled: relay the answer (or, for a browser that won from the waiting page, the
+        // gateway's own); the buyer's side failing now changes nothing.
+        if (200..300).contains(&status) && self.won(session, ctx).await {
+            answer.discard(&self.gw.forwarder).await;
+            return;
+        }
         let reservation = ctx.reservation.as_ref().map(|r| r.id.as_str());
         self.relay(session, answer, reservation).await;
     }
@@ -227,7 +232,7 @@ impl FlashProxy {
     ) {
         if let Some(decision) = self.settle(ctx, exchange).await {
             ctx.decision = Some(decision);
-            if let Err(e) = respond::decision(session, &decision).await {
+            if let Err(e) = respond::decision(session, &ctx.answering(), &decision).await {
                 tracing::debug!(error = %e, "could not answer the buyer");
             }
         }

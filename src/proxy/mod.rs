@@ -9,6 +9,7 @@ mod respond;
 mod sale;
 pub mod settle;
 mod waiting;
+mod won;
 
 use crate::admission::target::Target;
 use crate::admission::Admission;
@@ -37,6 +38,8 @@ use std::time::Instant;
 /// Per-request facts, from the first phase to `logging`.
 pub struct RequestCtx {
     started: Instant,
+    /// What the client's `Accept` and `Accept-Language` ask for (read once, first thing).
+    client: crate::pages::Client,
     /// The configuration this request runs under, from its first phase to its last.
     generation: Arc<Generation>,
     /// Set on sale routes only.
@@ -257,8 +260,20 @@ fn forward_uri(target: &Target, raw: &[u8]) -> std::result::Result<Option<http::
 /// Answers a sale request with the gateway's own decision; the request ends here.
 async fn refuse(session: &mut Session, ctx: &mut RequestCtx, decision: Decision) -> Result<bool> {
     ctx.decision = Some(decision);
-    respond::decision(session, &decision).await?;
+    respond::decision(session, &ctx.answering(), &decision).await?;
     Ok(true)
+}
+
+impl RequestCtx {
+    /// How this request's own answers are written (JSON or page, language, its sale).
+    fn answering(&self) -> respond::Answering<'_> {
+        let sale = self.sale.as_ref().and_then(|f| f.activity.as_deref());
+        respond::Answering {
+            client: self.client,
+            pages: &self.generation.pages,
+            sale: sale.map(|a| self.generation.sale_page(&a.id)),
+        }
+    }
 }
 
 #[async_trait]
@@ -268,6 +283,7 @@ impl ProxyHttp for FlashProxy {
     fn new_ctx(&self) -> RequestCtx {
         RequestCtx {
             started: Instant::now(),
+            client: crate::pages::Client::default(),
             generation: self.gw.live.current(),
             sale: None,
             canonical: None,
@@ -296,6 +312,7 @@ impl ProxyHttp for FlashProxy {
     async fn request_filter(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<bool> {
         let req = session.req_header();
         let generation = ctx.generation.clone();
+        ctx.client = crate::pages::Client::of(&req.headers);
         // Framing first, on every route: differing lengths are a smuggling attempt.
         if headers::content_length(req).is_err() {
             if let Err(e) = session.respond_error(400).await {
@@ -308,7 +325,7 @@ impl ProxyHttp for FlashProxy {
             Routed::Sale(route, activity) => (route, activity),
             Routed::Refused(refusal) => {
                 ctx.edge = Some(refusal);
-                respond::decision(session, &refusal.decision()).await?;
+                respond::decision(session, &ctx.answering(), &refusal.decision()).await?;
                 return Ok(true);
             }
             Routed::Other => {
@@ -324,7 +341,7 @@ impl ProxyHttp for FlashProxy {
                     Err(()) => {
                         ctx.edge = Some(EdgeRefusal::NotUtf8);
                         let bad = Decision::BadRequest(BadRequest::UnreadableTarget);
-                        respond::decision(session, &bad).await?;
+                        respond::decision(session, &ctx.answering(), &bad).await?;
                         Ok(true)
                     }
                 };

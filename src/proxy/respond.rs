@@ -1,25 +1,54 @@
 //! Answers the gateway writes itself.
 
 use crate::admission::Decision;
+use crate::pages::{Client, Pages, Sale, Waiting};
+use crate::waiting::page::{self, Queued};
 use bytes::Bytes;
 use pingora::http::ResponseHeader;
 use pingora::prelude::*;
 use pingora::proxy::FailToProxy;
 
-/// Writes the JSON answer for a decision: `{"code", "message"}`, plus `Retry-After` where the
-/// contract asks for one.
-pub async fn decision(session: &mut Session, decision: &Decision) -> Result<()> {
+/// How one request's answers are written: JSON or a page (read once from its `Accept`), in
+/// which language, naming which sale.
+pub struct Answering<'a> {
+    pub client: Client,
+    pub pages: &'a Pages,
+    pub sale: Option<Sale<'a>>,
+}
+
+const HTML: &str = "text/html; charset=utf-8";
+const JSON: &str = "application/json";
+
+/// Writes the answer for a decision: `{"code", "message"}` or its page, with the same status,
+/// plus `Retry-After` where the contract asks for one.
+pub async fn decision(
+    session: &mut Session,
+    how: &Answering<'_>,
+    decision: &Decision,
+) -> Result<()> {
     let reply = decision.reply();
-    let body = Bytes::from(reply.body());
-    let mut resp = ResponseHeader::build(reply.status, Some(5))?;
-    resp.insert_header(http::header::CONTENT_TYPE, "application/json")?;
-    resp.insert_header(http::header::CONTENT_LENGTH, body.len().to_string())?;
-    resp.insert_header(http::header::CACHE_CONTROL, "no-store")?;
+    let (content_type, body) = if how.client.html {
+        let page = how.pages.refusal(how.client.lang, &reply, how.sale);
+        (HTML, Bytes::from(page))
+    } else {
+        (JSON, Bytes::from(reply.body(how.client.lang)))
+    };
+    let mut resp = ResponseHeader::build(reply.status, Some(6))?;
+    own_answer(&mut resp, content_type, body.len())?;
     if let Some(secs) = reply.retry_after_secs {
         resp.insert_header(http::header::RETRY_AFTER, secs.to_string())?;
     }
     session.write_response_header(Box::new(resp), false).await?;
     session.write_response_body(Some(body), true).await
+}
+
+/// The headers of every answer the gateway writes for a sale route or the queue: its type and
+/// length, never cached, and varying with what the client asked for.
+fn own_answer(resp: &mut ResponseHeader, content_type: &str, len: usize) -> Result<()> {
+    resp.insert_header(http::header::CONTENT_TYPE, content_type)?;
+    resp.insert_header(http::header::CONTENT_LENGTH, len.to_string())?;
+    resp.insert_header(http::header::CACHE_CONTROL, "no-store")?;
+    resp.insert_header(http::header::VARY, "Accept, Accept-Language")
 }
 
 /// A JSON answer of the gateway's own (`{"code", "message"}`), never cached.
@@ -72,16 +101,48 @@ pub async fn proxy_error(session: &mut Session, e: &Error) -> FailToProxy {
     }
 }
 
-/// Writes a waiting-room answer: the ticket in its header and cookie, never cached.
-pub async fn queue(session: &mut Session, reply: crate::waiting::page::Reply) -> Result<()> {
-    let mut resp = ResponseHeader::build(reply.status, Some(6))?;
-    resp.insert_header(http::header::CONTENT_TYPE, reply.content_type)?;
-    resp.insert_header(http::header::CONTENT_LENGTH, reply.body.len().to_string())?;
-    resp.insert_header(http::header::CACHE_CONTROL, "no-store")?;
-    resp.insert_header(crate::header_names::QUEUE_TICKET, reply.ticket)?;
-    resp.insert_header(http::header::SET_COOKIE, reply.cookie)?;
+/// Writes a waiting-room answer in `status` (JSON or the waiting page; `reservation`: the
+/// "bought" page of a won purchase): the ticket in its header and cookie, never cached.
+pub async fn queue(
+    session: &mut Session,
+    how: &Answering<'_>,
+    status: http::StatusCode,
+    queued: &Queued,
+    reservation: Option<&str>,
+) -> Result<()> {
+    let answer = &queued.answer;
+    let lang = how.client.lang;
+    let (content_type, body) = match how.sale {
+        Some(sale) if how.client.html => {
+            let page = Waiting {
+                answer,
+                sale,
+                landing: &queued.landing,
+                reservation,
+            };
+            (HTML, how.pages.waiting(lang, &page))
+        }
+        _ => (JSON, page::json(answer, lang).to_string()),
+    };
+    let mut resp = ResponseHeader::build(status, Some(7))?;
+    own_answer(&mut resp, content_type, body.len())?;
+    resp.insert_header(crate::header_names::QUEUE_TICKET, answer.ticket.as_str())?;
+    resp.insert_header(http::header::SET_COOKIE, page::cookie(answer))?;
+    if let Some(id) = reservation {
+        resp.insert_header(super::headers::RESERVATION_ID, id)?;
+    }
     session.write_response_header(Box::new(resp), false).await?;
     session
-        .write_response_body(Some(Bytes::from(reply.body)), true)
+        .write_response_body(Some(Bytes::from(body)), true)
         .await
+}
+
+/// A won purchase's redirect (303) to the sale's `success_url`, with the reservation id.
+pub async fn see_other(session: &mut Session, location: &str, reservation: &str) -> Result<()> {
+    let mut resp = ResponseHeader::build(http::StatusCode::SEE_OTHER, Some(4))?;
+    resp.insert_header(http::header::LOCATION, location)?;
+    resp.insert_header(http::header::CONTENT_LENGTH, "0")?;
+    resp.insert_header(http::header::CACHE_CONTROL, "no-store")?;
+    resp.insert_header(super::headers::RESERVATION_ID, reservation)?;
+    session.write_response_header(Box::new(resp), true).await
 }

@@ -10,16 +10,6 @@ use crate::waiting::Presented;
 use http::StatusCode;
 use pingora::prelude::*;
 
-fn wants_html(session: &Session) -> bool {
-    page::wants_html(
-        session
-            .req_header()
-            .headers
-            .get(http::header::ACCEPT)
-            .and_then(|v| v.to_str().ok()),
-    )
-}
-
 /// The activity of a poll (`GET /flashgate/queue/{activity}`, read as sale routes are), if
 /// the request is one.
 pub(super) fn poll_activity(target: &Target) -> Option<&str> {
@@ -38,10 +28,13 @@ impl FlashProxy {
         &self,
         session: &mut Session,
         ctx: &mut RequestCtx,
-        reply: page::Reply,
+        queued: page::Queued,
     ) -> Result<bool> {
         ctx.decision = Some(Decision::Waiting);
-        respond::queue(session, reply).await.map(|()| true)
+        let how = ctx.answering();
+        respond::queue(session, &how, StatusCode::ACCEPTED, &queued, None)
+            .await
+            .map(|()| true)
     }
 
     /// `GET /flashgate/queue/{activity}`: where the buyer stands (from memory; a buyer without
@@ -106,18 +99,23 @@ impl FlashProxy {
                         None => Landing::Url("/".to_owned()),
                     },
                 };
-                let reply = page::reply(
-                    &answer,
-                    StatusCode::OK,
-                    wants_html(session),
-                    &activity.id,
-                    &landing,
-                );
-                respond::queue(session, reply).await?;
+                let how = respond::Answering {
+                    sale: Some(generation.sale_page(&activity.id)),
+                    ..ctx.answering()
+                };
+                let queued = page::Queued { answer, landing };
+                respond::queue(session, &how, StatusCode::OK, &queued, None).await?;
                 Ok(true)
             }
             Err(decision) => {
-                respond::decision(session, &decision).await?;
+                let how = respond::Answering {
+                    sale: settings
+                        .activities
+                        .get(raw_activity)
+                        .map(|a| generation.sale_page(&a.id)),
+                    ..ctx.answering()
+                };
+                respond::decision(session, &how, &decision).await?;
                 Ok(true)
             }
         }

@@ -21,7 +21,7 @@ use crate::admission::target::Target;
 use crate::admission::{Admission, BadRequest, Decision, Rules, SaleFacts};
 use crate::config::{Activity, SaleRoute};
 use crate::reservation::Reservation;
-use crate::waiting::page::Reply;
+use crate::waiting::page::Queued as Reply;
 use chrono::{DateTime, Utc};
 use pingora::http::RequestHeader;
 use std::net::IpAddr;

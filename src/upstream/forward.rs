@@ -50,6 +50,9 @@ pub struct Answer {
     peer: Box<HttpPeer>,
 }
 
+/// Most bytes of an answer read only to keep its connection.
+const DISCARD_LIMIT: usize = 1 << 20;
+
 pub struct Forwarder {
     connector: Connector,
 }
@@ -119,6 +122,25 @@ impl Answer {
     /// The next chunk of the response body (`None` at its end).
     pub async fn body_chunk(&mut self) -> Result<Option<Bytes>> {
         self.session.read_response_body().await
+    }
+
+    /// Reads the body to its end without relaying it (at most [`DISCARD_LIMIT`] bytes), then
+    /// gives the connection back to the pool; a longer or broken body closes it.
+    pub async fn discard(mut self, forwarder: &Forwarder) {
+        let mut read = 0;
+        let done = loop {
+            match self.body_chunk().await {
+                Ok(Some(chunk)) => {
+                    read += chunk.len();
+                    if read > DISCARD_LIMIT {
+                        break false;
+                    }
+                }
+                Ok(None) => break true,
+                Err(_) => break false,
+            }
+        };
+        self.finish(forwarder, done).await;
     }
 
     /// Gives the connection back to the pool (the body was read to its end), or closes it.

@@ -91,6 +91,10 @@ pub struct WaitingRoom<S = StockStore> {
     /// buyer, so a buyer without one (a poll or a purchase with no ticket, again and again) is
     /// answered from here, without a Redis call, while its queue's epoch holds.
     issued: Cache<(Arc<str>, String), (Ticket, String)>,
+    /// Buyers whose purchase won (per activity), for their polls' `bought`. Approximation:
+    /// kept by the gateway that relayed the win, in memory (bounded, a day): a poll another
+    /// gateway answers, or one after a restart, reads the queue's state instead.
+    bought: Cache<(Arc<str>, String), ()>,
 }
 
 /// Buyers whose issued ticket is remembered, per process (each entry about 200 bytes).
@@ -116,6 +120,10 @@ impl<S: QueueStore> WaitingRoom<S> {
             issued: Cache::builder()
                 .max_capacity(ISSUED_CAPACITY)
                 .time_to_idle(ISSUED_IDLE)
+                .build(),
+            bought: Cache::builder()
+                .max_capacity(ISSUED_CAPACITY)
+                .time_to_live(Duration::from_secs(24 * 3600))
                 .build(),
         }
     }
@@ -267,11 +275,11 @@ impl<S: QueueStore> WaitingRoom<S> {
         let key = &settings.signing.ticket_key;
         match self.answer(key, activity, queue, user, presented).await {
             Ok((answer, ticket, honoured)) => match answer.status {
-                Status::YourTurn if honoured => {
+                Status::YourTurn | Status::Bought if honoured => {
                     self.count_admitted(activity, ticket);
                     Turn::Pass
                 }
-                Status::YourTurn | Status::Waiting { .. } => Turn::Wait(answer),
+                Status::YourTurn | Status::Bought | Status::Waiting { .. } => Turn::Wait(answer),
                 Status::SoldOut => Turn::Refuse(Decision::SoldOut),
                 Status::Expired if honoured => {
                     self.metrics
@@ -319,7 +327,24 @@ impl<S: QueueStore> WaitingRoom<S> {
             presented,
         )
         .await
-        .map(|(answer, _, _)| answer)
+        .map(|(mut answer, _, _)| {
+            if self
+                .bought
+                .contains_key(&(activity.id.clone(), user.to_owned()))
+            {
+                answer.status = Status::Bought;
+            }
+            answer
+        })
+    }
+
+    /// `user`'s purchase in `activity` won (the backend answered 2xx): their polls say
+    /// `bought` from now on.
+    pub fn bought(&self, activity: &Activity, user: &str) {
+        if activity.queue.is_some() {
+            self.bought
+                .insert((activity.id.clone(), user.to_owned()), ());
+        }
     }
 
     /// Where `user` stands: from a presented ticket (checked, answered from memory), or from

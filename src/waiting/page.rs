@@ -1,14 +1,10 @@
-//! What a ticket holder is sent: the JSON answer for apps, or the waiting page for browsers
-//! (`Accept: text/html`), with the ticket in the `X-Flashgate-Ticket` header and the
-//! `flashgate_ticket` cookie. Built here as plain data; the proxy writes it.
-//!
-//! The page has no external assets: its script polls `GET /flashgate/queue/{activity}` (JSON)
-//! every `refresh_after_ms`, shows the place and the estimate, and at the buyer's turn goes to
-//! the queue's `landing_url`, or submits the purchase itself. Without script, it reloads itself.
+//! What a ticket holder is sent, as data: the JSON answer (the page, `crate::pages`, is made
+//! from it), and the ticket's cookie (`flashgate_ticket`; the `X-Flashgate-Ticket` header
+//! carries it too). The proxy writes them.
 
 use super::view::Status;
 use super::Answer;
-use http::StatusCode;
+use crate::catalogue::{Lang, Message};
 
 /// The cookie a browser keeps its ticket in.
 pub const TICKET_COOKIE: &str = "flashgate_ticket";
@@ -24,70 +20,45 @@ pub enum Landing {
     Purchase { method: String, target: String },
 }
 
-/// An answer ready to be written.
+/// A buyer held back at a sale route: their answer and where their page goes at their turn
+/// (the proxy writes it as JSON or as the waiting page).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Reply {
-    pub status: StatusCode,
-    pub content_type: &'static str,
-    /// `X-Flashgate-Ticket`.
-    pub ticket: String,
-    /// `Set-Cookie`.
-    pub cookie: String,
-    pub body: Vec<u8>,
+pub struct Queued {
+    pub answer: Answer,
+    pub landing: Landing,
 }
 
-/// The `code` and `message` of an answer in `status`.
-fn code(status: &Status) -> (&'static str, String) {
+/// The `code` and the catalogue's message of an answer in `status`.
+pub fn code(status: &Status) -> (&'static str, Message) {
     match *status {
         Status::Waiting {
             likely_too_late: true,
             position,
             ..
-        } => (
-            "queued",
-            format!(
-                "you are number {position} in the queue, but very likely too late: \
-                 the buyers ahead of you want more than is left"
-            ),
-        ),
+        } => ("queued", Message::QueueTooLate { position }),
         Status::Waiting {
             drawn: false,
             position,
             ..
-        } => (
-            "queued",
-            format!(
-                "you are in the queue with {position} buyers so far: places are drawn at \
-                 random when the sale starts, arriving earlier gives no advantage"
-            ),
-        ),
+        } => ("queued", Message::QueueBeforeDraw { count: position }),
         Status::Waiting {
             paused: true,
             position,
             ..
-        } => (
-            "queued",
-            format!(
-                "you are number {position} in the queue; the queue is paused for now: \
-                 no one moves ahead until it runs again, keep this page open"
-            ),
-        ),
-        Status::Waiting { position, .. } => {
-            ("queued", format!("you are number {position} in the queue"))
-        }
-        Status::YourTurn => ("your_turn", "it is your turn: buy now".to_owned()),
-        Status::SoldOut => ("sold_out", "the item is sold out".to_owned()),
-        Status::Expired => (
-            "ticket_expired",
-            "your turn passed: the queue ticket has lapsed".to_owned(),
-        ),
+        } => ("queued", Message::QueuePaused { position }),
+        Status::Waiting { position, .. } => ("queued", Message::QueuePlace { position }),
+        Status::YourTurn => ("your_turn", Message::YourTurn),
+        Status::SoldOut => ("sold_out", Message::QueueSoldOut),
+        Status::Expired => ("ticket_expired", Message::TicketLapsed),
+        Status::Bought => ("bought", Message::Bought),
     }
 }
 
-/// The JSON answer's fields (the contract's, plus `state`, `place_final`, `paused`). While the
-/// queue is paused there is no estimate (`null`); a final state (`sold_out`, `expired`) asks for
-/// no refresh (`refresh_after_ms` absent: an app following it would poll for nothing).
-pub fn json(answer: &Answer) -> serde_json::Value {
+/// The JSON answer's fields (the contract's, plus `state`, `place_final`, `paused`), the
+/// message in `lang`. While the queue is paused there is no estimate (`null`); a final state
+/// (`sold_out`, `expired`, `bought`) asks for no refresh (`refresh_after_ms` absent: an app
+/// following it would poll for nothing).
+pub fn json(answer: &Answer, lang: Lang) -> serde_json::Value {
     let (code, message) = code(&answer.status);
     let (position, wait, refresh, too_late, drawn, paused) = match answer.status {
         Status::Waiting {
@@ -107,7 +78,7 @@ pub fn json(answer: &Answer) -> serde_json::Value {
         ),
         // At the front: nothing left to wait for; come back soon only to learn what changed.
         Status::YourTurn => (0, Some(0), Some(1_000), false, true, false),
-        Status::SoldOut | Status::Expired => (
+        Status::SoldOut | Status::Expired | Status::Bought => (
             0,
             Some(0),
             None,
@@ -118,7 +89,7 @@ pub fn json(answer: &Answer) -> serde_json::Value {
     };
     let mut json = serde_json::json!({
         "code": code,
-        "message": message,
+        "message": message.text(lang),
         "state": answer.status.state(),
         "queue_position": position,
         "estimated_wait_ms": wait,
@@ -133,84 +104,13 @@ pub fn json(answer: &Answer) -> serde_json::Value {
     json
 }
 
-/// The answer to a ticket holder: `status` (202 on a sale route, 200 on the poll endpoint),
-/// JSON, or the waiting page when `html`.
-pub fn reply(
-    answer: &Answer,
-    status: StatusCode,
-    html: bool,
-    activity: &str,
-    landing: &Landing,
-) -> Reply {
-    let json = json(answer);
-    let cookie = format!(
+/// The `Set-Cookie` value that keeps the ticket in a browser until the sale's end.
+pub fn cookie(answer: &Answer) -> String {
+    format!(
         "{TICKET_COOKIE}={}; Path=/; Max-Age={}; HttpOnly; SameSite=Lax",
         answer.ticket,
         answer.cookie_max_age_secs.max(1)
-    );
-    let (content_type, body) = if html {
-        (
-            "text/html; charset=utf-8",
-            page(&json, activity, landing).into_bytes(),
-        )
-    } else {
-        ("application/json", json.to_string().into_bytes())
-    };
-    Reply {
-        status,
-        content_type,
-        ticket: answer.ticket.clone(),
-        cookie,
-        body,
-    }
-}
-
-/// Whether the client asked for a page (a browser's navigation) rather than JSON.
-pub fn wants_html(accept: Option<&str>) -> bool {
-    accept.is_some_and(|a| {
-        a.split(',')
-            .any(|m| m.trim().split(';').next() == Some("text/html"))
-    })
-}
-
-/// JSON safe inside a `<script>` element.
-fn script_json(value: &serde_json::Value) -> String {
-    value
-        .to_string()
-        .replace('<', "\\u003c")
-        .replace('>', "\\u003e")
-        .replace('&', "\\u0026")
-}
-
-fn escape(text: &str) -> String {
-    text.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
-}
-
-const PAGE: &str = include_str!("waiting.html");
-
-/// The waiting page for the answer `json`.
-fn page(json: &serde_json::Value, activity: &str, landing: &Landing) -> String {
-    let landing = match landing {
-        Landing::Url(url) => serde_json::json!({ "url": url }),
-        Landing::Purchase { method, target } => {
-            serde_json::json!({ "method": method, "target": target })
-        }
-    };
-    let config = serde_json::json!({
-        "poll": format!("{POLL_PREFIX}{activity}"),
-        "answer": json,
-        "landing": landing,
-    });
-    let refresh_secs = (json["refresh_after_ms"].as_u64().unwrap_or(5_000) / 1000).max(1);
-    PAGE.replace(
-        "{{MESSAGE}}",
-        &escape(json["message"].as_str().unwrap_or("")),
     )
-    .replace("{{REFRESH_SECS}}", &refresh_secs.to_string())
-    .replace("{{CONFIG}}", &script_json(&config))
 }
 
 #[cfg(test)]
@@ -238,28 +138,34 @@ mod tests {
         if let Status::Waiting { paused: p, .. } = &mut paused.status {
             *p = true;
         }
-        let v = json(&paused);
+        let v = json(&paused, Lang::En);
         assert_eq!(v["paused"], true);
         assert!(v["estimated_wait_ms"].is_null(), "{v}");
         assert!(v["message"].as_str().unwrap().contains("paused"), "{v}");
-        assert_eq!(json(&waiting(3))["paused"], false);
-        for status in [Status::SoldOut, Status::Expired] {
-            let v = json(&Answer {
-                status,
-                ..waiting(1)
-            });
+        assert_eq!(json(&waiting(3), Lang::En)["paused"], false);
+        for status in [Status::SoldOut, Status::Expired, Status::Bought] {
+            let v = json(
+                &Answer {
+                    status,
+                    ..waiting(1)
+                },
+                Lang::En,
+            );
             assert!(v.get("refresh_after_ms").is_none(), "{v}");
         }
-        let turn = json(&Answer {
-            status: Status::YourTurn,
-            ..waiting(1)
-        });
+        let turn = json(
+            &Answer {
+                status: Status::YourTurn,
+                ..waiting(1)
+            },
+            Lang::En,
+        );
         assert_eq!(turn["refresh_after_ms"], 1_000);
     }
 
     #[test]
     fn the_json_answer_has_every_contract_field() {
-        let v = json(&waiting(7));
+        let v = json(&waiting(7), Lang::En);
         for field in [
             "code",
             "message",
@@ -278,45 +184,23 @@ mod tests {
     }
 
     #[test]
-    fn the_ticket_goes_in_a_header_and_an_http_only_cookie() {
-        let r = reply(
-            &waiting(1),
-            StatusCode::ACCEPTED,
-            false,
-            "a",
-            &Landing::Url("/buy".into()),
-        );
-        assert_eq!(r.ticket, "t1.a.1.2.x");
+    fn the_ticket_goes_in_an_http_only_cookie() {
         assert_eq!(
-            r.cookie,
+            cookie(&waiting(1)),
             "flashgate_ticket=t1.a.1.2.x; Path=/; Max-Age=60; HttpOnly; SameSite=Lax"
         );
-        assert_eq!(r.content_type, "application/json");
     }
 
     #[test]
-    fn the_page_cannot_be_broken_out_of() {
-        let landing = Landing::Purchase {
-            method: "POST".into(),
-            target: "/seckill/a?x=</script><script>alert(1)</script>".into(),
+    fn the_message_follows_the_language_and_the_code_does_not() {
+        let (en, zh) = (json(&waiting(3), Lang::En), json(&waiting(3), Lang::Zh));
+        assert_eq!(en["message"], "you are number 3 in the queue");
+        assert_eq!(zh["message"], "您排在第 3 位");
+        assert_eq!(en["code"], zh["code"]);
+        let bought = Answer {
+            status: Status::Bought,
+            ..waiting(1)
         };
-        let r = reply(&waiting(3), StatusCode::ACCEPTED, true, "a", &landing);
-        let html = String::from_utf8(r.body).unwrap();
-        assert_eq!(
-            html.matches("</script>").count(),
-            html.matches("<script").count()
-        );
-        assert!(!html.contains("alert(1)</script>"));
-        assert!(html.contains("you are number 3 in the queue"));
-    }
-
-    #[test]
-    fn browsers_get_the_page_and_apps_json() {
-        assert!(wants_html(Some(
-            "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
-        )));
-        assert!(!wants_html(Some("application/json")));
-        assert!(!wants_html(Some("*/*")));
-        assert!(!wants_html(None));
+        assert_eq!(json(&bought, Lang::En)["state"], "bought");
     }
 }

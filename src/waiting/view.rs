@@ -177,9 +177,17 @@ pub enum Status {
     SoldOut,
     /// Its admission window passed.
     Expired,
+    /// The buyer's purchase won (the backend answered 2xx): never given by the queue itself,
+    /// only by a poll of a buyer the room saw buy (see `WaitingRoom::bought`).
+    Bought,
 }
 
 impl Status {
+    /// Whether nothing more will change: the answer asks for no refresh.
+    pub fn is_final(&self) -> bool {
+        matches!(self, Status::SoldOut | Status::Expired | Status::Bought)
+    }
+
     /// The `state` field of the poll answer.
     pub fn state(&self) -> &'static str {
         match self {
@@ -187,6 +195,7 @@ impl Status {
             Status::YourTurn => "your_turn",
             Status::SoldOut => "sold_out",
             Status::Expired => "expired",
+            Status::Bought => "bought",
         }
     }
 }

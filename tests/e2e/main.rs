@@ -6,6 +6,7 @@ mod support;
 
 mod admin;
 mod attacks;
+mod browser;
 mod burst;
 mod decisions;
 mod edge;
@@ -15,6 +16,7 @@ mod integrity;
 mod lifecycle;
 mod news;
 mod operations;
+mod pages;
 mod precedence;
 mod queue;
 mod queue_support;

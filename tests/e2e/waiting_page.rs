@@ -3,150 +3,13 @@
 //! itself, and at the buyer's turn submits the purchase, which the backend receives with the
 //! signed reservation.
 
+use crate::browser::{token, Browser, IDENTITY_SECRET};
 use crate::support::*;
-use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use serde_json::{json, Value};
-use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
-
-const IDENTITY_SECRET: &str = "identity-secret-for-the-browser";
-
-fn token(user: &str) -> String {
-    let mut header = Header::new(Algorithm::HS256);
-    header.kid = Some("idp1".into());
-    let exp = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
-        + 600;
-    jsonwebtoken::encode(
-        &header,
-        &json!({ "sub": user, "exp": exp }),
-        &EncodingKey::from_secret(IDENTITY_SECRET.as_bytes()).unwrap(),
-    )
-    .unwrap()
-}
-
-/// chromedriver on a free port, with one headless chromium session; both killed on drop.
-struct Browser {
-    driver: Child,
-    addr: SocketAddr,
-    session: String,
-    _profile: tempfile::TempDir,
-}
-
-impl Browser {
-    async fn start() -> Browser {
-        let port = free_port();
-        let driver = Command::new("chromedriver")
-            .arg(format!("--port={port}"))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("chromedriver (scripts/ensure-deps installs chromium-driver)");
-        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-        let mut browser = Browser {
-            driver,
-            addr,
-            session: String::new(),
-            _profile: tempfile::tempdir().unwrap(),
-        };
-        wait_for_async(
-            "chromedriver to listen",
-            Duration::from_secs(20),
-            || async { tokio::net::TcpStream::connect(addr).await.ok().map(|_| ()) },
-        )
-        .await;
-        let profile = browser._profile.path().display().to_string();
-        let caps = json!({"capabilities": {"alwaysMatch": {
-            "browserName": "chrome",
-            "goog:chromeOptions": {
-                "binary": "/usr/bin/chromium",
-                "args": ["--headless=new", "--no-sandbox", "--disable-gpu",
-                         "--disable-dev-shm-usage", "--disable-background-networking",
-                         "--disable-extensions", "--no-first-run",
-                         format!("--user-data-dir={profile}")]
-            }
-        }}});
-        let created = browser.call("POST", "/session", Some(caps)).await;
-        browser.session = created["sessionId"]
-            .as_str()
-            .unwrap_or_else(|| panic!("no session: {created}"))
-            .to_owned();
-        browser
-    }
-
-    async fn call(&self, method: &str, path: &str, body: Option<Value>) -> Value {
-        let body = body.map(|b| b.to_string()).unwrap_or_default();
-        let raw = format!(
-            "{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\
-             Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-            self.addr,
-            body.len()
-        );
-        let (status, body) =
-            tokio::time::timeout(Duration::from_secs(60), exchange(self.addr, &raw))
-                .await
-                .expect("chromedriver answers within a minute");
-        let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-        assert!(status < 300, "{method} {path}: {status} {v}");
-        v["value"].clone()
-    }
-
-    async fn command(&self, method: &str, what: &str, body: Value) -> Value {
-        let path = format!("/session/{}/{what}", self.session);
-        self.call(method, &path, Some(body)).await
-    }
-
-    async fn go(&self, url: &str) {
-        self.command("POST", "url", json!({ "url": url })).await;
-    }
-
-    async fn script(&self, script: &str) -> Value {
-        self.command(
-            "POST",
-            "execute/sync",
-            json!({ "script": script, "args": [] }),
-        )
-        .await
-    }
-}
-
-/// One request to chromedriver, read by its Content-Length (chromedriver says
-/// `Connection: close` but keeps the connection open).
-async fn exchange(addr: SocketAddr, raw: &str) -> (u16, Vec<u8>) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    stream.write_all(raw.as_bytes()).await.unwrap();
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 16 * 1024];
-    loop {
-        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
-            let length: usize = head
-                .lines()
-                .find_map(|l| l.strip_prefix("content-length:"))
-                .and_then(|v| v.trim().parse().ok())
-                .unwrap_or(0);
-            if buf.len() >= end + 4 + length {
-                let status = head
-                    .split(' ')
-                    .nth(1)
-                    .and_then(|s| s.parse().ok())
-                    .unwrap_or(0);
-                return (status, buf[end + 4..end + 4 + length].to_vec());
-            }
-        }
-        let n = stream.read(&mut chunk).await.unwrap();
-        assert!(n > 0, "chromedriver closed before answering");
-        buf.extend_from_slice(&chunk[..n]);
-    }
-}
+use std::time::Duration;
 
 /// The purchases the backend received (the product page's own request aside).
-async fn purchases(upstream: &Upstream) -> Vec<Value> {
+pub(crate) async fn purchases(upstream: &Upstream) -> Vec<Value> {
     let mut requests = upstream.requests().await;
     requests.retain(|r| {
         r["path"]
@@ -154,13 +17,6 @@ async fn purchases(upstream: &Upstream) -> Vec<Value> {
             .is_some_and(|p| p.starts_with("/api/seckill/"))
     });
     requests
-}
-
-impl Drop for Browser {
-    fn drop(&mut self) {
-        let _ = self.driver.kill();
-        let _ = self.driver.wait();
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -261,18 +117,25 @@ async fn the_waiting_page_shows_the_place_refreshes_and_lands_on_the_purchase() 
             .contains("x-flashgate-reservation"),
         "{text}"
     );
+    // Without a success_url, the page says what she won (the backend's answer is not shown).
     let after = wait_for_async(
-        "the browser to show the backend's answer",
+        "the browser to show what she won",
         Duration::from_secs(15),
         || async {
             let v = browser.script(read).await;
-            (v[3] == "/api/seckill/1001/buy" && v[0].is_null()).then_some(v)
+            (v[3] == "/api/seckill/1001/buy" && v[0] == "bought").then_some(v)
         },
     )
     .await;
+    assert_eq!(after[2], "You bought it", "{after}");
+    let jti = browser
+        .script("return document.getElementById('order').textContent;")
+        .await;
+    let orders = upstream.orders().await;
+    assert_eq!(orders.len(), 1, "{orders:?}");
     assert!(
-        !after[4].as_str().unwrap().contains("In the queue"),
-        "{after}"
+        jti.as_str().unwrap().contains(&orders[0]),
+        "{jti} {orders:?}"
     );
     let _ = browser
         .call("DELETE", &format!("/session/{}", browser.session), None)

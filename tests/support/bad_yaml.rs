@@ -509,4 +509,39 @@ pub const BAD: &[Bad] = &[
         patch: &[("redis.key_ttl_after_end_secs", Some("60"))],
         expect: "redis.key_ttl_after_end_secs: is 60 s, but a reservation made at the close can settle up to",
     },
+    Bad {
+        name: "pages-dir-missing",
+        patch: &[("pages", Some("{dir: no-such-dir}"))],
+        expect: "pages.dir: ",
+    },
+    Bad {
+        name: "pages-template-broken",
+        patch: &[("pages", Some("{dir: pages-broken}"))],
+        expect: "pages-broken/waiting.html (line 3): ",
+    },
+    Bad {
+        name: "pages-dir-without-templates",
+        patch: &[("pages", Some("{dir: edge}"))],
+        expect: "holds neither waiting.html nor refusal.html",
+    },
+    Bad {
+        name: "pages-unknown-key",
+        patch: &[("pages", Some("{shopname: Mine}"))],
+        expect: "unknown field `shopname`",
+    },
+    Bad {
+        name: "pages-shop-url-other-host",
+        patch: &[("pages", Some("{shop_url: \"//evil.example/\"}"))],
+        expect: "pages.shop_url: \"//evil.example/\" must be a path",
+    },
+    Bad {
+        name: "success-url-script",
+        patch: &[("activities.0.success_url", Some("\"javascript:alert(1)\""))],
+        expect: "activities[0].success_url: \"javascript:alert(1)\" must be a path (/…) or an http(s) URL",
+    },
+    Bad {
+        name: "title-control-character",
+        patch: &[("activities.0.title", Some("\"Phone\\u0007X\""))],
+        expect: "activities[0].title: must be at most 200 characters, none a control character",
+    },
 ];

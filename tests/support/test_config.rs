@@ -315,6 +315,8 @@ pub struct TestConfig {
     pub server: ServerOptions,
     pub upstream: UpstreamOptions,
     pub redis: RedisOptions,
+    /// Values set at JSON-pointer paths of the YAML last (`/pages`, `/activities/0/title`).
+    pub patches: Vec<(String, Value)>,
 }
 
 impl TestConfig {
@@ -353,7 +355,15 @@ impl TestConfig {
             server: ServerOptions::default(),
             upstream: UpstreamOptions::default(),
             redis: RedisOptions::default(),
+            patches: Vec::new(),
         }
+    }
+
+    /// Sets `value` at `pointer` (a JSON pointer into the YAML: `/pages/shop_name`); the
+    /// mapping it goes in must exist, but for the last key.
+    pub fn set(mut self, pointer: &str, value: Value) -> Self {
+        self.patches.push((pointer.to_owned(), value));
+        self
     }
 
     /// The same configuration on new ports (for another gateway beside this one's, or after it).
@@ -466,6 +476,17 @@ impl TestConfig {
             ),
             "activities": self.activities,
         });
+        for (pointer, value) in &self.patches {
+            let (parent, key) = pointer.rsplit_once('/').expect("a JSON pointer");
+            if parent.is_empty() {
+                doc[key] = value.clone();
+                continue;
+            }
+            let at = doc
+                .pointer_mut(parent)
+                .unwrap_or_else(|| panic!("{parent} is not in the configuration"));
+            at[key] = value.clone();
+        }
         drop_nulls(&mut doc);
         serde_yaml::to_string(&doc).expect("a test configuration serialises")
     }

@@ -10,7 +10,7 @@ use crate::header_names::{cookie, QUEUE_TICKET};
 use crate::purchase::{Attempt, Gate, HeldBack, Parts, Step, Verdict};
 use crate::waiting::page::{self, Landing, TICKET_COOKIE};
 use crate::waiting::{self, Presented};
-use http::{HeaderMap, StatusCode};
+use http::HeaderMap;
 
 /// The waiting rooms, as the gate asks them (the gateway's [`waiting::WaitingRoom`]; unit
 /// tests use a fake).
@@ -110,16 +110,7 @@ impl Gate for WaitingRoom {
                         target: target.to_string(),
                     },
                 };
-                let accept = headers
-                    .get(http::header::ACCEPT)
-                    .and_then(|v| v.to_str().ok());
-                let reply = Box::new(page::reply(
-                    &answer,
-                    StatusCode::ACCEPTED,
-                    page::wants_html(accept),
-                    &activity.id,
-                    &landing,
-                ));
+                let reply = Box::new(page::Queued { answer, landing });
                 if keyed {
                     attempt.held_back = Some(HeldBack::Queue(Decision::Waiting, Some(reply)));
                     return Step::Pass;

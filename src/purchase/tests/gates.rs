@@ -58,7 +58,14 @@ fn a_buyer_without_their_turn_gets_their_place_and_takes_nothing() {
     let Ok(Verdict::Queue(reply)) = placed else {
         panic!("queued: {placed:?}");
     };
-    assert_eq!(reply.status, http::StatusCode::ACCEPTED);
+    assert_eq!(reply.answer.ticket, "t-1");
+    assert!(
+        matches!(
+            reply.landing,
+            crate::waiting::page::Landing::Purchase { .. }
+        ),
+        "{reply:?}"
+    );
     assert_eq!(
         *h.room.asked.lock(),
         [("u".to_owned(), Some("t-0".to_owned()))]

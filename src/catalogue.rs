@@ -1,0 +1,394 @@
+//! Every sentence the gateway says to a buyer, in each language it speaks: one catalogue for
+//! the JSON `message` and for the pages (their headings and labels too). A leaf: it knows no
+//! decision, page or request; callers name a [`Message`] or a [`Label`] and a [`Lang`].
+//!
+//! English is the contract's wording (tests assert it); every entry has a Chinese one, the two
+//! `match`es below being exhaustive.
+
+use std::borrow::Cow;
+
+crate::label_enum! {
+    /// A language the gateway answers in (the `lang` attribute of a page).
+    pub enum Lang {
+        En => "en",
+        Zh => "zh",
+    }
+}
+
+/// English unless the client asks for another spoken here.
+impl Default for Lang {
+    fn default() -> Self {
+        Lang::En
+    }
+}
+
+impl Lang {
+    /// The language a primary subtag names (`en`, `zh`, any case), if it is one spoken here.
+    pub fn from_subtag(subtag: &str) -> Option<Lang> {
+        Lang::ALL
+            .iter()
+            .copied()
+            .find(|l| l.as_str().eq_ignore_ascii_case(subtag))
+    }
+}
+
+/// A message a buyer reads: the JSON `message` of an answer, and the main text of its page.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Message {
+    Reserved,
+    SignIn,
+    NoSuchSale,
+    NotStarted,
+    Ended,
+    SlowDown,
+    SoldOut,
+    OverLimit,
+    Busy,
+    BusyQueue,
+    InQueue,
+    InvalidTicket,
+    TicketLapsed,
+    Forwarded,
+    QuantityNotInteger,
+    QuantityTooSmall,
+    QuantityTooLarge,
+    QuantityRepeated,
+    QuantityAmbiguous,
+    IdempotencyKeyInvalid,
+    BodyTooLarge,
+    BodyTooSlow,
+    HeadersTooLarge,
+    MalformedBody,
+    MalformedTarget,
+    UnreadableTarget,
+    LookAlikeTarget,
+    QuantityDiffersFromRetry,
+    /// The waiting room: the buyer's place.
+    QueuePlace {
+        position: u64,
+    },
+    /// The waiting room, before the draw: `count` buyers so far.
+    QueueBeforeDraw {
+        count: u64,
+    },
+    QueuePaused {
+        position: u64,
+    },
+    QueueTooLate {
+        position: u64,
+    },
+    YourTurn,
+    QueueSoldOut,
+    Bought,
+}
+
+impl Message {
+    /// The text in `lang`.
+    pub fn text(self, lang: Lang) -> Cow<'static, str> {
+        match lang {
+            Lang::En => self.en(),
+            Lang::Zh => self.zh(),
+        }
+    }
+
+    fn en(self) -> Cow<'static, str> {
+        use Message::*;
+        Cow::Borrowed(match self {
+            Reserved => "reserved",
+            SignIn => "sign in to take part in the sale",
+            NoSuchSale => "no such sale",
+            NotStarted => "the sale has not started yet",
+            Ended => "the sale has ended",
+            SlowDown => "too many attempts, slow down",
+            SoldOut => "sold out",
+            OverLimit => "this would take you over the per-buyer limit",
+            Busy => "the sale is busy, please retry shortly",
+            BusyQueue => "the shop is busy: too many buyers ahead of you, please retry",
+            InQueue => "you are in the queue for this sale",
+            InvalidTicket => "this queue ticket is not valid for you or for this sale",
+            TicketLapsed => "your turn passed: the queue ticket has lapsed",
+            Forwarded => "forwarded unreserved",
+            QuantityNotInteger => "quantity must be a whole number",
+            QuantityTooSmall => "quantity must be at least 1",
+            QuantityTooLarge => "quantity exceeds the most one request may buy",
+            QuantityRepeated => "quantity must be given once",
+            QuantityAmbiguous => "quantity must be given once, as the route's quantity parameter",
+            IdempotencyKeyInvalid => {
+                "Idempotency-Key must be given once, 1 to 128 visible ASCII characters"
+            }
+            BodyTooLarge => "request body too large",
+            BodyTooSlow => "request body not received in time",
+            HeadersTooLarge => "request headers too large",
+            MalformedBody => "malformed request body",
+            MalformedTarget => "malformed request target",
+            UnreadableTarget => {
+                "request target cannot be read (not UTF-8, a control character, or too deep)"
+            }
+            LookAlikeTarget => {
+                "request target resembles a sale route without being one: use the route as published"
+            }
+            QuantityDiffersFromRetry => {
+                "this Idempotency-Key already bought another quantity: retry with the same one, or use a new key"
+            }
+            QueuePlace { position } => {
+                return Cow::Owned(format!("you are number {position} in the queue"))
+            }
+            QueueBeforeDraw { count } => {
+                return Cow::Owned(format!(
+                    "you are in the queue with {count} buyers so far: places are drawn at \
+                     random when the sale starts, arriving earlier gives no advantage"
+                ))
+            }
+            QueuePaused { position } => {
+                return Cow::Owned(format!(
+                    "you are number {position} in the queue; the queue is paused for now: \
+                     no one moves ahead until it runs again, keep this page open"
+                ))
+            }
+            QueueTooLate { position } => {
+                return Cow::Owned(format!(
+                    "you are number {position} in the queue, but the buyers ahead of you \
+                     want more than is left"
+                ))
+            }
+            YourTurn => "it is your turn: buy now",
+            QueueSoldOut => "the item is sold out",
+            Bought => "you bought it: your order is placed",
+        })
+    }
+
+    fn zh(self) -> Cow<'static, str> {
+        use Message::*;
+        Cow::Borrowed(match self {
+            Reserved => "已为您预留",
+            SignIn => "请先登录再参加抢购",
+            NoSuchSale => "没有这个抢购活动",
+            NotStarted => "抢购尚未开始",
+            Ended => "抢购已结束",
+            SlowDown => "尝试次数过多，请稍后再试",
+            SoldOut => "已售罄",
+            OverLimit => "超出每人限购数量",
+            Busy => "抢购繁忙，请稍后重试",
+            BusyQueue => "商店繁忙：您前面的买家太多，请稍后重试",
+            InQueue => "您已进入本次抢购的队列",
+            InvalidTicket => "此排队凭证对您或本次抢购无效",
+            TicketLapsed => "您的机会已过：排队凭证已失效",
+            Forwarded => "未预留，已直接转发",
+            QuantityNotInteger => "数量必须是整数",
+            QuantityTooSmall => "数量至少为 1",
+            QuantityTooLarge => "数量超过单次购买上限",
+            QuantityRepeated => "数量只能给出一次",
+            QuantityAmbiguous => "数量只能以该路由的数量参数给出一次",
+            IdempotencyKeyInvalid => {
+                "Idempotency-Key 只能给出一次，且为 1 到 128 个可见 ASCII 字符"
+            }
+            BodyTooLarge => "请求内容过大",
+            BodyTooSlow => "未能及时收到请求内容",
+            HeadersTooLarge => "请求头过大",
+            MalformedBody => "请求内容格式错误",
+            MalformedTarget => "请求地址格式错误",
+            UnreadableTarget => "无法读取请求地址（非 UTF-8、含控制字符或层级过深）",
+            LookAlikeTarget => "请求地址与抢购路由相似但并非抢购路由：请使用公布的地址",
+            QuantityDiffersFromRetry => {
+                "此 Idempotency-Key 已购买了其他数量：请用相同数量重试，或使用新的 key"
+            }
+            QueuePlace { position } => return Cow::Owned(format!("您排在第 {position} 位")),
+            QueueBeforeDraw { count } => {
+                return Cow::Owned(format!(
+                    "目前共有 {count} 位买家在排队：开售时随机抽取顺序，早到没有优势"
+                ))
+            }
+            QueuePaused { position } => {
+                return Cow::Owned(format!(
+                    "您排在第 {position} 位；队列暂时暂停：恢复前没有人前进，请保持此页面打开"
+                ))
+            }
+            QueueTooLate { position } => {
+                return Cow::Owned(format!(
+                    "您排在第 {position} 位，但您前面的买家想买的数量超过了剩余库存"
+                ))
+            }
+            YourTurn => "轮到您了：现在就买",
+            QueueSoldOut => "商品已售罄",
+            Bought => "购买成功：您的订单已提交",
+        })
+    }
+}
+
+crate::label_enum! {
+    /// A heading or label of the pages (the templates' `text.<name>`, and the waiting page's
+    /// script's).
+    pub enum Label {
+        TitleWaiting => "title_waiting",
+        TitlePaused => "title_paused",
+        TitleYourTurn => "title_your_turn",
+        TitleSoldOut => "title_sold_out",
+        TitleExpired => "title_expired",
+        TitleBought => "title_bought",
+        TitleRefused => "title_refused",
+        Place => "place",
+        Waiting => "waiting",
+        EstimatedWait => "estimated_wait",
+        AboutSeconds => "about_seconds",
+        AboutMinutes => "about_minutes",
+        Paused => "paused",
+        TooLate => "too_late",
+        KeepOpen => "keep_open",
+        Refreshes => "refreshes",
+        Progress => "progress",
+        BuyNow => "buy_now",
+        TakingYou => "taking_you",
+        BackToShop => "back_to_shop",
+        ConnectionLost => "connection_lost",
+        NoAnswer => "no_answer",
+        RetryAfter => "retry_after",
+        Order => "order",
+        Item => "item",
+    }
+}
+
+impl Label {
+    /// The text in `lang`; `{n}` stands for a number the page fills in.
+    pub fn text(self, lang: Lang) -> &'static str {
+        use Label::*;
+        match (lang, self) {
+            (Lang::En, TitleWaiting) => "In the queue",
+            (Lang::En, TitlePaused) => "Queue paused",
+            (Lang::En, TitleYourTurn) => "It is your turn",
+            (Lang::En, TitleSoldOut) => "Sold out",
+            (Lang::En, TitleExpired) => "Your turn has passed",
+            (Lang::En, TitleBought) => "You bought it",
+            (Lang::En, TitleRefused) => "Not possible right now",
+            (Lang::En, Place) => "Your place in the queue",
+            (Lang::En, Waiting) => "{n} waiting",
+            (Lang::En, EstimatedWait) => "Estimated wait:",
+            (Lang::En, AboutSeconds) => "about {n} s",
+            (Lang::En, AboutMinutes) => "about {n} min",
+            (Lang::En, Paused) => "Paused: no estimate until the queue runs again",
+            (Lang::En, TooLate) => {
+                "Very likely too late: the stock will probably run out before your turn."
+            }
+            (Lang::En, KeepOpen) => "Keep this page open: it refreshes by itself.",
+            (Lang::En, Refreshes) => "This page refreshes itself every few seconds.",
+            (Lang::En, Progress) => "Progress through the queue",
+            (Lang::En, BuyNow) => "Buy now",
+            (Lang::En, TakingYou) => "Taking you to the purchase\u{2026}",
+            (Lang::En, BackToShop) => "Back to the shop",
+            (Lang::En, ConnectionLost) => "Connection lost; trying again\u{2026}",
+            (Lang::En, NoAnswer) => "The queue did not answer; trying again.",
+            (Lang::En, RetryAfter) => "You may try again in {n} s.",
+            (Lang::En, Order) => "Order reference:",
+            (Lang::En, Item) => "Item:",
+            (Lang::Zh, TitleWaiting) => "排队中",
+            (Lang::Zh, TitlePaused) => "队列已暂停",
+            (Lang::Zh, TitleYourTurn) => "轮到您了",
+            (Lang::Zh, TitleSoldOut) => "已售罄",
+            (Lang::Zh, TitleExpired) => "您的机会已过",
+            (Lang::Zh, TitleBought) => "购买成功",
+            (Lang::Zh, TitleRefused) => "暂时无法完成",
+            (Lang::Zh, Place) => "您在队列中的位置",
+            (Lang::Zh, Waiting) => "{n} 人在排队",
+            (Lang::Zh, EstimatedWait) => "预计等待：",
+            (Lang::Zh, AboutSeconds) => "约 {n} 秒",
+            (Lang::Zh, AboutMinutes) => "约 {n} 分钟",
+            (Lang::Zh, Paused) => "已暂停：队列恢复前无法估计等待时间",
+            (Lang::Zh, TooLate) => "很可能来不及了：轮到您之前库存大概率会售完。",
+            (Lang::Zh, KeepOpen) => "请保持此页面打开，它会自动刷新。",
+            (Lang::Zh, Refreshes) => "此页面每隔几秒自动刷新。",
+            (Lang::Zh, Progress) => "排队进度",
+            (Lang::Zh, BuyNow) => "立即购买",
+            (Lang::Zh, TakingYou) => "正在前往购买\u{2026}",
+            (Lang::Zh, BackToShop) => "返回商店",
+            (Lang::Zh, ConnectionLost) => "连接中断，正在重试\u{2026}",
+            (Lang::Zh, NoAnswer) => "队列没有应答，正在重试。",
+            (Lang::Zh, RetryAfter) => "{n} 秒后可以重试。",
+            (Lang::Zh, Order) => "订单号：",
+            (Lang::Zh, Item) => "商品：",
+        }
+    }
+
+    /// Every label in `lang`, by name (what a page is given as `text`).
+    pub fn all(lang: Lang) -> std::collections::BTreeMap<&'static str, &'static str> {
+        Label::ALL
+            .iter()
+            .map(|l| (l.as_str(), l.text(lang)))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn han(text: &str) -> bool {
+        text.chars().any(|c| ('\u{4e00}'..='\u{9fff}').contains(&c))
+    }
+
+    /// Every message the gateway can say, one of each kind.
+    pub(crate) fn every_message() -> Vec<Message> {
+        use Message::*;
+        vec![
+            Reserved,
+            SignIn,
+            NoSuchSale,
+            NotStarted,
+            Ended,
+            SlowDown,
+            SoldOut,
+            OverLimit,
+            Busy,
+            BusyQueue,
+            InQueue,
+            InvalidTicket,
+            TicketLapsed,
+            Forwarded,
+            QuantityNotInteger,
+            QuantityTooSmall,
+            QuantityTooLarge,
+            QuantityRepeated,
+            QuantityAmbiguous,
+            IdempotencyKeyInvalid,
+            BodyTooLarge,
+            BodyTooSlow,
+            HeadersTooLarge,
+            MalformedBody,
+            MalformedTarget,
+            UnreadableTarget,
+            LookAlikeTarget,
+            QuantityDiffersFromRetry,
+            QueuePlace { position: 7 },
+            QueueBeforeDraw { count: 7 },
+            QueuePaused { position: 7 },
+            QueueTooLate { position: 7 },
+            YourTurn,
+            QueueSoldOut,
+            Bought,
+        ]
+    }
+
+    #[test]
+    fn every_message_and_label_is_in_english_and_chinese() {
+        for m in every_message() {
+            let (en, zh) = (m.text(Lang::En), m.text(Lang::Zh));
+            assert!(!en.is_empty() && !han(&en), "{m:?}: {en}");
+            assert!(han(&zh), "{m:?} has no Chinese text: {zh}");
+            // A number in the English text is in the Chinese one too.
+            if en.contains('7') {
+                assert!(zh.contains('7'), "{m:?}: {zh}");
+            }
+        }
+        for l in Label::ALL {
+            let (en, zh) = (l.text(Lang::En), l.text(Lang::Zh));
+            assert!(!en.is_empty() && !han(en), "{l:?}");
+            assert!(han(zh), "{l:?} has no Chinese text");
+            assert_eq!(en.contains("{n}"), zh.contains("{n}"), "{l:?}");
+        }
+    }
+
+    #[test]
+    fn languages_by_subtag() {
+        assert_eq!(Lang::from_subtag("ZH"), Some(Lang::Zh));
+        assert_eq!(Lang::from_subtag("en"), Some(Lang::En));
+        assert_eq!(Lang::from_subtag("fr"), None);
+    }
+}

@@ -1,0 +1,233 @@
+//! The buyer's pages: every answer the gateway makes on a sale route, written as HTML for a
+//! client that prefers it ([`negotiate`]), from minijinja templates — the built-in
+//! `waiting.html` and `refusal.html`, or the ones `pages.dir` holds — in the client's language
+//! (`crate::catalogue`). Rendering only: what to say is decided elsewhere.
+//!
+//! Every page's `<html>` carries `lang` and `data-flashgate-code`; the variables each template
+//! is given are listed in the README ("Buyers in a browser").
+
+pub mod negotiate;
+
+use crate::admission::Reply as DecisionReply;
+use crate::catalogue::{Label, Lang};
+use crate::config::{ActivityPage, PagesSettings};
+use crate::waiting::page::{self as queue_page, Landing, POLL_PREFIX};
+use crate::waiting::view::Status;
+use crate::waiting::Answer;
+use minijinja::{context, Environment};
+use std::sync::LazyLock;
+
+pub use negotiate::Client;
+
+/// The built-in templates, by name.
+const BUILT_IN: [(&str, &str); 2] = [
+    ("waiting.html", include_str!("waiting.html")),
+    ("refusal.html", include_str!("refusal.html")),
+];
+
+/// The built-in templates alone: what a replacement that fails to render falls back to.
+static BUILT_IN_ENV: LazyLock<Environment<'static>> = LazyLock::new(|| {
+    environment(&PagesSettings::default()).expect("the built-in templates parse (unit-tested)")
+});
+
+/// The templates of one configuration, and what every page shows.
+pub struct Pages {
+    env: Environment<'static>,
+    shop_name: String,
+    shop_url: String,
+}
+
+/// The templates: `pages.dir`'s where given, else the built-in ones. HTML-escaped output.
+fn environment(settings: &PagesSettings) -> Result<Environment<'static>, minijinja::Error> {
+    let mut env = Environment::new();
+    for (name, built_in) in BUILT_IN {
+        let source = settings
+            .templates
+            .get(name)
+            .cloned()
+            .unwrap_or_else(|| built_in.to_owned());
+        env.add_template_owned(name, source)?;
+    }
+    Ok(env)
+}
+
+/// A sale of the page: its id and its page keys (`title`, `success_url`).
+#[derive(Debug, Clone, Copy)]
+pub struct Sale<'a> {
+    pub id: &'a str,
+    pub page: &'a ActivityPage,
+}
+
+/// A waiting page to write: where the buyer stands and where their turn takes them.
+pub struct Waiting<'a> {
+    pub answer: &'a Answer,
+    pub sale: Sale<'a>,
+    pub landing: &'a Landing,
+    /// The reservation a won purchase holds (the "bought" page).
+    pub reservation: Option<&'a str>,
+}
+
+impl Pages {
+    /// The pages of a configuration. The templates parsed when it was validated; should one
+    /// fail here anyway, the built-in ones are used (and it is logged).
+    pub fn new(settings: &PagesSettings) -> Pages {
+        let env = environment(settings).unwrap_or_else(|e| {
+            tracing::error!(error = %e, "pages.dir templates refused; using the built-in ones");
+            BUILT_IN_ENV.clone()
+        });
+        Pages {
+            env,
+            shop_name: settings.shop_name.clone(),
+            shop_url: settings.shop_url.clone(),
+        }
+    }
+
+    /// The page for a refusal (any decision the gateway answers itself).
+    pub fn refusal(&self, lang: Lang, reply: &DecisionReply, sale: Option<Sale<'_>>) -> String {
+        let heading = match reply.code {
+            "sold_out" => Label::TitleSoldOut,
+            "ticket_expired" => Label::TitleExpired,
+            _ => Label::TitleRefused,
+        };
+        let retry = reply
+            .retry_after_secs
+            .map(|n| Label::RetryAfter.text(lang).replace("{n}", &n.to_string()));
+        let ctx = context! {
+            lang => lang.as_str(),
+            code => reply.code,
+            status => reply.status.as_u16(),
+            message => reply.message.text(lang),
+            heading => heading.text(lang),
+            retry_after_secs => reply.retry_after_secs,
+            retry_text => retry,
+            activity => sale.map(|s| s.id),
+            title => sale.and_then(|s| s.page.title.as_deref()),
+            shop_name => &self.shop_name,
+            shop_url => &self.shop_url,
+            text => Label::all(lang),
+        };
+        self.render("refusal.html", ctx)
+    }
+
+    /// The waiting page (also the "bought" page).
+    pub fn waiting(&self, lang: Lang, page: &Waiting<'_>) -> String {
+        let json = queue_page::json(page.answer, lang);
+        let status = &page.answer.status;
+        let paused = matches!(status, Status::Waiting { paused: true, .. });
+        let poll = format!("{POLL_PREFIX}{}", page.sale.id);
+        let (purchase, landing_url, landing) = match page.landing {
+            Landing::Url(url) => (None, Some(url), serde_json::json!({ "url": url })),
+            Landing::Purchase { method, target } => {
+                let form = if method == "GET" { "get" } else { "post" };
+                (
+                    Some(context! { method => form, action => target }),
+                    None,
+                    serde_json::json!({ "method": method, "target": target }),
+                )
+            }
+        };
+        let eta_text = match *status {
+            Status::Waiting { paused: true, .. } => Some(Label::Paused.text(lang).to_owned()),
+            Status::Waiting {
+                estimated_wait_ms, ..
+            } => Some(format!(
+                "{} {}",
+                Label::EstimatedWait.text(lang),
+                about(estimated_wait_ms, lang)
+            )),
+            _ => None,
+        };
+        let text = Label::all(lang);
+        let script = serde_json::json!({
+            "poll": poll,
+            "answer": json,
+            "landing": landing,
+            "text": text,
+            "shop_name": self.shop_name,
+        });
+        let refresh_secs = json["refresh_after_ms"]
+            .as_u64()
+            .map(|ms| ms.div_ceil(1000).max(1));
+        let ctx = context! {
+            lang => lang.as_str(),
+            code => json["code"].as_str(),
+            state => status.state(),
+            paused => paused,
+            is_final => status.is_final(),
+            message => json["message"].as_str(),
+            page_title => state_title(status).text(lang),
+            eta_text => eta_text,
+            answer => minijinja::value::Serde(&json),
+            poll_url => poll,
+            refresh_secs => refresh_secs,
+            purchase => purchase,
+            landing_url => landing_url,
+            reservation => page.reservation,
+            activity => page.sale.id,
+            title => page.sale.page.title.as_deref(),
+            shop_name => &self.shop_name,
+            shop_url => &self.shop_url,
+            text => text,
+            config => script_json(&script),
+        };
+        self.render("waiting.html", ctx)
+    }
+
+    /// Renders `name`; a replacement that fails at render time is logged and the built-in
+    /// template answers instead (a buyer always gets a page).
+    fn render(&self, name: &str, ctx: minijinja::Value) -> String {
+        let rendered = self
+            .env
+            .get_template(name)
+            .and_then(|t| t.render(ctx.clone()));
+        rendered.unwrap_or_else(|e| {
+            tracing::error!(template = name, error = %e, "a page template failed; the built-in one answered");
+            BUILT_IN_ENV
+                .get_template(name)
+                .and_then(|t| t.render(ctx))
+                .unwrap_or_else(|e| format!("<!doctype html><p>{}</p>", escape(&e.to_string())))
+        })
+    }
+}
+
+/// The heading and `<title>` of a waiting page in `status`.
+fn state_title(status: &Status) -> Label {
+    match status {
+        Status::Waiting { paused: true, .. } => Label::TitlePaused,
+        Status::Waiting { .. } => Label::TitleWaiting,
+        Status::YourTurn => Label::TitleYourTurn,
+        Status::SoldOut => Label::TitleSoldOut,
+        Status::Expired => Label::TitleExpired,
+        Status::Bought => Label::TitleBought,
+    }
+}
+
+/// A wait in words: "about 12 s", "about 3 min" (as the page's script says it).
+fn about(ms: u64, lang: Lang) -> String {
+    let secs = ms.div_ceil(1000);
+    let (label, n) = if secs < 90 {
+        (Label::AboutSeconds, secs)
+    } else {
+        (Label::AboutMinutes, secs.div_ceil(60))
+    };
+    label.text(lang).replace("{n}", &n.to_string())
+}
+
+/// JSON safe inside a `<script>` element.
+fn script_json(value: &serde_json::Value) -> String {
+    value
+        .to_string()
+        .replace('<', "\\u003c")
+        .replace('>', "\\u003e")
+        .replace('&', "\\u0026")
+}
+
+fn escape(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+#[cfg(test)]
+mod tests;

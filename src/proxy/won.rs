@@ -1,0 +1,76 @@
+//! A purchase that won, as a browser sees it: the waiting room learns the buyer bought (their
+//! polls say `bought`), and a browser buying from the waiting page is sent to the sale's
+//! `success_url` (303, `{jti}` filled in), or shown what it won, instead of the backend's
+//! answer. Runs once the reservation is settled: nothing here touches it.
+
+use super::{respond, FlashProxy, RequestCtx};
+use crate::purchase::presented;
+use crate::waiting::page::{Landing, Queued};
+use crate::waiting::view::Status;
+use crate::waiting::Answer;
+use percent_encoding::{utf8_percent_encode, NON_ALPHANUMERIC};
+use pingora::prelude::*;
+
+impl FlashProxy {
+    /// After a 2xx from the backend for a purchase holding stock; `true` when the buyer was
+    /// answered here (the backend's answer is then not relayed).
+    ///
+    /// "From the waiting page" is read as: a client preferring a page, presenting a ticket, on
+    /// an activity with a waiting room (the page's own purchase is all of these).
+    pub(super) async fn won(&self, session: &mut Session, ctx: &RequestCtx) -> bool {
+        let (Some(facts), Some(reservation)) = (&ctx.sale, &ctx.reservation) else {
+            return false;
+        };
+        let (Some(activity), Some(user)) = (&facts.activity, &facts.user) else {
+            return false;
+        };
+        self.gw.waiting.bought(activity, user);
+        if !ctx.client.html || activity.queue.is_none() {
+            return false;
+        }
+        let Some(ticket) = presented(&session.req_header().headers) else {
+            return false;
+        };
+        let sale = ctx.generation.sale_page(&activity.id);
+        let written = match &sale.page.success_url {
+            Some(url) => {
+                let location = url.replace("{jti}", &jti_in_url(&reservation.id));
+                respond::see_other(session, &location, &reservation.id).await
+            }
+            None => {
+                let ends_in = (activity.ends_at - chrono::Utc::now()).num_seconds();
+                let queued = Queued {
+                    answer: Answer {
+                        ticket: ticket.ticket,
+                        status: Status::Bought,
+                        cookie_max_age_secs: ends_in.max(1) as u64,
+                    },
+                    landing: Landing::Url(ctx.generation.settings.pages.shop_url.clone()),
+                };
+                let status = http::StatusCode::OK;
+                let how = ctx.answering();
+                respond::queue(session, &how, status, &queued, Some(&reservation.id)).await
+            }
+        };
+        if let Err(e) = written {
+            tracing::debug!(error = %e, "the buyer left before hearing they won");
+        }
+        true
+    }
+}
+
+/// A reservation id as it goes into a URL (percent-encoded but for `-`, `_`, `.`).
+fn jti_in_url(jti: &str) -> String {
+    const KEEP: &percent_encoding::AsciiSet =
+        &NON_ALPHANUMERIC.remove(b'-').remove(b'_').remove(b'.');
+    utf8_percent_encode(jti, KEEP).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_reservation_id_cannot_break_out_of_its_url() {
+        assert_eq!(super::jti_in_url("0f3a-b_c.d"), "0f3a-b_c.d");
+        assert_eq!(super::jti_in_url("a/b?c#d"), "a%2Fb%3Fc%23d");
+    }
+}
