@@ -89,6 +89,9 @@ pub struct ServerSection {
     /// `/tmp/flashgate-upgrade-<listen port>.sock`.
     #[serde(default)]
     pub upgrade_sock: Option<String>,
+    /// Browsers on other origins (`server.cors.allowed_origins`); absent: none allowed.
+    #[serde(default)]
+    pub cors: Option<super::cors::CorsSection>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -4,12 +4,14 @@
 //! unchecked value, and `flashgate check` reports exactly what `serve` would refuse.
 
 mod bounds;
+pub mod cors;
 pub mod file;
 mod keys;
 pub mod route;
 mod settings;
 mod validate;
 
+pub use cors::CorsSettings;
 pub use settings::*;
 
 use http::HeaderName;

@@ -126,6 +126,7 @@ fn server(
         reload_watch_interval: (raw.reload_watch_interval_ms > 0)
             .then(|| Duration::from_millis(raw.reload_watch_interval_ms)),
         upgrade_sock,
+        cors: super::cors::cors(raw.cors)?,
     })
 }
 
