@@ -184,3 +184,101 @@ async fn answers_carry_the_allow_headers_for_listed_origins_only() {
     let other = get(gw.addr, "/catalogue", &[("Origin", SHOP)]).await;
     assert_eq!(other.header("access-control-allow-origin"), None);
 }
+
+/// A shop page on another origin: a bare HTML page served from a port of its own, until the
+/// test ends.
+async fn shop_page() -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 8192];
+                let _ = stream.read(&mut buf).await;
+                let body = "<!doctype html><html><body>shop</body></html>";
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                    body.len()
+                );
+                let _ = stream.write_all(head.as_bytes()).await;
+                let _ = stream.write_all(body.as_bytes()).await;
+            });
+        }
+    });
+    format!("http://{addr}")
+}
+
+/// What the README's fetch() example does, from a page of `page`: poll the waiting room, then buy,
+/// with credentials and the headers a buyer's app sends (which need a preflight).
+const APP_SCRIPT: &str = r#"
+const [gw, done] = [arguments[0], arguments[arguments.length - 1]];
+(async () => {
+  const out = {};
+  try {
+    const poll = await fetch(gw + '/flashgate/queue/q1', {
+      credentials: 'include', headers: { 'X-User-Id': 'alice' } });
+    out.poll = { status: poll.status, ticket: poll.headers.get('X-Flashgate-Ticket'),
+                 state: (await poll.json()).state };
+    const buy = await fetch(gw + '/api/seckill/c1/buy', { method: 'POST', credentials: 'include',
+      headers: { 'X-User-Id': 'alice', 'Content-Type': 'application/json',
+                 'Idempotency-Key': 'app-1' }, body: JSON.stringify({ qty: 1 }) });
+    out.buy = { status: buy.status };
+  } catch (e) { out.error = String(e); }
+  done(out);
+})();
+"#;
+
+/// In Debian's chromium: an app on a listed origin polls and buys through the gateway with
+/// credentials; the same app on another origin is stopped by the browser at the preflight, and
+/// its purchase never reaches the backend.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_browser_app_on_a_listed_origin_polls_and_buys() {
+    let listed = shop_page().await;
+    let other = shop_page().await;
+    let acts = vec![
+        TestActivity::open("c1", 5),
+        TestActivity::open("q1", 5).queue(Queue::admit(50)),
+    ];
+    let (_redis, upstream, gw) =
+        Stack::start_with(acts, |c| c.cors_origins(&[listed.as_str()])).parts();
+    let gateway = format!("http://{}", gw.addr);
+    let browser = crate::waiting_page::Browser::start().await;
+    let run = |page: String| {
+        let browser = &browser;
+        let gateway = gateway.clone();
+        async move {
+            browser.go(&page).await;
+            browser
+                .command(
+                    "POST",
+                    "execute/async",
+                    serde_json::json!({ "script": APP_SCRIPT, "args": [gateway] }),
+                )
+                .await
+        }
+    };
+    let out = run(listed).await;
+    assert_eq!(out["poll"]["status"], 200, "{out}");
+    assert!(
+        out["poll"]["ticket"]
+            .as_str()
+            .is_some_and(|t| !t.is_empty()),
+        "{out}"
+    );
+    assert_eq!(out["buy"]["status"], 200, "{out}");
+    let bought = upstream.requests().await;
+    assert_eq!(bought.len(), 1, "{bought:?}");
+    let out = run(other).await;
+    assert!(
+        out["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("Failed to fetch")),
+        "{out}"
+    );
+    assert_eq!(
+        upstream.requests().await.len(),
+        1,
+        "the other origin's purchase was sent"
+    );
+}

@@ -29,7 +29,7 @@ fn token(user: &str) -> String {
 }
 
 /// chromedriver on a free port, with one headless chromium session; both killed on drop.
-struct Browser {
+pub(crate) struct Browser {
     driver: Child,
     addr: SocketAddr,
     session: String,
@@ -37,7 +37,7 @@ struct Browser {
 }
 
 impl Browser {
-    async fn start() -> Browser {
+    pub(crate) async fn start() -> Browser {
         let port = free_port();
         let driver = Command::new("chromedriver")
             .arg(format!("--port={port}"))
@@ -95,12 +95,12 @@ impl Browser {
         v["value"].clone()
     }
 
-    async fn command(&self, method: &str, what: &str, body: Value) -> Value {
+    pub(crate) async fn command(&self, method: &str, what: &str, body: Value) -> Value {
         let path = format!("/session/{}/{what}", self.session);
         self.call(method, &path, Some(body)).await
     }
 
-    async fn go(&self, url: &str) {
+    pub(crate) async fn go(&self, url: &str) {
         self.command("POST", "url", json!({ "url": url })).await;
     }
 
