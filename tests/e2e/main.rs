@@ -7,6 +7,7 @@ mod support;
 mod admin;
 mod attacks;
 mod burst;
+mod check_live;
 mod cors;
 mod decisions;
 mod edge;
