@@ -7,6 +7,7 @@ mod bounds;
 pub mod cors;
 pub mod file;
 mod keys;
+mod rate;
 pub mod route;
 mod settings;
 pub mod transition;

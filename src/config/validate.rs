@@ -4,6 +4,7 @@
 use super::bounds;
 use super::file::{self, FileConfig};
 use super::keys::{jwt_identity, secret, signing};
+use super::rate::quota;
 use super::settings::*;
 use super::transition::activity_key;
 use super::{header_name, ConfigError, SecretSource};
@@ -362,14 +363,6 @@ fn rate_limits(raw: file::RateLimitsSection) -> Result<RateLimitSettings, Config
             ),
         },
     })
-}
-
-fn quota(key: &str, bucket: &file::BucketSection) -> Result<Quota, ConfigError> {
-    let rate = NonZeroU32::new(bucket.per_second)
-        .ok_or_else(|| ConfigError::invalid(format!("{key}.per_second"), "must be at least 1"))?;
-    let burst = NonZeroU32::new(bucket.burst)
-        .ok_or_else(|| ConfigError::invalid(format!("{key}.burst"), "must be at least 1"))?;
-    Ok(Quota::per_second(rate).allow_burst(burst))
 }
 
 fn sale_routes(raw: Vec<file::SaleRouteSection>) -> Result<Vec<SaleRoute>, ConfigError> {

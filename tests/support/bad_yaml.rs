@@ -539,4 +539,34 @@ pub const BAD: &[Bad] = &[
         patch: &[("activities", Some("[{\"id\": \"1001\", \"stock\": 1, \"version\": 1, \"per_user_limit\": 1, \"max_per_request\": 1, \"starts_at\": \"2026-01-01T00:00:00Z\", \"ends_at\": \"2030-01-01T00:00:00Z\"}, {\"id\": \"2002\", \"stock\": 5, \"version\": 1, \"per_user_limit\": 1, \"max_per_request\": 1, \"starts_at\": \"2026-01-01T00:00:00Z\", \"ends_at\": \"2025-01-01T00:00:00Z\"}]"))],
         expect: "activities[id=2002].ends_at: must be after starts_at",
     },
+    Bad {
+        name: "rate-without-a-rate",
+        patch: &[("rate_limits.per_ip", Some("{\"burst\": 10}"))],
+        expect: "rate_limits.per_ip: give the rate as one of per_second, per_minute or per_hour",
+    },
+    Bad {
+        name: "rate-in-two-units",
+        patch: &[("rate_limits.per_ip", Some("{\"per_second\": 1, \"per_minute\": 6, \"burst\": 10}"))],
+        expect: "rate_limits.per_ip.per_minute: give only one of per_second, per_minute or per_hour",
+    },
+    Bad {
+        name: "rate-per-minute-zero",
+        patch: &[("rate_limits.per_user", Some("{\"per_minute\": 0, \"burst\": 1}"))],
+        expect: "rate_limits.per_user.per_minute: must be at least 1",
+    },
+    Bad {
+        name: "rate-per-hour-zero",
+        patch: &[("rate_limits.per_activity", Some("{\"per_hour\": 0, \"burst\": 1}"))],
+        expect: "rate_limits.per_activity.per_hour: must be at least 1",
+    },
+    Bad {
+        name: "rate-per-minute-negative",
+        patch: &[("rate_limits.per_user", Some("{\"per_minute\": -6, \"burst\": 1}"))],
+        expect: "rate_limits.per_user.per_minute: invalid type: integer `-6`, expected u32",
+    },
+    Bad {
+        name: "rate-per-day-unknown",
+        patch: &[("rate_limits.per_user", Some("{\"per_day\": 6, \"burst\": 1}"))],
+        expect: "unknown field `per_day`, expected one of `per_second`, `per_minute`, `per_hour`",
+    },
 ];
