@@ -14,6 +14,7 @@ pub mod header_names;
 pub mod held;
 pub mod lifecycle;
 pub mod live;
+pub mod live_check;
 pub mod logging;
 pub mod maintenance;
 pub mod metrics;

@@ -31,10 +31,15 @@ enum Command {
         #[arg(long)]
         upgrade: bool,
     },
-    /// Validate a configuration file: exit 0 if valid, else name the offending key.
+    /// Validate a configuration file: exit 0 if valid, else name the offending key. Needs no
+    /// secrets (unset ones are named as warnings).
     Check {
         #[arg(long)]
         config: PathBuf,
+        /// Also read Redis and refuse what a reload would refuse against its record (an older
+        /// version, a stock change under the same version, a changed segment count).
+        #[arg(long)]
+        live: bool,
     },
     /// Print the stock ledger per activity and version; exit 1 on any drift. Needs only the
     /// configuration file and Redis, not the gateway's secrets.
@@ -79,27 +84,7 @@ fn main() -> ExitCode {
     std::mem::forget(dhat::Profiler::builder().testing().build());
     let cli = Cli::parse();
     match cli.command {
-        Command::Check { config } => match Settings::load_for_check(&config) {
-            Ok((settings, missing)) => {
-                for name in missing {
-                    eprintln!(
-                        "warning: {name} is not set here: checked with a placeholder; the \
-                         gateway will not start without it"
-                    );
-                }
-                println!(
-                    "{}: valid ({} activities, {} sale routes)",
-                    config.display(),
-                    settings.activities.len(),
-                    settings.sale_routes.len()
-                );
-                ExitCode::SUCCESS
-            }
-            Err(e) => {
-                eprintln!("{}: {e}", config.display());
-                ExitCode::from(EXIT_CONFIG)
-            }
-        },
+        Command::Check { config, live } => check(&config, live),
         Command::Reconcile {
             config,
             activity,
@@ -144,6 +129,47 @@ fn main() -> ExitCode {
             }
         }
     }
+}
+
+/// `flashgate check`: the file validated without secrets (unset ones named as warnings), then,
+/// with `live`, judged against Redis's record as a reload would judge it.
+fn check(config: &std::path::Path, live: bool) -> ExitCode {
+    let (settings, missing) = match Settings::load_for_check(config) {
+        Ok(loaded) => loaded,
+        Err(e) => {
+            eprintln!("{}: {e}", config.display());
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
+    for name in missing {
+        eprintln!(
+            "warning: {name} is not set here: checked with a placeholder; the \
+             gateway will not start without it"
+        );
+    }
+    if live {
+        match flashgate::live_check::run_cli(&settings) {
+            Ok(refused) if refused.is_empty() => {}
+            Ok(refused) => {
+                for e in &refused {
+                    eprintln!("{}: refused by Redis's record: {e}", config.display());
+                }
+                return ExitCode::from(EXIT_CONFIG);
+            }
+            Err(e) => {
+                eprintln!("{}: cannot read Redis: {e}", config.display());
+                return ExitCode::from(EXIT_STORE);
+            }
+        }
+    }
+    println!(
+        "{}: valid{} ({} activities, {} sale routes)",
+        config.display(),
+        if live { ", and agrees with Redis" } else { "" },
+        settings.activities.len(),
+        settings.sale_routes.len()
+    );
+    ExitCode::SUCCESS
 }
 
 fn reconcile_orders(

@@ -11,6 +11,7 @@
 //! (counted as one error); removing an activity stops this instance sweeping its expired
 //! reservations (remove an activity once its holds have run out).
 
+use crate::config::transition::{judge, Recorded};
 use crate::config::{ConfigError, Settings};
 use crate::lifecycle::Lifecycle;
 use crate::live::{Generation, Live};
@@ -172,42 +173,13 @@ impl Reloader {
     }
 }
 
-/// Refuses changes that would break a running sale: a stock version is created once from
-/// `stock`, so changing it needs a new version; going back to an older version would sell its
-/// leftover units again; and the segment count is fixed for the life of the activity's keys.
-/// (Redis enforces the same on every instance, whatever YAML it runs: see `claim.lua`.)
+/// Refuses changes that would break a running sale, judged against the running configuration
+/// by [`judge`] (which `flashgate check --live` uses against Redis's record). Redis enforces
+/// the same on every instance, whatever YAML it runs: see `claim.lua`.
 pub fn check_transition(current: &Settings, next: &Settings) -> Result<(), ConfigError> {
-    for (i, new) in next.activities.iter().enumerate() {
-        let Some(old) = current.activities.get(&new.id) else {
-            continue;
-        };
-        let key = |field: &str| format!("activities[{i}].{field}");
-        if new.version < old.version {
-            return Err(ConfigError::invalid(
-                key("version"),
-                format!(
-                    "{} is lower than the running version {}; a version can only go up",
-                    new.version, old.version
-                ),
-            ));
-        }
-        if new.version == old.version && new.stock != old.stock {
-            return Err(ConfigError::invalid(
-                key("stock"),
-                format!(
-                    "changed from {} to {} under the same version {}; a version's stock is fixed once created: raise version to restock",
-                    old.stock, new.stock, new.version
-                ),
-            ));
-        }
-        if new.segments != old.segments {
-            return Err(ConfigError::invalid(
-                key("segments"),
-                format!(
-                    "changed from {} to {}; an activity's segment count is fixed for the life of its keys (a buyer's units and idempotency keys live in their segment): keep {}, or sell under a new activity id",
-                    old.segments, new.segments, old.segments
-                ),
-            ));
+    for new in next.activities.iter() {
+        if let Some(old) = current.activities.get(&new.id) {
+            judge(new, &Recorded::of(old))?;
         }
     }
     Ok(())

@@ -145,7 +145,7 @@ fn eddsa_keys_are_published_for_rotation() {
 fn parser_errors_carry_the_line() {
     let err = load_bad("unknown-key").unwrap_err().to_string();
     assert!(
-        err.contains("activities[0]") && err.contains("line"),
+        err.contains("activities[id=1001]") && err.contains("line"),
         "{err}"
     );
 }

@@ -12,6 +12,12 @@ pub fn match_target<'t>(route: &SaleRoute, target: &'t Target) -> Option<&'t str
     if target.method != *route.method() {
         return None;
     }
+    match_path(route, target)
+}
+
+/// If the (normalised) target's path is this route's, whatever its method (a CORS preflight
+/// asks about the route with `OPTIONS`), its activity segment.
+pub fn match_path<'t>(route: &SaleRoute, target: &'t Target) -> Option<&'t str> {
     let parts = target.segments.as_ref().ok()?;
     if parts.len() != route.segments().len() {
         return None;

@@ -92,6 +92,9 @@ pub struct ServerSection {
     /// `/tmp/flashgate-upgrade-<listen port>.sock`.
     #[serde(default)]
     pub upgrade_sock: Option<String>,
+    /// Browsers on other origins (`server.cors.allowed_origins`); absent: none allowed.
+    #[serde(default)]
+    pub cors: Option<super::cors::CorsSection>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -359,8 +362,15 @@ impl Default for RateLimitsSection {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BucketSection {
-    /// Sustained requests per second.
-    pub per_second: u32,
+    /// Sustained requests per second (or give `per_minute` or `per_hour`: exactly one).
+    #[serde(default)]
+    pub per_second: Option<u32>,
+    /// Sustained requests per minute (`6`: one every 10 s).
+    #[serde(default)]
+    pub per_minute: Option<u32>,
+    /// Sustained requests per hour.
+    #[serde(default)]
+    pub per_hour: Option<u32>,
     /// Requests allowed at once from a full bucket.
     pub burst: u32,
     /// Count what this bucket would refuse, but admit it (to try a limit out before enforcing).

@@ -4,20 +4,24 @@
 //! unchecked value, and `flashgate check` reports exactly what `serve` would refuse.
 
 mod bounds;
+pub mod cors;
 pub mod file;
 mod keys;
 pub mod pages;
+mod rate;
 pub mod route;
 mod settings;
+pub mod transition;
 mod validate;
 
+pub use cors::CorsSettings;
 pub use pages::{ActivityPage, PagesSettings};
 pub use settings::*;
 
 use http::HeaderName;
 use std::path::{Path, PathBuf};
 
-/// Why a configuration was refused. Messages name the offending key (`activities[0].stock`), and
+/// Why a configuration was refused. Messages name the offending key (`activities[id=1001].stock`: activities by id), and
 /// the line where the YAML parser knows it.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -30,6 +34,9 @@ pub enum ConfigError {
     Syntax(#[from] serde_yaml::Error),
     #[error("{key}: {reason}")]
     Invalid { key: String, reason: String },
+    /// The parser's message with its activity named by id (see [`name_activity`]).
+    #[error("{0}")]
+    Parse(String),
 }
 
 impl ConfigError {
@@ -134,7 +141,29 @@ impl Settings {
         base_dir: &Path,
         secrets: &dyn SecretSource,
     ) -> Result<Settings, ConfigError> {
-        let raw: file::FileConfig = serde_yaml::from_str(text)?;
+        let raw: file::FileConfig =
+            serde_yaml::from_str(text).map_err(|e| name_activity(text, e))?;
         Settings::validate(raw, base_dir, secrets)
+    }
+}
+
+/// The parser names an activity by its index (`activities[1].stock: invalid type ...`): named
+/// by its id instead (`activities[id=1001].stock: ...`) where the file says it, as every other
+/// error does; the index stays when the id is what cannot be read.
+fn name_activity(text: &str, err: serde_yaml::Error) -> ConfigError {
+    let message = err.to_string();
+    let by_id = (|| {
+        let (index, tail) = message.strip_prefix("activities[")?.split_once(']')?;
+        let index: usize = index.parse().ok()?;
+        if tail.starts_with(".id") && !tail.starts_with(".id.") {
+            return None;
+        }
+        let doc: serde_yaml::Value = serde_yaml::from_str(text).ok()?;
+        let id = doc.get("activities")?.get(index)?.get("id")?.as_str()?;
+        validate::readable_id(id).then(|| format!("activities[id={id}]{tail}"))
+    })();
+    match by_id {
+        Some(message) => ConfigError::Parse(message),
+        None => ConfigError::Syntax(err),
     }
 }

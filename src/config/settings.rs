@@ -63,6 +63,8 @@ pub struct ServerSettings {
     pub reload_watch_interval: Option<Duration>,
     /// Where listening sockets are handed to a new binary on a graceful upgrade.
     pub upgrade_sock: PathBuf,
+    /// The origins allowed to call sale routes and the waiting room from a browser.
+    pub cors: super::CorsSettings,
 }
 
 #[derive(Debug)]

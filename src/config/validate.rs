@@ -4,7 +4,9 @@
 use super::bounds;
 use super::file::{self, FileConfig};
 use super::keys::{jwt_identity, secret, signing};
+use super::rate::quota;
 use super::settings::*;
+use super::transition::activity_key;
 use super::{header_name, ConfigError, SecretSource};
 use chrono::{DateTime, Utc};
 use governor::Quota;
@@ -128,6 +130,7 @@ fn server(
         reload_watch_interval: (raw.reload_watch_interval_ms > 0)
             .then(|| Duration::from_millis(raw.reload_watch_interval_ms)),
         upgrade_sock,
+        cors: super::cors::cors(raw.cors)?,
     })
 }
 
@@ -364,14 +367,6 @@ fn rate_limits(raw: file::RateLimitsSection) -> Result<RateLimitSettings, Config
     })
 }
 
-fn quota(key: &str, bucket: &file::BucketSection) -> Result<Quota, ConfigError> {
-    let rate = NonZeroU32::new(bucket.per_second)
-        .ok_or_else(|| ConfigError::invalid(format!("{key}.per_second"), "must be at least 1"))?;
-    let burst = NonZeroU32::new(bucket.burst)
-        .ok_or_else(|| ConfigError::invalid(format!("{key}.burst"), "must be at least 1"))?;
-    Ok(Quota::per_second(rate).allow_burst(burst))
-}
-
 fn sale_routes(raw: Vec<file::SaleRouteSection>) -> Result<Vec<SaleRoute>, ConfigError> {
     let mut routes: Vec<SaleRoute> = Vec::with_capacity(raw.len());
     for (i, r) in raw.iter().enumerate() {
@@ -395,7 +390,14 @@ fn activities(
 ) -> Result<Activities, ConfigError> {
     let mut out = Activities::default();
     for (i, a) in raw.into_iter().enumerate() {
-        let key = |field: &str| format!("activities[{i}].{field}");
+        // Named by id (an index shifts as activities are added), by index while the id itself
+        // cannot be read.
+        let id = a.id.clone();
+        let readable = readable_id(&id);
+        let key = |field: &str| match readable {
+            true => activity_key(&id, field),
+            false => format!("activities[{i}].{field}"),
+        };
         if out.by_id.contains_key(a.id.as_str()) {
             return Err(ConfigError::invalid(
                 key("id"),
@@ -409,13 +411,18 @@ fn activities(
     Ok(out)
 }
 
-/// One activity; `key` names its fields (`activities[i].…`) for errors.
+/// Whether an activity id is one the configuration accepts.
+pub(super) fn readable_id(id: &str) -> bool {
+    !id.is_empty() && id.len() <= MAX_ACTIVITY_ID_LEN && id.chars().all(is_id_char)
+}
+
+/// One activity; `key` names its fields (`activities[id=…].…`) for errors.
 fn activity(
     a: file::ActivitySection,
     key: &dyn Fn(&str) -> String,
     default_hold: Duration,
 ) -> Result<Activity, ConfigError> {
-    if a.id.is_empty() || a.id.len() > MAX_ACTIVITY_ID_LEN || !a.id.chars().all(is_id_char) {
+    if !readable_id(&a.id) {
         return Err(ConfigError::invalid(
             key("id"),
             format!(

@@ -3,6 +3,7 @@
 //! [`RequestCtx`]; metrics and the decision log are written once, in `logging`.
 
 mod body;
+mod cors;
 mod forward;
 pub mod headers;
 mod respond;
@@ -306,8 +307,11 @@ impl ProxyHttp for FlashProxy {
         }
     }
 
-    /// No downstream modules: flashgate does not compress, and each module costs every request.
-    fn init_downstream_modules(&self, _modules: &mut pingora::modules::http::HttpModules) {}
+    /// One downstream module, CORS on the gateway's routes (it sees every answer, whichever
+    /// phase writes it); no compression: each module costs every request.
+    fn init_downstream_modules(&self, modules: &mut pingora::modules::http::HttpModules) {
+        cors::install(modules);
+    }
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<bool> {
         let req = session.req_header();
@@ -321,8 +325,15 @@ impl ProxyHttp for FlashProxy {
             return Ok(true);
         }
         let target = Target::of(&req.method, req.raw_path());
+        if let Some(preflight) = cors::preflight(&generation.settings, req, &target) {
+            cors::answer(session, &generation.settings, preflight).await?;
+            return Ok(true);
+        }
         let (route, raw_activity) = match route(&generation.settings, &target) {
-            Routed::Sale(route, activity) => (route, activity),
+            Routed::Sale(route, activity) => {
+                cors::mark(session, &generation.settings);
+                (route, activity)
+            }
             Routed::Refused(refusal) => {
                 ctx.edge = Some(refusal);
                 respond::decision(session, &ctx.answering(), &refusal.decision()).await?;
@@ -331,6 +342,7 @@ impl ProxyHttp for FlashProxy {
             Routed::Other => {
                 if let Some(activity) = waiting::poll_activity(&target) {
                     let activity = activity.to_owned();
+                    cors::mark(session, &generation.settings);
                     return self.queue_poll(session, ctx, &activity).await;
                 }
                 return match forward_uri(&target, req.raw_path()) {

@@ -105,6 +105,17 @@ impl StockStore {
         Ok(SegmentMeta::parse(fields))
     }
 
+    /// The newest version of an activity id ever claimed (its floor, kept after every other key
+    /// expired), if it was ever put on sale.
+    pub async fn floor(&self, id: &str) -> Result<Option<u64>, StoreError> {
+        let layout = super::Layout::new(std::sync::Arc::from(id), 1);
+        self.query(
+            StoreOp::Read,
+            redis::cmd("GET").arg(self.keys.base(&layout).floor()),
+        )
+        .await
+    }
+
     /// Records on a segmented activity's base meta that its segment `index` was made (put on
     /// sale): from then on, that segment found empty lost everything (see `lua/prewarm.lua`).
     pub async fn mark_made(&self, layout: &super::Layout, index: u32) -> Result<(), StoreError> {

@@ -8,6 +8,8 @@ mod admin;
 mod attacks;
 mod browser;
 mod burst;
+mod check_live;
+mod cors;
 mod decisions;
 mod edge;
 mod failures;

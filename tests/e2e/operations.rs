@@ -126,7 +126,10 @@ async fn a_broken_or_unsafe_reload_is_refused_and_the_running_config_stays() {
     let refused = gw.admin_post("/v1/config/reload").await;
     assert_eq!(refused.status, 422);
     let message = refused.json()["message"].as_str().unwrap().to_owned();
-    assert!(message.starts_with("activities[0].stock:"), "{message}");
+    assert!(
+        message.starts_with("activities[id=1001].stock:"),
+        "{message}"
+    );
     assert!(message.contains("raise version"), "{message}");
 
     // A lowered version is refused too.
@@ -138,7 +141,7 @@ async fn a_broken_or_unsafe_reload_is_refused_and_the_running_config_stays() {
     assert!(refused.json()["message"]
         .as_str()
         .unwrap()
-        .starts_with("activities[0].version:"));
+        .starts_with("activities[id=1001].version:"));
 
     // The same stock under a new version is a restock, applied by the watcher.
     let mut restock = config.clone();

@@ -69,7 +69,7 @@ pub const BAD: &[Bad] = &[
     Bad {
         name: "bad-starts-at",
         patch: &[("activities.0.starts_at", Some("\"tomorrow 10:00\""))],
-        expect: "activities[0].starts_at: \"tomorrow 10:00\" is not an RFC 3339 time",
+        expect: "activities[id=1001].starts_at: \"tomorrow 10:00\" is not an RFC 3339 time",
     },
     Bad {
         name: "bad-trusted-proxy",
@@ -99,7 +99,7 @@ pub const BAD: &[Bad] = &[
     Bad {
         name: "duplicate-activity",
         patch: &[("activities", Some("[{\"id\": \"1001\", \"stock\": 1, \"version\": 1, \"per_user_limit\": 1, \"max_per_request\": 1, \"starts_at\": \"2026-01-01T00:00:00Z\", \"ends_at\": \"2030-01-01T00:00:00Z\"}, {\"id\": \"1001\", \"stock\": 100, \"version\": 1, \"per_user_limit\": 1, \"max_per_request\": 1, \"starts_at\": \"2026-01-01T00:00:00Z\", \"ends_at\": \"2030-01-01T00:00:00Z\"}]"))],
-        expect: "activities[1].id: \"1001\" is configured twice",
+        expect: "activities[id=1001].id: \"1001\" is configured twice",
     },
     Bad {
         name: "eddsa-key-file-missing",
@@ -124,7 +124,7 @@ pub const BAD: &[Bad] = &[
     Bad {
         name: "ends-before-start",
         patch: &[("activities.0.ends_at", Some("\"2025-01-01T00:00:00Z\""))],
-        expect: "activities[0].ends_at: must be after starts_at",
+        expect: "activities[id=1001].ends_at: must be after starts_at",
     },
     Bad {
         name: "events-maxlen-zero",
@@ -199,7 +199,7 @@ pub const BAD: &[Bad] = &[
     Bad {
         name: "max-per-request-above-limit",
         patch: &[("activities.0.max_per_request", Some("2"))],
-        expect: "activities[0].max_per_request: 2 exceeds per_user_limit 1",
+        expect: "activities[id=1001].max_per_request: 2 exceeds per_user_limit 1",
     },
     Bad {
         name: "max-queue-wait-zero",
@@ -214,7 +214,7 @@ pub const BAD: &[Bad] = &[
     Bad {
         name: "negative-stock",
         patch: &[("activities.0.stock", Some("-1"))],
-        expect: "activities[0].stock: invalid type: integer `-1`, expected u64",
+        expect: "activities[id=1001].stock: invalid type: integer `-1`, expected u64",
     },
     Bad {
         name: "no-upstreams",
@@ -264,27 +264,27 @@ pub const BAD: &[Bad] = &[
     Bad {
         name: "queue-bad-landing-url",
         patch: &[("activities.0.stock", Some("10")), ("activities.0.queue", Some("{\"admit_per_second\": 10, \"landing_url\": \"javascript:alert(1)\"}"))],
-        expect: "activities[0].queue.landing_url: \"javascript:alert(1)\" must be a path starting with",
+        expect: "activities[id=1001].queue.landing_url: \"javascript:alert(1)\" must be a path starting with",
     },
     Bad {
         name: "queue-bad-opens-at",
         patch: &[("activities.0.stock", Some("10")), ("activities.0.queue", Some("{\"admit_per_second\": 10, \"opens_at\": \"tomorrow\"}"))],
-        expect: "activities[0].queue.opens_at",
+        expect: "activities[id=1001].queue.opens_at",
     },
     Bad {
         name: "queue-factor-below-one",
         patch: &[("activities.0.stock", Some("10")), ("activities.0.queue", Some("{\"admit_per_second\": 10, \"too_late_factor\": 0.5}"))],
-        expect: "activities[0].queue.too_late_factor: must be a number of at least 1",
+        expect: "activities[id=1001].queue.too_late_factor: must be a number of at least 1",
     },
     Bad {
         name: "queue-opens-after-start",
         patch: &[("activities.0.stock", Some("10")), ("activities.0.queue", Some("{\"admit_per_second\": 10, \"opens_at\": \"2026-01-02T00:00:00Z\"}"))],
-        expect: "activities[0].queue.opens_at: must not be after starts_at",
+        expect: "activities[id=1001].queue.opens_at: must not be after starts_at",
     },
     Bad {
         name: "queue-rate-too-high",
         patch: &[("activities.0.stock", Some("10")), ("activities.0.queue", Some("{\"admit_per_second\": 2000000}"))],
-        expect: "activities[0].queue.admit_per_second: must be 1 to 1000000",
+        expect: "activities[id=1001].queue.admit_per_second: must be 1 to 1000000",
     },
     Bad {
         name: "queue-unknown-key",
@@ -294,12 +294,12 @@ pub const BAD: &[Bad] = &[
     Bad {
         name: "queue-zero-rate",
         patch: &[("activities.0.stock", Some("10")), ("activities.0.queue", Some("{\"admit_per_second\": 0}"))],
-        expect: "activities[0].queue.admit_per_second: must be 1 to 1000000",
+        expect: "activities[id=1001].queue.admit_per_second: must be 1 to 1000000",
     },
     Bad {
         name: "queue-zero-window",
         patch: &[("activities.0.stock", Some("10")), ("activities.0.queue", Some("{\"admit_per_second\": 10, \"admission_window_secs\": 0}"))],
-        expect: "activities[0].queue.admission_window_secs: must be at least 1",
+        expect: "activities[id=1001].queue.admission_window_secs: must be at least 1",
     },
     Bad {
         name: "redis-cluster-bad-node",
@@ -349,7 +349,7 @@ pub const BAD: &[Bad] = &[
     Bad {
         name: "stock-too-large",
         patch: &[("activities.0.stock", Some("9007199254740992"))],
-        expect: "activities[0].stock: must be at most 9007199254740991 (2^53 - 1, kept exact everywhere)",
+        expect: "activities[id=1001].stock: must be at most 9007199254740991 (2^53 - 1, kept exact everywhere)",
     },
     Bad {
         name: "sweep-batch-too-large",
@@ -364,7 +364,7 @@ pub const BAD: &[Bad] = &[
     Bad {
         name: "too-many-segments",
         patch: &[("activities.0.segments", Some("65"))],
-        expect: "activities[0].segments: must be 1 to 64",
+        expect: "activities[id=1001].segments: must be 1 to 64",
     },
     Bad {
         name: "unknown-algorithm",
@@ -389,7 +389,7 @@ pub const BAD: &[Bad] = &[
     Bad {
         name: "version-too-large",
         patch: &[("activities.0.version", Some("9007199254740992"))],
-        expect: "activities[0].version: must be at most 9007199254740991 (2^53 - 1, kept exact everywhere)",
+        expect: "activities[id=1001].version: must be at most 9007199254740991 (2^53 - 1, kept exact everywhere)",
     },
     Bad {
         name: "zero-activity-burst",
@@ -419,7 +419,7 @@ pub const BAD: &[Bad] = &[
     Bad {
         name: "zero-hold",
         patch: &[("activities.0.hold_secs", Some("0"))],
-        expect: "activities[0].hold_secs: must be at least 1",
+        expect: "activities[id=1001].hold_secs: must be at least 1",
     },
     Bad {
         name: "zero-ip-rate",
@@ -429,12 +429,12 @@ pub const BAD: &[Bad] = &[
     Bad {
         name: "zero-max-per-request",
         patch: &[("activities.0.max_per_request", Some("0"))],
-        expect: "activities[0].max_per_request: must be at least 1",
+        expect: "activities[id=1001].max_per_request: must be at least 1",
     },
     Bad {
         name: "zero-per-user-limit",
         patch: &[("activities.0.per_user_limit", Some("0"))],
-        expect: "activities[0].per_user_limit: must be at least 1",
+        expect: "activities[id=1001].per_user_limit: must be at least 1",
     },
     Bad {
         name: "zero-prewarm-interval",
@@ -469,7 +469,7 @@ pub const BAD: &[Bad] = &[
     Bad {
         name: "zero-segments",
         patch: &[("activities.0.segments", Some("0"))],
-        expect: "activities[0].segments: must be 1 to 64",
+        expect: "activities[id=1001].segments: must be 1 to 64",
     },
     Bad {
         name: "zero-sold-out-ttl",
@@ -494,7 +494,7 @@ pub const BAD: &[Bad] = &[
     Bad {
         name: "zero-version",
         patch: &[("activities.0.version", Some("0"))],
-        expect: "activities[0].version: must be at least 1",
+        expect: "activities[id=1001].version: must be at least 1",
     },
     Bad {
         name: "passthrough-buffer-below-one-body",
@@ -543,5 +543,65 @@ pub const BAD: &[Bad] = &[
         name: "title-control-character",
         patch: &[("activities.0.title", Some("\"Phone\\u0007X\""))],
         expect: "activities[0].title: must be at most 200 characters, none a control character",
+    },
+    Bad {
+        name: "cors-origin-with-a-path",
+        patch: &[("server.cors", Some("{\"allowed_origins\": [\"https://shop.example/\"]}"))],
+        expect: "server.cors.allowed_origins[0]: \"https://shop.example/\" is not an origin",
+    },
+    Bad {
+        name: "cors-origin-not-http",
+        patch: &[("server.cors", Some("{\"allowed_origins\": [\"https://a.example\", \"ftp://shop.example\"]}"))],
+        expect: "server.cors.allowed_origins[1]: \"ftp://shop.example\" is not an origin",
+    },
+    Bad {
+        name: "cors-origin-null",
+        patch: &[("server.cors", Some("{\"allowed_origins\": [\"null\"]}"))],
+        expect: "server.cors.allowed_origins[0]: \"null\" is not an origin",
+    },
+    Bad {
+        name: "cors-unknown-key",
+        patch: &[("server.cors", Some("{\"allowed_origin\": [\"https://shop.example\"]}"))],
+        expect: "unknown field `allowed_origin`",
+    },
+    Bad {
+        name: "second-activity-parse-error-named-by-id",
+        patch: &[("activities", Some("[{\"id\": \"1001\", \"stock\": 1, \"version\": 1, \"per_user_limit\": 1, \"max_per_request\": 1, \"starts_at\": \"2026-01-01T00:00:00Z\", \"ends_at\": \"2030-01-01T00:00:00Z\"}, {\"id\": \"2002\", \"stock\": -1, \"version\": 1, \"per_user_limit\": 1, \"max_per_request\": 1, \"starts_at\": \"2026-01-01T00:00:00Z\", \"ends_at\": \"2030-01-01T00:00:00Z\"}]"))],
+        expect: "activities[id=2002].stock: invalid type: integer `-1`, expected u64",
+    },
+    Bad {
+        name: "second-activity-invalid-named-by-id",
+        patch: &[("activities", Some("[{\"id\": \"1001\", \"stock\": 1, \"version\": 1, \"per_user_limit\": 1, \"max_per_request\": 1, \"starts_at\": \"2026-01-01T00:00:00Z\", \"ends_at\": \"2030-01-01T00:00:00Z\"}, {\"id\": \"2002\", \"stock\": 5, \"version\": 1, \"per_user_limit\": 1, \"max_per_request\": 1, \"starts_at\": \"2026-01-01T00:00:00Z\", \"ends_at\": \"2025-01-01T00:00:00Z\"}]"))],
+        expect: "activities[id=2002].ends_at: must be after starts_at",
+    },
+    Bad {
+        name: "rate-without-a-rate",
+        patch: &[("rate_limits.per_ip", Some("{\"burst\": 10}"))],
+        expect: "rate_limits.per_ip: give the rate as one of per_second, per_minute or per_hour",
+    },
+    Bad {
+        name: "rate-in-two-units",
+        patch: &[("rate_limits.per_ip", Some("{\"per_second\": 1, \"per_minute\": 6, \"burst\": 10}"))],
+        expect: "rate_limits.per_ip.per_minute: give only one of per_second, per_minute or per_hour",
+    },
+    Bad {
+        name: "rate-per-minute-zero",
+        patch: &[("rate_limits.per_user", Some("{\"per_minute\": 0, \"burst\": 1}"))],
+        expect: "rate_limits.per_user.per_minute: must be at least 1",
+    },
+    Bad {
+        name: "rate-per-hour-zero",
+        patch: &[("rate_limits.per_activity", Some("{\"per_hour\": 0, \"burst\": 1}"))],
+        expect: "rate_limits.per_activity.per_hour: must be at least 1",
+    },
+    Bad {
+        name: "rate-per-minute-negative",
+        patch: &[("rate_limits.per_user", Some("{\"per_minute\": -6, \"burst\": 1}"))],
+        expect: "rate_limits.per_user.per_minute: invalid type: integer `-6`, expected u32",
+    },
+    Bad {
+        name: "rate-per-day-unknown",
+        patch: &[("rate_limits.per_user", Some("{\"per_day\": 6, \"burst\": 1}"))],
+        expect: "unknown field `per_day`, expected one of `per_second`, `per_minute`, `per_hour`",
     },
 ];

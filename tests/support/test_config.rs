@@ -222,6 +222,8 @@ pub struct ServerOptions {
     pub upgrade_sock: Option<PathBuf>,
     pub max_passthrough_body_bytes: Option<u64>,
     pub max_passthrough_buffered_bytes: Option<u64>,
+    /// `server.cors`.
+    pub cors: Option<Value>,
 }
 
 /// Options of `upstream:` a test may set.
@@ -402,6 +404,12 @@ impl TestConfig {
     pub fn passthrough_body_bytes(mut self, each: u64, buffered: u64) -> Self {
         self.server.max_passthrough_body_bytes = Some(each);
         self.server.max_passthrough_buffered_bytes = Some(buffered);
+        self
+    }
+
+    /// `server.cors.allowed_origins`.
+    pub fn cors_origins(mut self, origins: &[&str]) -> Self {
+        self.server.cors = Some(json!({ "allowed_origins": origins }));
         self
     }
 

@@ -4,6 +4,7 @@
 //! outcome back; they never orchestrate segments themselves. The reserve is in [`reserve`].
 
 use super::{ClaimOutcome, Layout, LedgerRow, PrewarmOutcome, Reads, StockStore, StoreError};
+use crate::config::transition::Recorded;
 use crate::config::Activity;
 
 mod reserve;
@@ -233,6 +234,38 @@ pub async fn available_on_sale<S: Reads + ?Sized>(
         total += row.available();
     }
     Ok(on_sale.then_some(total))
+}
+
+/// What Redis recorded of an activity, as a reload's judgement reads it
+/// ([`crate::config::transition::judge`]): its newest version (the floor, or the base meta's
+/// newer claim), that version's configured stock (the sum of its segments' `initial`, restocks
+/// not included; unknown once its ledgers expired) and its segment count. `None`: never sold.
+pub async fn recorded(
+    store: &StockStore,
+    activity: &Activity,
+) -> Result<Option<Recorded>, StoreError> {
+    let base = store.base_meta(&activity.id).await?;
+    let floor = store.floor(&activity.id).await?;
+    let Some(version) = base.newest.max(floor) else {
+        return Ok(None);
+    };
+    let layout = recorded_layout(store, activity).await?;
+    let mut stock = None;
+    for segment in layout.segments() {
+        let row = store.ledger(segment, version).await?;
+        if row.ledger {
+            *stock.get_or_insert(0) += u64::try_from(row.initial).unwrap_or(0);
+        }
+    }
+    let segments = match base.segments {
+        Some(s) => Some(s),
+        None => store.registered_segments(&activity.id).await?,
+    };
+    Ok(Some(Recorded {
+        version,
+        stock,
+        segments,
+    }))
 }
 
 /// Every segment's ledger of every version it has had, in segment then version order.

@@ -1,0 +1,106 @@
+//! `flashgate check --config FILE --live` against a real redis-server a real gateway sold from:
+//! it refuses what a reload would refuse (an older version, a stock change under the same
+//! version, a changed segment count), naming the activity by its id, without the gateway's
+//! secrets; a restock is no stock change; and the reload refuses the same file with the same
+//! key (one judgement, two callers).
+
+use crate::support::*;
+use std::process::Command;
+use std::time::Duration;
+
+/// `flashgate check --live` on `config` with no secret in the environment: (exit code,
+/// stdout, stderr).
+fn check_live(config: &TestConfig) -> (i32, String, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gateway.yaml");
+    std::fs::write(&path, config.to_yaml()).unwrap();
+    let mut cmd = Command::new(flashgate_bin());
+    cmd.args(["check", "--live", "--config", path.to_str().unwrap()])
+        .env_remove("FLASHGATE_SIGNING_SECRET")
+        .env_remove("FLASHGATE_ADMIN_TOKEN");
+    let out = run_bounded("flashgate check --live", &mut cmd, Duration::from_secs(30));
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[track_caller]
+fn assert_refused(got: (i32, String, String), key: &str) {
+    let (code, out, err) = got;
+    assert_eq!(code, 2, "stdout: {out}\nstderr: {err}");
+    assert!(err.contains(key), "{key} not named: {err}");
+    assert!(err.contains("refused by Redis's record"), "{err}");
+    assert!(!err.contains("activities[1]"), "named by index: {err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_live_refuses_what_a_reload_refuses_by_activity_id() {
+    // `b2` is second in the file: named by its id, not `activities[1]`.
+    let acts = vec![
+        TestActivity::open("a1", 10),
+        TestActivity::open("b2", 10).version(3).segments(2),
+    ];
+    let (_redis, _up, mut gw) = Stack::start(acts).parts();
+    for id in ["a1", "b2"] {
+        gw.wait_metric(
+            &format!("flashgate_stock_remaining{{activity=\"{id}\"}}"),
+            10.0,
+        )
+        .await;
+    }
+    let config = gw.config.clone();
+
+    // The file the gateway runs: clean, without the secrets (named as warnings).
+    let (code, out, err) = check_live(&config);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("agrees with Redis"), "{out}");
+    assert!(err.contains("FLASHGATE_SIGNING_SECRET"), "{err}");
+
+    // A restock adds units; the file's stock is still the version's: clean.
+    let restocked = gw.restock("b2", r#"{"add": 5}"#, Some("r-1")).await;
+    assert_eq!(restocked.status, 200, "{}", restocked.text());
+    let (code, out, err) = check_live(&config);
+    assert_eq!(code, 0, "a restock read as a stock change: {out}{err}");
+
+    // A stock change under the same version: refused, as the reload refuses it.
+    let mut changed = config.clone();
+    changed.activities[1].stock = 500;
+    assert_refused(check_live(&changed), "activities[id=b2].stock");
+    gw.rewrite_config(changed);
+    let reload = gw.admin_post("/v1/config/reload").await;
+    assert_eq!(reload.status, 422, "{}", reload.text());
+    let message = reload.json()["message"].as_str().unwrap().to_owned();
+    assert!(message.starts_with("activities[id=b2].stock:"), "{message}");
+
+    // An older version than Redis's record.
+    let mut older = config.clone();
+    older.activities[1].version = 2;
+    assert_refused(check_live(&older), "activities[id=b2].version");
+
+    // A changed segment count.
+    let mut resegmented = config.clone();
+    resegmented.activities[1].segments = Some(4);
+    assert_refused(check_live(&resegmented), "activities[id=b2].segments");
+
+    // A new version (with any stock) and a new activity are fine.
+    let mut next = config.clone();
+    next.activities[1].version = 4;
+    next.activities[1].stock = 1;
+    next.activities.push(TestActivity::open("c3", 1));
+    let (code, out, err) = check_live(&next);
+    assert_eq!(code, 0, "{out}{err}");
+    let _ = &mut gw;
+}
+
+/// Redis unreachable: `check --live` says so and exits 3, not "valid".
+#[test]
+fn check_live_without_redis_fails() {
+    let (redis, upstream, config) = backends(vec![TestActivity::open("a1", 10)]);
+    drop(redis);
+    let (code, out, err) = check_live(&config);
+    assert_eq!(code, 3, "{out}{err}");
+    assert!(err.contains("cannot read Redis"), "{err}");
+    drop(upstream);
+}

@@ -1,0 +1,284 @@
+//! CORS on the gateway's routes (`server.cors.allowed_origins`), through the real binary and the
+//! demo upstream, which records every request it gets: preflights on sale routes and the
+//! waiting room are answered by the gateway and never reach the backend; the allow headers go
+//! to listed origins only, on the gateway's own answers and on the backend's relayed ones.
+
+use crate::support::*;
+
+const SHOP: &str = "https://shop.example";
+
+fn preflight_headers<'a>(origin: &'a str, method: &'a str) -> Vec<(&'a str, &'a str)> {
+    vec![
+        ("Origin", origin),
+        ("Access-Control-Request-Method", method),
+        (
+            "Access-Control-Request-Headers",
+            "content-type,idempotency-key,x-user-id",
+        ),
+    ]
+}
+
+#[track_caller]
+fn assert_allowed(resp: &HttpResponse, origin: &str) {
+    assert_eq!(
+        resp.header("access-control-allow-origin"),
+        Some(origin),
+        "{:?}",
+        resp.headers
+    );
+    assert_eq!(
+        resp.header("access-control-allow-credentials"),
+        Some("true")
+    );
+    assert!(
+        resp.header("vary").is_some_and(|v| v.contains("Origin")),
+        "{:?}",
+        resp.headers
+    );
+}
+
+#[track_caller]
+fn assert_not_allowed(resp: &HttpResponse) {
+    let cors: Vec<_> = resp
+        .headers
+        .iter()
+        .filter(|(k, _)| k.to_ascii_lowercase().starts_with("access-control-"))
+        .collect();
+    assert!(
+        cors.is_empty(),
+        "allow headers for an unlisted origin: {cors:?}"
+    );
+    assert!(
+        resp.header("vary").is_some_and(|v| v.contains("Origin")),
+        "{:?}",
+        resp.headers
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn preflights_are_answered_here_and_allow_listed_origins_only() {
+    let acts = vec![
+        TestActivity::open("c1", 5),
+        TestActivity::open("q1", 5).queue(Queue::admit(50)),
+    ];
+    let (_redis, upstream, gw) =
+        Stack::start_with(acts, |c| c.cors_origins(&[SHOP, "http://127.0.0.1:1"])).parts();
+    let sale = "/api/seckill/c1/buy";
+
+    // A listed origin, spelled as a browser may (upper case, the default port): allowed.
+    for origin in [SHOP, "HTTPS://Shop.Example:443"] {
+        let pre = request(gw.addr, "OPTIONS", sale, &preflight_headers(origin, "POST")).await;
+        assert_eq!(pre.status, 204, "{}", pre.text());
+        assert_allowed(&pre, SHOP);
+        let methods = pre.header("access-control-allow-methods").unwrap();
+        assert!(methods.contains("POST"), "{methods}");
+        let allowed = pre
+            .header("access-control-allow-headers")
+            .unwrap()
+            .to_ascii_lowercase();
+        for h in [
+            "content-type",
+            "idempotency-key",
+            "x-flashgate-ticket",
+            "x-user-id",
+        ] {
+            assert!(allowed.contains(h), "{h} not in {allowed}");
+        }
+    }
+    // The waiting room's poll: GET allowed.
+    let pre = request(
+        gw.addr,
+        "OPTIONS",
+        "/flashgate/queue/q1",
+        &preflight_headers(SHOP, "GET"),
+    )
+    .await;
+    assert_eq!(pre.status, 204);
+    assert_allowed(&pre, SHOP);
+    assert!(pre
+        .header("access-control-allow-methods")
+        .unwrap()
+        .contains("GET"));
+    // Unlisted, look-alike and malformed origins: answered, without allow headers.
+    for origin in [
+        "https://evil.example",
+        "https://shop.example.evil.example",
+        "http://shop.example",
+        "https://shop.example/",
+        "https://shop.example:444",
+        "null",
+        "https://shop.example\tx",
+    ] {
+        let pre = request(gw.addr, "OPTIONS", sale, &preflight_headers(origin, "POST")).await;
+        assert_eq!(pre.status, 204, "{origin}: {}", pre.text());
+        assert_not_allowed(&pre);
+    }
+    // None of those reached the backend.
+    let seen = upstream.requests().await;
+    assert!(
+        seen.iter().all(|r| r["method"] != "OPTIONS"),
+        "a preflight was forwarded: {seen:?}"
+    );
+    // An OPTIONS on another route is the backend's business, as before.
+    let other = request(
+        gw.addr,
+        "OPTIONS",
+        "/catalogue",
+        &preflight_headers(SHOP, "GET"),
+    )
+    .await;
+    assert_eq!(other.status, 200, "{}", other.text());
+    let seen = upstream.requests().await;
+    assert_eq!(
+        seen.iter().filter(|r| r["method"] == "OPTIONS").count(),
+        1,
+        "{seen:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_carry_the_allow_headers_for_listed_origins_only() {
+    let acts = vec![
+        TestActivity::open("c1", 5),
+        TestActivity::open("q1", 5).queue(Queue::admit(50)),
+    ];
+    let (_redis, upstream, gw) = Stack::start_with(acts, |c| c.cors_origins(&[SHOP])).parts();
+    let addr = gw.addr;
+    let buy = |user: &'static str, origin: &'static str| async move {
+        let headers = [("X-User-Id", user), ("Origin", origin)];
+        request(addr, "POST", "/api/seckill/c1/buy", &headers).await
+    };
+    // The backend's answer to a winner, relayed: allowed, the ticket header readable.
+    let won = buy("alice", SHOP).await;
+    assert_eq!(won.status, 200, "{}", won.text());
+    assert_allowed(&won, SHOP);
+    let exposed = won.header("access-control-expose-headers").unwrap();
+    assert!(exposed.contains("X-Flashgate-Ticket"), "{exposed}");
+    assert_eq!(upstream.requests().await.len(), 1);
+    // The gateway's own refusal (over the per-user limit): allowed too.
+    let refused = buy("alice", SHOP).await;
+    assert!(refused.status >= 400, "{}", refused.text());
+    assert_allowed(&refused, SHOP);
+    // Another origin: the same answers, no allow headers.
+    let won = buy("bob", "https://evil.example").await;
+    assert_eq!(won.status, 200, "{}", won.text());
+    assert_not_allowed(&won);
+    let refused = buy("bob", "https://evil.example").await;
+    assert!(refused.status >= 400);
+    assert_not_allowed(&refused);
+    // The waiting room's poll: the ticket is readable by the listed origin's script.
+    let poll = get(
+        gw.addr,
+        "/flashgate/queue/q1",
+        &[("X-User-Id", "carol"), ("Origin", SHOP)],
+    )
+    .await;
+    assert_eq!(poll.status, 200, "{}", poll.text());
+    assert!(poll.header("x-flashgate-ticket").is_some());
+    assert_allowed(&poll, SHOP);
+    assert!(poll
+        .header("access-control-expose-headers")
+        .unwrap()
+        .contains("X-Flashgate-Ticket"));
+    // Off the gateway's routes nothing changes.
+    let other = get(gw.addr, "/catalogue", &[("Origin", SHOP)]).await;
+    assert_eq!(other.header("access-control-allow-origin"), None);
+}
+
+/// A shop page on another origin: a bare HTML page served from a port of its own, until the
+/// test ends.
+async fn shop_page() -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 8192];
+                let _ = stream.read(&mut buf).await;
+                let body = "<!doctype html><html><body>shop</body></html>";
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                    body.len()
+                );
+                let _ = stream.write_all(head.as_bytes()).await;
+                let _ = stream.write_all(body.as_bytes()).await;
+            });
+        }
+    });
+    format!("http://{addr}")
+}
+
+/// What the README's fetch() example does, from a page of `page`: poll the waiting room, then buy,
+/// with credentials and the headers a buyer's app sends (which need a preflight).
+const APP_SCRIPT: &str = r#"
+const [gw, done] = [arguments[0], arguments[arguments.length - 1]];
+(async () => {
+  const out = {};
+  try {
+    const poll = await fetch(gw + '/flashgate/queue/q1', {
+      credentials: 'include', headers: { 'X-User-Id': 'alice' } });
+    out.poll = { status: poll.status, ticket: poll.headers.get('X-Flashgate-Ticket'),
+                 state: (await poll.json()).state };
+    const buy = await fetch(gw + '/api/seckill/c1/buy', { method: 'POST', credentials: 'include',
+      headers: { 'X-User-Id': 'alice', 'Content-Type': 'application/json',
+                 'Idempotency-Key': 'app-1' }, body: JSON.stringify({ qty: 1 }) });
+    out.buy = { status: buy.status };
+  } catch (e) { out.error = String(e); }
+  done(out);
+})();
+"#;
+
+/// In Debian's chromium: an app on a listed origin polls and buys through the gateway with
+/// credentials; the same app on another origin is stopped by the browser at the preflight, and
+/// its purchase never reaches the backend.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_browser_app_on_a_listed_origin_polls_and_buys() {
+    let listed = shop_page().await;
+    let other = shop_page().await;
+    let acts = vec![
+        TestActivity::open("c1", 5),
+        TestActivity::open("q1", 5).queue(Queue::admit(50)),
+    ];
+    let (_redis, upstream, gw) =
+        Stack::start_with(acts, |c| c.cors_origins(&[listed.as_str()])).parts();
+    let gateway = format!("http://{}", gw.addr);
+    let browser = crate::browser::Browser::start().await;
+    let run = |page: String| {
+        let browser = &browser;
+        let gateway = gateway.clone();
+        async move {
+            browser.go(&page).await;
+            browser
+                .command(
+                    "POST",
+                    "execute/async",
+                    serde_json::json!({ "script": APP_SCRIPT, "args": [gateway] }),
+                )
+                .await
+        }
+    };
+    let out = run(listed).await;
+    assert_eq!(out["poll"]["status"], 200, "{out}");
+    assert!(
+        out["poll"]["ticket"]
+            .as_str()
+            .is_some_and(|t| !t.is_empty()),
+        "{out}"
+    );
+    assert_eq!(out["buy"]["status"], 200, "{out}");
+    let bought = upstream.requests().await;
+    assert_eq!(bought.len(), 1, "{bought:?}");
+    let out = run(other).await;
+    assert!(
+        out["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("Failed to fetch")),
+        "{out}"
+    );
+    assert_eq!(
+        upstream.requests().await.len(),
+        1,
+        "the other origin's purchase was sent"
+    );
+}
