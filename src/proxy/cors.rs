@@ -27,7 +27,8 @@ use std::any::Any;
 /// Response headers a listed origin's script may read besides the safelisted ones.
 const EXPOSED: &str = "X-Flashgate-Ticket, Retry-After";
 /// Request headers a buyer's app sends (the identity header or `Authorization` is added).
-const REQUEST_HEADERS: &str = "Content-Type, Idempotency-Key, X-Flashgate-Ticket";
+const REQUEST_HEADERS: &str =
+    "Content-Type, Idempotency-Key, X-Flashgate-Ticket, X-Flashgate-Solution";
 /// How long a browser may keep a preflight's answer (seconds).
 const MAX_AGE_SECS: &str = "600";
 
