@@ -282,3 +282,40 @@ async fn a_browser_app_on_a_listed_origin_polls_and_buys() {
         "the other origin's purchase was sent"
     );
 }
+
+/// Without listed origins the gateway runs without the CORS module (it costs every request):
+/// preflights are still answered here, never forwarded; listing the first origins is named as
+/// needing a restart, and after one they are allowed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listing_the_first_origins_takes_a_restart() {
+    let (_redis, upstream, mut gw) = Stack::start(vec![TestActivity::open("c1", 5)]).parts();
+    let sale = "/api/seckill/c1/buy";
+    let pre = request(gw.addr, "OPTIONS", sale, &preflight_headers(SHOP, "POST")).await;
+    assert_eq!(pre.status, 204, "{}", pre.text());
+    assert_eq!(pre.header("access-control-allow-origin"), None);
+    assert!(
+        upstream.requests().await.is_empty(),
+        "a preflight was forwarded"
+    );
+
+    let listed = gw.config.clone().cors_origins(&[SHOP]);
+    gw.rewrite_config(listed);
+    let reload = gw.admin_post("/v1/config/reload").await;
+    assert_eq!(reload.status, 200, "{}", reload.text());
+    let restart = reload.json()["needs_restart"].clone();
+    assert!(
+        restart
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|k| k == "server.cors.allowed_origins"),
+        "{restart}"
+    );
+    gw.restart();
+    let pre = request(gw.addr, "OPTIONS", sale, &preflight_headers(SHOP, "POST")).await;
+    assert_allowed(&pre, SHOP);
+    let headers = [("X-User-Id", "alice"), ("Origin", SHOP)];
+    let won = request(gw.addr, "POST", sale, &headers).await;
+    assert_eq!(won.status, 200, "{}", won.text());
+    assert_allowed(&won, SHOP);
+}
