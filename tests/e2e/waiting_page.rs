@@ -10,9 +10,9 @@ use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-const IDENTITY_SECRET: &str = "identity-secret-for-the-browser";
+pub(crate) const IDENTITY_SECRET: &str = "identity-secret-for-the-browser";
 
-fn token(user: &str) -> String {
+pub(crate) fn token(user: &str) -> String {
     let mut header = Header::new(Algorithm::HS256);
     header.kid = Some("idp1".into());
     let exp = SystemTime::now()
