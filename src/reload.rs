@@ -208,6 +208,11 @@ pub fn restart_only_changes(current: &Settings, next: &Settings) -> Vec<&'static
             a.server.upgrade_sock != b.server.upgrade_sock,
         ),
         ("admin.listen", a.admin.listen != b.admin.listen),
+        (
+            // The answers' CORS headers are added by a module installed at start-up.
+            "server.cors.allowed_origins",
+            a.server.cors.allowed_origins.is_empty() && !b.server.cors.allowed_origins.is_empty(),
+        ),
         ("redis", a.redis != b.redis),
         (
             "upstream.health_check_interval_ms",

@@ -21,8 +21,8 @@ pub use settings::*;
 use http::HeaderName;
 use std::path::{Path, PathBuf};
 
-/// Why a configuration was refused. Messages name the offending key (`activities[id=1001].stock`: activities by id), and
-/// the line where the YAML parser knows it.
+/// Why a configuration was refused. Messages name the offending key (`activities[id=1001].stock`:
+/// an activity by its id), and the line where the YAML parser knows it.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("cannot read {path}: {source}")]

@@ -6,7 +6,10 @@
 //!
 //! The answers are decorated by a downstream module ([`CorsModule`]): every response header
 //! the gateway writes through the session passes it, whichever phase wrote it. The request
-//! marks itself as on such a route in `request_filter`.
+//! marks itself as on such a route in `request_filter`. The module is installed only when the
+//! configuration the gateway starts with lists origins (it costs every request two
+//! allocations): listing the first origins takes a restart (a reload says so); changing the
+//! list is live. Preflights are answered either way.
 //!
 //! Approximation: answers written with Pingora's bare `respond_error` (a broken request before
 //! routing, a failed pass-through of a purchase forwarded unreserved while the store is down)
@@ -27,7 +30,8 @@ use std::any::Any;
 /// Response headers a listed origin's script may read besides the safelisted ones.
 const EXPOSED: &str = "X-Flashgate-Ticket, Retry-After";
 /// Request headers a buyer's app sends (the identity header or `Authorization` is added).
-const REQUEST_HEADERS: &str = "Content-Type, Idempotency-Key, X-Flashgate-Ticket";
+const REQUEST_HEADERS: &str =
+    "Content-Type, Idempotency-Key, X-Flashgate-Ticket, X-Flashgate-Solution";
 /// How long a browser may keep a preflight's answer (seconds).
 const MAX_AGE_SECS: &str = "600";
 

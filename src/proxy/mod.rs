@@ -307,10 +307,21 @@ impl ProxyHttp for FlashProxy {
         }
     }
 
-    /// One downstream module, CORS on the gateway's routes (it sees every answer, whichever
-    /// phase writes it); no compression: each module costs every request.
+    /// No compression: each module costs every request (two allocations). One module, CORS on
+    /// the gateway's routes (it sees every answer, whichever phase writes it), only when
+    /// origins are listed at start-up.
     fn init_downstream_modules(&self, modules: &mut pingora::modules::http::HttpModules) {
-        cors::install(modules);
+        if !self
+            .gw
+            .live
+            .settings()
+            .server
+            .cors
+            .allowed_origins
+            .is_empty()
+        {
+            cors::install(modules);
+        }
     }
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<bool> {

@@ -64,25 +64,33 @@ async fn check_live_refuses_what_a_reload_refuses_by_activity_id() {
     let (code, out, err) = check_live(&config);
     assert_eq!(code, 0, "a restock read as a stock change: {out}{err}");
 
-    // A stock change under the same version: refused, as the reload refuses it.
+    // A stock change under the same version, an older version than Redis's record, a changed
+    // segment count: each refused, and the reload refuses the same file with the same message.
     let mut changed = config.clone();
     changed.activities[1].stock = 500;
-    assert_refused(check_live(&changed), "activities[id=b2].stock");
-    gw.rewrite_config(changed);
-    let reload = gw.admin_post("/v1/config/reload").await;
-    assert_eq!(reload.status, 422, "{}", reload.text());
-    let message = reload.json()["message"].as_str().unwrap().to_owned();
-    assert!(message.starts_with("activities[id=b2].stock:"), "{message}");
-
-    // An older version than Redis's record.
     let mut older = config.clone();
     older.activities[1].version = 2;
-    assert_refused(check_live(&older), "activities[id=b2].version");
-
-    // A changed segment count.
     let mut resegmented = config.clone();
     resegmented.activities[1].segments = Some(4);
-    assert_refused(check_live(&resegmented), "activities[id=b2].segments");
+    for (file, key) in [
+        (changed, "activities[id=b2].stock"),
+        (older, "activities[id=b2].version"),
+        (resegmented, "activities[id=b2].segments"),
+    ] {
+        let got = check_live(&file);
+        let said = got.2.clone();
+        assert_refused(got, key);
+        gw.rewrite_config(file);
+        let reload = gw.admin_post("/v1/config/reload").await;
+        assert_eq!(reload.status, 422, "{}", reload.text());
+        let message = reload.json()["message"].as_str().unwrap().to_owned();
+        assert!(message.starts_with(&format!("{key}:")), "{message}");
+        assert!(
+            said.contains(&message),
+            "check said {said}, the reload {message}"
+        );
+    }
+    gw.rewrite_config(config.clone());
 
     // A new version (with any stock) and a new activity are fine.
     let mut next = config.clone();

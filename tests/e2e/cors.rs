@@ -288,3 +288,105 @@ async fn a_browser_app_on_a_listed_origin_polls_and_buys() {
         "the other origin's purchase was sent"
     );
 }
+
+/// Without listed origins the gateway runs without the CORS module (it costs every request):
+/// preflights are still answered here, never forwarded; listing the first origins is named as
+/// needing a restart, and after one they are allowed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listing_the_first_origins_takes_a_restart() {
+    let (_redis, upstream, mut gw) = Stack::start(vec![TestActivity::open("c1", 5)]).parts();
+    let sale = "/api/seckill/c1/buy";
+    let pre = request(gw.addr, "OPTIONS", sale, &preflight_headers(SHOP, "POST")).await;
+    assert_eq!(pre.status, 204, "{}", pre.text());
+    assert_eq!(pre.header("access-control-allow-origin"), None);
+    assert!(
+        upstream.requests().await.is_empty(),
+        "a preflight was forwarded"
+    );
+
+    let listed = gw.config.clone().cors_origins(&[SHOP]);
+    gw.rewrite_config(listed);
+    let reload = gw.admin_post("/v1/config/reload").await;
+    assert_eq!(reload.status, 200, "{}", reload.text());
+    let restart = reload.json()["needs_restart"].clone();
+    assert!(
+        restart
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|k| k == "server.cors.allowed_origins"),
+        "{restart}"
+    );
+    gw.restart();
+    let pre = request(gw.addr, "OPTIONS", sale, &preflight_headers(SHOP, "POST")).await;
+    assert_allowed(&pre, SHOP);
+    let headers = [("X-User-Id", "alice"), ("Origin", SHOP)];
+    let won = request(gw.addr, "POST", sale, &headers).await;
+    assert_eq!(won.status, 200, "{}", won.text());
+    assert_allowed(&won, SHOP);
+}
+
+/// The README's fetch() example ("Apps on another origin"), as written there, from a page of a
+/// listed origin in Chromium, the buyer signed in by a session cookie: the poll's ticket is
+/// readable and the purchase goes through the preflight.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_readme_fetch_example_runs_in_chromium() {
+    use crate::browser::{token, Browser, IDENTITY_SECRET};
+    let readme = std::fs::read_to_string(repo_path("README.md")).unwrap();
+    let section = &readme[readme
+        .find("## Apps on another origin (CORS)")
+        .expect("the README's CORS section")..];
+    let start = section.find("```js\n").expect("its fetch() example") + "```js\n".len();
+    let example = &section[start..start + section[start..].find("```").unwrap()];
+    let gw_line = example
+        .lines()
+        .find(|l| l.starts_with("const gw = "))
+        .expect("the example names the gateway in `const gw`");
+    let body = example.replace(gw_line, "const gw = arguments[0];");
+    let script = format!(
+        "const done = arguments[arguments.length - 1];\n(async () => {{ try {{\n{body}\n\
+         done({{ poll: poll.status, ticket, state: place.state, buy: buy.status }});\n\
+         }} catch (e) {{ done({{ error: String(e) }}); }} }})();"
+    );
+
+    let page = shop_page().await;
+    let (_redis, upstream, config) =
+        backends(vec![TestActivity::open("1003", 5).queue(Queue::admit(1000))]);
+    let config = config
+        .jwt_identity(Jwt::session_cookie())
+        .cors_origins(&[page.as_str()]);
+    let gw = GatewayProc::start_with_env(config, &[("FLASHGATE_IDENTITY_SECRET", IDENTITY_SECRET)]);
+    let gateway = format!("http://{}", gw.addr);
+    let browser = Browser::start().await;
+    // Alice signed in: her session cookie, set on the gateway's host.
+    browser.go(&format!("{gateway}/catalogue")).await;
+    let cookie =
+        serde_json::json!({"cookie": {"name": "session", "value": token("alice"), "path": "/"}});
+    browser.command("POST", "cookie", cookie).await;
+    browser.go(&page).await;
+    let out = browser
+        .command(
+            "POST",
+            "execute/async",
+            serde_json::json!({ "script": script, "args": [gateway] }),
+        )
+        .await;
+    eprintln!("the README example gave {out}");
+    assert_eq!(out["poll"], 200, "{out}");
+    assert!(
+        out["ticket"].as_str().is_some_and(|t| !t.is_empty()),
+        "{out}"
+    );
+    assert!(out["state"].is_string(), "{out}");
+    let bought = out["buy"].as_u64().unwrap_or_default();
+    assert!(bought == 200 || bought == 202, "{out}");
+    if bought == 200 {
+        let purchases = upstream.requests().await;
+        assert!(
+            purchases
+                .iter()
+                .any(|r| r["path"] == "/api/seckill/1003/buy"),
+            "{purchases:?}"
+        );
+    }
+}

@@ -250,12 +250,15 @@ pub async fn recorded(
         return Ok(None);
     };
     let layout = recorded_layout(store, activity).await?;
-    let mut stock = None;
+    // Known only when every segment has the version's ledger (one still being put on sale, or
+    // one whose keys expired, would give a part of it).
+    let mut stock = Some(0u64);
     for segment in layout.segments() {
         let row = store.ledger(segment, version).await?;
-        if row.ledger {
-            *stock.get_or_insert(0) += u64::try_from(row.initial).unwrap_or(0);
-        }
+        stock = match (stock, row.ledger) {
+            (Some(sum), true) => Some(sum + u64::try_from(row.initial).unwrap_or(0)),
+            _ => None,
+        };
     }
     let segments = match base.segments {
         Some(s) => Some(s),
