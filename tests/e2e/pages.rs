@@ -250,14 +250,16 @@ async fn the_waiting_page_goes_through_the_turns_to_the_success_url() {
         queue: Some(Queue::admit(1).window_secs(60)),
         ..TestActivity::open("1001", 5)
     };
+    let scarce = TestActivity {
+        queue: Some(Queue::admit(1).window_secs(60)),
+        ..TestActivity::open("1002", 1)
+    };
     let pages = [(0, "Phone X, launch edition", Some("/orders/{jti}"))];
-    let gw = gateway(&redis, &upstream, vec![activity], &pages);
-    assert_eq!(
-        gw.admin_post("/v1/activities/1001/queue/pause")
-            .await
-            .status,
-        200
-    );
+    let gw = gateway(&redis, &upstream, vec![activity, scarce], &pages);
+    for id in ["1001", "1002"] {
+        let path = format!("/v1/activities/{id}/queue/pause");
+        assert_eq!(gw.admin_post(&path).await.status, 200);
+    }
     // Four buyers ahead of alice.
     for user in ["b1", "b2", "b3", "b4"] {
         let cookie = format!("session={}", token(user));
@@ -347,6 +349,29 @@ async fn the_waiting_page_goes_through_the_turns_to_the_success_url() {
         .script("return document.getElementById('back').hidden;")
         .await;
     assert_eq!(back, false);
+    // Another sale with one unit and two buyers ahead of her: told once that she is very
+    // likely too late (her place still shown).
+    for user in ["c1", "c2"] {
+        let cookie = format!("session={}", token(user));
+        let r = request(
+            gw.addr,
+            "POST",
+            "/api/seckill/1002/buy",
+            &[("Cookie", &cookie)],
+        )
+        .await;
+        assert_eq!(r.status, 202);
+    }
+    browser.go(&format!("{origin}/product")).await;
+    press_buy(&browser, "/api/seckill/1002/buy").await;
+    let p = wait_for_async("the too-late page", Duration::from_secs(20), || async {
+        let p = page(&browser).await;
+        (p["path"] == "/api/seckill/1002/buy" && p["state"] == "waiting").then_some(p)
+    })
+    .await;
+    let text = p["text"].as_str().unwrap().to_lowercase();
+    assert_eq!(text.matches("likely too late").count(), 1, "{p}");
+    assert!(text.contains("#3"), "{p}");
     let _ = browser
         .call("DELETE", &format!("/session/{}", browser.session), None)
         .await;

@@ -73,7 +73,10 @@ async fn the_waiting_page_shows_the_place_refreshes_and_lands_on_the_purchase() 
         (v[0] == "waiting" && v[1] == "#2").then_some(v)
     })
     .await;
-    assert_eq!(shown[2], "Queue paused", "the title says the queue stands: {shown}");
+    assert_eq!(
+        shown[2], "Queue paused",
+        "the title says the queue stands: {shown}"
+    );
     assert!(
         shown[4]
             .as_str()
