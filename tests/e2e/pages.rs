@@ -325,6 +325,18 @@ async fn the_waiting_page_goes_through_the_turns_to_the_success_url() {
     })
     .await;
     assert_eq!(purchases(&upstream).await.len(), 1);
+    // The page the gateway wrote instead of the backend's answer changed nothing of the
+    // settlement: the backend's 2xx confirmed the reservation, once.
+    let view = wait_for_async("the confirm", Duration::from_secs(10), || async {
+        let v = gw.activity_view("1001").await;
+        (v["confirmed"] == 1).then_some(v)
+    })
+    .await;
+    assert_eq!(
+        (view["pending"].as_u64(), view["remaining"].as_u64()),
+        (Some(0), Some(4)),
+        "{view}"
+    );
     // The README's example, run here: the queue says she bought, and asks for no refresh.
     let script = format!(
         "var done = arguments[arguments.length - 1];\n{}\n\
