@@ -171,7 +171,8 @@ async fn refusals_are_pages_in_the_buyers_language_and_json_stays_json() {
     press_buy(&browser, "/api/seckill/1001/buy").await;
     let p = wait_page(&browser, "/api/seckill/1001/buy", "sold_out").await;
     assert_eq!(p["lang"], "en");
-    assert!(p["text"].as_str().unwrap().contains("sold out"), "{p}");
+    assert_eq!(p["title"], "Sold out · Example Shop", "{p}");
+    assert!(p["text"].as_str().unwrap().contains("Back to the shop"), "{p}");
     screenshots(&browser, "refusal-sold-out").await;
     let _ = browser
         .call("DELETE", &format!("/session/{}", browser.session), None)
@@ -325,6 +326,15 @@ async fn the_waiting_page_goes_through_the_turns_to_the_success_url() {
     })
     .await;
     assert_eq!(purchases(&upstream).await.len(), 1);
+    // The backend's cookie (the order it made) came with the redirect.
+    let cookies = browser.script("return document.cookie;").await;
+    assert!(
+        cookies
+            .as_str()
+            .unwrap()
+            .contains(&format!("demo_order={jti}")),
+        "{cookies}"
+    );
     // The page the gateway wrote instead of the backend's answer changed nothing of the
     // settlement: the backend's 2xx confirmed the reservation, once.
     let view = wait_for_async("the confirm", Duration::from_secs(10), || async {
