@@ -172,7 +172,10 @@ async fn refusals_are_pages_in_the_buyers_language_and_json_stays_json() {
     let p = wait_page(&browser, "/api/seckill/1001/buy", "sold_out").await;
     assert_eq!(p["lang"], "en");
     assert_eq!(p["title"], "Sold out · Example Shop", "{p}");
-    assert!(p["text"].as_str().unwrap().contains("Back to the shop"), "{p}");
+    assert!(
+        p["text"].as_str().unwrap().contains("Back to the shop"),
+        "{p}"
+    );
     screenshots(&browser, "refusal-sold-out").await;
     let _ = browser
         .call("DELETE", &format!("/session/{}", browser.session), None)
