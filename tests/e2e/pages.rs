@@ -427,6 +427,17 @@ async fn without_javascript_the_buyer_refreshes_the_queue_and_posts_at_their_tur
     )
     .await;
     assert_eq!(r.status, 202);
+    // As a page, the answer keeps its ticket header and cookie.
+    let page_headers = [("Cookie", bob.as_str()), ("Accept", "text/html")];
+    let r = request(gw.addr, "POST", "/api/seckill/1001/buy", &page_headers).await;
+    assert_eq!(r.status, 202);
+    assert_eq!(r.header("content-type"), Some("text/html; charset=utf-8"));
+    let ticket = r.header("x-flashgate-ticket").expect("the ticket header");
+    let cookie = r.header("set-cookie").expect("the ticket cookie");
+    assert!(
+        cookie.starts_with(&format!("flashgate_ticket={ticket};")),
+        "{cookie}"
+    );
 
     let browser = Browser::start_with(false, "en").await;
     let origin = format!("http://{}", gw.addr);
