@@ -1,7 +1,8 @@
 //! The waiting page in a real headless browser (Debian's chromium, driven over WebDriver by
 //! chromedriver): a buyer's "buy" form lands on the page, which shows the place, polls by
 //! itself, and at the buyer's turn submits the purchase, which the backend receives with the
-//! signed reservation.
+//! signed reservation; without a `success_url` the buyer is shown what they won. (The
+//! harness is `browser.rs`; the other pages are tested in `pages.rs`.)
 
 use crate::browser::{token, Browser, IDENTITY_SECRET};
 use crate::support::*;
