@@ -136,10 +136,10 @@ fn templates(dir: &Path) -> Result<HashMap<&'static str, String>, ConfigError> {
         };
         let env = minijinja::Environment::new();
         if let Err(e) = env.template_from_named_str(name, &text) {
-            let line = e.line().map(|l| format!(" (line {l})")).unwrap_or_default();
+            // minijinja's message names the line (`... (in waiting.html:3)`).
             return Err(ConfigError::invalid(
                 "pages.dir",
-                format!("{}{line}: {}", path.display(), e),
+                format!("{}: {e}", path.display()),
             ));
         }
         out.insert(name, text);
