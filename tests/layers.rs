@@ -438,8 +438,9 @@ fn request_filter_stays_short() {
 
 /// Functions past 80 lines when this rule came, with their length then: each may only shrink
 /// (split it and take it off the list); every other function stays under 80 lines.
-/// `Decision::reply` is the one `match` from decisions to answers, kept whole on purpose.
-const LONG_FUNCTIONS: &[(&str, usize)] = &[("admission/decision.rs: pub fn reply(", 94)];
+/// (`Decision::reply`, the one `match` from decisions to answers, was one; its messages now
+/// name the catalogue's, and it fits.)
+const LONG_FUNCTIONS: &[(&str, usize)] = &[];
 
 /// Every function's length, from its `fn` line to the brace that closes it at the same
 /// indentation (unit-test modules left out).

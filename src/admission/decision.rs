@@ -325,4 +325,45 @@ mod tests {
         assert_eq!(v["queue_position"], 1234);
         assert_eq!(v["estimated_wait_ms"], 15_200);
     }
+
+    #[test]
+    fn every_answer_speaks_english_and_chinese_with_the_same_code() {
+        let decisions = [
+            Decision::Unauthenticated,
+            Decision::BadRequest(BadRequest::QuantityTooLarge),
+            Decision::UnknownActivity,
+            Decision::NotStarted,
+            Decision::Ended,
+            Decision::RateLimited {
+                retry_after: Duration::from_secs(1),
+            },
+            Decision::SoldOut,
+            Decision::LimitExceeded,
+            Decision::Unavailable,
+            Decision::Queued {
+                position: 3,
+                estimated_wait: Duration::from_secs(2),
+            },
+            Decision::Waiting,
+            Decision::InvalidTicket,
+            Decision::TicketExpired,
+        ];
+        for d in decisions {
+            let reply = d.reply();
+            let en: serde_json::Value = serde_json::from_slice(&reply.body(Lang::En)).unwrap();
+            let zh: serde_json::Value = serde_json::from_slice(&reply.body(Lang::Zh)).unwrap();
+            assert_eq!(en["code"], zh["code"], "{d:?}");
+            let zh = zh["message"].as_str().unwrap();
+            assert!(
+                zh.chars().any(|c| ('\u{4e00}'..='\u{9fff}').contains(&c)),
+                "{d:?}: {zh}"
+            );
+        }
+        let sold_out = Decision::SoldOut.reply();
+        let en: serde_json::Value = serde_json::from_slice(&sold_out.body(Lang::En)).unwrap();
+        assert_eq!(
+            en,
+            serde_json::json!({"code": "sold_out", "message": "sold out"})
+        );
+    }
 }

@@ -4,7 +4,8 @@
 //! It keeps the orders it took: a request carrying a reservation (`X-Flashgate-Reservation`) that
 //! it answers 2xx is an order, kept by the reservation's `jti` (read from the token's claims).
 //! `GET /orders/{jti}` answers 200 for an order it holds, 404 otherwise: flashgate's
-//! `upstream.order_lookup`.
+//! `upstream.order_lookup`. The answer to an order from a browser (a request with cookies) sets the cookie
+//! `demo_order=<jti>`.
 //!
 //! Signatures, as a real backend checks them (both off by default: the token's `jti` is then
 //! read unverified and the peer's grants are not looked at):
@@ -303,7 +304,21 @@ impl ServeHttp for Backend {
         if status.is_success() {
             match self.taken(&session.req_header().headers) {
                 Ok(Some(Taken::Order(jti))) => {
+                    // As a shop does: a browser (a buyer with a session cookie) keeps the order
+                    // it just made. Other clients (scripts/bench's) get the usual answer.
+                    let browser = session
+                        .req_header()
+                        .headers
+                        .contains_key(http::header::COOKIE);
+                    let cookie = format!("demo_order={jti}; Path=/").parse().ok();
                     self.orders.lock().expect("not poisoned").insert(jti);
+                    if let (true, Some(cookie)) = (browser, cookie) {
+                        let mut answer = json_response(status, &json!({"ok": true, "path": path}));
+                        answer
+                            .headers_mut()
+                            .insert(http::header::SET_COOKIE, cookie);
+                        return answer;
+                    }
                 }
                 Ok(Some(Taken::Grant(id))) => {
                     self.grants.lock().expect("not poisoned").insert(id);

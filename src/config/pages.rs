@@ -2,7 +2,6 @@
 //! templates that replace the built-in ones (read and parsed here, so `flashgate check` and a
 //! reload refuse a template that does not parse, and the running configuration stays).
 
-use super::file::ActivitySection;
 use super::ConfigError;
 use serde::Deserialize;
 use std::collections::HashMap;
@@ -67,11 +66,18 @@ const MAX_NAME_CHARS: usize = 200;
 /// Longest URL (`shop_url`, `success_url`), in bytes.
 const MAX_URL_BYTES: usize = 2048;
 
+/// An activity's page keys as written (`activities[i]`).
+pub struct Written<'a> {
+    pub id: &'a str,
+    pub title: Option<&'a String>,
+    pub success_url: Option<&'a String>,
+}
+
 /// Validates `pages:` (templates read from `base_dir`-relative `dir`) and the activities'
 /// `title` and `success_url`.
 pub fn pages(
     raw: Option<PagesSection>,
-    activities: &[ActivitySection],
+    activities: &[Written<'_>],
     base_dir: &Path,
 ) -> Result<PagesSettings, ConfigError> {
     let raw = raw.unwrap_or_default();
@@ -85,18 +91,18 @@ pub fn pages(
     };
     let mut pages = HashMap::new();
     for (i, a) in activities.iter().enumerate() {
-        if let Some(title) = &a.title {
+        if let Some(title) = a.title {
             name(&format!("activities[{i}].title"), title)?;
         }
-        if let Some(success) = &a.success_url {
+        if let Some(success) = a.success_url {
             url(&format!("activities[{i}].success_url"), success)?;
         }
         if a.title.is_some() || a.success_url.is_some() {
             let page = ActivityPage {
-                title: a.title.clone(),
-                success_url: a.success_url.clone(),
+                title: a.title.cloned(),
+                success_url: a.success_url.cloned(),
             };
-            pages.insert(Arc::from(a.id.as_str()), page);
+            pages.insert(Arc::from(a.id), page);
         }
     }
     Ok(PagesSettings {
@@ -130,10 +136,10 @@ fn templates(dir: &Path) -> Result<HashMap<&'static str, String>, ConfigError> {
         };
         let env = minijinja::Environment::new();
         if let Err(e) = env.template_from_named_str(name, &text) {
-            let line = e.line().map(|l| format!(" (line {l})")).unwrap_or_default();
+            // minijinja's message names the line (`... (in waiting.html:3)`).
             return Err(ConfigError::invalid(
                 "pages.dir",
-                format!("{}{line}: {}", path.display(), e),
+                format!("{}: {e}", path.display()),
             ));
         }
         out.insert(name, text);

@@ -38,7 +38,14 @@ impl Settings {
         let upstream = upstream(raw.upstream)?;
         let redis = redis(raw.redis)?;
         let longest_trip = bounds::longest_sale_trip(&redis, &upstream);
-        let pages = super::pages::pages(raw.pages, &raw.activities, base_dir)?;
+        let written: Vec<_> = (raw.activities.iter())
+            .map(|a| super::pages::Written {
+                id: &a.id,
+                title: a.title.as_ref(),
+                success_url: a.success_url.as_ref(),
+            })
+            .collect();
+        let pages = super::pages::pages(raw.pages, &written, base_dir)?;
         let activities = activities(raw.activities, Duration::from_secs(raw.signing.ttl_secs))?;
         bounds::retention_covers_the_lifecycle(&redis, &upstream, &activities, longest_trip)?;
         Ok(Settings {

@@ -5,6 +5,7 @@
 use crate::catalogue::Lang;
 use http::header::{ACCEPT, ACCEPT_LANGUAGE};
 use http::HeaderMap;
+use std::borrow::Cow;
 
 /// How the gateway's own answers are written for this client.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -26,17 +27,18 @@ impl Client {
     }
 }
 
-/// A header's lines as one comma-separated list; `None` when absent or not visible ASCII.
-fn joined(headers: &HeaderMap, name: http::header::HeaderName) -> Option<String> {
-    let mut out = String::new();
-    for value in headers.get_all(name) {
-        let value = value.to_str().ok()?;
-        if !out.is_empty() {
-            out.push(',');
-        }
-        out.push_str(value);
+/// A header's lines as one comma-separated list (borrowed when there is one line, as there
+/// nearly always is); `None` when absent or not visible ASCII.
+fn joined(headers: &HeaderMap, name: http::header::HeaderName) -> Option<Cow<'_, str>> {
+    let mut values = headers.get_all(name).iter();
+    let first = values.next()?.to_str().ok()?;
+    let mut out = Cow::Borrowed(first);
+    for value in values {
+        let joined = out.to_mut();
+        joined.push(',');
+        joined.push_str(value.to_str().ok()?);
     }
-    (!out.is_empty()).then_some(out)
+    Some(out)
 }
 
 /// One element of a list: its value and its `q` (1 when not given); `None` when malformed.

@@ -132,7 +132,7 @@ impl FlashProxy {
         }
         // Settled: relay the answer (or, for a browser that won from the waiting page, the
         // gateway's own); the buyer's side failing now changes nothing.
-        if (200..300).contains(&status) && self.won(session, ctx).await {
+        if (200..300).contains(&status) && self.won(session, ctx, answer.header()).await {
             answer.discard(&self.gw.forwarder).await;
             return;
         }

@@ -101,15 +101,23 @@ pub async fn proxy_error(session: &mut Session, e: &Error) -> FailToProxy {
     }
 }
 
-/// Writes a waiting-room answer in `status` (JSON or the waiting page; `reservation`: the
-/// "bought" page of a won purchase): the ticket in its header and cookie, never cached.
+/// A won purchase the gateway answers itself: its reservation, and the backend's cookies.
+#[derive(Clone, Copy)]
+pub struct Won<'a> {
+    pub reservation: &'a str,
+    pub cookies: &'a [http::HeaderValue],
+}
+
+/// Writes a waiting-room answer in `status` (JSON or the waiting page; `won`: the "bought"
+/// page of a won purchase): the ticket in its header and cookie, never cached.
 pub async fn queue(
     session: &mut Session,
     how: &Answering<'_>,
     status: http::StatusCode,
     queued: &Queued,
-    reservation: Option<&str>,
+    won: Option<Won<'_>>,
 ) -> Result<()> {
+    let reservation = won.map(|w| w.reservation);
     let answer = &queued.answer;
     let lang = how.client.lang;
     let (content_type, body) = match how.sale {
@@ -128,8 +136,11 @@ pub async fn queue(
     own_answer(&mut resp, content_type, body.len())?;
     resp.insert_header(crate::header_names::QUEUE_TICKET, answer.ticket.as_str())?;
     resp.insert_header(http::header::SET_COOKIE, page::cookie(answer))?;
-    if let Some(id) = reservation {
-        resp.insert_header(super::headers::RESERVATION_ID, id)?;
+    if let Some(won) = won {
+        resp.insert_header(super::headers::RESERVATION_ID, won.reservation)?;
+        for cookie in won.cookies {
+            resp.append_header(http::header::SET_COOKIE, cookie)?;
+        }
     }
     session.write_response_header(Box::new(resp), false).await?;
     session
@@ -137,12 +148,21 @@ pub async fn queue(
         .await
 }
 
-/// A won purchase's redirect (303) to the sale's `success_url`, with the reservation id.
-pub async fn see_other(session: &mut Session, location: &str, reservation: &str) -> Result<()> {
+/// A won purchase's redirect (303) to the sale's `success_url`, with the reservation id and the
+/// backend's cookies.
+pub async fn see_other(
+    session: &mut Session,
+    location: &str,
+    reservation: &str,
+    cookies: &[http::HeaderValue],
+) -> Result<()> {
     let mut resp = ResponseHeader::build(http::StatusCode::SEE_OTHER, Some(4))?;
     resp.insert_header(http::header::LOCATION, location)?;
     resp.insert_header(http::header::CONTENT_LENGTH, "0")?;
     resp.insert_header(http::header::CACHE_CONTROL, "no-store")?;
     resp.insert_header(super::headers::RESERVATION_ID, reservation)?;
+    for cookie in cookies {
+        resp.append_header(http::header::SET_COOKIE, cookie)?;
+    }
     session.write_response_header(Box::new(resp), true).await
 }

@@ -4,6 +4,7 @@
 use super::{peer_ip, respond, FlashProxy, RequestCtx};
 use crate::admission::target::Target;
 use crate::admission::{Decision, LimitKind};
+use crate::config::{Activity, Settings};
 use crate::purchase::presented;
 use crate::waiting::page::{self, Landing};
 use crate::waiting::Presented;
@@ -89,16 +90,7 @@ impl FlashProxy {
         .await;
         match answer {
             Ok((activity, answer)) => {
-                let landing = match activity.queue.as_ref().and_then(|q| q.landing_url.clone()) {
-                    Some(url) => Landing::Url(url),
-                    None => match settings.sale_routes.first() {
-                        Some(route) => Landing::Purchase {
-                            method: route.method().to_string(),
-                            target: route.path_for(&activity.id),
-                        },
-                        None => Landing::Url("/".to_owned()),
-                    },
-                };
+                let landing = landing(settings, &activity);
                 let how = respond::Answering {
                     sale: Some(generation.sale_page(&activity.id)),
                     ..ctx.answering()
@@ -119,6 +111,21 @@ impl FlashProxy {
                 Ok(true)
             }
         }
+    }
+}
+
+/// Where a poller's page goes at their turn: the queue's `landing_url`, else the purchase at
+/// the first sale route.
+fn landing(settings: &Settings, activity: &Activity) -> Landing {
+    match activity.queue.as_ref().and_then(|q| q.landing_url.clone()) {
+        Some(url) => Landing::Url(url),
+        None => match settings.sale_routes.first() {
+            Some(route) => Landing::Purchase {
+                method: route.method().to_string(),
+                target: route.path_for(&activity.id),
+            },
+            None => Landing::Url("/".to_owned()),
+        },
     }
 }
 

@@ -9,6 +9,7 @@ use crate::waiting::page::{Landing, Queued};
 use crate::waiting::view::Status;
 use crate::waiting::Answer;
 use percent_encoding::{utf8_percent_encode, NON_ALPHANUMERIC};
+use pingora::http::ResponseHeader;
 use pingora::prelude::*;
 
 impl FlashProxy {
@@ -17,7 +18,15 @@ impl FlashProxy {
     ///
     /// "From the waiting page" is read as: a client preferring a page, presenting a ticket, on
     /// an activity with a waiting room (the page's own purchase is all of these).
-    pub(super) async fn won(&self, session: &mut Session, ctx: &RequestCtx) -> bool {
+    ///
+    /// The backend's `Set-Cookie` headers (its session, the order it made) go with the
+    /// gateway's answer; nothing else of the backend's answer does.
+    pub(super) async fn won(
+        &self,
+        session: &mut Session,
+        ctx: &RequestCtx,
+        backend: &ResponseHeader,
+    ) -> bool {
         let (Some(facts), Some(reservation)) = (&ctx.sale, &ctx.reservation) else {
             return false;
         };
@@ -31,11 +40,17 @@ impl FlashProxy {
         let Some(ticket) = presented(&session.req_header().headers) else {
             return false;
         };
+        let cookies: Vec<_> = backend
+            .headers
+            .get_all(http::header::SET_COOKIE)
+            .iter()
+            .cloned()
+            .collect();
         let sale = ctx.generation.sale_page(&activity.id);
         let written = match &sale.page.success_url {
             Some(url) => {
                 let location = url.replace("{jti}", &jti_in_url(&reservation.id));
-                respond::see_other(session, &location, &reservation.id).await
+                respond::see_other(session, &location, &reservation.id, &cookies).await
             }
             None => {
                 let ends_in = (activity.ends_at - chrono::Utc::now()).num_seconds();
@@ -49,7 +64,11 @@ impl FlashProxy {
                 };
                 let status = http::StatusCode::OK;
                 let how = ctx.answering();
-                respond::queue(session, &how, status, &queued, Some(&reservation.id)).await
+                let won = respond::Won {
+                    reservation: &reservation.id,
+                    cookies: &cookies,
+                };
+                respond::queue(session, &how, status, &queued, Some(won)).await
             }
         };
         if let Err(e) = written {

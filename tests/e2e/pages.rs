@@ -171,7 +171,11 @@ async fn refusals_are_pages_in_the_buyers_language_and_json_stays_json() {
     press_buy(&browser, "/api/seckill/1001/buy").await;
     let p = wait_page(&browser, "/api/seckill/1001/buy", "sold_out").await;
     assert_eq!(p["lang"], "en");
-    assert!(p["text"].as_str().unwrap().contains("sold out"), "{p}");
+    assert_eq!(p["title"], "Sold out · Example Shop", "{p}");
+    assert!(
+        p["text"].as_str().unwrap().contains("Back to the shop"),
+        "{p}"
+    );
     screenshots(&browser, "refusal-sold-out").await;
     let _ = browser
         .call("DELETE", &format!("/session/{}", browser.session), None)
@@ -250,14 +254,16 @@ async fn the_waiting_page_goes_through_the_turns_to_the_success_url() {
         queue: Some(Queue::admit(1).window_secs(60)),
         ..TestActivity::open("1001", 5)
     };
+    let scarce = TestActivity {
+        queue: Some(Queue::admit(1).window_secs(60)),
+        ..TestActivity::open("1002", 1)
+    };
     let pages = [(0, "Phone X, launch edition", Some("/orders/{jti}"))];
-    let gw = gateway(&redis, &upstream, vec![activity], &pages);
-    assert_eq!(
-        gw.admin_post("/v1/activities/1001/queue/pause")
-            .await
-            .status,
-        200
-    );
+    let gw = gateway(&redis, &upstream, vec![activity, scarce], &pages);
+    for id in ["1001", "1002"] {
+        let path = format!("/v1/activities/{id}/queue/pause");
+        assert_eq!(gw.admin_post(&path).await.status, 200);
+    }
     // Four buyers ahead of alice.
     for user in ["b1", "b2", "b3", "b4"] {
         let cookie = format!("session={}", token(user));
@@ -323,6 +329,27 @@ async fn the_waiting_page_goes_through_the_turns_to_the_success_url() {
     })
     .await;
     assert_eq!(purchases(&upstream).await.len(), 1);
+    // The backend's cookie (the order it made) came with the redirect.
+    let cookies = browser.script("return document.cookie;").await;
+    assert!(
+        cookies
+            .as_str()
+            .unwrap()
+            .contains(&format!("demo_order={jti}")),
+        "{cookies}"
+    );
+    // The page the gateway wrote instead of the backend's answer changed nothing of the
+    // settlement: the backend's 2xx confirmed the reservation, once.
+    let view = wait_for_async("the confirm", Duration::from_secs(10), || async {
+        let v = gw.activity_view("1001").await;
+        (v["confirmed"] == 1).then_some(v)
+    })
+    .await;
+    assert_eq!(
+        (view["pending"].as_u64(), view["remaining"].as_u64()),
+        (Some(0), Some(4)),
+        "{view}"
+    );
     // The README's example, run here: the queue says she bought, and asks for no refresh.
     let script = format!(
         "var done = arguments[arguments.length - 1];\n{}\n\
@@ -347,6 +374,29 @@ async fn the_waiting_page_goes_through_the_turns_to_the_success_url() {
         .script("return document.getElementById('back').hidden;")
         .await;
     assert_eq!(back, false);
+    // Another sale with one unit and two buyers ahead of her: told once that she is very
+    // likely too late (her place still shown).
+    for user in ["c1", "c2"] {
+        let cookie = format!("session={}", token(user));
+        let r = request(
+            gw.addr,
+            "POST",
+            "/api/seckill/1002/buy",
+            &[("Cookie", &cookie)],
+        )
+        .await;
+        assert_eq!(r.status, 202);
+    }
+    browser.go(&format!("{origin}/product")).await;
+    press_buy(&browser, "/api/seckill/1002/buy").await;
+    let p = wait_for_async("the too-late page", Duration::from_secs(20), || async {
+        let p = page(&browser).await;
+        (p["path"] == "/api/seckill/1002/buy" && p["state"] == "waiting").then_some(p)
+    })
+    .await;
+    let text = p["text"].as_str().unwrap().to_lowercase();
+    assert_eq!(text.matches("likely too late").count(), 1, "{p}");
+    assert!(text.contains("#3"), "{p}");
     let _ = browser
         .call("DELETE", &format!("/session/{}", browser.session), None)
         .await;
@@ -377,6 +427,17 @@ async fn without_javascript_the_buyer_refreshes_the_queue_and_posts_at_their_tur
     )
     .await;
     assert_eq!(r.status, 202);
+    // As a page, the answer keeps its ticket header and cookie.
+    let page_headers = [("Cookie", bob.as_str()), ("Accept", "text/html")];
+    let r = request(gw.addr, "POST", "/api/seckill/1001/buy", &page_headers).await;
+    assert_eq!(r.status, 202);
+    assert_eq!(r.header("content-type"), Some("text/html; charset=utf-8"));
+    let ticket = r.header("x-flashgate-ticket").expect("the ticket header");
+    let cookie = r.header("set-cookie").expect("the ticket cookie");
+    assert!(
+        cookie.starts_with(&format!("flashgate_ticket={ticket};")),
+        "{cookie}"
+    );
 
     let browser = Browser::start_with(false, "en").await;
     let origin = format!("http://{}", gw.addr);

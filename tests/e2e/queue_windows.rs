@@ -18,6 +18,7 @@ async fn a_replay_of_an_admitted_purchase_returns_its_reservation() {
     let stack = Stack::start(vec![queued("1001", 1, Queue::admit(5).window_secs(1))]);
     let gw = &stack.gw;
     let t = take_ticket(gw, "1001", "alice").await.0;
+    let bob = take_ticket(gw, "1001", "bob").await.0;
     wait_state(gw, "1001", "alice", &t, "your_turn").await;
     // Her place was reached by now: her window ends a window (1 s) after this at the latest.
     let window_ends_ms = stack.redis.time_ms() + 1000;
@@ -26,8 +27,10 @@ async fn a_replay_of_an_admitted_purchase_returns_its_reservation() {
     assert_eq!(first.status, 200, "{}", first.text());
     let jti = first.reservation_id();
     // The client lost the answer and retries later: the unit is sold (the gateway learned it,
-    // everyone waiting is told sold_out) and her window passed by Redis's clock.
-    wait_state(gw, "1001", "alice", &t, "sold_out").await;
+    // everyone waiting is told sold_out; she, who bought, is told so) and her window passed by
+    // Redis's clock.
+    wait_state(gw, "1001", "bob", &bob, "sold_out").await;
+    wait_state(gw, "1001", "alice", &t, "bought").await;
     stack
         .redis
         .wait_time_past("alice's admission window to close", window_ends_ms);

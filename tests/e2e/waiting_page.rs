@@ -1,7 +1,8 @@
 //! The waiting page in a real headless browser (Debian's chromium, driven over WebDriver by
 //! chromedriver): a buyer's "buy" form lands on the page, which shows the place, polls by
 //! itself, and at the buyer's turn submits the purchase, which the backend receives with the
-//! signed reservation.
+//! signed reservation; without a `success_url` the buyer is shown what they won. (The
+//! harness is `browser.rs`; the other pages are tested in `pages.rs`.)
 
 use crate::browser::{token, Browser, IDENTITY_SECRET};
 use crate::support::*;
@@ -73,7 +74,10 @@ async fn the_waiting_page_shows_the_place_refreshes_and_lands_on_the_purchase() 
         (v[0] == "waiting" && v[1] == "#2").then_some(v)
     })
     .await;
-    assert_eq!(shown[2], "In the queue", "{shown}");
+    assert_eq!(
+        shown[2], "Queue paused",
+        "the title says the queue stands: {shown}"
+    );
     assert!(
         shown[4]
             .as_str()

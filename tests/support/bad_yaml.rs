@@ -517,7 +517,7 @@ pub const BAD: &[Bad] = &[
     Bad {
         name: "pages-template-broken",
         patch: &[("pages", Some("{dir: pages-broken}"))],
-        expect: "pages-broken/waiting.html (line 3): ",
+        expect: "pages-broken/waiting.html: syntax error: unexpected end of block (in waiting.html:3)",
     },
     Bad {
         name: "pages-dir-without-templates",
