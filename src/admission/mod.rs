@@ -65,6 +65,11 @@ pub trait StockPort: Send + Sync {
     /// Whether this instance knows the activity's current version sold out.
     fn is_sold_out(&self, activity: &Activity, ttl: std::time::Duration) -> bool;
 
+    /// Whether this instance knows the activity halted for the whole fleet.
+    fn is_halted(&self, _activity: &Activity) -> bool {
+        false
+    }
+
     /// The time the sale's hours are judged by before any call: the store's clock, as well as
     /// it is known (the reserve script judges again by the store's own).
     fn now(&self) -> DateTime<Utc> {
@@ -207,6 +212,11 @@ impl Admission {
 
     pub fn metrics(&self) -> &Metrics {
         &self.metrics
+    }
+
+    /// Whether this instance knows `activity` halted for the whole fleet.
+    pub fn is_halted(&self, activity: &Activity) -> bool {
+        self.stock.is_halted(activity)
     }
 
     /// The time the sale's hours are judged by before any call (see [`StockPort::now`]).

@@ -27,6 +27,8 @@
 //!                                   version that was on sale sells again after the rest expired
 //! <p>:{<act>}:q             hash    the waiting room's state (cursor, rate, pause, history)
 //! <p>:{<act>}:q:tickets     hash    the waiting room's tickets: user -> number
+//! <p>:{<act>}:halt          string  since when the activity is halted (unix ms; absent when
+//!                                   not): expires with the sale's keys, see lua/halt.lua
 //! <p>:activities            hash    activity id -> segment count, of every activity prewarmed
 //!                                   (sweeps reach removed ones too; a second record of the count)
 //! ```
@@ -105,6 +107,11 @@ impl SegmentKeys {
     /// On the base tag: the waiting room's tickets (user -> number).
     pub fn queue_tickets(&self) -> String {
         self.key("q:tickets")
+    }
+
+    /// On the base tag: the activity's halt (admin API), for the whole fleet.
+    pub fn halt(&self) -> String {
+        self.key("halt")
     }
 
     pub fn meta(&self) -> String {

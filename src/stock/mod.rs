@@ -41,6 +41,7 @@ pub use records::*;
 pub use scripts::claim::ClaimOutcome;
 pub use scripts::confirm::ConfirmOutcome;
 pub use scripts::deposit::Deposit;
+pub use scripts::halt::Halt;
 pub use scripts::prewarm::PrewarmOutcome;
 pub use scripts::release::{ReleaseMode, ReleaseOutcome};
 pub use scripts::reserve::{ReserveCall, ReserveOutcome, SaleHours};
@@ -66,6 +67,7 @@ label_enum! {
         Transfer => "transfer",
         Queue => "queue",
         Restock => "restock",
+        Halt => "halt",
     }
 }
 
@@ -82,6 +84,7 @@ label_enum! {
         Transfer => "transfer",
         Queue => "queue",
         Restock => "restock",
+        Halt => "halt",
     }
 }
 

@@ -11,6 +11,7 @@ mod decisions;
 mod edge;
 mod failures;
 mod fences;
+mod halt;
 mod integrity;
 mod lifecycle;
 mod news;
