@@ -208,6 +208,10 @@ impl AdminApp {
                     StatusCode::SERVICE_UNAVAILABLE,
                     &json!({"ready": false, "reason": "the proxy is not listening yet"}),
                 ),
+                Ok(()) if !self.gw.lifecycle.state().halts_read() => json_response(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    &json!({"ready": false, "reason": "the activities' halts are not read yet"}),
+                ),
                 Ok(()) => match self.refused_activities() {
                     refused if refused.is_empty() => {
                         json_response(StatusCode::OK, &json!({"ready": true}))

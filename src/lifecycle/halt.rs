@@ -8,7 +8,8 @@
 //! The bound: a gateway obeys a halt at most [`POLL_INTERVAL`] plus one read (bounded by
 //! `redis.timeout_ms`) after the halt's 200, so 100 ms + 50 ms by default, well inside the
 //! contract's 500 ms (measured in `tests/e2e/halt.rs`). The poll is its own task, so the
-//! maintenance loop's slower work (a sweep waiting on order lookups) never delays it.
+//! maintenance loop's slower work (a sweep waiting on order lookups) never delays it. A gateway
+//! is not ready (`/readyz`) before it read every activity's halt once.
 //!
 //! Approximations: the halt is the gateways' gate, not the reserve script's: a reserve that
 //! left a gateway before the gateway learned the halt (within the bound above) may still land.
@@ -21,17 +22,25 @@ use crate::config::{Activity, Settings};
 use crate::stock::{Halt, StockStore, StoreError};
 use arc_swap::ArcSwap;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 /// How often every gateway reads each activity's halt.
 pub const POLL_INTERVAL: Duration = Duration::from_millis(100);
 
-/// The activities this gateway knows halted, with since when (unix ms, Redis's clock).
+/// The activities this gateway knows halted, with since when (unix ms, Redis's clock), and
+/// whether every activity's halt was read at least once (readiness waits for it, so a gateway
+/// started during a halt never sells before it knows).
 #[derive(Default)]
-pub struct Halts(ArcSwap<HashMap<Arc<str>, u64>>);
+pub struct Halts(ArcSwap<HashMap<Arc<str>, u64>>, AtomicBool);
 
 impl Halts {
+    /// Whether every configured activity's halt was read once.
+    pub fn read_once(&self) -> bool {
+        self.1.load(Ordering::Relaxed)
+    }
+
     /// Since when the activity is halted, if it is.
     pub fn since(&self, activity: &str) -> Option<u64> {
         self.0.load().get(activity).copied()
@@ -92,11 +101,18 @@ impl Lifecycle<StockStore> {
             .activities
             .iter()
             .map(|activity| async move { (activity, self.store.halted(activity).await) });
+        let mut all = true;
         for (activity, read) in futures_util::future::join_all(reads).await {
             match read {
                 Ok(halt) => self.learned_halt(&activity.id, halt),
-                Err(e) => tracing::debug!(activity = %activity.id, error = %e, "halt not read"),
+                Err(e) => {
+                    all = false;
+                    tracing::debug!(activity = %activity.id, error = %e, "halt not read");
+                }
             }
+        }
+        if all {
+            self.state.halts.1.store(true, Ordering::Relaxed);
         }
     }
 

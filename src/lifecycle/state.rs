@@ -55,6 +55,11 @@ impl SaleState {
         self.halts.since(activity)
     }
 
+    /// Whether every configured activity's halt was read once (readiness waits for it).
+    pub fn halts_read(&self) -> bool {
+        self.halts.read_once()
+    }
+
     /// Whether the activity, as configured now, is refused (a refusal of another version or
     /// segment count does not apply).
     pub fn is_refused(&self, activity: &Activity) -> bool {
