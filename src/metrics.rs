@@ -206,6 +206,9 @@ metrics! {
     /// 1 while Redis's record of an activity refuses its configuration: not on sale.
     activity_refused: IntGaugeVec = "flashgate_activity_refused" ["activity"],
         "1 while Redis's record of an activity refuses its configuration (not on sale): segments changed, an older version, an older key layout, a lost key.";
+    /// Fleet-wide bucket decisions made by the gateway's own bucket (Redis slow or down).
+    rate_limit_fleet_fallbacks: IntCounterVec = "flashgate_rate_limit_fleet_fallbacks_total" ["limit"],
+        "Decisions of a fleet-wide bucket (rate_limits scope: fleet) made by this gateway's own bucket because Redis did not answer in time (N gateways then allow up to N times the rate).";
     /// 1 while an activity is halted for the whole fleet (admin API), as this gateway knows it.
     activity_halted: IntGaugeVec = "flashgate_activity_halted" ["activity"],
         "1 while an activity is halted for the whole fleet (POST /v1/activities/{act}/halt): its sale requests are answered unavailable until resumed.";
@@ -320,6 +323,7 @@ mod tests {
             &metrics.queue_lapsed,
             &metrics.queue_too_late,
             &metrics.queue_polls,
+            &metrics.rate_limit_fleet_fallbacks,
         ] {
             family.with_label_values(&["x"]);
         }

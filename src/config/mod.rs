@@ -7,9 +7,11 @@ mod bounds;
 pub mod file;
 mod keys;
 pub mod route;
+mod scope;
 mod settings;
 mod validate;
 
+pub use scope::Scope;
 pub use settings::*;
 
 use http::HeaderName;

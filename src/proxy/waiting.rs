@@ -66,14 +66,20 @@ impl FlashProxy {
         let headers = &session.req_header().headers;
         let peer = peer_ip(session);
         let answer = async {
+            let rules = generation.rules();
+            let admission = &self.gw.admission;
             if let Some(ip) = policy.client_ip(headers, peer) {
-                policy.take_token(LimitKind::PerIp, &ip, &self.gw.metrics)?;
+                admission
+                    .take_token(rules, LimitKind::PerIp, &ip.to_string())
+                    .await?;
             }
             let user = policy
                 .identify(headers, peer)
                 .ok_or(Decision::Unauthenticated)?;
             // A poll is a buyer too: it spends from the buyer's own bucket.
-            policy.take_token(LimitKind::PerUser, user.as_str(), &self.gw.metrics)?;
+            admission
+                .take_token(rules, LimitKind::PerUser, &user)
+                .await?;
             let activity = settings
                 .activities
                 .get(raw_activity)

@@ -29,6 +29,9 @@
 //! <p>:{<act>}:q:tickets     hash    the waiting room's tickets: user -> number
 //! <p>:{<act>}:halt          string  since when the activity is halted (unix ms; absent when
 //!                                   not): expires with the sale's keys, see lua/halt.lua
+//! <p>:{rl~<n>}:<kind>:<h>  string  a fleet-wide token bucket (rate_limits scope: fleet): its
+//!                                   GCRA arrival time (unix us); <h> is the hex FNV-1a of the
+//!                                   user id or IP, <n> its shard; expires once full again
 //! <p>:activities            hash    activity id -> segment count, of every activity prewarmed
 //!                                   (sweeps reach removed ones too; a second record of the count)
 //! ```
@@ -74,6 +77,13 @@ impl KeyLayout {
     /// Every activity id ever prewarmed (no hash tag: read by background work only).
     pub fn registry(&self) -> String {
         format!("{}:activities", self.prefix)
+    }
+
+    /// A fleet-wide token bucket (`lua/tokens.lua`): `kind` is the limit (`per_user`,
+    /// `per_ip`), `hash` the stable hash of its key (no user id or IP in key names), `shard` the
+    /// hash tag's number (one slot per shard on a cluster).
+    pub fn fleet_bucket(&self, shard: u32, kind: &str, hash: u64) -> String {
+        format!("{}:{{rl~{shard}}}:{kind}:{hash:016x}", self.prefix)
     }
 
     /// The pub/sub channel of sold-out news (not a key; shared by the deployment).

@@ -34,7 +34,7 @@ pub mod scripts;
 pub mod segments;
 
 pub use keys::{KeyLayout, SegmentKeys};
-pub use layout::{Layout, Segment};
+pub use layout::{stable_hash, Layout, Segment};
 pub use port::{Publish, Reads, Settle, Transfers};
 pub use reads::{Snapshot, Transfer, TransferBooks};
 pub use records::*;
@@ -68,6 +68,7 @@ label_enum! {
         Queue => "queue",
         Restock => "restock",
         Halt => "halt",
+        Tokens => "tokens",
     }
 }
 
@@ -85,6 +86,7 @@ label_enum! {
         Queue => "queue",
         Restock => "restock",
         Halt => "halt",
+        Tokens => "tokens",
     }
 }
 

@@ -11,6 +11,7 @@ mod decisions;
 mod edge;
 mod failures;
 mod fences;
+mod fleet_limits;
 mod halt;
 mod integrity;
 mod lifecycle;

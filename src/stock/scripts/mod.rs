@@ -16,6 +16,7 @@ pub mod release;
 pub mod reserve;
 pub mod restock;
 pub mod sweep;
+pub mod tokens;
 pub mod withdraw;
 
 use redis::Script;
@@ -43,6 +44,7 @@ script!(DEPOSIT, "../../../lua/deposit.lua");
 script!(ACKNOWLEDGE, "../../../lua/acknowledge.lua");
 script!(DUE, "../../../lua/due.lua");
 script!(HALTED, "../../../lua/halted.lua");
+script!(TOKENS, "../../../lua/tokens.lua");
 
 /// The waiting room's shared Lua, prepended (after `lib.lua`) to its scripts.
 const QUEUE_LIB: &str = include_str!("../../../lua/queue_lib.lua");
@@ -60,7 +62,7 @@ queue_script!(QUEUE_CONTROL, "../../../lua/queue_control.lua");
 queue_script!(HALT, "../../../lua/halt.lua");
 
 /// Every script, for loading them up front (readiness).
-pub(super) fn all() -> [&'static Script; 17] {
+pub(super) fn all() -> [&'static Script; 18] {
     [
         &RESERVE,
         &RESTOCK,
@@ -79,5 +81,6 @@ pub(super) fn all() -> [&'static Script; 17] {
         &QUEUE_CONTROL,
         &HALT,
         &HALTED,
+        &TOKENS,
     ]
 }
