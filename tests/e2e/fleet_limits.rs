@@ -127,3 +127,23 @@ async fn a_shadow_fleet_bucket_refuses_nothing_and_counts() {
         assert!((0..=2_000).contains(&ttl), "{key} expires in {ttl} ms");
     }
 }
+
+/// The same spray against `scope: instance` (the default): each gateway has its own bucket, so
+/// three gateways let the buyer through at about three times the rate (what `fleet` fixes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn instance_buckets_let_three_gateways_through_three_times() {
+    let (_redis, _up, config) = backends(vec![TestActivity::open("1001", 1000)]);
+    let config = config.per_user_bucket(Rate::new(20, 20));
+    let a = GatewayProc::start(config.clone());
+    let b = GatewayProc::start(config.clone().on_new_ports());
+    let c = GatewayProc::start(config.clone().on_new_ports());
+    let (passed, all, secs) = spray(&[&a, &b, &c], "sprayer", 3, Duration::from_secs(3)).await;
+    let expected = 20.0 + 20.0 * secs;
+    eprintln!(
+        "instance buckets 20/s burst 20 over 3 gateways: {passed} passed of {all} in {secs:.2} s \
+         ({:.2} times the rate)",
+        passed as f64 / expected
+    );
+    assert!(passed as f64 > 2.5 * expected, "{passed} passed");
+    assert_eq!(token_calls(&a).await, 0.0, "an instance bucket asked Redis");
+}
