@@ -35,9 +35,8 @@
 
 use super::rate_limit::KeyedRateLimiter;
 use super::LimitKind;
-use crate::coalesce::Batcher;
 use crate::metrics::Metrics;
-use crate::stock::scripts::tokens::{TokenAsk, Tokens, MAX_TOKEN_BATCH};
+use crate::stock::scripts::tokens::{TokenAsk, Tokens};
 use crate::stock::{stable_hash, StockStore, StoreError};
 use moka::sync::Cache;
 use parking_lot::Mutex;
@@ -55,37 +54,27 @@ const REFUSED_CAPACITY: u64 = 1_000_000;
 /// The store calls fleet buckets make: Redis in the gateway, a fake in the unit tests.
 #[async_trait::async_trait]
 pub trait FleetTokens: Send + Sync + 'static {
-    /// Shards the buckets are spread over (a hash tag each).
-    fn shards(&self) -> u32;
-    /// The most one call may take before this gateway falls back.
+    /// The most one ask may take before this gateway falls back.
     fn budget(&self) -> Duration;
-    /// One token asked of each bucket, in order.
-    async fn take(&self, shard: u32, asks: Vec<TokenAsk>) -> Result<Vec<Tokens>, StoreError>;
+    /// One token asked of a bucket (batched with others by the store).
+    async fn take(&self, ask: TokenAsk) -> Result<Tokens, StoreError>;
 }
 
 #[async_trait::async_trait]
 impl FleetTokens for StockStore {
-    fn shards(&self) -> u32 {
-        self.token_shards()
-    }
-
     fn budget(&self) -> Duration {
         self.timeout()
     }
 
-    async fn take(&self, shard: u32, asks: Vec<TokenAsk>) -> Result<Vec<Tokens>, StoreError> {
-        self.take_tokens(shard, &asks).await
+    async fn take(&self, ask: TokenAsk) -> Result<Tokens, StoreError> {
+        self.take_token(ask).await
     }
 }
-
-/// What a batched call answers each ask.
-type Answer = Result<Tokens, Arc<StoreError>>;
 
 /// The fleet's buckets as this gateway asks them.
 pub struct FleetBuckets {
     store: Arc<dyn FleetTokens>,
     metrics: Arc<Metrics>,
-    batches: Batcher<u32, TokenAsk, Answer>,
     /// Keys whose bucket Redis said is empty, with when a token will be there (this process's
     /// monotonic clock).
     empty: Cache<(LimitKind, u64), Instant>,
@@ -98,7 +87,6 @@ impl FleetBuckets {
         FleetBuckets {
             store,
             metrics,
-            batches: Batcher::new(MAX_TOKEN_BATCH),
             empty: Cache::builder()
                 .max_capacity(REFUSED_CAPACITY)
                 .time_to_live(Duration::from_secs(60))
@@ -130,20 +118,9 @@ impl FleetBuckets {
             interval_us: quota.replenish_interval().as_micros().max(1) as u64,
             burst: quota.burst_size().get(),
         };
-        let shard = (hash % u64::from(self.store.shards().max(1))) as u32;
-        let store = &self.store;
-        let asked = self.batches.submit(shard, ask, |asks| async move {
-            let n = asks.len();
-            match store.take(shard, asks).await {
-                Ok(waits) => waits.into_iter().map(Ok).collect(),
-                Err(e) => {
-                    let e = Arc::new(e);
-                    (0..n).map(|_| Err(e.clone())).collect()
-                }
-            }
-        });
+        let asked = self.store.take(ask);
         match tokio::time::timeout(self.store.budget(), asked).await {
-            Ok(Ok(Ok(answer))) => {
+            Ok(Ok(answer)) => {
                 if answer.next_in_us > 0 {
                     // From the answer's arrival: Redis measured the wait between the ask and
                     // now, so it ends here at most a round trip late (never early: an early
@@ -159,7 +136,7 @@ impl FleetBuckets {
                 Ok(())
             }
             failed => {
-                if let Ok(Ok(Err(e))) = &failed {
+                if let Ok(Err(e)) = &failed {
                     tracing::debug!(error = %e, "fleet bucket not asked");
                 }
                 *self.alone_until.lock() = Some(Instant::now() + FAILURE_BACKOFF);
@@ -207,13 +184,10 @@ mod tests {
 
     #[async_trait::async_trait]
     impl FleetTokens for Fake {
-        fn shards(&self) -> u32 {
-            1
-        }
         fn budget(&self) -> Duration {
             Duration::from_millis(50)
         }
-        async fn take(&self, _shard: u32, asks: Vec<TokenAsk>) -> Result<Vec<Tokens>, StoreError> {
+        async fn take(&self, a: TokenAsk) -> Result<Tokens, StoreError> {
             self.calls.fetch_add(1, Ordering::SeqCst);
             let mode = *self.mode.lock();
             tokio::time::sleep(Duration::from_millis(if mode == Mode::Slow {
@@ -227,22 +201,17 @@ mod tests {
             }
             let now = self.start.elapsed().as_micros() as u64;
             let mut tats = self.tats.lock();
-            Ok(asks
-                .iter()
-                .map(|a| {
-                    let tat = tats.entry((a.kind, a.hash)).or_insert(0);
-                    let allowed = u64::from(a.burst) * a.interval_us;
-                    let next = (*tat).max(now) + a.interval_us;
-                    let granted = next - now <= allowed;
-                    if granted {
-                        *tat = next;
-                    }
-                    Tokens {
-                        granted,
-                        next_in_us: ((*tat).max(now) + a.interval_us - now).saturating_sub(allowed),
-                    }
-                })
-                .collect())
+            let tat = tats.entry((a.kind, a.hash)).or_insert(0);
+            let allowed = u64::from(a.burst) * a.interval_us;
+            let next = (*tat).max(now) + a.interval_us;
+            let granted = next - now <= allowed;
+            if granted {
+                *tat = next;
+            }
+            Ok(Tokens {
+                granted,
+                next_in_us: ((*tat).max(now) + a.interval_us - now).saturating_sub(allowed),
+            })
         }
     }
 
@@ -297,30 +266,6 @@ mod tests {
             "{calls} calls for {granted} tokens"
         );
         assert!(calls * 5 < asked, "{calls} calls for {asked} asks");
-    }
-
-    /// Asks that arrive together go in one call.
-    #[tokio::test(start_paused = true)]
-    async fn concurrent_asks_share_calls() {
-        let (fake, buckets, _) = setup(Mode::Answer);
-        let buckets = Arc::new(buckets);
-        let q = quota(10, 10);
-        let own = Arc::new(KeyedRateLimiter::new(Some(q)));
-        let asks: Vec<_> = (0..50)
-            .map(|i| {
-                let (buckets, own) = (buckets.clone(), own.clone());
-                tokio::spawn(async move {
-                    buckets
-                        .check(LimitKind::PerUser, q, &format!("u{i}"), &own)
-                        .await
-                })
-            })
-            .collect();
-        for ask in asks {
-            assert!(ask.await.unwrap().is_ok());
-        }
-        let calls = fake.calls.load(Ordering::SeqCst);
-        assert!(calls <= 2, "50 asks together took {calls} calls");
     }
 
     /// Redis failing or slow: the gateway's own bucket decides (its burst, then refusals: never

@@ -66,20 +66,15 @@ impl FlashProxy {
         let headers = &session.req_header().headers;
         let peer = peer_ip(session);
         let answer = async {
-            let rules = generation.rules();
-            let admission = &self.gw.admission;
             if let Some(ip) = policy.client_ip(headers, peer) {
-                admission
-                    .take_token(rules, LimitKind::PerIp, &ip.to_string())
+                self.spend(&generation, LimitKind::PerIp, &ip.to_string())
                     .await?;
             }
             let user = policy
                 .identify(headers, peer)
                 .ok_or(Decision::Unauthenticated)?;
             // A poll is a buyer too: it spends from the buyer's own bucket.
-            admission
-                .take_token(rules, LimitKind::PerUser, &user)
-                .await?;
+            self.spend(&generation, LimitKind::PerUser, &user).await?;
             let activity = settings
                 .activities
                 .get(raw_activity)
@@ -127,6 +122,20 @@ impl FlashProxy {
                 Ok(true)
             }
         }
+    }
+
+    /// A poll is a buyer too: it spends from the client IP's and the buyer's buckets (the
+    /// fleet's where `scope: fleet`), as a purchase does.
+    async fn spend(
+        &self,
+        generation: &crate::live::Generation,
+        kind: LimitKind,
+        key: &str,
+    ) -> std::result::Result<(), Decision> {
+        self.gw
+            .admission
+            .take_token(generation.rules(), kind, key)
+            .await
     }
 }
 

@@ -141,6 +141,8 @@ pub struct StockStore {
     clock: clock::RedisClock,
     /// Reserves sent together per segment and version (see [`scripts::reserve`]).
     reserves: scripts::reserve::Batches,
+    /// Fleet-bucket asks waiting for the call of their shard.
+    token_batches: scripts::tokens::TokenBatches,
     /// Whether an activity has units left anywhere, one read at a time per activity and
     /// version (see `segments::Reserving::standing`).
     standings: Standings,
@@ -160,6 +162,7 @@ impl StockStore {
             events_maxlen: settings.events_maxlen,
             clock: clock::RedisClock::default(),
             reserves: scripts::reserve::Batches::new(scripts::reserve::MAX_BATCH),
+            token_batches: scripts::tokens::TokenBatches::new(scripts::tokens::MAX_TOKEN_BATCH),
             standings: Standings::default(),
         })
     }

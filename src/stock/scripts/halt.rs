@@ -1,6 +1,6 @@
-//! `lua/halt.lua` (halt or resume an activity, for the whole fleet) and `lua/halted.lua`
-//! (whether it is halted, read by every gateway). Their keys, arguments and replies in one place;
-//! the scripts themselves are in the registry (`super`).
+//! `lua/halt.lua`: halt or resume an activity for the whole fleet, or read whether it is halted
+//! (every gateway, every 100 ms). Its keys, arguments and replies in one place; the script itself
+//! is in the registry (`super`).
 
 use super::super::records::int;
 use super::super::{Layout, ScriptName, StockStore, StoreError, StoreOp};
@@ -16,13 +16,6 @@ pub enum Halt {
 }
 
 impl Halt {
-    fn from_since(since: i64) -> Halt {
-        match since {
-            s if s > 0 => Halt::Since(s as u64),
-            _ => Halt::Running,
-        }
-    }
-
     pub fn is_halted(self) -> bool {
         matches!(self, Halt::Since(_))
     }
@@ -39,12 +32,21 @@ impl StockStore {
     /// stands (or runs again) in the same step. Idempotent: a second halt keeps the first one's
     /// time.
     pub async fn set_halt(&self, activity: &Activity, halt: bool) -> Result<Halt, StoreError> {
+        self.call_halt(activity, if halt { "1" } else { "0" }).await
+    }
+
+    /// Whether the activity is halted now (moving a halt's expiry with the sale's end).
+    pub async fn halted(&self, activity: &Activity) -> Result<Halt, StoreError> {
+        self.call_halt(activity, "?").await
+    }
+
+    async fn call_halt(&self, activity: &Activity, what: &str) -> Result<Halt, StoreError> {
         let (key, queue) = self.halt_keys(activity);
         let mut invocation = super::HALT.prepare_invoke();
         invocation
             .key(key)
             .key(queue)
-            .arg(if halt { "1" } else { "0" })
+            .arg(what)
             .arg(self.expire_at(activity))
             .arg(self.key_ttl_after_end.as_secs());
         let reply: Vec<Value> = self
@@ -55,16 +57,5 @@ impl StockStore {
             (Some(0), Some(_)) => Ok(Halt::Running),
             _ => Err(StoreError::protocol(ScriptName::Halt, reply)),
         }
-    }
-
-    /// Whether the activity is halted now (moving a halt's expiry with the sale's end).
-    pub async fn halted(&self, activity: &Activity) -> Result<Halt, StoreError> {
-        let (key, _) = self.halt_keys(activity);
-        let mut invocation = super::HALTED.prepare_invoke();
-        invocation.key(key).arg(self.expire_at(activity));
-        let since: i64 = self
-            .eval(ScriptName::Halt, StoreOp::Halt, &invocation)
-            .await?;
-        Ok(Halt::from_since(since))
     }
 }

@@ -43,7 +43,6 @@ script!(WITHDRAW, "../../../lua/withdraw.lua");
 script!(DEPOSIT, "../../../lua/deposit.lua");
 script!(ACKNOWLEDGE, "../../../lua/acknowledge.lua");
 script!(DUE, "../../../lua/due.lua");
-script!(HALTED, "../../../lua/halted.lua");
 script!(TOKENS, "../../../lua/tokens.lua");
 
 /// The waiting room's shared Lua, prepended (after `lib.lua`) to its scripts.
@@ -62,7 +61,7 @@ queue_script!(QUEUE_CONTROL, "../../../lua/queue_control.lua");
 queue_script!(HALT, "../../../lua/halt.lua");
 
 /// Every script, for loading them up front (readiness).
-pub(super) fn all() -> [&'static Script; 18] {
+pub(super) fn all() -> [&'static Script; 17] {
     [
         &RESERVE,
         &RESTOCK,
@@ -80,7 +79,6 @@ pub(super) fn all() -> [&'static Script; 18] {
         &QUEUE_STATE,
         &QUEUE_CONTROL,
         &HALT,
-        &HALTED,
         &TOKENS,
     ]
 }

@@ -3,6 +3,11 @@
 //! is in the registry (`super`).
 
 use super::super::{ScriptName, StockStore, StoreError, StoreOp};
+use crate::coalesce::Batcher;
+use std::sync::Arc;
+
+/// Asks waiting per shard, each answered on its own.
+pub(crate) type TokenBatches = Batcher<u32, TokenAsk, Result<Tokens, Arc<StoreError>>>;
 
 /// Most asks one call carries.
 pub const MAX_TOKEN_BATCH: usize = 64;
@@ -41,12 +46,29 @@ impl StockStore {
         }
     }
 
-    /// Asks one token of each bucket in `asks` (all of `shard`), in order.
-    pub async fn take_tokens(
-        &self,
-        shard: u32,
-        asks: &[TokenAsk],
-    ) -> Result<Vec<Tokens>, StoreError> {
+    /// Asks one token of a fleet bucket. Asks of one shard that arrive while a call of it is
+    /// out go together in the next call (up to [`MAX_TOKEN_BATCH`]): one call per batch of
+    /// decisions.
+    pub async fn take_token(&self, ask: TokenAsk) -> Result<Tokens, StoreError> {
+        let shard = (ask.hash % u64::from(self.token_shards())) as u32;
+        let answer = self
+            .token_batches
+            .submit(shard, ask, |asks| async move {
+                let n = asks.len();
+                match self.take_tokens(shard, &asks).await {
+                    Ok(answers) => answers.into_iter().map(Ok).collect(),
+                    Err(e) => {
+                        let e = Arc::new(e);
+                        (0..n).map(|_| Err(e.clone())).collect()
+                    }
+                }
+            })
+            .await?;
+        answer.map_err(StoreError::shared)
+    }
+
+    /// Asks one token of each bucket in `asks` (all of `shard`), in order: one script call.
+    async fn take_tokens(&self, shard: u32, asks: &[TokenAsk]) -> Result<Vec<Tokens>, StoreError> {
         let mut invocation = super::TOKENS.prepare_invoke();
         for ask in asks {
             invocation
