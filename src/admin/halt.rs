@@ -17,10 +17,11 @@ impl AdminApp {
         self.answer_stop(activity, halted).await
     }
 
-    /// `POST /v1/activities/{act}/resume`: lifts the halt.
+    /// `POST /v1/activities/{act}/resume`: lifts every fleet-wide stop of the activity, one
+    /// call each (the halt; another stop's clearing goes beside it), answered once.
     pub(super) async fn resume(&self, activity: &Activity) -> Response<Vec<u8>> {
-        let resumed = self.gw.lifecycle.set_halt(activity, false).await.map(drop);
-        self.answer_stop(activity, resumed).await
+        let lifted = self.gw.lifecycle.set_halt(activity, false).await.map(drop);
+        self.answer_stop(activity, lifted).await
     }
 
     async fn answer_stop(
