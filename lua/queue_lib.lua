@@ -10,6 +10,9 @@
 --   base, t0 the cursor: base + (now - t0) * rate / 1000 places while running (times in ms, by
 --            Redis's clock), base while paused or held, or before start
 --   paused   1 while an operator paused it
+--   halted   1 while the activity is halted (lua/halt.lua; every state read follows the halt
+--            key): the cursor stands as paused, kept apart from the operator's pause so that
+--            lifting one never lifts the other; replies report paused while either holds
 --   held     1 while nothing is left to sell (the cursor waits for units to come back)
 --   drawn    the tickets issued before the start (their places are drawn at the start), once
 --            the start has passed; seed: the draw's seed (see src/waiting/draw.rs)
@@ -27,15 +30,15 @@ local HIST_MAX = 16
 
 local function queue_state(q)
   local f = redis.call('HMGET', q, 'seq', 'start', 'rate', 'base', 't0', 'paused', 'held',
-    'drawn', 'seed', 'epoch', 'hist', 'lapsed')
+    'drawn', 'seed', 'epoch', 'hist', 'lapsed', 'halted')
   return {seq = tonumber(f[1] or '0'), start = tonumber(f[2] or '0'), rate = tonumber(f[3] or '1'),
     base = tonumber(f[4] or '0'), t0 = tonumber(f[5] or '0'), paused = f[6] == '1',
     held = f[7] == '1', drawn = f[8], seed = f[9], epoch = f[10] or '0', hist = f[11] or '',
-    lapsed = tonumber(f[12] or '0')}
+    lapsed = tonumber(f[12] or '0'), halted = f[13] == '1'}
 end
 
 local function queue_running(s)
-  return not (s.paused or s.held)
+  return not (s.paused or s.held or s.halted)
 end
 
 -- Records where the cursor is from s.t0 on (after a start, a change of rate, a pause, a
@@ -100,6 +103,18 @@ local function queue_rebase(q, s, now)
   redis.call('HSET', q, 'base', int(s.base), 't0', int(s.t0))
 end
 
+-- Sets one of the flags that stand the cursor (`held`: nothing left to sell; `halted`: the
+-- activity is halted), restarting the cursor from where it stood when it changes (recorded like
+-- a pause: no place is skipped or admitted twice).
+local function queue_stand(q, s, flag, on, now)
+  if on ~= s[flag] then
+    queue_rebase(q, s, now)
+    s[flag] = on
+    redis.call('HSET', q, flag, on and '1' or '0')
+    queue_mark(q, s)
+  end
+end
+
 -- A sale postponed (a reload, or a restart with a newer file): the cursor stands where it is
 -- until the later start. Never earlier: a gateway with an older file cannot move it back.
 -- A later start already past when it arrives stands the cursor not at all (no jump either).
@@ -127,7 +142,7 @@ end
 
 local function queue_reply(s, now, extra)
   local out = {int(s.seq), int(s.start), int(s.rate), int(s.base), int(s.t0),
-    s.paused and '1' or '0', s.held and '1' or '0', s.drawn or '', s.seed or '', int(now),
+    (s.paused or s.halted) and '1' or '0', s.held and '1' or '0', s.drawn or '', s.seed or '', int(now),
     s.epoch, s.hist, int(s.lapsed)}
   for _, v in ipairs(extra or {}) do
     out[#out + 1] = v

@@ -3,7 +3,8 @@
 -- pre-queue at the start and holds the cursor while nothing is left to sell.
 -- (lib.lua and queue_lib.lua are prepended.) O(1).
 --
--- KEYS[1] the queue hash   KEYS[2] its tickets   KEYS[3] the stock key of the version on sale
+-- KEYS[1] the queue hash   KEYS[2] its tickets   KEYS[3] the activity's halt key (lua/halt.lua):
+-- the cursor stands while it exists   KEYS[4] the stock key of the version on sale
 -- (unsegmented: same tag; segmented: not passed, ARGV[6] says instead)
 -- ARGV[1] configured rate   ARGV[2] the sale's start (unix ms)   ARGV[3] a random number (the
 -- draw's seed, and the epoch of a queue set up now)
@@ -18,6 +19,7 @@ queue_init(q, KEYS[2], ARGV[1], ARGV[2], now, ARGV[3])
 local s = queue_state(q)
 queue_reschedule(q, s, ARGV[2], now)
 queue_freeze(q, s, now, ARGV[3])
+queue_stand(q, s, 'halted', redis.call('EXISTS', KEYS[3]) == 1, now)
 if ARGV[5] == '1' and tonumber(ARGV[1]) ~= s.rate then
   queue_rebase(q, s, now)
   s.rate = tonumber(ARGV[1])
@@ -28,17 +30,11 @@ local left
 if ARGV[6] ~= '' then
   left = tonumber(ARGV[6])
 else
-  left = tonumber(redis.call('GET', KEYS[3]) or '-1')
+  left = tonumber(redis.call('GET', KEYS[4]) or '-1')
 end
 -- A stock key that does not exist (not prewarmed yet) says nothing: left as it is.
 if left >= 0 then
-  local held = left == 0
-  if held ~= s.held then
-    queue_rebase(q, s, now)
-    s.held = held
-    redis.call('HSET', q, 'held', held and '1' or '0')
-    queue_mark(q, s)
-  end
+  queue_stand(q, s, 'held', left == 0, now)
 end
 extend(q, ARGV[4])
 return queue_reply(s, now, {int(left)})

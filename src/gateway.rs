@@ -65,11 +65,14 @@ impl Gateway {
         ));
         let held = crate::held::Held::new(metrics.reservations_in_flight.clone());
         Gateway {
-            admission: Arc::new(Admission::new(
-                Arc::new(lifecycle.clone()),
-                metrics.clone(),
-                breaker.clone(),
-            )),
+            admission: Arc::new(
+                Admission::new(
+                    Arc::new(lifecycle.clone()),
+                    metrics.clone(),
+                    breaker.clone(),
+                )
+                .with_fleet_buckets(store.clone()),
+            ),
             breaker,
             upstream_queue: UpstreamQueue::new(metrics.clone()),
             forwarder: Arc::new(Forwarder::default()),

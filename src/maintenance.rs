@@ -1,5 +1,5 @@
 //! Periodic work off the request path: stock prewarm (and the stock gauge), expiry of pending
-//! reservations, the ledger check, sold-out news, and eviction of idle rate-limit buckets; on
+//! reservations, the ledger check, sold-out news, the fleet-wide halts, and eviction of idle rate-limit buckets; on
 //! shutdown it hands over to [`crate::shutdown`].
 
 use crate::config::{Activity, SaleWindow};
@@ -176,6 +176,7 @@ impl BackgroundService for Maintenance {
             self.gw.lifecycle.clone(),
             shutdown.clone(),
         ));
+        tokio::spawn(self.gw.lifecycle.clone().watch_halts(shutdown.clone()));
         loop {
             tokio::select! {
                 _ = shutdown.changed() => {

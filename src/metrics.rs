@@ -206,6 +206,12 @@ metrics! {
     /// 1 while Redis's record of an activity refuses its configuration: not on sale.
     activity_refused: IntGaugeVec = "flashgate_activity_refused" ["activity"],
         "1 while Redis's record of an activity refuses its configuration (not on sale): segments changed, an older version, an older key layout, a lost key.";
+    /// Fleet-wide bucket decisions made by the gateway's own bucket (Redis slow or down).
+    rate_limit_fleet_fallbacks: IntCounterVec = "flashgate_rate_limit_fleet_fallbacks_total" ["limit"],
+        "Decisions of a fleet-wide bucket (rate_limits scope: fleet) made by this gateway's own bucket because Redis did not answer in time (N gateways then allow up to N times the rate).";
+    /// 1 while an activity is halted for the whole fleet (admin API), as this gateway knows it.
+    activity_halted: IntGaugeVec = "flashgate_activity_halted" ["activity"],
+        "1 while an activity is halted for the whole fleet (POST /v1/activities/{act}/halt): its sale requests are answered unavailable until resumed.";
     /// 1 when Redis may evict keys (maxmemory-policy not noeviction), 0 when not, -1 unknown.
     redis_may_evict: IntGauge = "flashgate_redis_may_evict" [],
         "1 when Redis's maxmemory-policy may evict flashgate's keys (anything but noeviction; a lost key can sell units twice), 0 when noeviction, -1 unknown.";
@@ -307,6 +313,7 @@ mod tests {
             &metrics.breaker_state,
             &metrics.breaker_mode,
             &metrics.activity_refused,
+            &metrics.activity_halted,
         ] {
             family.with_label_values(&["x"]);
         }
@@ -316,6 +323,7 @@ mod tests {
             &metrics.queue_lapsed,
             &metrics.queue_too_late,
             &metrics.queue_polls,
+            &metrics.rate_limit_fleet_fallbacks,
         ] {
             family.with_label_values(&["x"]);
         }

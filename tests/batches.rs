@@ -439,3 +439,62 @@ async fn regression_a_follower_dropped_before_its_call_left_reserves_nothing() {
         "C was dropped before its call left, yet it reserved: {rec:?}"
     );
 }
+
+/// Fleet-bucket asks (issue 25) against a real redis-server: asks that arrive together share
+/// calls, a bucket grants its burst and not one token more, each answer says when the next
+/// token will be there, and a bucket's key expires once it would be full again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fleet_token_asks_are_batched_and_exact() {
+    use flashgate::stock::scripts::tokens::TokenAsk;
+    let redis = RedisServer::start();
+    let s = std::sync::Arc::new(stock_store(
+        redis.url(),
+        vec![],
+        Duration::from_millis(1000),
+    ));
+    let calls = || redis.script_calls();
+    let ask = |hash: u64| TokenAsk {
+        kind: "per_user",
+        hash,
+        // One token an hour: nothing refills during the test.
+        interval_us: 3_600_000_000,
+        burst: 5,
+    };
+    s.ready().await.unwrap();
+    let before = calls();
+    // 200 asks at once: 100 buyers' first tokens, and 100 asks of one buyer with a burst of 5.
+    let asks: Vec<_> = (0..200u64)
+        .map(|i| {
+            let s = s.clone();
+            tokio::spawn(async move {
+                s.take_token(ask(if i % 2 == 0 { 1000 + i } else { 1 }))
+                    .await
+            })
+        })
+        .collect();
+    let mut granted_one = 0;
+    for (i, a) in asks.into_iter().enumerate() {
+        let answer = a.await.unwrap().unwrap();
+        if i % 2 == 0 {
+            assert!(answer.granted, "buyer {i}'s first token");
+            assert_eq!(answer.next_in_us, 0, "four more in buyer {i}'s burst");
+        } else if answer.granted {
+            granted_one += 1;
+        } else {
+            assert!(answer.next_in_us > 3_000_000_000, "{answer:?}");
+        }
+    }
+    assert_eq!(granted_one, 5, "buyer 1 got exactly its burst");
+    let made = calls() - before;
+    assert!(made < 100, "200 asks made {made} calls");
+    // Keys: hashed ids on one tag, expiring when full again (5 tokens an hour: within 5 h).
+    let keys = redis.keys("fg:{rl~0}:per_user:*");
+    assert_eq!(keys.len(), 101);
+    for key in keys {
+        let ttl: i64 = redis::cmd("PTTL")
+            .arg(&key)
+            .query(&mut redis.conn())
+            .unwrap();
+        assert!(ttl > 0 && ttl <= 5 * 3_600_000, "{key}: {ttl}");
+    }
+}

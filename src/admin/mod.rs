@@ -1,5 +1,6 @@
 //! The admin listener: `/metrics`, `/healthz`, `/readyz` open; `/v1/*` behind the bearer token.
 
+mod halt;
 mod queue;
 mod restock;
 
@@ -150,6 +151,13 @@ impl ServeHttp for AdminApp {
                 }
                 None => unknown_activity(),
             },
+            (&Method::POST, ["activities", act, stop @ ("halt" | "resume")]) => {
+                match activity(act) {
+                    Some(activity) if *stop == "halt" => self.halt(activity).await,
+                    Some(activity) => self.resume(activity).await,
+                    None => unknown_activity(),
+                }
+            }
             (method, ["activities", act, "queue", rest @ ..]) => match activity(act) {
                 Some(activity) => {
                     queue::handle(&self.gw, activity, method, rest, query.as_deref()).await
@@ -199,6 +207,10 @@ impl AdminApp {
                 Ok(()) if !self.proxy_listening().await => json_response(
                     StatusCode::SERVICE_UNAVAILABLE,
                     &json!({"ready": false, "reason": "the proxy is not listening yet"}),
+                ),
+                Ok(()) if !self.gw.lifecycle.state().halts_read() => json_response(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    &json!({"ready": false, "reason": "the activities' halts are not read yet"}),
                 ),
                 Ok(()) => match self.refused_activities() {
                     refused if refused.is_empty() => {
@@ -361,6 +373,7 @@ impl AdminApp {
             "hold_secs": activity.hold.as_secs(),
             "segments": activity.segments,
             "refused": self.gw.lifecycle.state().refusal(&activity.id).map(|r| r.to_string()),
+            "halted": self.gw.lifecycle.state().halted_since(&activity.id).is_some(),
             "versions": rows.map(|rows| rows.iter().map(|r| json!({
                 "version": r.version,
                 "initial": r.initial,

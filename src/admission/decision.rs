@@ -102,6 +102,8 @@ pub enum Decision {
     },
     /// The gateway is shutting down: no new reservations.
     ShuttingDown,
+    /// The activity is halted for the whole fleet (admin API) until resumed.
+    Halted,
     /// The activity's waiting room: not this buyer's turn yet (or just given a ticket); the
     /// answer carries the place, the estimate and the ticket.
     Waiting,
@@ -126,6 +128,10 @@ pub struct Reply {
 
 /// Seconds a buyer is asked to wait after `unavailable`.
 pub const UNAVAILABLE_RETRY_AFTER_SECS: u64 = 1;
+
+/// Seconds a buyer is asked to wait while the sale is halted (a halt is an operator's, and
+/// lasts longer than a busy store).
+pub const HALTED_RETRY_AFTER_SECS: u64 = 5;
 
 impl Decision {
     /// The buyer-facing answer: status, contract code, message, Retry-After. The only mapping.
@@ -175,6 +181,12 @@ impl Decision {
                 Code::Unavailable,
                 Message::Busy,
                 Some(UNAVAILABLE_RETRY_AFTER_SECS),
+            ),
+            Decision::Halted => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                Code::Unavailable,
+                Message::Halted,
+                Some(HALTED_RETRY_AFTER_SECS),
             ),
             Decision::Queued { estimated_wait, .. } => (
                 StatusCode::SERVICE_UNAVAILABLE,
@@ -271,6 +283,7 @@ mod tests {
             (Decision::Unavailable, 503, "unavailable"),
             (Decision::StoreUnavailable, 503, "unavailable"),
             (Decision::ShuttingDown, 503, "unavailable"),
+            (Decision::Halted, 503, "unavailable"),
             (
                 Decision::Queued {
                     position: 7,

@@ -6,6 +6,7 @@
 //! instance-wide passthrough cap.
 
 pub mod decision;
+pub mod fleet_limit;
 pub mod identity;
 pub mod policy;
 pub mod rate_limit;
@@ -64,6 +65,11 @@ pub trait StockPort: Send + Sync {
 
     /// Whether this instance knows the activity's current version sold out.
     fn is_sold_out(&self, activity: &Activity, ttl: std::time::Duration) -> bool;
+
+    /// Whether this instance knows the activity halted for the whole fleet.
+    fn is_halted(&self, _activity: &Activity) -> bool {
+        false
+    }
 
     /// The time the sale's hours are judged by before any call: the store's clock, as well as
     /// it is known (the reserve script judges again by the store's own).
@@ -194,6 +200,8 @@ pub struct Admission {
     stock: Arc<dyn StockPort>,
     metrics: Arc<Metrics>,
     pub breaker: Arc<Breaker>,
+    /// The fleet-wide buckets (`scope: fleet`), where the store can keep them.
+    fleet: Option<fleet_limit::FleetBuckets>,
 }
 
 impl Admission {
@@ -202,11 +210,37 @@ impl Admission {
             stock,
             metrics,
             breaker,
+            fleet: None,
         }
+    }
+
+    /// Keeps `scope: fleet` buckets in `store` (without, they are each gateway's own).
+    pub fn with_fleet_buckets(mut self, store: Arc<dyn fleet_limit::FleetTokens>) -> Self {
+        self.fleet = Some(fleet_limit::FleetBuckets::new(store, self.metrics.clone()));
+        self
+    }
+
+    /// Takes a token from the `kind` bucket for `key`: the fleet's or this gateway's own, as
+    /// configured (see [`Policy::take_fleet_token`]).
+    pub async fn take_token(
+        &self,
+        rules: Rules<'_>,
+        kind: LimitKind,
+        key: &str,
+    ) -> Result<(), Decision> {
+        rules
+            .policy
+            .take_fleet_token(kind, key, self.fleet.as_ref(), &self.metrics)
+            .await
     }
 
     pub fn metrics(&self) -> &Metrics {
         &self.metrics
+    }
+
+    /// Whether this instance knows `activity` halted for the whole fleet.
+    pub fn is_halted(&self, activity: &Activity) -> bool {
+        self.stock.is_halted(activity)
     }
 
     /// The time the sale's hours are judged by before any call (see [`StockPort::now`]).

@@ -1,10 +1,11 @@
 //! The token buckets of one configuration (per user, per IP, per activity, and the cap on
 //! unreserved forwards), and who the buyer is: the part of admission a reload rebuilds.
 
+use super::fleet_limit::FleetBuckets;
 use super::identity::Identifier;
 use super::rate_limit::KeyedRateLimiter;
 use super::Decision;
-use crate::config::{Bucket, Settings};
+use crate::config::{Bucket, Scope, Settings};
 use crate::metrics::Metrics;
 use http::HeaderMap;
 use std::net::IpAddr;
@@ -40,15 +41,43 @@ crate::label_enum! {
     }
 }
 
-/// One configured token bucket: its limiter, and whether it only counts (shadow).
+/// One configured token bucket: its limiter (this gateway's own: with `scope: fleet`, the
+/// fallback), whether it only counts (shadow), and whether the fleet shares it.
 struct Limit {
     kind: LimitKind,
     quota: governor::Quota,
     limiter: Arc<KeyedRateLimiter>,
     shadow: bool,
+    scope: Scope,
 }
 
 impl Limit {
+    /// A bucket's answer as the buyer gets it: a refusal is counted, and enforced unless the
+    /// bucket is shadow.
+    fn judge(
+        &self,
+        checked: Result<(), std::time::Duration>,
+        metrics: &Metrics,
+    ) -> Result<(), Decision> {
+        let Err(retry_after) = checked else {
+            return Ok(());
+        };
+        let mode = if self.shadow {
+            LimitMode::Shadow
+        } else {
+            LimitMode::Enforced
+        };
+        metrics
+            .rate_limit_refusals
+            .with_label_values(&[self.kind.as_str(), mode.as_str()])
+            .inc();
+        if self.shadow {
+            Ok(())
+        } else {
+            Err(Decision::RateLimited { retry_after })
+        }
+    }
+
     /// The limit for `bucket`, keeping `previous`'s buckets when the quota is the same (only
     /// `shadow` changed, or nothing did). A changed quota starts every bucket full.
     fn new(kind: LimitKind, bucket: Option<Bucket>, previous: Option<&Limit>) -> Option<Limit> {
@@ -60,6 +89,7 @@ impl Limit {
                 _ => Arc::new(KeyedRateLimiter::new(Some(b.quota))),
             },
             shadow: b.shadow,
+            scope: b.scope,
         })
     }
 }
@@ -100,6 +130,7 @@ impl Policy {
                 Some(Bucket {
                     quota: limits.passthrough,
                     shadow: false,
+                    scope: Scope::Instance,
                 }),
                 previous.map(|p| &p.passthrough),
             )
@@ -122,37 +153,48 @@ impl Policy {
         self.identifier.identify(headers, peer)
     }
 
-    /// Takes a token from the `kind` bucket for `key` (no such bucket configured: passes); a
-    /// shadow bucket only counts its refusals.
+    /// Takes a token from this gateway's own `kind` bucket for `key` (no such bucket
+    /// configured: passes); a shadow bucket only counts its refusals. A fleet-wide bucket is
+    /// taken with [`Policy::take_fleet_token`].
     pub fn take_token<K: std::hash::Hash + ?Sized>(
         &self,
         kind: LimitKind,
         key: &K,
         metrics: &Metrics,
     ) -> Result<(), Decision> {
-        let limit = match kind {
-            LimitKind::PerUser => &self.per_user,
-            LimitKind::PerIp => &self.per_ip,
-            LimitKind::PerActivity => &self.per_activity,
-            LimitKind::Passthrough => unreachable!("the passthrough cap is taken by pass_through"),
-        };
-        let Some(limit) = limit else { return Ok(()) };
-        let Err(retry_after) = limit.limiter.check(key) else {
+        let Some(limit) = self.limit(kind) else {
             return Ok(());
         };
-        let mode = if limit.shadow {
-            LimitMode::Shadow
-        } else {
-            LimitMode::Enforced
+        limit.judge(limit.limiter.check(key), metrics)
+    }
+
+    /// Takes a token from the `kind` bucket for `key`: the fleet's (`scope: fleet`, asked
+    /// through `fleet`), else this gateway's own.
+    pub async fn take_fleet_token(
+        &self,
+        kind: LimitKind,
+        key: &str,
+        fleet: Option<&FleetBuckets>,
+        metrics: &Metrics,
+    ) -> Result<(), Decision> {
+        let Some(limit) = self.limit(kind) else {
+            return Ok(());
         };
-        metrics
-            .rate_limit_refusals
-            .with_label_values(&[limit.kind.as_str(), mode.as_str()])
-            .inc();
-        if limit.shadow {
-            Ok(())
-        } else {
-            Err(Decision::RateLimited { retry_after })
+        let checked = match (limit.scope, fleet) {
+            (Scope::Fleet, Some(fleet)) => {
+                fleet.check(kind, limit.quota, key, &limit.limiter).await
+            }
+            _ => limit.limiter.check(key),
+        };
+        limit.judge(checked, metrics)
+    }
+
+    fn limit(&self, kind: LimitKind) -> Option<&Limit> {
+        match kind {
+            LimitKind::PerUser => self.per_user.as_ref(),
+            LimitKind::PerIp => self.per_ip.as_ref(),
+            LimitKind::PerActivity => self.per_activity.as_ref(),
+            LimitKind::Passthrough => unreachable!("the passthrough cap is taken by pass_through"),
         }
     }
 

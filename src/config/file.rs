@@ -376,6 +376,10 @@ pub struct BucketSection {
     /// Count what this bucket would refuse, but admit it (to try a limit out before enforcing).
     #[serde(default)]
     pub shadow: bool,
+    /// `instance` (each gateway its own bucket) or `fleet` (one for all gateways together;
+    /// per_user and per_ip only).
+    #[serde(default)]
+    pub scope: super::Scope,
 }
 
 #[derive(Debug, Deserialize)]

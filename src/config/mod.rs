@@ -10,12 +10,14 @@ mod keys;
 pub mod pages;
 mod rate;
 pub mod route;
+mod scope;
 mod settings;
 pub mod transition;
 mod validate;
 
 pub use cors::CorsSettings;
 pub use pages::{ActivityPage, PagesSettings};
+pub use scope::Scope;
 pub use settings::*;
 
 use http::HeaderName;

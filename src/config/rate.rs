@@ -58,6 +58,7 @@ mod tests {
             per_hour: h,
             burst: 2,
             shadow: false,
+            scope: Default::default(),
         }
     }
 

@@ -231,6 +231,8 @@ pub const DEFAULT_PASSTHROUGH_PER_SECOND: u32 = 100;
 pub struct Bucket {
     pub quota: Quota,
     pub shadow: bool,
+    /// Each gateway's own, or one for the fleet.
+    pub scope: super::Scope,
 }
 
 #[derive(Debug)]

@@ -350,6 +350,7 @@ fn rate_limits(raw: file::RateLimitsSection) -> Result<RateLimitSettings, Config
                 Ok(Bucket {
                     quota: quota(key, &b)?,
                     shadow: b.shadow,
+                    scope: b.scope,
                 })
             })
             .transpose()
@@ -357,7 +358,11 @@ fn rate_limits(raw: file::RateLimitsSection) -> Result<RateLimitSettings, Config
     Ok(RateLimitSettings {
         per_user: bucket("rate_limits.per_user", raw.per_user)?,
         per_ip: bucket("rate_limits.per_ip", raw.per_ip)?,
-        per_activity: bucket("rate_limits.per_activity", raw.per_activity)?,
+        per_activity: match bucket("rate_limits.per_activity", raw.per_activity)? {
+            Some(b) => super::scope::instance_only("rate_limits.per_activity", b.scope)
+                .map(|()| Some(b))?,
+            None => None,
+        },
         evict_interval: positive_ms("rate_limits.evict_interval_ms", raw.evict_interval_ms)?,
         passthrough: match &raw.passthrough {
             Some(b) if b.shadow => {
@@ -366,7 +371,10 @@ fn rate_limits(raw: file::RateLimitsSection) -> Result<RateLimitSettings, Config
                     "a cap on unreserved forwards cannot be shadow",
                 ))
             }
-            Some(b) => quota("rate_limits.passthrough", b)?,
+            Some(b) => {
+                super::scope::instance_only("rate_limits.passthrough", b.scope)?;
+                quota("rate_limits.passthrough", b)?
+            }
             None => Quota::per_second(
                 NonZeroU32::new(DEFAULT_PASSTHROUGH_PER_SECOND).expect("non-zero"),
             ),

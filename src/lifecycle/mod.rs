@@ -42,6 +42,7 @@ const MAX_RESERVATION_ID_LEN: usize = 64;
 /// Most reservations one confirm script call confirms.
 pub const CONFIRM_BATCH: usize = 100;
 
+pub mod halt;
 mod restock;
 mod state;
 mod sweep;
@@ -510,6 +511,10 @@ impl StockPort for Arc<Lifecycle> {
 
     fn is_sold_out(&self, activity: &Activity, ttl: std::time::Duration) -> bool {
         self.state().is_sold_out(activity, ttl)
+    }
+
+    fn is_halted(&self, activity: &Activity) -> bool {
+        self.state().halted_since(&activity.id).is_some()
     }
 }
 

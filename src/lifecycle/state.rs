@@ -23,6 +23,8 @@ use std::time::Duration;
 pub struct SaleState {
     sold_out: Arc<SoldOutCache>,
     refused: Refusals,
+    /// Activities halted for the whole fleet (see [`super::halt`]).
+    pub(super) halts: super::halt::Halts,
 }
 
 impl SaleState {
@@ -32,6 +34,7 @@ impl SaleState {
         SaleState {
             sold_out: self.sold_out.clone(),
             refused: Refusals::default(),
+            halts: Default::default(),
         }
     }
 
@@ -45,6 +48,16 @@ impl SaleState {
     /// Why Redis's record refuses the activity, if it does.
     pub fn refusal(&self, activity: &str) -> Option<Refusal> {
         self.refused.get(activity)
+    }
+
+    /// Since when the activity is halted (unix ms, Redis's clock), if this gateway knows it is.
+    pub fn halted_since(&self, activity: &str) -> Option<u64> {
+        self.halts.since(activity)
+    }
+
+    /// Whether every configured activity's halt was read once (readiness waits for it).
+    pub fn halts_read(&self) -> bool {
+        self.halts.read_once()
     }
 
     /// Whether the activity, as configured now, is refused (a refusal of another version or

@@ -61,13 +61,14 @@ impl FlashProxy {
         let peer = peer_ip(session);
         let answer = async {
             if let Some(ip) = policy.client_ip(headers, peer) {
-                policy.take_token(LimitKind::PerIp, &ip, &self.gw.metrics)?;
+                self.spend(&generation, LimitKind::PerIp, &ip.to_string())
+                    .await?;
             }
             let user = policy
                 .identify(headers, peer)
                 .ok_or(Decision::Unauthenticated)?;
             // A poll is a buyer too: it spends from the buyer's own bucket.
-            policy.take_token(LimitKind::PerUser, user.as_str(), &self.gw.metrics)?;
+            self.spend(&generation, LimitKind::PerUser, &user).await?;
             let activity = settings
                 .activities
                 .get(raw_activity)
@@ -111,6 +112,20 @@ impl FlashProxy {
                 Ok(true)
             }
         }
+    }
+
+    /// A poll is a buyer too: it spends from the client IP's and the buyer's buckets (the
+    /// fleet's where `scope: fleet`), as a purchase does.
+    async fn spend(
+        &self,
+        generation: &crate::live::Generation,
+        kind: LimitKind,
+        key: &str,
+    ) -> std::result::Result<(), Decision> {
+        self.gw
+            .admission
+            .take_token(generation.rules(), kind, key)
+            .await
     }
 }
 

@@ -2,7 +2,7 @@
 //!
 //! A purchase runs through an ordered list of small gates ([`gates::GATES`], a file each), each
 //! cheaper than the next: the client IP's bucket, who buys what, the quantity the query names,
-//! the sale's hours, the buyer's bucket, the sold-out mark, the waiting room, the activity's
+//! the sale's hours, the fleet-wide halt, the buyer's bucket, the sold-out mark, the waiting room, the activity's
 //! bucket, the whole body (read last of all, so refusals that need none never wait for it; a
 //! quantity it names must agree), and the reserve (the only Redis round trip). A gate lets the
 //! purchase go on, or answers it with the pipeline's one [`Verdict`]: refused, queued,

@@ -76,6 +76,11 @@ pub struct RedisClient {
 }
 
 impl RedisClient {
+    /// Whether this is a Redis Cluster (else one Redis).
+    pub fn is_cluster(&self) -> bool {
+        self.cluster.is_some()
+    }
+
     /// Creates the client without connecting: each thread's first call connects, and a Redis
     /// that is down at start-up only makes the gateway unready.
     pub fn new(settings: &RedisSettings, metrics: Arc<Metrics>) -> Result<RedisClient, StoreError> {

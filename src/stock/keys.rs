@@ -27,6 +27,11 @@
 //!                                   version that was on sale sells again after the rest expired
 //! <p>:{<act>}:q             hash    the waiting room's state (cursor, rate, pause, history)
 //! <p>:{<act>}:q:tickets     hash    the waiting room's tickets: user -> number
+//! <p>:{<act>}:halt          string  since when the activity is halted (unix ms; absent when
+//!                                   not): expires with the sale's keys, see lua/halt.lua
+//! <p>:{rl~<n>}:<kind>:<h>  string  a fleet-wide token bucket (rate_limits scope: fleet): its
+//!                                   GCRA arrival time (unix us); <h> is the hex FNV-1a of the
+//!                                   user id or IP, <n> its shard; expires once full again
 //! <p>:activities            hash    activity id -> segment count, of every activity prewarmed
 //!                                   (sweeps reach removed ones too; a second record of the count)
 //! ```
@@ -74,6 +79,13 @@ impl KeyLayout {
         format!("{}:activities", self.prefix)
     }
 
+    /// A fleet-wide token bucket (`lua/tokens.lua`): `kind` is the limit (`per_user`,
+    /// `per_ip`), `hash` the stable hash of its key (no user id or IP in key names), `shard` the
+    /// hash tag's number (one slot per shard on a cluster).
+    pub fn fleet_bucket(&self, shard: u32, kind: &str, hash: u64) -> String {
+        format!("{}:{{rl~{shard}}}:{kind}:{hash:016x}", self.prefix)
+    }
+
     /// The pub/sub channel of sold-out news (not a key; shared by the deployment).
     pub fn news_channel(&self) -> String {
         format!("{}:news", self.prefix)
@@ -105,6 +117,11 @@ impl SegmentKeys {
     /// On the base tag: the waiting room's tickets (user -> number).
     pub fn queue_tickets(&self) -> String {
         self.key("q:tickets")
+    }
+
+    /// On the base tag: the activity's halt (admin API), for the whole fleet.
+    pub fn halt(&self) -> String {
+        self.key("halt")
     }
 
     pub fn meta(&self) -> String {

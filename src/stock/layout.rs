@@ -71,9 +71,7 @@ impl Layout {
     /// A buyer's home segment: FNV-1a (64 bit) of the user id, the same on every instance and
     /// release (unlike std's per-process RandomState).
     pub fn home(&self, user: &str) -> Segment<'_> {
-        let hash = user.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-            (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-        });
+        let hash = stable_hash(user);
         Segment {
             layout: self,
             index: (hash % u64::from(self.segments)) as u32,
@@ -86,6 +84,14 @@ impl Layout {
         let n = u64::from(self.segments);
         stock / n + u64::from(u64::from(index) < stock % n)
     }
+}
+
+/// FNV-1a (64 bit) of `s`: the same on every instance and release (unlike std's per-process
+/// RandomState), for what every gateway must place alike.
+pub fn stable_hash(s: &str) -> u64 {
+    s.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
 }
 
 impl<'a> Segment<'a> {

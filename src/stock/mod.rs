@@ -34,13 +34,14 @@ pub mod scripts;
 pub mod segments;
 
 pub use keys::{KeyLayout, SegmentKeys};
-pub use layout::{Layout, Segment};
+pub use layout::{stable_hash, Layout, Segment};
 pub use port::{Publish, Reads, Settle, Transfers};
 pub use reads::{Snapshot, Transfer, TransferBooks};
 pub use records::*;
 pub use scripts::claim::ClaimOutcome;
 pub use scripts::confirm::ConfirmOutcome;
 pub use scripts::deposit::Deposit;
+pub use scripts::halt::Halt;
 pub use scripts::prewarm::PrewarmOutcome;
 pub use scripts::release::{ReleaseMode, ReleaseOutcome};
 pub use scripts::reserve::{ReserveCall, ReserveOutcome, SaleHours};
@@ -66,6 +67,8 @@ label_enum! {
         Transfer => "transfer",
         Queue => "queue",
         Restock => "restock",
+        Halt => "halt",
+        Tokens => "tokens",
     }
 }
 
@@ -82,6 +85,8 @@ label_enum! {
         Transfer => "transfer",
         Queue => "queue",
         Restock => "restock",
+        Halt => "halt",
+        Tokens => "tokens",
     }
 }
 
@@ -136,6 +141,8 @@ pub struct StockStore {
     clock: clock::RedisClock,
     /// Reserves sent together per segment and version (see [`scripts::reserve`]).
     reserves: scripts::reserve::Batches,
+    /// Fleet-bucket asks waiting for the call of their shard.
+    token_batches: scripts::tokens::TokenBatches,
     /// Whether an activity has units left anywhere, one read at a time per activity and
     /// version (see `segments::Reserving::standing`).
     standings: Standings,
@@ -155,6 +162,7 @@ impl StockStore {
             events_maxlen: settings.events_maxlen,
             clock: clock::RedisClock::default(),
             reserves: scripts::reserve::Batches::new(scripts::reserve::MAX_BATCH),
+            token_batches: scripts::tokens::TokenBatches::new(scripts::tokens::MAX_TOKEN_BATCH),
             standings: Standings::default(),
         })
     }

@@ -183,9 +183,13 @@ pub async fn state(
         .keys()
         .of(layout.segment(0).expect("one segment at least"))
         .stock(activity.version);
+    let halt = store
+        .keys()
+        .base(&Layout::new(activity.id.clone(), 1))
+        .halt();
     let mut invocation = STATE.prepare_invoke();
-    // A segmented activity's stock is in other slots: only the queue's key is passed.
-    invocation.key(q).key(tickets);
+    // A segmented activity's stock is in other slots: only the queue's keys are passed.
+    invocation.key(q).key(tickets).key(halt);
     if !activity.is_segmented() {
         invocation.key(stock_key);
     }

@@ -14,6 +14,8 @@ mod decisions;
 mod edge;
 mod failures;
 mod fences;
+mod fleet_limits;
+mod halt;
 mod integrity;
 mod lifecycle;
 mod news;

@@ -92,21 +92,7 @@ pub async fn wait_state(
 }
 
 pub fn redis_calls(redis: &RedisServer) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query(&mut redis.conn())
-        .unwrap();
-    info.lines()
-        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
-        .filter_map(|l| {
-            l.split("calls=")
-                .nth(1)?
-                .split(',')
-                .next()?
-                .parse::<u64>()
-                .ok()
-        })
-        .sum()
+    redis.script_calls()
 }
 
 /// `POST /v1/activities/{act}/queue/{action}` (`pause`, `resume`) at the admin API, answered

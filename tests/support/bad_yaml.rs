@@ -247,6 +247,21 @@ pub const BAD: &[Bad] = &[
         expect: "rate_limits.passthrough.shadow: a cap on unreserved forwards cannot be shadow",
     },
     Bad {
+        name: "per-activity-fleet-scope",
+        patch: &[("rate_limits.per_activity", Some("{\"per_second\": 10, \"burst\": 10, \"scope\": \"fleet\"}"))],
+        expect: "rate_limits.per_activity.scope: only rate_limits.per_user and rate_limits.per_ip can be fleet-wide",
+    },
+    Bad {
+        name: "passthrough-fleet-scope",
+        patch: &[("rate_limits.passthrough", Some("{\"per_second\": 10, \"burst\": 10, \"scope\": \"fleet\"}"))],
+        expect: "rate_limits.passthrough.scope: only rate_limits.per_user and rate_limits.per_ip can be fleet-wide",
+    },
+    Bad {
+        name: "per-user-unknown-scope",
+        patch: &[("rate_limits.per_user", Some("{\"per_second\": 5, \"burst\": 5, \"scope\": \"global\"}"))],
+        expect: "unknown variant `global`, expected `instance` or `fleet`",
+    },
+    Bad {
         name: "passthrough-zero-rate",
         patch: &[("rate_limits.passthrough", Some("{\"per_second\": 0, \"burst\": 10}"))],
         expect: "rate_limits.passthrough.per_second: must be at least 1",

@@ -324,6 +324,25 @@ rm -rf -- "$2""#;
         format!("redis://127.0.0.1:{}/0", self.port)
     }
 
+    /// Script calls (EVAL and EVALSHA) Redis ran so far (`INFO commandstats`).
+    pub fn script_calls(&self) -> u64 {
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query(&mut self.conn())
+            .unwrap();
+        info.lines()
+            .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+            .filter_map(|l| {
+                l.split("calls=")
+                    .nth(1)?
+                    .split(',')
+                    .next()?
+                    .parse::<u64>()
+                    .ok()
+            })
+            .sum()
+    }
+
     pub fn client(&self) -> redis::Client {
         redis::Client::open(self.url()).expect("valid url")
     }

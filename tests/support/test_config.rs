@@ -169,6 +169,8 @@ pub struct Rate {
     pub per_second: u32,
     pub burst: u32,
     pub shadow: Option<bool>,
+    /// `instance` or `fleet` (unset: the default, instance).
+    pub scope: Option<&'static str>,
 }
 
 impl Rate {
@@ -177,7 +179,14 @@ impl Rate {
             per_second,
             burst,
             shadow: None,
+            scope: None,
         }
+    }
+
+    /// One bucket for all gateways together (`scope: fleet`).
+    pub fn fleet(mut self) -> Self {
+        self.scope = Some("fleet");
+        self
     }
 
     /// Counts what it would refuse, but admits.
@@ -189,6 +198,9 @@ impl Rate {
 
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct RateLimits {
+    /// Replaces the per-user bucket `TestConfig::per_user` gives, when set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub per_user: Option<Rate>,
     pub per_ip: Option<Rate>,
     pub per_activity: Option<Rate>,
     pub passthrough: Option<Rate>,
@@ -525,6 +537,7 @@ macro_rules! setters {
 }
 
 setters! {
+    per_user_bucket(Rate) => rate_limits.per_user,
     per_ip_rate(Rate) => rate_limits.per_ip,
     per_activity_rate(Rate) => rate_limits.per_activity,
     passthrough_rate(Rate) => rate_limits.passthrough,

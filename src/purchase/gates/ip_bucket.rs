@@ -1,4 +1,5 @@
-//! The client IP's token bucket, before any identity work (memory only).
+//! The client IP's token bucket, before any identity work (memory only; with `scope: fleet`,
+//! the fleet's in Redis, see `crate::admission::fleet_limit`).
 
 use crate::admission::LimitKind;
 use crate::purchase::{Attempt, Gate, Parts, Step};
@@ -11,8 +12,10 @@ impl Gate for IpBucket {
         let policy = parts.rules.policy;
         let header = attempt.exchange.header();
         match policy.client_ip(&header.headers, attempt.exchange.peer()) {
-            Some(ip) => policy
-                .take_token(LimitKind::PerIp, &ip, parts.admission.metrics())
+            Some(ip) => parts
+                .admission
+                .take_token(parts.rules, LimitKind::PerIp, &ip.to_string())
+                .await
                 .into(),
             None => Step::Pass,
         }

@@ -3,6 +3,7 @@
 
 pub mod activity_bucket;
 pub mod body;
+pub mod halt;
 pub mod hours;
 pub mod identity;
 pub mod ip_bucket;
@@ -20,6 +21,7 @@ pub static GATES: &[&dyn Gate] = &[
     &identity::Identity,
     &quantity::Quantity,
     &hours::Hours,
+    &halt::Halt,
     &user_bucket::UserBucket,
     &sold_out::SoldOut,
     &waiting_room::WaitingRoom,

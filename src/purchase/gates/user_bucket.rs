@@ -1,4 +1,5 @@
-//! The buyer's token bucket (memory only); a keyed retry of a closed sale spends from it too, so
+//! The buyer's token bucket (memory only; with `scope: fleet`, the fleet's in Redis, asked in
+//! batches, see `crate::admission::fleet_limit`); a keyed retry of a closed sale spends from it too, so
 //! hammering a closed sale costs Redis no more than an open one.
 
 use crate::admission::LimitKind;
@@ -9,11 +10,10 @@ pub struct UserBucket;
 #[async_trait::async_trait]
 impl Gate for UserBucket {
     async fn check(&self, parts: Parts<'_>, attempt: &mut Attempt<'_>) -> Step {
-        let metrics = parts.admission.metrics();
         parts
-            .rules
-            .policy
-            .take_token(LimitKind::PerUser, attempt.user(), metrics)
+            .admission
+            .take_token(parts.rules, LimitKind::PerUser, attempt.user())
+            .await
             .into()
     }
 }

@@ -160,6 +160,7 @@ fn the_gates_run_in_the_documented_order() {
             "Identity",
             "Quantity",
             "Hours",
+            "Halt",
             "UserBucket",
             "SoldOut",
             "WaitingRoom",

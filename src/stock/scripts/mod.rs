@@ -9,12 +9,14 @@ pub mod claim;
 pub mod confirm;
 pub mod deposit;
 pub mod due;
+pub mod halt;
 pub mod ledger;
 pub mod prewarm;
 pub mod release;
 pub mod reserve;
 pub mod restock;
 pub mod sweep;
+pub mod tokens;
 pub mod withdraw;
 
 use redis::Script;
@@ -41,6 +43,7 @@ script!(WITHDRAW, "../../../lua/withdraw.lua");
 script!(DEPOSIT, "../../../lua/deposit.lua");
 script!(ACKNOWLEDGE, "../../../lua/acknowledge.lua");
 script!(DUE, "../../../lua/due.lua");
+script!(TOKENS, "../../../lua/tokens.lua");
 
 /// The waiting room's shared Lua, prepended (after `lib.lua`) to its scripts.
 const QUEUE_LIB: &str = include_str!("../../../lua/queue_lib.lua");
@@ -55,9 +58,10 @@ macro_rules! queue_script {
 queue_script!(QUEUE_TICKET, "../../../lua/queue_ticket.lua");
 queue_script!(QUEUE_STATE, "../../../lua/queue_state.lua");
 queue_script!(QUEUE_CONTROL, "../../../lua/queue_control.lua");
+queue_script!(HALT, "../../../lua/halt.lua");
 
 /// Every script, for loading them up front (readiness).
-pub(super) fn all() -> [&'static Script; 15] {
+pub(super) fn all() -> [&'static Script; 17] {
     [
         &RESERVE,
         &RESTOCK,
@@ -74,5 +78,7 @@ pub(super) fn all() -> [&'static Script; 15] {
         &QUEUE_TICKET,
         &QUEUE_STATE,
         &QUEUE_CONTROL,
+        &HALT,
+        &TOKENS,
     ]
 }

@@ -1,0 +1,61 @@
+//! `lua/halt.lua`: halt or resume an activity for the whole fleet, or read whether it is halted
+//! (every gateway, every 100 ms). Its keys, arguments and replies in one place; the script itself
+//! is in the registry (`super`).
+
+use super::super::records::int;
+use super::super::{Layout, ScriptName, StockStore, StoreError, StoreOp};
+use crate::config::Activity;
+use redis::Value;
+
+/// Whether an activity is halted, as Redis says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Halt {
+    /// Halted since this time (unix ms, Redis's clock).
+    Since(u64),
+    Running,
+}
+
+impl Halt {
+    pub fn is_halted(self) -> bool {
+        matches!(self, Halt::Since(_))
+    }
+}
+
+impl StockStore {
+    /// The halt key and queue hash of `activity` (its base tag: one slot).
+    fn halt_keys(&self, activity: &Activity) -> (String, String) {
+        let base = self.keys().base(&Layout::new(activity.id.clone(), 1));
+        (base.halt(), base.queue())
+    }
+
+    /// Halts (`halt`) or resumes the activity for the whole fleet; its waiting room's cursor
+    /// stands (or runs again) in the same step. Idempotent: a second halt keeps the first one's
+    /// time.
+    pub async fn set_halt(&self, activity: &Activity, halt: bool) -> Result<Halt, StoreError> {
+        self.call_halt(activity, if halt { "1" } else { "0" }).await
+    }
+
+    /// Whether the activity is halted now (moving a halt's expiry with the sale's end).
+    pub async fn halted(&self, activity: &Activity) -> Result<Halt, StoreError> {
+        self.call_halt(activity, "?").await
+    }
+
+    async fn call_halt(&self, activity: &Activity, what: &str) -> Result<Halt, StoreError> {
+        let (key, queue) = self.halt_keys(activity);
+        let mut invocation = super::HALT.prepare_invoke();
+        invocation
+            .key(key)
+            .key(queue)
+            .arg(what)
+            .arg(self.expire_at(activity))
+            .arg(self.key_ttl_after_end.as_secs());
+        let reply: Vec<Value> = self
+            .eval(ScriptName::Halt, StoreOp::Halt, &invocation)
+            .await?;
+        match (int(reply.first()), int(reply.get(1))) {
+            (Some(1), Some(since)) if since > 0 => Ok(Halt::Since(since as u64)),
+            (Some(0), Some(_)) => Ok(Halt::Running),
+            _ => Err(StoreError::protocol(ScriptName::Halt, reply)),
+        }
+    }
+}

@@ -1,0 +1,201 @@
+//! Halt and resume (issue 25): one admin call, stored in Redis, stops every gateway of the fleet
+//! within 500 ms of its answer (`unavailable`, 503, `Retry-After`, nothing taken); resume
+//! restores selling everywhere; waiting buyers read the queue paused.
+
+use crate::queue_support::{poll, queue_control, queued, take_ticket};
+use crate::support::*;
+use std::time::{Duration, Instant};
+
+/// The contract's bound, from the halt's answer to every gateway's first 503.
+const HALT_BOUND: Duration = Duration::from_millis(500);
+
+/// Units reserved so far (pending + confirmed), as Redis's ledger says.
+async fn taken(gw: &GatewayProc, act: &str) -> i64 {
+    let view = gw.activity_view(act).await;
+    view["pending"].as_i64().unwrap() + view["confirmed"].as_i64().unwrap()
+}
+
+/// Buys as `user` on `gw` until the answer is 503; every answer before it must be 409 (the
+/// prober already holds its one unit: probing takes no stock). The instant of the first 503.
+async fn first_503(gw: &GatewayProc, user: String) -> Instant {
+    let end = Instant::now() + Duration::from_secs(10);
+    loop {
+        let r = gw.buy("1001", &user, None).await;
+        let seen = Instant::now();
+        match r.status {
+            503 => {
+                assert_eq!(r.json()["code"], "unavailable");
+                assert!(r.header("retry-after").is_some(), "503 without Retry-After");
+                return seen;
+            }
+            409 => {}
+            other => panic!("{user} was answered {other} {}", r.text()),
+        }
+        assert!(
+            Instant::now() < end,
+            "{user}'s gateway never obeyed the halt"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_halt_stops_three_gateways_within_500_ms_and_a_resume_sells_again() {
+    let (_redis, _up, config) = backends(vec![TestActivity::open("1001", 100)]);
+    let config = config.no_per_user_rate();
+    let a = GatewayProc::start(config.clone());
+    let b = GatewayProc::start(config.clone().on_new_ports());
+    let c = GatewayProc::start(config.clone().on_new_ports());
+    let gws = [&a, &b, &c];
+    // Each prober takes its one unit (per_user_limit 1) on its own gateway.
+    for (i, gw) in gws.iter().enumerate() {
+        let r = gw.buy("1001", &format!("probe-{i}"), None).await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(gw.activity_view("1001").await["halted"], false);
+    }
+    let before = taken(&a, "1001").await;
+    assert_eq!(before, 3);
+
+    // Every gateway is probed without pause while the halt is sent to one of them.
+    let probes: Vec<_> = gws
+        .iter()
+        .enumerate()
+        .map(|(i, gw)| first_503(gw, format!("probe-{i}")))
+        .collect();
+    let halt = async {
+        let r = a.admin_post("/v1/activities/1001/halt").await;
+        (r, Instant::now())
+    };
+    let ((halt, answered), seen) = tokio::join!(halt, futures_util::future::join_all(probes));
+    assert_eq!(halt.status, 200, "{}", halt.text());
+    assert_eq!(halt.json()["halted"], true);
+    assert_eq!(
+        halt.json()["id"],
+        "1001",
+        "the halt answers the activity's view"
+    );
+    let lags: Vec<Duration> = seen
+        .iter()
+        .map(|s| s.saturating_duration_since(answered))
+        .collect();
+    eprintln!("halt propagation (answer to first 503) per gateway: {lags:?}");
+    for (i, lag) in lags.iter().enumerate() {
+        assert!(
+            *lag <= HALT_BOUND,
+            "gateway {i} obeyed {lag:?} after the halt's answer"
+        );
+    }
+
+    // Halted: every gateway refuses new buyers (503, Retry-After), a keyed retry too, and
+    // nothing is taken; every gateway shows it.
+    for (i, gw) in gws.iter().enumerate() {
+        for n in 0..5 {
+            let r = gw.buy("1001", &format!("buyer-{i}-{n}"), None).await;
+            assert_eq!(r.status, 503, "{}", r.text());
+            assert_eq!(r.json()["code"], "unavailable");
+            assert!(r.header("retry-after").is_some());
+        }
+        let r = gw.buy_keyed("1001", &format!("keyed-{i}"), "k").await;
+        assert_eq!(r.status, 503, "{}", r.text());
+        assert_eq!(gw.activity_view("1001").await["halted"], true);
+        gw.wait_metric("flashgate_activity_halted{activity=\"1001\"}", 1.0)
+            .await;
+    }
+    assert_eq!(taken(&a, "1001").await, before, "a halted sale took stock");
+    // A second halt changes nothing.
+    assert_eq!(a.admin_post("/v1/activities/1001/halt").await.status, 200);
+
+    // Resumed through another gateway: every gateway sells again.
+    let resume = b.admin_post("/v1/activities/1001/resume").await;
+    assert_eq!(resume.status, 200, "{}", resume.text());
+    assert_eq!(resume.json()["halted"], false);
+    for (i, gw) in gws.iter().enumerate() {
+        let user = format!("after-{i}");
+        wait_for_async(
+            "a gateway to sell after the resume",
+            Duration::from_secs(5),
+            || async {
+                let r = gw.buy("1001", &user, None).await;
+                assert!(matches!(r.status, 200 | 503), "{}", r.text());
+                (r.status == 200).then_some(())
+            },
+        )
+        .await;
+        gw.wait_metric("flashgate_activity_halted{activity=\"1001\"}", 0.0)
+            .await;
+    }
+    assert_eq!(taken(&a, "1001").await, before + 3);
+    a.reconcile_clean();
+
+    // An activity that is not configured: 404, on both routes.
+    for route in ["halt", "resume"] {
+        let r = a.admin_post(&format!("/v1/activities/nope/{route}")).await;
+        assert_eq!(r.status, 404, "{}", r.text());
+        assert_eq!(r.json()["code"], "unknown_activity");
+    }
+}
+
+/// A halt lives in Redis: a gateway started while the activity is halted refuses from its first
+/// request; the halt does not need the gateway that took it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_started_during_a_halt_obeys_it() {
+    let (_redis, _up, config) = backends(vec![TestActivity::open("1001", 10)]);
+    let mut a = GatewayProc::start(config.clone());
+    assert_eq!(a.admin_post("/v1/activities/1001/halt").await.status, 200);
+    a.kill();
+    let b = GatewayProc::start(config.on_new_ports());
+    let r = b.buy("1001", "alice", None).await;
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert_eq!(b.activity_view("1001").await["halted"], true);
+}
+
+/// Waiting buyers see the queue paused, not failed: the cursor stands from the halt (an
+/// operator's pause and its resume do not lift it), and runs again from the resume.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_halt_pauses_the_waiting_room_without_failing_anyone() {
+    let (_redis, _up, config) = backends(vec![queued("1001", 10, Queue::admit(1))]);
+    let gw = GatewayProc::start(config);
+    let mut tickets = Vec::new();
+    for n in 0..5 {
+        let user = format!("w{n}");
+        let (ticket, _) = take_ticket(&gw, "1001", &user).await;
+        tickets.push((user, ticket));
+    }
+    assert_eq!(gw.admin_post("/v1/activities/1001/halt").await.status, 200);
+    let stood = queue_control(&gw, "1001", "resume").await;
+    assert_eq!(stood["paused"], true, "an operator's resume lifts no halt");
+    let (user, ticket) = &tickets[4];
+    let p = poll(&gw, "1001", user, ticket).await;
+    assert_eq!(p["state"], "waiting", "{p}");
+    assert_eq!(p["paused"], true, "{p}");
+    assert!(p["estimated_wait_ms"].is_null(), "{p}");
+    let cursor = stood["cursor"].as_u64().unwrap();
+    // The cursor stands while halted: Redis's TIME moves on, the cursor does not (1 a second).
+    let later = wait_for_async(
+        "two seconds of Redis's time to pass",
+        Duration::from_secs(10),
+        || async {
+            let q = gw.admin_get("/v1/activities/1001/queue").await.json();
+            let p = poll(&gw, "1001", user, ticket).await;
+            assert_eq!(p["paused"], true, "{p}");
+            let since =
+                q["redis_time_ms"].as_u64().unwrap() - stood["redis_time_ms"].as_u64().unwrap();
+            (since >= 2000).then_some(q)
+        },
+    )
+    .await;
+    assert_eq!(
+        later["cursor"].as_u64().unwrap(),
+        cursor,
+        "the cursor moved while halted"
+    );
+    assert_eq!(
+        gw.admin_post("/v1/activities/1001/resume").await.status,
+        200
+    );
+    let p = wait_for_async("the queue to run again", Duration::from_secs(5), || async {
+        let p = poll(&gw, "1001", user, ticket).await;
+        (p["paused"] == false).then_some(p)
+    })
+    .await;
+    assert_eq!(p["state"], "waiting", "{p}");
+}
