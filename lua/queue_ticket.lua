@@ -1,7 +1,8 @@
 -- flashgate queue ticket: the user's ticket number for an activity's waiting room, issued once
 -- (asking again returns the same number). (lib.lua and queue_lib.lua are prepended.) O(1).
 --
--- KEYS[1] the queue hash   KEYS[2] its tickets (user -> number)
+-- KEYS[1] the queue hash   KEYS[2] its tickets (user -> number)   KEYS[3] the stepped
+-- admission's seen (place -> last poll): a ticket issued to a stepped queue counts as seen now
 -- ARGV[1] user   ARGV[2] configured rate   ARGV[3] the sale's start (unix ms)
 -- ARGV[4] a random number: the draw's seed if the start passed and none was drawn yet, and the
 --         queue's epoch if it is set up now
@@ -42,6 +43,10 @@ if not n then
   n = tostring(s.seq)
   redis.call('HSET', tickets, ARGV[1], n)
   fresh = '1'
+  if s.stepped then
+    redis.call('HSET', KEYS[3], n, int(now))
+    extend(KEYS[3], ARGV[5])
+  end
 end
 extend(q, ARGV[5])
 extend(tickets, ARGV[5])

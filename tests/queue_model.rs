@@ -150,6 +150,7 @@ fn run(ops: Vec<Op>) {
         admission_window: Duration::from_secs(60),
         too_late_factor: 1.5,
         landing_url: None,
+        stepped: None,
     };
     activity.queue = Some(queue.clone());
     let stock_key = format!("fg:{{{id}}}:v1:stock");
@@ -309,6 +310,7 @@ fn no_ticket_is_issued_outside_the_rooms_hours_by_redis_clock() {
             admission_window: Duration::from_secs(60),
             too_late_factor: 1.5,
             landing_url: None,
+            stepped: None,
         };
         activity.queue = Some(queue.clone());
         let (_, issued) = fx
@@ -351,10 +353,12 @@ mod postponements {
             admission_window: Duration::from_secs(window_secs),
             too_late_factor: 1.5,
             landing_url: None,
+            stepped: None,
         }
     }
 
-    /// A state reply (queue_reply): seq start rate base t0 paused held drawn seed now epoch hist lapsed.
+    /// A state reply (queue_reply): seq start rate base t0 paused held drawn seed now epoch hist lapsed
+    /// step active.
     fn reply(start: u64, rate: u64, base: u64, now: u64, hist: &str) -> QueueState {
         let r: Vec<String> = [
             "0".to_string(),
@@ -369,6 +373,8 @@ mod postponements {
             now.to_string(),
             "1".into(),
             hist.to_string(),
+            "0".into(),
+            "0".into(),
             "0".into(),
         ]
         .to_vec();

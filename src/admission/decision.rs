@@ -111,6 +111,9 @@ pub enum Decision {
     InvalidTicket,
     /// A waiting-room ticket whose admission window passed.
     TicketExpired,
+    /// A waiting-room ticket whose turn came while it was absent (not polled for the queue's
+    /// `skip_absent_after_secs`): given to the next buyer. Answered as `ticket_expired`.
+    TurnGivenAway,
 }
 
 /// What the gateway answers for a decision it makes itself.
@@ -207,6 +210,12 @@ impl Decision {
                 Message::TicketLapsed,
                 None,
             ),
+            Decision::TurnGivenAway => (
+                StatusCode::GONE,
+                Code::TicketExpired,
+                Message::TicketAbsent,
+                None,
+            ),
             // Never sent by the gateway: the backend answers.
             Decision::Passthrough => (StatusCode::OK, Code::Passthrough, Message::Forwarded, None),
         };
@@ -295,6 +304,7 @@ mod tests {
             (Decision::Waiting, 202, "queued"),
             (Decision::InvalidTicket, 403, "invalid_ticket"),
             (Decision::TicketExpired, 410, "ticket_expired"),
+            (Decision::TurnGivenAway, 410, "ticket_expired"),
         ];
         for (decision, status, code) in cases {
             assert!(Code::ALL.iter().any(|c| c.as_str() == code));
@@ -360,6 +370,7 @@ mod tests {
             Decision::Waiting,
             Decision::InvalidTicket,
             Decision::TicketExpired,
+            Decision::TurnGivenAway,
         ];
         for d in decisions {
             let reply = d.reply();

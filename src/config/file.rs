@@ -478,6 +478,13 @@ pub struct QueueSection {
     /// default the page submits the purchase itself.
     #[serde(default)]
     pub landing_url: Option<String>,
+    /// A ticket not polled for this many seconds gives its turn away (fleet-wide; see
+    /// `config::live_queue`).
+    #[serde(default)]
+    pub skip_absent_after_secs: Option<u64>,
+    /// At most this many admitted buyers who have not yet bought (fleet-wide).
+    #[serde(default)]
+    pub max_active: Option<u32>,
 }
 
 /// What a sale request gets while the stock store cannot be asked.

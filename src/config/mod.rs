@@ -7,6 +7,7 @@ mod bounds;
 pub mod cors;
 pub mod file;
 mod keys;
+pub mod live_queue;
 pub mod pages;
 mod rate;
 pub mod route;

@@ -274,6 +274,9 @@ pub struct QueueSettings {
     pub too_late_factor: f64,
     /// Where the waiting page sends a browser whose turn came; `None`: the page buys itself.
     pub landing_url: Option<String>,
+    /// The admission that follows live buyers (`skip_absent_after_secs`, `max_active`);
+    /// `None`: the time-function cursor.
+    pub stepped: Option<super::live_queue::Stepped>,
 }
 
 impl QueueSettings {

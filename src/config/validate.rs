@@ -560,7 +560,14 @@ fn queue(
             ));
         }
     }
+    let stepped = super::live_queue::stepped(
+        &field,
+        raw.skip_absent_after_secs,
+        raw.max_active,
+        raw.admit_per_second,
+    )?;
     Ok(QueueSettings {
+        stepped,
         admit_per_second: raw.admit_per_second,
         opens_at,
         admission_window: Duration::from_secs(raw.admission_window_secs),

@@ -111,6 +111,8 @@ impl QueueFake {
                 epoch: seed,
                 marks: vec![mark(t0, 0, u64::from(rate), true)],
                 lapsed: 0,
+                stepped: false,
+                active: 0,
             };
             Queue {
                 state,
@@ -237,6 +239,16 @@ impl QueueStore for QueueFake {
             Control::Rate(rate) => s.rate = u64::from(rate),
         });
         Ok(q.state.clone())
+    }
+
+    /// Never asked: the fake's queues keep the time-function cursor.
+    async fn fate(
+        &self,
+        _activity: &Activity,
+        _place: u64,
+        _touch: super::store::Touch,
+    ) -> Result<super::store::Fate, StoreError> {
+        Ok(super::store::Fate::Undecided)
     }
 
     async fn ledger(&self, segment: Segment<'_>, version: u64) -> Result<LedgerRow, StoreError> {

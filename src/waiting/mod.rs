@@ -16,6 +16,7 @@ pub mod draw;
 mod fake;
 pub mod page;
 pub mod store;
+mod stepped;
 pub mod ticket;
 pub mod view;
 
@@ -95,6 +96,9 @@ pub struct WaitingRoom<S = StockStore> {
     /// kept by the gateway that relayed the win, in memory (bounded, a day): a poll another
     /// gateway answers, or one after a restart, reads the queue's state instead.
     bought: Cache<(Arc<str>, String), ()>,
+    /// Stepped queues: the place of each buyer this gateway last told `your_turn` (per
+    /// activity), so that their purchase that wins frees it (see `stepped`).
+    places: Cache<(Arc<str>, String), u64>,
 }
 
 /// Buyers whose issued ticket is remembered, per process (each entry about 200 bytes).
@@ -122,6 +126,10 @@ impl<S: QueueStore> WaitingRoom<S> {
                 .time_to_idle(ISSUED_IDLE)
                 .build(),
             bought: Cache::builder()
+                .max_capacity(ISSUED_CAPACITY)
+                .time_to_live(Duration::from_secs(24 * 3600))
+                .build(),
+            places: Cache::builder()
                 .max_capacity(ISSUED_CAPACITY)
                 .time_to_live(Duration::from_secs(24 * 3600))
                 .build(),
@@ -289,6 +297,7 @@ impl<S: QueueStore> WaitingRoom<S> {
                     Turn::Refuse(Decision::TicketExpired)
                 }
                 Status::Expired => Turn::Refuse(Decision::TicketExpired),
+                Status::GivenAway => Turn::Refuse(Decision::TurnGivenAway),
             },
             Err(decision) => Turn::Refuse(decision),
         }
@@ -339,11 +348,12 @@ impl<S: QueueStore> WaitingRoom<S> {
     }
 
     /// `user`'s purchase in `activity` won (the backend answered 2xx): their polls say
-    /// `bought` from now on.
-    pub fn bought(&self, activity: &Activity, user: &str) {
+    /// `bought` from now on, and a stepped queue's place they held is freed.
+    pub async fn bought(&self, activity: &Activity, user: &str) {
         if activity.queue.is_some() {
             self.bought
                 .insert((activity.id.clone(), user.to_owned()), ());
+            self.stepped_bought(activity, user).await;
         }
     }
 
@@ -372,6 +382,9 @@ impl<S: QueueStore> WaitingRoom<S> {
             None => self.issue(key, activity, queue, user).await?,
         };
         let status = self.status(activity, queue, ticket, honoured)?;
+        let status = self
+            .stepped_status(activity, queue, user, ticket, status)
+            .await?;
         let ends_in = (activity.ends_at - self.store.clock().now())
             .num_seconds()
             .max(0) as u64;

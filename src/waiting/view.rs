@@ -41,6 +41,11 @@ pub struct QueueState {
     pub marks: Vec<Mark>,
     /// Every place up to this one has lapsed (older marks were dropped).
     pub lapsed: u64,
+    /// The queue runs the stepped admission (`skip_absent_after_secs` or `max_active`): the
+    /// cursor is `base`, moved by the state reads; each place's fate is asked of Redis.
+    pub stepped: bool,
+    /// Stepped: admitted buyers who had not bought nor lapsed at the last step.
+    pub active: u64,
 }
 
 /// From `at_ms` on, the cursor was at `cursor`, moving at `rate` places a second if `running`.
@@ -74,7 +79,7 @@ impl Mark {
 }
 
 /// Fields of a state reply, before any extra the script adds.
-pub const STATE_FIELDS: usize = 13;
+pub const STATE_FIELDS: usize = 15;
 
 impl QueueState {
     pub fn parse(reply: &[String]) -> Option<QueueState> {
@@ -101,11 +106,16 @@ impl QueueState {
                 .map(Mark::parse)
                 .collect::<Option<Vec<_>>>()?,
             lapsed: n(12)?,
+            stepped: reply.get(13)? == "1",
+            active: n(14)?,
         })
     }
 
     /// Places admitted at Redis time `now_ms`.
     pub fn cursor_at(&self, now_ms: u64) -> u64 {
+        if self.stepped {
+            return self.base;
+        }
         if now_ms < self.start_ms || now_ms < self.t0_ms || self.paused || self.held {
             return self.base;
         }
@@ -177,6 +187,9 @@ pub enum Status {
     SoldOut,
     /// Its admission window passed.
     Expired,
+    /// Stepped admission: its turn came while the ticket was absent (not polled for
+    /// `skip_absent_after_secs`) and went to the next buyer. Final, like `Expired`.
+    GivenAway,
     /// The buyer's purchase won (the backend answered 2xx): never given by the queue itself,
     /// only by a poll of a buyer the room saw buy (see `WaitingRoom::bought`).
     Bought,
@@ -185,7 +198,10 @@ pub enum Status {
 impl Status {
     /// Whether nothing more will change: the answer asks for no refresh.
     pub fn is_final(&self) -> bool {
-        matches!(self, Status::SoldOut | Status::Expired | Status::Bought)
+        matches!(
+            self,
+            Status::SoldOut | Status::Expired | Status::GivenAway | Status::Bought
+        )
     }
 
     /// The `state` field of the poll answer.
@@ -194,7 +210,7 @@ impl Status {
             Status::Waiting { .. } => "waiting",
             Status::YourTurn => "your_turn",
             Status::SoldOut => "sold_out",
-            Status::Expired => "expired",
+            Status::Expired | Status::GivenAway => "expired",
             Status::Bought => "bought",
         }
     }
@@ -320,6 +336,7 @@ mod tests {
             admission_window: Duration::from_secs(2),
             too_late_factor: 1.5,
             landing_url: None,
+            stepped: None,
         }
     }
 
@@ -343,6 +360,8 @@ mod tests {
                 postponed_at: None,
             }],
             lapsed: 0,
+            stepped: false,
+            active: 0,
         }
     }
 

@@ -58,10 +58,11 @@ macro_rules! queue_script {
 queue_script!(QUEUE_TICKET, "../../../lua/queue_ticket.lua");
 queue_script!(QUEUE_STATE, "../../../lua/queue_state.lua");
 queue_script!(QUEUE_CONTROL, "../../../lua/queue_control.lua");
+queue_script!(QUEUE_POLL, "../../../lua/queue_poll.lua");
 queue_script!(HALT, "../../../lua/halt.lua");
 
 /// Every script, for loading them up front (readiness).
-pub(super) fn all() -> [&'static Script; 17] {
+pub(super) fn all() -> [&'static Script; 18] {
     [
         &RESERVE,
         &RESTOCK,
@@ -78,6 +79,7 @@ pub(super) fn all() -> [&'static Script; 17] {
         &QUEUE_TICKET,
         &QUEUE_STATE,
         &QUEUE_CONTROL,
+        &QUEUE_POLL,
         &HALT,
         &TOKENS,
     ]

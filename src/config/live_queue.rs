@@ -1,0 +1,64 @@
+//! The waiting room's admission that follows live buyers (`activities[].queue.skip_absent_after_secs`,
+//! `queue.max_active`): validated into [`Stepped`]. With neither key the queue keeps its
+//! time-function cursor.
+
+use super::ConfigError;
+use std::time::Duration;
+
+/// The stepped admission (see `lua/queue_lib.lua`, `queue_step`): set when either key is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stepped {
+    /// A ticket not polled for this long gives its turn away when the cursor reaches it.
+    pub skip_absent_after: Option<Duration>,
+    /// At most this many admitted buyers who have not yet bought nor lapsed, fleet-wide.
+    pub max_active: Option<u32>,
+}
+
+/// Longest `skip_absent_after_secs`: an hour (a buyer away longer has left).
+pub const MAX_SKIP_ABSENT_AFTER_SECS: u64 = 3_600;
+/// Shortest `skip_absent_after_secs`: a waiting client is asked back at least every
+/// `skip / 3` (see `waiting::view`), and a client's refresh is never asked below a second.
+pub const MIN_SKIP_ABSENT_AFTER_SECS: u64 = 5;
+/// Highest `admit_per_second` of a stepped queue: each gateway's read walks at most 512 places
+/// four times a second (`STEP_MAX` in `lua/queue_lib.lua`), skipped ones included.
+pub const MAX_STEPPED_ADMIT_PER_SECOND: u32 = 1_000;
+
+/// Validates the two keys of the queue at `key` (`field` names a key under it).
+pub fn stepped(
+    field: impl Fn(&str) -> String,
+    skip_absent_after_secs: Option<u64>,
+    max_active: Option<u32>,
+    admit_per_second: u32,
+) -> Result<Option<Stepped>, ConfigError> {
+    if let Some(secs) = skip_absent_after_secs {
+        if !(MIN_SKIP_ABSENT_AFTER_SECS..=MAX_SKIP_ABSENT_AFTER_SECS).contains(&secs) {
+            return Err(ConfigError::invalid(
+                field("skip_absent_after_secs"),
+                format!(
+                    "must be {MIN_SKIP_ABSENT_AFTER_SECS} to {MAX_SKIP_ABSENT_AFTER_SECS} seconds"
+                ),
+            ));
+        }
+    }
+    if max_active == Some(0) {
+        return Err(ConfigError::invalid(
+            field("max_active"),
+            "must be at least 1",
+        ));
+    }
+    if skip_absent_after_secs.is_none() && max_active.is_none() {
+        return Ok(None);
+    }
+    if admit_per_second > MAX_STEPPED_ADMIT_PER_SECOND {
+        return Err(ConfigError::invalid(
+            field("admit_per_second"),
+            format!(
+                "must be at most {MAX_STEPPED_ADMIT_PER_SECOND} with skip_absent_after_secs or max_active"
+            ),
+        ));
+    }
+    Ok(Some(Stepped {
+        skip_absent_after: skip_absent_after_secs.map(Duration::from_secs),
+        max_active,
+    }))
+}
