@@ -14,6 +14,10 @@
 
 mod support;
 
+/// The stepped admission's model (`skip_absent_after_secs`, `max_active`).
+#[path = "queue_model/stepped.rs"]
+mod stepped;
+
 use flashgate::config::{Activity, ConfirmMode, QueueSettings};
 use flashgate::stock::StockStore;
 use flashgate::waiting::store::{self, Control};
