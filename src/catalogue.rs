@@ -178,7 +178,9 @@ impl Message {
             InQueue => "您已进入本次抢购的队列",
             InvalidTicket => "此排队凭证对您或本次抢购无效",
             TicketLapsed => "您的机会已过：排队凭证已失效",
-            TicketAbsent => "轮到您时您已离开（页面停止了刷新），机会已让给下一位：此排队凭证已失效",
+            TicketAbsent => {
+                "轮到您时您已离开（页面停止了刷新），机会已让给下一位：此排队凭证已失效"
+            }
             Forwarded => "未预留，已直接转发",
             QuantityNotInteger => "数量必须是整数",
             QuantityTooSmall => "数量至少为 1",

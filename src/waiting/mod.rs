@@ -15,8 +15,8 @@ pub mod draw;
 #[cfg(test)]
 mod fake;
 pub mod page;
-pub mod store;
 mod stepped;
+pub mod store;
 pub mod ticket;
 pub mod view;
 

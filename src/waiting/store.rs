@@ -95,7 +95,12 @@ impl QueueStore for StockStore {
         self::control(self, activity, control).await
     }
 
-    async fn fate(&self, activity: &Activity, place: u64, touch: Touch) -> Result<Fate, StoreError> {
+    async fn fate(
+        &self,
+        activity: &Activity,
+        place: u64,
+        touch: Touch,
+    ) -> Result<Fate, StoreError> {
         fate(self, activity, place, touch).await
     }
 
@@ -231,7 +236,11 @@ pub async fn state(
         });
     match queue.stepped {
         Some(stepped) => invocation
-            .arg(stepped.skip_absent_after.map_or(0, |d| d.as_millis() as u64))
+            .arg(
+                stepped
+                    .skip_absent_after
+                    .map_or(0, |d| d.as_millis() as u64),
+            )
             .arg(stepped.max_active.unwrap_or(0))
             .arg(queue.admission_window.as_millis() as u64),
         None => invocation.arg("").arg(0).arg(0),

@@ -124,11 +124,24 @@ impl Model {
         if !s.stepped {
             return;
         }
-        assert!(s.base >= self.base, "cursor back {} -> {} on {op:?}", self.base, s.base);
-        assert!(s.base <= s.seq, "cursor {} past the last ticket {}", s.base, s.seq);
+        assert!(
+            s.base >= self.base,
+            "cursor back {} -> {} on {op:?}",
+            self.base,
+            s.base
+        );
+        assert!(
+            s.base <= s.seq,
+            "cursor {} past the last ticket {}",
+            s.base,
+            s.seq
+        );
         self.base = s.base;
         for p in 1..=s.base {
-            let fate = s.adm.get(&p).unwrap_or_else(|| panic!("place {p} undecided"));
+            let fate = s
+                .adm
+                .get(&p)
+                .unwrap_or_else(|| panic!("place {p} undecided"));
             if let Some(before) = self.decided.insert(p, fate.clone()) {
                 assert_eq!(&before, fate, "place {p} decided twice");
             }
@@ -136,15 +149,24 @@ impl Model {
             let seen = s.seen.get(&p).copied();
             if fate == "s" {
                 if let Some(seen) = seen {
-                    assert!(s.now - seen > SKIP_MS, "place {p} given away, polled at {seen}");
+                    assert!(
+                        s.now - seen > SKIP_MS,
+                        "place {p} given away, polled at {seen}"
+                    );
                 }
             } else {
                 let at: u64 = fate.parse().unwrap();
                 let seen = seen.unwrap_or_else(|| panic!("place {p} admitted, never seen"));
-                assert!(at - seen <= SKIP_MS, "place {p} admitted at {at}, absent since {seen}");
+                assert!(
+                    at - seen <= SKIP_MS,
+                    "place {p} admitted at {at}, absent since {seen}"
+                );
             }
         }
-        assert!(s.adm.keys().all(|p| *p <= s.base), "a place decided beyond the cursor");
+        assert!(
+            s.adm.keys().all(|p| *p <= s.base),
+            "a place decided beyond the cursor"
+        );
         // Admitted, not bought, not lapsed: never above max_active.
         let live = self
             .decided
@@ -157,7 +179,10 @@ impl Model {
         let admitted = self.decided.values().filter(|f| *f != "s").count() as u64;
         if let Some(first) = self.first {
             let bound = (s.now - first) * RATE / 1000 + 1;
-            assert!(admitted <= bound, "{admitted} admitted, rate allows {bound}");
+            assert!(
+                admitted <= bound,
+                "{admitted} admitted, rate allows {bound}"
+            );
         }
     }
 }
@@ -165,8 +190,14 @@ impl Model {
 fn run(ops: Vec<Op>) -> Model {
     let fx = &*FIXTURE;
     let id = format!("s{}", NEXT_ID.fetch_add(1, Ordering::Relaxed));
-    let mut activity: Activity =
-        store_activity(&id, 50, 1, 1, ConfirmMode::Explicit, Duration::from_secs(60));
+    let mut activity: Activity = store_activity(
+        &id,
+        50,
+        1,
+        1,
+        ConfirmMode::Explicit,
+        Duration::from_secs(60),
+    );
     let queue = QueueSettings {
         admit_per_second: RATE as u32,
         opens_at: activity.starts_at,
@@ -214,7 +245,10 @@ fn run(ops: Vec<Op>) -> Model {
                     let store::Issued::Ticket { number, fresh } = issued else {
                         panic!("{issued:?}");
                     };
-                    assert!(!fresh || number > model.base, "ticket {number} born decided");
+                    assert!(
+                        !fresh || number > model.base,
+                        "ticket {number} born decided"
+                    );
                     model.numbers.entry(user).or_insert(number);
                 }
                 Op::Read => {

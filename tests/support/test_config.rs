@@ -16,6 +16,8 @@ pub struct Queue {
     pub admission_window_secs: Option<u64>,
     /// RFC 3339.
     pub opens_at: Option<String>,
+    pub skip_absent_after_secs: Option<u64>,
+    pub max_active: Option<u32>,
 }
 
 impl Queue {
@@ -25,7 +27,21 @@ impl Queue {
             admit_per_second: per_second,
             admission_window_secs: None,
             opens_at: None,
+            skip_absent_after_secs: None,
+            max_active: None,
         }
+    }
+
+    /// The admission that follows live buyers: a ticket not polled for `secs` gives its turn.
+    pub fn skip_absent_after_secs(mut self, secs: u64) -> Self {
+        self.skip_absent_after_secs = Some(secs);
+        self
+    }
+
+    /// At most `n` admitted buyers who have not bought, fleet-wide.
+    pub fn max_active(mut self, n: u32) -> Self {
+        self.max_active = Some(n);
+        self
     }
 
     pub fn window_secs(mut self, secs: u64) -> Self {
