@@ -561,7 +561,7 @@ fn queue(
         }
     }
     let stepped = super::live_queue::stepped(
-        &field,
+        field,
         raw.skip_absent_after_secs,
         raw.max_active,
         raw.admit_per_second,

@@ -134,7 +134,7 @@ async fn with_half_the_tickets_abandoned_live_buyers_are_admitted_at_the_rate() 
     // interval's credit at once), which the span from the first to the last admission does
     // not count (the scripts' model checks the rate bound itself).
     assert!(
-        rate >= RATE * 0.95 && rate <= RATE * 1.10,
+        (RATE * 0.95..=RATE * 1.10).contains(&rate),
         "{rate:.1}/s for a configured {RATE}/s"
     );
     assert_eq!(upstream.requests().await.len(), live.len());
