@@ -204,18 +204,7 @@ impl Decision {
                 Message::InvalidTicket,
                 None,
             ),
-            Decision::TicketExpired => (
-                StatusCode::GONE,
-                Code::TicketExpired,
-                Message::TicketLapsed,
-                None,
-            ),
-            Decision::TurnGivenAway => (
-                StatusCode::GONE,
-                Code::TicketExpired,
-                Message::TicketAbsent,
-                None,
-            ),
+            Decision::TicketExpired | Decision::TurnGivenAway => self.lapsed(),
             // Never sent by the gateway: the backend answers.
             Decision::Passthrough => (StatusCode::OK, Code::Passthrough, Message::Forwarded, None),
         };
@@ -246,6 +235,17 @@ impl Decision {
 }
 
 /// Retry-After is whole seconds; round up so a buyer who obeys it is not refused again.
+impl Decision {
+    /// A waiting-room ticket that lost its turn: 410 `ticket_expired`, saying how.
+    fn lapsed(&self) -> (StatusCode, Code, Message, Option<u64>) {
+        let message = match self {
+            Decision::TurnGivenAway => Message::TicketAbsent,
+            _ => Message::TicketLapsed,
+        };
+        (StatusCode::GONE, Code::TicketExpired, message, None)
+    }
+}
+
 fn ceil_secs(d: Duration) -> u64 {
     let secs = d.as_secs() + u64::from(d.subsec_nanos() > 0);
     secs.max(1)

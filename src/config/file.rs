@@ -478,12 +478,9 @@ pub struct QueueSection {
     /// default the page submits the purchase itself.
     #[serde(default)]
     pub landing_url: Option<String>,
-    /// A ticket not polled for this many seconds gives its turn away (fleet-wide; see
-    /// `config::live_queue`).
-    #[serde(default)]
+    /// Seconds without a poll after which a ticket gives its turn away (`config::live_queue`).
     pub skip_absent_after_secs: Option<u64>,
-    /// At most this many admitted buyers who have not yet bought (fleet-wide).
-    #[serde(default)]
+    /// Most admitted buyers who have not bought yet, fleet-wide (`config::live_queue`).
     pub max_active: Option<u32>,
 }
 

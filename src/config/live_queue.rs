@@ -2,6 +2,7 @@
 //! `queue.max_active`): validated into [`Stepped`]. With neither key the queue keeps its
 //! time-function cursor.
 
+use super::file::QueueSection;
 use super::ConfigError;
 use std::time::Duration;
 
@@ -23,13 +24,12 @@ pub const MIN_SKIP_ABSENT_AFTER_SECS: u64 = 5;
 /// four times a second (`STEP_MAX` in `lua/queue_lib.lua`), skipped ones included.
 pub const MAX_STEPPED_ADMIT_PER_SECOND: u32 = 1_000;
 
-/// Validates the two keys of the queue at `key` (`field` names a key under it).
+/// Validates the two keys of a queue section (`field` names a key under it).
 pub fn stepped(
     field: impl Fn(&str) -> String,
-    skip_absent_after_secs: Option<u64>,
-    max_active: Option<u32>,
-    admit_per_second: u32,
+    raw: &QueueSection,
 ) -> Result<Option<Stepped>, ConfigError> {
+    let (skip_absent_after_secs, max_active) = (raw.skip_absent_after_secs, raw.max_active);
     if let Some(secs) = skip_absent_after_secs {
         if !(MIN_SKIP_ABSENT_AFTER_SECS..=MAX_SKIP_ABSENT_AFTER_SECS).contains(&secs) {
             return Err(ConfigError::invalid(
@@ -49,7 +49,7 @@ pub fn stepped(
     if skip_absent_after_secs.is_none() && max_active.is_none() {
         return Ok(None);
     }
-    if admit_per_second > MAX_STEPPED_ADMIT_PER_SECOND {
+    if raw.admit_per_second > MAX_STEPPED_ADMIT_PER_SECOND {
         return Err(ConfigError::invalid(
             field("admit_per_second"),
             format!(
