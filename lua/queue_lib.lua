@@ -166,8 +166,9 @@ end
 local STEP_MAX = 512
 
 -- The stepped admission (called by queue_state.lua, every gateway every 250 ms): credit accrues
--- at the rate by Redis's clock while the cursor runs (at most one second's worth is kept, so a
--- queue that ran empty or stood at max_active admits no burst beyond that); admitted places
+-- at the rate by Redis's clock while the cursor runs (at most one second's worth is kept, and
+-- less than one place once nobody is left to admit or max_active holds, so a queue that ran
+-- empty or stood at max_active admits no burst after); admitted places
 -- lapse out of `active` exactly `window_ms` after their admission; then the cursor walks
 -- forward over issued places, giving away the turn of a place whose ticket was not polled for
 -- `skip_ms` (0: never), admitting the others (one credit each, recorded with their time) until
@@ -211,6 +212,11 @@ local function queue_step(q, s, k, now, skip_ms, max_active, window_ms, expire_a
       end
       cur = p
       steps = steps + 1
+    end
+    if cur >= s.seq or (max_active > 0 and active >= max_active) then
+      -- Nobody to admit: the unused credit is not banked (less than a place is kept), so
+      -- newcomers, or places freed later, are admitted at the rate, not in a burst.
+      credit = credit % 1000
     end
   end
   s.base = cur
