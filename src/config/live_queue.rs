@@ -62,3 +62,44 @@ pub fn stepped(
         max_active,
     }))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn section(skip: Option<u64>, max_active: Option<u32>, rate: u32) -> QueueSection {
+        serde_json::from_value(serde_json::json!({
+            "admit_per_second": rate,
+            "skip_absent_after_secs": skip,
+            "max_active": max_active,
+        }))
+        .unwrap()
+    }
+
+    fn field(f: &str) -> String {
+        format!("q.{f}")
+    }
+
+    #[test]
+    fn either_key_makes_the_queue_stepped_neither_keeps_the_time_cursor() {
+        assert_eq!(stepped(field, &section(None, None, 5_000)).unwrap(), None);
+        assert_eq!(
+            stepped(field, &section(Some(30), None, 100)).unwrap(),
+            Some(Stepped {
+                skip_absent_after: Some(Duration::from_secs(30)),
+                max_active: None
+            })
+        );
+        assert_eq!(
+            stepped(field, &section(None, Some(500), 1_000)).unwrap(),
+            Some(Stepped {
+                skip_absent_after: None,
+                max_active: Some(500)
+            })
+        );
+        let refused = |s| stepped(field, &s).unwrap_err().to_string();
+        assert!(refused(section(Some(4), None, 10)).contains("q.skip_absent_after_secs"));
+        assert!(refused(section(None, Some(0), 10)).contains("q.max_active"));
+        assert!(refused(section(None, Some(9), 1_001)).contains("q.admit_per_second"));
+    }
+}

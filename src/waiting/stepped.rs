@@ -7,7 +7,9 @@
 //!
 //! Approximations: `estimated_wait_ms` assumes every ticket ahead is live (the absent ones are
 //! skipped faster, so the estimate is an upper bound while `max_active` does not hold the queue);
-//! a purchase whose "bought" call fails keeps its place active until its window lapses.
+//! a purchase whose "bought" call fails keeps its place active until its window lapses; a buyer
+//! told `sold_out` (final: their page stops polling) is not recorded as polling, so if units come
+//! back after longer than `skip_absent_after_secs` their turn is given away unless they return.
 
 use super::store::{Fate, QueueStore, Touch};
 use super::ticket::Ticket;
@@ -108,5 +110,51 @@ fn cap_refresh(status: Status, queue: &QueueSettings) -> Status {
             paused,
         },
         other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::live_queue::Stepped;
+    use std::time::Duration;
+
+    fn queue(skip_secs: Option<u64>) -> QueueSettings {
+        QueueSettings {
+            admit_per_second: 10,
+            opens_at: chrono::Utc::now(),
+            admission_window: Duration::from_secs(60),
+            too_late_factor: 1.5,
+            landing_url: None,
+            stepped: Some(Stepped {
+                skip_absent_after: skip_secs.map(Duration::from_secs),
+                max_active: Some(5),
+            }),
+        }
+    }
+
+    fn waiting(refresh_after_ms: u64) -> Status {
+        Status::Waiting {
+            position: 900,
+            estimated_wait_ms: 90_000,
+            refresh_after_ms,
+            likely_too_late: false,
+            drawn: true,
+            paused: false,
+        }
+    }
+
+    #[test]
+    fn a_waiting_client_is_asked_back_three_times_within_the_absence_allowed() {
+        assert_eq!(
+            cap_refresh(waiting(30_000), &queue(Some(6))),
+            waiting(2_000)
+        );
+        assert_eq!(cap_refresh(waiting(1_000), &queue(Some(6))), waiting(1_000));
+        assert_eq!(cap_refresh(waiting(30_000), &queue(None)), waiting(30_000));
+        assert_eq!(
+            cap_refresh(Status::YourTurn, &queue(Some(6))),
+            Status::YourTurn
+        );
     }
 }
