@@ -537,12 +537,23 @@ pub const BAD: &[Bad] = &[
     Bad {
         name: "success-url-script",
         patch: &[("activities.0.success_url", Some("\"javascript:alert(1)\""))],
-        expect: "activities[0].success_url: \"javascript:alert(1)\" must be a path (/…) or an http(s) URL",
+        expect: "activities[id=1001].success_url: \"javascript:alert(1)\" must be a path (/…) or an http(s) URL",
+    },
+    Bad {
+        // Browsers read `/\\host` as `//host`: a redirect to another site.
+        name: "success-url-backslash-host",
+        patch: &[("activities.0.success_url", Some("\"/\\\\evil.example/{jti}\""))],
+        expect: "activities[id=1001].success_url: \"/\\\\evil.example/{jti}\" must be a path (/…) or an http(s) URL",
+    },
+    Bad {
+        name: "shop-url-backslash-host",
+        patch: &[("pages", Some("{shop_url: \"/\\\\evil.example/\"}"))],
+        expect: "pages.shop_url: \"/\\\\evil.example/\" must be a path",
     },
     Bad {
         name: "title-control-character",
         patch: &[("activities.0.title", Some("\"Phone\\u0007X\""))],
-        expect: "activities[0].title: must be at most 200 characters, none a control character",
+        expect: "activities[id=1001].title: must be at most 200 characters, none a control character",
     },
     Bad {
         name: "cors-origin-with-a-path",
