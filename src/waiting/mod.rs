@@ -92,8 +92,7 @@ pub struct WaitingRoom<S = StockStore> {
     /// answered from here, without a Redis call, while its queue's epoch holds.
     issued: Cache<(Arc<str>, String), (Ticket, String)>,
     /// Buyers whose purchase won (per activity), for their polls' `bought`. Approximation:
-    /// kept by the gateway that relayed the win (or that found the buyer's units in Redis), in
-    /// memory (bounded, a day): a poll another gateway answers, or one after a restart, reads
+    /// kept by the gateway that relayed the win, in memory (bounded, a day): a poll another gateway answers, or one after a restart, reads
     /// the queue's state instead, but for `sold_out`, which asks Redis first.
     bought: Cache<(Arc<str>, String), ()>,
 }
@@ -330,8 +329,9 @@ impl<S: QueueStore> WaitingRoom<S> {
             )
             .await?;
         let key = (activity.id.clone(), user.to_owned());
+        // Units found in Redis are not remembered: they may still be released (a purchase the
+        // backend refused, held until its deadline), and the stock with them.
         if self.bought.contains_key(&key) || self.bought_elsewhere(activity, user, &answer).await? {
-            self.bought.insert(key, ());
             answer.status = Status::Bought;
         }
         Ok(answer)
