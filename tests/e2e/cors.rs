@@ -476,3 +476,36 @@ async fn a_backends_own_allow_headers_never_reach_an_unlisted_origin() {
         assert!(cors.is_empty(), "listed {listed:?}: {cors:?}");
     }
 }
+
+/// Review: every spelling of a sale route or the waiting room that the gateway reads as its own
+/// (a trailing slash, doubled or dot segments, case, a percent-encoded character, a query, a
+/// lower-case method, an empty `Access-Control-Request-Method`) has its preflight answered here;
+/// none reaches the backend.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn preflights_on_every_spelling_of_the_routes_stay_here() {
+    let acts = vec![
+        TestActivity::open("c1", 5),
+        TestActivity::open("q1", 5).queue(Queue::admit(50)),
+    ];
+    let (_redis, upstream, gw) = Stack::start_with(acts, |c| c.cors_origins(&[SHOP])).parts();
+    for (method, path) in [
+        ("OPTIONS", "/api/seckill/c1/buy/"),
+        ("OPTIONS", "//api/seckill/c1/buy"),
+        ("OPTIONS", "/API/Seckill/c1/BUY"),
+        ("OPTIONS", "/api/seckill/c%31/buy"),
+        ("OPTIONS", "/api/seckill/c1/buy?x=1"),
+        ("OPTIONS", "/api/./seckill/c1/buy"),
+        ("options", "/api/seckill/c1/buy"),
+        ("OPTIONS", "/flashgate/queue/q1/"),
+        ("OPTIONS", "/flashgate/queue/q%31"),
+    ] {
+        for acrm in ["POST", ""] {
+            let mut headers = preflight_headers(SHOP, "POST");
+            headers[1].1 = acrm;
+            let pre = request(gw.addr, method, path, &headers).await;
+            assert_eq!(pre.status, 204, "{method} {path} [{acrm}]: {}", pre.text());
+        }
+    }
+    let seen = upstream.requests().await;
+    assert!(seen.is_empty(), "forwarded: {seen:?}");
+}
