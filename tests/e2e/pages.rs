@@ -602,4 +602,5 @@ async fn a_replay_with_a_forged_ticket_never_gets_it_written_back() {
         assert_eq!(again.reservation_id(), jti, "a replay gives the same jti");
     }
     confirmed_once(gw, "1001", 4).await;
+    gw.reconcile_clean();
 }
