@@ -604,3 +604,44 @@ async fn a_replay_with_a_forged_ticket_never_gets_it_written_back() {
     confirmed_once(gw, "1001", 4).await;
     gw.reconcile_clean();
 }
+
+/// Review: a page buyer's purchase the backend fails (5xx) is released and answered with the
+/// `unavailable` page, and their queue state is not `bought`; the retry that wins is confirmed
+/// once and the ledger stays reconciled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_page_purchase_is_released_and_its_retry_settles_once() {
+    use crate::queue_support::{poll, queued, take_ticket, wait_state, TICKET};
+    let stack = Stack::start(vec![queued("1001", 5, Queue::admit(50).window_secs(30))]);
+    let gw = &stack.gw;
+    let (ticket, _) = take_ticket(gw, "1001", "alice").await;
+    wait_state(gw, "1001", "alice", &ticket, "your_turn").await;
+    let headers = [
+        ("X-User-Id", "alice"),
+        (TICKET, ticket.as_str()),
+        ("Accept", "text/html"),
+    ];
+    stack.upstream.set_status(500).await;
+    let failed = request(gw.addr, "POST", "/api/seckill/1001/buy", &headers).await;
+    assert_eq!(failed.status, 503, "{}", failed.text());
+    assert!(
+        failed
+            .text()
+            .contains("data-flashgate-code=\"unavailable\""),
+        "{}",
+        failed.text()
+    );
+    let view = gw.activity_view("1001").await;
+    assert_eq!(
+        (view["pending"].as_u64(), view["remaining"].as_u64()),
+        (Some(0), Some(5)),
+        "released: {view}"
+    );
+    assert_ne!(poll(gw, "1001", "alice", &ticket).await["state"], "bought");
+    stack.upstream.set_status(200).await;
+    let won = request(gw.addr, "POST", "/api/seckill/1001/buy", &headers).await;
+    assert_eq!(won.status, 200, "{}", won.text());
+    assert!(won.text().contains("data-flashgate-code"), "a page");
+    assert_eq!(poll(gw, "1001", "alice", &ticket).await["state"], "bought");
+    confirmed_once(gw, "1001", 4).await;
+    gw.reconcile_clean();
+}
