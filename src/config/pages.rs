@@ -176,7 +176,7 @@ fn name(key: &str, value: &str) -> Result<(), ConfigError> {
 /// A link a page or a redirect sends the buyer to: a path on this site (`/…`, not `//…`, nor
 /// `/\…`, which browsers read as `//…`, another host) or an `http(s)://` URL, without spaces,
 /// backslashes or control characters.
-fn url(key: &str, value: &str) -> Result<(), ConfigError> {
+pub(super) fn url(key: &str, value: &str) -> Result<(), ConfigError> {
     let site_path = value.starts_with('/') && !value.starts_with("//");
     let absolute = ["http://", "https://"]
         .iter()

@@ -264,7 +264,13 @@ pub const BAD: &[Bad] = &[
     Bad {
         name: "queue-bad-landing-url",
         patch: &[("activities.0.stock", Some("10")), ("activities.0.queue", Some("{\"admit_per_second\": 10, \"landing_url\": \"javascript:alert(1)\"}"))],
-        expect: "activities[id=1001].queue.landing_url: \"javascript:alert(1)\" must be a path starting with",
+        expect: "activities[id=1001].queue.landing_url: \"javascript:alert(1)\" must be a path (/…) or an http(s) URL",
+    },
+    Bad {
+        // Browsers read `/\host` as `//host`: the waiting page would send the buyer away.
+        name: "queue-landing-url-backslash-host",
+        patch: &[("activities.0.stock", Some("10")), ("activities.0.queue", Some("{\"admit_per_second\": 10, \"landing_url\": \"/\\\\evil.example/\"}"))],
+        expect: "activities[id=1001].queue.landing_url: \"/\\\\evil.example/\" must be a path (/…) or an http(s) URL",
     },
     Bad {
         name: "queue-bad-opens-at",
