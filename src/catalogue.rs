@@ -81,6 +81,8 @@ pub enum Message {
     YourTurn,
     QueueSoldOut,
     Bought,
+    /// A poll of a sale without a waiting room.
+    NoQueue,
 }
 
 impl Message {
@@ -156,6 +158,7 @@ impl Message {
             YourTurn => "it is your turn: buy now",
             QueueSoldOut => "the item is sold out",
             Bought => "you bought it: your order is placed",
+            NoQueue => "this sale has no waiting room: buy at its sale route directly",
         })
     }
 
@@ -214,6 +217,7 @@ impl Message {
             YourTurn => "轮到您了：现在就买",
             QueueSoldOut => "商品已售罄",
             Bought => "购买成功：您的订单已提交",
+            NoQueue => "此活动没有排队：请直接在购买页面下单",
         })
     }
 }
@@ -367,6 +371,7 @@ mod tests {
             YourTurn,
             QueueSoldOut,
             Bought,
+            NoQueue,
         ]
     }
 
