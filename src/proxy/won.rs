@@ -60,12 +60,12 @@ impl FlashProxy {
                 respond::see_other(session, &location, &reservation.id, &cookies).await
             }
             None => {
-                let ends_in = (activity.ends_at - chrono::Utc::now()).num_seconds();
                 let queued = Queued {
                     answer: Answer {
                         ticket: ticket.ticket,
                         status: Status::Bought,
-                        cookie_max_age_secs: ends_in.max(1) as u64,
+                        // By Redis's clock, as every ticket's cookie.
+                        cookie_max_age_secs: self.gw.waiting.until_the_end_secs(activity),
                     },
                     landing: Landing::Url(ctx.generation.settings.pages.shop_url.clone()),
                 };

@@ -359,6 +359,14 @@ impl<S: QueueStore> WaitingRoom<S> {
         }
     }
 
+    /// Seconds until the sale's end by Redis's clock (as last read): how long a ticket's
+    /// cookie is kept.
+    pub fn until_the_end_secs(&self, activity: &Activity) -> u64 {
+        (activity.ends_at - self.store.clock().now())
+            .num_seconds()
+            .max(0) as u64
+    }
+
     /// `user`'s purchase in `activity` won (the backend answered 2xx): their polls say
     /// `bought` from now on.
     pub fn bought(&self, activity: &Activity, user: &str) {
@@ -393,14 +401,11 @@ impl<S: QueueStore> WaitingRoom<S> {
             None => self.issue(key, activity, queue, user).await?,
         };
         let status = self.status(activity, queue, ticket, honoured)?;
-        let ends_in = (activity.ends_at - self.store.clock().now())
-            .num_seconds()
-            .max(0) as u64;
         Ok((
             Answer {
                 ticket: raw,
                 status,
-                cookie_max_age_secs: ends_in,
+                cookie_max_age_secs: self.until_the_end_secs(activity),
             },
             ticket,
             honoured,

@@ -645,3 +645,38 @@ async fn a_failed_page_purchase_is_released_and_its_retry_settles_once() {
     confirmed_once(gw, "1001", 4).await;
     gw.reconcile_clean();
 }
+
+/// Review: the won page's ticket cookie lives until the sale's end by Redis's clock, as every
+/// ticket's cookie does; a gateway whose clock ran past the end gave it one second (correctness
+/// never depends on gateway clocks).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_won_pages_ticket_cookie_lasts_to_the_end_by_redis_clock() {
+    use crate::queue_support::{in_secs, queued, take_ticket, wait_state, TICKET};
+    let activity = TestActivity {
+        ends_at: in_secs(3600),
+        ..queued("1001", 5, Queue::admit(50).window_secs(30))
+    };
+    let (_redis, _upstream, config) = backends(vec![activity]);
+    // This gateway's clock is two hours ahead: past the sale's end by its own reckoning.
+    let gw = GatewayProc::start_skewed(&config, "+2h");
+    let (ticket, _) = take_ticket(&gw, "1001", "alice").await;
+    wait_state(&gw, "1001", "alice", &ticket, "your_turn").await;
+    let headers = [
+        ("X-User-Id", "alice"),
+        (TICKET, ticket.as_str()),
+        ("Accept", "text/html"),
+    ];
+    let won = request(gw.addr, "POST", "/api/seckill/1001/buy", &headers).await;
+    assert_eq!(won.status, 200, "{}", won.text());
+    let cookie = (won.headers.iter())
+        .find(|(k, v)| k.eq_ignore_ascii_case("set-cookie") && v.starts_with("flashgate_ticket="))
+        .map(|(_, v)| v.clone())
+        .expect("the ticket's cookie");
+    let max_age: u64 = cookie
+        .split("Max-Age=")
+        .nth(1)
+        .and_then(|v| v.split(';').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{cookie}"));
+    assert!(max_age > 3000, "{cookie}");
+}
