@@ -82,6 +82,8 @@ pub enum Message {
     YourTurn,
     QueueSoldOut,
     Bought,
+    /// A poll of a sale without a waiting room.
+    NoQueue,
 }
 
 impl Message {
@@ -158,6 +160,7 @@ impl Message {
             YourTurn => "it is your turn: buy now",
             QueueSoldOut => "the item is sold out",
             Bought => "you bought it: your order is placed",
+            NoQueue => "this sale has no waiting room: buy at its sale route directly",
         })
     }
 
@@ -219,6 +222,7 @@ impl Message {
             YourTurn => "轮到您了：现在就买",
             QueueSoldOut => "商品已售罄",
             Bought => "购买成功：您的订单已提交",
+            NoQueue => "此活动没有排队：请直接在购买页面下单",
         })
     }
 }
@@ -373,6 +377,7 @@ mod tests {
             YourTurn,
             QueueSoldOut,
             Bought,
+            NoQueue,
         ]
     }
 

@@ -91,11 +91,16 @@ pub fn pages(
     };
     let mut pages = HashMap::new();
     for (i, a) in activities.iter().enumerate() {
+        // Named by id, as every activity's error is (by index while the id is unreadable).
+        let key = |field: &str| match super::validate::readable_id(a.id) {
+            true => super::transition::activity_key(a.id, field),
+            false => format!("activities[{i}].{field}"),
+        };
         if let Some(title) = a.title {
-            name(&format!("activities[{i}].title"), title)?;
+            name(&key("title"), title)?;
         }
         if let Some(success) = a.success_url {
-            url(&format!("activities[{i}].success_url"), success)?;
+            url(&key("success_url"), success)?;
         }
         if a.title.is_some() || a.success_url.is_some() {
             let page = ActivityPage {
@@ -168,20 +173,21 @@ fn name(key: &str, value: &str) -> Result<(), ConfigError> {
     Ok(())
 }
 
-/// A link a page or a redirect sends the buyer to: a path on this site (`/…`, not `//…`) or an
-/// `http(s)://` URL, without spaces or control characters.
-fn url(key: &str, value: &str) -> Result<(), ConfigError> {
+/// A link a page or a redirect sends the buyer to: a path on this site (`/…`, not `//…`, nor
+/// `/\…`, which browsers read as `//…`, another host) or an `http(s)://` URL, without spaces,
+/// backslashes or control characters.
+pub(super) fn url(key: &str, value: &str) -> Result<(), ConfigError> {
     let site_path = value.starts_with('/') && !value.starts_with("//");
     let absolute = ["http://", "https://"]
         .iter()
         .any(|s| value.len() > s.len() && value[..s.len()].eq_ignore_ascii_case(s));
     let clean = !value.is_empty()
         && value.len() <= MAX_URL_BYTES
-        && value.bytes().all(|b| b.is_ascii_graphic());
+        && value.bytes().all(|b| b.is_ascii_graphic() && b != b'\\');
     if !(clean && (site_path || absolute)) {
         return Err(ConfigError::invalid(
             key,
-            format!("{value:?} must be a path (/…) or an http(s) URL, visible ASCII, at most {MAX_URL_BYTES} bytes"),
+            format!("{value:?} must be a path (/…) or an http(s) URL, visible ASCII without a backslash, at most {MAX_URL_BYTES} bytes"),
         ));
     }
     Ok(())
@@ -204,6 +210,9 @@ mod tests {
             "/a b",
             "https://",
             "/\u{7f}",
+            "/\\evil.example/{jti}",
+            "/\\/evil.example/",
+            "https://evil.example\\@shop.example/",
         ] {
             assert!(url("k", bad).is_err(), "{bad:?}");
         }

@@ -546,19 +546,8 @@ fn queue(
         ));
     }
     if let Some(url) = &raw.landing_url {
-        let ok = (url.starts_with('/') && !url.starts_with("//"))
-            || url.starts_with("https://")
-            || url.starts_with("http://");
-        if !ok
-            || url
-                .chars()
-                .any(|c| c.is_control() || c == '"' || c == '<' || c == '>')
-        {
-            return Err(ConfigError::invalid(
-                field("landing_url"),
-                format!("{url:?} must be a path starting with '/' or an http(s) URL"),
-            ));
-        }
+        // The one check of a link the buyer is sent to (a path here, or an http(s) URL).
+        super::pages::url(&field("landing_url"), url)?;
     }
     Ok(QueueSettings {
         stepped: super::live_queue::stepped(field, &raw)?,

@@ -2,7 +2,8 @@
 //! preflight there is answered here and never forwarded, and every answer on them, the
 //! gateway's own and the backend's relayed, carries the allow headers for a listed origin
 //! (`server.cors.allowed_origins`) and none for any other. The gateway alone speaks CORS on
-//! these routes: a backend's own `Access-Control-*` headers there are dropped.
+//! these routes: a backend's own `Access-Control-*` headers there are dropped (by the module,
+//! and by the relay of a sale route's answer when the module is not installed).
 //!
 //! The answers are decorated by a downstream module ([`CorsModule`]): every response header
 //! the gateway writes through the session passes it, whichever phase wrote it. The request
@@ -94,8 +95,9 @@ pub(super) fn mark(session: &mut Session, settings: &Settings) {
     }
 }
 
-/// The answer-side headers: `Vary: Origin` always, the allow headers for a listed origin only.
-fn decorate(resp: &mut ResponseHeader, origin: Option<&HeaderValue>) -> Result<()> {
+/// Removes a backend's own `Access-Control-*` headers from its answer on a sale route, whether
+/// or not the module is installed (no origin listed: none is allowed, whatever the backend says).
+pub(super) fn drop_backends(resp: &mut ResponseHeader) {
     let foreign: Vec<header::HeaderName> = resp
         .headers
         .keys()
@@ -105,6 +107,11 @@ fn decorate(resp: &mut ResponseHeader, origin: Option<&HeaderValue>) -> Result<(
     for name in foreign {
         resp.remove_header(&name);
     }
+}
+
+/// The answer-side headers: `Vary: Origin` always, the allow headers for a listed origin only.
+fn decorate(resp: &mut ResponseHeader, origin: Option<&HeaderValue>) -> Result<()> {
+    drop_backends(resp);
     resp.append_header(header::VARY, "Origin")?;
     if let Some(origin) = origin {
         resp.insert_header(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin.clone())?;

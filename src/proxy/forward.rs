@@ -192,6 +192,8 @@ impl FlashProxy {
         let mut resp: ResponseHeader = answer.header().clone();
         headers::strip_response_hop_by_hop(&mut resp);
         if let Some(id) = reservation {
+            // A purchase: the gateway alone speaks CORS on its routes.
+            super::cors::drop_backends(&mut resp);
             let _ = resp.insert_header(headers::RESERVATION_ID, id);
         }
         if let Err(e) = session.write_response_header(Box::new(resp), false).await {

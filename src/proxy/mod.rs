@@ -418,6 +418,10 @@ impl ProxyHttp for FlashProxy {
         if !upstream_response.status.is_informational() {
             ctx.upstream_status = Some(upstream_response.status.as_u16());
         }
+        if ctx.sale.is_some() {
+            // A purchase forwarded unreserved: the gateway alone speaks CORS on its routes.
+            cors::drop_backends(upstream_response);
+        }
         Ok(())
     }
 

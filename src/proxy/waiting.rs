@@ -54,7 +54,7 @@ impl FlashProxy {
             .get(raw_activity)
             .is_some_and(|a| a.queue.is_none())
         {
-            no_queue(session, raw_activity).await?;
+            no_queue(session, ctx.client.lang).await?;
             return Ok(true);
         }
         let headers = &session.req_header().headers;
@@ -145,11 +145,11 @@ fn landing(settings: &Settings, activity: &Activity) -> Landing {
 }
 
 /// A poll of a sale without a waiting room: said so (an app polls the wrong thing), not "no
-/// such sale".
-async fn no_queue(session: &mut Session, activity: &str) -> Result<()> {
+/// such sale", in the buyer's language.
+async fn no_queue(session: &mut Session, lang: crate::catalogue::Lang) -> Result<()> {
     let body = serde_json::json!({
         "code": "no_queue",
-        "message": format!("sale {activity} has no waiting room: buy at its sale route directly"),
+        "message": crate::catalogue::Message::NoQueue.text(lang),
     });
     respond::json(session, 404, &body).await
 }

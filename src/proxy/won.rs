@@ -6,6 +6,7 @@
 use super::{respond, FlashProxy, RequestCtx};
 use crate::purchase::presented;
 use crate::waiting::page::{Landing, Queued};
+use crate::waiting::ticket;
 use crate::waiting::view::Status;
 use crate::waiting::Answer;
 use percent_encoding::{utf8_percent_encode, NON_ALPHANUMERIC};
@@ -16,8 +17,9 @@ impl FlashProxy {
     /// After a 2xx from the backend for a purchase holding stock; `true` when the buyer was
     /// answered here (the backend's answer is then not relayed).
     ///
-    /// "From the waiting page" is read as: a client preferring a page, presenting a ticket, on
-    /// an activity with a waiting room (the page's own purchase is all of these).
+    /// "From the waiting page" is read as: a client preferring a page, presenting a valid ticket
+    /// of its own for this sale, on an activity with a waiting room (the page's own purchase is
+    /// all of these); any other buyer gets the backend's answer.
     ///
     /// The backend's `Set-Cookie` headers (its session, the order it made) go with the
     /// gateway's answer; nothing else of the backend's answer does.
@@ -37,7 +39,12 @@ impl FlashProxy {
         if !ctx.client.html || activity.queue.is_none() {
             return false;
         }
-        let Some(ticket) = presented(&session.req_header().headers) else {
+        // Only a ticket the gateway signed for this buyer and sale is written back (header,
+        // cookie, page): a replay is let through whatever ticket it shows.
+        let key = &ctx.generation.settings.signing.ticket_key;
+        let Some(ticket) = presented(&session.req_header().headers)
+            .filter(|t| ticket::verify(key, &activity.id, user, &t.ticket).is_ok())
+        else {
             return false;
         };
         let cookies: Vec<_> = backend
@@ -53,12 +60,12 @@ impl FlashProxy {
                 respond::see_other(session, &location, &reservation.id, &cookies).await
             }
             None => {
-                let ends_in = (activity.ends_at - chrono::Utc::now()).num_seconds();
                 let queued = Queued {
                     answer: Answer {
                         ticket: ticket.ticket,
                         status: Status::Bought,
-                        cookie_max_age_secs: ends_in.max(1) as u64,
+                        // By Redis's clock, as every ticket's cookie.
+                        cookie_max_age_secs: self.gw.waiting.until_the_end_secs(activity),
                     },
                     landing: Landing::Url(ctx.generation.settings.pages.shop_url.clone()),
                 };

@@ -217,6 +217,16 @@ impl FakeStore {
             .copied()
     }
 
+    /// The units `user` holds in a segment (see [`StockStore::units_held`]).
+    pub fn units_held(&self, segment: Segment<'_>, user: &str) -> u64 {
+        let state = self.state.lock();
+        state
+            .parts
+            .get(&segment.tag())
+            .and_then(|p| p.users.get(user).copied())
+            .unwrap_or(0)
+    }
+
     /// When a pending reservation is due for the sweep (ms), if it is in the pending set.
     pub fn due_at(&self, segment: Segment<'_>, version: u64, id: &str) -> Option<u64> {
         let state = self.state.lock();
@@ -270,6 +280,31 @@ impl FakeStore {
                 assert_eq!(row.pending, pending as i64, "pending of {tag} v{version}");
             }
         }
+    }
+
+    /// One unit of `version` reserved by `user` as reservation `id`, without a key, at any hour
+    /// (for tests that need a buyer holding stock, not the reserve's details).
+    pub fn reserve_one(
+        &self,
+        segment: Segment<'_>,
+        user: &str,
+        version: u64,
+        id: &str,
+    ) -> ReserveOutcome {
+        let call = ReserveCall {
+            user,
+            qty: 1,
+            per_user_limit: 1,
+            version,
+            reservation_id: id,
+            hold: Duration::from_secs(60),
+            idempotency_key: None,
+            deposit: None,
+            in_flight: Duration::from_secs(1),
+            replay_only: false,
+            hours: super::SaleHours::ALWAYS,
+        };
+        self.reserve_now(segment, &call)
     }
 
     /// The reserve script (`lua/reserve.lua`), less its damaged-key checks.

@@ -116,6 +116,20 @@ impl StockStore {
         .await
     }
 
+    /// The units `user` holds in a segment (pending or confirmed, every version; their home
+    /// segment is where the reserve counts them for the per-user limit): 0 when none.
+    pub async fn units_held(&self, segment: Segment<'_>, user: &str) -> Result<u64, StoreError> {
+        let held: Option<u64> = self
+            .query(
+                StoreOp::Read,
+                redis::cmd("HGET")
+                    .arg(self.keys.of(segment).users())
+                    .arg(user),
+            )
+            .await?;
+        Ok(held.unwrap_or(0))
+    }
+
     /// Records on a segmented activity's base meta that its segment `index` was made (put on
     /// sale): from then on, that segment found empty lost everything (see `lua/prewarm.lua`).
     pub async fn mark_made(&self, layout: &super::Layout, index: u32) -> Result<(), StoreError> {

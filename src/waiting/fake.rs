@@ -254,4 +254,10 @@ impl QueueStore for QueueFake {
     async fn ledger(&self, segment: Segment<'_>, version: u64) -> Result<LedgerRow, StoreError> {
         Reads::ledger(&self.stock, segment, version).await
     }
+
+    async fn units_held(&self, activity: &Activity, user: &str) -> Result<u64, StoreError> {
+        self.enter("units_held")?;
+        let layout = Layout::of(activity);
+        Ok(self.stock.units_held(layout.home(user), user))
+    }
 }

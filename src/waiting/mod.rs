@@ -93,11 +93,10 @@ pub struct WaitingRoom<S = StockStore> {
     /// answered from here, without a Redis call, while its queue's epoch holds.
     issued: Cache<(Arc<str>, String), (Ticket, String)>,
     /// Buyers whose purchase won (per activity), for their polls' `bought`. Approximation:
-    /// kept by the gateway that relayed the win, in memory (bounded, a day): a poll another
-    /// gateway answers, or one after a restart, reads the queue's state instead.
+    /// kept by the gateway that relayed the win, in memory (bounded, a day): a poll another gateway answers, or one after a restart, reads
+    /// the queue's state instead, but for `sold_out`, which asks Redis first.
     bought: Cache<(Arc<str>, String), ()>,
-    /// Stepped queues: the place of each buyer this gateway last told `your_turn` (per
-    /// activity), so that their purchase that wins frees it (see `stepped`).
+    /// Stepped queues: the place of each buyer told `your_turn` here, freed when they buy.
     places: Cache<(Arc<str>, String), u64>,
 }
 
@@ -129,10 +128,7 @@ impl<S: QueueStore> WaitingRoom<S> {
                 .max_capacity(ISSUED_CAPACITY)
                 .time_to_live(Duration::from_secs(24 * 3600))
                 .build(),
-            places: Cache::builder()
-                .max_capacity(ISSUED_CAPACITY)
-                .time_to_live(Duration::from_secs(24 * 3600))
-                .build(),
+            places: Cache::new(ISSUED_CAPACITY),
         }
     }
 
@@ -328,23 +324,52 @@ impl<S: QueueStore> WaitingRoom<S> {
             .queue_polls
             .with_label_values(&[&activity.id])
             .inc();
-        self.answer(
-            &settings.signing.ticket_key,
-            activity,
-            queue,
-            user,
-            presented,
-        )
-        .await
-        .map(|(mut answer, _, _)| {
-            if self
-                .bought
-                .contains_key(&(activity.id.clone(), user.to_owned()))
-            {
-                answer.status = Status::Bought;
+        let (mut answer, _, _) = self
+            .answer(
+                &settings.signing.ticket_key,
+                activity,
+                queue,
+                user,
+                presented,
+            )
+            .await?;
+        let key = (activity.id.clone(), user.to_owned());
+        // Units found in Redis are not remembered: they may still be released (a purchase the
+        // backend refused, held until its deadline), and the stock with them.
+        if self.bought.contains_key(&key) || self.bought_elsewhere(activity, user, &answer).await? {
+            answer.status = Status::Bought;
+        }
+        Ok(answer)
+    }
+
+    /// Whether a buyer about to be told `sold_out` bought after all, through another gateway
+    /// (or this one before a restart): they hold units of the sale in Redis. Asked only then
+    /// (a final state: the buyer stops polling), so polls stay answered from memory. A buyer
+    /// told `sold_out` could not have bought: when Redis cannot say, `unavailable` (retry).
+    async fn bought_elsewhere(
+        &self,
+        activity: &Activity,
+        user: &str,
+        answer: &Answer,
+    ) -> Result<bool, Decision> {
+        if answer.status != Status::SoldOut {
+            return Ok(false);
+        }
+        match self.store.units_held(activity, user).await {
+            Ok(held) => Ok(held > 0),
+            Err(e) => {
+                tracing::warn!(activity = %activity.id, error = %e, "a buyer's units not read");
+                Err(Decision::Unavailable)
             }
-            answer
-        })
+        }
+    }
+
+    /// Seconds until the sale's end by Redis's clock (as last read): how long a ticket's
+    /// cookie is kept.
+    pub fn until_the_end_secs(&self, activity: &Activity) -> u64 {
+        (activity.ends_at - self.store.clock().now())
+            .num_seconds()
+            .max(0) as u64
     }
 
     /// `user`'s purchase in `activity` won (the backend answered 2xx): their polls say
@@ -385,14 +410,11 @@ impl<S: QueueStore> WaitingRoom<S> {
         let status = self
             .stepped_status(activity, queue, user, ticket, status)
             .await?;
-        let ends_in = (activity.ends_at - self.store.clock().now())
-            .num_seconds()
-            .max(0) as u64;
         Ok((
             Answer {
                 ticket: raw,
                 status,
-                cookie_max_age_secs: ends_in,
+                cookie_max_age_secs: self.until_the_end_secs(activity),
             },
             ticket,
             honoured,

@@ -59,6 +59,14 @@ pub trait QueueStore: Send + Sync + 'static {
         segment: Segment<'_>,
         version: u64,
     ) -> impl Future<Output = Result<LedgerRow, StoreError>> + Send;
+
+    /// The units a buyer holds in their home segment (see [`StockStore::units_held`]): a
+    /// buyer holding some bought, whichever gateway relayed it.
+    fn units_held(
+        &self,
+        activity: &Activity,
+        user: &str,
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send;
 }
 
 impl QueueStore for StockStore {
@@ -106,6 +114,11 @@ impl QueueStore for StockStore {
 
     async fn ledger(&self, segment: Segment<'_>, version: u64) -> Result<LedgerRow, StoreError> {
         StockStore::ledger(self, segment, version).await
+    }
+
+    async fn units_held(&self, activity: &Activity, user: &str) -> Result<u64, StoreError> {
+        let layout = Layout::of(activity);
+        StockStore::units_held(self, layout.home(user), user).await
     }
 }
 

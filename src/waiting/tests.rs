@@ -329,3 +329,39 @@ async fn an_operator_pause_stands_the_cursor() {
     h.room.refresh(&h.settings).await;
     assert_eq!(h.gate("u1", Some(&header(&raw))).await, Turn::Pass);
 }
+
+/// A buyer holding units of a sale bought it (through whichever gateway): once it is sold out
+/// their poll reads `bought`, never `sold_out`; when Redis cannot say, `unavailable`.
+#[tokio::test]
+async fn a_buyer_holding_units_reads_bought_when_sold_out() {
+    let h = Harness::at(10_500);
+    let a1 = h.activity("a1");
+    let layout = Layout::of(&a1);
+    let (alice, bob) = (
+        h.waiting_ticket("alice").await,
+        h.waiting_ticket("bob").await,
+    );
+    h.store.stock.on_sale(&layout, 1, 1);
+    h.store
+        .stock
+        .reserve_one(layout.home("alice"), "alice", 1, "r1");
+    h.room.refresh(&h.settings).await;
+    assert!(h.room.state(&a1).unwrap().state.held, "sold out");
+    let poll = |user: &'static str, raw: String| {
+        let (h, a1) = (&h, a1.clone());
+        async move {
+            let ticket = header(&raw);
+            h.room.poll(&h.settings, &a1, user, Some(&ticket)).await
+        }
+    };
+    assert_eq!(
+        poll("bob", bob.clone()).await.unwrap().status,
+        Status::SoldOut
+    );
+    h.store.fail("units_held", 1);
+    assert_eq!(
+        poll("alice", alice.clone()).await,
+        Err(Decision::Unavailable)
+    );
+    assert_eq!(poll("alice", alice).await.unwrap().status, Status::Bought);
+}

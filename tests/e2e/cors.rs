@@ -390,3 +390,122 @@ async fn the_readme_fetch_example_runs_in_chromium() {
         );
     }
 }
+
+/// A shop backend that speaks CORS itself, as many do: every answer (200, JSON) allows the
+/// request's `Origin` with credentials. Serves keep-alive connections until the test ends.
+async fn origin_reflecting_backend() -> std::net::SocketAddr {
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut stream = BufReader::new(stream);
+                loop {
+                    let (mut origin, mut length) = (None, 0usize);
+                    let mut line = String::new();
+                    loop {
+                        line.clear();
+                        if stream.read_line(&mut line).await.unwrap_or(0) == 0 {
+                            return;
+                        }
+                        let l = line.trim_end();
+                        if l.is_empty() {
+                            break;
+                        }
+                        if let Some((k, v)) = l.split_once(':') {
+                            match k.trim().to_ascii_lowercase().as_str() {
+                                "origin" => origin = Some(v.trim().to_owned()),
+                                "content-length" => length = v.trim().parse().unwrap_or(0),
+                                _ => {}
+                            }
+                        }
+                    }
+                    let mut body = vec![0; length];
+                    if stream.read_exact(&mut body).await.is_err() {
+                        return;
+                    }
+                    let allow = origin.map_or(String::new(), |o| {
+                        format!(
+                            "Access-Control-Allow-Origin: {o}\r\n\
+                             Access-Control-Allow-Credentials: true\r\n"
+                        )
+                    });
+                    let answer = format!(
+                        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n{allow}\
+                         Content-Length: 11\r\n\r\n{{\"ok\":true}}"
+                    );
+                    if stream.get_mut().write_all(answer.as_bytes()).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// Review finding: the gateway alone speaks CORS on its routes, also when no origin is listed
+/// (the module that decorates answers is then not installed). A backend's own allow headers
+/// on a sale route's relayed answer reached the browser, so an unlisted origin could read a
+/// purchase's answer (a simple, credentialed POST needs no preflight).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backends_own_allow_headers_never_reach_an_unlisted_origin() {
+    let upstream = Upstream::start();
+    let backend = origin_reflecting_backend().await;
+    for listed in [&[][..], &[SHOP][..]] {
+        let redis = RedisServer::start();
+        let config = TestConfig::new(&redis, &upstream, vec![TestActivity::open("c1", 5)])
+            .cors_origins(listed)
+            .set(
+                "/upstream/addresses",
+                serde_json::json!([backend.to_string()]),
+            );
+        let gw = GatewayProc::start(config);
+        let headers = [
+            ("X-User-Id", "alice"),
+            ("Origin", "https://evil.example"),
+            ("Content-Type", "text/plain"),
+        ];
+        let won = request(gw.addr, "POST", "/api/seckill/c1/buy", &headers).await;
+        assert_eq!(won.status, 200, "{}", won.text());
+        won.reservation_id();
+        let cors: Vec<_> = (won.headers.iter())
+            .filter(|(k, _)| k.to_ascii_lowercase().starts_with("access-control-"))
+            .collect();
+        assert!(cors.is_empty(), "listed {listed:?}: {cors:?}");
+    }
+}
+
+/// Review: every spelling of a sale route or the waiting room that the gateway reads as its own
+/// (a trailing slash, doubled or dot segments, case, a percent-encoded character, a query, a
+/// lower-case method, an empty `Access-Control-Request-Method`) has its preflight answered here;
+/// none reaches the backend.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn preflights_on_every_spelling_of_the_routes_stay_here() {
+    let acts = vec![
+        TestActivity::open("c1", 5),
+        TestActivity::open("q1", 5).queue(Queue::admit(50)),
+    ];
+    let (_redis, upstream, gw) = Stack::start_with(acts, |c| c.cors_origins(&[SHOP])).parts();
+    for (method, path) in [
+        ("OPTIONS", "/api/seckill/c1/buy/"),
+        ("OPTIONS", "//api/seckill/c1/buy"),
+        ("OPTIONS", "/API/Seckill/c1/BUY"),
+        ("OPTIONS", "/api/seckill/c%31/buy"),
+        ("OPTIONS", "/api/seckill/c1/buy?x=1"),
+        ("OPTIONS", "/api/./seckill/c1/buy"),
+        ("options", "/api/seckill/c1/buy"),
+        ("OPTIONS", "/flashgate/queue/q1/"),
+        ("OPTIONS", "/flashgate/queue/q%31"),
+    ] {
+        for acrm in ["POST", ""] {
+            let mut headers = preflight_headers(SHOP, "POST");
+            headers[1].1 = acrm;
+            let pre = request(gw.addr, method, path, &headers).await;
+            assert_eq!(pre.status, 204, "{method} {path} [{acrm}]: {}", pre.text());
+        }
+    }
+    let seen = upstream.requests().await;
+    assert!(seen.is_empty(), "forwarded: {seen:?}");
+}

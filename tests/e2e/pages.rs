@@ -33,6 +33,21 @@ fn gateway(
     GatewayProc::start_with_env(config, &[("FLASHGATE_IDENTITY_SECRET", IDENTITY_SECRET)])
 }
 
+/// Waits for the one unit sold of `act` to be confirmed, then checks none is pending and
+/// `remaining` units are left.
+async fn confirmed_once(gw: &GatewayProc, act: &str, remaining: u64) {
+    let view = wait_for_async("the confirm", Duration::from_secs(10), || async {
+        let v = gw.activity_view(act).await;
+        (v["confirmed"] == 1).then_some(v)
+    })
+    .await;
+    assert_eq!(
+        (view["pending"].as_u64(), view["remaining"].as_u64()),
+        (Some(0), Some(remaining)),
+        "{view}"
+    );
+}
+
 /// Signs the browser in as `user` on the shop (its session cookie), from the shop's page.
 async fn sign_in(browser: &Browser, origin: &str, user: &str) {
     browser.go(&format!("{origin}/product")).await;
@@ -340,16 +355,7 @@ async fn the_waiting_page_goes_through_the_turns_to_the_success_url() {
     );
     // The page the gateway wrote instead of the backend's answer changed nothing of the
     // settlement: the backend's 2xx confirmed the reservation, once.
-    let view = wait_for_async("the confirm", Duration::from_secs(10), || async {
-        let v = gw.activity_view("1001").await;
-        (v["confirmed"] == 1).then_some(v)
-    })
-    .await;
-    assert_eq!(
-        (view["pending"].as_u64(), view["remaining"].as_u64()),
-        (Some(0), Some(4)),
-        "{view}"
-    );
+    confirmed_once(&gw, "1001", 4).await;
     // The README's example, run here: the queue says she bought, and asks for no refresh.
     let script = format!(
         "var done = arguments[arguments.length - 1];\n{}\n\
@@ -561,4 +567,116 @@ async fn a_template_edit_applies_on_reload_and_a_broken_one_is_refused() {
     gw.signal("HUP");
     gw.wait_generation(2).await;
     assert!(page().await.contains("v2 Mine: no such sale"));
+}
+
+/// Review finding: a replay (same `Idempotency-Key`) of a won purchase from a page client is
+/// let through replay-only whatever ticket it presents, and the gateway's "bought" answer used
+/// to echo that ticket, never verified, into `X-Flashgate-Ticket` and `Set-Cookie` (a ticket
+/// `x; Domain=evil.example` set a cookie for another domain). Only a ticket the gateway signed
+/// for this buyer and sale is ever written back; the reservation is the same and confirmed once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_with_a_forged_ticket_never_gets_it_written_back() {
+    use crate::queue_support::{queued, take_ticket, wait_state, TICKET};
+    let stack = Stack::start(vec![queued("1001", 5, Queue::admit(50).window_secs(30))]);
+    let gw = &stack.gw;
+    let (ticket, _) = take_ticket(gw, "1001", "alice").await;
+    wait_state(gw, "1001", "alice", &ticket, "your_turn").await;
+    let page = [("Accept", "text/html"), ("Idempotency-Key", "k-page-1")];
+    let mut headers = vec![("X-User-Id", "alice"), (TICKET, ticket.as_str())];
+    headers.extend_from_slice(&page);
+    let won = request(gw.addr, "POST", "/api/seckill/1001/buy", &headers).await;
+    assert_eq!(won.status, 200, "{}", won.text());
+    let jti = won.reservation_id();
+    let forged = "x; Domain=evil.example; SameSite=None";
+    let mut headers = vec![("X-User-Id", "alice"), (TICKET, forged)];
+    headers.extend_from_slice(&page);
+    let again = request(gw.addr, "POST", "/api/seckill/1001/buy", &headers).await;
+    assert!(again.status < 500, "{} {}", again.status, again.text());
+    for (name, value) in &again.headers {
+        assert!(
+            !value.contains("evil.example"),
+            "the forged ticket was written back: {name}: {value}"
+        );
+    }
+    if again.status == 200 {
+        assert_eq!(again.reservation_id(), jti, "a replay gives the same jti");
+    }
+    confirmed_once(gw, "1001", 4).await;
+    gw.reconcile_clean();
+}
+
+/// Review: a page buyer's purchase the backend fails (5xx) is released and answered with the
+/// `unavailable` page, and their queue state is not `bought`; the retry that wins is confirmed
+/// once and the ledger stays reconciled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_page_purchase_is_released_and_its_retry_settles_once() {
+    use crate::queue_support::{poll, queued, take_ticket, wait_state, TICKET};
+    let stack = Stack::start(vec![queued("1001", 5, Queue::admit(50).window_secs(30))]);
+    let gw = &stack.gw;
+    let (ticket, _) = take_ticket(gw, "1001", "alice").await;
+    wait_state(gw, "1001", "alice", &ticket, "your_turn").await;
+    let headers = [
+        ("X-User-Id", "alice"),
+        (TICKET, ticket.as_str()),
+        ("Accept", "text/html"),
+    ];
+    stack.upstream.set_status(500).await;
+    let failed = request(gw.addr, "POST", "/api/seckill/1001/buy", &headers).await;
+    assert_eq!(failed.status, 503, "{}", failed.text());
+    assert!(
+        failed
+            .text()
+            .contains("data-flashgate-code=\"unavailable\""),
+        "{}",
+        failed.text()
+    );
+    let view = gw.activity_view("1001").await;
+    assert_eq!(
+        (view["pending"].as_u64(), view["remaining"].as_u64()),
+        (Some(0), Some(5)),
+        "released: {view}"
+    );
+    assert_ne!(poll(gw, "1001", "alice", &ticket).await["state"], "bought");
+    stack.upstream.set_status(200).await;
+    let won = request(gw.addr, "POST", "/api/seckill/1001/buy", &headers).await;
+    assert_eq!(won.status, 200, "{}", won.text());
+    assert!(won.text().contains("data-flashgate-code"), "a page");
+    assert_eq!(poll(gw, "1001", "alice", &ticket).await["state"], "bought");
+    confirmed_once(gw, "1001", 4).await;
+    gw.reconcile_clean();
+}
+
+/// Review: the won page's ticket cookie lives until the sale's end by Redis's clock, as every
+/// ticket's cookie does; a gateway whose clock ran past the end gave it one second (correctness
+/// never depends on gateway clocks).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_won_pages_ticket_cookie_lasts_to_the_end_by_redis_clock() {
+    use crate::queue_support::{in_secs, queued, take_ticket, wait_state, TICKET};
+    let activity = TestActivity {
+        ends_at: in_secs(3600),
+        ..queued("1001", 5, Queue::admit(50).window_secs(30))
+    };
+    let (_redis, _upstream, config) = backends(vec![activity]);
+    // This gateway's clock is two hours ahead: past the sale's end by its own reckoning.
+    let gw = GatewayProc::start_skewed(&config, "+2h");
+    let (ticket, _) = take_ticket(&gw, "1001", "alice").await;
+    wait_state(&gw, "1001", "alice", &ticket, "your_turn").await;
+    let headers = [
+        ("X-User-Id", "alice"),
+        (TICKET, ticket.as_str()),
+        ("Accept", "text/html"),
+    ];
+    let won = request(gw.addr, "POST", "/api/seckill/1001/buy", &headers).await;
+    assert_eq!(won.status, 200, "{}", won.text());
+    let cookie = (won.headers.iter())
+        .find(|(k, v)| k.eq_ignore_ascii_case("set-cookie") && v.starts_with("flashgate_ticket="))
+        .map(|(_, v)| v.clone())
+        .expect("the ticket's cookie");
+    let max_age: u64 = cookie
+        .split("Max-Age=")
+        .nth(1)
+        .and_then(|v| v.split(';').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{cookie}"));
+    assert!(max_age > 3000, "{cookie}");
 }

@@ -531,6 +531,19 @@ async fn polling_a_sale_without_a_waiting_room_says_so() {
         .as_str()
         .unwrap()
         .contains("no waiting room"));
+    // The message follows Accept-Language, as every JSON message does; the code stays.
+    let zh = get(
+        stack.gw.addr,
+        "/flashgate/queue/2002",
+        &[("X-User-Id", "alice"), ("Accept-Language", "zh-CN")],
+    )
+    .await;
+    assert_eq!(zh.json()["code"], "no_queue");
+    assert!(
+        zh.json()["message"].as_str().unwrap().contains("没有排队"),
+        "{}",
+        zh.text()
+    );
     let unknown = get(
         stack.gw.addr,
         "/flashgate/queue/9999",

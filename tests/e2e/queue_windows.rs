@@ -527,3 +527,32 @@ async fn her_turn_comes_and_she_buys(gw: &GatewayProc, t: &str) {
     let r = buy(gw, "1001", "alice", &[(TICKET, t)]).await;
     assert_eq!(r.status, 200, "{}", r.text());
 }
+
+/// Review finding: "a buyer told sold_out could not have bought", and "after a purchase the
+/// queue's state is bought", over a fleet. Which buyers bought was known only to the gateway
+/// that relayed the win (in memory): the buyer of the last unit polling another gateway (or
+/// the same one after a restart) was told `sold_out`. Now a poll that would say `sold_out`
+/// asks Redis whether the buyer holds units of the sale.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_buyer_of_the_last_unit_reads_bought_on_every_gateway() {
+    let redis = RedisServer::start();
+    let upstream = Upstream::start();
+    let activity = queued("1001", 1, Queue::admit(5).window_secs(30));
+    // Each its own ports (a cloned configuration would share them, one listener in effect).
+    let gateway = || GatewayProc::start(TestConfig::new(&redis, &upstream, vec![activity.clone()]));
+    let (a, b) = (gateway(), gateway());
+    assert_ne!(a.addr, b.addr);
+    let alice = take_ticket(&a, "1001", "alice").await.0;
+    let bob = take_ticket(&b, "1001", "bob").await.0;
+    wait_state(&a, "1001", "alice", &alice, "your_turn").await;
+    let won = buy(&a, "1001", "alice", &[(TICKET, alice.as_str())]).await;
+    assert_eq!(won.status, 200, "{}", won.text());
+    // Gateway b learned the stock is gone: bob, who did not buy, reads sold_out there.
+    wait_state(&b, "1001", "bob", &bob, "sold_out").await;
+    let there = poll(&b, "1001", "alice", &alice).await;
+    assert_eq!(
+        there["state"], "bought",
+        "alice bought, on gateway a: {there}"
+    );
+    assert_eq!(poll(&a, "1001", "alice", &alice).await["state"], "bought");
+}

@@ -279,7 +279,13 @@ pub const BAD: &[Bad] = &[
     Bad {
         name: "queue-bad-landing-url",
         patch: &[("activities.0.stock", Some("10")), ("activities.0.queue", Some("{\"admit_per_second\": 10, \"landing_url\": \"javascript:alert(1)\"}"))],
-        expect: "activities[id=1001].queue.landing_url: \"javascript:alert(1)\" must be a path starting with",
+        expect: "activities[id=1001].queue.landing_url: \"javascript:alert(1)\" must be a path (/…) or an http(s) URL",
+    },
+    Bad {
+        // Browsers read `/\host` as `//host`: the waiting page would send the buyer away.
+        name: "queue-landing-url-backslash-host",
+        patch: &[("activities.0.stock", Some("10")), ("activities.0.queue", Some("{\"admit_per_second\": 10, \"landing_url\": \"/\\\\evil.example/\"}"))],
+        expect: "activities[id=1001].queue.landing_url: \"/\\\\evil.example/\" must be a path (/…) or an http(s) URL",
     },
     Bad {
         name: "queue-bad-opens-at",
@@ -577,12 +583,23 @@ pub const BAD: &[Bad] = &[
     Bad {
         name: "success-url-script",
         patch: &[("activities.0.success_url", Some("\"javascript:alert(1)\""))],
-        expect: "activities[0].success_url: \"javascript:alert(1)\" must be a path (/…) or an http(s) URL",
+        expect: "activities[id=1001].success_url: \"javascript:alert(1)\" must be a path (/…) or an http(s) URL",
+    },
+    Bad {
+        // Browsers read `/\\host` as `//host`: a redirect to another site.
+        name: "success-url-backslash-host",
+        patch: &[("activities.0.success_url", Some("\"/\\\\evil.example/{jti}\""))],
+        expect: "activities[id=1001].success_url: \"/\\\\evil.example/{jti}\" must be a path (/…) or an http(s) URL",
+    },
+    Bad {
+        name: "shop-url-backslash-host",
+        patch: &[("pages", Some("{shop_url: \"/\\\\evil.example/\"}"))],
+        expect: "pages.shop_url: \"/\\\\evil.example/\" must be a path",
     },
     Bad {
         name: "title-control-character",
         patch: &[("activities.0.title", Some("\"Phone\\u0007X\""))],
-        expect: "activities[0].title: must be at most 200 characters, none a control character",
+        expect: "activities[id=1001].title: must be at most 200 characters, none a control character",
     },
     Bad {
         name: "cors-origin-with-a-path",
