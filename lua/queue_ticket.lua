@@ -8,10 +8,13 @@
 -- ARGV[5] expire-at (unix s)
 -- ARGV[6] the queue opens, ARGV[7] the sale closes (unix ms): no ticket is issued outside
 --         [opens, closes) by Redis's clock, whatever the clock of the gateway that asks
+-- KEYS[3] (optional) a proof-of-work solution's key: spent here, once (SET NX until ARGV[8],
+--         unix ms); ARGV[9] '1' refuses a spent one (else, shadow mode, it is only reported)
 --
--- Returns the queue state (see queue_reply) followed by the ticket number and 1 if it was
--- issued now, 0 if the user had it already; or by 0 and 'early' (the queue is not open yet)
--- or 0 and 'late' (the sale closed), when nothing was issued. Numbers grow with arrival (FIFO after the start)
+-- Returns the queue state (see queue_reply) followed by the ticket number, 1 if it was
+-- issued now, 0 if the user had it already, and 1 if the solution given was spent before (else
+-- 0); or by 0 and 'early' (the queue is not open yet), 0 and 'late' (the sale closed) or 0 and
+-- 'used' (a spent solution, enforced), when nothing was issued. Numbers grow with arrival (FIFO after the start)
 -- but may skip: see below.
 
 local q, tickets = KEYS[1], KEYS[2]
@@ -25,6 +28,15 @@ if now < tonumber(ARGV[6]) then
 end
 if now >= tonumber(ARGV[7]) then
   return queue_reply(s, now, {'0', 'late'})
+end
+local spent = '0'
+if KEYS[3] then
+  if not redis.call('SET', KEYS[3], '1', 'NX', 'PXAT', ARGV[8]) then
+    if ARGV[9] == '1' then
+      return queue_reply(s, now, {'0', 'used'})
+    end
+    spent = '1'
+  end
 end
 local n = redis.call('HGET', tickets, ARGV[1])
 local fresh = '0'
@@ -45,4 +57,4 @@ if not n then
 end
 extend(q, ARGV[5])
 extend(tickets, ARGV[5])
-return queue_reply(s, now, {n, fresh})
+return queue_reply(s, now, {n, fresh, spent})

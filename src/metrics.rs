@@ -240,6 +240,9 @@ metrics! {
     /// Poll answers (`GET /flashgate/queue/{activity}`).
     queue_polls: IntCounterVec = "flashgate_queue_polls_total" ["activity"],
         "Waiting-room polls answered (GET /flashgate/queue/{activity}).";
+    /// Proof-of-work challenges before a ticket, by outcome.
+    queue_challenges: IntCounterVec = "flashgate_queue_challenges_total" ["activity", "outcome"],
+        "Waiting-room proof-of-work challenges: issued, solved (a ticket given for a solution), refused (a wrong, forged, other user's, expired or spent solution), shadow_passed (shadow mode: a ticket given without a valid solution).";
 }
 
 impl Metrics {
@@ -327,6 +330,7 @@ mod tests {
             family.with_label_values(&["x"]);
         }
         metrics.queue_paused.with_label_values(&["x", "y"]);
+        metrics.queue_challenges.with_label_values(&["x", "y"]);
         metrics.queue_wait.with_label_values(&["x"]).observe(1.0);
         metrics.stock_keys_created.with_label_values(&["x"]);
         metrics.reservations_retired.with_label_values(&["x"]);

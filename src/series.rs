@@ -62,6 +62,11 @@ pub fn preset_activity_series(metrics: &Metrics, activity: &str, has_queue: bool
                 .queue_paused
                 .with_label_values(&[activity, why.as_str()]);
         }
+        for outcome in crate::waiting::ChallengeOutcome::ALL {
+            metrics
+                .queue_challenges
+                .with_label_values(&[activity, outcome.as_str()]);
+        }
     }
     for code in Code::ALL {
         metrics

@@ -150,6 +150,8 @@ fn run(ops: Vec<Op>) {
         admission_window: Duration::from_secs(60),
         too_late_factor: 1.5,
         landing_url: None,
+        challenge: None,
+        draw: false,
     };
     activity.queue = Some(queue.clone());
     let stock_key = format!("fg:{{{id}}}:v1:stock");
@@ -183,11 +185,17 @@ fn run(ops: Vec<Op>) {
         for op in &ops {
             let state = match *op {
                 Op::Ticket(user) => {
-                    let (s, issued) =
-                        store::ticket(&fx.store, &activity, &configured, &format!("u{user}"), 1)
-                            .await
-                            .unwrap();
-                    let store::Issued::Ticket { number, fresh } = issued else {
+                    let (s, issued) = store::ticket(
+                        &fx.store,
+                        &activity,
+                        &configured,
+                        &format!("u{user}"),
+                        1,
+                        None,
+                    )
+                    .await
+                    .unwrap();
+                    let store::Issued::Ticket { number, fresh, .. } = issued else {
                         panic!("the queue is open: {issued:?}");
                     };
                     match model.numbers.get(&user) {
@@ -309,11 +317,13 @@ fn no_ticket_is_issued_outside_the_rooms_hours_by_redis_clock() {
             admission_window: Duration::from_secs(60),
             too_late_factor: 1.5,
             landing_url: None,
+            challenge: None,
+            draw: false,
         };
         activity.queue = Some(queue.clone());
         let (_, issued) = fx
             .runtime
-            .block_on(store::ticket(&fx.store, &activity, &queue, "u1", 1))
+            .block_on(store::ticket(&fx.store, &activity, &queue, "u1", 1, None))
             .unwrap();
         let tickets: std::collections::HashMap<String, String> = redis::cmd("HGETALL")
             .arg(format!("fg:{{{id}}}:q:tickets"))
@@ -351,6 +361,8 @@ mod postponements {
             admission_window: Duration::from_secs(window_secs),
             too_late_factor: 1.5,
             landing_url: None,
+            challenge: None,
+            draw: false,
         }
     }
 

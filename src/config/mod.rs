@@ -4,6 +4,7 @@
 //! unchecked value, and `flashgate check` reports exactly what `serve` would refuse.
 
 mod bounds;
+pub mod defence;
 pub mod file;
 mod keys;
 pub mod route;

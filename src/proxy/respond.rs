@@ -78,8 +78,11 @@ pub async fn queue(session: &mut Session, reply: crate::waiting::page::Reply) ->
     resp.insert_header(http::header::CONTENT_TYPE, reply.content_type)?;
     resp.insert_header(http::header::CONTENT_LENGTH, reply.body.len().to_string())?;
     resp.insert_header(http::header::CACHE_CONTROL, "no-store")?;
-    resp.insert_header(crate::header_names::QUEUE_TICKET, reply.ticket)?;
-    resp.insert_header(http::header::SET_COOKIE, reply.cookie)?;
+    // A challenge carries no ticket yet: neither header.
+    if !reply.ticket.is_empty() {
+        resp.insert_header(crate::header_names::QUEUE_TICKET, reply.ticket)?;
+        resp.insert_header(http::header::SET_COOKIE, reply.cookie)?;
+    }
     session.write_response_header(Box::new(resp), false).await?;
     session
         .write_response_body(Some(Bytes::from(reply.body)), true)

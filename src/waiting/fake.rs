@@ -29,6 +29,8 @@ use std::time::Duration;
 struct Queue {
     state: QueueState,
     tickets: HashMap<String, u64>,
+    /// Spent proof-of-work challenges.
+    spent: std::collections::HashSet<String>,
 }
 
 /// What the fake was asked, for tests to check.
@@ -115,6 +117,7 @@ impl QueueFake {
             Queue {
                 state,
                 tickets: HashMap::new(),
+                spent: Default::default(),
             }
         });
         if now >= q.state.start_ms && q.state.drawn.is_none() {
@@ -167,6 +170,7 @@ impl QueueStore for QueueFake {
         queue: &QueueSettings,
         user: &str,
         seed: u64,
+        spend: Option<&super::store::Spend>,
     ) -> Result<(QueueState, Issued), StoreError> {
         let now = self.enter("ticket")?;
         self.asked.lock().tickets += 1;
@@ -178,6 +182,10 @@ impl QueueStore for QueueFake {
         if now >= activity.ends_at.timestamp_millis() as u64 {
             return Ok((q.state.clone(), Issued::Closed));
         }
+        let spent = spend.is_some_and(|s| !q.spent.insert(s.challenge.clone()));
+        if spent && spend.is_some_and(|s| s.enforce) {
+            return Ok((q.state.clone(), Issued::Spent));
+        }
         let (number, fresh) = match q.tickets.get(user) {
             Some(&n) => (n, false),
             None => {
@@ -186,7 +194,14 @@ impl QueueStore for QueueFake {
                 (q.state.seq, true)
             }
         };
-        Ok((q.state.clone(), Issued::Ticket { number, fresh }))
+        Ok((
+            q.state.clone(),
+            Issued::Ticket {
+                number,
+                fresh,
+                spent,
+            },
+        ))
     }
 
     /// `lua/queue_state.lua`; an unsegmented activity's units left are its stock key's.

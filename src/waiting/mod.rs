@@ -11,6 +11,7 @@
 //! - [`store`]: the keys and scripts in Redis;
 //! - [`page`]: the JSON answer and the HTML waiting page.
 
+pub mod challenge;
 pub mod draw;
 #[cfg(test)]
 mod fake;
@@ -42,6 +43,21 @@ crate::label_enum! {
     }
 }
 
+crate::label_enum! {
+    /// What became of a proof-of-work challenge, as the `outcome` label of
+    /// `flashgate_queue_challenges_total`.
+    pub enum ChallengeOutcome {
+        /// A challenge sent instead of a ticket.
+        Issued => "issued",
+        /// A ticket given for a valid solution (spent now).
+        Solved => "solved",
+        /// A solution refused: wrong, forged, another user's or activity's, expired, spent.
+        Refused => "refused",
+        /// Shadow mode: a ticket given without a valid solution.
+        ShadowPassed => "shadow_passed",
+    }
+}
+
 /// A ticket a request carries.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Presented {
@@ -67,8 +83,11 @@ pub enum Turn {
 /// A ticket holder's answer: the ticket, and where it stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Answer {
+    /// Empty with a challenge (no ticket yet).
     pub ticket: String,
     pub status: Status,
+    /// With [`Status::Challenge`]: the proof of work to solve for a ticket.
+    pub challenge: Option<Box<challenge::Challenge>>,
     /// Seconds until the ticket's cookie should expire (the sale's end).
     pub cookie_max_age_secs: u64,
 }
@@ -257,6 +276,7 @@ impl<S: QueueStore> WaitingRoom<S> {
         activity: &Activity,
         user: &str,
         presented: Option<&Presented>,
+        solution: Option<&str>,
     ) -> Turn {
         let Some(queue) = activity.queue.as_ref() else {
             return Turn::Pass;
@@ -265,13 +285,18 @@ impl<S: QueueStore> WaitingRoom<S> {
             return Turn::Pass;
         }
         let key = &settings.signing.ticket_key;
-        match self.answer(key, activity, queue, user, presented).await {
+        match self
+            .answer(key, activity, queue, user, presented, solution)
+            .await
+        {
             Ok((answer, ticket, honoured)) => match answer.status {
                 Status::YourTurn if honoured => {
-                    self.count_admitted(activity, ticket);
+                    if let Some(ticket) = ticket {
+                        self.count_admitted(activity, ticket);
+                    }
                     Turn::Pass
                 }
-                Status::YourTurn | Status::Waiting { .. } => Turn::Wait(answer),
+                Status::YourTurn | Status::Waiting { .. } | Status::Challenge => Turn::Wait(answer),
                 Status::SoldOut => Turn::Refuse(Decision::SoldOut),
                 Status::Expired if honoured => {
                     self.metrics
@@ -294,6 +319,7 @@ impl<S: QueueStore> WaitingRoom<S> {
         activity: &Activity,
         user: &str,
         presented: Option<&Presented>,
+        solution: Option<&str>,
     ) -> Result<Answer, Decision> {
         let Some(queue) = activity.queue.as_ref() else {
             return Err(Decision::UnknownActivity);
@@ -317,14 +343,16 @@ impl<S: QueueStore> WaitingRoom<S> {
             queue,
             user,
             presented,
+            solution,
         )
         .await
         .map(|(answer, _, _)| answer)
     }
 
     /// Where `user` stands: from a presented ticket (checked, answered from memory), or from
-    /// the ticket Redis issues (or already issued) them. The flag: the presented ticket was
-    /// the one answered for (not one issued now).
+    /// the ticket Redis issues (or already issued) them, or, with a challenge configured, the
+    /// challenge to solve first. The flag: the presented ticket was the one answered for (not
+    /// one issued now).
     async fn answer(
         &self,
         key: &[u8; 32],
@@ -332,33 +360,133 @@ impl<S: QueueStore> WaitingRoom<S> {
         queue: &QueueSettings,
         user: &str,
         presented: Option<&Presented>,
-    ) -> Result<(Answer, Ticket, bool), Decision> {
+        solution: Option<&str>,
+    ) -> Result<(Answer, Option<Ticket>, bool), Decision> {
         let kept = self.kept(key, activity, queue, user, presented).await?;
         let honoured = kept.is_some();
-        let remembered = || {
-            let (ticket, raw) = self.issued.get(&(activity.id.clone(), user.to_owned()))?;
-            let current = self
-                .view(activity)
-                .is_some_and(|v| ticket.epoch == v.state.epoch);
-            current.then_some((ticket, raw))
-        };
-        let (ticket, raw) = match kept.or_else(remembered) {
-            Some(kept) => kept,
-            None => self.issue(key, activity, queue, user).await?,
-        };
-        let status = self.status(activity, queue, ticket, honoured)?;
         let ends_in = (activity.ends_at - self.store.clock().now())
             .num_seconds()
             .max(0) as u64;
+        let found = match kept {
+            Some(kept) => Ok(kept),
+            None => {
+                self.without_ticket(key, activity, queue, user, solution)
+                    .await?
+            }
+        };
+        let (ticket, raw) = match found {
+            Ok(found) => found,
+            Err(challenge) => {
+                let answer = Answer {
+                    ticket: String::new(),
+                    status: Status::Challenge,
+                    challenge: Some(challenge),
+                    cookie_max_age_secs: ends_in,
+                };
+                return Ok((answer, None, false));
+            }
+        };
+        let status = self.status(activity, queue, ticket, honoured)?;
         Ok((
             Answer {
                 ticket: raw,
                 status,
+                challenge: None,
                 cookie_max_age_secs: ends_in,
             },
-            ticket,
+            Some(ticket),
             honoured,
         ))
+    }
+
+    /// The ticket this process last had Redis issue `user`, if it is of the queue as it is now.
+    fn remembered(&self, activity: &Activity, user: &str) -> Option<(Ticket, String)> {
+        let (ticket, raw) = self.issued.get(&(activity.id.clone(), user.to_owned()))?;
+        let current = self
+            .view(activity)
+            .is_some_and(|v| ticket.epoch == v.state.epoch);
+        current.then_some((ticket, raw))
+    }
+
+    /// A buyer with no ticket of their own: the one remembered or issued now, or (with a
+    /// challenge) a challenge to solve first; a solution sent is checked (no Redis read) and
+    /// spent with the ticket's issue (one write). A solution is looked at only here: a request
+    /// with a valid ticket is answered for its ticket.
+    async fn without_ticket(
+        &self,
+        key: &[u8; 32],
+        activity: &Activity,
+        queue: &QueueSettings,
+        user: &str,
+        solution: Option<&str>,
+    ) -> Result<Result<(Ticket, String), Box<challenge::Challenge>>, Decision> {
+        let Some(setting) = &queue.challenge else {
+            return match self.remembered(activity, user) {
+                Some(found) => Ok(Ok(found)),
+                None => self.issue(key, activity, queue, user, None).await.map(Ok),
+            };
+        };
+        let view = self.current_view(activity, queue).await?;
+        let ckey = challenge::key(key);
+        let binding = challenge::Binding {
+            activity: &activity.id,
+            user,
+            epoch: view.state.epoch,
+        };
+        let now_ms = view.redis_now_ms();
+        let count = |outcome| self.count_challenge(activity, outcome);
+        let Some(raw) = solution else {
+            if let Some(found) = self.remembered(activity, user) {
+                return Ok(Ok(found));
+            }
+            if setting.shadow {
+                count(ChallengeOutcome::ShadowPassed);
+                return self.issue(key, activity, queue, user, None).await.map(Ok);
+            }
+            count(ChallengeOutcome::Issued);
+            let expires_ms = now_ms + setting.expires.as_millis() as u64;
+            let max_number = setting.max_number_for(view.length());
+            let c = challenge::issue(&ckey, binding, now_ms, expires_ms, max_number);
+            return Ok(Err(Box::new(c)));
+        };
+        let opens_ms = queue.opens_at.timestamp_millis().max(0) as u64;
+        match challenge::verify(&ckey, binding, raw, now_ms, opens_ms) {
+            Ok(solved) => {
+                let spend = store::Spend {
+                    challenge: solved.challenge,
+                    expires_ms: solved.expires_ms,
+                    enforce: !setting.shadow,
+                };
+                self.issue(key, activity, queue, user, Some(&spend))
+                    .await
+                    .map(Ok)
+            }
+            Err(why) => {
+                tracing::debug!(activity = %activity.id, %why, "challenge solution refused");
+                count(ChallengeOutcome::Refused);
+                if !setting.shadow {
+                    return Err(Decision::InvalidTicket);
+                }
+                count(ChallengeOutcome::ShadowPassed);
+                self.issue(key, activity, queue, user, None).await.map(Ok)
+            }
+        }
+    }
+
+    /// The queue as last read, read now if nothing was read lately.
+    async fn current_view(
+        &self,
+        activity: &Activity,
+        queue: &QueueSettings,
+    ) -> Result<View, Decision> {
+        if let Some(view) = self.view(activity) {
+            return Ok(view);
+        }
+        self.read(activity, queue, false).await.map_err(|e| {
+            tracing::warn!(activity = %activity.id, error = %e, "queue state not read");
+            Decision::Unavailable
+        })?;
+        self.view(activity).ok_or(Decision::Unavailable)
     }
 
     /// The ticket presented, if it is this buyer's for this activity and of the queue as it is
@@ -381,16 +509,8 @@ impl<S: QueueStore> WaitingRoom<S> {
             Err(ticket::Invalid::OtherActivity) if p.from_cookie => return Ok(None),
             Err(_) => return Err(Decision::InvalidTicket),
         };
-        if self.view(activity).is_none() {
-            // Nothing read lately (just started, or the store was away): read now.
-            self.read(activity, queue, false).await.map_err(|e| {
-                tracing::warn!(activity = %activity.id, error = %e, "queue state not read");
-                Decision::Unavailable
-            })?;
-        }
-        let current = self
-            .view(activity)
-            .is_some_and(|v| ticket.epoch == v.state.epoch);
+        // Nothing read lately (just started, or the store was away): read now.
+        let current = self.current_view(activity, queue).await?.state.epoch == ticket.epoch;
         if !current {
             tracing::warn!(activity = %activity.id,
                 "a ticket of a queue Redis lost (set up again since): issuing a new one");
@@ -407,18 +527,38 @@ impl<S: QueueStore> WaitingRoom<S> {
         activity: &Activity,
         queue: &QueueSettings,
         user: &str,
+        spend: Option<&store::Spend>,
     ) -> Result<(Ticket, String), Decision> {
         let (state, issued) = self
             .store
-            .ticket(activity, queue, user, seed())
+            .ticket(activity, queue, user, seed(), spend)
             .await
             .map_err(|e| {
                 tracing::warn!(activity = %activity.id, error = %e, "no ticket issued");
                 Decision::Unavailable
             })?;
         let known = self.view(activity).and_then(|v| v.left);
+        let count = |outcome| self.count_challenge(activity, outcome);
         let (number, fresh) = match issued {
-            store::Issued::Ticket { number, fresh } => (number, fresh),
+            store::Issued::Ticket {
+                number,
+                fresh,
+                spent,
+            } => {
+                match (spend.is_some(), spent) {
+                    (true, false) => count(ChallengeOutcome::Solved),
+                    (true, true) => {
+                        count(ChallengeOutcome::Refused);
+                        count(ChallengeOutcome::ShadowPassed);
+                    }
+                    (false, _) => {}
+                }
+                (number, fresh)
+            }
+            store::Issued::Spent => {
+                count(ChallengeOutcome::Refused);
+                return Err(Decision::InvalidTicket);
+            }
             // This gateway's clock runs ahead of or behind Redis's: Redis's counts.
             store::Issued::NotOpen => return Err(Decision::NotStarted),
             store::Issued::Closed => return Err(Decision::Ended),
@@ -482,6 +622,13 @@ impl<S: QueueStore> WaitingRoom<S> {
                 .inc();
         }
         Ok(status)
+    }
+
+    fn count_challenge(&self, activity: &Activity, outcome: ChallengeOutcome) {
+        self.metrics
+            .queue_challenges
+            .with_label_values(&[&activity.id, outcome.as_str()])
+            .inc();
     }
 
     /// The first time this process sees a ticket admitted: counted, and its wait observed.

@@ -81,6 +81,12 @@ fn code(status: &Status) -> (&'static str, String) {
             "ticket_expired",
             "your turn passed: the queue ticket has lapsed".to_owned(),
         ),
+        Status::Challenge => (
+            "queued",
+            "solve the challenge (a short computation your browser does by itself) to get \
+             your place in the queue"
+                .to_owned(),
+        ),
     }
 }
 
@@ -89,6 +95,15 @@ fn code(status: &Status) -> (&'static str, String) {
 /// no refresh (`refresh_after_ms` absent: an app following it would poll for nothing).
 pub fn json(answer: &Answer) -> serde_json::Value {
     let (code, message) = code(&answer.status);
+    if let Some(challenge) = &answer.challenge {
+        // No ticket yet: the proof of work to send back in `X-Flashgate-Solution`.
+        return serde_json::json!({
+            "code": code,
+            "message": message,
+            "state": answer.status.state(),
+            "challenge": challenge,
+        });
+    }
     let (position, wait, refresh, too_late, drawn, paused) = match answer.status {
         Status::Waiting {
             position,
@@ -107,7 +122,7 @@ pub fn json(answer: &Answer) -> serde_json::Value {
         ),
         // At the front: nothing left to wait for; come back soon only to learn what changed.
         Status::YourTurn => (0, Some(0), Some(1_000), false, true, false),
-        Status::SoldOut | Status::Expired => (
+        Status::SoldOut | Status::Expired | Status::Challenge => (
             0,
             Some(0),
             None,
@@ -143,12 +158,20 @@ pub fn reply(
     landing: &Landing,
 ) -> Reply {
     let json = json(answer);
-    let cookie = format!(
-        "{TICKET_COOKIE}={}; Path=/; Max-Age={}; HttpOnly; SameSite=Lax",
-        answer.ticket,
-        answer.cookie_max_age_secs.max(1)
-    );
-    let (content_type, body) = if html {
+    // No ticket yet (a challenge): no header, no cookie.
+    let cookie = match answer.ticket.as_str() {
+        "" => String::new(),
+        ticket => format!(
+            "{TICKET_COOKIE}={ticket}; Path=/; Max-Age={}; HttpOnly; SameSite=Lax",
+            answer.cookie_max_age_secs.max(1)
+        ),
+    };
+    let (content_type, body) = if html && answer.challenge.is_some() {
+        (
+            "text/html; charset=utf-8",
+            challenge_page(&json, activity).into_bytes(),
+        )
+    } else if html {
         (
             "text/html; charset=utf-8",
             page(&json, activity, landing).into_bytes(),
@@ -190,6 +213,18 @@ fn escape(text: &str) -> String {
 }
 
 const PAGE: &str = include_str!("waiting.html");
+/// The page that solves a challenge (kept apart from the waiting page: its own template).
+const CHALLENGE_PAGE: &str = include_str!("challenge.html");
+
+/// The challenge page for the answer `json`: solves it in a Web Worker, sends the solution
+/// with a poll (which gives the ticket and its cookie), then loads the waiting page.
+fn challenge_page(json: &serde_json::Value, activity: &str) -> String {
+    let config = serde_json::json!({
+        "poll": format!("{POLL_PREFIX}{activity}"),
+        "answer": json,
+    });
+    CHALLENGE_PAGE.replace("{{CONFIG}}", &script_json(&config))
+}
 
 /// The waiting page for the answer `json`.
 fn page(json: &serde_json::Value, activity: &str, landing: &Landing) -> String {
@@ -228,6 +263,7 @@ mod tests {
                 drawn: true,
                 paused: false,
             },
+            challenge: None,
             cookie_max_age_secs: 60,
         }
     }

@@ -26,6 +26,7 @@ pub trait QueueStore: Send + Sync + 'static {
         queue: &QueueSettings,
         user: &str,
         seed: u64,
+        spend: Option<&Spend>,
     ) -> impl Future<Output = Result<(QueueState, Issued), StoreError>> + Send;
 
     /// See [`state`].
@@ -64,8 +65,9 @@ impl QueueStore for StockStore {
         queue: &QueueSettings,
         user: &str,
         seed: u64,
+        spend: Option<&Spend>,
     ) -> Result<(QueueState, Issued), StoreError> {
-        ticket(self, activity, queue, user, seed).await
+        ticket(self, activity, queue, user, seed, spend).await
     }
 
     async fn state(
@@ -114,11 +116,30 @@ fn parse(reply: &[String]) -> Result<QueueState, StoreError> {
     QueueState::parse(reply).ok_or_else(|| StoreError::protocol(ScriptName::Queue, reply.join("|")))
 }
 
+/// A proof-of-work solution spent with a ticket (once: its challenge is written until it
+/// expires).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Spend {
+    /// The solved challenge (hex).
+    pub challenge: String,
+    /// Until when it could be sent (unix ms): kept as spent until then.
+    pub expires_ms: u64,
+    /// Refuse one spent before (else, shadow mode, only report it).
+    pub enforce: bool,
+}
+
 /// What asking for a ticket got.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Issued {
-    /// The user's ticket number; `fresh`: issued now (else they had it already).
-    Ticket { number: u64, fresh: bool },
+    /// The user's ticket number; `fresh`: issued now (else they had it already); `spent`: the
+    /// solution given had been spent before (shadow mode only: else [`Issued::Spent`]).
+    Ticket {
+        number: u64,
+        fresh: bool,
+        spent: bool,
+    },
+    /// The solution given was spent before: no ticket.
+    Spent,
     /// The queue is not open yet by Redis's clock (the asking gateway's clock runs ahead).
     NotOpen,
     /// The sale closed by Redis's clock.
@@ -133,12 +154,16 @@ pub async fn ticket(
     queue: &QueueSettings,
     user: &str,
     seed: u64,
+    spend: Option<&Spend>,
 ) -> Result<(QueueState, Issued), StoreError> {
     let (q, tickets) = keys(store, activity);
     let mut invocation = TICKET.prepare_invoke();
+    invocation.key(q).key(tickets);
+    if let Some(spend) = spend {
+        let layout = Layout::new(activity.id.clone(), 1);
+        invocation.key(store.keys().base(&layout).queue_solution(&spend.challenge));
+    }
     invocation
-        .key(q)
-        .key(tickets)
         .arg(user)
         .arg(queue.admit_per_second)
         .arg(start_ms(activity))
@@ -146,6 +171,11 @@ pub async fn ticket(
         .arg(store.expire_at(activity))
         .arg(queue.opens_at.timestamp_millis())
         .arg(activity.ends_at.timestamp_millis());
+    if let Some(spend) = spend {
+        invocation
+            .arg(spend.expires_ms)
+            .arg(if spend.enforce { "1" } else { "0" });
+    }
     let reply: Vec<String> = store
         .eval(ScriptName::Queue, StoreOp::Queue, &invocation)
         .await?;
@@ -156,9 +186,11 @@ pub async fn ticket(
     ) {
         (Some(0), Some("early")) => Issued::NotOpen,
         (Some(0), Some("late")) => Issued::Closed,
+        (Some(0), Some("used")) => Issued::Spent,
         (Some(number), Some(fresh @ ("0" | "1"))) if number > 0 => Issued::Ticket {
             number,
             fresh: fresh == "1",
+            spent: reply.get(STATE_FIELDS + 2).map(String::as_str) == Some("1"),
         },
         _ => return Err(StoreError::protocol(ScriptName::Queue, reply.join("|"))),
     };

@@ -177,6 +177,8 @@ pub enum Status {
     SoldOut,
     /// Its admission window passed.
     Expired,
+    /// No ticket yet: a proof of work to solve first (the answer carries it).
+    Challenge,
 }
 
 impl Status {
@@ -187,6 +189,7 @@ impl Status {
             Status::YourTurn => "your_turn",
             Status::SoldOut => "sold_out",
             Status::Expired => "expired",
+            Status::Challenge => "challenge",
         }
     }
 }
@@ -311,6 +314,8 @@ mod tests {
             admission_window: Duration::from_secs(2),
             too_late_factor: 1.5,
             landing_url: None,
+            challenge: None,
+            draw: false,
         }
     }
 

@@ -8,6 +8,7 @@ mod admin;
 mod attacks;
 mod burst;
 mod decisions;
+mod defence;
 mod edge;
 mod failures;
 mod fences;

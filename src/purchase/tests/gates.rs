@@ -15,6 +15,7 @@ fn waiting_answer() -> waiting::Turn {
             drawn: true,
             paused: false,
         },
+        challenge: None,
         cookie_max_age_secs: 60,
     })
 }
