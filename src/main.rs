@@ -54,6 +54,15 @@ enum Command {
         #[arg(long, requires = "orders")]
         confirm_pending: bool,
     },
+    /// Check an activity's pre-queue draw: recompute every drawn place from the seed and the
+    /// recorded arrivals, check the seed against its commitment and the places the gateways
+    /// admitted tickets at; print `match` (exit 0) or what differs (exit 1).
+    Draw {
+        #[arg(long)]
+        config: PathBuf,
+        #[arg(long)]
+        activity: String,
+    },
 }
 
 /// Exit codes beyond success.
@@ -120,6 +129,16 @@ fn main() -> ExitCode {
                 .map(|r| (r.table(), r.clean()));
             reconcile_exit(report, "clean", "DRIFT")
         }
+        Command::Draw { config, activity } => {
+            let settings = match Settings::load_without_secrets(&config) {
+                Ok(s) => s,
+                Err(e) => {
+                    eprintln!("{}: {e}", config.display());
+                    return ExitCode::from(EXIT_CONFIG);
+                }
+            };
+            draw_exit(flashgate::waiting::audit::run_cli(settings, &activity))
+        }
         Command::Serve { config, upgrade } => {
             let (settings, source) = match ConfigSource::load(&config) {
                 Ok(loaded) => loaded,
@@ -170,6 +189,31 @@ fn emit(text: &str) {
     use std::io::Write;
     let mut out = std::io::stdout().lock();
     let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
+}
+
+/// Prints `flashgate draw`'s report, then `match` (exit 0) or `differ` (exit 1).
+fn draw_exit(
+    audit: Result<flashgate::waiting::audit::Audit, flashgate::reconcile::ReconcileError>,
+) -> ExitCode {
+    match audit {
+        Ok(audit) if audit.matches() => {
+            emit(&format!("{}match\n", audit.report()));
+            ExitCode::SUCCESS
+        }
+        Ok(audit) => {
+            emit(&format!("{}differ\n", audit.report()));
+            ExitCode::from(EXIT_DRIFT)
+        }
+        Err(e) => {
+            eprintln!("draw: {e}");
+            match e {
+                flashgate::reconcile::ReconcileError::UnknownActivity(_) => {
+                    ExitCode::from(EXIT_CONFIG)
+                }
+                _ => ExitCode::from(EXIT_STORE),
+            }
+        }
+    }
 }
 
 /// Prints a reconcile report (its table and whether it is clean) and maps it, or the error

@@ -397,7 +397,7 @@ pub fn run_cli(settings: Settings, only: Option<&str>) -> Result<Report, Reconci
 }
 
 /// Runs `work` against a store of its own on a current-thread runtime (the CLI commands).
-fn with_store<T>(
+pub(crate) fn with_store<T>(
     settings: &Settings,
     work: impl AsyncFnOnce(&StockStore) -> Result<T, ReconcileError>,
 ) -> Result<T, ReconcileError> {

@@ -25,6 +25,12 @@ use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 use support::*;
 
+/// The random values the scripts are offered (fixed: the model does not draw).
+const FRESH: store::Fresh = store::Fresh {
+    epoch: 1,
+    seed: [1; 32],
+};
+
 #[derive(Debug, Clone)]
 enum Op {
     Ticket(u8),
@@ -178,7 +184,7 @@ fn run(ops: Vec<Op>) {
     };
     let mut configured = queue.clone();
     fx.runtime.block_on(async {
-        let (s, _) = store::state(&fx.store, &activity, &configured, 1, false, None)
+        let (s, _) = store::state(&fx.store, &activity, &configured, &FRESH, false, None)
             .await
             .unwrap();
         model.check(&s, &Op::Read);
@@ -190,7 +196,7 @@ fn run(ops: Vec<Op>) {
                         &activity,
                         &configured,
                         &format!("u{user}"),
-                        1,
+                        &FRESH,
                         None,
                     )
                     .await
@@ -224,7 +230,7 @@ fn run(ops: Vec<Op>) {
                 }
                 Op::Read => {
                     model.held = model.stock == 0;
-                    store::state(&fx.store, &activity, &configured, 1, false, None)
+                    store::state(&fx.store, &activity, &configured, &FRESH, false, None)
                         .await
                         .unwrap()
                         .0
@@ -251,7 +257,7 @@ fn run(ops: Vec<Op>) {
                     } else {
                         configured.admit_per_second = rate;
                         model.held = model.stock == 0;
-                        store::state(&fx.store, &activity, &configured, 1, true, None)
+                        store::state(&fx.store, &activity, &configured, &FRESH, true, None)
                             .await
                             .unwrap()
                             .0
@@ -268,7 +274,7 @@ fn run(ops: Vec<Op>) {
                         activity.starts_at = later;
                     }
                     model.held = model.stock == 0;
-                    store::state(&fx.store, &activity, &configured, 1, false, None)
+                    store::state(&fx.store, &activity, &configured, &FRESH, false, None)
                         .await
                         .unwrap()
                         .0
@@ -323,7 +329,9 @@ fn no_ticket_is_issued_outside_the_rooms_hours_by_redis_clock() {
         activity.queue = Some(queue.clone());
         let (_, issued) = fx
             .runtime
-            .block_on(store::ticket(&fx.store, &activity, &queue, "u1", 1, None))
+            .block_on(store::ticket(
+                &fx.store, &activity, &queue, "u1", &FRESH, None,
+            ))
             .unwrap();
         let tickets: std::collections::HashMap<String, String> = redis::cmd("HGETALL")
             .arg(format!("fg:{{{id}}}:q:tickets"))
@@ -366,7 +374,8 @@ mod postponements {
         }
     }
 
-    /// A state reply (queue_reply): seq start rate base t0 paused held drawn seed now epoch hist lapsed.
+    /// A state reply (queue_reply): seq start rate base t0 paused held drawn seed now epoch hist
+    /// lapsed commit.
     fn reply(start: u64, rate: u64, base: u64, now: u64, hist: &str) -> QueueState {
         let r: Vec<String> = [
             "0".to_string(),
@@ -382,6 +391,7 @@ mod postponements {
             "1".into(),
             hist.to_string(),
             "0".into(),
+            String::new(),
         ]
         .to_vec();
         QueueState::parse(&r).expect("reply parses")

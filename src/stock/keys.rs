@@ -106,6 +106,10 @@ impl SegmentKeys {
     pub fn queue_tickets(&self) -> String {
         self.key("q:tickets")
     }
+    /// On the base tag: the places gateways admitted pre-queue tickets at (number -> place).
+    pub fn queue_places(&self) -> String {
+        self.key("q:places")
+    }
     /// On the base tag: a spent proof-of-work challenge (hex), until it expires.
     pub fn queue_solution(&self, challenge: &str) -> String {
         self.key(&format!("q:pow:{challenge}"))

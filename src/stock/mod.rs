@@ -251,7 +251,12 @@ impl StockStore {
 
     /// When an activity's keys expire: `ends_at` plus the configured retention.
     pub fn expire_at(&self, activity: &Activity) -> u64 {
-        let end = u64::try_from(activity.ends_at.timestamp()).unwrap_or(0);
+        self.expire_after(activity.ends_at)
+    }
+
+    /// When the keys of an activity ending at `ends_at` expire.
+    pub fn expire_after(&self, ends_at: chrono::DateTime<chrono::Utc>) -> u64 {
+        let end = u64::try_from(ends_at.timestamp()).unwrap_or(0);
         end + self.key_ttl_after_end.as_secs()
     }
 }

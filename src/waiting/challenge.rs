@@ -76,7 +76,8 @@ fn hmac32(key: &[u8]) -> hmac::Hmac<Sha256> {
     hmac::Hmac::<Sha256>::new_from_slice(key).expect("HMAC takes a key of any length")
 }
 
-fn hex(bytes: &[u8]) -> String {
+/// Lowercase hex of `bytes`.
+pub fn hex(bytes: &[u8]) -> String {
     use std::fmt::Write;
     bytes
         .iter()
@@ -202,7 +203,8 @@ pub fn verify(
     })
 }
 
-fn decode_hex(s: &str) -> Option<Vec<u8>> {
+/// Bytes of a hex string.
+pub fn decode_hex(s: &str) -> Option<Vec<u8>> {
     if s.len() % 2 != 0 || !s.is_ascii() {
         return None;
     }

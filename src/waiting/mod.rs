@@ -5,12 +5,15 @@
 //! once, every waiting buyer learns `sold_out` when nothing is left, and the cursor waits while
 //! nothing is left, so units that come back go to the next tickets in line.
 //!
-//! - [`draw`]: the fair start (the pre-queue's places drawn at the start, checkably);
+//! - [`draw`]: the fair start (the pre-queue's places drawn at the start, checkably), and
+//!   [`audit`], `flashgate draw`'s check of it;
+//! - [`challenge`]: proof of work before a ticket;
 //! - [`ticket`]: tickets, signed and bound to the buyer and the activity;
 //! - [`view`]: the queue as this gateway knows it (polls and admissions answered from memory);
 //! - [`store`]: the keys and scripts in Redis;
 //! - [`page`]: the JSON answer and the HTML waiting page.
 
+pub mod audit;
 pub mod challenge;
 pub mod draw;
 #[cfg(test)]
@@ -88,8 +91,18 @@ pub struct Answer {
     pub status: Status,
     /// With [`Status::Challenge`]: the proof of work to solve for a ticket.
     pub challenge: Option<Box<challenge::Challenge>>,
+    /// With `queue.draw`: what is published of the pre-queue's draw so far.
+    pub draw: Option<Published>,
     /// Seconds until the ticket's cookie should expire (the sale's end).
     pub cookie_max_age_secs: u64,
+}
+
+/// What the poll publishes of the draw (`queue.draw: true`): the commitment to the seed from
+/// `opens_at`, the seed once the sale started and the pre-queue was drawn (both hex).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Published {
+    pub commitment: Option<String>,
+    pub seed: Option<String>,
 }
 
 /// Tickets admitted this process already counted (per activity, by number): bounded.
@@ -188,7 +201,7 @@ impl<S: QueueStore> WaitingRoom<S> {
         };
         let (state, left) = self
             .store
-            .state(activity, queue, seed(), set_rate, known)
+            .state(activity, queue, &store::Fresh::random(), set_rate, known)
             .await?;
         self.learn(activity, View::new(state, left));
         Ok(())
@@ -292,7 +305,7 @@ impl<S: QueueStore> WaitingRoom<S> {
             Ok((answer, ticket, honoured)) => match answer.status {
                 Status::YourTurn if honoured => {
                     if let Some(ticket) = ticket {
-                        self.count_admitted(activity, ticket);
+                        self.count_admitted(activity, queue, ticket);
                     }
                     Turn::Pass
                 }
@@ -381,6 +394,7 @@ impl<S: QueueStore> WaitingRoom<S> {
                     ticket: String::new(),
                     status: Status::Challenge,
                     challenge: Some(challenge),
+                    draw: None,
                     cookie_max_age_secs: ends_in,
                 };
                 return Ok((answer, None, false));
@@ -392,11 +406,34 @@ impl<S: QueueStore> WaitingRoom<S> {
                 ticket: raw,
                 status,
                 challenge: None,
+                draw: self.published(activity, queue),
                 cookie_max_age_secs: ends_in,
             },
             Some(ticket),
             honoured,
         ))
+    }
+
+    /// What the poll shows of the draw, by Redis's clock as last read: the commitment from
+    /// `opens_at`, the seed from `starts_at` once the pre-queue is drawn (never before: the
+    /// seed known early would tell which ticket numbers draw the first places).
+    fn published(&self, activity: &Activity, queue: &QueueSettings) -> Option<Published> {
+        if !queue.draw {
+            return None;
+        }
+        let view = self.view(activity)?;
+        let now = view.redis_now_ms() as i64;
+        let commitment = view
+            .state
+            .commitment
+            .clone()
+            .filter(|_| now >= queue.opens_at.timestamp_millis());
+        let seed = view
+            .state
+            .drawn
+            .filter(|_| now >= activity.starts_at.timestamp_millis() && commitment.is_some())
+            .map(|(_, seed)| draw::seed_hex(&seed));
+        Some(Published { commitment, seed })
     }
 
     /// The ticket this process last had Redis issue `user`, if it is of the queue as it is now.
@@ -531,7 +568,7 @@ impl<S: QueueStore> WaitingRoom<S> {
     ) -> Result<(Ticket, String), Decision> {
         let (state, issued) = self
             .store
-            .ticket(activity, queue, user, seed(), spend)
+            .ticket(activity, queue, user, &store::Fresh::random(), spend)
             .await
             .map_err(|e| {
                 tracing::warn!(activity = %activity.id, error = %e, "no ticket issued");
@@ -632,12 +669,15 @@ impl<S: QueueStore> WaitingRoom<S> {
     }
 
     /// The first time this process sees a ticket admitted: counted, and its wait observed.
-    fn count_admitted(&self, activity: &Activity, ticket: Ticket) {
+    fn count_admitted(&self, activity: &Activity, queue: &QueueSettings, ticket: Ticket) {
         let key = (activity.id.clone(), ticket.number);
         if self.admitted.contains_key(&key) {
             return;
         }
         self.admitted.insert(key, ());
+        if queue.draw {
+            self.record_place(activity, ticket.number);
+        }
         let label = &*activity.id;
         self.metrics
             .queue_admitted
@@ -650,6 +690,34 @@ impl<S: QueueStore> WaitingRoom<S> {
                 .with_label_values(&[label])
                 .observe(waited as f64 / 1000.0);
         }
+    }
+
+    /// A pre-queue ticket admitted: the place this gateway admitted it at is written down in
+    /// the background (once per ticket, the first gateway's), for `flashgate draw` to check
+    /// against the seed. Lost if Redis does not answer (logged): the check then has one place
+    /// fewer to compare, never a wrong one.
+    fn record_place(&self, activity: &Activity, number: u64) {
+        let Some(place) = self
+            .view(activity)
+            .and_then(|v| v.state.drawn)
+            .filter(|(drawn, _)| number <= *drawn)
+            .map(|(drawn, seed)| draw::place(number, Some(drawn), &seed))
+        else {
+            return;
+        };
+        let placed = store::Placed {
+            activity: activity.id.clone(),
+            ends_at: activity.ends_at,
+            number,
+            place,
+        };
+        let store = self.store.clone();
+        tokio::spawn(async move {
+            let activity = placed.activity.clone();
+            if let Err(e) = store.record_place(placed).await {
+                tracing::warn!(%activity, error = %e, "a drawn place not recorded");
+            }
+        });
     }
 
     /// The queue's state read from Redis now (admin API).
@@ -674,11 +742,6 @@ impl<S: QueueStore> WaitingRoom<S> {
         self.learn(activity, view.clone());
         Ok(view)
     }
-}
-
-/// A fresh random seed, offered for the draw (Redis keeps the first one offered at the start).
-fn seed() -> u64 {
-    uuid::Uuid::new_v4().as_u64_pair().0 >> 11
 }
 
 #[cfg(test)]

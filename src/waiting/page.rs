@@ -145,6 +145,14 @@ pub fn json(answer: &Answer) -> serde_json::Value {
     if let Some(refresh) = refresh {
         json["refresh_after_ms"] = refresh.into();
     }
+    if let Some(draw) = &answer.draw {
+        if let Some(commitment) = &draw.commitment {
+            json["draw_commitment"] = commitment.as_str().into();
+        }
+        if let Some(seed) = &draw.seed {
+            json["draw_seed"] = seed.as_str().into();
+        }
+    }
     json
 }
 
@@ -264,6 +272,7 @@ mod tests {
                 paused: false,
             },
             challenge: None,
+            draw: None,
             cookie_max_age_secs: 60,
         }
     }

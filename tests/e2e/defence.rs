@@ -295,3 +295,175 @@ async fn a_bot_farm_pays_one_solve_per_ticket() {
     assert_eq!(challenges(&m, "1001", "issued"), accounts as u64, "{m}");
     eprintln!("{accounts} accounts: {accounts} solves for {tickets} tickets");
 }
+
+/// The README's Python check (the block after `<!-- draw-check -->`), run on `seed` for a
+/// pre-queue of `drawn`: (its commitment, every place).
+fn python_check(seed: &str, drawn: u64) -> (String, Vec<u64>) {
+    let readme = std::fs::read_to_string(repo_path("README.md")).unwrap();
+    let block = readme
+        .split("<!-- draw-check -->\n```python\n")
+        .nth(1)
+        .and_then(|rest| rest.split("\n```").next())
+        .expect("the README's draw-check block");
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("check.py");
+    std::fs::write(
+        &script,
+        format!(
+            "{block}\n\nimport json, sys\nseed, drawn = sys.argv[1], int(sys.argv[2])\n\
+             print(json.dumps({{'commitment': commitment(seed), \
+             'places': [place(n, drawn, seed) for n in range(1, drawn + 1)]}}))\n"
+        ),
+    )
+    .unwrap();
+    let out = run_bounded(
+        "the README's python check",
+        std::process::Command::new("python3")
+            .arg(&script)
+            .arg(seed)
+            .arg(drawn.to_string()),
+        Duration::from_secs(30),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let places = v["places"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p.as_u64().unwrap())
+        .collect();
+    (v["commitment"].as_str().unwrap().to_owned(), places)
+}
+
+/// `draw: true`: the commitment is shown from `opens_at`, the seed from the start; the
+/// seed hashes to the commitment, the README's Python recomputes every place the gateway gave,
+/// and `flashgate draw` says `match`, then names what differs once Redis's record is tampered
+/// with.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_draw_is_committed_revealed_and_checkable_by_anyone() {
+    let starts_at = in_secs(5);
+    let activity = TestActivity {
+        starts_at,
+        ..queued(
+            "1001",
+            100,
+            Queue::admit(2)
+                .window_secs(600)
+                .opens_at(in_secs(-60))
+                .draw(),
+        )
+    };
+    let stack = Stack::start(vec![activity]);
+    let gw = &stack.gw;
+    // The cursor stands still (paused), so each buyer's position is their place.
+    queue_control(gw, "1001", "pause").await;
+    let n = 25u64;
+    let mut tickets = Vec::new();
+    for i in 0..n {
+        let (t, _) = take_ticket(gw, "1001", &format!("early{i}")).await;
+        tickets.push(t);
+    }
+    let before = poll(gw, "1001", "early0", &tickets[0]).await;
+    let commitment = before["draw_commitment"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a commitment before the start: {before}"))
+        .to_owned();
+    assert_eq!(commitment.len(), 64);
+    assert!(
+        before.get("draw_seed").is_none(),
+        "no seed before the start: {before}"
+    );
+    stack
+        .redis
+        .wait_time_past("the start", rfc3339_ms(starts_at));
+    let after = wait_for_async(
+        "the seed to be revealed",
+        Duration::from_secs(10),
+        || async {
+            let v = poll(gw, "1001", "early0", &tickets[0]).await;
+            v["draw_seed"].is_string().then_some(v)
+        },
+    )
+    .await;
+    assert_eq!(
+        after["draw_commitment"],
+        commitment.as_str(),
+        "the commitment never changes"
+    );
+    let seed = after["draw_seed"].as_str().unwrap().to_owned();
+    let mut places = Vec::new();
+    for (i, t) in tickets.iter().enumerate() {
+        let v = poll(gw, "1001", &format!("early{i}"), t).await;
+        assert_eq!(v["place_final"], true, "{v}");
+        places.push(v["queue_position"].as_u64().unwrap());
+    }
+    // Anyone: the seed is the one committed to, and it draws exactly these places.
+    let (python_commitment, python_places) = python_check(&seed, n);
+    assert_eq!(python_commitment, commitment);
+    let by_number: Vec<u64> = tickets.iter().map(|t| number(t)).collect();
+    assert_eq!(by_number, (1..=n).collect::<Vec<_>>());
+    assert_eq!(
+        python_places, places,
+        "the README's Python against the gateway"
+    );
+    // The first drawn buys: its place is recorded; flashgate draw agrees.
+    queue_control(gw, "1001", "resume").await;
+    let first = places.iter().position(|p| *p == 1).unwrap();
+    let user = format!("early{first}");
+    wait_state(gw, "1001", &user, &tickets[first], "your_turn").await;
+    let r = buy(gw, "1001", &user, Some(&tickets[first])).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let places_key = "fg:{1001}:q:places";
+    wait_for(
+        "the admitted place to be recorded",
+        Duration::from_secs(10),
+        || {
+            let recorded: Option<u64> = redis::cmd("HGET")
+                .arg(places_key)
+                .arg(first + 1)
+                .query(&mut stack.redis.conn())
+                .unwrap();
+            recorded.filter(|p| *p == 1)
+        },
+    );
+    let config = gw.config_path();
+    let config = config.to_str().unwrap();
+    let args = ["draw", "--config", config, "--activity", "1001"];
+    let (code, out, err) = run_cli(&args, &[]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.ends_with("match\n"), "{out}");
+    assert!(out.contains(&seed), "{out}");
+    // A place admitted that the seed does not draw: named.
+    let _: () = redis::cmd("HSET")
+        .arg(places_key)
+        .arg(first + 1)
+        .arg(2)
+        .query(&mut stack.redis.conn())
+        .unwrap();
+    let (code, out, _) = run_cli(&args, &[]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains(&format!(
+            "DIFFERS: ticket {}: admitted at place 2",
+            first + 1
+        )),
+        "{out}"
+    );
+    assert!(out.ends_with("differ\n"), "{out}");
+    // A seed swapped after the commitment: named.
+    let _: () = redis::cmd("HSET")
+        .arg("fg:{1001}:q")
+        .arg("seed")
+        .arg("ab".repeat(32))
+        .query(&mut stack.redis.conn())
+        .unwrap();
+    let (code, out, _) = run_cli(&args, &[]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("is not sha256 of the seed"), "{out}");
+    let (code, _, err) = run_cli(&["draw", "--config", config, "--activity", "nope"], &[]);
+    assert_eq!(code, 2, "{err}");
+}

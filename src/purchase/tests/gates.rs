@@ -16,6 +16,7 @@ fn waiting_answer() -> waiting::Turn {
             paused: false,
         },
         challenge: None,
+        draw: None,
         cookie_max_age_secs: 60,
     })
 }

@@ -55,9 +55,10 @@ macro_rules! queue_script {
 queue_script!(QUEUE_TICKET, "../../../lua/queue_ticket.lua");
 queue_script!(QUEUE_STATE, "../../../lua/queue_state.lua");
 queue_script!(QUEUE_CONTROL, "../../../lua/queue_control.lua");
+queue_script!(QUEUE_PLACE, "../../../lua/queue_place.lua");
 
 /// Every script, for loading them up front (readiness).
-pub(super) fn all() -> [&'static Script; 15] {
+pub(super) fn all() -> [&'static Script; 16] {
     [
         &RESERVE,
         &RESTOCK,
@@ -74,5 +75,6 @@ pub(super) fn all() -> [&'static Script; 15] {
         &QUEUE_TICKET,
         &QUEUE_STATE,
         &QUEUE_CONTROL,
+        &QUEUE_PLACE,
     ]
 }
