@@ -206,6 +206,9 @@ metrics! {
     /// 1 while Redis's record of an activity refuses its configuration: not on sale.
     activity_refused: IntGaugeVec = "flashgate_activity_refused" ["activity"],
         "1 while Redis's record of an activity refuses its configuration (not on sale): segments changed, an older version, an older key layout, a lost key.";
+    /// 1 while an activity is fenced: its Redis master changed under it.
+    activity_fenced: IntGaugeVec = "flashgate_activity_fenced" ["activity"],
+        "1 while an activity is fenced: the Redis master its stock was accepted under was replaced (a replica promoted, a restart under a new replication id); it sells nothing until reconciled and resumed.";
     /// 1 when Redis may evict keys (maxmemory-policy not noeviction), 0 when not, -1 unknown.
     redis_may_evict: IntGauge = "flashgate_redis_may_evict" [],
         "1 when Redis's maxmemory-policy may evict flashgate's keys (anything but noeviction; a lost key can sell units twice), 0 when noeviction, -1 unknown.";
@@ -310,6 +313,7 @@ mod tests {
             &metrics.breaker_state,
             &metrics.breaker_mode,
             &metrics.activity_refused,
+            &metrics.activity_fenced,
         ] {
             family.with_label_values(&["x"]);
         }

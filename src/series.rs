@@ -103,6 +103,7 @@ pub fn preset_activity_series(metrics: &Metrics, activity: &str, has_queue: bool
     metrics.reservations_retired.with_label_values(&[activity]);
     metrics.reconcile_drift.with_label_values(&[activity]);
     metrics.activity_refused.with_label_values(&[activity]);
+    metrics.activity_fenced.with_label_values(&[activity]);
     metrics.restocked_units.with_label_values(&[activity]);
 }
 

@@ -2,6 +2,7 @@
 
 mod queue;
 mod restock;
+mod resume;
 
 use crate::config::{Activity, AdminToken, ConfirmMode};
 use crate::lifecycle::AdminOutcome;
@@ -148,6 +149,10 @@ impl ServeHttp for AdminApp {
                     let activity = activity.clone();
                     self.restock(session, &activity).await
                 }
+                None => unknown_activity(),
+            },
+            (&Method::POST, ["activities", act, "resume"]) => match activity(act) {
+                Some(activity) => self.resume(activity).await,
                 None => unknown_activity(),
             },
             (method, ["activities", act, "queue", rest @ ..]) => match activity(act) {
@@ -361,6 +366,9 @@ impl AdminApp {
             "hold_secs": activity.hold.as_secs(),
             "segments": activity.segments,
             "refused": self.gw.lifecycle.state().refusal(&activity.id).map(|r| r.to_string()),
+            // The failover fence: the Redis master was replaced under it (see stock::failover):
+            // null, or the segment, the master recorded and the one answering now.
+            "fenced": self.gw.store.failover().fence(&activity.id),
             "versions": rows.map(|rows| rows.iter().map(|r| json!({
                 "version": r.version,
                 "initial": r.initial,

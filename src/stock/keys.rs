@@ -98,6 +98,11 @@ impl SegmentKeys {
         self.versioned(version, "segments")
     }
 
+    /// The master this segment's stock was accepted under (the failover fence).
+    pub fn master(&self) -> String {
+        self.key("master")
+    }
+
     /// On the base tag: the waiting room's state (cursor, rate, pause, history, epoch).
     pub fn queue(&self) -> String {
         self.key("q")

@@ -21,6 +21,7 @@
 pub mod breaker;
 pub mod client;
 pub mod clock;
+pub mod failover;
 #[cfg(test)]
 pub mod fake;
 #[cfg(feature = "fault-injection")]
@@ -66,6 +67,7 @@ label_enum! {
         Transfer => "transfer",
         Queue => "queue",
         Restock => "restock",
+        Master => "master",
     }
 }
 
@@ -82,6 +84,7 @@ label_enum! {
         Transfer => "transfer",
         Queue => "queue",
         Restock => "restock",
+        Master => "master",
     }
 }
 
@@ -139,6 +142,8 @@ pub struct StockStore {
     /// Whether an activity has units left anywhere, one read at a time per activity and
     /// version (see `segments::Reserving::standing`).
     standings: Standings,
+    /// The failover fence: the masters this process saw accepted, and what is fenced.
+    failover: failover::Failover,
 }
 
 type Standings =
@@ -156,6 +161,7 @@ impl StockStore {
             clock: clock::RedisClock::default(),
             reserves: scripts::reserve::Batches::new(scripts::reserve::MAX_BATCH),
             standings: Standings::default(),
+            failover: failover::Failover::default(),
         })
     }
 

@@ -10,6 +10,7 @@ mod burst;
 mod decisions;
 mod defence;
 mod edge;
+mod failover;
 mod failures;
 mod fences;
 mod integrity;

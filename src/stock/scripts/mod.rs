@@ -31,6 +31,7 @@ macro_rules! script {
 
 script!(RESERVE, "../../../lua/reserve.lua");
 script!(RESTOCK, "../../../lua/restock.lua");
+script!(MASTER, "../../../lua/master.lua");
 script!(RELEASE, "../../../lua/release.lua");
 script!(CONFIRM, "../../../lua/confirm.lua");
 script!(SWEEP, "../../../lua/sweep.lua");
@@ -58,7 +59,7 @@ queue_script!(QUEUE_CONTROL, "../../../lua/queue_control.lua");
 queue_script!(QUEUE_PLACE, "../../../lua/queue_place.lua");
 
 /// Every script, for loading them up front (readiness).
-pub(super) fn all() -> [&'static Script; 16] {
+pub(super) fn all() -> [&'static Script; 17] {
     [
         &RESERVE,
         &RESTOCK,
@@ -76,5 +77,6 @@ pub(super) fn all() -> [&'static Script; 16] {
         &QUEUE_STATE,
         &QUEUE_CONTROL,
         &QUEUE_PLACE,
+        &MASTER,
     ]
 }
