@@ -129,16 +129,7 @@ fn main() -> ExitCode {
                 .map(|r| (r.table(), r.clean()));
             reconcile_exit(report, "clean", "DRIFT")
         }
-        Command::Draw { config, activity } => {
-            let settings = match Settings::load_without_secrets(&config) {
-                Ok(s) => s,
-                Err(e) => {
-                    eprintln!("{}: {e}", config.display());
-                    return ExitCode::from(EXIT_CONFIG);
-                }
-            };
-            draw_exit(flashgate::waiting::audit::run_cli(settings, &activity))
-        }
+        Command::Draw { config, activity } => draw(&config, &activity),
         Command::Serve { config, upgrade } => {
             let (settings, source) = match ConfigSource::load(&config) {
                 Ok(loaded) => loaded,
@@ -191,11 +182,16 @@ fn emit(text: &str) {
     let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
 }
 
-/// Prints `flashgate draw`'s report, then `match` (exit 0) or `differ` (exit 1).
-fn draw_exit(
-    audit: Result<flashgate::waiting::audit::Audit, flashgate::reconcile::ReconcileError>,
-) -> ExitCode {
-    match audit {
+/// `flashgate draw`: prints the report, then `match` (exit 0) or `differ` (exit 1).
+fn draw(config: &std::path::Path, activity: &str) -> ExitCode {
+    let settings = match Settings::load_without_secrets(config) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("{}: {e}", config.display());
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
+    match flashgate::reconcile::draw_cli(settings, activity) {
         Ok(audit) if audit.matches() => {
             emit(&format!("{}match\n", audit.report()));
             ExitCode::SUCCESS

@@ -102,16 +102,7 @@ impl FlashProxy {
         .await;
         match answer {
             Ok((activity, answer)) => {
-                let landing = match activity.queue.as_ref().and_then(|q| q.landing_url.clone()) {
-                    Some(url) => Landing::Url(url),
-                    None => match settings.sale_routes.first() {
-                        Some(route) => Landing::Purchase {
-                            method: route.method().to_string(),
-                            target: route.path_for(&activity.id),
-                        },
-                        None => Landing::Url("/".to_owned()),
-                    },
-                };
+                let landing = poll_landing(settings, &activity);
                 let reply = page::reply(
                     &answer,
                     StatusCode::OK,
@@ -127,6 +118,21 @@ impl FlashProxy {
                 Ok(true)
             }
         }
+    }
+}
+
+/// Where the waiting page reached by a poll sends the buyer at their turn: the queue's
+/// `landing_url`, else the first sale route's purchase.
+fn poll_landing(settings: &crate::config::Settings, activity: &crate::config::Activity) -> Landing {
+    match activity.queue.as_ref().and_then(|q| q.landing_url.clone()) {
+        Some(url) => Landing::Url(url),
+        None => match settings.sale_routes.first() {
+            Some(route) => Landing::Purchase {
+                method: route.method().to_string(),
+                target: route.path_for(&activity.id),
+            },
+            None => Landing::Url("/".to_owned()),
+        },
     }
 }
 

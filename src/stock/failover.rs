@@ -22,7 +22,8 @@
 //! script call per segment: INFO and a GET), for the gauge `flashgate_activity_fenced`, the
 //! admin view, and to answer `unavailable` without asking Redis.
 
-use super::{Layout, ScriptName, StockStore, StoreError, StoreOp};
+use super::scripts::master::Verdict;
+use super::{Layout, StockStore, StoreError};
 use crate::config::Activity;
 use parking_lot::RwLock;
 use std::collections::{HashMap, HashSet};
@@ -95,13 +96,6 @@ impl Failover {
     }
 }
 
-/// One master script's answer.
-struct Verdict {
-    verdict: String,
-    current: String,
-    recorded: String,
-}
-
 impl StockStore {
     /// This process's knowledge of the masters.
     pub fn failover(&self) -> &Failover {
@@ -120,31 +114,6 @@ impl StockStore {
             .any(|s| fenced.contains(&self.keys.of(s).master()))
     }
 
-    async fn master(
-        &self,
-        record: &str,
-        activity: &Activity,
-        accept: bool,
-    ) -> Result<Verdict, StoreError> {
-        let mut invocation = super::scripts::MASTER.prepare_invoke();
-        invocation
-            .key(record)
-            .arg(self.failover.expected(record))
-            .arg(self.expire_at(activity))
-            .arg(if accept { "accept" } else { "" });
-        let reply: Vec<String> = self
-            .eval(ScriptName::Master, StoreOp::Master, &invocation)
-            .await?;
-        match <[String; 3]>::try_from(reply) {
-            Ok([verdict, current, recorded]) => Ok(Verdict {
-                verdict,
-                current,
-                recorded,
-            }),
-            Err(reply) => Err(StoreError::protocol(ScriptName::Master, reply)),
-        }
-    }
-
     /// Checks every segment of `activity` (each gateway, every [`CHECK_INTERVAL`]): the gauge
     /// and the admin view follow. Returns the fence, if any.
     pub async fn check_master(&self, activity: &Activity) -> Result<Option<Fence>, StoreError> {
@@ -152,7 +121,9 @@ impl StockStore {
         let mut fence = None;
         for segment in Layout::of(activity).segments() {
             let record = self.keys.of(segment).master();
-            let verdict = self.master(&record, activity, false).await?;
+            let verdict = self
+                .master(&record, self.failover.expected(&record), activity, false)
+                .await?;
             self.failover.saw(&record, &verdict, accepts);
             if verdict.verdict == "fenced" && fence.is_none() {
                 fence = Some(Fence {
@@ -174,11 +145,15 @@ impl StockStore {
     pub async fn accept_master(&self, activity: &Activity) -> Result<(), StoreError> {
         for segment in Layout::of(activity).segments() {
             let record = self.keys.of(segment).master();
-            let verdict = self.master(&record, activity, true).await?;
+            let verdict = self
+                .master(&record, self.failover.expected(&record), activity, true)
+                .await?;
+            // Checks that read before this accept say nothing after it.
             let accepts = self
                 .failover
                 .accepts
-                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+                + 1;
             if verdict.recorded != verdict.current {
                 tracing::warn!(activity = %activity.id, segment = segment.index(),
                     previous = %verdict.recorded, now = %verdict.current,

@@ -102,6 +102,10 @@ pub enum StoreError {
     /// The batched call carrying this item was dropped before its answer.
     #[error(transparent)]
     Lost(#[from] crate::coalesce::Lost),
+    /// The failover fence refused the call: the segment's Redis master was replaced (see
+    /// [`failover`]); nothing ran.
+    #[error("the Redis master of this segment was replaced: fenced until resumed")]
+    Fenced,
 }
 
 impl StoreError {
@@ -113,6 +117,7 @@ impl StoreError {
             StoreError::Timeout(_) | StoreError::Protocol { .. } | StoreError::Lost(_) => true,
             StoreError::Redis(e) => !e.is_connection_refusal(),
             StoreError::Batch(e) => e.may_have_landed(),
+            StoreError::Fenced => false,
         }
     }
 

@@ -7,12 +7,12 @@
 //! - the arrivals must hold each ticket number of the pre-queue once;
 //! - every place a gateway admitted a ticket at must be the place recomputed for it.
 //!
-//! It says `match` when all agree, else lists what differs.
+//! It says `match` when all agree, else lists what differs. (The command line's entry:
+//! `reconcile::draw_cli`.)
 
 use super::draw::{self, Seed};
-use crate::config::{Activity, Settings};
-use crate::reconcile::ReconcileError;
-use crate::stock::{Layout, StockStore, StoreOp};
+use crate::config::Activity;
+use crate::stock::{Layout, StockStore, StoreError, StoreOp};
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write;
 
@@ -79,7 +79,7 @@ impl Audit {
 }
 
 /// Checks `activity`'s draw against the recomputation from what `store` recorded.
-pub async fn audit(store: &StockStore, activity: &Activity) -> Result<Audit, ReconcileError> {
+pub async fn audit(store: &StockStore, activity: &Activity) -> Result<Audit, StoreError> {
     let base = store.keys().base(&Layout::new(activity.id.clone(), 1));
     let read = |key: String| async move {
         store
@@ -160,16 +160,6 @@ pub fn check(
         });
     }
     audit
-}
-
-/// `flashgate draw`: the audit of one configured activity, on a store of its own.
-pub fn run_cli(settings: Settings, activity: &str) -> Result<Audit, ReconcileError> {
-    let act = settings
-        .activities
-        .get(activity)
-        .cloned()
-        .ok_or_else(|| ReconcileError::UnknownActivity(activity.to_owned()))?;
-    crate::reconcile::with_store(&settings, async |store| audit(store, &act).await)
 }
 
 #[cfg(test)]

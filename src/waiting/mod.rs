@@ -15,6 +15,7 @@
 
 pub mod audit;
 pub mod challenge;
+mod defence;
 pub mod draw;
 #[cfg(test)]
 mod fake;
@@ -36,6 +37,8 @@ use store::QueueStore;
 use ticket::Ticket;
 use view::{Status, View};
 
+pub use defence::{ChallengeOutcome, Published};
+
 crate::label_enum! {
     /// Why a queue's cursor stands, as the `why` label of `flashgate_queue_paused`.
     pub enum Standing {
@@ -43,21 +46,6 @@ crate::label_enum! {
         Operator => "operator",
         /// Nothing is left to sell: held until units come back.
         SoldOut => "sold_out",
-    }
-}
-
-crate::label_enum! {
-    /// What became of a proof-of-work challenge, as the `outcome` label of
-    /// `flashgate_queue_challenges_total`.
-    pub enum ChallengeOutcome {
-        /// A challenge sent instead of a ticket.
-        Issued => "issued",
-        /// A ticket given for a valid solution (spent now).
-        Solved => "solved",
-        /// A solution refused: wrong, forged, another user's or activity's, expired, spent.
-        Refused => "refused",
-        /// Shadow mode: a ticket given without a valid solution.
-        ShadowPassed => "shadow_passed",
     }
 }
 
@@ -95,14 +83,6 @@ pub struct Answer {
     pub draw: Option<Published>,
     /// Seconds until the ticket's cookie should expire (the sale's end).
     pub cookie_max_age_secs: u64,
-}
-
-/// What the poll publishes of the draw (`queue.draw: true`): the commitment to the seed from
-/// `opens_at`, the seed once the sale started and the pre-queue was drawn (both hex).
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Published {
-    pub commitment: Option<String>,
-    pub seed: Option<String>,
 }
 
 /// Tickets admitted this process already counted (per activity, by number): bounded.
@@ -414,28 +394,6 @@ impl<S: QueueStore> WaitingRoom<S> {
         ))
     }
 
-    /// What the poll shows of the draw, by Redis's clock as last read: the commitment from
-    /// `opens_at`, the seed from `starts_at` once the pre-queue is drawn (never before: the
-    /// seed known early would tell which ticket numbers draw the first places).
-    fn published(&self, activity: &Activity, queue: &QueueSettings) -> Option<Published> {
-        if !queue.draw {
-            return None;
-        }
-        let view = self.view(activity)?;
-        let now = view.redis_now_ms() as i64;
-        let commitment = view
-            .state
-            .commitment
-            .clone()
-            .filter(|_| now >= queue.opens_at.timestamp_millis());
-        let seed = view
-            .state
-            .drawn
-            .filter(|_| now >= activity.starts_at.timestamp_millis() && commitment.is_some())
-            .map(|(_, seed)| draw::seed_hex(&seed));
-        Some(Published { commitment, seed })
-    }
-
     /// The ticket this process last had Redis issue `user`, if it is of the queue as it is now.
     fn remembered(&self, activity: &Activity, user: &str) -> Option<(Ticket, String)> {
         let (ticket, raw) = self.issued.get(&(activity.id.clone(), user.to_owned()))?;
@@ -443,71 +401,6 @@ impl<S: QueueStore> WaitingRoom<S> {
             .view(activity)
             .is_some_and(|v| ticket.epoch == v.state.epoch);
         current.then_some((ticket, raw))
-    }
-
-    /// A buyer with no ticket of their own: the one remembered or issued now, or (with a
-    /// challenge) a challenge to solve first; a solution sent is checked (no Redis read) and
-    /// spent with the ticket's issue (one write). A solution is looked at only here: a request
-    /// with a valid ticket is answered for its ticket.
-    async fn without_ticket(
-        &self,
-        key: &[u8; 32],
-        activity: &Activity,
-        queue: &QueueSettings,
-        user: &str,
-        solution: Option<&str>,
-    ) -> Result<Result<(Ticket, String), Box<challenge::Challenge>>, Decision> {
-        let Some(setting) = &queue.challenge else {
-            return match self.remembered(activity, user) {
-                Some(found) => Ok(Ok(found)),
-                None => self.issue(key, activity, queue, user, None).await.map(Ok),
-            };
-        };
-        let view = self.current_view(activity, queue).await?;
-        let ckey = challenge::key(key);
-        let binding = challenge::Binding {
-            activity: &activity.id,
-            user,
-            epoch: view.state.epoch,
-        };
-        let now_ms = view.redis_now_ms();
-        let count = |outcome| self.count_challenge(activity, outcome);
-        let Some(raw) = solution else {
-            if let Some(found) = self.remembered(activity, user) {
-                return Ok(Ok(found));
-            }
-            if setting.shadow {
-                count(ChallengeOutcome::ShadowPassed);
-                return self.issue(key, activity, queue, user, None).await.map(Ok);
-            }
-            count(ChallengeOutcome::Issued);
-            let expires_ms = now_ms + setting.expires.as_millis() as u64;
-            let max_number = setting.max_number_for(view.length());
-            let c = challenge::issue(&ckey, binding, now_ms, expires_ms, max_number);
-            return Ok(Err(Box::new(c)));
-        };
-        let opens_ms = queue.opens_at.timestamp_millis().max(0) as u64;
-        match challenge::verify(&ckey, binding, raw, now_ms, opens_ms) {
-            Ok(solved) => {
-                let spend = store::Spend {
-                    challenge: solved.challenge,
-                    expires_ms: solved.expires_ms,
-                    enforce: !setting.shadow,
-                };
-                self.issue(key, activity, queue, user, Some(&spend))
-                    .await
-                    .map(Ok)
-            }
-            Err(why) => {
-                tracing::debug!(activity = %activity.id, %why, "challenge solution refused");
-                count(ChallengeOutcome::Refused);
-                if !setting.shadow {
-                    return Err(Decision::InvalidTicket);
-                }
-                count(ChallengeOutcome::ShadowPassed);
-                self.issue(key, activity, queue, user, None).await.map(Ok)
-            }
-        }
     }
 
     /// The queue as last read, read now if nothing was read lately.
@@ -575,27 +468,10 @@ impl<S: QueueStore> WaitingRoom<S> {
                 Decision::Unavailable
             })?;
         let known = self.view(activity).and_then(|v| v.left);
-        let count = |outcome| self.count_challenge(activity, outcome);
+        self.count_spend(activity, spend, &issued);
         let (number, fresh) = match issued {
-            store::Issued::Ticket {
-                number,
-                fresh,
-                spent,
-            } => {
-                match (spend.is_some(), spent) {
-                    (true, false) => count(ChallengeOutcome::Solved),
-                    (true, true) => {
-                        count(ChallengeOutcome::Refused);
-                        count(ChallengeOutcome::ShadowPassed);
-                    }
-                    (false, _) => {}
-                }
-                (number, fresh)
-            }
-            store::Issued::Spent => {
-                count(ChallengeOutcome::Refused);
-                return Err(Decision::InvalidTicket);
-            }
+            store::Issued::Ticket { number, fresh, .. } => (number, fresh),
+            store::Issued::Spent => return Err(Decision::InvalidTicket),
             // This gateway's clock runs ahead of or behind Redis's: Redis's counts.
             store::Issued::NotOpen => return Err(Decision::NotStarted),
             store::Issued::Closed => return Err(Decision::Ended),
@@ -661,13 +537,6 @@ impl<S: QueueStore> WaitingRoom<S> {
         Ok(status)
     }
 
-    fn count_challenge(&self, activity: &Activity, outcome: ChallengeOutcome) {
-        self.metrics
-            .queue_challenges
-            .with_label_values(&[&activity.id, outcome.as_str()])
-            .inc();
-    }
-
     /// The first time this process sees a ticket admitted: counted, and its wait observed.
     fn count_admitted(&self, activity: &Activity, queue: &QueueSettings, ticket: Ticket) {
         let key = (activity.id.clone(), ticket.number);
@@ -690,34 +559,6 @@ impl<S: QueueStore> WaitingRoom<S> {
                 .with_label_values(&[label])
                 .observe(waited as f64 / 1000.0);
         }
-    }
-
-    /// A pre-queue ticket admitted: the place this gateway admitted it at is written down in
-    /// the background (once per ticket, the first gateway's), for `flashgate draw` to check
-    /// against the seed. Lost if Redis does not answer (logged): the check then has one place
-    /// fewer to compare, never a wrong one.
-    fn record_place(&self, activity: &Activity, number: u64) {
-        let Some(place) = self
-            .view(activity)
-            .and_then(|v| v.state.drawn)
-            .filter(|(drawn, _)| number <= *drawn)
-            .map(|(drawn, seed)| draw::place(number, Some(drawn), &seed))
-        else {
-            return;
-        };
-        let placed = store::Placed {
-            activity: activity.id.clone(),
-            ends_at: activity.ends_at,
-            number,
-            place,
-        };
-        let store = self.store.clone();
-        tokio::spawn(async move {
-            let activity = placed.activity.clone();
-            if let Err(e) = store.record_place(placed).await {
-                tracing::warn!(%activity, error = %e, "a drawn place not recorded");
-            }
-        });
     }
 
     /// The queue's state read from Redis now (admin API).

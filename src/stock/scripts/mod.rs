@@ -10,6 +10,7 @@ pub mod confirm;
 pub mod deposit;
 pub mod due;
 pub mod ledger;
+pub mod master;
 pub mod prewarm;
 pub mod release;
 pub mod reserve;
