@@ -287,6 +287,11 @@ pub const BAD: &[Bad] = &[
         expect: "unknown field `difficulty`",
     },
     Bad {
+        name: "queue-draw-not-bool",
+        patch: &[("activities.0.stock", Some("10")), ("activities.0.queue", Some("{\"admit_per_second\": 10, \"draw\": \"yes\"}"))],
+        expect: "activities[0].queue",
+    },
+    Bad {
         name: "queue-factor-below-one",
         patch: &[("activities.0.stock", Some("10")), ("activities.0.queue", Some("{\"admit_per_second\": 10, \"too_late_factor\": 0.5}"))],
         expect: "activities[0].queue.too_late_factor: must be a number of at least 1",
