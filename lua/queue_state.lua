@@ -7,9 +7,11 @@
 -- the cursor stands while it exists   KEYS[4] the stock key of the version on sale
 -- (unsegmented: same tag; segmented: not passed, ARGV[6] says instead)
 -- ARGV[1] configured rate   ARGV[2] the sale's start (unix ms)   ARGV[3] a random number (the
--- draw's seed, and the epoch of a queue set up now)
+-- epoch of a queue set up now)
 -- ARGV[4] expire-at (unix s)   ARGV[5] 1 to set the rate to ARGV[1] (a reload changed it)
 -- ARGV[6] units left over all segments ('' for unsegmented: KEYS[2] is read)
+-- ARGV[7] a random seed (64 hex digits) and ARGV[8] its commitment: the draw's, if none was
+--         chosen yet (see queue_commit)
 --
 -- Returns the queue state (see queue_reply) followed by the units left (-1: not known).
 
@@ -17,8 +19,9 @@ local q = KEYS[1]
 local now = now_ms()
 queue_init(q, KEYS[2], ARGV[1], ARGV[2], now, ARGV[3])
 local s = queue_state(q)
+queue_commit(q, s, ARGV[7], ARGV[8])
 queue_reschedule(q, s, ARGV[2], now)
-queue_freeze(q, s, now, ARGV[3])
+queue_freeze(q, s, now)
 queue_stand(q, s, 'halted', redis.call('EXISTS', KEYS[3]) == 1, now)
 if ARGV[5] == '1' and tonumber(ARGV[1]) ~= s.rate then
   queue_rebase(q, s, now)

@@ -25,6 +25,12 @@ use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 use support::*;
 
+/// The random values the scripts are offered (fixed: the model does not draw).
+const FRESH: store::Fresh = store::Fresh {
+    epoch: 1,
+    seed: [1; 32],
+};
+
 #[derive(Debug, Clone)]
 enum Op {
     Ticket(u8),
@@ -150,6 +156,8 @@ fn run(ops: Vec<Op>) {
         admission_window: Duration::from_secs(60),
         too_late_factor: 1.5,
         landing_url: None,
+        challenge: None,
+        draw: false,
     };
     activity.queue = Some(queue.clone());
     let stock_key = format!("fg:{{{id}}}:v1:stock");
@@ -176,18 +184,24 @@ fn run(ops: Vec<Op>) {
     };
     let mut configured = queue.clone();
     fx.runtime.block_on(async {
-        let (s, _) = store::state(&fx.store, &activity, &configured, 1, false, None)
+        let (s, _) = store::state(&fx.store, &activity, &configured, &FRESH, false, None)
             .await
             .unwrap();
         model.check(&s, &Op::Read);
         for op in &ops {
             let state = match *op {
                 Op::Ticket(user) => {
-                    let (s, issued) =
-                        store::ticket(&fx.store, &activity, &configured, &format!("u{user}"), 1)
-                            .await
-                            .unwrap();
-                    let store::Issued::Ticket { number, fresh } = issued else {
+                    let (s, issued) = store::ticket(
+                        &fx.store,
+                        &activity,
+                        &configured,
+                        &format!("u{user}"),
+                        &FRESH,
+                        None,
+                    )
+                    .await
+                    .unwrap();
+                    let store::Issued::Ticket { number, fresh, .. } = issued else {
                         panic!("the queue is open: {issued:?}");
                     };
                     match model.numbers.get(&user) {
@@ -216,7 +230,7 @@ fn run(ops: Vec<Op>) {
                 }
                 Op::Read => {
                     model.held = model.stock == 0;
-                    store::state(&fx.store, &activity, &configured, 1, false, None)
+                    store::state(&fx.store, &activity, &configured, &FRESH, false, None)
                         .await
                         .unwrap()
                         .0
@@ -243,7 +257,7 @@ fn run(ops: Vec<Op>) {
                     } else {
                         configured.admit_per_second = rate;
                         model.held = model.stock == 0;
-                        store::state(&fx.store, &activity, &configured, 1, true, None)
+                        store::state(&fx.store, &activity, &configured, &FRESH, true, None)
                             .await
                             .unwrap()
                             .0
@@ -260,7 +274,7 @@ fn run(ops: Vec<Op>) {
                         activity.starts_at = later;
                     }
                     model.held = model.stock == 0;
-                    store::state(&fx.store, &activity, &configured, 1, false, None)
+                    store::state(&fx.store, &activity, &configured, &FRESH, false, None)
                         .await
                         .unwrap()
                         .0
@@ -309,11 +323,15 @@ fn no_ticket_is_issued_outside_the_rooms_hours_by_redis_clock() {
             admission_window: Duration::from_secs(60),
             too_late_factor: 1.5,
             landing_url: None,
+            challenge: None,
+            draw: false,
         };
         activity.queue = Some(queue.clone());
         let (_, issued) = fx
             .runtime
-            .block_on(store::ticket(&fx.store, &activity, &queue, "u1", 1))
+            .block_on(store::ticket(
+                &fx.store, &activity, &queue, "u1", &FRESH, None,
+            ))
             .unwrap();
         let tickets: std::collections::HashMap<String, String> = redis::cmd("HGETALL")
             .arg(format!("fg:{{{id}}}:q:tickets"))
@@ -351,10 +369,13 @@ mod postponements {
             admission_window: Duration::from_secs(window_secs),
             too_late_factor: 1.5,
             landing_url: None,
+            challenge: None,
+            draw: false,
         }
     }
 
-    /// A state reply (queue_reply): seq start rate base t0 paused held drawn seed now epoch hist lapsed.
+    /// A state reply (queue_reply): seq start rate base t0 paused held drawn seed now epoch hist
+    /// lapsed commit.
     fn reply(start: u64, rate: u64, base: u64, now: u64, hist: &str) -> QueueState {
         let r: Vec<String> = [
             "0".to_string(),
@@ -370,6 +391,7 @@ mod postponements {
             "1".into(),
             hist.to_string(),
             "0".into(),
+            String::new(),
         ]
         .to_vec();
         QueueState::parse(&r).expect("reply parses")

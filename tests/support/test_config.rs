@@ -16,6 +16,10 @@ pub struct Queue {
     pub admission_window_secs: Option<u64>,
     /// RFC 3339.
     pub opens_at: Option<String>,
+    /// `challenge:` (proof of work before a ticket), as YAML.
+    pub challenge: Option<Value>,
+    /// `draw: true`: publish the draw's commitment and seed.
+    pub draw: Option<bool>,
 }
 
 impl Queue {
@@ -25,7 +29,21 @@ impl Queue {
             admit_per_second: per_second,
             admission_window_secs: None,
             opens_at: None,
+            challenge: None,
+            draw: None,
         }
+    }
+
+    /// A proof of work before a ticket: `challenge: <yaml>` (e.g. `{"max_number": 1000}`).
+    pub fn challenge(mut self, yaml: Value) -> Self {
+        self.challenge = Some(yaml);
+        self
+    }
+
+    /// `draw: true`.
+    pub fn draw(mut self) -> Self {
+        self.draw = Some(true);
+        self
     }
 
     pub fn window_secs(mut self, secs: u64) -> Self {
