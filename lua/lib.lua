@@ -189,3 +189,25 @@ local function deposit(k, id, qty)
   end
   return 1
 end
+
+-- The failover fence (see src/stock/failover.rs). Each segment records, beside its stock, the
+-- identity of the master its stock was accepted under (<tag>:master, INFO replication's
+-- master_replid), replicated with the stock. A replica promoted, or a master restarted under a
+-- new replication id, answers with another identity than the one recorded: its data may lack
+-- the last writes the old master acknowledged, so nothing is sold here until an operator
+-- accepts the new master (resume). Costs one INFO (about 4 us) and one GET a script call.
+local function master_replid()
+  return string.match(redis.call('INFO', 'replication'), 'master_replid:(%w+)') or ''
+end
+
+-- Whether stock may be taken under `key`'s record: the recorded identity is this master's;
+-- with none recorded, `expected` (the gateway's memory of this segment's master, '' if it has
+-- none) must be this master's. Returns the verdict, this master's identity and the record.
+local function master_holds(key, expected)
+  local current = master_replid()
+  local recorded = redis.call('GET', key)
+  if recorded then
+    return recorded == current, current, recorded
+  end
+  return expected == '' or expected == current, current, false
+end

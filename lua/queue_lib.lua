@@ -15,7 +15,10 @@
 --            lifting one never lifts the other; replies report paused while either holds
 --   held     1 while nothing is left to sell (the cursor waits for units to come back)
 --   drawn    the tickets issued before the start (their places are drawn at the start), once
---            the start has passed; seed: the draw's seed (see src/waiting/draw.rs)
+--            the start has passed
+--   seed     the draw's seed (64 hex digits: 32 bytes; an older flashgate's: a decimal number),
+--            chosen when the queue is set up, never changed after; see src/waiting/draw.rs
+--   commit   hex(sha256(the seed's 32 bytes)), written with the seed (published from opens_at)
 --   epoch    a random id written when the queue was set up: tickets carry it, so a ticket of a
 --            queue Redis lost holds no place in the one set up again
 --   hist     the cursor's recent history, for when each place was reached (its admission
@@ -38,12 +41,12 @@ local HIST_MAX = 16
 
 local function queue_state(q)
   local f = redis.call('HMGET', q, 'seq', 'start', 'rate', 'base', 't0', 'paused', 'held',
-    'drawn', 'seed', 'epoch', 'hist', 'lapsed', 'halted', 'step', 'active')
+    'drawn', 'seed', 'epoch', 'hist', 'lapsed', 'halted', 'commit', 'step', 'active')
   return {seq = tonumber(f[1] or '0'), start = tonumber(f[2] or '0'), rate = tonumber(f[3] or '1'),
     base = tonumber(f[4] or '0'), t0 = tonumber(f[5] or '0'), paused = f[6] == '1',
     held = f[7] == '1', drawn = f[8], seed = f[9], epoch = f[10] or '0', hist = f[11] or '',
-    lapsed = tonumber(f[12] or '0'), halted = f[13] == '1', stepped = f[14] == '1',
-    active = tonumber(f[15] or '0')}
+    lapsed = tonumber(f[12] or '0'), halted = f[13] == '1', commit = f[14],
+    stepped = f[15] == '1', active = tonumber(f[16] or '0')}
 end
 
 local function queue_running(s)
@@ -143,19 +146,30 @@ local function queue_reschedule(q, s, start, now)
   end
 end
 
--- At the first call at or after the start: the tickets issued so far are drawn, from `seed`.
-local function queue_freeze(q, s, now, seed)
+-- The draw's seed and its commitment, chosen once: when the queue is set up (queue_init calls
+-- this), or for a queue an older flashgate set up, at the first call before its draw. Never
+-- changed once written (a drawn queue without a commitment keeps its seed: nothing was
+-- promised for it).
+local function queue_commit(q, s, seed, commit)
+  if not s.commit and not s.drawn then
+    s.seed, s.commit = seed, commit
+    redis.call('HSET', q, 'seed', seed, 'commit', commit)
+  end
+end
+
+-- At the first call at or after the start: the tickets issued so far are drawn (with the seed
+-- committed to).
+local function queue_freeze(q, s, now)
   if now >= s.start and not s.drawn then
     s.drawn = tostring(s.seq)
-    s.seed = seed
-    redis.call('HSET', q, 'drawn', s.drawn, 'seed', seed)
+    redis.call('HSET', q, 'drawn', s.drawn)
   end
 end
 
 local function queue_reply(s, now, extra)
   local out = {int(s.seq), int(s.start), int(s.rate), int(s.base), int(s.t0),
     (s.paused or s.halted) and '1' or '0', s.held and '1' or '0', s.drawn or '', s.seed or '', int(now),
-    s.epoch, s.hist, int(s.lapsed), s.stepped and '1' or '0', int(s.active)}
+    s.epoch, s.hist, int(s.lapsed), s.commit or '', s.stepped and '1' or '0', int(s.active)}
   for _, v in ipairs(extra or {}) do
     out[#out + 1] = v
   end

@@ -8,11 +8,13 @@
 -- (see queue_lib.lua)   KEYS[7] the stock key of the version on sale (unsegmented: same tag;
 -- segmented: not passed, ARGV[6] says instead)
 -- ARGV[1] configured rate   ARGV[2] the sale's start (unix ms)   ARGV[3] a random number (the
--- draw's seed, and the epoch of a queue set up now)
+-- epoch of a queue set up now)
 -- ARGV[4] expire-at (unix s)   ARGV[5] 1 to set the rate to ARGV[1] (a reload changed it)
 -- ARGV[6] units left over all segments ('' for unsegmented: KEYS[7] is read)
--- ARGV[7] '' for the time-function cursor, else stepped (queue_step): skip_absent_after in ms
--- (0: none)   ARGV[8] max_active (0: none)   ARGV[9] the admission window (ms)
+-- ARGV[7] a random seed (64 hex digits) and ARGV[8] its commitment: the draw's, if none was
+--         chosen yet (see queue_commit)
+-- ARGV[9] '' for the time-function cursor, else stepped (queue_step): skip_absent_after in ms
+-- (0: none)   ARGV[10] max_active (0: none)   ARGV[11] the admission window (ms)
 --
 -- Returns the queue state (see queue_reply) followed by the units left (-1: not known).
 
@@ -20,8 +22,9 @@ local q = KEYS[1]
 local now = now_ms()
 queue_init(q, KEYS[2], ARGV[1], ARGV[2], now, ARGV[3])
 local s = queue_state(q)
+queue_commit(q, s, ARGV[7], ARGV[8])
 queue_reschedule(q, s, ARGV[2], now)
-queue_freeze(q, s, now, ARGV[3])
+queue_freeze(q, s, now)
 queue_stand(q, s, 'halted', redis.call('EXISTS', KEYS[3]) == 1, now)
 if ARGV[5] == '1' and tonumber(ARGV[1]) ~= s.rate then
   queue_rebase(q, s, now)
@@ -39,9 +42,9 @@ end
 if left >= 0 then
   queue_stand(q, s, 'held', left == 0, now)
 end
-if ARGV[7] ~= '' then
-  queue_step(q, s, {KEYS[4], KEYS[5], KEYS[6]}, now, tonumber(ARGV[7]), tonumber(ARGV[8]),
-    tonumber(ARGV[9]), ARGV[4])
+if ARGV[9] ~= '' then
+  queue_step(q, s, {KEYS[4], KEYS[5], KEYS[6]}, now, tonumber(ARGV[9]), tonumber(ARGV[10]),
+    tonumber(ARGV[11]), ARGV[4])
 end
 extend(q, ARGV[4])
 return queue_reply(s, now, {int(left)})

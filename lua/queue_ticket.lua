@@ -4,28 +4,42 @@
 -- KEYS[1] the queue hash   KEYS[2] its tickets (user -> number)   KEYS[3] the stepped
 -- admission's seen (place -> last poll): a ticket issued to a stepped queue counts as seen now
 -- ARGV[1] user   ARGV[2] configured rate   ARGV[3] the sale's start (unix ms)
--- ARGV[4] a random number: the draw's seed if the start passed and none was drawn yet, and the
---         queue's epoch if it is set up now
+-- ARGV[4] a random number: the queue's epoch if it is set up now
+-- ARGV[8] a random seed (64 hex digits) and ARGV[9] its commitment: the draw's, if none was
+--         chosen yet (see queue_commit)
 -- ARGV[5] expire-at (unix s)
 -- ARGV[6] the queue opens, ARGV[7] the sale closes (unix ms): no ticket is issued outside
 --         [opens, closes) by Redis's clock, whatever the clock of the gateway that asks
+-- KEYS[4] (optional) a proof-of-work solution's key: spent here, once (SET NX until ARGV[10],
+--         unix ms); ARGV[11] '1' refuses a spent one (else, shadow mode, it is only reported)
 --
--- Returns the queue state (see queue_reply) followed by the ticket number and 1 if it was
--- issued now, 0 if the user had it already; or by 0 and 'early' (the queue is not open yet)
--- or 0 and 'late' (the sale closed), when nothing was issued. Numbers grow with arrival (FIFO after the start)
+-- Returns the queue state (see queue_reply) followed by the ticket number, 1 if it was
+-- issued now, 0 if the user had it already, and 1 if the solution given was spent before (else
+-- 0); or by 0 and 'early' (the queue is not open yet), 0 and 'late' (the sale closed) or 0 and
+-- 'used' (a spent solution, enforced), when nothing was issued. Numbers grow with arrival (FIFO after the start)
 -- but may skip: see below.
 
 local q, tickets = KEYS[1], KEYS[2]
 local now = now_ms()
 queue_init(q, tickets, ARGV[2], ARGV[3], now, ARGV[4])
 local s = queue_state(q)
+queue_commit(q, s, ARGV[8], ARGV[9])
 queue_reschedule(q, s, ARGV[3], now)
-queue_freeze(q, s, now, ARGV[4])
+queue_freeze(q, s, now)
 if now < tonumber(ARGV[6]) then
   return queue_reply(s, now, {'0', 'early'})
 end
 if now >= tonumber(ARGV[7]) then
   return queue_reply(s, now, {'0', 'late'})
+end
+local spent = '0'
+if KEYS[4] then
+  if not redis.call('SET', KEYS[4], '1', 'NX', 'PXAT', ARGV[10]) then
+    if ARGV[11] == '1' then
+      return queue_reply(s, now, {'0', 'used'})
+    end
+    spent = '1'
+  end
 end
 local n = redis.call('HGET', tickets, ARGV[1])
 local fresh = '0'
@@ -50,4 +64,4 @@ if not n then
 end
 extend(q, ARGV[5])
 extend(tickets, ARGV[5])
-return queue_reply(s, now, {n, fresh})
+return queue_reply(s, now, {n, fresh, spent})

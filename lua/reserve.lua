@@ -18,7 +18,9 @@
 -- KEYS[1] stock of the version   KEYS[2] users (units held, all versions)   KEYS[3] res (records)
 -- KEYS[4] ledger of the version  KEYS[5] pending of the version (jti -> when due)
 -- KEYS[6] idem (user "\n" Idempotency-Key -> jti)   KEYS[7] events   KEYS[8] received transfers
--- ARGV[1] version   ARGV[2] stream cap; then 12 per item, item i's a[j] = ARGV[2 + 12(i-1) + j]:
+-- KEYS[9] the segment's master record (the failover fence, see master_holds in lib.lua)
+-- ARGV[1] version   ARGV[2] stream cap   ARGV[3] the master identity the gateway last saw
+-- accepted here ('' if none); then 12 per item, item i's a[j] = ARGV[3 + 12(i-1) + j]:
 -- a[1] user   a[2] qty (>= 1)   a[3] per-user limit (units)   a[4] reservation id (jti)
 -- a[5] hold (ms)   a[6] idempotency field ('' for none)
 -- a[7] transfer id to deposit first ('' for none)   a[8] its units
@@ -53,6 +55,9 @@
 -- {-10, 0, 0}                        the sale has closed (Redis's clock): nothing changed
 -- {-11, qty, 0}                      the key's reservation is for another quantity (qty): this
 --                                    request is not its retry; nothing changed
+-- {-13, 0, 0}                        fenced: this master is not the one the segment's stock was
+--                                    accepted under (a replica promoted, a restart under a new
+--                                    replication id): nothing changed, every item of the batch
 -- {-12, ver, 0}                      the key's reservation is pending under another version
 --                                    (ver), whose pending set is not in KEYS: ask again, replay
 --                                    only, with that version's keys; nothing changed
@@ -62,9 +67,18 @@
 -- Numbers are compared with tonumber: as strings "10" < "9".
 
 local VER, MAXLEN = ARGV[1], ARGV[2]
-local ITEM_ARGS = 12
+local ITEM_ARGS, FIRST_ITEM = 12, 3
 local STOCK, USERS, RES, LEDGER, PENDING, IDEM, EVENTS, RECEIVED =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+
+-- The failover fence, before anything is read or written.
+if not master_holds(KEYS[9], ARGV[3]) then
+  local fenced = {}
+  for _ = FIRST_ITEM, #ARGV - ITEM_ARGS, ITEM_ARGS do
+    fenced[#fenced + 1] = {-13, 0, 0}
+  end
+  return fenced
+end
 
 local function of_type(key, want)
   local t = redis.call('TYPE', key).ok
@@ -264,7 +278,7 @@ local function reserve(a)
 end
 
 local replies = {}
-for base = 2, #ARGV - ITEM_ARGS, ITEM_ARGS do
+for base = FIRST_ITEM, #ARGV - ITEM_ARGS, ITEM_ARGS do
   replies[#replies + 1] = reserve({unpack(ARGV, base + 1, base + ITEM_ARGS)})
 end
 

@@ -79,6 +79,8 @@ pub enum Message {
     QueueTooLate {
         position: u64,
     },
+    /// The waiting room asks for a proof of work before a ticket.
+    SolveChallenge,
     YourTurn,
     QueueSoldOut,
     Bought,
@@ -158,6 +160,10 @@ impl Message {
                 ))
             }
             YourTurn => "it is your turn: buy now",
+            SolveChallenge => {
+                "solve the challenge (a short computation your browser does by itself) to get \
+                 your place in the queue"
+            }
             QueueSoldOut => "the item is sold out",
             Bought => "you bought it: your order is placed",
             NoQueue => "this sale has no waiting room: buy at its sale route directly",
@@ -220,6 +226,7 @@ impl Message {
                 ))
             }
             YourTurn => "轮到您了：现在就买",
+            SolveChallenge => "请先完成验证（浏览器会自动进行一小段计算），即可获得排队位置",
             QueueSoldOut => "商品已售罄",
             Bought => "购买成功：您的订单已提交",
             NoQueue => "此活动没有排队：请直接在购买页面下单",
@@ -374,6 +381,7 @@ mod tests {
             QueueBeforeDraw { count: 7 },
             QueuePaused { position: 7 },
             QueueTooLate { position: 7 },
+            SolveChallenge,
             YourTurn,
             QueueSoldOut,
             Bought,

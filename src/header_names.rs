@@ -70,6 +70,8 @@ pub const FORWARDED: &str = "forwarded";
 /// Request and response header carrying a waiting-room ticket (also the `flashgate_ticket`
 /// cookie).
 pub const QUEUE_TICKET: &str = "x-flashgate-ticket";
+/// A proof-of-work solution sent for a waiting-room ticket (base64 of the ALTCHA payload).
+pub const QUEUE_SOLUTION: &str = "x-flashgate-solution";
 
 /// The value of cookie `name` in a request's `Cookie` headers, if any.
 pub fn cookie<'h>(headers: &'h http::HeaderMap, name: &str) -> Option<&'h str> {

@@ -59,6 +59,15 @@ enum Command {
         #[arg(long, requires = "orders")]
         confirm_pending: bool,
     },
+    /// Check an activity's pre-queue draw: recompute every drawn place from the seed and the
+    /// recorded arrivals, check the seed against its commitment and the places the gateways
+    /// admitted tickets at; print `match` (exit 0) or what differs (exit 1).
+    Draw {
+        #[arg(long)]
+        config: PathBuf,
+        #[arg(long)]
+        activity: String,
+    },
 }
 
 /// Exit codes beyond success.
@@ -105,6 +114,7 @@ fn main() -> ExitCode {
                 .map(|r| (r.table(), r.clean()));
             reconcile_exit(report, "clean", "DRIFT")
         }
+        Command::Draw { config, activity } => draw(&config, &activity),
         Command::Serve { config, upgrade } => {
             let (settings, source) = match ConfigSource::load(&config) {
                 Ok(loaded) => loaded,
@@ -196,6 +206,36 @@ fn emit(text: &str) {
     use std::io::Write;
     let mut out = std::io::stdout().lock();
     let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
+}
+
+/// `flashgate draw`: prints the report, then `match` (exit 0) or `differ` (exit 1).
+fn draw(config: &std::path::Path, activity: &str) -> ExitCode {
+    let settings = match Settings::load_without_secrets(config) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("{}: {e}", config.display());
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
+    match flashgate::reconcile::draw_cli(settings, activity) {
+        Ok(audit) if audit.matches() => {
+            emit(&format!("{}match\n", audit.report()));
+            ExitCode::SUCCESS
+        }
+        Ok(audit) => {
+            emit(&format!("{}differ\n", audit.report()));
+            ExitCode::from(EXIT_DRIFT)
+        }
+        Err(e) => {
+            eprintln!("draw: {e}");
+            match e {
+                flashgate::reconcile::ReconcileError::UnknownActivity(_) => {
+                    ExitCode::from(EXIT_CONFIG)
+                }
+                _ => ExitCode::from(EXIT_STORE),
+            }
+        }
+    }
 }
 
 /// Prints a reconcile report (its table and whether it is clean) and maps it, or the error

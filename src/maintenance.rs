@@ -1,5 +1,6 @@
 //! Periodic work off the request path: stock prewarm (and the stock gauge), expiry of pending
-//! reservations, the ledger check, sold-out news, the fleet-wide halts, and eviction of idle rate-limit buckets; on
+//! reservations, the ledger check, sold-out news, the fleet-wide halts, the Redis masters' check
+//! (the failover fence), and eviction of idle rate-limit buckets; on
 //! shutdown it hands over to [`crate::shutdown`].
 
 use crate::config::{Activity, SaleWindow};
@@ -97,6 +98,20 @@ impl Maintenance {
         }
     }
 
+    /// Checks every activity's Redis masters against the ones its stock was accepted under (the
+    /// failover fence, `stock::failover`): the gauge, the admin view and the local refusal.
+    async fn check_masters(&self) {
+        let gw = &self.gw;
+        for activity in gw.settings().activities.iter() {
+            if activity.window_at(gw.store.clock().now()) == SaleWindow::Ended {
+                continue;
+            }
+            if let Err(e) = gw.store.check_master(activity).await {
+                tracing::warn!(activity = %activity.id, error = %e, "Redis master not checked");
+            }
+        }
+    }
+
     /// Says (once per change, and in `flashgate_redis_may_evict`) when Redis may evict keys.
     async fn check_eviction_policy(&self) {
         let gw = &self.gw;
@@ -171,6 +186,7 @@ impl BackgroundService for Maintenance {
         let mut reconcile = ticker(settings.redis.reconcile_interval);
         let mut evict = ticker(settings.rate_limits.evict_interval);
         let mut queues = ticker(crate::waiting::REFRESH_INTERVAL);
+        let mut masters = ticker(crate::stock::failover::CHECK_INTERVAL);
         tokio::spawn(crate::news::listen(
             self.gw.store.clone(),
             self.gw.lifecycle.clone(),
@@ -189,6 +205,7 @@ impl BackgroundService for Maintenance {
                 }
                 _ = reconcile.tick() => self.gw.lifecycle.check_drift().await,
                 _ = queues.tick() => self.gw.waiting.refresh(&self.gw.settings()).await,
+                _ = masters.tick() => self.check_masters().await,
                 _ = evict.tick() => {
                     let remaining = self.gw.live.current().policy.evict_idle_buckets();
                     self.gw.metrics.rate_limiter_keys.set(remaining as i64);

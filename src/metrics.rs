@@ -212,6 +212,9 @@ metrics! {
     /// 1 while an activity is halted for the whole fleet (admin API), as this gateway knows it.
     activity_halted: IntGaugeVec = "flashgate_activity_halted" ["activity"],
         "1 while an activity is halted for the whole fleet (POST /v1/activities/{act}/halt): its sale requests are answered unavailable until resumed.";
+    /// 1 while an activity is fenced: its Redis master changed under it.
+    activity_fenced: IntGaugeVec = "flashgate_activity_fenced" ["activity"],
+        "1 while an activity is fenced: the Redis master its stock was accepted under was replaced (a replica promoted, a restart under a new replication id); it sells nothing until reconciled and resumed.";
     /// 1 when Redis may evict keys (maxmemory-policy not noeviction), 0 when not, -1 unknown.
     redis_may_evict: IntGauge = "flashgate_redis_may_evict" [],
         "1 when Redis's maxmemory-policy may evict flashgate's keys (anything but noeviction; a lost key can sell units twice), 0 when noeviction, -1 unknown.";
@@ -246,6 +249,9 @@ metrics! {
     /// Poll answers (`GET /flashgate/queue/{activity}`).
     queue_polls: IntCounterVec = "flashgate_queue_polls_total" ["activity"],
         "Waiting-room polls answered (GET /flashgate/queue/{activity}).";
+    /// Proof-of-work challenges before a ticket, by outcome.
+    queue_challenges: IntCounterVec = "flashgate_queue_challenges_total" ["activity", "outcome"],
+        "Waiting-room proof-of-work challenges: issued, solved (a ticket given for a solution), refused (a wrong, forged, other user's, expired or spent solution), shadow_passed (shadow mode: a ticket given without a valid solution).";
 }
 
 impl Metrics {
@@ -314,6 +320,7 @@ mod tests {
             &metrics.breaker_mode,
             &metrics.activity_refused,
             &metrics.activity_halted,
+            &metrics.activity_fenced,
         ] {
             family.with_label_values(&["x"]);
         }
@@ -335,6 +342,7 @@ mod tests {
             family.with_label_values(&["x"]);
         }
         metrics.queue_paused.with_label_values(&["x", "y"]);
+        metrics.queue_challenges.with_label_values(&["x", "y"]);
         metrics.queue_wait.with_label_values(&["x"]).observe(1.0);
         metrics.stock_keys_created.with_label_values(&["x"]);
         metrics.reservations_retired.with_label_values(&["x"]);

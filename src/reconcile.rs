@@ -396,6 +396,22 @@ pub fn run_cli(settings: Settings, only: Option<&str>) -> Result<Report, Reconci
     })
 }
 
+/// `flashgate draw`: the audit of one configured activity's pre-queue draw
+/// (`waiting::audit`), on a store of its own.
+pub fn draw_cli(
+    settings: Settings,
+    activity: &str,
+) -> Result<crate::waiting::audit::Audit, ReconcileError> {
+    let act = settings
+        .activities
+        .get(activity)
+        .cloned()
+        .ok_or_else(|| ReconcileError::UnknownActivity(activity.to_owned()))?;
+    with_store(&settings, async |store| {
+        Ok(crate::waiting::audit::audit(store, &act).await?)
+    })
+}
+
 /// Runs `work` against a store of its own on a current-thread runtime (the CLI commands).
 pub(crate) fn with_store<T>(
     settings: &Settings,

@@ -62,6 +62,11 @@ pub fn preset_activity_series(metrics: &Metrics, activity: &str, has_queue: bool
                 .queue_paused
                 .with_label_values(&[activity, why.as_str()]);
         }
+        for outcome in crate::waiting::ChallengeOutcome::ALL {
+            metrics
+                .queue_challenges
+                .with_label_values(&[activity, outcome.as_str()]);
+        }
     }
     for code in Code::ALL {
         metrics
@@ -98,6 +103,7 @@ pub fn preset_activity_series(metrics: &Metrics, activity: &str, has_queue: bool
     metrics.reservations_retired.with_label_values(&[activity]);
     metrics.reconcile_drift.with_label_values(&[activity]);
     metrics.activity_refused.with_label_values(&[activity]);
+    metrics.activity_fenced.with_label_values(&[activity]);
     metrics.restocked_units.with_label_values(&[activity]);
 }
 

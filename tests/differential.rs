@@ -71,7 +71,16 @@ fn keys(act: &str, ver: u64) -> Vec<String> {
         format!("{b}:idem"),
         format!("{b}:events"),
         format!("{b}:received"),
+        // The failover fence's record (today's script only; never written by it).
+        format!("{b}:master"),
     ]
+}
+
+/// Today's script's arguments: the old one's, with the master the gateway saw (none) third.
+fn new_args(ver: u64, items: &[Item]) -> Vec<String> {
+    let mut a = args(ver, items);
+    a.insert(2, String::new());
+    a
 }
 
 fn args(ver: u64, items: &[Item]) -> Vec<String> {
@@ -404,7 +413,7 @@ async fn run_seed(
                 for k in keys("A", v) {
                     inv.key(k);
                 }
-                for x in args(v, std::slice::from_ref(it)) {
+                for x in new_args(v, std::slice::from_ref(it)) {
                     inv.arg(x);
                 }
                 let reply: Value = inv
@@ -420,7 +429,12 @@ async fn run_seed(
                 for k in keys(a, v) {
                     inv.key(k);
                 }
-                for x in args(v, &items) {
+                let argv = if std::ptr::eq(script, &new) {
+                    new_args(v, &items)
+                } else {
+                    args(v, &items)
+                };
+                for x in argv {
                     inv.arg(x);
                 }
                 let reply: Value = inv
@@ -635,7 +649,7 @@ fn call_new(
     for k in keys(a, v) {
         inv.key(k);
     }
-    for x in args(v, items) {
+    for x in new_args(v, items) {
         inv.arg(x);
     }
     inv.invoke(conn)

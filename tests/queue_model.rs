@@ -29,6 +29,12 @@ use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 use support::*;
 
+/// The random values the scripts are offered (fixed: the model does not draw).
+const FRESH: store::Fresh = store::Fresh {
+    epoch: 1,
+    seed: [1; 32],
+};
+
 #[derive(Debug, Clone)]
 enum Op {
     Ticket(u8),
@@ -155,6 +161,8 @@ fn run(ops: Vec<Op>) {
         too_late_factor: 1.5,
         landing_url: None,
         stepped: None,
+        challenge: None,
+        draw: false,
     };
     activity.queue = Some(queue.clone());
     let stock_key = format!("fg:{{{id}}}:v1:stock");
@@ -181,18 +189,24 @@ fn run(ops: Vec<Op>) {
     };
     let mut configured = queue.clone();
     fx.runtime.block_on(async {
-        let (s, _) = store::state(&fx.store, &activity, &configured, 1, false, None)
+        let (s, _) = store::state(&fx.store, &activity, &configured, &FRESH, false, None)
             .await
             .unwrap();
         model.check(&s, &Op::Read);
         for op in &ops {
             let state = match *op {
                 Op::Ticket(user) => {
-                    let (s, issued) =
-                        store::ticket(&fx.store, &activity, &configured, &format!("u{user}"), 1)
-                            .await
-                            .unwrap();
-                    let store::Issued::Ticket { number, fresh } = issued else {
+                    let (s, issued) = store::ticket(
+                        &fx.store,
+                        &activity,
+                        &configured,
+                        &format!("u{user}"),
+                        &FRESH,
+                        None,
+                    )
+                    .await
+                    .unwrap();
+                    let store::Issued::Ticket { number, fresh, .. } = issued else {
                         panic!("the queue is open: {issued:?}");
                     };
                     match model.numbers.get(&user) {
@@ -221,7 +235,7 @@ fn run(ops: Vec<Op>) {
                 }
                 Op::Read => {
                     model.held = model.stock == 0;
-                    store::state(&fx.store, &activity, &configured, 1, false, None)
+                    store::state(&fx.store, &activity, &configured, &FRESH, false, None)
                         .await
                         .unwrap()
                         .0
@@ -248,7 +262,7 @@ fn run(ops: Vec<Op>) {
                     } else {
                         configured.admit_per_second = rate;
                         model.held = model.stock == 0;
-                        store::state(&fx.store, &activity, &configured, 1, true, None)
+                        store::state(&fx.store, &activity, &configured, &FRESH, true, None)
                             .await
                             .unwrap()
                             .0
@@ -265,7 +279,7 @@ fn run(ops: Vec<Op>) {
                         activity.starts_at = later;
                     }
                     model.held = model.stock == 0;
-                    store::state(&fx.store, &activity, &configured, 1, false, None)
+                    store::state(&fx.store, &activity, &configured, &FRESH, false, None)
                         .await
                         .unwrap()
                         .0
@@ -315,11 +329,15 @@ fn no_ticket_is_issued_outside_the_rooms_hours_by_redis_clock() {
             too_late_factor: 1.5,
             landing_url: None,
             stepped: None,
+            challenge: None,
+            draw: false,
         };
         activity.queue = Some(queue.clone());
         let (_, issued) = fx
             .runtime
-            .block_on(store::ticket(&fx.store, &activity, &queue, "u1", 1))
+            .block_on(store::ticket(
+                &fx.store, &activity, &queue, "u1", &FRESH, None,
+            ))
             .unwrap();
         let tickets: std::collections::HashMap<String, String> = redis::cmd("HGETALL")
             .arg(format!("fg:{{{id}}}:q:tickets"))
@@ -358,11 +376,13 @@ mod postponements {
             too_late_factor: 1.5,
             landing_url: None,
             stepped: None,
+            challenge: None,
+            draw: false,
         }
     }
 
-    /// A state reply (queue_reply): seq start rate base t0 paused held drawn seed now epoch hist lapsed
-    /// step active.
+    /// A state reply (queue_reply): seq start rate base t0 paused held drawn seed now epoch hist
+    /// lapsed commit step active.
     fn reply(start: u64, rate: u64, base: u64, now: u64, hist: &str) -> QueueState {
         let r: Vec<String> = [
             "0".to_string(),
@@ -378,6 +398,7 @@ mod postponements {
             "1".into(),
             hist.to_string(),
             "0".into(),
+            String::new(),
             "0".into(),
             "0".into(),
         ]

@@ -367,6 +367,19 @@ fn open_fds(pid: u32) -> u64 {
     std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count() as u64)
 }
 
+/// After a Redis restart: the failover fence stops the activity (a restarted master answers
+/// under a new replication id, and cannot say whether it lost anything); the operator's resume
+/// (after `reconcile --orders`, which each scenario checks at its end) puts it back on sale.
+async fn resume_after_restart(gw: &GatewayProc, act: &str) {
+    let fenced = format!("flashgate_activity_fenced{{activity=\"{act}\"}} 1");
+    gw.metrics_when(|m| m.contains(&fenced)).await;
+    wait_for_async("the resume", Duration::from_secs(20), || async {
+        let r = gw.admin_post(&format!("/v1/activities/{act}/resume")).await;
+        (r.status == 200).then_some(())
+    })
+    .await;
+}
+
 fn stack(activities: Vec<TestActivity>, redis: RedisServer) -> (RedisServer, Upstream, TestConfig) {
     let upstream = Upstream::start();
     let mut config = TestConfig::new(&redis, &upstream, activities);
@@ -415,6 +428,7 @@ async fn redis_killed_mid_burst(fsync: &'static str, scenario: &'static str) {
     .await;
     tokio::time::sleep_until((killed + Duration::from_millis(1500)).into()).await;
     redis.restart();
+    resume_after_restart(&gw, "1001").await;
     let outage = killed.elapsed();
     // The sale goes on to the end: every unit sold once Redis is back and the holds the crash
     // cut off have expired.
@@ -522,6 +536,10 @@ async fn a_machine_crash_under_everysec_forgets_the_last_second_and_the_orders_s
         .set_len(size)
         .unwrap();
     redis.restart();
+    // The failover fence stops the sale (the restart's new replication id); an operator would
+    // run `reconcile --orders` first. Resumed at once here, to show what the fence keeps from
+    // happening: the forgotten sales sold again.
+    resume_after_restart(&gw, "1001").await;
     // The sale goes on after the restart.
     wait_for_async(
         "sales after the restart",

@@ -2134,3 +2134,78 @@ async fn a_sell_out_of_segmented_stock_costs_one_determination_not_one_per_buyer
     let rows = segments::ledgers(&s, &Layout::of(&a)).await.unwrap();
     assert_eq!(moved(rows), moved_before, "nothing withdrawn");
 }
+
+/// The failover fence in the scripts (`stock::failover`): the check records each segment's
+/// master; a segment whose record names another master (what a promoted replica holds) takes
+/// nothing, whichever call asks: the reserve answers `Fenced` for the batch, a withdraw from it
+/// takes nothing, the check names it; accepting the master answering now sells again.
+#[tokio::test]
+async fn a_segment_recorded_under_another_master_takes_nothing() {
+    let redis = RedisServer::start();
+    let s = store(redis.url(), 1000);
+    let a = Activity {
+        segments: 2,
+        ..activity("1001", 10, 1, 5)
+    };
+    prewarm(&s, &a).await;
+    assert_eq!(s.check_master(&a).await.unwrap(), None, "armed");
+    let layout = Layout::of(&a);
+    let record = |i: u32| s.keys().of(layout.segment(i).unwrap()).master();
+    let info: String = redis::cmd("INFO")
+        .arg("replication")
+        .query(&mut redis.conn())
+        .unwrap();
+    let replid = info
+        .lines()
+        .find_map(|l| l.strip_prefix("master_replid:"))
+        .unwrap()
+        .trim()
+        .to_owned();
+    for i in 0..2 {
+        let recorded: String = redis::cmd("GET")
+            .arg(record(i))
+            .query(&mut redis.conn())
+            .unwrap();
+        assert_eq!(recorded, replid);
+    }
+    let other = "0".repeat(40);
+    for i in 0..2 {
+        let _: () = redis::cmd("SET")
+            .arg(record(i))
+            .arg(&other)
+            .query(&mut redis.conn())
+            .unwrap();
+    }
+    let stock_key = s.keys().of(layout.segment(0).unwrap()).stock(1);
+    let stock = |redis: &RedisServer| -> i64 {
+        redis::cmd("GET")
+            .arg(&stock_key)
+            .query(&mut redis.conn())
+            .unwrap()
+    };
+    let before = stock(&redis);
+    let seg0 = layout.segment(0).unwrap();
+    let fenced = s.reserve(seg0, &call(&a, "u1", 1, "r1")).await.unwrap();
+    assert_eq!(fenced, ReserveOutcome::Fenced);
+    assert_eq!(stock(&redis), before, "nothing taken");
+    assert!(s.is_fenced(&a), "a fenced reserve is remembered at once");
+    let giver = layout.segment(1).unwrap();
+    let withdrawn = s.withdraw(giver, 1, "t1", 1, 0).await;
+    assert!(
+        matches!(withdrawn, Err(StoreError::Fenced)),
+        "{withdrawn:?}"
+    );
+    let fence = s.check_master(&a).await.unwrap().expect("fenced");
+    assert_eq!(
+        (fence.segment, &*fence.recorded, &*fence.current),
+        (0, &*other, &*replid)
+    );
+    // An operator's accept: sells again.
+    s.accept_master(&a).await.unwrap();
+    assert!(!s.is_fenced(&a));
+    assert!(matches!(
+        s.reserve(seg0, &call(&a, "u1", 1, "r1")).await.unwrap(),
+        ReserveOutcome::Reserved { .. }
+    ));
+    assert_eq!(s.check_master(&a).await.unwrap(), None);
+}

@@ -18,9 +18,16 @@ impl AdminApp {
     }
 
     /// `POST /v1/activities/{act}/resume`: lifts every fleet-wide stop of the activity, one
-    /// call each (the halt; another stop's clearing goes beside it), answered once.
+    /// call each, answered once. First the failover fence (`stock::failover`): the Redis
+    /// masters answering now are accepted, which an SRE does once `flashgate reconcile
+    /// --orders` has checked what the replaced master lost; every gateway sells again within
+    /// one check. Then the halt. Redis not answering: 503, and a fence not accepted lifts no
+    /// halt.
     pub(super) async fn resume(&self, activity: &Activity) -> Response<Vec<u8>> {
-        let lifted = self.gw.lifecycle.set_halt(activity, false).await.map(drop);
+        let lifted = match self.gw.store.accept_master(activity).await {
+            Ok(()) => self.gw.lifecycle.set_halt(activity, false).await.map(drop),
+            Err(e) => Err(e),
+        };
         self.answer_stop(activity, lifted).await
     }
 

@@ -374,6 +374,9 @@ impl AdminApp {
             "segments": activity.segments,
             "refused": self.gw.lifecycle.state().refusal(&activity.id).map(|r| r.to_string()),
             "halted": self.gw.lifecycle.state().halted_since(&activity.id).is_some(),
+            // The failover fence: the Redis master was replaced under it (see stock::failover):
+            // null, or the segment, the master recorded and the one answering now.
+            "fenced": self.gw.store.failover().fence(&activity.id),
             "versions": rows.map(|rows| rows.iter().map(|r| json!({
                 "version": r.version,
                 "initial": r.initial,

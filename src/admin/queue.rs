@@ -80,6 +80,10 @@ fn queue_view(view: &View) -> Value {
         "units_left": view.left,
         "starts_at_ms": s.start_ms,
         "redis_time_ms": s.now_ms,
-        "draw": s.drawn.map(|(drawn, seed)| json!({ "tickets": drawn, "seed": seed.to_string() })),
+        "draw": s.drawn.map(|(drawn, seed)| json!({
+            "tickets": drawn,
+            "seed": crate::waiting::draw::seed_hex(&seed),
+            "commitment": s.commitment,
+        })),
     })
 }

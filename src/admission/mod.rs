@@ -63,6 +63,11 @@ pub trait StockPort: Send + Sync {
     /// Whether the activity, as configured now, is known refused.
     fn is_refused(&self, activity: &Activity) -> bool;
 
+    /// Whether the activity is fenced: its Redis master was replaced (`stock::failover`).
+    fn is_fenced(&self, _activity: &Activity) -> bool {
+        false
+    }
+
     /// Whether this instance knows the activity's current version sold out.
     fn is_sold_out(&self, activity: &Activity, ttl: std::time::Duration) -> bool;
 
@@ -311,7 +316,7 @@ impl Admission {
         purchase: Purchase<'_>,
         facts: &mut SaleFacts,
     ) -> Result<Admitted, Decision> {
-        if self.stock.is_refused(activity) {
+        if self.stock.is_refused(activity) || self.stock.is_fenced(activity) {
             return Err(Decision::Unavailable);
         }
         let pass = self.breaker.pass(&settings.breaker);
@@ -378,7 +383,7 @@ impl Admission {
                 self.learn_remaining(settings, activity, left);
                 Err(Decision::SoldOut)
             }
-            Reserve::Busy | Reserve::HoldRanOut => Err(Decision::Unavailable),
+            Reserve::Busy | Reserve::HoldRanOut | Reserve::Fenced => Err(Decision::Unavailable),
             Reserve::LimitExceeded => Err(Decision::LimitExceeded),
             Reserve::NotOnSale(refusal) => {
                 match refusal {

@@ -478,6 +478,13 @@ pub struct QueueSection {
     /// default the page submits the purchase itself.
     #[serde(default)]
     pub landing_url: Option<String>,
+    /// A proof of work before a ticket (see `config::defence`).
+    #[serde(default)]
+    pub challenge: Option<super::defence::ChallengeSection>,
+    /// Publish a commitment to the pre-queue draw's seed from `opens_at` and the seed from
+    /// `starts_at`, so anyone can check the draw.
+    #[serde(default)]
+    pub draw: bool,
     /// Seconds without a poll after which a ticket gives its turn away (`config::live_queue`).
     pub skip_absent_after_secs: Option<u64>,
     /// Most admitted buyers who have not bought yet, fleet-wide (`config::live_queue`).

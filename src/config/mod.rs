@@ -5,6 +5,7 @@
 
 mod bounds;
 pub mod cors;
+pub mod defence;
 pub mod file;
 mod keys;
 pub mod live_queue;

@@ -274,6 +274,10 @@ pub struct QueueSettings {
     pub too_late_factor: f64,
     /// Where the waiting page sends a browser whose turn came; `None`: the page buys itself.
     pub landing_url: Option<String>,
+    /// A proof of work before a ticket, if configured.
+    pub challenge: Option<super::defence::ChallengeSettings>,
+    /// Publish the draw's commitment and seed on the poll.
+    pub draw: bool,
     /// The admission that follows live buyers (`skip_absent_after_secs`, `max_active`);
     /// `None`: the time-function cursor.
     pub stepped: Option<super::live_queue::Stepped>,

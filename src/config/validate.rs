@@ -556,6 +556,11 @@ fn queue(
         admission_window: Duration::from_secs(raw.admission_window_secs),
         too_late_factor: raw.too_late_factor,
         landing_url: raw.landing_url,
+        challenge: raw
+            .challenge
+            .map(|c| super::defence::challenge(&field("challenge"), c))
+            .transpose()?,
+        draw: raw.draw,
     })
 }
 

@@ -509,6 +509,10 @@ impl StockPort for Arc<Lifecycle> {
         self.state().is_refused(activity)
     }
 
+    fn is_fenced(&self, activity: &Activity) -> bool {
+        self.store.is_fenced(activity)
+    }
+
     fn is_sold_out(&self, activity: &Activity, ttl: std::time::Duration) -> bool {
         self.state().is_sold_out(activity, ttl)
     }

@@ -194,7 +194,8 @@ impl Pages {
 fn state_title(status: &Status) -> Label {
     match status {
         Status::Waiting { paused: true, .. } => Label::TitlePaused,
-        Status::Waiting { .. } => Label::TitleWaiting,
+        // A challenge's page is its own (`waiting::page::challenge_page`).
+        Status::Waiting { .. } | Status::Challenge => Label::TitleWaiting,
         Status::YourTurn => Label::TitleYourTurn,
         Status::SoldOut => Label::TitleSoldOut,
         Status::Expired | Status::GivenAway => Label::TitleExpired,

@@ -9,6 +9,8 @@ fn answer(status: Status) -> Answer {
     Answer {
         ticket: "t1.a.1.2.x".into(),
         status,
+        challenge: None,
+        draw: None,
         cookie_max_age_secs: 60,
     }
 }

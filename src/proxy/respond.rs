@@ -121,6 +121,11 @@ pub async fn queue(
     let answer = &queued.answer;
     let lang = how.client.lang;
     let (content_type, body) = match how.sale {
+        // A challenge first (no ticket yet): its own page, which solves it and polls.
+        Some(sale) if how.client.html && answer.challenge.is_some() => (
+            HTML,
+            page::challenge_page(&page::json(answer, lang), sale.id),
+        ),
         Some(sale) if how.client.html => {
             let page = Waiting {
                 answer,
@@ -134,8 +139,11 @@ pub async fn queue(
     };
     let mut resp = ResponseHeader::build(status, Some(7))?;
     own_answer(&mut resp, content_type, body.len())?;
-    resp.insert_header(crate::header_names::QUEUE_TICKET, answer.ticket.as_str())?;
-    resp.insert_header(http::header::SET_COOKIE, page::cookie(answer))?;
+    // A challenge carries no ticket yet: neither header.
+    if !answer.ticket.is_empty() {
+        resp.insert_header(crate::header_names::QUEUE_TICKET, answer.ticket.as_str())?;
+        resp.insert_header(http::header::SET_COOKIE, page::cookie(answer))?;
+    }
     if let Some(won) = won {
         resp.insert_header(super::headers::RESERVATION_ID, won.reservation)?;
         for cookie in won.cookies {

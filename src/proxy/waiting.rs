@@ -5,7 +5,7 @@ use super::{peer_ip, respond, FlashProxy, RequestCtx};
 use crate::admission::target::Target;
 use crate::admission::{Decision, LimitKind};
 use crate::config::{Activity, Settings};
-use crate::purchase::presented;
+use crate::purchase::{presented, solution};
 use crate::waiting::page::{self, Landing};
 use crate::waiting::Presented;
 use http::StatusCode;
@@ -84,7 +84,13 @@ impl FlashProxy {
             let answer = self
                 .gw
                 .waiting
-                .poll(settings, &activity, &user, ticket.as_ref())
+                .poll(
+                    settings,
+                    &activity,
+                    &user,
+                    ticket.as_ref(),
+                    solution(&session.req_header().headers),
+                )
                 .await?;
             Ok::<_, Decision>((activity, answer))
         }

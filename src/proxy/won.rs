@@ -64,6 +64,8 @@ impl FlashProxy {
                     answer: Answer {
                         ticket: ticket.ticket,
                         status: Status::Bought,
+                        challenge: None,
+                        draw: None,
                         // By Redis's clock, as every ticket's cookie.
                         cookie_max_age_secs: self.gw.waiting.until_the_end_secs(activity),
                     },

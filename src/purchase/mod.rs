@@ -27,7 +27,7 @@ use pingora::http::RequestHeader;
 use std::net::IpAddr;
 use std::sync::Arc;
 
-pub use gates::waiting_room::{presented, NoQueues, Room};
+pub use gates::waiting_room::{presented, solution, NoQueues, Room};
 
 /// The request a purchase is made with, as far as gates read it beyond its route.
 #[async_trait::async_trait]

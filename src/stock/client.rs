@@ -110,6 +110,11 @@ impl RedisClient {
         })
     }
 
+    /// The metrics the store's calls are counted in.
+    pub(crate) fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
     /// A client for connections of other kinds (pub/sub).
     pub fn client(&self) -> &redis::Client {
         &self.client

@@ -110,6 +110,11 @@ impl SegmentKeys {
         self.versioned(version, "segments")
     }
 
+    /// The master this segment's stock was accepted under (the failover fence).
+    pub fn master(&self) -> String {
+        self.key("master")
+    }
+
     /// On the base tag: the waiting room's state (cursor, rate, pause, history, epoch).
     pub fn queue(&self) -> String {
         self.key("q")
@@ -117,6 +122,14 @@ impl SegmentKeys {
     /// On the base tag: the waiting room's tickets (user -> number).
     pub fn queue_tickets(&self) -> String {
         self.key("q:tickets")
+    }
+    /// On the base tag: the places gateways admitted pre-queue tickets at (number -> place).
+    pub fn queue_places(&self) -> String {
+        self.key("q:places")
+    }
+    /// On the base tag: a spent proof-of-work challenge (hex), until it expires.
+    pub fn queue_solution(&self, challenge: &str) -> String {
+        self.key(&format!("q:pow:{challenge}"))
     }
     /// On the base tag: the stepped admission's seen (place -> last poll), adm (place -> when
     /// admitted, or skipped) and active (admitted, not bought, not lapsed); see

@@ -21,6 +21,7 @@
 pub mod breaker;
 pub mod client;
 pub mod clock;
+pub mod failover;
 #[cfg(test)]
 pub mod fake;
 #[cfg(feature = "fault-injection")]
@@ -69,6 +70,7 @@ label_enum! {
         Restock => "restock",
         Halt => "halt",
         Tokens => "tokens",
+        Master => "master",
     }
 }
 
@@ -87,6 +89,7 @@ label_enum! {
         Restock => "restock",
         Halt => "halt",
         Tokens => "tokens",
+        Master => "master",
     }
 }
 
@@ -104,6 +107,10 @@ pub enum StoreError {
     /// The batched call carrying this item was dropped before its answer.
     #[error(transparent)]
     Lost(#[from] crate::coalesce::Lost),
+    /// The failover fence refused the call: the segment's Redis master was replaced (see
+    /// [`failover`]); nothing ran.
+    #[error("the Redis master of this segment was replaced: fenced until resumed")]
+    Fenced,
 }
 
 impl StoreError {
@@ -115,6 +122,7 @@ impl StoreError {
             StoreError::Timeout(_) | StoreError::Protocol { .. } | StoreError::Lost(_) => true,
             StoreError::Redis(e) => !e.is_connection_refusal(),
             StoreError::Batch(e) => e.may_have_landed(),
+            StoreError::Fenced => false,
         }
     }
 
@@ -146,6 +154,8 @@ pub struct StockStore {
     /// Whether an activity has units left anywhere, one read at a time per activity and
     /// version (see `segments::Reserving::standing`).
     standings: Standings,
+    /// The failover fence: the masters this process saw accepted, and what is fenced.
+    failover: failover::Failover,
 }
 
 type Standings =
@@ -164,6 +174,7 @@ impl StockStore {
             reserves: scripts::reserve::Batches::new(scripts::reserve::MAX_BATCH),
             token_batches: scripts::tokens::TokenBatches::new(scripts::tokens::MAX_TOKEN_BATCH),
             standings: Standings::default(),
+            failover: failover::Failover::default(),
         })
     }
 
@@ -259,7 +270,12 @@ impl StockStore {
 
     /// When an activity's keys expire: `ends_at` plus the configured retention.
     pub fn expire_at(&self, activity: &Activity) -> u64 {
-        let end = u64::try_from(activity.ends_at.timestamp()).unwrap_or(0);
+        self.expire_after(activity.ends_at)
+    }
+
+    /// When the keys of an activity ending at `ends_at` expire.
+    pub fn expire_after(&self, ends_at: chrono::DateTime<chrono::Utc>) -> u64 {
+        let end = u64::try_from(ends_at.timestamp()).unwrap_or(0);
         end + self.key_ttl_after_end.as_secs()
     }
 }

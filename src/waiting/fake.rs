@@ -14,7 +14,8 @@
 //! [`RedisClock`] learns it, so the gateway's estimate agrees with it (up to the real time the
 //! test takes, a few ms).
 
-use super::store::{Control, Issued, QueueStore};
+use super::draw::{self, Seed};
+use super::store::{Control, Fresh, Issued, QueueStore};
 use super::view::{Mark, QueueState};
 use crate::config::{Activity, QueueSettings};
 use crate::stock::clock::RedisClock;
@@ -29,6 +30,10 @@ use std::time::Duration;
 struct Queue {
     state: QueueState,
     tickets: HashMap<String, u64>,
+    /// The draw's seed, chosen when the queue was set up.
+    seed: Seed,
+    /// Spent proof-of-work challenges.
+    spent: std::collections::HashSet<String>,
 }
 
 /// What the fake was asked, for tests to check.
@@ -37,6 +42,8 @@ pub struct Asked {
     pub tickets: u32,
     /// `set_rate` of each state read.
     pub set_rate: Vec<bool>,
+    /// Places recorded (ticket number, place).
+    pub places: Vec<(u64, u64)>,
 }
 
 #[derive(Debug, Default)]
@@ -93,7 +100,7 @@ impl QueueFake {
         activity: &Activity,
         rate: u32,
         now: u64,
-        seed: u64,
+        fresh: &Fresh,
     ) -> &'q mut Queue {
         let start = activity.starts_at.timestamp_millis() as u64;
         let q = queues.entry(activity.id.to_string()).or_insert_with(|| {
@@ -108,19 +115,22 @@ impl QueueFake {
                 held: false,
                 drawn: None,
                 now_ms: now,
-                epoch: seed,
+                epoch: fresh.epoch,
                 marks: vec![mark(t0, 0, u64::from(rate), true)],
                 lapsed: 0,
+                commitment: Some(draw::commitment(&fresh.seed)),
                 stepped: false,
                 active: 0,
             };
             Queue {
                 state,
+                seed: fresh.seed,
                 tickets: HashMap::new(),
+                spent: Default::default(),
             }
         });
         if now >= q.state.start_ms && q.state.drawn.is_none() {
-            q.state.drawn = Some((q.state.seq, seed));
+            q.state.drawn = Some((q.state.seq, q.seed));
         }
         q.state.now_ms = now;
         q
@@ -168,17 +178,22 @@ impl QueueStore for QueueFake {
         activity: &Activity,
         queue: &QueueSettings,
         user: &str,
-        seed: u64,
+        fresh: &Fresh,
+        spend: Option<&super::store::Spend>,
     ) -> Result<(QueueState, Issued), StoreError> {
         let now = self.enter("ticket")?;
         self.asked.lock().tickets += 1;
         let mut queues = self.queues.lock();
-        let q = Self::queue(&mut queues, activity, queue.admit_per_second, now, seed);
+        let q = Self::queue(&mut queues, activity, queue.admit_per_second, now, fresh);
         if now < queue.opens_at.timestamp_millis() as u64 {
             return Ok((q.state.clone(), Issued::NotOpen));
         }
         if now >= activity.ends_at.timestamp_millis() as u64 {
             return Ok((q.state.clone(), Issued::Closed));
+        }
+        let spent = spend.is_some_and(|s| !q.spent.insert(s.challenge.clone()));
+        if spent && spend.is_some_and(|s| s.enforce) {
+            return Ok((q.state.clone(), Issued::Spent));
         }
         let (number, fresh) = match q.tickets.get(user) {
             Some(&n) => (n, false),
@@ -188,7 +203,14 @@ impl QueueStore for QueueFake {
                 (q.state.seq, true)
             }
         };
-        Ok((q.state.clone(), Issued::Ticket { number, fresh }))
+        Ok((
+            q.state.clone(),
+            Issued::Ticket {
+                number,
+                fresh,
+                spent,
+            },
+        ))
     }
 
     /// `lua/queue_state.lua`; an unsegmented activity's units left are its stock key's.
@@ -196,7 +218,7 @@ impl QueueStore for QueueFake {
         &self,
         activity: &Activity,
         queue: &QueueSettings,
-        seed: u64,
+        fresh: &Fresh,
         set_rate: bool,
         left: Option<i64>,
     ) -> Result<(QueueState, Option<i64>), StoreError> {
@@ -210,7 +232,7 @@ impl QueueStore for QueueFake {
                 .stock(layout.segment(0).unwrap(), activity.version)
         };
         let mut queues = self.queues.lock();
-        let q = Self::queue(&mut queues, activity, queue.admit_per_second, now, seed);
+        let q = Self::queue(&mut queues, activity, queue.admit_per_second, now, fresh);
         let rate = u64::from(queue.admit_per_second);
         if set_rate && rate != q.state.rate {
             restart(&mut q.state, now, |s| s.rate = rate);
@@ -232,13 +254,20 @@ impl QueueStore for QueueFake {
     ) -> Result<QueueState, StoreError> {
         let now = self.enter("control")?;
         let mut queues = self.queues.lock();
-        let q = Self::queue(&mut queues, activity, 1, now, 0);
+        let q = Self::queue(&mut queues, activity, 1, now, &Fresh::fixed(0));
         restart(&mut q.state, now, |s| match control {
             Control::Pause => s.paused = true,
             Control::Resume => s.paused = false,
             Control::Rate(rate) => s.rate = u64::from(rate),
         });
         Ok(q.state.clone())
+    }
+
+    /// `lua/queue_place.lua`.
+    async fn record_place(&self, placed: super::store::Placed) -> Result<(), StoreError> {
+        self.enter("place")?;
+        self.asked.lock().places.push((placed.number, placed.place));
+        Ok(())
     }
 
     /// Never asked: the fake's queues keep the time-function cursor.

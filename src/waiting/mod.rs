@@ -5,12 +5,17 @@
 //! once, every waiting buyer learns `sold_out` when nothing is left, and the cursor waits while
 //! nothing is left, so units that come back go to the next tickets in line.
 //!
-//! - [`draw`]: the fair start (the pre-queue's places drawn at the start, checkably);
+//! - [`draw`]: the fair start (the pre-queue's places drawn at the start, checkably), and
+//!   [`audit`], `flashgate draw`'s check of it;
+//! - [`challenge`]: proof of work before a ticket;
 //! - [`ticket`]: tickets, signed and bound to the buyer and the activity;
 //! - [`view`]: the queue as this gateway knows it (polls and admissions answered from memory);
 //! - [`store`]: the keys and scripts in Redis;
 //! - [`page`]: the JSON answer and the HTML waiting page.
 
+pub mod audit;
+pub mod challenge;
+mod defence;
 pub mod draw;
 #[cfg(test)]
 mod fake;
@@ -32,6 +37,8 @@ use std::time::Duration;
 use store::QueueStore;
 use ticket::Ticket;
 use view::{Status, View};
+
+pub use defence::{ChallengeOutcome, Published};
 
 crate::label_enum! {
     /// Why a queue's cursor stands, as the `why` label of `flashgate_queue_paused`.
@@ -68,8 +75,13 @@ pub enum Turn {
 /// A ticket holder's answer: the ticket, and where it stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Answer {
+    /// Empty with a challenge (no ticket yet).
     pub ticket: String,
     pub status: Status,
+    /// With [`Status::Challenge`]: the proof of work to solve for a ticket.
+    pub challenge: Option<Box<challenge::Challenge>>,
+    /// With `queue.draw`: what is published of the pre-queue's draw so far.
+    pub draw: Option<Published>,
     /// Seconds until the ticket's cookie should expire (the sale's end).
     pub cookie_max_age_secs: u64,
 }
@@ -181,7 +193,7 @@ impl<S: QueueStore> WaitingRoom<S> {
         };
         let (state, left) = self
             .store
-            .state(activity, queue, seed(), set_rate, known)
+            .state(activity, queue, &store::Fresh::random(), set_rate, known)
             .await?;
         self.learn(activity, View::new(state, left));
         Ok(())
@@ -269,6 +281,7 @@ impl<S: QueueStore> WaitingRoom<S> {
         activity: &Activity,
         user: &str,
         presented: Option<&Presented>,
+        solution: Option<&str>,
     ) -> Turn {
         let Some(queue) = activity.queue.as_ref() else {
             return Turn::Pass;
@@ -277,13 +290,20 @@ impl<S: QueueStore> WaitingRoom<S> {
             return Turn::Pass;
         }
         let key = &settings.signing.ticket_key;
-        match self.answer(key, activity, queue, user, presented).await {
+        match self
+            .answer(key, activity, queue, user, presented, solution)
+            .await
+        {
             Ok((answer, ticket, honoured)) => match answer.status {
                 Status::YourTurn | Status::Bought if honoured => {
-                    self.count_admitted(activity, ticket);
+                    if let Some(ticket) = ticket {
+                        self.count_admitted(activity, queue, ticket);
+                    }
                     Turn::Pass
                 }
-                Status::YourTurn | Status::Bought | Status::Waiting { .. } => Turn::Wait(answer),
+                Status::YourTurn | Status::Bought | Status::Waiting { .. } | Status::Challenge => {
+                    Turn::Wait(answer)
+                }
                 Status::SoldOut => Turn::Refuse(Decision::SoldOut),
                 Status::Expired if honoured => {
                     self.metrics
@@ -307,6 +327,7 @@ impl<S: QueueStore> WaitingRoom<S> {
         activity: &Activity,
         user: &str,
         presented: Option<&Presented>,
+        solution: Option<&str>,
     ) -> Result<Answer, Decision> {
         let Some(queue) = activity.queue.as_ref() else {
             return Err(Decision::UnknownActivity);
@@ -331,6 +352,7 @@ impl<S: QueueStore> WaitingRoom<S> {
                 queue,
                 user,
                 presented,
+                solution,
             )
             .await?;
         let key = (activity.id.clone(), user.to_owned());
@@ -383,8 +405,9 @@ impl<S: QueueStore> WaitingRoom<S> {
     }
 
     /// Where `user` stands: from a presented ticket (checked, answered from memory), or from
-    /// the ticket Redis issues (or already issued) them. The flag: the presented ticket was
-    /// the one answered for (not one issued now).
+    /// the ticket Redis issues (or already issued) them, or, with a challenge configured, the
+    /// challenge to solve first. The flag: the presented ticket was the one answered for (not
+    /// one issued now).
     async fn answer(
         &self,
         key: &[u8; 32],
@@ -392,19 +415,30 @@ impl<S: QueueStore> WaitingRoom<S> {
         queue: &QueueSettings,
         user: &str,
         presented: Option<&Presented>,
-    ) -> Result<(Answer, Ticket, bool), Decision> {
+        solution: Option<&str>,
+    ) -> Result<(Answer, Option<Ticket>, bool), Decision> {
         let kept = self.kept(key, activity, queue, user, presented).await?;
         let honoured = kept.is_some();
-        let remembered = || {
-            let (ticket, raw) = self.issued.get(&(activity.id.clone(), user.to_owned()))?;
-            let current = self
-                .view(activity)
-                .is_some_and(|v| ticket.epoch == v.state.epoch);
-            current.then_some((ticket, raw))
+        let ends_in = self.until_the_end_secs(activity);
+        let found = match kept {
+            Some(kept) => Ok(kept),
+            None => {
+                self.without_ticket(key, activity, queue, user, solution)
+                    .await?
+            }
         };
-        let (ticket, raw) = match kept.or_else(remembered) {
-            Some(kept) => kept,
-            None => self.issue(key, activity, queue, user).await?,
+        let (ticket, raw) = match found {
+            Ok(found) => found,
+            Err(challenge) => {
+                let answer = Answer {
+                    ticket: String::new(),
+                    status: Status::Challenge,
+                    challenge: Some(challenge),
+                    draw: None,
+                    cookie_max_age_secs: ends_in,
+                };
+                return Ok((answer, None, false));
+            }
         };
         let status = self.status(activity, queue, ticket, honoured)?;
         let status = self
@@ -414,11 +448,38 @@ impl<S: QueueStore> WaitingRoom<S> {
             Answer {
                 ticket: raw,
                 status,
-                cookie_max_age_secs: self.until_the_end_secs(activity),
+                challenge: None,
+                draw: self.published(activity, queue),
+                cookie_max_age_secs: ends_in,
             },
-            ticket,
+            Some(ticket),
             honoured,
         ))
+    }
+
+    /// The ticket this process last had Redis issue `user`, if it is of the queue as it is now.
+    fn remembered(&self, activity: &Activity, user: &str) -> Option<(Ticket, String)> {
+        let (ticket, raw) = self.issued.get(&(activity.id.clone(), user.to_owned()))?;
+        let current = self
+            .view(activity)
+            .is_some_and(|v| ticket.epoch == v.state.epoch);
+        current.then_some((ticket, raw))
+    }
+
+    /// The queue as last read, read now if nothing was read lately.
+    async fn current_view(
+        &self,
+        activity: &Activity,
+        queue: &QueueSettings,
+    ) -> Result<View, Decision> {
+        if let Some(view) = self.view(activity) {
+            return Ok(view);
+        }
+        self.read(activity, queue, false).await.map_err(|e| {
+            tracing::warn!(activity = %activity.id, error = %e, "queue state not read");
+            Decision::Unavailable
+        })?;
+        self.view(activity).ok_or(Decision::Unavailable)
     }
 
     /// The ticket presented, if it is this buyer's for this activity and of the queue as it is
@@ -441,16 +502,8 @@ impl<S: QueueStore> WaitingRoom<S> {
             Err(ticket::Invalid::OtherActivity) if p.from_cookie => return Ok(None),
             Err(_) => return Err(Decision::InvalidTicket),
         };
-        if self.view(activity).is_none() {
-            // Nothing read lately (just started, or the store was away): read now.
-            self.read(activity, queue, false).await.map_err(|e| {
-                tracing::warn!(activity = %activity.id, error = %e, "queue state not read");
-                Decision::Unavailable
-            })?;
-        }
-        let current = self
-            .view(activity)
-            .is_some_and(|v| ticket.epoch == v.state.epoch);
+        // Nothing read lately (just started, or the store was away): read now.
+        let current = self.current_view(activity, queue).await?.state.epoch == ticket.epoch;
         if !current {
             tracing::warn!(activity = %activity.id,
                 "a ticket of a queue Redis lost (set up again since): issuing a new one");
@@ -467,18 +520,21 @@ impl<S: QueueStore> WaitingRoom<S> {
         activity: &Activity,
         queue: &QueueSettings,
         user: &str,
+        spend: Option<&store::Spend>,
     ) -> Result<(Ticket, String), Decision> {
         let (state, issued) = self
             .store
-            .ticket(activity, queue, user, seed())
+            .ticket(activity, queue, user, &store::Fresh::random(), spend)
             .await
             .map_err(|e| {
                 tracing::warn!(activity = %activity.id, error = %e, "no ticket issued");
                 Decision::Unavailable
             })?;
         let known = self.view(activity).and_then(|v| v.left);
+        self.count_spend(activity, spend, &issued);
         let (number, fresh) = match issued {
-            store::Issued::Ticket { number, fresh } => (number, fresh),
+            store::Issued::Ticket { number, fresh, .. } => (number, fresh),
+            store::Issued::Spent => return Err(Decision::InvalidTicket),
             // This gateway's clock runs ahead of or behind Redis's: Redis's counts.
             store::Issued::NotOpen => return Err(Decision::NotStarted),
             store::Issued::Closed => return Err(Decision::Ended),
@@ -545,12 +601,15 @@ impl<S: QueueStore> WaitingRoom<S> {
     }
 
     /// The first time this process sees a ticket admitted: counted, and its wait observed.
-    fn count_admitted(&self, activity: &Activity, ticket: Ticket) {
+    fn count_admitted(&self, activity: &Activity, queue: &QueueSettings, ticket: Ticket) {
         let key = (activity.id.clone(), ticket.number);
         if self.admitted.contains_key(&key) {
             return;
         }
         self.admitted.insert(key, ());
+        if queue.draw {
+            self.record_place(activity, ticket.number);
+        }
         let label = &*activity.id;
         self.metrics
             .queue_admitted
@@ -587,11 +646,6 @@ impl<S: QueueStore> WaitingRoom<S> {
         self.learn(activity, view.clone());
         Ok(view)
     }
-}
-
-/// A fresh random seed, offered for the draw (Redis keeps the first one offered at the start).
-fn seed() -> u64 {
-    uuid::Uuid::new_v4().as_u64_pair().0 >> 11
 }
 
 #[cfg(test)]

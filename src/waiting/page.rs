@@ -52,6 +52,7 @@ pub fn code(status: &Status) -> (&'static str, Message) {
         Status::Expired => ("ticket_expired", Message::TicketLapsed),
         Status::GivenAway => ("ticket_expired", Message::TicketAbsent),
         Status::Bought => ("bought", Message::Bought),
+        Status::Challenge => ("queued", Message::SolveChallenge),
     }
 }
 
@@ -61,6 +62,15 @@ pub fn code(status: &Status) -> (&'static str, Message) {
 /// following it would poll for nothing).
 pub fn json(answer: &Answer, lang: Lang) -> serde_json::Value {
     let (code, message) = code(&answer.status);
+    if let Some(challenge) = &answer.challenge {
+        // No ticket yet: the proof of work to send back in `X-Flashgate-Solution`.
+        return serde_json::json!({
+            "code": code,
+            "message": message.text(lang),
+            "state": answer.status.state(),
+            "challenge": challenge,
+        });
+    }
     let (position, wait, refresh, too_late, drawn, paused) = match answer.status {
         Status::Waiting {
             position,
@@ -79,7 +89,11 @@ pub fn json(answer: &Answer, lang: Lang) -> serde_json::Value {
         ),
         // At the front: nothing left to wait for; come back soon only to learn what changed.
         Status::YourTurn => (0, Some(0), Some(1_000), false, true, false),
-        Status::SoldOut | Status::Expired | Status::GivenAway | Status::Bought => (
+        Status::SoldOut
+        | Status::Expired
+        | Status::GivenAway
+        | Status::Bought
+        | Status::Challenge => (
             0,
             Some(0),
             None,
@@ -102,6 +116,14 @@ pub fn json(answer: &Answer, lang: Lang) -> serde_json::Value {
     if let Some(refresh) = refresh {
         json["refresh_after_ms"] = refresh.into();
     }
+    if let Some(draw) = &answer.draw {
+        if let Some(commitment) = &draw.commitment {
+            json["draw_commitment"] = commitment.as_str().into();
+        }
+        if let Some(seed) = &draw.seed {
+            json["draw_seed"] = seed.as_str().into();
+        }
+    }
     json
 }
 
@@ -112,6 +134,29 @@ pub fn cookie(answer: &Answer) -> String {
         answer.ticket,
         answer.cookie_max_age_secs.max(1)
     )
+}
+
+/// JSON safe inside a `<script>` element.
+fn script_json(value: &serde_json::Value) -> String {
+    value
+        .to_string()
+        .replace('<', "\\u003c")
+        .replace('>', "\\u003e")
+        .replace('&', "\\u0026")
+}
+
+/// The page that solves a challenge (kept apart from the waiting page: its own template, not
+/// replaceable from `pages.dir`, English only).
+const CHALLENGE_PAGE: &str = include_str!("challenge.html");
+
+/// The challenge page for the answer `json`: solves it in a Web Worker, sends the solution
+/// with a poll (which gives the ticket and its cookie), then loads the waiting page.
+pub fn challenge_page(json: &serde_json::Value, activity: &str) -> String {
+    let config = serde_json::json!({
+        "poll": format!("{POLL_PREFIX}{activity}"),
+        "answer": json,
+    });
+    CHALLENGE_PAGE.replace("{{CONFIG}}", &script_json(&config))
 }
 
 #[cfg(test)]
@@ -129,6 +174,8 @@ mod tests {
                 drawn: true,
                 paused: false,
             },
+            challenge: None,
+            draw: None,
             cookie_max_age_secs: 60,
         }
     }

@@ -126,6 +126,8 @@ mod tests {
             admission_window: Duration::from_secs(60),
             too_late_factor: 1.5,
             landing_url: None,
+            challenge: None,
+            draw: false,
             stepped: Some(Stepped {
                 skip_absent_after: skip_secs.map(Duration::from_secs),
                 max_active: Some(5),

@@ -9,9 +9,37 @@ use crate::stock::clock::RedisClock;
 use crate::stock::{Layout, LedgerRow, ScriptName, Segment, StockStore, StoreError, StoreOp};
 use std::future::Future;
 
+use super::draw::{self, Seed};
 use crate::stock::scripts::{
-    QUEUE_CONTROL as CONTROL, QUEUE_POLL as POLL, QUEUE_STATE as STATE, QUEUE_TICKET as TICKET,
+    QUEUE_CONTROL as CONTROL, QUEUE_PLACE as PLACE, QUEUE_POLL as POLL, QUEUE_STATE as STATE,
+    QUEUE_TICKET as TICKET,
 };
+
+/// Random values offered to the queue scripts: the epoch is taken only by a queue set up now,
+/// the draw's seed only by a queue that has none yet (set up now, or by an older flashgate).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fresh {
+    pub epoch: u64,
+    pub seed: Seed,
+}
+
+impl Fresh {
+    /// New random values (the epoch within Lua's exact integers).
+    pub fn random() -> Fresh {
+        Fresh {
+            epoch: uuid::Uuid::new_v4().as_u64_pair().0 >> 11,
+            seed: draw::random_seed(),
+        }
+    }
+
+    /// Fixed values (tests).
+    pub fn fixed(n: u64) -> Fresh {
+        Fresh {
+            epoch: n,
+            seed: draw::legacy_seed(n),
+        }
+    }
+}
 
 /// The store calls the waiting room makes: [`StockStore`] in the gateway (the functions below),
 /// an in-process fake in the unit tests (`super::fake`).
@@ -25,7 +53,8 @@ pub trait QueueStore: Send + Sync + 'static {
         activity: &Activity,
         queue: &QueueSettings,
         user: &str,
-        seed: u64,
+        fresh: &Fresh,
+        spend: Option<&Spend>,
     ) -> impl Future<Output = Result<(QueueState, Issued), StoreError>> + Send;
 
     /// See [`state`].
@@ -33,7 +62,7 @@ pub trait QueueStore: Send + Sync + 'static {
         &self,
         activity: &Activity,
         queue: &QueueSettings,
-        seed: u64,
+        fresh: &Fresh,
         set_rate: bool,
         left: Option<i64>,
     ) -> impl Future<Output = Result<(QueueState, Option<i64>), StoreError>> + Send;
@@ -52,6 +81,9 @@ pub trait QueueStore: Send + Sync + 'static {
         place: u64,
         touch: Touch,
     ) -> impl Future<Output = Result<Fate, StoreError>> + Send;
+
+    /// See [`record_place`].
+    fn record_place(&self, place: Placed) -> impl Future<Output = Result<(), StoreError>> + Send;
 
     /// One segment's ledger (see [`StockStore::ledger`]): a segmented activity's units left.
     fn ledger(
@@ -79,20 +111,21 @@ impl QueueStore for StockStore {
         activity: &Activity,
         queue: &QueueSettings,
         user: &str,
-        seed: u64,
+        fresh: &Fresh,
+        spend: Option<&Spend>,
     ) -> Result<(QueueState, Issued), StoreError> {
-        ticket(self, activity, queue, user, seed).await
+        ticket(self, activity, queue, user, fresh, spend).await
     }
 
     async fn state(
         &self,
         activity: &Activity,
         queue: &QueueSettings,
-        seed: u64,
+        fresh: &Fresh,
         set_rate: bool,
         left: Option<i64>,
     ) -> Result<(QueueState, Option<i64>), StoreError> {
-        state(self, activity, queue, seed, set_rate, left).await
+        state(self, activity, queue, fresh, set_rate, left).await
     }
 
     async fn control(
@@ -110,6 +143,10 @@ impl QueueStore for StockStore {
         touch: Touch,
     ) -> Result<Fate, StoreError> {
         fate(self, activity, place, touch).await
+    }
+
+    async fn record_place(&self, place: Placed) -> Result<(), StoreError> {
+        record_place(self, place).await
     }
 
     async fn ledger(&self, segment: Segment<'_>, version: u64) -> Result<LedgerRow, StoreError> {
@@ -151,11 +188,30 @@ fn parse(reply: &[String]) -> Result<QueueState, StoreError> {
     QueueState::parse(reply).ok_or_else(|| StoreError::protocol(ScriptName::Queue, reply.join("|")))
 }
 
+/// A proof-of-work solution spent with a ticket (once: its challenge is written until it
+/// expires).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Spend {
+    /// The solved challenge (hex).
+    pub challenge: String,
+    /// Until when it could be sent (unix ms): kept as spent until then.
+    pub expires_ms: u64,
+    /// Refuse one spent before (else, shadow mode, only report it).
+    pub enforce: bool,
+}
+
 /// What asking for a ticket got.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Issued {
-    /// The user's ticket number; `fresh`: issued now (else they had it already).
-    Ticket { number: u64, fresh: bool },
+    /// The user's ticket number; `fresh`: issued now (else they had it already); `spent`: the
+    /// solution given had been spent before (shadow mode only: else [`Issued::Spent`]).
+    Ticket {
+        number: u64,
+        fresh: bool,
+        spent: bool,
+    },
+    /// The solution given was spent before: no ticket.
+    Spent,
     /// The queue is not open yet by Redis's clock (the asking gateway's clock runs ahead).
     NotOpen,
     /// The sale closed by Redis's clock.
@@ -169,22 +225,32 @@ pub async fn ticket(
     activity: &Activity,
     queue: &QueueSettings,
     user: &str,
-    seed: u64,
+    fresh: &Fresh,
+    spend: Option<&Spend>,
 ) -> Result<(QueueState, Issued), StoreError> {
     let (q, tickets) = keys(store, activity);
     let [seen, ..] = stepped_keys(store, activity);
     let mut invocation = TICKET.prepare_invoke();
+    invocation.key(q).key(tickets).key(seen);
+    if let Some(spend) = spend {
+        let layout = Layout::new(activity.id.clone(), 1);
+        invocation.key(store.keys().base(&layout).queue_solution(&spend.challenge));
+    }
     invocation
-        .key(q)
-        .key(tickets)
-        .key(seen)
         .arg(user)
         .arg(queue.admit_per_second)
         .arg(start_ms(activity))
-        .arg(seed)
+        .arg(fresh.epoch)
         .arg(store.expire_at(activity))
         .arg(queue.opens_at.timestamp_millis())
-        .arg(activity.ends_at.timestamp_millis());
+        .arg(activity.ends_at.timestamp_millis())
+        .arg(draw::seed_hex(&fresh.seed))
+        .arg(draw::commitment(&fresh.seed));
+    if let Some(spend) = spend {
+        invocation
+            .arg(spend.expires_ms)
+            .arg(if spend.enforce { "1" } else { "0" });
+    }
     let reply: Vec<String> = store
         .eval(ScriptName::Queue, StoreOp::Queue, &invocation)
         .await?;
@@ -195,9 +261,11 @@ pub async fn ticket(
     ) {
         (Some(0), Some("early")) => Issued::NotOpen,
         (Some(0), Some("late")) => Issued::Closed,
+        (Some(0), Some("used")) => Issued::Spent,
         (Some(number), Some(fresh @ ("0" | "1"))) if number > 0 => Issued::Ticket {
             number,
             fresh: fresh == "1",
+            spent: reply.get(STATE_FIELDS + 2).map(String::as_str) == Some("1"),
         },
         _ => return Err(StoreError::protocol(ScriptName::Queue, reply.join("|"))),
     };
@@ -212,7 +280,7 @@ pub async fn state(
     store: &StockStore,
     activity: &Activity,
     queue: &QueueSettings,
-    seed: u64,
+    fresh: &Fresh,
     set_rate: bool,
     left: Option<i64>,
 ) -> Result<(QueueState, Option<i64>), StoreError> {
@@ -238,7 +306,7 @@ pub async fn state(
     invocation
         .arg(queue.admit_per_second)
         .arg(start_ms(activity))
-        .arg(seed)
+        .arg(fresh.epoch)
         .arg(store.expire_at(activity))
         .arg(if set_rate { "1" } else { "0" })
         .arg(match (activity.is_segmented(), left) {
@@ -246,7 +314,9 @@ pub async fn state(
             // Not known yet: say nothing about holding.
             (true, None) => "-1".to_owned(),
             (false, _) => String::new(),
-        });
+        })
+        .arg(draw::seed_hex(&fresh.seed))
+        .arg(draw::commitment(&fresh.seed));
     match queue.stepped {
         Some(stepped) => invocation
             .arg(
@@ -267,6 +337,31 @@ pub async fn state(
         .and_then(|n| n.parse::<i64>().ok())
         .filter(|n| *n >= 0);
     Ok((state, left))
+}
+
+/// A pre-queue ticket admitted at its drawn place.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placed {
+    pub activity: std::sync::Arc<str>,
+    /// The sale's end (the record expires with the activity's keys).
+    pub ends_at: chrono::DateTime<chrono::Utc>,
+    pub number: u64,
+    pub place: u64,
+}
+
+/// Records the place a pre-queue ticket was admitted at (the first gateway's; once).
+pub async fn record_place(store: &StockStore, placed: Placed) -> Result<(), StoreError> {
+    let layout = Layout::new(placed.activity.clone(), 1);
+    let mut invocation = PLACE.prepare_invoke();
+    invocation
+        .key(store.keys().base(&layout).queue_places())
+        .arg(placed.number)
+        .arg(placed.place)
+        .arg(store.expire_after(placed.ends_at));
+    let _: i64 = store
+        .eval(ScriptName::Queue, StoreOp::Queue, &invocation)
+        .await?;
+    Ok(())
 }
 
 /// Pauses or resumes the cursor, or changes the rate.

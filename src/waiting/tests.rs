@@ -62,7 +62,9 @@ impl Harness {
 
     async fn gate(&self, user: &str, presented: Option<&Presented>) -> Turn {
         let a1 = self.activity("a1");
-        self.room.gate(&self.settings, &a1, user, presented).await
+        self.room
+            .gate(&self.settings, &a1, user, presented, None)
+            .await
     }
 
     /// The ticket a gate handed out while making the buyer wait.
@@ -90,7 +92,7 @@ async fn no_queue_or_outside_its_hours_passes() {
     let h = Harness::at(10_500);
     let plain = h.activity("plain");
     assert_eq!(
-        h.room.gate(&h.settings, &plain, "u1", None).await,
+        h.room.gate(&h.settings, &plain, "u1", None, None).await,
         Turn::Pass
     );
     h.store.set_now("2029-12-31T22:59:59Z".parse().unwrap());
@@ -285,23 +287,27 @@ async fn a_store_failure_answers_unavailable() {
 async fn polls() {
     let h = Harness::at(10_500);
     let (a1, plain) = (h.activity("a1"), h.activity("plain"));
-    let unknown = h.room.poll(&h.settings, &plain, "u1", None).await;
+    let unknown = h.room.poll(&h.settings, &plain, "u1", None, None).await;
     assert_eq!(unknown, Err(Decision::UnknownActivity));
-    let answer = h.room.poll(&h.settings, &a1, "u1", None).await.unwrap();
+    let answer = h
+        .room
+        .poll(&h.settings, &a1, "u1", None, None)
+        .await
+        .unwrap();
     assert!(matches!(answer.status, Status::Waiting { .. }));
     let polled = h.metrics.queue_polls.with_label_values(&["a1"]);
     assert_eq!(polled.get(), 1);
     h.store.set_now("2029-12-31T22:00:00Z".parse().unwrap());
-    let early = h.room.poll(&h.settings, &a1, "u2", None).await;
+    let early = h.room.poll(&h.settings, &a1, "u2", None, None).await;
     assert_eq!(early, Err(Decision::NotStarted));
     h.store.set_now("2030-01-02T00:00:00Z".parse().unwrap());
-    let late = h.room.poll(&h.settings, &a1, "u2", None).await;
+    let late = h.room.poll(&h.settings, &a1, "u2", None, None).await;
     assert_eq!(late, Err(Decision::Ended));
     // A ticket holder is still answered after the close.
     let kept = header(&answer.ticket);
     assert!(h
         .room
-        .poll(&h.settings, &a1, "u1", Some(&kept))
+        .poll(&h.settings, &a1, "u1", Some(&kept), None)
         .await
         .is_ok());
 }
@@ -351,7 +357,9 @@ async fn a_buyer_holding_units_reads_bought_when_sold_out() {
         let (h, a1) = (&h, a1.clone());
         async move {
             let ticket = header(&raw);
-            h.room.poll(&h.settings, &a1, user, Some(&ticket)).await
+            h.room
+                .poll(&h.settings, &a1, user, Some(&ticket), None)
+                .await
         }
     };
     assert_eq!(

@@ -31,7 +31,10 @@ pub struct QueueState {
     /// Nothing is left to sell: the cursor waits.
     pub held: bool,
     /// Tickets issued before the start, once drawn, and the draw's seed.
-    pub drawn: Option<(u64, u64)>,
+    pub drawn: Option<(u64, draw::Seed)>,
+    /// The commitment to the draw's seed (hex SHA-256), once chosen (a queue an older flashgate
+    /// drew has none).
+    pub commitment: Option<String>,
     /// Redis's clock when it answered (unix ms).
     pub now_ms: u64,
     /// The random id written when this queue was set up: a ticket of another epoch is of a
@@ -79,15 +82,16 @@ impl Mark {
 }
 
 /// Fields of a state reply, before any extra the script adds.
-pub const STATE_FIELDS: usize = 15;
+pub const STATE_FIELDS: usize = 16;
 
 impl QueueState {
     pub fn parse(reply: &[String]) -> Option<QueueState> {
         let n = |i: usize| reply.get(i)?.parse::<u64>().ok();
         let drawn = match (reply.get(7)?.as_str(), reply.get(8)?.as_str()) {
             ("", _) => None,
-            (d, s) => Some((d.parse().ok()?, s.parse().ok()?)),
+            (d, s) => Some((d.parse().ok()?, draw::parse_seed(s)?)),
         };
+        let commitment = Some(reply.get(13)?.clone()).filter(|c| !c.is_empty());
         Some(QueueState {
             seq: n(0)?,
             start_ms: n(1)?,
@@ -106,8 +110,9 @@ impl QueueState {
                 .map(Mark::parse)
                 .collect::<Option<Vec<_>>>()?,
             lapsed: n(12)?,
-            stepped: reply.get(13)? == "1",
-            active: n(14)?,
+            commitment,
+            stepped: reply.get(14)? == "1",
+            active: n(15)?,
         })
     }
 
@@ -193,6 +198,8 @@ pub enum Status {
     /// The buyer's purchase won (the backend answered 2xx): never given by the queue itself,
     /// only by a poll of a buyer the room saw buy (see `WaitingRoom::bought`).
     Bought,
+    /// No ticket yet: a proof of work to solve first (the answer carries it).
+    Challenge,
 }
 
 impl Status {
@@ -212,6 +219,7 @@ impl Status {
             Status::SoldOut => "sold_out",
             Status::Expired | Status::GivenAway => "expired",
             Status::Bought => "bought",
+            Status::Challenge => "challenge",
         }
     }
 }
@@ -255,7 +263,7 @@ impl View {
     pub fn place(&self, number: u64) -> Option<u64> {
         self.state
             .drawn
-            .map(|(drawn, seed)| draw::place(number, Some(drawn), seed))
+            .map(|(drawn, seed)| draw::place(number, Some(drawn), &seed))
     }
 
     /// What the holder of ticket `number` is told now.
@@ -337,6 +345,8 @@ mod tests {
             too_late_factor: 1.5,
             landing_url: None,
             stepped: None,
+            challenge: None,
+            draw: false,
         }
     }
 
@@ -349,7 +359,8 @@ mod tests {
             t0_ms: 10_000,
             paused: false,
             held: false,
-            drawn: Some((0, 1)),
+            drawn: Some((0, draw::legacy_seed(1))),
+            commitment: None,
             now_ms,
             epoch: 0,
             marks: vec![Mark {
@@ -527,13 +538,16 @@ mod tests {
         ));
         let after = View::new(
             QueueState {
-                drawn: Some((40, 77)),
+                drawn: Some((40, draw::legacy_seed(77))),
                 seq: 45,
                 ..state(10_000)
             },
             None,
         );
-        assert_eq!(after.place(3), Some(draw::place(3, Some(40), 77)));
+        assert_eq!(
+            after.place(3),
+            Some(draw::place(3, Some(40), &draw::legacy_seed(77)))
+        );
         assert_eq!(
             after.place(41),
             Some(41),

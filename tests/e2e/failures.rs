@@ -90,6 +90,17 @@ async fn redis_killed_mid_sale_gives_fast_503s_then_recovers_without_restart() {
     assert_eq!(ready.status, 503);
 
     redis.restart();
+    // Restarted from its append-only file, Redis answers under a new replication id: the
+    // failover fence stops the sale (it cannot tell a restart that lost nothing) until the
+    // operator resumes; no gateway restart is needed.
+    gw.metrics_when(|m| m.contains("flashgate_activity_fenced{activity=\"1001\"} 1"))
+        .await;
+    assert_eq!(gw.buy("1001", "fenced", None).await.status, 503);
+    wait_for_async("the resume", Duration::from_secs(20), || async {
+        let r = gw.admin_post("/v1/activities/1001/resume").await;
+        (r.status == 200).then_some(())
+    })
+    .await;
     let resp = wait_for_async(
         "the gateway to recover",
         Duration::from_secs(20),

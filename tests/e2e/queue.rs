@@ -258,10 +258,10 @@ async fn pre_queue_arrivals_are_drawn_at_the_start_and_later_ones_queue_in_order
     // The draw is written down: the seed and the pre-queue's size, checkable afterwards.
     let q = gw.admin_get("/v1/activities/1001/queue").await.json();
     assert_eq!(q["draw"]["tickets"], n);
-    let seed: u64 = q["draw"]["seed"].as_str().unwrap().parse().unwrap();
+    let seed = flashgate::waiting::draw::parse_seed(q["draw"]["seed"].as_str().unwrap()).unwrap();
     for (i, place) in places.iter().enumerate() {
         assert_eq!(
-            flashgate::waiting::draw::place(i as u64 + 1, Some(n), seed),
+            flashgate::waiting::draw::place(i as u64 + 1, Some(n), &seed),
             *place
         );
     }

@@ -145,3 +145,78 @@ async fn the_waiting_page_shows_the_place_refreshes_and_lands_on_the_purchase() 
         .call("DELETE", &format!("/session/{}", browser.session), None)
         .await;
 }
+
+/// With a challenge, the page a browser lands on solves the proof of work in a Web Worker
+/// (progress shown), sends the solution, gets its ticket (the cookie) and goes on to the
+/// waiting page with its place.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_challenge_page_solves_the_proof_of_work_and_gets_a_ticket() {
+    let redis = RedisServer::start();
+    let upstream = Upstream::start();
+    let activity = TestActivity {
+        queue: Some(
+            Queue::admit(1)
+                .window_secs(60)
+                .challenge(json!({ "max_number": 300_000 })),
+        ),
+        ..TestActivity::open("1001", 5)
+    };
+    let config =
+        TestConfig::new(&redis, &upstream, vec![activity]).jwt_identity(Jwt::session_cookie());
+    let gw = GatewayProc::start_with_env(config, &[("FLASHGATE_IDENTITY_SECRET", IDENTITY_SECRET)]);
+    // The queue stands still while the page is looked at.
+    assert_eq!(
+        gw.admin_post("/v1/activities/1001/queue/pause")
+            .await
+            .status,
+        200
+    );
+    let browser = Browser::start().await;
+    let origin = format!("http://{}", gw.addr);
+    browser.go(&format!("{origin}/product")).await;
+    browser
+        .command(
+            "POST",
+            "cookie",
+            json!({"cookie": {"name": "session", "value": token("alice"), "path": "/"}}),
+        )
+        .await;
+    browser
+        .script(
+            "var f = document.createElement('form'); f.method = 'POST'; \
+             f.action = '/api/seckill/1001/buy'; document.body.appendChild(f); f.submit();",
+        )
+        .await;
+    let read = "return [document.body ? document.body.getAttribute('data-state') : null, \
+                document.getElementById('position') ? \
+                document.getElementById('position').textContent : null, \
+                location.pathname, sessionStorage.getItem('flashgate-challenge-progress')];";
+    let shown = wait_for_async(
+        "the waiting page after the challenge",
+        Duration::from_secs(60),
+        || async {
+            let v = browser.script(read).await;
+            (v[0] == "waiting" && v[1] == "#1").then_some(v)
+        },
+    )
+    .await;
+    assert_eq!(shown[2], "/flashgate/queue/1001", "{shown}");
+    let m = gw.metrics().await;
+    for (outcome, n) in [("issued", 1), ("solved", 1), ("refused", 0)] {
+        let series = format!(
+            "flashgate_queue_challenges_total{{activity=\"1001\",outcome=\"{outcome}\"}} {n}"
+        );
+        assert!(m.contains(&series), "{series} in {m}");
+    }
+    // The ticket is the browser's (its cookie), one in Redis.
+    let tickets: u64 = redis::cmd("HLEN")
+        .arg("fg:{1001}:q:tickets")
+        .query(&mut redis.conn())
+        .unwrap();
+    assert_eq!(tickets, 1);
+    // The worker reported its progress to the page as it went.
+    assert!(shown[3].as_str().is_some(), "no progress shown: {shown}");
+    let _ = browser
+        .call("DELETE", &format!("/session/{}", browser.session), None)
+        .await;
+}

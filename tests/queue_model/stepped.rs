@@ -17,7 +17,7 @@ use super::{FIXTURE, NEXT_ID};
 use crate::support::*;
 use flashgate::config::live_queue::Stepped;
 use flashgate::config::{Activity, ConfirmMode, QueueSettings};
-use flashgate::waiting::store::{self, Control, Fate, Touch};
+use flashgate::waiting::store::{self, Control, Fate, Fresh, Touch};
 use proptest::prelude::*;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
@@ -204,6 +204,8 @@ fn run(ops: Vec<Op>) -> Model {
         admission_window: Duration::from_millis(WINDOW_MS),
         too_late_factor: 1.5,
         landing_url: None,
+        challenge: None,
+        draw: false,
         stepped: Some(Stepped {
             skip_absent_after: Some(Duration::from_millis(SKIP_MS)),
             max_active: Some(MAX_ACTIVE as u32),
@@ -230,7 +232,7 @@ fn run(ops: Vec<Op>) -> Model {
         first: None,
     };
     fx.runtime.block_on(async {
-        let (s, _) = store::state(&fx.store, &activity, &queue, 1, false, None)
+        let (s, _) = store::state(&fx.store, &activity, &queue, &Fresh::fixed(1), false, None)
             .await
             .unwrap();
         assert!(s.stepped, "a queue configured stepped runs stepped");
@@ -238,11 +240,17 @@ fn run(ops: Vec<Op>) -> Model {
         for op in &ops {
             match *op {
                 Op::Ticket(user) => {
-                    let (_, issued) =
-                        store::ticket(&fx.store, &activity, &queue, &format!("u{user}"), 1)
-                            .await
-                            .unwrap();
-                    let store::Issued::Ticket { number, fresh } = issued else {
+                    let (_, issued) = store::ticket(
+                        &fx.store,
+                        &activity,
+                        &queue,
+                        &format!("u{user}"),
+                        &Fresh::fixed(1),
+                        None,
+                    )
+                    .await
+                    .unwrap();
+                    let store::Issued::Ticket { number, fresh, .. } = issued else {
                         panic!("{issued:?}");
                     };
                     assert!(
@@ -252,9 +260,10 @@ fn run(ops: Vec<Op>) -> Model {
                     model.numbers.entry(user).or_insert(number);
                 }
                 Op::Read => {
-                    let (s, _) = store::state(&fx.store, &activity, &queue, 1, false, None)
-                        .await
-                        .unwrap();
+                    let (s, _) =
+                        store::state(&fx.store, &activity, &queue, &Fresh::fixed(1), false, None)
+                            .await
+                            .unwrap();
                     assert!(s.stepped && s.active <= MAX_ACTIVE);
                 }
                 Op::Poll(user) => {

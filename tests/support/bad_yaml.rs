@@ -293,6 +293,26 @@ pub const BAD: &[Bad] = &[
         expect: "activities[id=1001].queue.opens_at",
     },
     Bad {
+        name: "queue-challenge-zero",
+        patch: &[("activities.0.stock", Some("10")), ("activities.0.queue", Some("{\"admit_per_second\": 10, \"challenge\": {\"max_number\": 0}}"))],
+        expect: "activities[id=1001].queue.challenge.max_number: must be 1 to 50000000",
+    },
+    Bad {
+        name: "queue-challenge-expiry",
+        patch: &[("activities.0.stock", Some("10")), ("activities.0.queue", Some("{\"admit_per_second\": 10, \"challenge\": {\"max_number\": 10, \"expires_secs\": 1}}"))],
+        expect: "activities[id=1001].queue.challenge.expires_secs: must be 10 to 86400",
+    },
+    Bad {
+        name: "queue-challenge-unknown-key",
+        patch: &[("activities.0.stock", Some("10")), ("activities.0.queue", Some("{\"admit_per_second\": 10, \"challenge\": {\"max_number\": 10, \"difficulty\": 3}}"))],
+        expect: "unknown field `difficulty`",
+    },
+    Bad {
+        name: "queue-draw-not-bool",
+        patch: &[("activities.0.stock", Some("10")), ("activities.0.queue", Some("{\"admit_per_second\": 10, \"draw\": \"yes\"}"))],
+        expect: "activities[id=1001].queue.draw: invalid type",
+    },
+    Bad {
         name: "queue-factor-below-one",
         patch: &[("activities.0.stock", Some("10")), ("activities.0.queue", Some("{\"admit_per_second\": 10, \"too_late_factor\": 0.5}"))],
         expect: "activities[id=1001].queue.too_late_factor: must be a number of at least 1",

@@ -18,6 +18,10 @@ pub struct Queue {
     pub opens_at: Option<String>,
     pub skip_absent_after_secs: Option<u64>,
     pub max_active: Option<u32>,
+    /// `challenge:` (proof of work before a ticket), as YAML.
+    pub challenge: Option<Value>,
+    /// `draw: true`: publish the draw's commitment and seed.
+    pub draw: Option<bool>,
 }
 
 impl Queue {
@@ -29,6 +33,8 @@ impl Queue {
             opens_at: None,
             skip_absent_after_secs: None,
             max_active: None,
+            challenge: None,
+            draw: None,
         }
     }
 
@@ -41,6 +47,18 @@ impl Queue {
     /// At most `n` admitted buyers who have not bought, fleet-wide.
     pub fn max_active(mut self, n: u32) -> Self {
         self.max_active = Some(n);
+        self
+    }
+
+    /// A proof of work before a ticket: `challenge: <yaml>` (e.g. `{"max_number": 1000}`).
+    pub fn challenge(mut self, yaml: Value) -> Self {
+        self.challenge = Some(yaml);
+        self
+    }
+
+    /// `draw: true`.
+    pub fn draw(mut self) -> Self {
+        self.draw = Some(true);
         self
     }
 

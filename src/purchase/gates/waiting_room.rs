@@ -6,7 +6,7 @@
 
 use crate::admission::Decision;
 use crate::config::{Activity, Settings};
-use crate::header_names::{cookie, QUEUE_TICKET};
+use crate::header_names::{cookie, QUEUE_SOLUTION, QUEUE_TICKET};
 use crate::purchase::{Attempt, Gate, HeldBack, Parts, Step, Verdict};
 use crate::waiting::page::{self, Landing, TICKET_COOKIE};
 use crate::waiting::{self, Presented};
@@ -16,13 +16,15 @@ use http::HeaderMap;
 /// tests use a fake).
 #[async_trait::async_trait]
 pub trait Room: Sync {
-    /// The gate in front of a purchase by `user` presenting `presented`, if anything.
+    /// The gate in front of a purchase by `user` presenting `presented` (a ticket) or
+    /// `solution` (a proof of work for one), if anything.
     async fn gate(
         &self,
         settings: &Settings,
         activity: &Activity,
         user: &str,
         presented: Option<&Presented>,
+        solution: Option<&str>,
     ) -> waiting::Turn;
 }
 
@@ -34,8 +36,9 @@ impl Room for waiting::WaitingRoom {
         activity: &Activity,
         user: &str,
         presented: Option<&Presented>,
+        solution: Option<&str>,
     ) -> waiting::Turn {
-        waiting::WaitingRoom::gate(self, settings, activity, user, presented).await
+        waiting::WaitingRoom::gate(self, settings, activity, user, presented, solution).await
     }
 }
 
@@ -50,9 +53,19 @@ impl Room for NoQueues {
         _activity: &Activity,
         _user: &str,
         _presented: Option<&Presented>,
+        _solution: Option<&str>,
     ) -> waiting::Turn {
         waiting::Turn::Pass
     }
+}
+
+/// The proof-of-work solution a request sends (`X-Flashgate-Solution`), if any.
+pub fn solution(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get(QUEUE_SOLUTION)
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
 }
 
 /// The ticket a request presents: the `X-Flashgate-Ticket` header, else the cookie (an empty
@@ -92,7 +105,13 @@ impl Gate for WaitingRoom {
         let keyed = attempt.key.is_some();
         match parts
             .room
-            .gate(settings, &activity, attempt.user(), ticket.as_ref())
+            .gate(
+                settings,
+                &activity,
+                attempt.user(),
+                ticket.as_ref(),
+                solution(headers),
+            )
             .await
         {
             waiting::Turn::Pass => Step::Pass,

@@ -15,6 +15,8 @@ fn waiting_answer() -> waiting::Turn {
             drawn: true,
             paused: false,
         },
+        challenge: None,
+        draw: None,
         cookie_max_age_secs: 60,
     })
 }

@@ -120,6 +120,7 @@ impl Room for FakeRoom {
         _activity: &Activity,
         user: &str,
         presented: Option<&Presented>,
+        _solution: Option<&str>,
     ) -> waiting::Turn {
         let ticket = presented.map(|p| p.ticket.clone());
         self.asked.lock().push((user.to_owned(), ticket));

@@ -11,6 +11,7 @@ pub mod deposit;
 pub mod due;
 pub mod halt;
 pub mod ledger;
+pub mod master;
 pub mod prewarm;
 pub mod release;
 pub mod reserve;
@@ -33,6 +34,7 @@ macro_rules! script {
 
 script!(RESERVE, "../../../lua/reserve.lua");
 script!(RESTOCK, "../../../lua/restock.lua");
+script!(MASTER, "../../../lua/master.lua");
 script!(RELEASE, "../../../lua/release.lua");
 script!(CONFIRM, "../../../lua/confirm.lua");
 script!(SWEEP, "../../../lua/sweep.lua");
@@ -60,9 +62,10 @@ queue_script!(QUEUE_STATE, "../../../lua/queue_state.lua");
 queue_script!(QUEUE_CONTROL, "../../../lua/queue_control.lua");
 queue_script!(QUEUE_POLL, "../../../lua/queue_poll.lua");
 queue_script!(HALT, "../../../lua/halt.lua");
+queue_script!(QUEUE_PLACE, "../../../lua/queue_place.lua");
 
 /// Every script, for loading them up front (readiness).
-pub(super) fn all() -> [&'static Script; 18] {
+pub(super) fn all() -> [&'static Script; 20] {
     [
         &RESERVE,
         &RESTOCK,
@@ -82,5 +85,7 @@ pub(super) fn all() -> [&'static Script; 18] {
         &QUEUE_POLL,
         &HALT,
         &TOKENS,
+        &QUEUE_PLACE,
+        &MASTER,
     ]
 }

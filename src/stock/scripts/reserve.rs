@@ -60,7 +60,7 @@ impl Item {
 }
 
 impl SegmentKeys {
-    pub fn for_reserve(&self, version: u64) -> [String; 8] {
+    pub fn for_reserve(&self, version: u64) -> [String; 9] {
         [
             self.stock(version),
             self.users(),
@@ -70,6 +70,7 @@ impl SegmentKeys {
             self.idempotency(),
             self.events(),
             self.received(),
+            self.master(),
         ]
     }
 }
@@ -176,6 +177,9 @@ pub enum ReserveOutcome {
     DuplicateId,
     /// The segment lost a key it had (its users or records): refused.
     Damaged,
+    /// The failover fence: this master is not the one the segment's stock was accepted under
+    /// (see `stock::failover`); nothing changed.
+    Fenced,
     /// The transfer to deposit first could not land (its version has no ledger here, or the
     /// segment lost its book of received transfers): nothing changed, it stays in flight.
     DepositRefused {
@@ -193,6 +197,7 @@ impl ReserveOutcome {
             self,
             ReserveOutcome::NoStockKey
                 | ReserveOutcome::Damaged
+                | ReserveOutcome::Fenced
                 | ReserveOutcome::DepositRefused { .. }
         )
     }
@@ -226,6 +231,7 @@ impl ReserveOutcome {
             -5 => ReserveOutcome::HoldRanOut,
             -6 => ReserveOutcome::Damaged,
             -8 => ReserveOutcome::NotReplayed,
+            -13 => ReserveOutcome::Fenced,
             -9 => ReserveOutcome::NotStarted,
             -10 => ReserveOutcome::Ended,
             -11 => ReserveOutcome::ReplayQuantityDiffers {
@@ -302,7 +308,7 @@ impl StockStore {
     /// order; a failed call's error goes to every item (each may have landed).
     async fn reserve_batch(
         &self,
-        keys: &[String; 8],
+        keys: &[String; 9],
         version: u64,
         items: Vec<Item>,
     ) -> Vec<Answer> {
@@ -315,7 +321,10 @@ impl StockStore {
         for key in keys {
             invocation.key(key);
         }
-        invocation.arg(version).arg(self.events_maxlen);
+        invocation
+            .arg(version)
+            .arg(self.events_maxlen)
+            .arg(self.failover.expected(&keys[8]));
         for item in &items {
             invocation
                 .arg(&item.user)
@@ -342,14 +351,18 @@ impl StockStore {
         if reply.len() != n {
             return failed(StoreError::protocol(ScriptName::Reserve, reply));
         }
-        reply
+        let answers: Vec<Answer> = reply
             .into_iter()
             .map(|one| match &one {
                 Value::Array(fields) => ReserveOutcome::parse(fields)
                     .ok_or_else(|| Arc::new(StoreError::protocol(ScriptName::Reserve, &one))),
                 _ => Err(Arc::new(StoreError::protocol(ScriptName::Reserve, &one))),
             })
-            .collect()
+            .collect();
+        if matches!(answers.first(), Some(Ok(ReserveOutcome::Fenced))) {
+            self.failover.saw_fenced(&keys[8]);
+        }
+        answers
     }
 
     /// Test seam: holds every reserve (nothing leaves) until [`StockStore::release_reserves`],

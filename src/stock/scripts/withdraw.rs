@@ -5,19 +5,21 @@
 use super::super::{ScriptName, Segment, SegmentKeys, StockStore, StoreError, StoreOp};
 
 impl SegmentKeys {
-    pub fn for_withdraw(&self, version: u64) -> [String; 4] {
+    pub fn for_withdraw(&self, version: u64) -> [String; 5] {
         [
             self.stock(version),
             self.ledger(version),
             self.transfers(),
             self.acknowledged(),
+            self.master(),
         ]
     }
 }
 
 impl StockStore {
     /// First half of moving units between segments: takes up to `want` units of `version` out
-    /// of `giver`. Returns the units taken (0: it has none, or that version is not on sale there).
+    /// of `giver`. Returns the units taken (0: it has none, or that version is not on sale there);
+    /// [`StoreError::Fenced`] when the giver's master was replaced (the failover fence).
     pub async fn withdraw(
         &self,
         giver: Segment<'_>,
@@ -27,11 +29,23 @@ impl StockStore {
         to: u32,
     ) -> Result<u64, StoreError> {
         let mut invocation = super::WITHDRAW.prepare_invoke();
-        for key in self.keys.of(giver).for_withdraw(version) {
+        let keys = self.keys.of(giver).for_withdraw(version);
+        for key in &keys {
             invocation.key(key);
         }
-        invocation.arg(transfer_id).arg(want).arg(to).arg(version);
-        self.eval(ScriptName::Transfer, StoreOp::Transfer, &invocation)
-            .await
+        invocation
+            .arg(transfer_id)
+            .arg(want)
+            .arg(to)
+            .arg(version)
+            .arg(self.failover.expected(&keys[4]));
+        let taken: i64 = self
+            .eval(ScriptName::Transfer, StoreOp::Transfer, &invocation)
+            .await?;
+        if taken < 0 {
+            self.failover.saw_fenced(&keys[4]);
+            return Err(StoreError::Fenced);
+        }
+        Ok(taken as u64)
     }
 }

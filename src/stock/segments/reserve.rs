@@ -119,6 +119,8 @@ pub enum Reserve {
     /// The idempotency key's reservation is pending past its hold deadline (being settled):
     /// retry.
     HoldRanOut,
+    /// The failover fence: the segment's Redis master was replaced (see `stock::failover`).
+    Fenced,
     /// Not enough for the request anywhere: every segment, and every unit in flight between
     /// two of them, adds up to `left`, less than the quantity.
     SoldOut {
@@ -368,6 +370,7 @@ fn answer(
         ReserveOutcome::LimitExceeded { .. } => Reserve::LimitExceeded,
         ReserveOutcome::NoStockKey => Reserve::NotOnSale(None),
         ReserveOutcome::DuplicateId => Reserve::DuplicateId,
+        ReserveOutcome::Fenced => Reserve::Fenced,
         ReserveOutcome::Damaged | ReserveOutcome::DepositRefused { damaged: true } => {
             Reserve::NotOnSale(Some(Refusal::Damaged {
                 id: activity.id.to_string(),

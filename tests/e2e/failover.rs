@@ -1,0 +1,437 @@
+//! The failover fence (`stock::failover`) with a real master and replica: two redis-server
+//! processes, the replica following the master (REPLICAOF) through a link the test can stall
+//! (a partition: the master acknowledges writes the replica never gets), the gateway reaching
+//! Redis through an address the test moves to the promoted replica (a VIP, or Sentinel's
+//! clients re-pointed). Promoted mid-burst: nothing is sold on the new master before an operator
+//! resumes, and how many acknowledged sales the promotion lost (units that would otherwise be
+//! sold twice) is printed for RELIABILITY.md. A master restarted under a new replication id
+//! fences too.
+
+use crate::support::*;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// A TCP forwarder: connections to `addr` go to the current target. Moving the target closes
+/// every connection made before (clients reconnect, to the new target); stalling holds every
+/// byte in both directions (a partition), until resumed.
+struct Forwarder {
+    addr: SocketAddr,
+    target: Arc<parking_lot::Mutex<SocketAddr>>,
+    generation: Arc<AtomicU64>,
+    stalled: Arc<AtomicBool>,
+    accept: tokio::task::JoinHandle<()>,
+}
+
+impl Forwarder {
+    async fn start(target: SocketAddr) -> Forwarder {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let target = Arc::new(parking_lot::Mutex::new(target));
+        let generation = Arc::new(AtomicU64::new(0));
+        let stalled = Arc::new(AtomicBool::new(false));
+        let (t, g, s) = (target.clone(), generation.clone(), stalled.clone());
+        let accept = tokio::spawn(async move {
+            while let Ok((inbound, _)) = listener.accept().await {
+                let to = *t.lock();
+                let born = g.load(Ordering::SeqCst);
+                let Ok(outbound) = tokio::net::TcpStream::connect(to).await else {
+                    continue;
+                };
+                let (ri, wi) = inbound.into_split();
+                let (ro, wo) = outbound.into_split();
+                tokio::spawn(pipe(ri, wo, g.clone(), born, s.clone()));
+                tokio::spawn(pipe(ro, wi, g.clone(), born, s.clone()));
+            }
+        });
+        Forwarder {
+            addr,
+            target,
+            generation,
+            stalled,
+            accept,
+        }
+    }
+
+    /// New connections go to `target`; those made before are closed.
+    fn move_to(&self, target: SocketAddr) {
+        *self.target.lock() = target;
+        self.generation.fetch_add(1, Ordering::SeqCst);
+    }
+
+    fn stall(&self, on: bool) {
+        self.stalled.store(on, Ordering::SeqCst);
+    }
+}
+
+impl Drop for Forwarder {
+    fn drop(&mut self) {
+        self.accept.abort();
+        self.generation.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// Copies `from` to `to` until either closes or the forwarder moves on; holds bytes while
+/// stalled. Polls (20 ms) so a move closes an idle connection too.
+async fn pipe(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    generation: Arc<AtomicU64>,
+    born: u64,
+    stalled: Arc<AtomicBool>,
+) {
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        if generation.load(Ordering::SeqCst) != born {
+            return;
+        }
+        if stalled.load(Ordering::SeqCst) {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            continue;
+        }
+        match tokio::time::timeout(Duration::from_millis(20), from.read(&mut buf)).await {
+            Err(_) => continue,
+            Ok(Ok(0)) | Ok(Err(_)) => return,
+            Ok(Ok(n)) => {
+                // Read just as the stall began: held too.
+                while stalled.load(Ordering::SeqCst) && generation.load(Ordering::SeqCst) == born {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                if generation.load(Ordering::SeqCst) != born
+                    || to.write_all(&buf[..n]).await.is_err()
+                {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+fn addr_of(redis: &RedisServer) -> SocketAddr {
+    let url = redis.url();
+    let hostport = url
+        .trim_start_matches("redis://")
+        .trim_end_matches("/0")
+        .to_owned();
+    hostport.parse().unwrap()
+}
+
+fn info(redis: &RedisServer, field: &str) -> String {
+    let info: String = redis::cmd("INFO")
+        .arg("replication")
+        .query(&mut redis.conn())
+        .unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix(&format!("{field}:")))
+        .unwrap_or_default()
+        .trim()
+        .to_owned()
+}
+
+/// The activity's reservation records (id -> record).
+fn records(redis: &RedisServer) -> std::collections::HashMap<String, String> {
+    redis::cmd("HGETALL")
+        .arg("fg:{1001}:res")
+        .query(&mut redis.conn())
+        .unwrap()
+}
+
+fn fenced_gauge(metrics: &str) -> Option<i64> {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("flashgate_activity_fenced{activity=\"1001\"} "))
+        .and_then(|v| v.parse().ok())
+}
+
+/// `POST /v1/activities/1001/resume`, again while it answers 503 (a connection the restart
+/// or the move broke is seen by the call that uses it next): the activity's view.
+async fn resume(gw: &GatewayProc) -> serde_json::Value {
+    wait_for_async(
+        "the resume to be taken",
+        Duration::from_secs(10),
+        || async {
+            let r = gw.admin_post("/v1/activities/1001/resume").await;
+            assert!(matches!(r.status, 200 | 503), "{}", r.text());
+            (r.status == 200).then(|| r.json())
+        },
+    )
+    .await
+}
+
+/// `user` buys, again while answered 503 (a buyer told unavailable may retry: a connection
+/// the restart or the move broke fails the call that finds it).
+async fn buys_again(gw: &GatewayProc, user: &str) {
+    wait_for_async(
+        "a purchase to go through",
+        Duration::from_secs(10),
+        || async {
+            let r = gw.buy("1001", user, None).await;
+            assert!(matches!(r.status, 200 | 503), "{}", r.text());
+            (r.status == 200).then_some(())
+        },
+    )
+    .await
+}
+
+/// What the burst saw.
+#[derive(Default)]
+struct Burst {
+    /// Reservation ids of the purchases answered 200, with whether the answer came after the
+    /// promotion.
+    won: parking_lot::Mutex<Vec<(String, bool)>>,
+    attempts_after: AtomicUsize,
+    unavailable_after: AtomicUsize,
+    promoted: AtomicBool,
+    stop: AtomicBool,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_promoted_replica_sells_nothing_until_resumed() {
+    let master = RedisServer::start();
+    let replica = RedisServer::start();
+    // The replica follows the master through a link the test can stall.
+    let link = Forwarder::start(addr_of(&master)).await;
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("127.0.0.1")
+        .arg(link.addr.port())
+        .query(&mut replica.conn())
+        .unwrap();
+    wait_for("the replica to sync", Duration::from_secs(20), || {
+        (info(&replica, "master_link_status") == "up").then_some(())
+    });
+    // The gateway reaches Redis through an address moved to the promoted replica.
+    let vip = Forwarder::start(addr_of(&master)).await;
+    let upstream = Upstream::start();
+    let activity = TestActivity::open("1001", 10_000);
+    let mut config = TestConfig::new(&master, &upstream, vec![activity.clone()]);
+    config.redis_url = format!("redis://{}/0", vip.addr);
+    config.per_user = None;
+    let gw = Arc::new(GatewayProc::start(config.clone()));
+    let record = "fg:{1001}:master";
+    let old_id = info(&master, "master_replid");
+    wait_for(
+        "the master's identity recorded on both",
+        Duration::from_secs(20),
+        || {
+            let on = |r: &RedisServer| {
+                redis::cmd("GET")
+                    .arg(record)
+                    .query::<Option<String>>(&mut r.conn())
+                    .unwrap()
+            };
+            (on(&master).as_deref() == Some(old_id.as_str()) && on(&replica) == on(&master))
+                .then_some(())
+        },
+    );
+    // The burst: 8 buyers at a time, each a new user, until told to stop.
+    let burst = Arc::new(Burst::default());
+    let next = Arc::new(AtomicUsize::new(0));
+    let workers: Vec<_> = (0..8)
+        .map(|_| {
+            let (gw, burst, next) = (gw.clone(), burst.clone(), next.clone());
+            tokio::spawn(async move {
+                while !burst.stop.load(Ordering::SeqCst) {
+                    let user = format!("b{}", next.fetch_add(1, Ordering::SeqCst));
+                    let after = burst.promoted.load(Ordering::SeqCst);
+                    let r = gw.buy("1001", &user, None).await;
+                    if after {
+                        burst.attempts_after.fetch_add(1, Ordering::SeqCst);
+                        if r.status == 503 {
+                            burst.unavailable_after.fetch_add(1, Ordering::SeqCst);
+                        }
+                    }
+                    if r.status == 200 {
+                        let id = r.reservation_id();
+                        burst.won.lock().push((id, after));
+                    }
+                }
+            })
+        })
+        .collect();
+    let won = |n: usize| {
+        let burst = burst.clone();
+        move || (burst.won.lock().len() >= n).then_some(())
+    };
+    wait_for("50 sales replicated", Duration::from_secs(30), won(50));
+    // A partition between master and replica: the master goes on acknowledging sales.
+    link.stall(true);
+    let at_stall = burst.won.lock().len();
+    wait_for(
+        "30 sales the replica does not get",
+        Duration::from_secs(30),
+        won(at_stall + 30),
+    );
+    // Promoted mid-burst, and the gateway's address moved to it.
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("NO")
+        .arg("ONE")
+        .query(&mut replica.conn())
+        .unwrap();
+    let new_id = info(&replica, "master_replid");
+    assert_ne!(
+        new_id, old_id,
+        "a promoted replica takes a new replication id"
+    );
+    let records_at_promotion = records(&replica);
+    let stock_at_promotion: i64 = redis::cmd("GET")
+        .arg("fg:{1001}:v1:stock")
+        .query(&mut replica.conn())
+        .unwrap();
+    let promoted_at = Instant::now();
+    burst.promoted.store(true, Ordering::SeqCst);
+    vip.move_to(addr_of(&replica));
+    let seen_after = gw.metrics_when(|m| fenced_gauge(m) == Some(1)).await;
+    let seen_in = promoted_at.elapsed();
+    assert_eq!(fenced_gauge(&seen_after), Some(1));
+    wait_for(
+        "200 purchases tried on the new master",
+        Duration::from_secs(60),
+        || (burst.attempts_after.load(Ordering::SeqCst) >= 200).then_some(()),
+    );
+    burst.stop.store(true, Ordering::SeqCst);
+    for w in workers {
+        w.await.unwrap();
+    }
+    // Nothing sold on the new master: no unit taken, no reservation recorded (a purchase whose
+    // reserve's reply was cut by the move is abandoned: its id gets a released tombstone, so
+    // that the reserve can never land later; no unit moves).
+    for (id, record) in records(&replica) {
+        if !records_at_promotion.contains_key(&id) {
+            assert!(
+                record.starts_with("released|") && record.contains("|t"),
+                "{id}: {record}"
+            );
+        }
+    }
+    let stock_now: i64 = redis::cmd("GET")
+        .arg("fg:{1001}:v1:stock")
+        .query(&mut replica.conn())
+        .unwrap();
+    assert_eq!(stock_now, stock_at_promotion);
+    let won_after: Vec<String> = burst
+        .won
+        .lock()
+        .iter()
+        .filter(|(_, after)| *after)
+        .map(|(id, _)| id.clone())
+        .collect();
+    let on_new = |id: &String| {
+        redis::cmd("HEXISTS")
+            .arg("fg:{1001}:res")
+            .arg(id)
+            .query::<bool>(&mut replica.conn())
+            .unwrap()
+    };
+    assert!(
+        !won_after.iter().any(on_new),
+        "a sale after the promotion landed on the new master"
+    );
+    // What the promotion lost: sales the old master acknowledged that the new one never got.
+    let won = burst.won.lock().clone();
+    let lost = won.iter().filter(|(id, _)| !on_new(id)).count();
+    // (Of the 30 answered after the stall, a few reserved just before it, and replicated.)
+    assert!(
+        lost >= 20,
+        "the stalled link lost the sales after it: {lost}"
+    );
+    // The admin view says why; a gateway started now (nothing in memory) refuses too.
+    let view = gw.activity_view("1001").await;
+    assert_eq!(view["fenced"]["recorded"], old_id.as_str(), "{view}");
+    assert_eq!(view["fenced"]["current"], new_id.as_str(), "{view}");
+    let mut fresh = config.clone();
+    fresh.listen_port = free_port();
+    fresh.admin_port = free_port();
+    let gw2 = GatewayProc::start(fresh);
+    let r = gw2.buy("1001", "after-restart", None).await;
+    assert_eq!(
+        (r.status, r.code()),
+        (503, "unavailable".into()),
+        "{}",
+        r.text()
+    );
+    let unavailable = burst.unavailable_after.load(Ordering::SeqCst);
+    let attempts = burst.attempts_after.load(Ordering::SeqCst);
+    eprintln!(
+        "promotion mid-burst: {} sales acknowledged in all, {lost} lost with the old master \
+         (acknowledged, never replicated), {} answered 200 after the promotion (all by the old \
+         master, in flight), 0 sold on the new master; fenced in the gauge {} ms after the \
+         promotion; {unavailable} of {attempts} purchases after it answered 503",
+        won.len(),
+        won_after.len(),
+        seen_in.as_millis()
+    );
+    // The operator reconciles, then resumes: it sells again, on every gateway.
+    let view = resume(&gw).await;
+    assert!(view["fenced"].is_null(), "{view}");
+    assert_eq!(
+        redis::cmd("GET")
+            .arg(record)
+            .query::<String>(&mut replica.conn())
+            .unwrap(),
+        new_id
+    );
+    buys_again(&gw, "after-resume").await;
+    wait_for_async(
+        "the second gateway to follow",
+        Duration::from_secs(10),
+        || async {
+            let r = gw2
+                .buy(
+                    "1001",
+                    &format!("gw2-{}", Instant::now().elapsed().as_nanos()),
+                    None,
+                )
+                .await;
+            (r.status == 200).then_some(())
+        },
+    )
+    .await;
+    gw.metrics_when(|m| fenced_gauge(m) == Some(0)).await;
+}
+
+/// A master restarted under a new replication id (a crash under `appendfsync everysec`, which
+/// may lose its last second) fences as a promotion does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_restarted_with_a_new_replication_id_fences() {
+    let mut redis = RedisServer::start_aof("everysec");
+    let upstream = Upstream::start();
+    let mut config = TestConfig::new(&redis, &upstream, vec![TestActivity::open("1001", 100)]);
+    config.per_user = None;
+    let gw = GatewayProc::start(config);
+    let before = info(&redis, "master_replid");
+    wait_for("the identity recorded", Duration::from_secs(20), || {
+        redis::cmd("GET")
+            .arg("fg:{1001}:master")
+            .query::<Option<String>>(&mut redis.conn())
+            .unwrap()
+            .filter(|id| *id == before)
+    });
+    assert_eq!(gw.buy("1001", "alice", None).await.status, 200);
+    // Written to the AOF (everysec) before the crash, so the record survives it.
+    let _: () = redis::cmd("BGREWRITEAOF").query(&mut redis.conn()).unwrap();
+    wait_for("the AOF rewritten", Duration::from_secs(20), || {
+        let info: String = redis::cmd("INFO")
+            .arg("persistence")
+            .query(&mut redis.conn())
+            .unwrap();
+        info.contains("aof_rewrite_in_progress:0").then_some(())
+    });
+    redis.restart();
+    let after = info(&redis, "master_replid");
+    assert_ne!(
+        after, before,
+        "a crashed master comes back under a new replication id"
+    );
+    let r = gw.buy("1001", "bob", None).await;
+    assert_eq!(
+        (r.status, r.code()),
+        (503, "unavailable".into()),
+        "{}",
+        r.text()
+    );
+    gw.metrics_when(|m| fenced_gauge(m) == Some(1)).await;
+    resume(&gw).await;
+    buys_again(&gw, "bob").await;
+}
