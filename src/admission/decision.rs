@@ -136,79 +136,47 @@ pub const HALTED_RETRY_AFTER_SECS: u64 = 5;
 impl Decision {
     /// The buyer-facing answer: status, contract code, message, Retry-After. The only mapping.
     pub fn reply(&self) -> Reply {
+        use crate::catalogue::Message as M;
+        use Code as C;
+        use StatusCode as S;
         let (status, code, message, retry_after_secs) = match *self {
-            Decision::Admitted => (StatusCode::OK, Code::Admitted, Message::Reserved, None),
-            Decision::Unauthenticated => (
-                StatusCode::UNAUTHORIZED,
-                Code::Unauthenticated,
-                Message::SignIn,
-                None,
-            ),
-            Decision::BadRequest(why) => (
-                StatusCode::BAD_REQUEST,
-                Code::BadRequest,
-                why.message(),
-                None,
-            ),
-            Decision::UnknownActivity => (
-                StatusCode::NOT_FOUND,
-                Code::UnknownActivity,
-                Message::NoSuchSale,
-                None,
-            ),
-            Decision::NotStarted => (
-                StatusCode::FORBIDDEN,
-                Code::NotStarted,
-                Message::NotStarted,
-                None,
-            ),
-            Decision::Ended => (StatusCode::GONE, Code::Ended, Message::Ended, None),
+            Decision::Admitted => (S::OK, C::Admitted, M::Reserved, None),
+            Decision::Unauthenticated => (S::UNAUTHORIZED, C::Unauthenticated, M::SignIn, None),
+            Decision::BadRequest(why) => (S::BAD_REQUEST, C::BadRequest, why.message(), None),
+            Decision::UnknownActivity => (S::NOT_FOUND, C::UnknownActivity, M::NoSuchSale, None),
+            Decision::NotStarted => (S::FORBIDDEN, C::NotStarted, M::NotStarted, None),
+            Decision::Ended => (S::GONE, C::Ended, M::Ended, None),
             Decision::RateLimited { retry_after } => (
-                StatusCode::TOO_MANY_REQUESTS,
-                Code::RateLimited,
-                Message::SlowDown,
+                S::TOO_MANY_REQUESTS,
+                C::RateLimited,
+                M::SlowDown,
                 Some(ceil_secs(retry_after)),
             ),
-            Decision::SoldOut => (StatusCode::GONE, Code::SoldOut, Message::SoldOut, None),
-            Decision::LimitExceeded => (
-                StatusCode::CONFLICT,
-                Code::LimitExceeded,
-                Message::OverLimit,
-                None,
-            ),
+            Decision::SoldOut => (S::GONE, C::SoldOut, M::SoldOut, None),
+            Decision::LimitExceeded => (S::CONFLICT, C::LimitExceeded, M::OverLimit, None),
             Decision::Unavailable | Decision::StoreUnavailable | Decision::ShuttingDown => (
-                StatusCode::SERVICE_UNAVAILABLE,
-                Code::Unavailable,
-                Message::Busy,
+                S::SERVICE_UNAVAILABLE,
+                C::Unavailable,
+                M::Busy,
                 Some(UNAVAILABLE_RETRY_AFTER_SECS),
             ),
             Decision::Halted => (
-                StatusCode::SERVICE_UNAVAILABLE,
-                Code::Unavailable,
-                Message::Halted,
+                S::SERVICE_UNAVAILABLE,
+                C::Unavailable,
+                M::Halted,
                 Some(HALTED_RETRY_AFTER_SECS),
             ),
             Decision::Queued { estimated_wait, .. } => (
-                StatusCode::SERVICE_UNAVAILABLE,
-                Code::Unavailable,
-                Message::BusyQueue,
+                S::SERVICE_UNAVAILABLE,
+                C::Unavailable,
+                M::BusyQueue,
                 Some(ceil_secs(estimated_wait)),
             ),
-            Decision::Waiting => (StatusCode::ACCEPTED, Code::Queued, Message::InQueue, None),
-            Decision::InvalidTicket => (
-                StatusCode::FORBIDDEN,
-                Code::InvalidTicket,
-                Message::InvalidTicket,
-                None,
-            ),
-            Decision::TicketExpired => (
-                StatusCode::GONE,
-                Code::TicketExpired,
-                Message::TicketLapsed,
-                None,
-            ),
+            Decision::Waiting => (S::ACCEPTED, C::Queued, M::InQueue, None),
+            Decision::InvalidTicket => (S::FORBIDDEN, C::InvalidTicket, M::InvalidTicket, None),
+            Decision::TicketExpired => (S::GONE, C::TicketExpired, M::TicketLapsed, None),
             // Never sent by the gateway: the backend answers.
-            Decision::Passthrough => (StatusCode::OK, Code::Passthrough, Message::Forwarded, None),
+            Decision::Passthrough => (S::OK, C::Passthrough, M::Forwarded, None),
         };
         Reply {
             status,
