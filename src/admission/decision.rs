@@ -139,74 +139,48 @@ pub const HALTED_RETRY_AFTER_SECS: u64 = 5;
 impl Decision {
     /// The buyer-facing answer: status, contract code, message, Retry-After. The only mapping.
     pub fn reply(&self) -> Reply {
+        use crate::catalogue::Message as M;
+        use Code as C;
+        use StatusCode as S;
         let (status, code, message, retry_after_secs) = match *self {
-            Decision::Admitted => (StatusCode::OK, Code::Admitted, Message::Reserved, None),
-            Decision::Unauthenticated => (
-                StatusCode::UNAUTHORIZED,
-                Code::Unauthenticated,
-                Message::SignIn,
-                None,
-            ),
-            Decision::BadRequest(why) => (
-                StatusCode::BAD_REQUEST,
-                Code::BadRequest,
-                why.message(),
-                None,
-            ),
-            Decision::UnknownActivity => (
-                StatusCode::NOT_FOUND,
-                Code::UnknownActivity,
-                Message::NoSuchSale,
-                None,
-            ),
-            Decision::NotStarted => (
-                StatusCode::FORBIDDEN,
-                Code::NotStarted,
-                Message::NotStarted,
-                None,
-            ),
-            Decision::Ended => (StatusCode::GONE, Code::Ended, Message::Ended, None),
+            Decision::Admitted => (S::OK, C::Admitted, M::Reserved, None),
+            Decision::Unauthenticated => (S::UNAUTHORIZED, C::Unauthenticated, M::SignIn, None),
+            Decision::BadRequest(why) => (S::BAD_REQUEST, C::BadRequest, why.message(), None),
+            Decision::UnknownActivity => (S::NOT_FOUND, C::UnknownActivity, M::NoSuchSale, None),
+            Decision::NotStarted => (S::FORBIDDEN, C::NotStarted, M::NotStarted, None),
+            Decision::Ended => (S::GONE, C::Ended, M::Ended, None),
             Decision::RateLimited { retry_after } => (
-                StatusCode::TOO_MANY_REQUESTS,
-                Code::RateLimited,
-                Message::SlowDown,
+                S::TOO_MANY_REQUESTS,
+                C::RateLimited,
+                M::SlowDown,
                 Some(ceil_secs(retry_after)),
             ),
-            Decision::SoldOut => (StatusCode::GONE, Code::SoldOut, Message::SoldOut, None),
-            Decision::LimitExceeded => (
-                StatusCode::CONFLICT,
-                Code::LimitExceeded,
-                Message::OverLimit,
-                None,
-            ),
+            Decision::SoldOut => (S::GONE, C::SoldOut, M::SoldOut, None),
+            Decision::LimitExceeded => (S::CONFLICT, C::LimitExceeded, M::OverLimit, None),
             Decision::Unavailable | Decision::StoreUnavailable | Decision::ShuttingDown => (
-                StatusCode::SERVICE_UNAVAILABLE,
-                Code::Unavailable,
-                Message::Busy,
+                S::SERVICE_UNAVAILABLE,
+                C::Unavailable,
+                M::Busy,
                 Some(UNAVAILABLE_RETRY_AFTER_SECS),
             ),
             Decision::Halted => (
-                StatusCode::SERVICE_UNAVAILABLE,
-                Code::Unavailable,
-                Message::Halted,
+                S::SERVICE_UNAVAILABLE,
+                C::Unavailable,
+                M::Halted,
                 Some(HALTED_RETRY_AFTER_SECS),
             ),
             Decision::Queued { estimated_wait, .. } => (
-                StatusCode::SERVICE_UNAVAILABLE,
-                Code::Unavailable,
-                Message::BusyQueue,
+                S::SERVICE_UNAVAILABLE,
+                C::Unavailable,
+                M::BusyQueue,
                 Some(ceil_secs(estimated_wait)),
             ),
-            Decision::Waiting => (StatusCode::ACCEPTED, Code::Queued, Message::InQueue, None),
-            Decision::InvalidTicket => (
-                StatusCode::FORBIDDEN,
-                Code::InvalidTicket,
-                Message::InvalidTicket,
-                None,
-            ),
-            Decision::TicketExpired | Decision::TurnGivenAway => self.lapsed(),
+            Decision::Waiting => (S::ACCEPTED, C::Queued, M::InQueue, None),
+            Decision::InvalidTicket => (S::FORBIDDEN, C::InvalidTicket, M::InvalidTicket, None),
+            Decision::TicketExpired => (S::GONE, C::TicketExpired, M::TicketLapsed, None),
+            Decision::TurnGivenAway => (S::GONE, C::TicketExpired, M::TicketAbsent, None),
             // Never sent by the gateway: the backend answers.
-            Decision::Passthrough => (StatusCode::OK, Code::Passthrough, Message::Forwarded, None),
+            Decision::Passthrough => (S::OK, C::Passthrough, M::Forwarded, None),
         };
         Reply {
             status,
@@ -235,17 +209,6 @@ impl Decision {
 }
 
 /// Retry-After is whole seconds; round up so a buyer who obeys it is not refused again.
-impl Decision {
-    /// A waiting-room ticket that lost its turn: 410 `ticket_expired`, saying how.
-    fn lapsed(&self) -> (StatusCode, Code, Message, Option<u64>) {
-        let message = match self {
-            Decision::TurnGivenAway => Message::TicketAbsent,
-            _ => Message::TicketLapsed,
-        };
-        (StatusCode::GONE, Code::TicketExpired, message, None)
-    }
-}
-
 fn ceil_secs(d: Duration) -> u64 {
     let secs = d.as_secs() + u64::from(d.subsec_nanos() > 0);
     secs.max(1)

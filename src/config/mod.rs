@@ -9,6 +9,7 @@ pub mod defence;
 pub mod file;
 mod keys;
 pub mod live_queue;
+mod naming;
 pub mod pages;
 mod rate;
 pub mod route;
@@ -164,7 +165,7 @@ fn name_activity(text: &str, err: serde_yaml::Error) -> ConfigError {
         }
         let doc: serde_yaml::Value = serde_yaml::from_str(text).ok()?;
         let id = doc.get("activities")?.get(index)?.get("id")?.as_str()?;
-        validate::readable_id(id).then(|| format!("activities[id={id}]{tail}"))
+        naming::readable_id(id).then(|| format!("activities[id={id}]{tail}"))
     })();
     match by_id {
         Some(message) => ConfigError::Parse(message),

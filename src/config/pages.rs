@@ -92,10 +92,7 @@ pub fn pages(
     let mut pages = HashMap::new();
     for (i, a) in activities.iter().enumerate() {
         // Named by id, as every activity's error is (by index while the id is unreadable).
-        let key = |field: &str| match super::validate::readable_id(a.id) {
-            true => super::transition::activity_key(a.id, field),
-            false => format!("activities[{i}].{field}"),
-        };
+        let key = |field: &str| super::naming::field_key(i, a.id, field);
         if let Some(title) = a.title {
             name(&key("title"), title)?;
         }

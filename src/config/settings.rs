@@ -359,5 +359,4 @@ impl Activities {
     }
 }
 
-/// Longest activity id; ids become part of Redis keys and metric labels.
-pub const MAX_ACTIVITY_ID_LEN: usize = 64;
+pub use super::naming::MAX_ACTIVITY_ID_LEN;

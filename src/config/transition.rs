@@ -5,11 +5,7 @@
 
 use super::{Activity, ConfigError};
 
-/// The key of an activity's field in errors: `activities[id=1001].stock`, by the id an SRE
-/// wrote (an index shifts when activities are added or reordered).
-pub fn activity_key(id: &str, field: &str) -> String {
-    format!("activities[id={id}].{field}")
-}
+pub use super::naming::activity_key;
 
 /// What is known of an activity already sold: its newest version, that version's stock as
 /// configured when it went on sale (units added by a restock are not part of it: a restock is

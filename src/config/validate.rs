@@ -4,9 +4,9 @@
 use super::bounds;
 use super::file::{self, FileConfig};
 use super::keys::{jwt_identity, secret, signing};
+use super::naming::{field_key, is_id_char, readable_id};
 use super::rate::quota;
 use super::settings::*;
-use super::transition::activity_key;
 use super::{header_name, ConfigError, SecretSource};
 use chrono::{DateTime, Utc};
 use governor::Quota;
@@ -408,11 +408,7 @@ fn activities(
         // Named by id (an index shifts as activities are added), by index while the id itself
         // cannot be read.
         let id = a.id.clone();
-        let readable = readable_id(&id);
-        let key = |field: &str| match readable {
-            true => activity_key(&id, field),
-            false => format!("activities[{i}].{field}"),
-        };
+        let key = |field: &str| field_key(i, &id, field);
         if out.by_id.contains_key(a.id.as_str()) {
             return Err(ConfigError::invalid(
                 key("id"),
@@ -424,11 +420,6 @@ fn activities(
         out.ordered.push(activity);
     }
     Ok(out)
-}
-
-/// Whether an activity id is one the configuration accepts.
-pub(super) fn readable_id(id: &str) -> bool {
-    !id.is_empty() && id.len() <= MAX_ACTIVITY_ID_LEN && id.chars().all(is_id_char)
 }
 
 /// One activity; `key` names its fields (`activities[id=…].…`) for errors.
@@ -562,10 +553,6 @@ fn queue(
             .transpose()?,
         draw: raw.draw,
     })
-}
-
-fn is_id_char(c: char) -> bool {
-    c.is_ascii_alphanumeric() || c == '-' || c == '_'
 }
 
 fn is_key_char(c: char) -> bool {

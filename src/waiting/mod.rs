@@ -14,12 +14,14 @@
 //! - [`page`]: the JSON answer and the HTML waiting page.
 
 pub mod audit;
+mod bought;
 pub mod challenge;
 mod defence;
 pub mod draw;
 #[cfg(test)]
 mod fake;
 pub mod page;
+mod refresh;
 mod stepped;
 pub mod store;
 pub mod ticket;
@@ -144,82 +146,7 @@ impl<S: QueueStore> WaitingRoom<S> {
         }
     }
 
-    /// Reads every configured queue's state (each gateway every [`REFRESH_INTERVAL`]: one
-    /// script call per queue, whatever the number of buyers).
-    pub async fn refresh(&self, settings: &Settings) {
-        for activity in settings.activities.iter() {
-            let Some(queue) = &activity.queue else {
-                continue;
-            };
-            // A rate this process was reloaded with is written until a write succeeds.
-            let set_rate = {
-                let mut rates = self.configured_rates.write();
-                let entry = rates
-                    .entry(activity.id.clone())
-                    .or_insert((queue.admit_per_second, false));
-                if entry.0 != queue.admit_per_second {
-                    *entry = (queue.admit_per_second, true);
-                }
-                entry.1
-            };
-            match self.read(activity, queue, set_rate).await {
-                Ok(()) if set_rate => {
-                    if let Some(entry) = self.configured_rates.write().get_mut(&activity.id) {
-                        if entry.0 == queue.admit_per_second {
-                            entry.1 = false;
-                        }
-                    }
-                }
-                Ok(()) => {}
-                Err(e) => {
-                    tracing::warn!(activity = %activity.id, error = %e, "queue state not read");
-                }
-            }
-        }
-    }
-
-    async fn read(
-        &self,
-        activity: &Activity,
-        queue: &QueueSettings,
-        set_rate: bool,
-    ) -> Result<(), StoreError> {
-        // A segmented activity's units are in other slots: summed here, fresh on every read (one
-        // ledger read per segment), so that no gateway holds or frees the cursor on an old sum.
-        let known = if activity.is_segmented() {
-            self.segmented_left(activity).await
-        } else {
-            None
-        };
-        let (state, left) = self
-            .store
-            .state(activity, queue, &store::Fresh::random(), set_rate, known)
-            .await?;
-        self.learn(activity, View::new(state, left));
-        Ok(())
-    }
-
-    /// Units of the configured version left over a segmented activity's segments (stock plus
-    /// units in flight between them), read now; `None` when a segment cannot say (not
-    /// prewarmed, a newer version on sale there, a failed read): then the queue's hold is left
-    /// as it is, never set on a guess.
-    async fn segmented_left(&self, activity: &Activity) -> Option<i64> {
-        let layout = crate::stock::Layout::of(activity);
-        let reads = layout
-            .segments()
-            .map(|p| self.store.ledger(p, activity.version));
-        let mut total = 0;
-        for row in futures_util::future::join_all(reads).await {
-            let row = row.ok()?;
-            if !row.stock_key {
-                return None;
-            }
-            total += row.available();
-        }
-        Some(total)
-    }
-
-    fn learn(&self, activity: &Activity, view: View) {
+    pub(super) fn learn(&self, activity: &Activity, view: View) {
         let label = &*activity.id;
         self.metrics
             .queue_length
@@ -362,46 +289,6 @@ impl<S: QueueStore> WaitingRoom<S> {
             answer.status = Status::Bought;
         }
         Ok(answer)
-    }
-
-    /// Whether a buyer about to be told `sold_out` bought after all, through another gateway
-    /// (or this one before a restart): they hold units of the sale in Redis. Asked only then
-    /// (a final state: the buyer stops polling), so polls stay answered from memory. A buyer
-    /// told `sold_out` could not have bought: when Redis cannot say, `unavailable` (retry).
-    async fn bought_elsewhere(
-        &self,
-        activity: &Activity,
-        user: &str,
-        answer: &Answer,
-    ) -> Result<bool, Decision> {
-        if answer.status != Status::SoldOut {
-            return Ok(false);
-        }
-        match self.store.units_held(activity, user).await {
-            Ok(held) => Ok(held > 0),
-            Err(e) => {
-                tracing::warn!(activity = %activity.id, error = %e, "a buyer's units not read");
-                Err(Decision::Unavailable)
-            }
-        }
-    }
-
-    /// Seconds until the sale's end by Redis's clock (as last read): how long a ticket's
-    /// cookie is kept.
-    pub fn until_the_end_secs(&self, activity: &Activity) -> u64 {
-        (activity.ends_at - self.store.clock().now())
-            .num_seconds()
-            .max(0) as u64
-    }
-
-    /// `user`'s purchase in `activity` won (the backend answered 2xx): their polls say
-    /// `bought` from now on, and a stepped queue's place they held is freed.
-    pub async fn bought(&self, activity: &Activity, user: &str) {
-        if activity.queue.is_some() {
-            self.bought
-                .insert((activity.id.clone(), user.to_owned()), ());
-            self.stepped_bought(activity, user).await;
-        }
     }
 
     /// Where `user` stands: from a presented ticket (checked, answered from memory), or from

@@ -1,10 +1,13 @@
 //! The YAML shape SREs edit, exactly as written in the file.
 //!
-//! Nothing here is trusted: [`super::validate`] turns it into [`super::Settings`]. Every struct
+//! Nothing here is trusted: [`crate::config::validate`] turns it into [`crate::config::Settings`]. Every struct
 //! denies unknown fields so a typo is an error, not a silently ignored key.
 
 use serde::Deserialize;
 use std::path::PathBuf;
+
+mod activity;
+pub use activity::*;
 
 /// The whole configuration file.
 #[derive(Debug, Deserialize)]
@@ -36,7 +39,7 @@ pub struct FileConfig {
     pub activities: Vec<ActivitySection>,
     /// The buyer's pages: shop name, templates (see `super::pages`).
     #[serde(default)]
-    pub pages: Option<super::pages::PagesSection>,
+    pub pages: Option<crate::config::pages::PagesSection>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -94,7 +97,7 @@ pub struct ServerSection {
     pub upgrade_sock: Option<String>,
     /// Browsers on other origins (`server.cors.allowed_origins`); absent: none allowed.
     #[serde(default)]
-    pub cors: Option<super::cors::CorsSection>,
+    pub cors: Option<crate::config::cors::CorsSection>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -379,7 +382,7 @@ pub struct BucketSection {
     /// `instance` (each gateway its own bucket) or `fleet` (one for all gateways together;
     /// per_user and per_ip only).
     #[serde(default)]
-    pub scope: super::Scope,
+    pub scope: crate::config::Scope,
 }
 
 #[derive(Debug, Deserialize)]
@@ -410,115 +413,6 @@ pub struct SaleRouteSection {
     pub quantity_query: String,
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ActivitySection {
-    /// Activity id as it appears in the sale route path (letters, digits, `-`, `_`).
-    pub id: String,
-    /// Units on sale in this version.
-    pub stock: u64,
-    /// Stock version: a new number starts a new stock key from `stock` (restock or correction).
-    pub version: u64,
-    /// Units one user may hold in this activity.
-    pub per_user_limit: u32,
-    /// Most units one request may ask for.
-    pub max_per_request: u32,
-    /// Sale opens (RFC 3339).
-    pub starts_at: String,
-    /// Sale closes (RFC 3339).
-    pub ends_at: String,
-    /// What confirms a reservation: `upstream` (a 2xx answer) or `explicit` (the admin API).
-    #[serde(default)]
-    pub confirm: ConfirmMode,
-    /// Seconds a pending reservation is held before it expires and its units return;
-    /// default `signing.ttl_secs`.
-    #[serde(default)]
-    pub hold_secs: Option<u64>,
-    /// Stock split across this many segments, each with its own hash tag (Redis Cluster spreads
-    /// them over masters); every buyer has a home segment holding their units.
-    #[serde(default = "default_segments")]
-    pub segments: u32,
-    /// When the stock store is down (or the breaker open): `reject` answers `unavailable`;
-    /// `passthrough` forwards the request without a reservation, marked for the backend, at
-    /// the `rate_limits.passthrough` cap, for the backend's own stock check to decide.
-    #[serde(default)]
-    pub on_store_failure: StoreFailurePolicy,
-    /// A waiting room in front of the purchase: buyers take a numbered ticket and buy in turn,
-    /// at one admission rate for the whole fleet.
-    #[serde(default)]
-    pub queue: Option<QueueSection>,
-    /// Shown on the waiting and refusal pages.
-    #[serde(default)]
-    pub title: Option<String>,
-    /// Where a browser buyer whose purchase from the waiting page won is sent (303), `{jti}`
-    /// filled in; without it, a page says what they won.
-    #[serde(default)]
-    pub success_url: Option<String>,
-}
-
-/// `activities[].queue`: the waiting room.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct QueueSection {
-    /// Tickets admitted to the purchase per second, for all gateways together.
-    pub admit_per_second: u32,
-    /// Arrivals from here until `starts_at` are put in a random order at `starts_at` (RFC
-    /// 3339); without it the queue opens at `starts_at`, first come, first served.
-    #[serde(default)]
-    pub opens_at: Option<String>,
-    /// How long an admitted ticket may buy, in seconds of the queue's progress at
-    /// `admit_per_second`, before it lapses.
-    #[serde(default = "default_admission_window_secs")]
-    pub admission_window_secs: u64,
-    /// A new arrival is told it is very likely too late when the places ahead of it exceed the
-    /// units left times this (room for buyers ahead who do not buy).
-    #[serde(default = "default_too_late_factor")]
-    pub too_late_factor: f64,
-    /// Where the waiting page sends a browser whose turn came (the shop's checkout page); by
-    /// default the page submits the purchase itself.
-    #[serde(default)]
-    pub landing_url: Option<String>,
-    /// A proof of work before a ticket (see `config::defence`).
-    #[serde(default)]
-    pub challenge: Option<super::defence::ChallengeSection>,
-    /// Publish a commitment to the pre-queue draw's seed from `opens_at` and the seed from
-    /// `starts_at`, so anyone can check the draw.
-    #[serde(default)]
-    pub draw: bool,
-    /// Seconds without a poll after which a ticket gives its turn away (`config::live_queue`).
-    pub skip_absent_after_secs: Option<u64>,
-    /// Most admitted buyers who have not bought yet, fleet-wide (`config::live_queue`).
-    pub max_active: Option<u32>,
-}
-
-/// What a sale request gets while the stock store cannot be asked.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum StoreFailurePolicy {
-    /// Answer `unavailable` (503): nothing is sold without Redis.
-    #[default]
-    Reject,
-    /// Forward unreserved, marked with `X-Flashgate-Passthrough`, at a global cap.
-    Passthrough,
-}
-
-/// What moves a reservation from pending to confirmed.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ConfirmMode {
-    /// A 2xx answer from the upstream confirms.
-    #[default]
-    Upstream,
-    /// The backend confirms through `POST /v1/activities/{act}/reservations/{jti}/confirm`.
-    Explicit,
-}
-
-fn default_admission_window_secs() -> u64 {
-    60
-}
-fn default_too_late_factor() -> f64 {
-    1.5
-}
 fn default_admin_listen() -> String {
     "127.0.0.1:9091".to_owned()
 }
@@ -563,9 +457,6 @@ fn default_identity_claim() -> String {
 }
 fn default_identity_leeway_secs() -> u64 {
     5
-}
-fn default_segments() -> u32 {
-    1
 }
 fn default_threads() -> usize {
     2

@@ -1,0 +1,117 @@
+//! The YAML's activities, as written (see the parent module): each sale, its waiting room,
+//! and the policies it names.
+
+use serde::Deserialize;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ActivitySection {
+    /// Activity id as it appears in the sale route path (letters, digits, `-`, `_`).
+    pub id: String,
+    /// Units on sale in this version.
+    pub stock: u64,
+    /// Stock version: a new number starts a new stock key from `stock` (restock or correction).
+    pub version: u64,
+    /// Units one user may hold in this activity.
+    pub per_user_limit: u32,
+    /// Most units one request may ask for.
+    pub max_per_request: u32,
+    /// Sale opens (RFC 3339).
+    pub starts_at: String,
+    /// Sale closes (RFC 3339).
+    pub ends_at: String,
+    /// What confirms a reservation: `upstream` (a 2xx answer) or `explicit` (the admin API).
+    #[serde(default)]
+    pub confirm: ConfirmMode,
+    /// Seconds a pending reservation is held before it expires and its units return;
+    /// default `signing.ttl_secs`.
+    #[serde(default)]
+    pub hold_secs: Option<u64>,
+    /// Stock split across this many segments, each with its own hash tag (Redis Cluster spreads
+    /// them over masters); every buyer has a home segment holding their units.
+    #[serde(default = "default_segments")]
+    pub segments: u32,
+    /// When the stock store is down (or the breaker open): `reject` answers `unavailable`;
+    /// `passthrough` forwards the request without a reservation, marked for the backend, at
+    /// the `rate_limits.passthrough` cap, for the backend's own stock check to decide.
+    #[serde(default)]
+    pub on_store_failure: StoreFailurePolicy,
+    /// A waiting room in front of the purchase: buyers take a numbered ticket and buy in turn,
+    /// at one admission rate for the whole fleet.
+    #[serde(default)]
+    pub queue: Option<QueueSection>,
+    /// Shown on the waiting and refusal pages.
+    #[serde(default)]
+    pub title: Option<String>,
+    /// Where a browser buyer whose purchase from the waiting page won is sent (303), `{jti}`
+    /// filled in; without it, a page says what they won.
+    #[serde(default)]
+    pub success_url: Option<String>,
+}
+
+/// `activities[].queue`: the waiting room.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QueueSection {
+    /// Tickets admitted to the purchase per second, for all gateways together.
+    pub admit_per_second: u32,
+    /// Arrivals from here until `starts_at` are put in a random order at `starts_at` (RFC
+    /// 3339); without it the queue opens at `starts_at`, first come, first served.
+    #[serde(default)]
+    pub opens_at: Option<String>,
+    /// How long an admitted ticket may buy, in seconds of the queue's progress at
+    /// `admit_per_second`, before it lapses.
+    #[serde(default = "default_admission_window_secs")]
+    pub admission_window_secs: u64,
+    /// A new arrival is told it is very likely too late when the places ahead of it exceed the
+    /// units left times this (room for buyers ahead who do not buy).
+    #[serde(default = "default_too_late_factor")]
+    pub too_late_factor: f64,
+    /// Where the waiting page sends a browser whose turn came (the shop's checkout page); by
+    /// default the page submits the purchase itself.
+    #[serde(default)]
+    pub landing_url: Option<String>,
+    /// A proof of work before a ticket (see `config::defence`).
+    #[serde(default)]
+    pub challenge: Option<crate::config::defence::ChallengeSection>,
+    /// Publish a commitment to the pre-queue draw's seed from `opens_at` and the seed from
+    /// `starts_at`, so anyone can check the draw.
+    #[serde(default)]
+    pub draw: bool,
+    /// Seconds without a poll after which a ticket gives its turn away (`config::live_queue`).
+    pub skip_absent_after_secs: Option<u64>,
+    /// Most admitted buyers who have not bought yet, fleet-wide (`config::live_queue`).
+    pub max_active: Option<u32>,
+}
+
+/// What a sale request gets while the stock store cannot be asked.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StoreFailurePolicy {
+    /// Answer `unavailable` (503): nothing is sold without Redis.
+    #[default]
+    Reject,
+    /// Forward unreserved, marked with `X-Flashgate-Passthrough`, at a global cap.
+    Passthrough,
+}
+
+/// What moves a reservation from pending to confirmed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ConfirmMode {
+    /// A 2xx answer from the upstream confirms.
+    #[default]
+    Upstream,
+    /// The backend confirms through `POST /v1/activities/{act}/reservations/{jti}/confirm`.
+    Explicit,
+}
+
+fn default_admission_window_secs() -> u64 {
+    60
+}
+fn default_too_late_factor() -> f64 {
+    1.5
+}
+fn default_segments() -> u32 {
+    1
+}

@@ -1,0 +1,86 @@
+//! Each gateway's reading of every configured queue's state from Redis (the cursor, the hold,
+//! the halt): one script call per queue every [`super::REFRESH_INTERVAL`], whatever the number
+//! of buyers; polls and admissions are then answered from memory.
+
+use super::store::{self, QueueStore};
+use super::view::View;
+use super::WaitingRoom;
+use crate::config::{Activity, QueueSettings, Settings};
+use crate::stock::StoreError;
+
+impl<S: QueueStore> WaitingRoom<S> {
+    /// Reads every configured queue's state (each gateway every [`REFRESH_INTERVAL`]: one
+    /// script call per queue, whatever the number of buyers).
+    pub async fn refresh(&self, settings: &Settings) {
+        for activity in settings.activities.iter() {
+            let Some(queue) = &activity.queue else {
+                continue;
+            };
+            // A rate this process was reloaded with is written until a write succeeds.
+            let set_rate = {
+                let mut rates = self.configured_rates.write();
+                let entry = rates
+                    .entry(activity.id.clone())
+                    .or_insert((queue.admit_per_second, false));
+                if entry.0 != queue.admit_per_second {
+                    *entry = (queue.admit_per_second, true);
+                }
+                entry.1
+            };
+            match self.read(activity, queue, set_rate).await {
+                Ok(()) if set_rate => {
+                    if let Some(entry) = self.configured_rates.write().get_mut(&activity.id) {
+                        if entry.0 == queue.admit_per_second {
+                            entry.1 = false;
+                        }
+                    }
+                }
+                Ok(()) => {}
+                Err(e) => {
+                    tracing::warn!(activity = %activity.id, error = %e, "queue state not read");
+                }
+            }
+        }
+    }
+
+    pub(super) async fn read(
+        &self,
+        activity: &Activity,
+        queue: &QueueSettings,
+        set_rate: bool,
+    ) -> Result<(), StoreError> {
+        // A segmented activity's units are in other slots: summed here, fresh on every read (one
+        // ledger read per segment), so that no gateway holds or frees the cursor on an old sum.
+        let known = if activity.is_segmented() {
+            self.segmented_left(activity).await
+        } else {
+            None
+        };
+        let (state, left) = self
+            .store
+            .state(activity, queue, &store::Fresh::random(), set_rate, known)
+            .await?;
+        self.learn(activity, View::new(state, left));
+        Ok(())
+    }
+
+    /// Units of the configured version left over a segmented activity's segments (stock plus
+    /// units in flight between them), read now; `None` when a segment cannot say (not
+    /// prewarmed, a newer version on sale there, a failed read): then the queue's hold is left
+    /// as it is, never set on a guess.
+    async fn segmented_left(&self, activity: &Activity) -> Option<i64> {
+        let layout = crate::stock::Layout::of(activity);
+        let reads = layout
+            .segments()
+            .map(|p| self.store.ledger(p, activity.version));
+        let mut total = 0;
+        for row in futures_util::future::join_all(reads).await {
+            let row = row.ok()?;
+            if !row.stock_key {
+                return None;
+            }
+            total += row.available();
+        }
+        Some(total)
+    }
+}
