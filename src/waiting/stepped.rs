@@ -9,7 +9,9 @@
 //! skipped faster, so the estimate is an upper bound while `max_active` does not hold the queue);
 //! a purchase whose "bought" call fails keeps its place active until its window lapses; a buyer
 //! told `sold_out` (final: their page stops polling) is not recorded as polling, so if units come
-//! back after longer than `skip_absent_after_secs` their turn is given away unless they return.
+//! back after longer than `skip_absent_after_secs` their turn is given away unless they return;
+//! a queue turned stepped mid-sale (a reload added a key) keeps the windows of the places its
+//! time-function cursor had reached, which `max_active` does not count.
 
 use super::store::{Fate, QueueStore, Touch};
 use super::ticket::Ticket;
@@ -58,6 +60,9 @@ impl<S: QueueStore> WaitingRoom<S> {
                 }
             }
             Fate::Skipped => Status::GivenAway,
+            // Reached by the time-function cursor before the queue turned stepped (a reload
+            // added a key mid-sale): its window runs from the cursor's history, as before.
+            Fate::Undecided if place <= view.state.base => status,
             Fate::Undecided => match status {
                 Status::Waiting { .. } => cap_refresh(status, queue),
                 // The view's read is newer than Redis's answer cannot be: the next read says.

@@ -361,3 +361,117 @@ fn absent_tickets_give_their_turn_to_live_ones() {
         }
     }
 }
+
+/// A reload adds a key mid-sale: the queue turns stepped where the time-function cursor stood
+/// (never back), the places it had reached keep no stepped fate (their windows run from the
+/// cursor's history, see `waiting::stepped`), and later tickets are walked.
+#[test]
+fn a_queue_turned_stepped_mid_sale_keeps_its_cursor() {
+    let fx = &*FIXTURE;
+    let id = format!("m{}", NEXT_ID.fetch_add(1, Ordering::Relaxed));
+    let mut activity: Activity = store_activity(
+        &id,
+        50,
+        1,
+        1,
+        ConfirmMode::Explicit,
+        Duration::from_secs(60),
+    );
+    let timed = QueueSettings {
+        admit_per_second: 1000,
+        opens_at: activity.starts_at,
+        admission_window: Duration::from_secs(60),
+        too_late_factor: 1.5,
+        landing_url: None,
+        challenge: None,
+        draw: false,
+        stepped: None,
+    };
+    activity.queue = Some(timed.clone());
+    let _: () = redis::cmd("SET")
+        .arg(format!("fg:{{{id}}}:v1:stock"))
+        .arg(50)
+        .arg("EX")
+        .arg(600)
+        .query(&mut fx.redis.conn())
+        .unwrap();
+    let stepped = QueueSettings {
+        stepped: Some(Stepped {
+            skip_absent_after: None,
+            max_active: Some(2),
+        }),
+        ..timed.clone()
+    };
+    fx.runtime.block_on(async {
+        let fresh = Fresh::fixed(1);
+        let (s, _) = store::state(&fx.store, &activity, &timed, &fresh, false, None)
+            .await
+            .unwrap();
+        assert!(!s.stepped);
+        let (_, first) = store::ticket(&fx.store, &activity, &timed, "early", &fresh, None)
+            .await
+            .unwrap();
+        let store::Issued::Ticket { number: early, .. } = first else {
+            panic!("{first:?}");
+        };
+        // The time-function cursor runs past it (1000 a second), polled with a deadline.
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        let before = loop {
+            let (s, _) = store::state(&fx.store, &activity, &timed, &fresh, false, None)
+                .await
+                .unwrap();
+            if s.cursor_at(s.now_ms) >= early {
+                break s.cursor_at(s.now_ms);
+            }
+            assert!(std::time::Instant::now() < deadline, "the cursor never ran");
+        };
+        let (s, _) = store::state(&fx.store, &activity, &stepped, &fresh, false, None)
+            .await
+            .unwrap();
+        assert!(s.stepped && s.base >= before, "{} -> {}", before, s.base);
+        let fate = store::fate(&fx.store, &activity, early, Touch::Poll)
+            .await
+            .unwrap();
+        assert_eq!(fate, Fate::Undecided, "reached before the switch");
+        // Later tickets are walked: admitted (nobody absent-checked), two at most.
+        let mut later = Vec::new();
+        for u in 0..3 {
+            let (_, issued) = store::ticket(
+                &fx.store,
+                &activity,
+                &stepped,
+                &format!("l{u}"),
+                &fresh,
+                None,
+            )
+            .await
+            .unwrap();
+            let store::Issued::Ticket { number, .. } = issued else {
+                panic!("{issued:?}");
+            };
+            assert!(number > s.base);
+            later.push(number);
+        }
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            let (s, _) = store::state(&fx.store, &activity, &stepped, &fresh, false, None)
+                .await
+                .unwrap();
+            assert!(s.active <= 2);
+            if s.active == 2 {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "nobody admitted");
+        }
+        let mut admitted = 0;
+        for n in later {
+            if let Fate::Admitted { .. } = store::fate(&fx.store, &activity, n, Touch::Poll)
+                .await
+                .unwrap()
+            {
+                admitted += 1;
+            }
+        }
+        assert_eq!(admitted, 2, "max_active 2");
+    });
+}
