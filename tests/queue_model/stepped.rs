@@ -187,10 +187,10 @@ impl Model {
     }
 }
 
-fn run(ops: Vec<Op>) -> Model {
-    let fx = &*FIXTURE;
-    let id = format!("s{}", NEXT_ID.fetch_add(1, Ordering::Relaxed));
-    let mut activity: Activity = store_activity(
+/// A fresh activity of 50 units on sale since 2020, with `queue`.
+fn activity(prefix: &str, queue: &QueueSettings) -> (String, Activity) {
+    let id = format!("{prefix}{}", NEXT_ID.fetch_add(1, Ordering::Relaxed));
+    let mut activity = store_activity(
         &id,
         50,
         1,
@@ -198,20 +198,33 @@ fn run(ops: Vec<Op>) -> Model {
         ConfirmMode::Explicit,
         Duration::from_secs(60),
     );
-    let queue = QueueSettings {
-        admit_per_second: RATE as u32,
-        opens_at: activity.starts_at,
-        admission_window: Duration::from_millis(WINDOW_MS),
+    activity.queue = Some(queue.clone());
+    (id, activity)
+}
+
+/// A queue section at `rate` with `window`, stepped as given (opens with the sale, in 2020).
+fn settings(rate: u32, window: Duration, stepped: Option<Stepped>) -> QueueSettings {
+    use chrono::TimeZone;
+    QueueSettings {
+        admit_per_second: rate,
+        opens_at: chrono::Utc.with_ymd_and_hms(2020, 1, 1, 0, 0, 0).unwrap(),
+        admission_window: window,
         too_late_factor: 1.5,
         landing_url: None,
         challenge: None,
         draw: false,
-        stepped: Some(Stepped {
-            skip_absent_after: Some(Duration::from_millis(SKIP_MS)),
-            max_active: Some(MAX_ACTIVE as u32),
-        }),
+        stepped,
+    }
+}
+
+fn run(ops: Vec<Op>) -> Model {
+    let fx = &*FIXTURE;
+    let stepped = Stepped {
+        skip_absent_after: Some(Duration::from_millis(SKIP_MS)),
+        max_active: Some(MAX_ACTIVE as u32),
     };
-    activity.queue = Some(queue.clone());
+    let queue = settings(RATE as u32, Duration::from_millis(WINDOW_MS), Some(stepped));
+    let (id, activity) = activity("s", &queue);
     let mut conn = fx.redis.conn();
     let stock_key = format!("fg:{{{id}}}:v1:stock");
     let set_stock = |conn: &mut redis::Connection, n: u8| {
@@ -368,26 +381,8 @@ fn absent_tickets_give_their_turn_to_live_ones() {
 #[test]
 fn a_queue_turned_stepped_mid_sale_keeps_its_cursor() {
     let fx = &*FIXTURE;
-    let id = format!("m{}", NEXT_ID.fetch_add(1, Ordering::Relaxed));
-    let mut activity: Activity = store_activity(
-        &id,
-        50,
-        1,
-        1,
-        ConfirmMode::Explicit,
-        Duration::from_secs(60),
-    );
-    let timed = QueueSettings {
-        admit_per_second: 1000,
-        opens_at: activity.starts_at,
-        admission_window: Duration::from_secs(60),
-        too_late_factor: 1.5,
-        landing_url: None,
-        challenge: None,
-        draw: false,
-        stepped: None,
-    };
-    activity.queue = Some(timed.clone());
+    let timed = settings(1000, Duration::from_secs(60), None);
+    let (id, activity) = activity("m", &timed);
     let _: () = redis::cmd("SET")
         .arg(format!("fg:{{{id}}}:v1:stock"))
         .arg(50)
