@@ -163,11 +163,12 @@ fn check(config: &std::path::Path, live: bool) -> ExitCode {
         }
     }
     println!(
-        "{}: valid{} ({} activities, {} sale routes)",
+        "{}: valid{} ({} activities, {} sale routes, grace period {} s)",
         config.display(),
         if live { ", and agrees with Redis" } else { "" },
         settings.activities.len(),
-        settings.sale_routes.len()
+        settings.sale_routes.len(),
+        settings.server.grace_period.as_secs()
     );
     ExitCode::SUCCESS
 }
