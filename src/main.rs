@@ -220,7 +220,9 @@ fn reconcile_exit(
             eprintln!("reconcile: {e}");
             match e {
                 ReconcileError::UnknownActivity(_) => ExitCode::from(EXIT_CONFIG),
-                ReconcileError::Store(_) | ReconcileError::Busy(_) => ExitCode::from(EXIT_STORE),
+                ReconcileError::Store(_) | ReconcileError::Busy(_) | ReconcileError::Refused(_) => {
+                    ExitCode::from(EXIT_STORE)
+                }
             }
         }
     }

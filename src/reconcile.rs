@@ -185,6 +185,10 @@ pub enum ReconcileError {
     UnknownActivity(String),
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// Every Redis address refused the connection (nothing listens there), as opposed to a
+    /// Redis that is slow to answer.
+    #[error("cannot connect to Redis at {0}: connection refused")]
+    Refused(String),
     /// Versions were put on sale faster than a snapshot could be taken: no honest answer yet.
     #[error("segment {0}: versions changed during every read; run reconcile again")]
     Busy(String),

@@ -102,13 +102,23 @@ async fn check_live_refuses_what_a_reload_refuses_by_activity_id() {
     let _ = &mut gw;
 }
 
-/// Redis unreachable: `check --live` says so and exits 3, not "valid".
+/// Redis unreachable: `check --live` says so and exits 3, not "valid"; a Redis refusing
+/// connections is named as such (with its address), not as one slow to answer.
 #[test]
 fn check_live_without_redis_fails() {
     let (redis, upstream, config) = backends(vec![TestActivity::open("a1", 10)]);
+    let port = redis.port;
     drop(redis);
-    let (code, out, err) = check_live(&config);
-    assert_eq!(code, 3, "{out}{err}");
-    assert!(err.contains("cannot read Redis"), "{err}");
+    // gateway.yaml's 50 ms store timeout runs out before redis-rs reports the refusal.
+    let mut quick = config.clone();
+    quick.redis_timeout_ms = 50;
+    for config in [config, quick] {
+        let (code, out, err) = check_live(&config);
+        assert_eq!(code, 3, "{out}{err}");
+        assert!(err.contains("cannot read Redis"), "{err}");
+        let refused = format!("cannot connect to Redis at 127.0.0.1:{port}: connection refused");
+        assert!(err.contains(&refused), "{err}");
+        assert!(!err.contains("did not answer"), "{err}");
+    }
     drop(upstream);
 }
