@@ -70,6 +70,8 @@ pub struct Lifecycle<S = StockStore> {
     /// Confirms after a 2xx, sent together per segment and version (see
     /// [`Lifecycle::confirm_in_background`]).
     confirms: Confirms,
+    /// Set by a reload: the prewarm runs at once rather than at its next tick.
+    prewarm_due: tokio::sync::Notify,
 }
 
 /// Confirms waiting per activity, segment and version, each answered on its own.
@@ -100,6 +102,7 @@ impl<S: LifecycleStore> Lifecycle<S> {
             upstreams,
             lookup: OrderLookup::default(),
             confirms: Batcher::new(CONFIRM_BATCH),
+            prewarm_due: tokio::sync::Notify::new(),
         }
     }
 
