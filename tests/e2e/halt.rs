@@ -199,3 +199,52 @@ async fn a_halt_pauses_the_waiting_room_without_failing_anyone() {
     .await;
     assert_eq!(p["state"], "waiting", "{p}");
 }
+
+/// Review: a purchase that passed the halt gate before the halt but whose body came later (a
+/// slow client; the body is read just before the reserve, for up to `sale_body_timeout_ms`)
+/// took stock well after the halt's answer plus 500 ms. The reserve looks at the halt again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_sent_after_the_halt_takes_no_stock() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (_redis, _up, config) = backends(vec![TestActivity::open("1001", 10)]);
+    let gw = GatewayProc::start(config);
+    let before = taken(&gw, "1001").await;
+    let mut s = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
+    s.write_all(
+        b"POST /api/seckill/1001/buy HTTP/1.1\r\nHost: flashgate.test\r\nConnection: close\r\n\
+          X-User-Id: slow\r\nContent-Length: 2\r\nContent-Type: application/json\r\n\
+          Expect: 100-continue\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    // The gateway asks for the body (100 Continue) only at the body gate: past the halt gate.
+    let mut buf = vec![0u8; 4096];
+    let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf))
+        .await
+        .expect("a 100 Continue within 5 s")
+        .unwrap();
+    let first = String::from_utf8_lossy(&buf[..n]).to_string();
+    assert!(first.starts_with("HTTP/1.1 100"), "{first}");
+    let halt = gw.admin_post("/v1/activities/1001/halt").await;
+    assert_eq!(halt.status, 200, "{}", halt.text());
+    let answered = Instant::now();
+    wait_for_async(
+        "the contract's bound to pass",
+        Duration::from_secs(5),
+        || async { (answered.elapsed() > HALT_BOUND).then_some(()) },
+    )
+    .await;
+    s.write_all(b"{}").await.unwrap();
+    let mut rest = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut rest))
+        .await
+        .expect("an answer within 5 s")
+        .unwrap();
+    let answer = String::from_utf8_lossy(&rest).to_string();
+    assert!(
+        answer.starts_with("HTTP/1.1 503"),
+        "a purchase finished after the halt's answer + 500 ms: {answer}"
+    );
+    assert_eq!(taken(&gw, "1001").await, before, "stock taken after a halt");
+    gw.reconcile_clean();
+}
