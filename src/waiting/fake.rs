@@ -111,6 +111,7 @@ impl QueueFake {
                 epoch: seed,
                 marks: vec![mark(t0, 0, u64::from(rate), true)],
                 lapsed: 0,
+                halted_at: None,
             };
             Queue {
                 state,

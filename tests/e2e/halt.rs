@@ -2,7 +2,7 @@
 //! within 500 ms of its answer (`unavailable`, 503, `Retry-After`, nothing taken); resume
 //! restores selling everywhere; waiting buyers read the queue paused.
 
-use crate::queue_support::{poll, queue_control, queued, take_ticket};
+use crate::queue_support::{buy, poll, queue_control, queued, take_ticket, wait_state};
 use crate::support::*;
 use std::time::{Duration, Instant};
 
@@ -247,4 +247,50 @@ async fn a_body_sent_after_the_halt_takes_no_stock() {
     );
     assert_eq!(taken(&gw, "1001").await, before, "stock taken after a halt");
     gw.reconcile_clean();
+}
+
+/// Review: a buyer admitted before a halt (their turn's window open) is told `unavailable` while
+/// halted, which says they may retry; a halt longer than what was left of their window had
+/// lapsed their ticket by the resume (403 `ticket_expired`). A halt stands the windows open at
+/// it, as a postponement does: they run on after the resume with what they had left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_halt_does_not_lapse_the_tickets_it_kept_from_buying() {
+    let (_redis, _up, config) =
+        backends(vec![queued("1001", 10, Queue::admit(100).window_secs(2))]);
+    let gw = GatewayProc::start(config);
+    let (ticket, _) = take_ticket(&gw, "1001", "early").await;
+    wait_state(&gw, "1001", "early", &ticket, "your_turn").await;
+    let halt = gw.admin_post("/v1/activities/1001/halt").await;
+    assert_eq!(halt.status, 200, "{}", halt.text());
+    let r = buy(&gw, "1001", "early", Some(&ticket)).await;
+    assert_eq!(r.status, 503, "{}", r.text());
+    // Halted for longer than the whole window (Redis's clock).
+    let from = gw.admin_get("/v1/activities/1001/queue").await.json()["redis_time_ms"]
+        .as_u64()
+        .unwrap();
+    wait_for_async(
+        "three seconds of Redis's time",
+        Duration::from_secs(10),
+        || async {
+            let q = gw.admin_get("/v1/activities/1001/queue").await.json();
+            let p = poll(&gw, "1001", "early", &ticket).await;
+            assert_eq!(p["state"], "your_turn", "told while halted: {p}");
+            (q["redis_time_ms"].as_u64().unwrap() >= from + 3000).then_some(())
+        },
+    )
+    .await;
+    assert_eq!(
+        gw.admin_post("/v1/activities/1001/resume").await.status,
+        200
+    );
+    let r = wait_for_async(
+        "the gateway to sell again",
+        Duration::from_secs(5),
+        || async {
+            let r = buy(&gw, "1001", "early", Some(&ticket)).await;
+            (r.status != 503).then_some(r)
+        },
+    )
+    .await;
+    assert_eq!(r.status, 200, "after the resume: {}", r.text());
 }
