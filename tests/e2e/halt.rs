@@ -294,3 +294,33 @@ async fn a_halt_does_not_lapse_the_tickets_it_kept_from_buying() {
     .await;
     assert_eq!(r.status, 200, "after the resume: {}", r.text());
 }
+
+/// Review: a halt stops taking stock; a keyed replay of a purchase already won takes none, and
+/// its buyer is owed the same jti (as outside the sale's hours). It was answered 503; a key that
+/// won nothing is still told `unavailable`, and nothing is taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keyed_replay_of_a_won_purchase_during_a_halt_gets_its_jti() {
+    let (_redis, _up, config) = backends(vec![TestActivity::open("1001", 10)]);
+    let gw = GatewayProc::start(config);
+    let won = gw.buy_keyed("1001", "alice", "k-1").await;
+    assert_eq!(won.status, 200, "{}", won.text());
+    let before = taken(&gw, "1001").await;
+    assert_eq!(gw.admin_post("/v1/activities/1001/halt").await.status, 200);
+    let replay = gw.buy_keyed("1001", "alice", "k-1").await;
+    assert_eq!(
+        replay.status,
+        200,
+        "a replay during a halt: {}",
+        replay.text()
+    );
+    assert_eq!(
+        replay.reservation_id(),
+        won.reservation_id(),
+        "a replay returns the same jti"
+    );
+    let fresh = gw.buy_keyed("1001", "bob", "k-2").await;
+    fresh.assert_answer(503, "unavailable");
+    assert!(fresh.header("retry-after").is_some());
+    assert_eq!(taken(&gw, "1001").await, before, "a halted sale took stock");
+    gw.reconcile_clean();
+}

@@ -5,7 +5,8 @@
 //!
 //! The halt is looked at again here (memory only): the body gate before this one may wait for a
 //! slow client for up to `sale_body_timeout_ms`, and a purchase that passed the halt gate before
-//! a halt must not take stock after it (the contract's 500 ms runs from the halt's answer).
+//! a halt must not take stock after it (the contract's 500 ms runs from the halt's answer): an
+//! unkeyed one is refused, a keyed one goes on replay only.
 
 use crate::admission::{Admitted, Take};
 use crate::purchase::{Attempt, Gate, Parts, Step, Verdict};
