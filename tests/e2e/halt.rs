@@ -354,3 +354,38 @@ async fn a_gateway_that_has_not_read_the_halts_yet_sells_nothing() {
         "a halted sale took stock"
     );
 }
+
+/// The halt key expires (no key outlives the sale's retention) and never before the sale's
+/// other keys: an `ends_at` moved later by a reload moves the halt's expiry with it (every
+/// gateway's read), so a long sale's halt never lapses while it runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_halt_key_expires_with_the_sale_and_follows_a_later_end() {
+    let sale = TestActivity::open("1001", 10).ends_at(from_now(chrono::Duration::hours(1)));
+    let (redis, _up, config) = backends(vec![sale.clone()]);
+    let mut gw = GatewayProc::start(config.clone());
+    assert_eq!(gw.admin_post("/v1/activities/1001/halt").await.status, 200);
+    let expire_time = || -> i64 {
+        redis::cmd("EXPIRETIME")
+            .arg("fg:{1001}:halt")
+            .query(&mut redis.conn())
+            .unwrap()
+    };
+    let end = |at: &str| {
+        chrono::DateTime::parse_from_rfc3339(at)
+            .unwrap()
+            .timestamp()
+    };
+    let retention = expire_time() - end(sale.ends_at);
+    assert!(retention > 0, "the halt key expires at {}", expire_time());
+    let later = from_now(chrono::Duration::hours(5));
+    let mut moved = config.clone();
+    moved.activities = vec![sale.ends_at(later)];
+    gw.rewrite_config(moved);
+    wait_for(
+        "the halt's expiry to follow the later end",
+        Duration::from_secs(20),
+        || (expire_time() == end(later) + retention).then_some(()),
+    );
+    let r = gw.buy("1001", "alice", None).await;
+    assert_eq!(r.status, 503, "{}", r.text());
+}
