@@ -375,7 +375,7 @@ mod postponements {
     }
 
     /// A state reply (queue_reply): seq start rate base t0 paused held drawn seed now epoch hist
-    /// lapsed commit.
+    /// lapsed commit halted_at.
     fn reply(start: u64, rate: u64, base: u64, now: u64, hist: &str) -> QueueState {
         let r: Vec<String> = [
             "0".to_string(),
@@ -392,6 +392,7 @@ mod postponements {
             hist.to_string(),
             "0".into(),
             String::new(),
+            "0".into(),
         ]
         .to_vec();
         QueueState::parse(&r).expect("reply parses")

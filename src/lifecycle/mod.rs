@@ -520,8 +520,11 @@ impl StockPort for Arc<Lifecycle> {
         self.state().is_sold_out(activity, ttl)
     }
 
+    /// Halted, or not known yet: before every halt was read once (a process takes requests as
+    /// soon as its listener is up, readiness or not), nothing is sold.
     fn is_halted(&self, activity: &Activity) -> bool {
-        self.state().halted_since(&activity.id).is_some()
+        let state = self.state();
+        !state.halts_read() || state.halted_since(&activity.id).is_some()
     }
 }
 

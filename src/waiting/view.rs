@@ -44,6 +44,8 @@ pub struct QueueState {
     pub marks: Vec<Mark>,
     /// Every place up to this one has lapsed (older marks were dropped).
     pub lapsed: u64,
+    /// Since when the activity is halted (unix ms, Redis's clock), while it is.
+    pub halted_at: Option<u64>,
 }
 
 /// From `at_ms` on, the cursor was at `cursor`, moving at `rate` places a second if `running`.
@@ -77,7 +79,7 @@ impl Mark {
 }
 
 /// Fields of a state reply, before any extra the script adds.
-pub const STATE_FIELDS: usize = 14;
+pub const STATE_FIELDS: usize = 15;
 
 impl QueueState {
     pub fn parse(reply: &[String]) -> Option<QueueState> {
@@ -106,6 +108,7 @@ impl QueueState {
                 .collect::<Option<Vec<_>>>()?,
             lapsed: n(12)?,
             commitment,
+            halted_at: Some(n(14)?).filter(|at| *at > 0),
         })
     }
 
@@ -119,8 +122,9 @@ impl QueueState {
 
     /// When `place`'s admission window (`window_ms` long) closes (Redis time, unix ms): from
     /// when the cursor reached it (its history), lengthened by the time of any postponement
-    /// that came while it was open (no one can buy while a sale is postponed); `None` for a
-    /// place of the lapsed past, or not reached.
+    /// that came while it was open (no one can buy while a sale is postponed), and by a halt's
+    /// (the resume's mark records it as a postponement; while the halt lasts, a window open at
+    /// it does not end: `u64::MAX`); `None` for a place of the lapsed past, or not reached.
     pub fn window_ends_at(&self, place: u64, window_ms: u64) -> Option<u64> {
         if place <= self.lapsed {
             return None;
@@ -157,7 +161,10 @@ impl QueueState {
                 end += to - from.max(reached);
             }
         }
-        Some(end)
+        match self.halted_at {
+            Some(from) if from.saturating_add(margin) < end => Some(u64::MAX),
+            _ => Some(end),
+        }
     }
 }
 
@@ -354,6 +361,7 @@ mod tests {
                 postponed_at: None,
             }],
             lapsed: 0,
+            halted_at: None,
         }
     }
 
@@ -420,6 +428,38 @@ mod tests {
         let old = QueueState { lapsed: 60, ..s };
         assert_eq!(old.window_ends_at(60, 2_000), None);
         assert_eq!(old.window_ends_at(61, 2_000), Some(18_100));
+    }
+
+    #[test]
+    fn a_halt_stands_the_windows_open_when_it_came_until_its_resume() {
+        // 10/s from 10 s; halted at 12 s: the cursor stands at 20.
+        let m = |at_ms, cursor, running, postponed_at| Mark {
+            at_ms,
+            cursor,
+            rate: 10,
+            running,
+            postponed_at,
+        };
+        let halted = QueueState {
+            marks: vec![m(10_000, 0, true, None), m(12_000, 20, false, None)],
+            halted_at: Some(12_000),
+            ..state(30_000)
+        };
+        // Place 15 (reached at 11.5 s) is open while halted, however long; place 1 (0.1 s
+        // left at the halt) is not lengthened.
+        assert_eq!(halted.window_ends_at(15, 2_000), Some(u64::MAX));
+        assert_eq!(halted.window_ends_at(1, 2_000), Some(12_100));
+        // Resumed at 40 s: 28 s stood, what was left runs on.
+        let resumed = QueueState {
+            marks: vec![
+                m(10_000, 0, true, None),
+                m(12_000, 20, false, None),
+                m(40_000, 20, true, Some(12_000)),
+            ],
+            halted_at: None,
+            ..state(40_000)
+        };
+        assert_eq!(resumed.window_ends_at(15, 2_000), Some(41_500));
     }
 
     #[test]
