@@ -10,9 +10,12 @@
 --   base, t0 the cursor: base + (now - t0) * rate / 1000 places while running (times in ms, by
 --            Redis's clock), base while paused or held, or before start
 --   paused   1 while an operator paused it
---   halted   1 while the activity is halted (lua/halt.lua; every state read follows the halt
---            key): the cursor stands as paused, kept apart from the operator's pause so that
---            lifting one never lifts the other; replies report paused while either holds
+--   halted   since when the activity is halted (unix ms; 0 or absent: not halted; lua/halt.lua;
+--            every state read follows the halt key): the cursor stands as paused, kept apart
+--            from the operator's pause so that lifting one never lifts the other; replies report
+--            paused while either holds. Its resume is marked like a postponement (from the halt
+--            to the resume): the admission windows open at the halt run on after it with what
+--            they had left, since nobody could buy meanwhile
 --   held     1 while nothing is left to sell (the cursor waits for units to come back)
 --   drawn    the tickets issued before the start (their places are drawn at the start), once
 --            the start has passed
@@ -45,8 +48,9 @@ local function queue_state(q)
   return {seq = tonumber(f[1] or '0'), start = tonumber(f[2] or '0'), rate = tonumber(f[3] or '1'),
     base = tonumber(f[4] or '0'), t0 = tonumber(f[5] or '0'), paused = f[6] == '1',
     held = f[7] == '1', drawn = f[8], seed = f[9], epoch = f[10] or '0', hist = f[11] or '',
-    lapsed = tonumber(f[12] or '0'), halted = f[13] == '1', commit = f[14],
-    stepped = f[15] == '1', active = tonumber(f[16] or '0')}
+    lapsed = tonumber(f[12] or '0'), halted = (f[13] or '0') ~= '0',
+    halted_at = tonumber(f[13] or '0'), commit = f[14], stepped = f[15] == '1',
+    active = tonumber(f[16] or '0')}
 end
 
 local function queue_running(s)
@@ -125,8 +129,15 @@ local function queue_stand(q, s, flag, on, now)
   if on ~= s[flag] then
     queue_rebase(q, s, now)
     s[flag] = on
-    redis.call('HSET', q, flag, on and '1' or '0')
-    queue_mark(q, s)
+    local value, stood_from = on and '1' or '0', nil
+    if flag == 'halted' then
+      -- A halt keeps its time; its resume is marked as a postponement from it.
+      stood_from = (not on) and s.halted_at or nil
+      s.halted_at = on and now or 0
+      value = int(s.halted_at)
+    end
+    redis.call('HSET', q, flag, value)
+    queue_mark(q, s, stood_from)
   end
 end
 
@@ -169,7 +180,8 @@ end
 local function queue_reply(s, now, extra)
   local out = {int(s.seq), int(s.start), int(s.rate), int(s.base), int(s.t0),
     (s.paused or s.halted) and '1' or '0', s.held and '1' or '0', s.drawn or '', s.seed or '', int(now),
-    s.epoch, s.hist, int(s.lapsed), s.commit or '', s.stepped and '1' or '0', int(s.active)}
+    s.epoch, s.hist, int(s.lapsed), s.commit or '', int(s.halted and s.halted_at or 0),
+    s.stepped and '1' or '0', int(s.active)}
   for _, v in ipairs(extra or {}) do
     out[#out + 1] = v
   end

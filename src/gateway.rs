@@ -87,6 +87,13 @@ impl Gateway {
     }
 
     /// The proxy: every request's way through the gateway.
+    /// Reads every activity's halt once (see `crate::server`: before the proxy serves); whether
+    /// every one was read.
+    pub async fn read_halts(&self) -> bool {
+        self.lifecycle.refresh_halts(&self.live.settings()).await;
+        self.lifecycle.state().halts_read()
+    }
+
     pub fn proxy(&self) -> FlashProxy {
         FlashProxy::new(ProxyParts {
             live: self.live.clone(),

@@ -8,9 +8,46 @@
 use crate::config::{ConfigError, Settings};
 use crate::reconcile::{with_store, ReconcileError};
 use crate::stock::segments::recorded;
+use std::time::Duration;
 
-/// Every activity whose configuration Redis's record refuses (empty: all agree).
+/// How long the second look at a Redis that did not answer waits for a connection.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Every activity whose configuration Redis's record refuses (empty: all agree). When Redis
+/// could not be read (a timeout, or redis-rs's own connection error, whichever came first) it
+/// is looked at once more, so that one refusing connections is named as such rather than as
+/// slow to answer.
 pub fn run_cli(settings: &Settings) -> Result<Vec<ConfigError>, ReconcileError> {
+    match judge_all(settings) {
+        Err(ReconcileError::Store(e)) => Err(match refused(settings) {
+            Some(addresses) => ReconcileError::Refused(addresses),
+            None => ReconcileError::Store(e),
+        }),
+        other => other,
+    }
+}
+
+/// The addresses (no credentials) when every configured Redis address refuses a connection;
+/// `None` when one accepts, or fails another way (a timeout, a TLS or auth error).
+fn refused(settings: &Settings) -> Option<String> {
+    let urls = match settings.redis.cluster_nodes.as_slice() {
+        [] => std::slice::from_ref(&settings.redis.url),
+        nodes => nodes,
+    };
+    let mut addresses = Vec::with_capacity(urls.len());
+    for url in urls {
+        let client = redis::Client::open(url.as_str()).ok()?;
+        match client.get_connection_with_timeout(PROBE_TIMEOUT) {
+            Err(e) if e.is_connection_refusal() => {
+                addresses.push(client.get_connection_info().addr().to_string());
+            }
+            _ => return None,
+        }
+    }
+    Some(addresses.join(", "))
+}
+
+fn judge_all(settings: &Settings) -> Result<Vec<ConfigError>, ReconcileError> {
     with_store(settings, async |store| {
         let mut refused = Vec::new();
         for activity in settings.activities.iter() {

@@ -173,11 +173,12 @@ fn check(config: &std::path::Path, live: bool) -> ExitCode {
         }
     }
     println!(
-        "{}: valid{} ({} activities, {} sale routes)",
+        "{}: valid{} ({} activities, {} sale routes, grace period {} s)",
         config.display(),
         if live { ", and agrees with Redis" } else { "" },
         settings.activities.len(),
-        settings.sale_routes.len()
+        settings.sale_routes.len(),
+        settings.server.grace_period.as_secs()
     );
     ExitCode::SUCCESS
 }
@@ -259,7 +260,9 @@ fn reconcile_exit(
             eprintln!("reconcile: {e}");
             match e {
                 ReconcileError::UnknownActivity(_) => ExitCode::from(EXIT_CONFIG),
-                ReconcileError::Store(_) | ReconcileError::Busy(_) => ExitCode::from(EXIT_STORE),
+                ReconcileError::Store(_) | ReconcileError::Busy(_) | ReconcileError::Refused(_) => {
+                    ExitCode::from(EXIT_STORE)
+                }
             }
         }
     }

@@ -200,6 +200,7 @@ impl BackgroundService for Maintenance {
                     return;
                 }
                 _ = prewarm.tick() => self.prewarm_all().await,
+                _ = self.gw.lifecycle.prewarm_requested() => self.prewarm_all().await,
                 _ = sweep.tick() => {
                     self.gw.lifecycle.sweep_expired().await;
                 }

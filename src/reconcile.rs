@@ -1,7 +1,7 @@
 //! `flashgate reconcile`: proves, per activity and stock version, that every unit is accounted
 //! for. Two independent checks on one atomic snapshot (MULTI/EXEC) of Redis:
 //!
-//! 1. the ledger balances: `initial == remaining + pending + confirmed + retired`;
+//! 1. the ledger balances: `initial + restocked == remaining + pending + confirmed + retired`;
 //! 2. the ledger agrees with the reservation records: its pending, confirmed, released and
 //!    retired units equal the sums over the records of that version.
 //!
@@ -110,10 +110,11 @@ impl Report {
         let mut out = String::new();
         let _ = writeln!(
             out,
-            "{:<16} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7}  records",
+            "{:<16} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7}  records",
             "activity",
             "version",
             "initial",
+            "restocked",
             "remaining",
             "pending",
             "confirmed",
@@ -138,10 +139,11 @@ impl Report {
             };
             let _ = writeln!(
                 out,
-                "{:<16} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7}  {}",
+                "{:<16} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7}  {}",
                 v.activity,
                 l.version,
                 l.initial,
+                l.restocked,
                 remaining,
                 l.pending,
                 l.confirmed,
@@ -161,13 +163,6 @@ impl Report {
                 l.late_accepted,
                 l.late_accepted - l.oversold,
                 l.oversold
-            );
-        }
-        for v in self.versions.iter().filter(|v| v.ledger.restocked > 0) {
-            let _ = writeln!(
-                out,
-                "{} v{}: restocked {} unit(s) by the restock call (initial stays the configured stock; the ledger counts them)",
-                v.activity, v.ledger.version, v.ledger.restocked
             );
         }
         for m in &self.transfer_mismatches {
@@ -190,6 +185,10 @@ pub enum ReconcileError {
     UnknownActivity(String),
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// Every Redis address refused the connection (nothing listens there), as opposed to a
+    /// Redis that is slow to answer.
+    #[error("cannot connect to Redis at {0}: connection refused")]
+    Refused(String),
     /// Versions were put on sale faster than a snapshot could be taken: no honest answer yet.
     #[error("segment {0}: versions changed during every read; run reconcile again")]
     Busy(String),

@@ -89,6 +89,8 @@ impl ReloadParts {
         let number = next.number;
         self.live.publish(next);
         self.metrics.config_generation.set(number as i64);
+        // After the publish, so that the prewarm reads the new configuration.
+        self.lifecycle.prewarm_soon();
         number
     }
 }

@@ -92,6 +92,7 @@ pub fn run(
     let (upstreams, health_checks) =
         Upstreams::new(&settings.upstream).map_err(StartError::Upstream)?;
     let gateway = Gateway::new(settings.clone(), metrics, store, upstreams);
+    read_halts(&gateway)?;
 
     let mut proxy = Service::new(
         "flashgate proxy".to_owned(),
@@ -173,6 +174,28 @@ fn start_store(settings: &Settings, metrics: &Arc<Metrics>) -> Result<Arc<StockS
     drop(hangup.map_err(StartError::Runtime)?);
     drop(startup);
     Ok(store)
+}
+
+/// Reads every activity's halt once before the proxy serves: a process takes requests as soon
+/// as its listeners run (after an upgrade's hand-over, readiness or not), and sells nothing
+/// before it knows the halts (see `crate::lifecycle::halt`); reading them first spares those
+/// requests an `unavailable`. A Redis that does not answer leaves that to the halt poll.
+fn read_halts(gateway: &Gateway) -> Result<(), StartError> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(StartError::Runtime)?;
+    // On a thread of its own: the store keeps a connection per thread, and this thread's was
+    // made on `start_store`'s runtime, gone since.
+    let read = std::thread::scope(|s| {
+        s.spawn(|| runtime.block_on(gateway.read_halts()))
+            .join()
+            .unwrap_or(false)
+    });
+    if !read {
+        tracing::warn!("halts not read at start-up: nothing is sold before they are");
+    }
+    Ok(())
 }
 
 /// How long the proxy keeps reading connections after its listeners stop (see

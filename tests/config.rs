@@ -121,6 +121,14 @@ fn every_bad_configuration_is_refused_with_its_message() {
 }
 
 #[test]
+fn the_default_grace_period_is_the_one_the_readme_states() {
+    // gateway.yaml's longest trip is 8.05 s: rounded up, plus a second (README, "Shutdown").
+    let settings = load(&repo_path("gateway.yaml")).unwrap();
+    assert_eq!(settings.server.grace_period.as_secs(), 10);
+    assert_eq!(settings.server.longest_sale_trip.as_millis(), 8050);
+}
+
+#[test]
 fn eddsa_keys_are_published_for_rotation() {
     let settings = load(&repo_path("tests/fixtures/eddsa-rotation.yaml")).unwrap();
     let kids: Vec<&str> = settings

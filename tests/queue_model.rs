@@ -382,7 +382,7 @@ mod postponements {
     }
 
     /// A state reply (queue_reply): seq start rate base t0 paused held drawn seed now epoch hist
-    /// lapsed commit step active.
+    /// lapsed commit halted_at step active.
     fn reply(start: u64, rate: u64, base: u64, now: u64, hist: &str) -> QueueState {
         let r: Vec<String> = [
             "0".to_string(),
@@ -399,6 +399,7 @@ mod postponements {
             hist.to_string(),
             "0".into(),
             String::new(),
+            "0".into(),
             "0".into(),
             "0".into(),
         ]

@@ -385,6 +385,7 @@ impl AdminApp {
                 "confirmed": r.confirmed,
                 "released": r.released,
                 "retired": r.retired,
+                "restocked": r.restocked,
                 "drift": r.drift(),
             })).collect::<Vec<_>>()),
             "per_user_limit": activity.per_user_limit.get(),

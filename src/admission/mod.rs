@@ -71,7 +71,7 @@ pub trait StockPort: Send + Sync {
     /// Whether this instance knows the activity's current version sold out.
     fn is_sold_out(&self, activity: &Activity, ttl: std::time::Duration) -> bool;
 
-    /// Whether this instance knows the activity halted for the whole fleet.
+    /// Whether this instance knows the activity halted for the whole fleet, or cannot know yet.
     fn is_halted(&self, _activity: &Activity) -> bool {
         false
     }

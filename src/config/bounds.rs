@@ -56,3 +56,26 @@ pub(super) fn longest_sale_trip(redis: &RedisSettings, upstream: &UpstreamSettin
         + upstream.connect_timeout * connects
         + upstream.read_timeout
 }
+
+/// `server.grace_period_secs` when unset: the longest trip rounded up to whole seconds, plus one
+/// in which requests read just before the listeners closed still take reservations (see
+/// `Drain::takes_new_reservations`): that window is over 1 s and at most 2 s.
+pub(super) fn default_grace_period(longest_trip: Duration) -> Duration {
+    let whole = longest_trip.as_secs() + u64::from(longest_trip.subsec_nanos() > 0);
+    Duration::from_secs(whole + 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_grace_is_the_trip_rounded_up_plus_a_second() {
+        let ms = Duration::from_millis;
+        // gateway.yaml's trip: 50 ms store + 2 s queue wait + 1 s connect + 5 s read.
+        assert_eq!(default_grace_period(ms(8050)), ms(10_000));
+        assert_eq!(default_grace_period(ms(8001)), ms(10_000));
+        assert_eq!(default_grace_period(ms(8000)), ms(9_000));
+        assert_eq!(default_grace_period(ms(0)), ms(1_000));
+    }
+}

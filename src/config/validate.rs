@@ -74,9 +74,7 @@ fn server(
 ) -> Result<ServerSettings, ConfigError> {
     let grace_period = match raw.grace_period_secs {
         Some(secs) => Duration::from_secs(secs),
-        // Rounded up, plus a second in which requests read just before the listeners closed
-        // still take reservations (see `Gateway::takes_new_reservations`).
-        None => Duration::from_secs(longest_trip.as_secs() + 2),
+        None => bounds::default_grace_period(longest_trip),
     };
     let listen = socket_addr("server.listen", &raw.listen)?;
     let upgrade_sock = match raw.upgrade_sock {

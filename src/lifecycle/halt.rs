@@ -9,7 +9,9 @@
 //! `redis.timeout_ms`) after the halt's 200, so 100 ms + 50 ms by default, well inside the
 //! contract's 500 ms (measured in `tests/e2e/halt.rs`). The poll is its own task, so the
 //! maintenance loop's slower work (a sweep waiting on order lookups) never delays it. A gateway
-//! is not ready (`/readyz`) before it read every activity's halt once.
+//! reads every halt once before its proxy serves (`crate::server`), and until every one was
+//! read it is not ready (`/readyz`) and sells nothing (the gate answers `unavailable`: traffic
+//! may reach a process before readiness, after an upgrade's hand-over say).
 //!
 //! Approximations: the halt is the gateways' gate, not the reserve script's: a reserve that
 //! left a gateway before the gateway learned the halt (within the bound above) may still land.

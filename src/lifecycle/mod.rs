@@ -70,6 +70,8 @@ pub struct Lifecycle<S = StockStore> {
     /// Confirms after a 2xx, sent together per segment and version (see
     /// [`Lifecycle::confirm_in_background`]).
     confirms: Confirms,
+    /// Set by a reload: the prewarm runs at once rather than at its next tick.
+    prewarm_due: tokio::sync::Notify,
 }
 
 /// Confirms waiting per activity, segment and version, each answered on its own.
@@ -100,6 +102,7 @@ impl<S: LifecycleStore> Lifecycle<S> {
             upstreams,
             lookup: OrderLookup::default(),
             confirms: Batcher::new(CONFIRM_BATCH),
+            prewarm_due: tokio::sync::Notify::new(),
         }
     }
 
@@ -517,8 +520,11 @@ impl StockPort for Arc<Lifecycle> {
         self.state().is_sold_out(activity, ttl)
     }
 
+    /// Halted, or not known yet: before every halt was read once (a process takes requests as
+    /// soon as its listener is up, readiness or not), nothing is sold.
     fn is_halted(&self, activity: &Activity) -> bool {
-        self.state().halted_since(&activity.id).is_some()
+        let state = self.state();
+        !state.halts_read() || state.halted_since(&activity.id).is_some()
     }
 }
 

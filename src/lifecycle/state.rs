@@ -130,6 +130,18 @@ impl<S: LifecycleStore> Lifecycle<S> {
         self.state.refused.clear();
     }
 
+    /// A reload published a new configuration: the prewarm runs at once, so Redis learns a
+    /// new version (and its record, which `check --live` reads, moves on) now rather than at
+    /// the next `redis.prewarm_interval_ms` tick. One request is kept while a prewarm runs.
+    pub fn prewarm_soon(&self) {
+        self.prewarm_due.notify_one();
+    }
+
+    /// Resolves when a reload asked for a prewarm ([`Lifecycle::prewarm_soon`]).
+    pub async fn prewarm_requested(&self) {
+        self.prewarm_due.notified().await;
+    }
+
     /// News from another gateway. Only activities configured here (and, for sold out, their
     /// current version) are touched, so a stray publisher cannot grow the marks; sold out is
     /// believed only when nothing is left in any segment, nor in flight between two.

@@ -10,7 +10,9 @@
 //! marks itself as on such a route in `request_filter`. The module is installed only when the
 //! configuration the gateway starts with lists origins (it costs every request two
 //! allocations): listing the first origins takes a restart (a reload says so); changing the
-//! list is live. Preflights are answered either way.
+//! list is live. Preflights are answered either way, and allow an origin only while the
+//! module is there to decorate the answers: until that restart, origins a reload listed are
+//! allowed by neither (a browser would pass the preflight, then fail on the answer).
 //!
 //! Approximation: answers written with Pingora's bare `respond_error` (a broken request before
 //! routing, a failed pass-through of a purchase forwarded unreserved while the store is down)
@@ -165,16 +167,20 @@ pub(super) fn preflight(
     })
 }
 
-/// Answers a preflight (204): the allow headers for a listed origin, none for another.
+/// Answers a preflight (204): the allow headers for a listed origin, none for another, nor
+/// for any while the answers cannot carry them (the module not installed: no origin was
+/// listed at start-up).
 pub(super) async fn answer(
     session: &mut Session,
     settings: &Settings,
     preflight: Preflight,
 ) -> Result<()> {
+    let answers_decorated = session.downstream_modules_ctx.get::<CorsCtx>().is_some();
+    let origin = preflight.origin.filter(|_| answers_decorated);
     let mut resp = ResponseHeader::build(204, Some(8))?;
     resp.insert_header(header::CONTENT_LENGTH, "0")?;
-    decorate(&mut resp, preflight.origin.as_ref())?;
-    if preflight.origin.is_some() {
+    decorate(&mut resp, origin.as_ref())?;
+    if origin.is_some() {
         let methods: Vec<&str> = preflight.methods.iter().map(Method::as_str).collect();
         resp.insert_header(header::ACCESS_CONTROL_ALLOW_METHODS, methods.join(", "))?;
         let identity = match &settings.identity.source {

@@ -82,6 +82,8 @@ pub enum HeldBack {
     Hours(Decision),
     /// By the waiting room: its refusal, or the buyer's place (`Some` reply) to give instead.
     Queue(Decision, Option<Box<Reply>>),
+    /// By a fleet-wide halt (no ticket is given meanwhile either).
+    Halted,
 }
 
 impl HeldBack {
@@ -92,6 +94,7 @@ impl HeldBack {
             HeldBack::Hours(decision) | HeldBack::Queue(decision, None) => {
                 Verdict::Refuse(decision)
             }
+            HeldBack::Halted => Verdict::Refuse(Decision::Halted),
         }
     }
 }

@@ -14,3 +14,11 @@ pub(in crate::stock) async fn before_deposit(store: &StockStore, home: Segment<'
         .query::<i64>(super::StoreOp::Read, redis::cmd("HDEL").arg(users).arg(""))
         .await;
 }
+
+/// `slow_halt_reads`: every read of an activity's halt takes 1.5 s more (as a Redis slow to
+/// reach at start-up).
+pub(in crate::stock) async fn before_halt_read() {
+    if std::env::var("FLASHGATE_FAULT").as_deref() == Ok("slow_halt_reads") {
+        tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    }
+}

@@ -119,6 +119,7 @@ impl QueueFake {
                 marks: vec![mark(t0, 0, u64::from(rate), true)],
                 lapsed: 0,
                 commitment: Some(draw::commitment(&fresh.seed)),
+                halted_at: None,
                 stepped: false,
                 active: 0,
             };

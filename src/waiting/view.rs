@@ -44,8 +44,9 @@ pub struct QueueState {
     pub marks: Vec<Mark>,
     /// Every place up to this one has lapsed (older marks were dropped).
     pub lapsed: u64,
-    /// The queue runs the stepped admission (`skip_absent_after_secs` or `max_active`): the
-    /// cursor is `base`, moved by the state reads; each place's fate is asked of Redis.
+    /// Since when the activity is halted (unix ms, Redis's clock), while it is.
+    pub halted_at: Option<u64>,
+    /// Stepped admission (`waiting::stepped`): the cursor is `base`; places' fates are in Redis.
     pub stepped: bool,
     /// Stepped: admitted buyers who had not bought nor lapsed at the last step.
     pub active: u64,
@@ -82,7 +83,7 @@ impl Mark {
 }
 
 /// Fields of a state reply, before any extra the script adds.
-pub const STATE_FIELDS: usize = 16;
+pub const STATE_FIELDS: usize = 17;
 
 impl QueueState {
     pub fn parse(reply: &[String]) -> Option<QueueState> {
@@ -111,17 +112,16 @@ impl QueueState {
                 .collect::<Option<Vec<_>>>()?,
             lapsed: n(12)?,
             commitment,
-            stepped: reply.get(14)? == "1",
-            active: n(15)?,
+            halted_at: Some(n(14)?).filter(|at| *at > 0),
+            stepped: reply.get(15)? == "1",
+            active: n(16)?,
         })
     }
 
     /// Places admitted at Redis time `now_ms`.
     pub fn cursor_at(&self, now_ms: u64) -> u64 {
-        if self.stepped {
-            return self.base;
-        }
-        if now_ms < self.start_ms || now_ms < self.t0_ms || self.paused || self.held {
+        if self.stepped || now_ms < self.start_ms || now_ms < self.t0_ms || self.paused || self.held
+        {
             return self.base;
         }
         self.base + (now_ms - self.t0_ms) * self.rate / 1000
@@ -129,8 +129,9 @@ impl QueueState {
 
     /// When `place`'s admission window (`window_ms` long) closes (Redis time, unix ms): from
     /// when the cursor reached it (its history), lengthened by the time of any postponement
-    /// that came while it was open (no one can buy while a sale is postponed); `None` for a
-    /// place of the lapsed past, or not reached.
+    /// that came while it was open (no one can buy while a sale is postponed), and by a halt's
+    /// (the resume's mark records it as a postponement; while the halt lasts, a window open at
+    /// it does not end: `u64::MAX`); `None` for a place of the lapsed past, or not reached.
     pub fn window_ends_at(&self, place: u64, window_ms: u64) -> Option<u64> {
         if place <= self.lapsed {
             return None;
@@ -167,7 +168,10 @@ impl QueueState {
                 end += to - from.max(reached);
             }
         }
-        Some(end)
+        match self.halted_at {
+            Some(from) if from.saturating_add(margin) < end => Some(u64::MAX),
+            _ => Some(end),
+        }
     }
 }
 
@@ -192,8 +196,7 @@ pub enum Status {
     SoldOut,
     /// Its admission window passed.
     Expired,
-    /// Stepped admission: its turn came while the ticket was absent (not polled for
-    /// `skip_absent_after_secs`) and went to the next buyer. Final, like `Expired`.
+    /// Stepped: its turn came while it was absent (not polled) and went to the next buyer.
     GivenAway,
     /// The buyer's purchase won (the backend answered 2xx): never given by the queue itself,
     /// only by a poll of a buyer the room saw buy (see `WaitingRoom::bought`).
@@ -205,9 +208,9 @@ pub enum Status {
 impl Status {
     /// Whether nothing more will change: the answer asks for no refresh.
     pub fn is_final(&self) -> bool {
-        matches!(
+        !matches!(
             self,
-            Status::SoldOut | Status::Expired | Status::GivenAway | Status::Bought
+            Status::Waiting { .. } | Status::YourTurn | Status::Challenge
         )
     }
 
@@ -371,6 +374,7 @@ mod tests {
                 postponed_at: None,
             }],
             lapsed: 0,
+            halted_at: None,
             stepped: false,
             active: 0,
         }
@@ -439,6 +443,38 @@ mod tests {
         let old = QueueState { lapsed: 60, ..s };
         assert_eq!(old.window_ends_at(60, 2_000), None);
         assert_eq!(old.window_ends_at(61, 2_000), Some(18_100));
+    }
+
+    #[test]
+    fn a_halt_stands_the_windows_open_when_it_came_until_its_resume() {
+        // 10/s from 10 s; halted at 12 s: the cursor stands at 20.
+        let m = |at_ms, cursor, running, postponed_at| Mark {
+            at_ms,
+            cursor,
+            rate: 10,
+            running,
+            postponed_at,
+        };
+        let halted = QueueState {
+            marks: vec![m(10_000, 0, true, None), m(12_000, 20, false, None)],
+            halted_at: Some(12_000),
+            ..state(30_000)
+        };
+        // Place 15 (reached at 11.5 s) is open while halted, however long; place 1 (0.1 s
+        // left at the halt) is not lengthened.
+        assert_eq!(halted.window_ends_at(15, 2_000), Some(u64::MAX));
+        assert_eq!(halted.window_ends_at(1, 2_000), Some(12_100));
+        // Resumed at 40 s: 28 s stood, what was left runs on.
+        let resumed = QueueState {
+            marks: vec![
+                m(10_000, 0, true, None),
+                m(12_000, 20, false, None),
+                m(40_000, 20, true, Some(12_000)),
+            ],
+            halted_at: None,
+            ..state(40_000)
+        };
+        assert_eq!(resumed.window_ends_at(15, 2_000), Some(41_500));
     }
 
     #[test]

@@ -102,13 +102,46 @@ async fn check_live_refuses_what_a_reload_refuses_by_activity_id() {
     let _ = &mut gw;
 }
 
-/// Redis unreachable: `check --live` says so and exits 3, not "valid".
+/// Redis unreachable: `check --live` says so and exits 3, not "valid"; a Redis refusing
+/// connections is named as such (with its address), not as one slow to answer.
 #[test]
 fn check_live_without_redis_fails() {
     let (redis, upstream, config) = backends(vec![TestActivity::open("a1", 10)]);
+    let port = redis.port;
     drop(redis);
-    let (code, out, err) = check_live(&config);
-    assert_eq!(code, 3, "{out}{err}");
-    assert!(err.contains("cannot read Redis"), "{err}");
+    // gateway.yaml's 50 ms store timeout runs out before redis-rs reports the refusal.
+    let mut quick = config.clone();
+    quick.redis_timeout_ms = 50;
+    for config in [config, quick] {
+        let (code, out, err) = check_live(&config);
+        assert_eq!(code, 3, "{out}{err}");
+        assert!(err.contains("cannot read Redis"), "{err}");
+        let refused = format!("cannot connect to Redis at 127.0.0.1:{port}: connection refused");
+        assert!(err.contains(&refused), "{err}");
+        assert!(!err.contains("did not answer"), "{err}");
+    }
     drop(upstream);
+}
+
+/// A reload that raises a version has the prewarm run at once: Redis's record moves to the new
+/// version without waiting for `redis.prewarm_interval_ms` (here 10 minutes) or a buyer, so
+/// `check --live` of the file before the bump is refused right after the reload.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_puts_a_new_version_on_sale_in_redis_at_once() {
+    let (redis, _upstream, config) = backends(vec![TestActivity::open("a1", 10)]);
+    let config = config.prewarm_interval_ms(600_000);
+    let mut gw = GatewayProc::start(config.clone());
+    gw.wait_metric("flashgate_stock_remaining{activity=\"a1\"}", 10.0)
+        .await;
+    let mut bumped = config.clone();
+    bumped.activities[0].version = 2;
+    bumped.activities[0].stock = 7;
+    gw.rewrite_config(bumped);
+    let reload = gw.admin_post("/v1/config/reload").await;
+    assert_eq!(reload.status, 200, "{}", reload.text());
+    wait_for("v2's stock key", Duration::from_secs(5), || {
+        redis.get_int("fg:{a1}:v2:stock").filter(|n| *n == 7)
+    });
+    assert_refused(check_live(&config), "activities[id=a1].version");
+    let _ = &mut gw;
 }

@@ -116,6 +116,13 @@ async fn a_restock_adds_units_once_per_key_for_the_whole_fleet() {
         view["stock"], 2,
         "the configured stock stays the initial stock"
     );
+    // Each version's entry counts them too, and balances with them.
+    let v1 = &view["versions"][0];
+    assert_eq!(
+        (&v1["version"], &v1["restocked"], &v1["drift"]),
+        (&1.into(), &3.into(), &0.into()),
+        "{view}"
+    );
     // The same key again (a retried call): 200, nothing added.
     let again = a.restock("1001", r#"{"add": 3}"#, Some("po-77")).await;
     assert_eq!(again.status, 200, "{}", again.text());
@@ -153,7 +160,34 @@ async fn a_restock_adds_units_once_per_key_for_the_whole_fleet() {
         "{metrics}"
     );
     let table = a.reconcile_clean();
-    assert!(table.contains("restocked 3 unit(s)"), "{table}");
+    // Its row shows the restock in a column of its own, and balances: initial + restocked ==
+    // remaining + pending + confirmed + retired.
+    let row = reconcile_row(&table, "1001");
+    assert_eq!(row["restocked"], 3, "{table}");
+    assert_eq!(
+        row["initial"] + row["restocked"],
+        row["remaining"] + row["pending"] + row["confirmed"] + row["retired"],
+        "{table}"
+    );
+    assert_eq!((row["initial"], row["confirmed"]), (2, 5), "{table}");
+}
+
+/// `flashgate reconcile`'s row of `activity`, by column name (numeric columns only).
+fn reconcile_row(table: &str, activity: &str) -> std::collections::HashMap<String, i64> {
+    let mut lines = table.lines();
+    let header: Vec<&str> = lines
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    let row = lines
+        .find(|l| l.split_whitespace().next() == Some(activity))
+        .unwrap_or_else(|| panic!("no row for {activity}:\n{table}"));
+    header
+        .iter()
+        .zip(row.split_whitespace())
+        .filter_map(|(name, value)| Some((name.to_string(), value.parse().ok()?)))
+        .collect()
 }
 
 /// An activity whose sale is over (by Redis's clock) or whose version was never put on sale

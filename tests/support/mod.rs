@@ -764,6 +764,25 @@ impl GatewayProc {
 
     /// Starts the gateway with extra environment variables (e.g. a test fault point).
     pub fn start_with_env(config: TestConfig, env: &[(&str, &str)]) -> Self {
+        let mut gw = Self::start_with_env_unready(config, env);
+        gw.wait_ready();
+        gw
+    }
+
+    /// Starts the gateway and returns once its proxy port takes connections, ready or not (as
+    /// traffic reaches a process that took over its listeners, or an L4 balancer's).
+    pub fn start_unready(config: TestConfig, env: &[(&str, &str)]) -> Self {
+        let gw = Self::start_with_env_unready(config, env);
+        let addr = gw.addr;
+        wait_for(
+            "the proxy port to take connections",
+            STARTUP_DEADLINE,
+            || std::net::TcpStream::connect(addr).ok().map(drop),
+        );
+        gw
+    }
+
+    fn start_with_env_unready(config: TestConfig, env: &[(&str, &str)]) -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
         let mut gw = GatewayProc {
             addr: format!("127.0.0.1:{}", config.listen_port).parse().unwrap(),
@@ -778,7 +797,6 @@ impl GatewayProc {
             child: None,
         };
         gw.spawn();
-        gw.wait_ready();
         gw
     }
 

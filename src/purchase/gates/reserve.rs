@@ -2,6 +2,11 @@
 //! their home segment (pulling from the others when it runs short), unless the breaker says the
 //! store is down; then the activity's `on_store_failure` decides. A purchase held back runs
 //! replay only: the key's reservation if it won one, else the hold-back's answer.
+//!
+//! The halt is looked at again here (memory only): the body gate before this one may wait for a
+//! slow client for up to `sale_body_timeout_ms`, and a purchase that passed the halt gate before
+//! a halt must not take stock after it (the contract's 500 ms runs from the halt's answer): an
+//! unkeyed one is refused, a keyed one goes on replay only.
 
 use crate::admission::{Admitted, Take};
 use crate::purchase::{Attempt, Gate, Parts, Step, Verdict};
@@ -11,6 +16,9 @@ pub struct Reserve;
 #[async_trait::async_trait]
 impl Gate for Reserve {
     async fn check(&self, parts: Parts<'_>, attempt: &mut Attempt<'_>) -> Step {
+        if let step @ Step::Answer(_) = super::halt::Halt.check(parts, attempt).await {
+            return step;
+        }
         let held_back = attempt.held_back.take();
         let take = Take {
             activity: attempt.activity().clone(),

@@ -95,6 +95,10 @@ pub struct WaitingRoom;
 #[async_trait::async_trait]
 impl Gate for WaitingRoom {
     async fn check(&self, parts: Parts<'_>, attempt: &mut Attempt<'_>) -> Step {
+        if matches!(attempt.held_back, Some(HeldBack::Halted)) {
+            // Replay only: a halt gives no ticket (see `super::halt`).
+            return Step::Pass;
+        }
         let activity = attempt.activity().clone();
         let Some(queue) = activity.queue.as_ref() else {
             return Step::Pass;

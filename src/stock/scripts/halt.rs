@@ -37,6 +37,8 @@ impl StockStore {
 
     /// Whether the activity is halted now (moving a halt's expiry with the sale's end).
     pub async fn halted(&self, activity: &Activity) -> Result<Halt, StoreError> {
+        #[cfg(feature = "fault-injection")]
+        super::super::fault::before_halt_read().await;
         self.call_halt(activity, "?").await
     }
 
