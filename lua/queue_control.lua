@@ -27,4 +27,8 @@ else
   return redis.error_reply('unknown queue control ' .. ARGV[1])
 end
 queue_mark(q, s)
+if s.stepped then
+  -- A stepped queue's credit accrues only while it runs: none for the time before a resume.
+  redis.call('HSET', q, 'tc', int(now))
+end
 return queue_reply(s, now)

@@ -29,6 +29,14 @@
 --            was at c, moving at r places a second if run is 1; p: the sale was postponed at p,
 --            the cursor standing from p to t), oldest first, ';'-separated
 --   lapsed   every place up to this one has lapsed (set when old marks are dropped)
+--   step     1 once the queue runs stepped (queue_step below: skip_absent_after_secs or
+--            max_active configured): the cursor is then `base`, moved only by queue_step
+--   tc, credit  stepped: when admission credit was last accrued (ms), and the credit (in
+--            thousandths of a place: exact integers)
+--   active   stepped: admitted places not bought nor lapsed, as of the last step
+-- Stepped, three more keys on the tag: <q>:seen (place -> last poll, ms), <q>:adm (place ->
+-- when it was admitted, ms, or 's' when its turn was given away), <q>:active (ZSET place ->
+-- when admitted: admitted, not bought, not lapsed).
 -- A ticket's place: its number, or for a ticket drawn at the start its drawn place (1..drawn).
 -- Place p is admitted once the cursor reaches p.
 
@@ -36,12 +44,13 @@ local HIST_MAX = 16
 
 local function queue_state(q)
   local f = redis.call('HMGET', q, 'seq', 'start', 'rate', 'base', 't0', 'paused', 'held',
-    'drawn', 'seed', 'epoch', 'hist', 'lapsed', 'halted', 'commit')
+    'drawn', 'seed', 'epoch', 'hist', 'lapsed', 'halted', 'commit', 'step', 'active')
   return {seq = tonumber(f[1] or '0'), start = tonumber(f[2] or '0'), rate = tonumber(f[3] or '1'),
     base = tonumber(f[4] or '0'), t0 = tonumber(f[5] or '0'), paused = f[6] == '1',
     held = f[7] == '1', drawn = f[8], seed = f[9], epoch = f[10] or '0', hist = f[11] or '',
     lapsed = tonumber(f[12] or '0'), halted = (f[13] or '0') ~= '0',
-    halted_at = tonumber(f[13] or '0'), commit = f[14]}
+    halted_at = tonumber(f[13] or '0'), commit = f[14], stepped = f[15] == '1',
+    active = tonumber(f[16] or '0')}
 end
 
 local function queue_running(s)
@@ -96,6 +105,9 @@ local function queue_init(q, tickets, rate, start, now, epoch)
 end
 
 local function queue_cursor(s, now)
+  if s.stepped then
+    return s.base
+  end
   if now < s.start or now < s.t0 or not queue_running(s) then
     return s.base
   end
@@ -168,9 +180,77 @@ end
 local function queue_reply(s, now, extra)
   local out = {int(s.seq), int(s.start), int(s.rate), int(s.base), int(s.t0),
     (s.paused or s.halted) and '1' or '0', s.held and '1' or '0', s.drawn or '', s.seed or '', int(now),
-    s.epoch, s.hist, int(s.lapsed), s.commit or '', int(s.halted and s.halted_at or 0)}
+    s.epoch, s.hist, int(s.lapsed), s.commit or '', int(s.halted and s.halted_at or 0),
+    s.stepped and '1' or '0', int(s.active)}
   for _, v in ipairs(extra or {}) do
     out[#out + 1] = v
   end
   return out
+end
+
+-- Most places one stepped call walks (admitted or skipped): O(1) per call.
+local STEP_MAX = 512
+
+-- The stepped admission (called by queue_state.lua, every gateway every 250 ms): credit accrues
+-- at the rate by Redis's clock while the cursor runs (at most one second's worth is kept, and
+-- less than one place once nobody is left to admit or max_active holds, so a queue that ran
+-- empty or stood at max_active admits no burst after); admitted places
+-- lapse out of `active` exactly `window_ms` after their admission; then the cursor walks
+-- forward over issued places, giving away the turn of a place whose ticket was not polled for
+-- `skip_ms` (0: never), admitting the others (one credit each, recorded with their time) until
+-- the credit is spent, `max_active` (0: none) admitted buyers are active, everyone issued is
+-- decided, or STEP_MAX places were walked. The cursor only moves forward, each place is decided
+-- once (admitted or skipped), and `active` never passes max_active.
+-- A pre-queue place (drawn at the start) not polled since the draw counts as seen at the start.
+-- k: {seen, adm, active}.
+local function queue_step(q, s, k, now, skip_ms, max_active, window_ms, expire_at)
+  if not s.stepped then
+    -- From here on the cursor is `base`: it stands where the time function had it.
+    s.base = queue_cursor(s, now)
+    s.stepped = true
+    redis.call('HSET', q, 'step', '1', 'base', int(s.base), 'tc', int(now), 'credit', 0)
+  end
+  local f = redis.call('HMGET', q, 'tc', 'credit')
+  local tc, credit = tonumber(f[1] or now), tonumber(f[2] or '0')
+  redis.call('ZREMRANGEBYSCORE', k[3], '-inf', '(' .. int(now - window_ms))
+  local active = redis.call('ZCARD', k[3])
+  local cur = s.base
+  if queue_running(s) and s.drawn and now >= s.start then
+    local from = math.max(tc, s.start)
+    if now > from then
+      credit = math.min(credit + (now - from) * s.rate, math.max(s.rate, 1) * 1000)
+    end
+    local drawn, steps = tonumber(s.drawn), 0
+    while steps < STEP_MAX and credit >= 1000 and cur < s.seq
+      and (max_active == 0 or active < max_active) do
+      local p = cur + 1
+      local seen = tonumber(redis.call('HGET', k[1], int(p)) or '')
+      if not seen and p <= drawn then
+        seen = s.start
+      end
+      if skip_ms == 0 or (seen and now - seen <= skip_ms) then
+        redis.call('HSET', k[2], int(p), int(now))
+        redis.call('ZADD', k[3], int(now), int(p))
+        active = active + 1
+        credit = credit - 1000
+      else
+        redis.call('HSET', k[2], int(p), 's')
+      end
+      cur = p
+      steps = steps + 1
+    end
+    if cur >= s.seq or (max_active > 0 and active >= max_active) then
+      -- Nobody to admit: the unused credit is not banked (less than a place is kept), so
+      -- newcomers, or places freed later, are admitted at the rate, not in a burst.
+      credit = credit % 1000
+    end
+  end
+  s.base = cur
+  s.t0 = now
+  s.active = active
+  redis.call('HSET', q, 'base', int(cur), 't0', int(now), 'tc', int(now), 'credit', int(credit),
+    'active', int(active))
+  for _, key in ipairs(k) do
+    extend(key, expire_at)
+  end
 end

@@ -4,14 +4,17 @@
 -- (lib.lua and queue_lib.lua are prepended.) O(1).
 --
 -- KEYS[1] the queue hash   KEYS[2] its tickets   KEYS[3] the activity's halt key (lua/halt.lua):
--- the cursor stands while it exists   KEYS[4] the stock key of the version on sale
--- (unsegmented: same tag; segmented: not passed, ARGV[6] says instead)
+-- the cursor stands while it exists   KEYS[4..6] the stepped admission's seen, adm and active
+-- (see queue_lib.lua)   KEYS[7] the stock key of the version on sale (unsegmented: same tag;
+-- segmented: not passed, ARGV[6] says instead)
 -- ARGV[1] configured rate   ARGV[2] the sale's start (unix ms)   ARGV[3] a random number (the
 -- epoch of a queue set up now)
 -- ARGV[4] expire-at (unix s)   ARGV[5] 1 to set the rate to ARGV[1] (a reload changed it)
--- ARGV[6] units left over all segments ('' for unsegmented: KEYS[2] is read)
+-- ARGV[6] units left over all segments ('' for unsegmented: KEYS[7] is read)
 -- ARGV[7] a random seed (64 hex digits) and ARGV[8] its commitment: the draw's, if none was
 --         chosen yet (see queue_commit)
+-- ARGV[9] '' for the time-function cursor, else stepped (queue_step): skip_absent_after in ms
+-- (0: none)   ARGV[10] max_active (0: none)   ARGV[11] the admission window (ms)
 --
 -- Returns the queue state (see queue_reply) followed by the units left (-1: not known).
 
@@ -33,11 +36,15 @@ local left
 if ARGV[6] ~= '' then
   left = tonumber(ARGV[6])
 else
-  left = tonumber(redis.call('GET', KEYS[4]) or '-1')
+  left = tonumber(redis.call('GET', KEYS[7]) or '-1')
 end
 -- A stock key that does not exist (not prewarmed yet) says nothing: left as it is.
 if left >= 0 then
   queue_stand(q, s, 'held', left == 0, now)
+end
+if ARGV[9] ~= '' then
+  queue_step(q, s, {KEYS[4], KEYS[5], KEYS[6]}, now, tonumber(ARGV[9]), tonumber(ARGV[10]),
+    tonumber(ARGV[11]), ARGV[4])
 end
 extend(q, ARGV[4])
 return queue_reply(s, now, {int(left)})

@@ -1,7 +1,8 @@
 -- flashgate queue ticket: the user's ticket number for an activity's waiting room, issued once
 -- (asking again returns the same number). (lib.lua and queue_lib.lua are prepended.) O(1).
 --
--- KEYS[1] the queue hash   KEYS[2] its tickets (user -> number)
+-- KEYS[1] the queue hash   KEYS[2] its tickets (user -> number)   KEYS[3] the stepped
+-- admission's seen (place -> last poll): a ticket issued to a stepped queue counts as seen now
 -- ARGV[1] user   ARGV[2] configured rate   ARGV[3] the sale's start (unix ms)
 -- ARGV[4] a random number: the queue's epoch if it is set up now
 -- ARGV[8] a random seed (64 hex digits) and ARGV[9] its commitment: the draw's, if none was
@@ -9,7 +10,7 @@
 -- ARGV[5] expire-at (unix s)
 -- ARGV[6] the queue opens, ARGV[7] the sale closes (unix ms): no ticket is issued outside
 --         [opens, closes) by Redis's clock, whatever the clock of the gateway that asks
--- KEYS[3] (optional) a proof-of-work solution's key: spent here, once (SET NX until ARGV[10],
+-- KEYS[4] (optional) a proof-of-work solution's key: spent here, once (SET NX until ARGV[10],
 --         unix ms); ARGV[11] '1' refuses a spent one (else, shadow mode, it is only reported)
 --
 -- Returns the queue state (see queue_reply) followed by the ticket number, 1 if it was
@@ -32,8 +33,8 @@ if now >= tonumber(ARGV[7]) then
   return queue_reply(s, now, {'0', 'late'})
 end
 local spent = '0'
-if KEYS[3] then
-  if not redis.call('SET', KEYS[3], '1', 'NX', 'PXAT', ARGV[10]) then
+if KEYS[4] then
+  if not redis.call('SET', KEYS[4], '1', 'NX', 'PXAT', ARGV[10]) then
     if ARGV[11] == '1' then
       return queue_reply(s, now, {'0', 'used'})
     end
@@ -56,6 +57,10 @@ if not n then
   n = tostring(s.seq)
   redis.call('HSET', tickets, ARGV[1], n)
   fresh = '1'
+  if s.stepped then
+    redis.call('HSET', KEYS[3], n, int(now))
+    extend(KEYS[3], ARGV[5])
+  end
 end
 extend(q, ARGV[5])
 extend(tickets, ARGV[5])

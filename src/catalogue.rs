@@ -49,6 +49,7 @@ pub enum Message {
     InQueue,
     InvalidTicket,
     TicketLapsed,
+    TicketAbsent,
     Forwarded,
     QuantityNotInteger,
     QuantityTooSmall,
@@ -113,6 +114,7 @@ impl Message {
             InQueue => "you are in the queue for this sale",
             InvalidTicket => "this queue ticket is not valid for you or for this sale",
             TicketLapsed => "your turn passed: the queue ticket has lapsed",
+            TicketAbsent => "your turn came while you were away (your page stopped checking in), so it went to the next buyer: this ticket has lapsed",
             Forwarded => "forwarded unreserved",
             QuantityNotInteger => "quantity must be a whole number",
             QuantityTooSmall => "quantity must be at least 1",
@@ -185,6 +187,9 @@ impl Message {
             InQueue => "您已进入本次抢购的队列",
             InvalidTicket => "此排队凭证对您或本次抢购无效",
             TicketLapsed => "您的机会已过：排队凭证已失效",
+            TicketAbsent => {
+                "轮到您时您已离开（页面停止了刷新），机会已让给下一位：此排队凭证已失效"
+            }
             Forwarded => "未预留，已直接转发",
             QuantityNotInteger => "数量必须是整数",
             QuantityTooSmall => "数量至少为 1",
@@ -356,6 +361,7 @@ mod tests {
             InQueue,
             InvalidTicket,
             TicketLapsed,
+            TicketAbsent,
             Forwarded,
             QuantityNotInteger,
             QuantityTooSmall,

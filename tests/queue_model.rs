@@ -14,6 +14,10 @@
 
 mod support;
 
+/// The stepped admission's model (`skip_absent_after_secs`, `max_active`).
+#[path = "queue_model/stepped.rs"]
+mod stepped;
+
 use flashgate::config::{Activity, ConfirmMode, QueueSettings};
 use flashgate::stock::StockStore;
 use flashgate::waiting::store::{self, Control};
@@ -156,6 +160,7 @@ fn run(ops: Vec<Op>) {
         admission_window: Duration::from_secs(60),
         too_late_factor: 1.5,
         landing_url: None,
+        stepped: None,
         challenge: None,
         draw: false,
     };
@@ -323,6 +328,7 @@ fn no_ticket_is_issued_outside_the_rooms_hours_by_redis_clock() {
             admission_window: Duration::from_secs(60),
             too_late_factor: 1.5,
             landing_url: None,
+            stepped: None,
             challenge: None,
             draw: false,
         };
@@ -369,13 +375,14 @@ mod postponements {
             admission_window: Duration::from_secs(window_secs),
             too_late_factor: 1.5,
             landing_url: None,
+            stepped: None,
             challenge: None,
             draw: false,
         }
     }
 
     /// A state reply (queue_reply): seq start rate base t0 paused held drawn seed now epoch hist
-    /// lapsed commit halted_at.
+    /// lapsed commit halted_at step active.
     fn reply(start: u64, rate: u64, base: u64, now: u64, hist: &str) -> QueueState {
         let r: Vec<String> = [
             "0".to_string(),
@@ -392,6 +399,8 @@ mod postponements {
             hist.to_string(),
             "0".into(),
             String::new(),
+            "0".into(),
+            "0".into(),
             "0".into(),
         ]
         .to_vec();

@@ -111,6 +111,9 @@ pub enum Decision {
     InvalidTicket,
     /// A waiting-room ticket whose admission window passed.
     TicketExpired,
+    /// A waiting-room ticket whose turn came while it was absent (not polled for the queue's
+    /// `skip_absent_after_secs`): given to the next buyer. Answered as `ticket_expired`.
+    TurnGivenAway,
 }
 
 /// What the gateway answers for a decision it makes itself.
@@ -175,6 +178,7 @@ impl Decision {
             Decision::Waiting => (S::ACCEPTED, C::Queued, M::InQueue, None),
             Decision::InvalidTicket => (S::FORBIDDEN, C::InvalidTicket, M::InvalidTicket, None),
             Decision::TicketExpired => (S::GONE, C::TicketExpired, M::TicketLapsed, None),
+            Decision::TurnGivenAway => (S::GONE, C::TicketExpired, M::TicketAbsent, None),
             // Never sent by the gateway: the backend answers.
             Decision::Passthrough => (S::OK, C::Passthrough, M::Forwarded, None),
         };
@@ -263,6 +267,7 @@ mod tests {
             (Decision::Waiting, 202, "queued"),
             (Decision::InvalidTicket, 403, "invalid_ticket"),
             (Decision::TicketExpired, 410, "ticket_expired"),
+            (Decision::TurnGivenAway, 410, "ticket_expired"),
         ];
         for (decision, status, code) in cases {
             assert!(Code::ALL.iter().any(|c| c.as_str() == code));
@@ -328,6 +333,7 @@ mod tests {
             Decision::Waiting,
             Decision::InvalidTicket,
             Decision::TicketExpired,
+            Decision::TurnGivenAway,
         ];
         for d in decisions {
             let reply = d.reply();

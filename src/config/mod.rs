@@ -8,6 +8,7 @@ pub mod cors;
 pub mod defence;
 pub mod file;
 mod keys;
+pub mod live_queue;
 mod naming;
 pub mod pages;
 mod rate;

@@ -278,6 +278,9 @@ pub struct QueueSettings {
     pub challenge: Option<super::defence::ChallengeSettings>,
     /// Publish the draw's commitment and seed on the poll.
     pub draw: bool,
+    /// The admission that follows live buyers (`skip_absent_after_secs`, `max_active`);
+    /// `None`: the time-function cursor.
+    pub stepped: Option<super::live_queue::Stepped>,
 }
 
 impl QueueSettings {

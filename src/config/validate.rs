@@ -509,9 +509,9 @@ fn queue(
             format!("must be 1 to {MAX_ADMIT_PER_SECOND}"),
         ));
     }
-    let opens_at = match raw.opens_at {
+    let opens_at = match raw.opens_at.as_deref() {
         Some(t) => {
-            let opens_at = timestamp(&field("opens_at"), &t)?;
+            let opens_at = timestamp(&field("opens_at"), t)?;
             if opens_at > starts_at {
                 return Err(ConfigError::invalid(
                     field("opens_at"),
@@ -539,6 +539,7 @@ fn queue(
         super::pages::url(&field("landing_url"), url)?;
     }
     Ok(QueueSettings {
+        stepped: super::live_queue::stepped(field, &raw)?,
         admit_per_second: raw.admit_per_second,
         opens_at,
         admission_window: Duration::from_secs(raw.admission_window_secs),

@@ -198,7 +198,7 @@ fn state_title(status: &Status) -> Label {
         Status::Waiting { .. } | Status::Challenge => Label::TitleWaiting,
         Status::YourTurn => Label::TitleYourTurn,
         Status::SoldOut => Label::TitleSoldOut,
-        Status::Expired => Label::TitleExpired,
+        Status::Expired | Status::GivenAway => Label::TitleExpired,
         Status::Bought => Label::TitleBought,
     }
 }

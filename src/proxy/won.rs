@@ -35,7 +35,7 @@ impl FlashProxy {
         let (Some(activity), Some(user)) = (&facts.activity, &facts.user) else {
             return false;
         };
-        self.gw.waiting.bought(activity, user);
+        self.gw.waiting.bought(activity, user).await;
         if !ctx.client.html || activity.queue.is_none() {
             return false;
         }

@@ -131,6 +131,12 @@ impl SegmentKeys {
     pub fn queue_solution(&self, challenge: &str) -> String {
         self.key(&format!("q:pow:{challenge}"))
     }
+    /// On the base tag: the stepped admission's seen (place -> last poll), adm (place -> when
+    /// admitted, or skipped) and active (admitted, not bought, not lapsed); see
+    /// `lua/queue_lib.lua`.
+    pub fn queue_stepped(&self) -> [String; 3] {
+        [self.key("q:seen"), self.key("q:adm"), self.key("q:active")]
+    }
 
     /// On the base tag: the activity's halt (admin API), for the whole fleet.
     pub fn halt(&self) -> String {

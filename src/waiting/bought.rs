@@ -40,11 +40,12 @@ impl<S: QueueStore> WaitingRoom<S> {
     }
 
     /// `user`'s purchase in `activity` won (the backend answered 2xx): their polls say
-    /// `bought` from now on.
-    pub fn bought(&self, activity: &Activity, user: &str) {
+    /// `bought` from now on, and a stepped queue's place they held is freed.
+    pub async fn bought(&self, activity: &Activity, user: &str) {
         if activity.queue.is_some() {
             self.bought
                 .insert((activity.id.clone(), user.to_owned()), ());
+            self.stepped_bought(activity, user).await;
         }
     }
 }

@@ -120,6 +120,8 @@ impl QueueFake {
                 lapsed: 0,
                 commitment: Some(draw::commitment(&fresh.seed)),
                 halted_at: None,
+                stepped: false,
+                active: 0,
             };
             Queue {
                 state,
@@ -267,6 +269,16 @@ impl QueueStore for QueueFake {
         self.enter("place")?;
         self.asked.lock().places.push((placed.number, placed.place));
         Ok(())
+    }
+
+    /// Never asked: the fake's queues keep the time-function cursor.
+    async fn fate(
+        &self,
+        _activity: &Activity,
+        _place: u64,
+        _touch: super::store::Touch,
+    ) -> Result<super::store::Fate, StoreError> {
+        Ok(super::store::Fate::Undecided)
     }
 
     async fn ledger(&self, segment: Segment<'_>, version: u64) -> Result<LedgerRow, StoreError> {

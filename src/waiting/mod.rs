@@ -22,6 +22,7 @@ pub mod draw;
 mod fake;
 pub mod page;
 mod refresh;
+mod stepped;
 pub mod store;
 pub mod ticket;
 pub mod view;
@@ -109,6 +110,8 @@ pub struct WaitingRoom<S = StockStore> {
     /// kept by the gateway that relayed the win, in memory (bounded, a day): a poll another gateway answers, or one after a restart, reads
     /// the queue's state instead, but for `sold_out`, which asks Redis first.
     bought: Cache<(Arc<str>, String), ()>,
+    /// Stepped queues: the place of each buyer told `your_turn` here, freed when they buy.
+    places: Cache<(Arc<str>, String), u64>,
 }
 
 /// Buyers whose issued ticket is remembered, per process (each entry about 200 bytes).
@@ -139,6 +142,7 @@ impl<S: QueueStore> WaitingRoom<S> {
                 .max_capacity(ISSUED_CAPACITY)
                 .time_to_live(Duration::from_secs(24 * 3600))
                 .build(),
+            places: Cache::new(ISSUED_CAPACITY),
         }
     }
 
@@ -236,6 +240,7 @@ impl<S: QueueStore> WaitingRoom<S> {
                     Turn::Refuse(Decision::TicketExpired)
                 }
                 Status::Expired => Turn::Refuse(Decision::TicketExpired),
+                Status::GivenAway => Turn::Refuse(Decision::TurnGivenAway),
             },
             Err(decision) => Turn::Refuse(decision),
         }
@@ -323,6 +328,9 @@ impl<S: QueueStore> WaitingRoom<S> {
             }
         };
         let status = self.status(activity, queue, ticket, honoured)?;
+        let status = self
+            .stepped_status(activity, queue, user, ticket, status)
+            .await?;
         Ok((
             Answer {
                 ticket: raw,

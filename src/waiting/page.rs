@@ -50,6 +50,7 @@ pub fn code(status: &Status) -> (&'static str, Message) {
         Status::YourTurn => ("your_turn", Message::YourTurn),
         Status::SoldOut => ("sold_out", Message::QueueSoldOut),
         Status::Expired => ("ticket_expired", Message::TicketLapsed),
+        Status::GivenAway => ("ticket_expired", Message::TicketAbsent),
         Status::Bought => ("bought", Message::Bought),
         Status::Challenge => ("queued", Message::SolveChallenge),
     }
@@ -88,7 +89,11 @@ pub fn json(answer: &Answer, lang: Lang) -> serde_json::Value {
         ),
         // At the front: nothing left to wait for; come back soon only to learn what changed.
         Status::YourTurn => (0, Some(0), Some(1_000), false, true, false),
-        Status::SoldOut | Status::Expired | Status::Bought | Status::Challenge => (
+        Status::SoldOut
+        | Status::Expired
+        | Status::GivenAway
+        | Status::Bought
+        | Status::Challenge => (
             0,
             Some(0),
             None,

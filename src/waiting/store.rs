@@ -11,7 +11,8 @@ use std::future::Future;
 
 use super::draw::{self, Seed};
 use crate::stock::scripts::{
-    QUEUE_CONTROL as CONTROL, QUEUE_PLACE as PLACE, QUEUE_STATE as STATE, QUEUE_TICKET as TICKET,
+    QUEUE_CONTROL as CONTROL, QUEUE_PLACE as PLACE, QUEUE_POLL as POLL, QUEUE_STATE as STATE,
+    QUEUE_TICKET as TICKET,
 };
 
 /// Random values offered to the queue scripts: the epoch is taken only by a queue set up now,
@@ -73,6 +74,14 @@ pub trait QueueStore: Send + Sync + 'static {
         control: Control,
     ) -> impl Future<Output = Result<QueueState, StoreError>> + Send;
 
+    /// See [`fate`].
+    fn fate(
+        &self,
+        activity: &Activity,
+        place: u64,
+        touch: Touch,
+    ) -> impl Future<Output = Result<Fate, StoreError>> + Send;
+
     /// See [`record_place`].
     fn record_place(&self, place: Placed) -> impl Future<Output = Result<(), StoreError>> + Send;
 
@@ -127,6 +136,15 @@ impl QueueStore for StockStore {
         self::control(self, activity, control).await
     }
 
+    async fn fate(
+        &self,
+        activity: &Activity,
+        place: u64,
+        touch: Touch,
+    ) -> Result<Fate, StoreError> {
+        fate(self, activity, place, touch).await
+    }
+
     async fn record_place(&self, place: Placed) -> Result<(), StoreError> {
         record_place(self, place).await
     }
@@ -147,6 +165,13 @@ pub enum Control {
     Pause,
     Resume,
     Rate(u32),
+}
+
+fn stepped_keys(store: &StockStore, activity: &Activity) -> [String; 3] {
+    store
+        .keys()
+        .base(&Layout::new(activity.id.clone(), 1))
+        .queue_stepped()
 }
 
 fn keys(store: &StockStore, activity: &Activity) -> (String, String) {
@@ -204,8 +229,9 @@ pub async fn ticket(
     spend: Option<&Spend>,
 ) -> Result<(QueueState, Issued), StoreError> {
     let (q, tickets) = keys(store, activity);
+    let [seen, ..] = stepped_keys(store, activity);
     let mut invocation = TICKET.prepare_invoke();
-    invocation.key(q).key(tickets);
+    invocation.key(q).key(tickets).key(seen);
     if let Some(spend) = spend {
         let layout = Layout::new(activity.id.clone(), 1);
         invocation.key(store.keys().base(&layout).queue_solution(&spend.challenge));
@@ -271,6 +297,9 @@ pub async fn state(
     let mut invocation = STATE.prepare_invoke();
     // A segmented activity's stock is in other slots: only the queue's keys are passed.
     invocation.key(q).key(tickets).key(halt);
+    for key in stepped_keys(store, activity) {
+        invocation.key(key);
+    }
     if !activity.is_segmented() {
         invocation.key(stock_key);
     }
@@ -288,6 +317,17 @@ pub async fn state(
         })
         .arg(draw::seed_hex(&fresh.seed))
         .arg(draw::commitment(&fresh.seed));
+    match queue.stepped {
+        Some(stepped) => invocation
+            .arg(
+                stepped
+                    .skip_absent_after
+                    .map_or(0, |d| d.as_millis() as u64),
+            )
+            .arg(stepped.max_active.unwrap_or(0))
+            .arg(queue.admission_window.as_millis() as u64),
+        None => invocation.arg("").arg(0).arg(0),
+    };
     let reply: Vec<String> = store
         .eval(ScriptName::Queue, StoreOp::Queue, &invocation)
         .await?;
@@ -342,4 +382,59 @@ pub async fn control(
         .eval(ScriptName::Queue, StoreOp::Queue, &invocation)
         .await?;
     parse(&reply)
+}
+
+/// What a stepped poll does besides reading its place's fate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Touch {
+    /// A poll or a purchase attempt: an undecided place is recorded as watched now.
+    Poll,
+    /// The holder's purchase won: the place leaves `active` (a place for the next buyer).
+    Bought,
+}
+
+/// A place's fate in a stepped queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fate {
+    /// The cursor has not reached it yet.
+    Undecided,
+    /// Admitted at this Redis time (unix ms): its window runs from there.
+    Admitted { at_ms: u64 },
+    /// Its turn came while its ticket was absent (not polled for `skip_absent_after_secs`):
+    /// given away.
+    Skipped,
+}
+
+/// Reads `place`'s fate in a stepped queue (`lua/queue_poll.lua`), recording the poll or the
+/// purchase as `touch` says.
+pub async fn fate(
+    store: &StockStore,
+    activity: &Activity,
+    place: u64,
+    touch: Touch,
+) -> Result<Fate, StoreError> {
+    let [seen, adm, active] = stepped_keys(store, activity);
+    let mut invocation = POLL.prepare_invoke();
+    invocation
+        .key(seen)
+        .key(adm)
+        .key(active)
+        .arg(match touch {
+            Touch::Poll => "poll",
+            Touch::Bought => "bought",
+        })
+        .arg(place)
+        .arg(store.expire_at(activity));
+    let reply: Vec<String> = store
+        .eval(ScriptName::Queue, StoreOp::Queue, &invocation)
+        .await?;
+    match reply.first().map(String::as_str) {
+        Some("") => Ok(Fate::Undecided),
+        Some("s") => Ok(Fate::Skipped),
+        Some(at) => at
+            .parse()
+            .map(|at_ms| Fate::Admitted { at_ms })
+            .map_err(|_| StoreError::protocol(ScriptName::Queue, reply.join("|"))),
+        None => Err(StoreError::protocol(ScriptName::Queue, reply.join("|"))),
+    }
 }

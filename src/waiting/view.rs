@@ -46,6 +46,10 @@ pub struct QueueState {
     pub lapsed: u64,
     /// Since when the activity is halted (unix ms, Redis's clock), while it is.
     pub halted_at: Option<u64>,
+    /// Stepped admission (`waiting::stepped`): the cursor is `base`; places' fates are in Redis.
+    pub stepped: bool,
+    /// Stepped: admitted buyers who had not bought nor lapsed at the last step.
+    pub active: u64,
 }
 
 /// From `at_ms` on, the cursor was at `cursor`, moving at `rate` places a second if `running`.
@@ -79,7 +83,7 @@ impl Mark {
 }
 
 /// Fields of a state reply, before any extra the script adds.
-pub const STATE_FIELDS: usize = 15;
+pub const STATE_FIELDS: usize = 17;
 
 impl QueueState {
     pub fn parse(reply: &[String]) -> Option<QueueState> {
@@ -109,12 +113,15 @@ impl QueueState {
             lapsed: n(12)?,
             commitment,
             halted_at: Some(n(14)?).filter(|at| *at > 0),
+            stepped: reply.get(15)? == "1",
+            active: n(16)?,
         })
     }
 
     /// Places admitted at Redis time `now_ms`.
     pub fn cursor_at(&self, now_ms: u64) -> u64 {
-        if now_ms < self.start_ms || now_ms < self.t0_ms || self.paused || self.held {
+        if self.stepped || now_ms < self.start_ms || now_ms < self.t0_ms || self.paused || self.held
+        {
             return self.base;
         }
         self.base + (now_ms - self.t0_ms) * self.rate / 1000
@@ -189,6 +196,8 @@ pub enum Status {
     SoldOut,
     /// Its admission window passed.
     Expired,
+    /// Stepped: its turn came while it was absent (not polled) and went to the next buyer.
+    GivenAway,
     /// The buyer's purchase won (the backend answered 2xx): never given by the queue itself,
     /// only by a poll of a buyer the room saw buy (see `WaitingRoom::bought`).
     Bought,
@@ -199,7 +208,10 @@ pub enum Status {
 impl Status {
     /// Whether nothing more will change: the answer asks for no refresh.
     pub fn is_final(&self) -> bool {
-        matches!(self, Status::SoldOut | Status::Expired | Status::Bought)
+        !matches!(
+            self,
+            Status::Waiting { .. } | Status::YourTurn | Status::Challenge
+        )
     }
 
     /// The `state` field of the poll answer.
@@ -208,7 +220,7 @@ impl Status {
             Status::Waiting { .. } => "waiting",
             Status::YourTurn => "your_turn",
             Status::SoldOut => "sold_out",
-            Status::Expired => "expired",
+            Status::Expired | Status::GivenAway => "expired",
             Status::Bought => "bought",
             Status::Challenge => "challenge",
         }
@@ -335,6 +347,7 @@ mod tests {
             admission_window: Duration::from_secs(2),
             too_late_factor: 1.5,
             landing_url: None,
+            stepped: None,
             challenge: None,
             draw: false,
         }
@@ -362,6 +375,8 @@ mod tests {
             }],
             lapsed: 0,
             halted_at: None,
+            stepped: false,
+            active: 0,
         }
     }
 

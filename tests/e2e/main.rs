@@ -20,6 +20,7 @@ mod fleet_limits;
 mod halt;
 mod integrity;
 mod lifecycle;
+mod live_queue;
 mod news;
 mod operations;
 mod pages;

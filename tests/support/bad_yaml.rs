@@ -318,6 +318,16 @@ pub const BAD: &[Bad] = &[
         expect: "activities[id=1001].queue.too_late_factor: must be a number of at least 1",
     },
     Bad {
+        name: "queue-max-active-zero",
+        patch: &[("activities.0.stock", Some("10")), ("activities.0.queue", Some("{\"admit_per_second\": 10, \"max_active\": 0}"))],
+        expect: "activities[id=1001].queue.max_active: must be at least 1",
+    },
+    Bad {
+        name: "queue-max-active-negative",
+        patch: &[("activities.0.stock", Some("10")), ("activities.0.queue", Some("{\"admit_per_second\": 10, \"max_active\": -5}"))],
+        expect: "activities[id=1001].queue",
+    },
+    Bad {
         name: "queue-opens-after-start",
         patch: &[("activities.0.stock", Some("10")), ("activities.0.queue", Some("{\"admit_per_second\": 10, \"opens_at\": \"2026-01-02T00:00:00Z\"}"))],
         expect: "activities[id=1001].queue.opens_at: must not be after starts_at",
@@ -326,6 +336,21 @@ pub const BAD: &[Bad] = &[
         name: "queue-rate-too-high",
         patch: &[("activities.0.stock", Some("10")), ("activities.0.queue", Some("{\"admit_per_second\": 2000000}"))],
         expect: "activities[id=1001].queue.admit_per_second: must be 1 to 1000000",
+    },
+    Bad {
+        name: "queue-skip-absent-too-long",
+        patch: &[("activities.0.stock", Some("10")), ("activities.0.queue", Some("{\"admit_per_second\": 10, \"skip_absent_after_secs\": 86400}"))],
+        expect: "activities[id=1001].queue.skip_absent_after_secs: must be 5 to 3600 seconds",
+    },
+    Bad {
+        name: "queue-skip-absent-too-short",
+        patch: &[("activities.0.stock", Some("10")), ("activities.0.queue", Some("{\"admit_per_second\": 10, \"skip_absent_after_secs\": 1}"))],
+        expect: "activities[id=1001].queue.skip_absent_after_secs: must be 5 to 3600 seconds",
+    },
+    Bad {
+        name: "queue-stepped-rate-too-high",
+        patch: &[("activities.0.stock", Some("10")), ("activities.0.queue", Some("{\"admit_per_second\": 5000, \"max_active\": 100}"))],
+        expect: "activities[id=1001].queue.admit_per_second: must be at most 1000 with skip_absent_after_secs or max_active",
     },
     Bad {
         name: "queue-unknown-key",

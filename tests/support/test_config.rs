@@ -16,6 +16,8 @@ pub struct Queue {
     pub admission_window_secs: Option<u64>,
     /// RFC 3339.
     pub opens_at: Option<String>,
+    pub skip_absent_after_secs: Option<u64>,
+    pub max_active: Option<u32>,
     /// `challenge:` (proof of work before a ticket), as YAML.
     pub challenge: Option<Value>,
     /// `draw: true`: publish the draw's commitment and seed.
@@ -29,9 +31,23 @@ impl Queue {
             admit_per_second: per_second,
             admission_window_secs: None,
             opens_at: None,
+            skip_absent_after_secs: None,
+            max_active: None,
             challenge: None,
             draw: None,
         }
+    }
+
+    /// The admission that follows live buyers: a ticket not polled for `secs` gives its turn.
+    pub fn skip_absent_after_secs(mut self, secs: u64) -> Self {
+        self.skip_absent_after_secs = Some(secs);
+        self
+    }
+
+    /// At most `n` admitted buyers who have not bought, fleet-wide.
+    pub fn max_active(mut self, n: u32) -> Self {
+        self.max_active = Some(n);
+        self
     }
 
     /// A proof of work before a ticket: `challenge: <yaml>` (e.g. `{"max_number": 1000}`).

@@ -78,6 +78,10 @@ pub struct QueueSection {
     /// `starts_at`, so anyone can check the draw.
     #[serde(default)]
     pub draw: bool,
+    /// Seconds without a poll after which a ticket gives its turn away (`config::live_queue`).
+    pub skip_absent_after_secs: Option<u64>,
+    /// Most admitted buyers who have not bought yet, fleet-wide (`config::live_queue`).
+    pub max_active: Option<u32>,
 }
 
 /// What a sale request gets while the stock store cannot be asked.

@@ -60,11 +60,12 @@ macro_rules! queue_script {
 queue_script!(QUEUE_TICKET, "../../../lua/queue_ticket.lua");
 queue_script!(QUEUE_STATE, "../../../lua/queue_state.lua");
 queue_script!(QUEUE_CONTROL, "../../../lua/queue_control.lua");
+queue_script!(QUEUE_POLL, "../../../lua/queue_poll.lua");
 queue_script!(HALT, "../../../lua/halt.lua");
 queue_script!(QUEUE_PLACE, "../../../lua/queue_place.lua");
 
 /// Every script, for loading them up front (readiness).
-pub(super) fn all() -> [&'static Script; 19] {
+pub(super) fn all() -> [&'static Script; 20] {
     [
         &RESERVE,
         &RESTOCK,
@@ -81,6 +82,7 @@ pub(super) fn all() -> [&'static Script; 19] {
         &QUEUE_TICKET,
         &QUEUE_STATE,
         &QUEUE_CONTROL,
+        &QUEUE_POLL,
         &HALT,
         &TOKENS,
         &QUEUE_PLACE,

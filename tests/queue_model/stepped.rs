@@ -1,0 +1,472 @@
+//! The stepped admission (`queue.skip_absent_after_secs`, `queue.max_active`) against the real
+//! scripts on a real redis-server: tickets, state reads (each walks the cursor), polls,
+//! absences (Redis's clock cannot be faked: an absence is real time passing, short; every check
+//! below holds whatever the timing), purchases that win, pauses and the stock running out, in any
+//! order. After every step Redis's own keys are read and checked:
+//!
+//! - the cursor never moves back, and never passes the last ticket issued;
+//! - every place up to the cursor is decided exactly once (admitted with its time, or given
+//!   away), none beyond it; a decision never changes (no ticket is admitted twice);
+//! - a place given away was not polled for `skip` before its decision; one admitted was;
+//! - admitted buyers who have not bought and whose window has not lapsed never exceed
+//!   `max_active`;
+//! - admissions never outrun the rate (credit accrues from the first read);
+//! - a poll learns its place's recorded fate; every key expires.
+
+use super::{FIXTURE, NEXT_ID};
+use crate::support::*;
+use flashgate::config::live_queue::Stepped;
+use flashgate::config::{Activity, ConfirmMode, QueueSettings};
+use flashgate::waiting::store::{self, Control, Fate, Fresh, Touch};
+use proptest::prelude::*;
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+const RATE: u64 = 40;
+const MAX_ACTIVE: u64 = 3;
+const SKIP_MS: u64 = 150;
+const WINDOW_MS: u64 = 400;
+
+#[derive(Debug, Clone)]
+enum Op {
+    Ticket(u8),
+    Read,
+    Poll(u8),
+    /// The buyer's purchase won (only a buyer whose place was admitted).
+    Buy(u8),
+    /// Redis's clock moves on this many milliseconds (nobody polls meanwhile).
+    Absent(u16),
+    Pause,
+    Resume,
+    Stock(u8),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        4 => (0u8..10).prop_map(Op::Ticket),
+        4 => Just(Op::Read),
+        4 => (0u8..10).prop_map(Op::Poll),
+        2 => (0u8..10).prop_map(Op::Buy),
+        2 => (0u16..250).prop_map(Op::Absent),
+        1 => Just(Op::Pause),
+        1 => Just(Op::Resume),
+        1 => prop_oneof![Just(0u8), Just(50)].prop_map(Op::Stock),
+    ]
+}
+
+/// The queue's keys as Redis holds them now.
+struct Snapshot {
+    now: u64,
+    seq: u64,
+    base: u64,
+    stepped: bool,
+    adm: HashMap<u64, String>,
+    seen: HashMap<u64, u64>,
+    active: HashMap<u64, u64>,
+}
+
+fn snapshot(conn: &mut redis::Connection, id: &str) -> Snapshot {
+    let q = format!("fg:{{{id}}}:q");
+    let (seq, base, step): (Option<u64>, Option<u64>, Option<String>) = redis::cmd("HMGET")
+        .arg(&q)
+        .arg("seq")
+        .arg("base")
+        .arg("step")
+        .query(conn)
+        .unwrap();
+    let adm: HashMap<u64, String> = redis::cmd("HGETALL")
+        .arg(format!("{q}:adm"))
+        .query(conn)
+        .unwrap();
+    let seen: HashMap<u64, u64> = redis::cmd("HGETALL")
+        .arg(format!("{q}:seen"))
+        .query(conn)
+        .unwrap();
+    let active: Vec<(u64, u64)> = redis::cmd("ZRANGE")
+        .arg(format!("{q}:active"))
+        .arg(0)
+        .arg(-1)
+        .arg("WITHSCORES")
+        .query(conn)
+        .unwrap();
+    let (secs, micros): (u64, u64) = redis::cmd("TIME").query(conn).unwrap();
+    for key in ["", ":tickets", ":adm", ":seen", ":active"] {
+        let ttl: i64 = redis::cmd("TTL")
+            .arg(format!("{q}{key}"))
+            .query(conn)
+            .unwrap();
+        assert!(ttl != -1, "{q}{key} does not expire");
+    }
+    Snapshot {
+        now: secs * 1000 + micros / 1000,
+        seq: seq.unwrap_or(0),
+        base: base.unwrap_or(0),
+        stepped: step.as_deref() == Some("1"),
+        adm,
+        seen,
+        active: active.into_iter().collect(),
+    }
+}
+
+struct Model {
+    numbers: HashMap<u8, u64>,
+    /// Every decision seen, by place.
+    decided: HashMap<u64, String>,
+    bought: HashSet<u64>,
+    base: u64,
+    /// Redis's time at the first read (credit accrues from then).
+    first: Option<u64>,
+}
+
+impl Model {
+    fn check(&mut self, s: &Snapshot, op: &Op) {
+        if !s.stepped {
+            return;
+        }
+        assert!(
+            s.base >= self.base,
+            "cursor back {} -> {} on {op:?}",
+            self.base,
+            s.base
+        );
+        assert!(
+            s.base <= s.seq,
+            "cursor {} past the last ticket {}",
+            s.base,
+            s.seq
+        );
+        self.base = s.base;
+        for p in 1..=s.base {
+            let fate = s
+                .adm
+                .get(&p)
+                .unwrap_or_else(|| panic!("place {p} undecided"));
+            if let Some(before) = self.decided.insert(p, fate.clone()) {
+                assert_eq!(&before, fate, "place {p} decided twice");
+            }
+            // Polls of a decided place are not recorded: `seen` is the last before it.
+            let seen = s.seen.get(&p).copied();
+            if fate == "s" {
+                if let Some(seen) = seen {
+                    assert!(
+                        s.now - seen > SKIP_MS,
+                        "place {p} given away, polled at {seen}"
+                    );
+                }
+            } else {
+                let at: u64 = fate.parse().unwrap();
+                let seen = seen.unwrap_or_else(|| panic!("place {p} admitted, never seen"));
+                assert!(
+                    at - seen <= SKIP_MS,
+                    "place {p} admitted at {at}, absent since {seen}"
+                );
+            }
+        }
+        assert!(
+            s.adm.keys().all(|p| *p <= s.base),
+            "a place decided beyond the cursor"
+        );
+        // Admitted, not bought, not lapsed: never above max_active.
+        let live = self
+            .decided
+            .iter()
+            .filter_map(|(p, f)| f.parse::<u64>().ok().map(|at| (*p, at)))
+            .filter(|(p, at)| !self.bought.contains(p) && at + WINDOW_MS >= s.now)
+            .count() as u64;
+        assert!(live <= MAX_ACTIVE, "{live} active buyers after {op:?}");
+        assert!(s.active.len() as u64 <= MAX_ACTIVE);
+        let admitted = self.decided.values().filter(|f| *f != "s").count() as u64;
+        if let Some(first) = self.first {
+            let bound = (s.now - first) * RATE / 1000 + 1;
+            assert!(
+                admitted <= bound,
+                "{admitted} admitted, rate allows {bound}"
+            );
+        }
+    }
+}
+
+/// A fresh activity of 50 units on sale since 2020, with `queue`.
+fn activity(prefix: &str, queue: &QueueSettings) -> (String, Activity) {
+    let id = format!("{prefix}{}", NEXT_ID.fetch_add(1, Ordering::Relaxed));
+    let mut activity = store_activity(
+        &id,
+        50,
+        1,
+        1,
+        ConfirmMode::Explicit,
+        Duration::from_secs(60),
+    );
+    activity.queue = Some(queue.clone());
+    (id, activity)
+}
+
+/// A queue section at `rate` with `window`, stepped as given (opens with the sale, in 2020).
+fn settings(rate: u32, window: Duration, stepped: Option<Stepped>) -> QueueSettings {
+    use chrono::TimeZone;
+    QueueSettings {
+        admit_per_second: rate,
+        opens_at: chrono::Utc.with_ymd_and_hms(2020, 1, 1, 0, 0, 0).unwrap(),
+        admission_window: window,
+        too_late_factor: 1.5,
+        landing_url: None,
+        challenge: None,
+        draw: false,
+        stepped,
+    }
+}
+
+fn run(ops: Vec<Op>) -> Model {
+    let fx = &*FIXTURE;
+    let stepped = Stepped {
+        skip_absent_after: Some(Duration::from_millis(SKIP_MS)),
+        max_active: Some(MAX_ACTIVE as u32),
+    };
+    let queue = settings(RATE as u32, Duration::from_millis(WINDOW_MS), Some(stepped));
+    let (id, activity) = activity("s", &queue);
+    let mut conn = fx.redis.conn();
+    let stock_key = format!("fg:{{{id}}}:v1:stock");
+    let set_stock = |conn: &mut redis::Connection, n: u8| {
+        let _: () = redis::cmd("SET")
+            .arg(&stock_key)
+            .arg(n)
+            .arg("EX")
+            .arg(600)
+            .query(conn)
+            .unwrap();
+    };
+    set_stock(&mut conn, 50);
+    let mut model = Model {
+        numbers: HashMap::new(),
+        decided: HashMap::new(),
+        bought: HashSet::new(),
+        base: 0,
+        first: None,
+    };
+    fx.runtime.block_on(async {
+        let (s, _) = store::state(&fx.store, &activity, &queue, &Fresh::fixed(1), false, None)
+            .await
+            .unwrap();
+        assert!(s.stepped, "a queue configured stepped runs stepped");
+        model.first = Some(s.now_ms);
+        for op in &ops {
+            match *op {
+                Op::Ticket(user) => {
+                    let (_, issued) = store::ticket(
+                        &fx.store,
+                        &activity,
+                        &queue,
+                        &format!("u{user}"),
+                        &Fresh::fixed(1),
+                        None,
+                    )
+                    .await
+                    .unwrap();
+                    let store::Issued::Ticket { number, fresh, .. } = issued else {
+                        panic!("{issued:?}");
+                    };
+                    assert!(
+                        !fresh || number > model.base,
+                        "ticket {number} born decided"
+                    );
+                    model.numbers.entry(user).or_insert(number);
+                }
+                Op::Read => {
+                    let (s, _) =
+                        store::state(&fx.store, &activity, &queue, &Fresh::fixed(1), false, None)
+                            .await
+                            .unwrap();
+                    assert!(s.stepped && s.active <= MAX_ACTIVE);
+                }
+                Op::Poll(user) => {
+                    let Some(&place) = model.numbers.get(&user) else {
+                        continue;
+                    };
+                    let fate = store::fate(&fx.store, &activity, place, Touch::Poll)
+                        .await
+                        .unwrap();
+                    let recorded = snapshot(&mut conn, &id).adm.get(&place).cloned();
+                    match (fate, recorded.as_deref()) {
+                        (Fate::Undecided, None) | (Fate::Skipped, Some("s")) => {}
+                        (Fate::Admitted { at_ms }, Some(at)) => {
+                            assert_eq!(at_ms.to_string(), at)
+                        }
+                        other => panic!("place {place}: told {other:?}"),
+                    }
+                }
+                Op::Buy(user) => {
+                    let Some(&place) = model.numbers.get(&user) else {
+                        continue;
+                    };
+                    // A gateway lets only an admitted ticket within its window buy.
+                    let s = snapshot(&mut conn, &id);
+                    let open = s
+                        .adm
+                        .get(&place)
+                        .and_then(|f| f.parse::<u64>().ok())
+                        .is_some_and(|at| at + WINDOW_MS >= s.now);
+                    if open {
+                        model.bought.insert(place);
+                        store::fate(&fx.store, &activity, place, Touch::Bought)
+                            .await
+                            .unwrap();
+                    }
+                }
+                Op::Absent(ms) => {
+                    tokio::time::sleep(Duration::from_millis(u64::from(ms))).await;
+                }
+                Op::Pause => {
+                    store::control(&fx.store, &activity, Control::Pause)
+                        .await
+                        .unwrap();
+                }
+                Op::Resume => {
+                    store::control(&fx.store, &activity, Control::Resume)
+                        .await
+                        .unwrap();
+                }
+                Op::Stock(n) => set_stock(&mut conn, n),
+            }
+            model.check(&snapshot(&mut conn, &id), op);
+        }
+    });
+    model
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+    #[test]
+    fn the_stepped_admission_keeps_its_promises_in_any_order(ops in prop::collection::vec(op(), 1..40)) {
+        run(ops);
+    }
+}
+
+/// Live buyers polling, absent ones not: after the absent are skipped, every admission goes to a
+/// live buyer, at most `max_active` at a time, and a purchase frees a place at once.
+#[test]
+fn absent_tickets_give_their_turn_to_live_ones() {
+    let mut ops = Vec::new();
+    for u in 0..10 {
+        ops.push(Op::Ticket(u));
+    }
+    ops.push(Op::Absent(200));
+    for _ in 0..12 {
+        for u in (0..10).step_by(2) {
+            ops.push(Op::Poll(u));
+        }
+        ops.push(Op::Read);
+        for u in (0..10).step_by(2) {
+            ops.push(Op::Buy(u));
+        }
+        ops.push(Op::Absent(60));
+    }
+    let model = run(ops);
+    for (user, place) in &model.numbers {
+        let fate = model.decided.get(place).map(String::as_str);
+        if user % 2 == 0 {
+            assert!(
+                fate.is_some_and(|f| f != "s") && model.bought.contains(place),
+                "live u{user} (place {place}): {fate:?}"
+            );
+        } else {
+            assert_eq!(fate, Some("s"), "absent u{user} (place {place})");
+        }
+    }
+}
+
+/// A reload adds a key mid-sale: the queue turns stepped where the time-function cursor stood
+/// (never back), the places it had reached keep no stepped fate (their windows run from the
+/// cursor's history, see `waiting::stepped`), and later tickets are walked.
+#[test]
+fn a_queue_turned_stepped_mid_sale_keeps_its_cursor() {
+    let fx = &*FIXTURE;
+    let timed = settings(1000, Duration::from_secs(60), None);
+    let (id, activity) = activity("m", &timed);
+    let _: () = redis::cmd("SET")
+        .arg(format!("fg:{{{id}}}:v1:stock"))
+        .arg(50)
+        .arg("EX")
+        .arg(600)
+        .query(&mut fx.redis.conn())
+        .unwrap();
+    let stepped = QueueSettings {
+        stepped: Some(Stepped {
+            skip_absent_after: None,
+            max_active: Some(2),
+        }),
+        ..timed.clone()
+    };
+    fx.runtime.block_on(async {
+        let fresh = Fresh::fixed(1);
+        let (s, _) = store::state(&fx.store, &activity, &timed, &fresh, false, None)
+            .await
+            .unwrap();
+        assert!(!s.stepped);
+        let (_, first) = store::ticket(&fx.store, &activity, &timed, "early", &fresh, None)
+            .await
+            .unwrap();
+        let store::Issued::Ticket { number: early, .. } = first else {
+            panic!("{first:?}");
+        };
+        // The time-function cursor runs past it (1000 a second), polled with a deadline.
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        let before = loop {
+            let (s, _) = store::state(&fx.store, &activity, &timed, &fresh, false, None)
+                .await
+                .unwrap();
+            if s.cursor_at(s.now_ms) >= early {
+                break s.cursor_at(s.now_ms);
+            }
+            assert!(std::time::Instant::now() < deadline, "the cursor never ran");
+        };
+        let (s, _) = store::state(&fx.store, &activity, &stepped, &fresh, false, None)
+            .await
+            .unwrap();
+        assert!(s.stepped && s.base >= before, "{} -> {}", before, s.base);
+        let fate = store::fate(&fx.store, &activity, early, Touch::Poll)
+            .await
+            .unwrap();
+        assert_eq!(fate, Fate::Undecided, "reached before the switch");
+        // Later tickets are walked: admitted (nobody absent-checked), two at most.
+        let mut later = Vec::new();
+        for u in 0..3 {
+            let (_, issued) = store::ticket(
+                &fx.store,
+                &activity,
+                &stepped,
+                &format!("l{u}"),
+                &fresh,
+                None,
+            )
+            .await
+            .unwrap();
+            let store::Issued::Ticket { number, .. } = issued else {
+                panic!("{issued:?}");
+            };
+            assert!(number > s.base);
+            later.push(number);
+        }
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            let (s, _) = store::state(&fx.store, &activity, &stepped, &fresh, false, None)
+                .await
+                .unwrap();
+            assert!(s.active <= 2);
+            if s.active == 2 {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "nobody admitted");
+        }
+        let mut admitted = 0;
+        for n in later {
+            if let Fate::Admitted { .. } = store::fate(&fx.store, &activity, n, Touch::Poll)
+                .await
+                .unwrap()
+            {
+                admitted += 1;
+            }
+        }
+        assert_eq!(admitted, 2, "max_active 2");
+    });
+}
