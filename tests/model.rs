@@ -1308,6 +1308,10 @@ impl Instance {
             Arc::new(marks.sharing_marks()),
             Arc::new(upstreams),
         ));
+        // A gateway sells nothing before it read every halt once (the server does it before it
+        // serves); none is set here.
+        block_on(lifecycle.refresh_halts(&settings));
+        assert!(lifecycle.state().halts_read(), "the halts were read");
         let admission = Admission::new(
             Arc::new(lifecycle.clone()),
             metrics.clone(),
