@@ -11,7 +11,10 @@
 -- ARGV[6] the queue opens, ARGV[7] the sale closes (unix ms): no ticket is issued outside
 --         [opens, closes) by Redis's clock, whatever the clock of the gateway that asks
 -- KEYS[4] (optional) a proof-of-work solution's key: spent here, once (SET NX until ARGV[10],
---         unix ms); ARGV[11] '1' refuses a spent one (else, shadow mode, it is only reported)
+--         unix ms); ARGV[11] '1' refuses a spent one (else, shadow mode, it is only reported);
+--         ARGV[12] the queue epoch it is bound to. Expired by Redis's clock or of another epoch
+--         counts as spent: the gateway checked both against its last read of Redis, and a
+--         SET NX PXAT in the past writes nothing (the same solution would pass again and again)
 --
 -- Returns the queue state (see queue_reply) followed by the ticket number, 1 if it was
 -- issued now, 0 if the user had it already, and 1 if the solution given was spent before (else
@@ -34,7 +37,8 @@ if now >= tonumber(ARGV[7]) then
 end
 local spent = '0'
 if KEYS[4] then
-  if not redis.call('SET', KEYS[4], '1', 'NX', 'PXAT', ARGV[10]) then
+  local stale = now >= tonumber(ARGV[10]) or ARGV[12] ~= s.epoch
+  if stale or not redis.call('SET', KEYS[4], '1', 'NX', 'PXAT', ARGV[10]) then
     if ARGV[11] == '1' then
       return queue_reply(s, now, {'0', 'used'})
     end

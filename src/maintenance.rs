@@ -106,9 +106,37 @@ impl Maintenance {
             if activity.window_at(gw.store.clock().now()) == SaleWindow::Ended {
                 continue;
             }
-            if let Err(e) = gw.store.check_master(activity).await {
-                tracing::warn!(activity = %activity.id, error = %e, "Redis master not checked");
+            match gw.store.check_master(activity).await {
+                Ok(Some(_)) => self.halt_fenced(activity).await,
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::warn!(activity = %activity.id, error = %e, "Redis master not checked")
+                }
             }
+        }
+    }
+
+    /// A fenced activity is halted (unless it is already): its waiting room's cursor stands
+    /// as for an operator's halt, instead of admitting buyers who can only be told
+    /// `unavailable` until their windows lapse; the resume (accept, then lift the halt) lifts
+    /// both. The fence may have been accepted between the check and this halt (a resume on
+    /// another gateway): the master is checked again after the halt, and the halt lifted if
+    /// the fence is gone. Approximation: an operator's halt made in that instant (after a
+    /// resume, before the check again) is lifted with it.
+    async fn halt_fenced(&self, activity: &Activity) {
+        let gw = &self.gw;
+        if gw.lifecycle.state().halted_since(&activity.id).is_some() {
+            return;
+        }
+        let halted = async {
+            gw.lifecycle.set_halt(activity, true).await?;
+            if gw.store.check_master(activity).await?.is_none() {
+                gw.lifecycle.set_halt(activity, false).await?;
+            }
+            Ok::<_, crate::stock::StoreError>(())
+        };
+        if let Err(e) = halted.await {
+            tracing::warn!(activity = %activity.id, error = %e, "a fenced activity not halted");
         }
     }
 

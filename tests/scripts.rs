@@ -2209,3 +2209,63 @@ async fn a_segment_recorded_under_another_master_takes_nothing() {
     ));
     assert_eq!(s.check_master(&a).await.unwrap(), None);
 }
+
+/// A proof-of-work solution is spent in the ticket script, and checked again there against
+/// Redis as it is: one that expired by Redis's clock, or bound to another queue epoch, is
+/// refused even when the gateway's last read said otherwise. (Before: a `SET NX PXAT` in the
+/// past writes nothing, so an expired solution passed again and again, and the epoch was only
+/// the gateway's cached one.)
+#[tokio::test]
+async fn a_solution_expired_by_redis_or_of_another_epoch_is_spent_already() {
+    use flashgate::config::QueueSettings;
+    use flashgate::waiting::store::{self, Fresh, Issued, Spend};
+    let redis = RedisServer::start();
+    let s = store(redis.url(), 1000);
+    let mut a = activity("1001", 3, 1, 3);
+    let queue = QueueSettings {
+        admit_per_second: 7,
+        opens_at: a.starts_at,
+        admission_window: Duration::from_secs(60),
+        too_late_factor: 1.5,
+        landing_url: None,
+        stepped: None,
+        challenge: None,
+        draw: false,
+    };
+    a.queue = Some(queue.clone());
+    let fresh = Fresh::random();
+    let (state, _) = store::state(&s, &a, &queue, &fresh, false, None)
+        .await
+        .unwrap();
+    let now = redis_time_ms(&redis);
+    let spend = |challenge: &str, expires_ms: u64, epoch: u64| Spend {
+        challenge: challenge.to_owned(),
+        expires_ms,
+        epoch,
+        enforce: true,
+    };
+    let ticket = async |user: &str, spend: &Spend| {
+        store::ticket(&s, &a, &queue, user, &fresh, Some(spend))
+            .await
+            .unwrap()
+            .1
+    };
+    // Expired by Redis's clock: refused, and refused again (nothing was written to stop it).
+    let expired = spend("aa", now - 1, state.epoch);
+    assert_eq!(ticket("u1", &expired).await, Issued::Spent);
+    assert_eq!(ticket("u1", &expired).await, Issued::Spent);
+    // Bound to another epoch (a queue set up again since the gateway read it): refused.
+    let other = spend("bb", now + 60_000, state.epoch ^ 1);
+    assert_eq!(ticket("u2", &other).await, Issued::Spent);
+    // A good one: a ticket, once.
+    let good = spend("cc", now + 60_000, state.epoch);
+    assert!(matches!(
+        ticket("u3", &good).await,
+        Issued::Ticket {
+            fresh: true,
+            spent: false,
+            ..
+        }
+    ));
+    assert_eq!(ticket("u3", &good).await, Issued::Spent);
+}

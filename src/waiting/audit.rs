@@ -108,9 +108,31 @@ pub fn check(
         tickets: Vec::new(),
         differences: Vec::new(),
     };
-    let (Some(drawn), Some(seed)) = (audit.drawn, audit.seed) else {
+    let Some(drawn) = audit.drawn else {
         return audit;
     };
+    // Drawn, but no seed to recompute from (deleted, or not 64 hex digits nor a decimal):
+    // nothing can be checked, so it does not match.
+    let Some(seed) = audit.seed else {
+        audit.differences.push(match q.get("seed") {
+            Some(raw) => {
+                format!("the seed recorded ({raw}) is not a seed: no place can be checked")
+            }
+            None => "no seed was recorded for a drawn queue: no place can be checked".into(),
+        });
+        return audit;
+    };
+    // A place recorded for a ticket the draw did not cover is a place that differs too.
+    for (number, place) in places {
+        if !number
+            .parse::<u64>()
+            .is_ok_and(|n| (1..=drawn).contains(&n))
+        {
+            audit.differences.push(format!(
+                "ticket {number}: admitted at place {place}, but only tickets 1..={drawn} were drawn"
+            ));
+        }
+    }
     match &audit.commitment {
         Some(c) if *c == draw::commitment(&seed) => {}
         Some(c) => audit.differences.push(format!(
@@ -212,6 +234,24 @@ mod tests {
             "{}",
             bad.report()
         );
+        // A place recorded for a ticket past the draw: it differs (it was ignored).
+        let past = check("1001", &q, &arrivals, &map(&[("2", &p2), ("6", "1")]));
+        assert!(!past.matches(), "{}", past.report());
+        assert!(
+            past.report().contains("DIFFERS: ticket 6"),
+            "{}",
+            past.report()
+        );
+        // Drawn, but the seed deleted or not a seed: nothing checked, so no match (it said
+        // `match`: `flashgate draw` exited 0 with no place recomputed).
+        for q in [
+            map(&[("drawn", "5"), ("commit", &commit)]),
+            map(&[("drawn", "5"), ("seed", "not-a-seed"), ("commit", &commit)]),
+        ] {
+            let none = check("1001", &q, &arrivals, &map(&[("2", &wrong)]));
+            assert!(!none.matches(), "{}", none.report());
+            assert!(none.report().contains("DIFFERS"), "{}", none.report());
+        }
         // Not drawn yet: no match.
         assert!(!check("1001", &map(&[]), &arrivals, &places).matches());
     }

@@ -105,6 +105,7 @@ impl<S: QueueStore> WaitingRoom<S> {
                 let spend = store::Spend {
                     challenge: solved.challenge,
                     expires_ms: solved.expires_ms,
+                    epoch: binding.epoch,
                     enforce: !setting.shadow,
                 };
                 self.issue(key, activity, queue, user, Some(&spend))

@@ -194,8 +194,12 @@ fn parse(reply: &[String]) -> Result<QueueState, StoreError> {
 pub struct Spend {
     /// The solved challenge (hex).
     pub challenge: String,
-    /// Until when it could be sent (unix ms): kept as spent until then.
+    /// Until when it could be sent (unix ms): kept as spent until then. Checked again in the
+    /// script by Redis's clock (the gateway checked it against its last read of Redis's time).
     pub expires_ms: u64,
+    /// The queue epoch it is bound to: checked again in the script against the queue as it is
+    /// (the gateway checked it against its last read of the queue).
+    pub epoch: u64,
     /// Refuse one spent before (else, shadow mode, only report it).
     pub enforce: bool,
 }
@@ -249,7 +253,8 @@ pub async fn ticket(
     if let Some(spend) = spend {
         invocation
             .arg(spend.expires_ms)
-            .arg(if spend.enforce { "1" } else { "0" });
+            .arg(if spend.enforce { "1" } else { "0" })
+            .arg(spend.epoch);
     }
     let reply: Vec<String> = store
         .eval(ScriptName::Queue, StoreOp::Queue, &invocation)

@@ -435,3 +435,66 @@ async fn a_master_restarted_with_a_new_replication_id_fences() {
     resume(&gw).await;
     buys_again(&gw, "bob").await;
 }
+
+/// Review (issue 26): a fenced activity's waiting room kept admitting at its rate: every
+/// buyer whose turn came during the fence was told `unavailable` while their admission window
+/// ran out (a fence lasts until an SRE reconciles: minutes). The fence now stands the cursor
+/// as a halt does (the gateway that finds it halts the activity; the resume lifts both), and
+/// the queue runs again from the resume.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fenced_activity_stands_its_waiting_room_until_resumed() {
+    use crate::queue_support::{poll, queued, take_ticket};
+    let (redis, _up, config) = backends(vec![queued("1001", 10, Queue::admit(1))]);
+    let gw = GatewayProc::start(config);
+    let (ticket, _) = take_ticket(&gw, "1001", "w0").await;
+    wait_for("the identity recorded", Duration::from_secs(20), || {
+        redis::cmd("GET")
+            .arg("fg:{1001}:master")
+            .query::<Option<String>>(&mut redis.conn())
+            .unwrap()
+    });
+    // The record names another master: what a promoted replica (or a restart under a new
+    // replication id) shows.
+    let _: () = redis::cmd("SET")
+        .arg("fg:{1001}:master")
+        .arg("0000000000000000000000000000000000000000")
+        .arg("EX")
+        .arg(600)
+        .query(&mut redis.conn())
+        .unwrap();
+    gw.metrics_when(|m| fenced_gauge(m) == Some(1)).await;
+    let stood = wait_for_async("the queue to stand", Duration::from_secs(5), || async {
+        let q = gw.admin_get("/v1/activities/1001/queue").await.json();
+        (q["paused"] == true).then_some(q)
+    })
+    .await;
+    let later = wait_for_async(
+        "two seconds of Redis's time to pass",
+        Duration::from_secs(10),
+        || async {
+            let q = gw.admin_get("/v1/activities/1001/queue").await.json();
+            let since =
+                q["redis_time_ms"].as_u64().unwrap() - stood["redis_time_ms"].as_u64().unwrap();
+            (since >= 2000).then_some(q)
+        },
+    )
+    .await;
+    assert_eq!(
+        later["cursor"], stood["cursor"],
+        "the cursor moved while fenced"
+    );
+    let r = gw.buy("1001", "w0", None).await;
+    assert_eq!(
+        (r.status, r.code()),
+        (503, "unavailable".into()),
+        "{}",
+        r.text()
+    );
+    resume(&gw).await;
+    let p = wait_for_async("the queue to run again", Duration::from_secs(5), || async {
+        let p = poll(&gw, "1001", "w0", &ticket).await;
+        (p["paused"] == false).then_some(p)
+    })
+    .await;
+    assert_ne!(p["state"], "lapsed", "{p}");
+}
