@@ -470,3 +470,131 @@ fn a_queue_turned_stepped_mid_sale_keeps_its_cursor() {
         assert_eq!(admitted, 2, "max_active 2");
     });
 }
+
+/// Issues `user` a ticket and returns its number.
+async fn ticket_of(activity: &Activity, queue: &QueueSettings, user: &str) -> u64 {
+    let fx = &*FIXTURE;
+    let (_, issued) = store::ticket(&fx.store, activity, queue, user, &Fresh::fixed(1), None)
+        .await
+        .unwrap();
+    let store::Issued::Ticket { number, .. } = issued else {
+        panic!("{issued:?}");
+    };
+    number
+}
+
+/// Puts 50 units in the activity's stock key (a queue holds while it reads 0).
+fn stock_of(id: &str) {
+    let _: () = redis::cmd("SET")
+        .arg(format!("fg:{{{id}}}:v1:stock"))
+        .arg(50)
+        .arg("EX")
+        .arg(600)
+        .query(&mut FIXTURE.redis.conn())
+        .unwrap();
+}
+
+/// Review finding: a reload removing both keys mid-sale froze the queue for good (the hash
+/// stayed `step`, whose cursor only `queue_step` moves, and nobody stepped it any more): every
+/// buyer behind the cursor waited until the sale's end. The queue now keeps stepping (no
+/// absence check, no limit) and everyone issued is reached at the rate.
+#[test]
+fn a_reload_removing_the_stepped_keys_does_not_freeze_the_queue() {
+    let fx = &*FIXTURE;
+    let stepped = settings(
+        1000,
+        Duration::from_secs(60),
+        Some(Stepped {
+            skip_absent_after: None,
+            max_active: Some(1),
+        }),
+    );
+    let timed = QueueSettings {
+        stepped: None,
+        ..stepped.clone()
+    };
+    let (id, activity) = activity("f", &stepped);
+    stock_of(&id);
+    fx.runtime.block_on(async {
+        let fresh = Fresh::fixed(1);
+        let (s, _) = store::state(&fx.store, &activity, &stepped, &fresh, false, None)
+            .await
+            .unwrap();
+        assert!(s.stepped);
+        let mut numbers = Vec::new();
+        for u in 0..3 {
+            numbers.push(ticket_of(&activity, &stepped, &format!("f{u}")).await);
+        }
+        // max_active 1 holds the second and third; the reload lifts it.
+        let last = *numbers.iter().max().unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            let (s, _) = store::state(&fx.store, &activity, &timed, &fresh, false, None)
+                .await
+                .unwrap();
+            if s.cursor_at(s.now_ms) >= last {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the cursor froze at {} (last ticket {last})",
+                s.cursor_at(s.now_ms)
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    });
+}
+
+/// Review finding: a reload adding `skip_absent_after_secs` mid-sale gave away, at the first
+/// walk, the turn of every ticket issued after the start under the time-function cursor: their
+/// polls were never recorded (the time cursor needs none), so they looked absent since forever.
+/// A place with no poll recorded now counts as seen when the queue turned stepped.
+#[test]
+fn a_reload_adding_skip_absent_does_not_give_away_live_tickets() {
+    let fx = &*FIXTURE;
+    let timed = settings(1, Duration::from_secs(60), None);
+    let stepped = QueueSettings {
+        admit_per_second: 1000,
+        stepped: Some(Stepped {
+            skip_absent_after: Some(Duration::from_secs(5)),
+            max_active: None,
+        }),
+        ..timed.clone()
+    };
+    let (id, activity) = activity("g", &timed);
+    stock_of(&id);
+    fx.runtime.block_on(async {
+        let fresh = Fresh::fixed(1);
+        let (s, _) = store::state(&fx.store, &activity, &timed, &fresh, false, None)
+            .await
+            .unwrap();
+        assert!(!s.stepped);
+        let mut numbers = Vec::new();
+        for u in 0..3 {
+            numbers.push(ticket_of(&activity, &timed, &format!("g{u}")).await);
+        }
+        let last = *numbers.iter().max().unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            let (s, _) = store::state(&fx.store, &activity, &stepped, &fresh, true, None)
+                .await
+                .unwrap();
+            assert!(s.stepped);
+            if s.base >= last {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "never walked");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        for n in numbers {
+            let fate = store::fate(&fx.store, &activity, n, Touch::Poll)
+                .await
+                .unwrap();
+            assert_ne!(
+                fate,
+                Fate::Skipped,
+                "ticket {n}, issued 0 s ago, given away"
+            );
+        }
+    });
+}
