@@ -654,3 +654,48 @@ fn a_halt_lengthens_a_stepped_window_open_at_it() {
         );
     });
 }
+
+/// Review finding: a halt refuses purchase attempts (`unavailable`, retry) before the waiting
+/// room sees them, so a buyer who only retries the purchase (an app that never polls) is not
+/// recorded meanwhile; at the resume the walk gave away the turn of everyone whose last attempt
+/// was longer than `skip_absent_after_secs` before it. Every place now counts as seen at the
+/// resume of a halt (as at the queue's turning stepped).
+#[test]
+fn a_halt_longer_than_the_absence_allowed_gives_nobody_away() {
+    let fx = &*FIXTURE;
+    let stepped = settings(
+        1000,
+        Duration::from_secs(60),
+        Some(Stepped {
+            skip_absent_after: Some(Duration::from_millis(SKIP_MS)),
+            max_active: None,
+        }),
+    );
+    let (id, activity) = activity("k", &stepped);
+    stock_of(&id);
+    fx.runtime.block_on(async {
+        let fresh = Fresh::fixed(1);
+        let read = || store::state(&fx.store, &activity, &stepped, &fresh, false, None);
+        read().await.unwrap();
+        fx.store.set_halt(&activity, true).await.unwrap();
+        read().await.unwrap();
+        let number = ticket_of(&activity, &stepped, "k0").await;
+        // Redis's clock cannot be faked: the halt outlasts the absence allowed in real time.
+        tokio::time::sleep(Duration::from_millis(2 * SKIP_MS)).await;
+        assert_eq!(read().await.unwrap().0.base, 0, "no walk while halted");
+        fx.store.set_halt(&activity, false).await.unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while read().await.unwrap().0.base < number {
+            assert!(std::time::Instant::now() < deadline, "never walked");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let fate = store::fate(&fx.store, &activity, number, Touch::Poll)
+            .await
+            .unwrap();
+        assert_ne!(
+            fate,
+            Fate::Skipped,
+            "ticket {number} given away for the halt"
+        );
+    });
+}
