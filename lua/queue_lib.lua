@@ -209,7 +209,8 @@ local STEP_MAX = 512
 -- the credit is spent, `max_active` (0: none) admitted buyers are active, everyone issued is
 -- decided, or STEP_MAX places were walked. The cursor only moves forward, each place is decided
 -- once (admitted or skipped), and `active` never passes max_active.
--- A pre-queue place (drawn at the start) not polled since the draw counts as seen at the start;
+-- A pre-queue place (drawn at the start) not polled since the draw counts as seen at the start
+-- (queue_ticket.lua records no poll for a pre-queue ticket: its number is not its place);
 -- every place counts as seen at `seenat` (when the queue turned stepped: a reload added a key
 -- mid-sale, and the time-function cursor records no polls; when a halt was lifted: it refused
 -- purchase attempts unrecorded). Approximation: a buyer asked then to come back later than
@@ -238,7 +239,8 @@ local function queue_step(q, s, k, now, skip_ms, max_active, window_ms, expire_a
       and (max_active == 0 or active < max_active) do
       local p = cur + 1
       local seen = tonumber(redis.call('HGET', k[1], int(p)) or '')
-      if not seen and p <= drawn then
+      if p <= drawn and (not seen or seen < s.start) then
+        -- Drawn at the start: a poll before it is not recorded (nor is the place known then).
         seen = s.start
       end
       if seenat and (not seen or seenat > seen) then

@@ -699,3 +699,47 @@ fn a_halt_longer_than_the_absence_allowed_gives_nobody_away() {
         );
     });
 }
+
+/// Review finding: a pre-queue ticket's number is not its place (places are drawn at the
+/// start), yet the ticket script recorded a stepped queue's "seen" under the number; at the
+/// start the walk read place p's "seen" as the issue time of ticket number p (someone else's,
+/// long before the start) instead of counting the place as seen at the start, and gave away the
+/// turn of every live buyer who took a ticket longer than `skip_absent_after_secs` before the
+/// start (their polls before the start are answered from memory, unrecorded).
+#[test]
+fn pre_queue_tickets_count_as_seen_at_the_start() {
+    let fx = &*FIXTURE;
+    let stepped = settings(
+        1000,
+        Duration::from_secs(60),
+        Some(Stepped {
+            skip_absent_after: Some(Duration::from_millis(SKIP_MS)),
+            max_active: None,
+        }),
+    );
+    let (id, mut activity) = activity("p", &stepped);
+    let starts_in = Duration::from_millis(4 * SKIP_MS);
+    activity.starts_at = chrono::Utc::now() + starts_in;
+    stock_of(&id);
+    fx.runtime.block_on(async {
+        let fresh = Fresh::fixed(1);
+        let read = || store::state(&fx.store, &activity, &stepped, &fresh, false, None);
+        assert!(read().await.unwrap().0.stepped);
+        for u in 0..3 {
+            ticket_of(&activity, &stepped, &format!("p{u}")).await;
+        }
+        // Redis's clock cannot be faked: the start comes in real time.
+        tokio::time::sleep(starts_in).await;
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while read().await.unwrap().0.base < 3 {
+            assert!(std::time::Instant::now() < deadline, "never walked");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        for place in 1..=3 {
+            let fate = store::fate(&fx.store, &activity, place, Touch::Poll)
+                .await
+                .unwrap();
+            assert_ne!(fate, Fate::Skipped, "place {place} given away at the start");
+        }
+    });
+}
