@@ -33,6 +33,11 @@
 --            max_active configured): the cursor is then `base`, moved only by queue_step
 --   tc, credit  stepped: when admission credit was last accrued (ms), and the credit (in
 --            thousandths of a place: exact integers)
+--   seenat   stepped: every place counts as seen at this time at least (ms): when the queue
+--            turned stepped (a ticket issued under the time-function cursor has no poll
+--            recorded) and when a halt was lifted (a halt refuses purchase attempts before the
+--            waiting room records them). Once stepped, a queue stays stepped: a reload removing
+--            both keys keeps it walking, with no absence check and no limit (queue_state.lua)
 --   active   stepped: admitted places not bought nor lapsed, as of the last step
 -- Stepped, three more keys on the tag: <q>:seen (place -> last poll, ms), <q>:adm (place ->
 -- when it was admitted, ms, or 's' when its turn was given away), <q>:active (ZSET place ->
@@ -137,6 +142,9 @@ local function queue_stand(q, s, flag, on, now)
       value = int(s.halted_at)
     end
     redis.call('HSET', q, flag, value)
+    if flag == 'halted' and not on and s.stepped then
+      redis.call('HSET', q, 'seenat', int(now))
+    end
     queue_mark(q, s, stood_from)
   end
 end
@@ -201,17 +209,23 @@ local STEP_MAX = 512
 -- the credit is spent, `max_active` (0: none) admitted buyers are active, everyone issued is
 -- decided, or STEP_MAX places were walked. The cursor only moves forward, each place is decided
 -- once (admitted or skipped), and `active` never passes max_active.
--- A pre-queue place (drawn at the start) not polled since the draw counts as seen at the start.
+-- A pre-queue place (drawn at the start) not polled since the draw counts as seen at the start
+-- (queue_ticket.lua records no poll for a pre-queue ticket: its number is not its place);
+-- every place counts as seen at `seenat` (when the queue turned stepped: a reload added a key
+-- mid-sale, and the time-function cursor records no polls; when a halt was lifted: it refused
+-- purchase attempts unrecorded). Approximation: a buyer asked then to come back later than
+-- skip_ms (the time cursor's refresh, up to 30 s) is skipped if the walk reaches them first.
 -- k: {seen, adm, active}.
 local function queue_step(q, s, k, now, skip_ms, max_active, window_ms, expire_at)
   if not s.stepped then
     -- From here on the cursor is `base`: it stands where the time function had it.
     s.base = queue_cursor(s, now)
     s.stepped = true
-    redis.call('HSET', q, 'step', '1', 'base', int(s.base), 'tc', int(now), 'credit', 0)
+    redis.call('HSET', q, 'step', '1', 'base', int(s.base), 'tc', int(now), 'credit', 0,
+      'seenat', int(now))
   end
-  local f = redis.call('HMGET', q, 'tc', 'credit')
-  local tc, credit = tonumber(f[1] or now), tonumber(f[2] or '0')
+  local f = redis.call('HMGET', q, 'tc', 'credit', 'seenat')
+  local tc, credit, seenat = tonumber(f[1] or now), tonumber(f[2] or '0'), tonumber(f[3] or '')
   redis.call('ZREMRANGEBYSCORE', k[3], '-inf', '(' .. int(now - window_ms))
   local active = redis.call('ZCARD', k[3])
   local cur = s.base
@@ -225,8 +239,12 @@ local function queue_step(q, s, k, now, skip_ms, max_active, window_ms, expire_a
       and (max_active == 0 or active < max_active) do
       local p = cur + 1
       local seen = tonumber(redis.call('HGET', k[1], int(p)) or '')
-      if not seen and p <= drawn then
+      if p <= drawn and (not seen or seen < s.start) then
+        -- Drawn at the start: a poll before it is not recorded (nor is the place known then).
         seen = s.start
+      end
+      if seenat and (not seen or seenat > seen) then
+        seen = seenat
       end
       if skip_ms == 0 or (seen and now - seen <= skip_ms) then
         redis.call('HSET', k[2], int(p), int(now))

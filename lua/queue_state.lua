@@ -13,8 +13,9 @@
 -- ARGV[6] units left over all segments ('' for unsegmented: KEYS[7] is read)
 -- ARGV[7] a random seed (64 hex digits) and ARGV[8] its commitment: the draw's, if none was
 --         chosen yet (see queue_commit)
--- ARGV[9] '' for the time-function cursor, else stepped (queue_step): skip_absent_after in ms
--- (0: none)   ARGV[10] max_active (0: none)   ARGV[11] the admission window (ms)
+-- ARGV[9] '' for the time-function cursor (a queue already stepped keeps stepping, with no
+-- absence check), else stepped (queue_step): skip_absent_after in ms (0: none)
+-- ARGV[10] max_active (0: none)   ARGV[11] the admission window (ms, passed either way)
 --
 -- Returns the queue state (see queue_reply) followed by the units left (-1: not known).
 
@@ -42,9 +43,12 @@ end
 if left >= 0 then
   queue_stand(q, s, 'held', left == 0, now)
 end
-if ARGV[9] ~= '' then
-  queue_step(q, s, {KEYS[4], KEYS[5], KEYS[6]}, now, tonumber(ARGV[9]), tonumber(ARGV[10]),
-    tonumber(ARGV[11]), ARGV[4])
+-- A stepped queue's cursor moves only by queue_step: once stepped it stays stepped, and a
+-- configuration without either key (a reload removed them) walks it with no absence check and
+-- no limit, rather than freezing it.
+if ARGV[9] ~= '' or s.stepped then
+  queue_step(q, s, {KEYS[4], KEYS[5], KEYS[6]}, now, tonumber(ARGV[9]) or 0,
+    tonumber(ARGV[10]), tonumber(ARGV[11]), ARGV[4])
 end
 extend(q, ARGV[4])
 return queue_reply(s, now, {int(left)})

@@ -2,7 +2,8 @@
 -- (asking again returns the same number). (lib.lua and queue_lib.lua are prepended.) O(1).
 --
 -- KEYS[1] the queue hash   KEYS[2] its tickets (user -> number)   KEYS[3] the stepped
--- admission's seen (place -> last poll): a ticket issued to a stepped queue counts as seen now
+-- admission's seen (place -> last poll): a ticket issued to a stepped queue after the draw
+-- counts as seen now
 -- ARGV[1] user   ARGV[2] configured rate   ARGV[3] the sale's start (unix ms)
 -- ARGV[4] a random number: the queue's epoch if it is set up now
 -- ARGV[8] a random seed (64 hex digits) and ARGV[9] its commitment: the draw's, if none was
@@ -61,7 +62,9 @@ if not n then
   n = tostring(s.seq)
   redis.call('HSET', tickets, ARGV[1], n)
   fresh = '1'
-  if s.stepped then
+  -- Only once drawn: a pre-queue ticket's number is not its place (queue_step counts the
+  -- drawn places as seen at the start).
+  if s.stepped and s.drawn then
     redis.call('HSET', KEYS[3], n, int(now))
     extend(KEYS[3], ARGV[5])
   end

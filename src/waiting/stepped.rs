@@ -11,7 +11,11 @@
 //! told `sold_out` (final: their page stops polling) is not recorded as polling, so if units come
 //! back after longer than `skip_absent_after_secs` their turn is given away unless they return;
 //! a queue turned stepped mid-sale (a reload added a key) keeps the windows of the places its
-//! time-function cursor had reached, which `max_active` does not count.
+//! time-function cursor had reached, which `max_active` does not count, and counts the tickets
+//! it had issued as seen at the switch (a buyer told then to come back later than
+//! `skip_absent_after_secs` may be skipped), and counts every ticket as seen when a halt is
+//! lifted (a halt refuses purchase attempts before this records them); a stepped queue stays stepped, a reload removing
+//! both keys walking it with no absence check and no limit (see `lua/queue_state.lua`).
 
 use super::store::{Fate, QueueStore, Touch};
 use super::ticket::Ticket;

@@ -331,7 +331,11 @@ pub async fn state(
             )
             .arg(stepped.max_active.unwrap_or(0))
             .arg(queue.admission_window.as_millis() as u64),
-        None => invocation.arg("").arg(0).arg(0),
+        // A queue already stepped keeps stepping (see lua/queue_state.lua): its window counts.
+        None => invocation
+            .arg("")
+            .arg(0)
+            .arg(queue.admission_window.as_millis() as u64),
     };
     let reply: Vec<String> = store
         .eval(ScriptName::Queue, StoreOp::Queue, &invocation)
