@@ -122,27 +122,10 @@ pub fn check(
         });
         return audit;
     };
-    // A place recorded for a ticket the draw did not cover is a place that differs too.
-    for (number, place) in places {
-        if !number
-            .parse::<u64>()
-            .is_ok_and(|n| (1..=drawn).contains(&n))
-        {
-            audit.differences.push(format!(
-                "ticket {number}: admitted at place {place}, but only tickets 1..={drawn} were drawn"
-            ));
-        }
-    }
-    match &audit.commitment {
-        Some(c) if *c == draw::commitment(&seed) => {}
-        Some(c) => audit.differences.push(format!(
-            "the commitment recorded ({c}) is not sha256 of the seed ({})",
-            draw::commitment(&seed)
-        )),
-        None => audit.differences.push(
-            "no commitment was recorded for this seed (a queue drawn by an older flashgate)".into(),
-        ),
-    }
+    audit.differences.extend(undrawn_places(places, drawn));
+    audit
+        .differences
+        .extend(commitment_differs(audit.commitment.as_deref(), &seed));
     let mut holders: BTreeMap<u64, Vec<&str>> = BTreeMap::new();
     for (user, number) in arrivals {
         if let Ok(n) = number.parse::<u64>() {
@@ -182,6 +165,37 @@ pub fn check(
         });
     }
     audit
+}
+
+/// Places recorded for tickets the draw did not cover: places that differ too.
+fn undrawn_places(places: &HashMap<String, String>, drawn: u64) -> Vec<String> {
+    places
+        .iter()
+        .filter(|(number, _)| {
+            !number
+                .parse::<u64>()
+                .is_ok_and(|n| (1..=drawn).contains(&n))
+        })
+        .map(|(number, place)| {
+            format!(
+                "ticket {number}: admitted at place {place}, but only tickets 1..={drawn} were drawn"
+            )
+        })
+        .collect()
+}
+
+/// What is wrong with the commitment recorded for `seed`, if anything.
+fn commitment_differs(commitment: Option<&str>, seed: &draw::Seed) -> Option<String> {
+    match commitment {
+        Some(c) if c == draw::commitment(seed) => None,
+        Some(c) => Some(format!(
+            "the commitment recorded ({c}) is not sha256 of the seed ({})",
+            draw::commitment(seed)
+        )),
+        None => Some(
+            "no commitment was recorded for this seed (a queue drawn by an older flashgate)".into(),
+        ),
+    }
 }
 
 #[cfg(test)]
