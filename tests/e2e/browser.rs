@@ -5,6 +5,7 @@ use crate::support::*;
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use serde_json::{json, Value};
 use std::net::SocketAddr;
+use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -44,7 +45,9 @@ impl Browser {
     /// is `languages`.
     pub async fn start_with(script: bool, languages: &str) -> Browser {
         let port = free_port();
+        // Its own process group: the browser it starts stays in it, and goes with it on drop.
         let driver = Command::new("chromedriver")
+            .process_group(0)
             .arg(format!("--port={port}"))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -224,6 +227,13 @@ async fn exchange(addr: SocketAddr, raw: &str) -> (u16, Vec<u8>) {
 
 impl Drop for Browser {
     fn drop(&mut self) {
+        // chromedriver's whole group: the chromium it started outlives it otherwise (orphaned,
+        // dozens of processes per run), whether or not the test ended its session.
+        let _ = Command::new("kill")
+            .args(["-KILL", "--", &format!("-{}", self.driver.id())])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
         let _ = self.driver.kill();
         let _ = self.driver.wait();
     }
