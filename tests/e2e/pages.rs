@@ -49,7 +49,7 @@ async fn confirmed_once(gw: &GatewayProc, act: &str, remaining: u64) {
 }
 
 /// Signs the browser in as `user` on the shop (its session cookie), from the shop's page.
-async fn sign_in(browser: &Browser, origin: &str, user: &str) {
+pub(crate) async fn sign_in(browser: &Browser, origin: &str, user: &str) {
     browser.go(&format!("{origin}/product")).await;
     browser
         .command(
@@ -61,7 +61,7 @@ async fn sign_in(browser: &Browser, origin: &str, user: &str) {
 }
 
 /// Presses a "buy" form posting to `path` (the shop's product page does this).
-async fn press_buy(browser: &Browser, path: &str) {
+pub(crate) async fn press_buy(browser: &Browser, path: &str) {
     browser
         .script(&format!(
             "var f = document.createElement('form'); f.method = 'POST'; f.action = '{path}'; \

@@ -5,6 +5,7 @@
 //! harness is `browser.rs`; the other pages are tested in `pages.rs`.)
 
 use crate::browser::{token, Browser, IDENTITY_SECRET};
+use crate::pages::{press_buy, sign_in};
 use crate::support::*;
 use serde_json::{json, Value};
 use std::time::Duration;
@@ -50,20 +51,8 @@ async fn the_waiting_page_shows_the_place_refreshes_and_lands_on_the_purchase() 
     let browser = Browser::start().await;
     let origin = format!("http://{}", gw.addr);
     // Alice signs in on the shop (her session cookie) and presses "buy" on its product page.
-    browser.go(&format!("{origin}/product")).await;
-    browser
-        .command(
-            "POST",
-            "cookie",
-            json!({"cookie": {"name": "session", "value": token("alice"), "path": "/"}}),
-        )
-        .await;
-    browser
-        .script(
-            "var f = document.createElement('form'); f.method = 'POST'; \
-             f.action = '/api/seckill/1001/buy'; document.body.appendChild(f); f.submit();",
-        )
-        .await;
+    sign_in(&browser, &origin, "alice").await;
+    press_buy(&browser, "/api/seckill/1001/buy").await;
     let read = "return [document.body ? document.body.getAttribute('data-state') : null, \
                 document.getElementById('position') ? \
                 document.getElementById('position').textContent : null, \
@@ -173,20 +162,8 @@ async fn the_challenge_page_solves_the_proof_of_work_and_gets_a_ticket() {
     );
     let browser = Browser::start().await;
     let origin = format!("http://{}", gw.addr);
-    browser.go(&format!("{origin}/product")).await;
-    browser
-        .command(
-            "POST",
-            "cookie",
-            json!({"cookie": {"name": "session", "value": token("alice"), "path": "/"}}),
-        )
-        .await;
-    browser
-        .script(
-            "var f = document.createElement('form'); f.method = 'POST'; \
-             f.action = '/api/seckill/1001/buy'; document.body.appendChild(f); f.submit();",
-        )
-        .await;
+    sign_in(&browser, &origin, "alice").await;
+    press_buy(&browser, "/api/seckill/1001/buy").await;
     let read = "return [document.body ? document.body.getAttribute('data-state') : null, \
                 document.getElementById('position') ? \
                 document.getElementById('position').textContent : null, \
