@@ -9,6 +9,7 @@ pub mod catalogue;
 pub mod coalesce;
 pub mod config;
 pub mod decision_log;
+pub mod front;
 pub mod gateway;
 pub mod header_names;
 pub mod held;

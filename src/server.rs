@@ -3,6 +3,7 @@
 //! listeners to a new binary, then drain) or SIGINT (fast).
 
 use crate::config::Settings;
+use crate::front::Front;
 use crate::gateway::Gateway;
 use crate::metrics::Metrics;
 use crate::reload::{ConfigSource, ReloadWatcher};
@@ -94,10 +95,14 @@ pub fn run(
     let gateway = Gateway::new(settings.clone(), metrics, store, upstreams);
     read_halts(&gateway)?;
 
+    // The front reads every connection first and answers the refusals the gateway decides
+    // alone; Pingora's proxy (sharing the same `FlashProxy`) takes everything else.
+    let flash = gateway.proxy();
+    let front = Front::new(flash.clone(), http_proxy(&server.configuration, flash));
     let mut proxy = Service::new(
         "flashgate proxy".to_owned(),
         SettleBeforeClosing {
-            inner: Arc::new(http_proxy(&server.configuration, gateway.proxy())),
+            inner: Arc::new(front),
             settle: SETTLE_BEFORE_CLOSING,
         },
     );

@@ -4,6 +4,7 @@
 
 mod body;
 mod cors;
+pub mod early;
 mod forward;
 pub mod headers;
 mod respond;
@@ -82,10 +83,14 @@ pub struct RequestCtx {
     /// ends.
     buffered: body::Held,
     connect_failures: usize,
+    /// A purchase the front decided before this session began (see [`early`]).
+    decided: Option<Box<early::Decided>>,
 }
 
+/// Cheap to clone: the front (`crate::front`) and Pingora's proxy share one.
+#[derive(Clone)]
 pub struct FlashProxy {
-    gw: ProxyParts,
+    gw: Arc<ProxyParts>,
 }
 
 /// What the proxy works with, handed over by the composition root (`crate::gateway`).
@@ -130,7 +135,9 @@ impl Fault {
 
 impl FlashProxy {
     pub fn new(parts: ProxyParts) -> Self {
-        FlashProxy { gw: parts }
+        FlashProxy {
+            gw: Arc::new(parts),
+        }
     }
 
     /// Gives a request's reservation back under the activity it was admitted with, if this
@@ -304,6 +311,7 @@ impl ProxyHttp for FlashProxy {
             passthrough_slot: None,
             buffered: None,
             connect_failures: 0,
+            decided: None,
         }
     }
 
@@ -325,6 +333,9 @@ impl ProxyHttp for FlashProxy {
     }
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<bool> {
+        if let Some(decided) = ctx.decided.take() {
+            return self.carry_on(session, ctx, *decided).await;
+        }
         let req = session.req_header();
         let generation = ctx.generation.clone();
         ctx.client = crate::pages::Client::of(&req.headers);
@@ -460,23 +471,49 @@ impl ProxyHttp for FlashProxy {
         let (Some(facts), Some(decision)) = (&ctx.sale, ctx.decision) else {
             return;
         };
-        let activity = facts
-            .activity
-            .as_ref()
-            .map_or(UNKNOWN_ACTIVITY_LABEL, |a| &a.id);
-        metrics
-            .decisions
-            .with_label_values(&[activity, decision.code()])
-            .inc();
-        decision_log::record(&decision_log::Entry {
-            activity,
-            facts,
-            decision,
-            reservation: ctx.reservation.as_ref(),
-            released: ctx.released,
-            upstream_status: ctx.upstream_status,
-            error: e,
-            elapsed: ctx.started.elapsed(),
-        });
+        record_sale(
+            metrics,
+            &decision_log::Entry {
+                activity: activity_label(facts),
+                facts,
+                decision,
+                reservation: ctx.reservation.as_ref(),
+                released: ctx.released,
+                upstream_status: ctx.upstream_status,
+                error: e,
+                elapsed: ctx.started.elapsed(),
+            },
+        );
     }
+
+    /// A purchase the front (`crate::front`) decided before this session: its decision,
+    /// carried on in `request_filter`.
+    fn on_connection_reuse(
+        &self,
+        _session: &mut Session,
+        ctx: &mut RequestCtx,
+        prev: Box<dyn std::any::Any + Send + Sync>,
+    ) {
+        if let Ok(decided) = prev.downcast::<early::Decided>() {
+            ctx.decided = Some(decided);
+        }
+    }
+}
+
+/// The activity's metric label: its id, or the one label for ids no activity has.
+fn activity_label(facts: &SaleFacts) -> &str {
+    facts
+        .activity
+        .as_ref()
+        .map_or(UNKNOWN_ACTIVITY_LABEL, |a| &a.id)
+}
+
+/// Counts a sale request's decision and writes its log line: once per request, from `logging`,
+/// or from the front for a purchase it answered itself.
+fn record_sale(metrics: &Metrics, entry: &decision_log::Entry<'_>) {
+    metrics
+        .decisions
+        .with_label_values(&[entry.activity, entry.decision.code()])
+        .inc();
+    decision_log::record(entry);
 }

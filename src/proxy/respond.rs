@@ -42,6 +42,48 @@ pub async fn decision(
     session.write_response_body(Some(body), true).await
 }
 
+/// The JSON answer for a decision as a whole HTTP/1.1 response, for the front to write in one
+/// write (`crate::front`): the status, body and headers [`decision`] writes for a JSON client,
+/// `Vary: Origin` when CORS is on (as the CORS module adds to every answer on the gateway's
+/// routes), and `Connection: close` when the connection ends after it.
+pub fn decision_bytes(
+    lang: crate::catalogue::Lang,
+    decision: &Decision,
+    cors_on: bool,
+    close: bool,
+) -> Vec<u8> {
+    use std::io::Write;
+    let reply = decision.reply();
+    let body = reply.body(lang);
+    let mut out = Vec::with_capacity(192 + body.len());
+    let status = reply.status;
+    let reason = status.canonical_reason().unwrap_or("");
+    // Writing to a Vec cannot fail.
+    let _ = write!(
+        out,
+        "HTTP/1.1 {} {reason}\r\nContent-Type: {JSON}\r\nContent-Length: {}\r\n\
+         Cache-Control: no-store\r\nVary: Accept, Accept-Language\r\n",
+        status.as_u16(),
+        body.len()
+    );
+    if let Some(secs) = reply.retry_after_secs {
+        let _ = write!(out, "Retry-After: {secs}\r\n");
+    }
+    if cors_on {
+        out.extend_from_slice(b"Vary: Origin\r\n");
+    }
+    // As Pingora's sessions write it (a per-thread copy renewed once a second).
+    out.extend_from_slice(b"Date: ");
+    out.extend_from_slice(pingora::protocols::http::date::get_cached_date().as_bytes());
+    out.extend_from_slice(b"\r\n");
+    if close {
+        out.extend_from_slice(b"Connection: close\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(&body);
+    out
+}
+
 /// The headers of every answer the gateway writes for a sale route or the queue: its type and
 /// length, never cached, and varying with what the client asked for.
 fn own_answer(resp: &mut ResponseHeader, content_type: &str, len: usize) -> Result<()> {

@@ -7,6 +7,7 @@ use super::{refuse, settle, FlashProxy, RequestCtx};
 use crate::admission::target::Target;
 use crate::admission::{BadRequest, Decision, SaleFacts};
 use crate::config::SaleRoute;
+use crate::live::Generation;
 use crate::purchase::{self, Attempt, Exchange, Parts, Verdict};
 use crate::stock::ReleaseReason;
 use pingora::http::RequestHeader;
@@ -74,9 +75,7 @@ impl FlashProxy {
         self.to_backend(session, ctx).await
     }
 
-    /// Whether the request may be considered: its canonical form (the route's method and path,
-    /// what an admitted request is forwarded as), its size, and a gateway not shutting down (a
-    /// reservation taken now could be cut off by the end of the grace period).
+    /// Whether the request may be considered (see [`FlashProxy::consider`]); a refusal ends it.
     async fn considered(
         &self,
         session: &mut Session,
@@ -84,24 +83,39 @@ impl FlashProxy {
         asked: Asked<'_>,
     ) -> Step<()> {
         ctx.sale = Some(SaleFacts::default());
-        let settings = ctx.generation.settings.clone();
+        match self.consider(&ctx.generation.clone(), session.req_header(), asked) {
+            Ok(canonical) => {
+                ctx.canonical = Some(canonical);
+                Ok(())
+            }
+            Err(refused) => Err(refuse(session, ctx, refused).await),
+        }
+    }
+
+    /// Whether a purchase may be considered: its canonical form (the route's method and path,
+    /// what an admitted request is forwarded as, returned), its size, and a gateway not
+    /// shutting down (a reservation taken now could be cut off by the end of the grace period).
+    pub(super) fn consider(
+        &self,
+        generation: &Generation,
+        req: &RequestHeader,
+        asked: Asked<'_>,
+    ) -> std::result::Result<(http::Method, http::Uri), Decision> {
+        let settings = &generation.settings;
         let Asked {
             route,
             activity,
             target,
         } = asked;
-        let Some(canonical) = canonical_uri(route, activity, target.query.as_deref()) else {
-            let bad = Decision::BadRequest(BadRequest::MalformedTarget);
-            return Err(refuse(session, ctx, bad).await);
-        };
-        ctx.canonical = Some((route.method().clone(), canonical));
-        if let Some(too_large) = oversized(session.req_header(), &settings.server) {
-            return Err(refuse(session, ctx, Decision::BadRequest(too_large)).await);
+        let canonical = canonical_uri(route, activity, target.query.as_deref())
+            .ok_or(Decision::BadRequest(BadRequest::MalformedTarget))?;
+        if let Some(too_large) = oversized(req, &settings.server) {
+            return Err(Decision::BadRequest(too_large));
         }
-        if !self.gw.drain.takes_new_reservations(&settings) {
-            return Err(refuse(session, ctx, Decision::ShuttingDown).await);
+        if !self.gw.drain.takes_new_reservations(settings) {
+            return Err(Decision::ShuttingDown);
         }
-        Ok(())
+        Ok((route.method().clone(), canonical))
     }
 
     /// The pipeline's verdict; what it learned is kept for the answer and the log, and the body
@@ -121,11 +135,28 @@ impl FlashProxy {
             body: None,
         };
         let (method, uri) = ctx.canonical.as_ref().expect("considered sets it");
+        let (verdict, facts) = self
+            .judge(&generation, asked, (method, uri), &mut exchange)
+            .await;
+        ctx.sale = Some(facts);
+        ctx.body = exchange.body.unwrap_or_default();
+        verdict
+    }
+
+    /// The purchase pipeline's verdict on a purchase considered, and what it learned: the one
+    /// call the proxy's session and the front (`super::early`) both make.
+    pub(super) async fn judge(
+        &self,
+        generation: &Generation,
+        asked: Asked<'_>,
+        canonical: (&http::Method, &http::Uri),
+        exchange: &mut dyn Exchange,
+    ) -> (Verdict, SaleFacts) {
         let asked = purchase::Asked {
             route: asked.route,
             activity: asked.activity,
             target: asked.target,
-            canonical: (method, uri),
+            canonical,
         };
         let parts = Parts {
             rules: generation.rules(),
@@ -133,16 +164,14 @@ impl FlashProxy {
             room: &*self.gw.waiting,
         };
         let now = self.gw.admission.now();
-        let mut attempt = Attempt::new(asked, &mut exchange, now);
+        let mut attempt = Attempt::new(asked, exchange, now);
         let verdict = purchase::run(parts, &mut attempt).await;
-        ctx.sale = Some(attempt.facts);
-        ctx.body = exchange.body.unwrap_or_default();
-        verdict
+        (verdict, attempt.facts)
     }
 
     /// Holds what the verdict gave (stock for this request, or leave to forward it unreserved),
     /// or ends the request with the buyer's answer.
-    async fn hold(
+    pub(super) async fn hold(
         &self,
         session: &mut Session,
         ctx: &mut RequestCtx,
@@ -152,7 +181,9 @@ impl FlashProxy {
             Verdict::Reserved(reservation) => {
                 ctx.reservation = Some(reservation);
                 ctx.stage.advance(settle::Stage::Held);
-                ctx.in_flight = Some(self.gw.drain.held().hold());
+                if ctx.in_flight.is_none() {
+                    ctx.in_flight = Some(self.gw.drain.held().hold());
+                }
                 ctx.decision = Some(Decision::Admitted);
                 #[cfg(feature = "fault-injection")]
                 if self.gw.fault == Some(super::Fault::HangAfterReserve) {
@@ -173,7 +204,11 @@ impl FlashProxy {
     /// Winners (and passthroughs) take a slot at the backend, waiting in line if need be; the
     /// gateway sends a purchase holding stock itself, and reads the backend's answer whatever
     /// the buyer's connection does meanwhile.
-    async fn to_backend(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<bool> {
+    pub(super) async fn to_backend(
+        &self,
+        session: &mut Session,
+        ctx: &mut RequestCtx,
+    ) -> Result<bool> {
         let upstream = &ctx.generation.settings.upstream;
         let limit = upstream.max_inflight.map(|n| n.get());
         match self

@@ -1,6 +1,7 @@
 //! Every decision code of the contract table, as a buyer sees it.
 
 use crate::support::*;
+use std::time::Duration;
 
 fn setup(activities: Vec<TestActivity>) -> (RedisServer, Upstream, GatewayProc) {
     let (redis, upstream, config) = backends(activities);
@@ -170,6 +171,13 @@ async fn non_sale_routes_pass_through_unchanged() {
     assert_eq!(seen[0]["query"], "color=red");
     assert_eq!(seen[0]["headers"]["x-custom"], "kept");
     assert!(seen[0]["headers"].get("x-flashgate-reservation").is_none());
-    // No reservation was taken for them.
-    assert_eq!(gw.activity_view("1001").await["remaining"], 5);
+    // No reservation was taken for them (read once the prewarm has written the stock: no
+    // request here made it).
+    let remaining = wait_for_async(
+        "the stock to be prewarmed",
+        Duration::from_secs(10),
+        || async { gw.activity_view("1001").await["remaining"].as_u64() },
+    )
+    .await;
+    assert_eq!(remaining, 5);
 }

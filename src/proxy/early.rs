@@ -1,0 +1,180 @@
+//! Purchases decided before any Pingora session: the front (`crate::front`) reads a request's
+//! head itself and asks [`FlashProxy::early`], which takes the same steps as the proxy's
+//! session (`sale.rs`: considered, then the purchase pipeline) over that head. A refusal comes
+//! back as the whole answer's bytes, written by the front in one write and recorded here; any
+//! other verdict (stock held, the queue's answer, forwarding unreserved) comes back as a
+//! [`Decided`], which the proxy's session for the same request carries on from (`carry_on`),
+//! so a purchase is judged once whichever reader took it.
+//!
+//! Only what can be read plainly is judged here (see [`FlashProxy::early`]): a JSON client, no
+//! body, no CORS; everything else is handed to the proxy undecided, where every edge rule
+//! applies as before.
+
+use super::sale::Asked;
+use super::{activity_label, headers, record_sale, respond, FlashProxy, RequestCtx};
+use crate::admission::target::Target;
+use crate::admission::{route, BadRequest, Decision, Routed, SaleFacts};
+use crate::live::Generation;
+use crate::pages::Client;
+use crate::purchase::{Exchange, Verdict};
+use pingora::http::RequestHeader;
+use pingora::prelude::*;
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// A purchase the front judged, for the proxy's session of the same request to carry on from:
+/// its reservation is held (and counted among the reservations the drain waits on) from here.
+///
+/// Approximation: if that session never reaches `request_filter` (the buyer's connection
+/// breaks between the front's hand-over and Pingora's reading of the bytes the front already
+/// read, which leaves Pingora nothing to wait for), a reservation in it stays pending until its
+/// hold expires and the sweep releases it, as for a gateway that died holding it.
+pub struct Decided {
+    started: Instant,
+    generation: Arc<Generation>,
+    client: Client,
+    facts: SaleFacts,
+    canonical: (http::Method, http::Uri),
+    verdict: Verdict,
+    in_flight: Option<crate::held::Holding>,
+}
+
+/// What the front does with a request it read.
+pub enum Early {
+    /// Write these bytes (the whole answer); the request is answered and recorded.
+    Answer(Vec<u8>),
+    /// Hand the request to the proxy, with the front's decision if it took one.
+    HandOver(Option<Box<Decided>>),
+}
+
+/// The head as the pipeline's gates read it: a request without a body (the front judges no
+/// other).
+struct HeadOnly<'a> {
+    header: &'a RequestHeader,
+    peer: Option<IpAddr>,
+}
+
+#[async_trait::async_trait]
+impl Exchange for HeadOnly<'_> {
+    fn header(&self) -> &RequestHeader {
+        self.header
+    }
+
+    fn peer(&self) -> Option<IpAddr> {
+        self.peer
+    }
+
+    async fn body(&mut self) -> std::result::Result<bytes::Bytes, BadRequest> {
+        Ok(bytes::Bytes::new())
+    }
+}
+
+impl FlashProxy {
+    /// Judges a purchase from its head alone, when it can be read plainly: a sale route, a
+    /// client asking for JSON, no `Origin` while CORS is on (the allow headers and preflights
+    /// are the proxy's CORS module's; a refusal here gets its `Vary: Origin`), a
+    /// Content-Length that agrees with itself. The front sends only requests without a body,
+    /// on HTTP/1.1, without `Expect` or `Upgrade`, and a `Connection` of `close` or
+    /// `keep-alive` at most (`crate::front::head`). `closing`: the answer closes the connection.
+    pub async fn early(&self, req: &RequestHeader, peer: Option<IpAddr>, closing: bool) -> Early {
+        let started = Instant::now();
+        let generation = self.gw.live.current();
+        let settings = &generation.settings;
+        let client = Client::of(&req.headers);
+        let cors_on = !settings.server.cors.allowed_origins.is_empty();
+        let origin = req.headers.contains_key(http::header::ORIGIN);
+        if client.html || (cors_on && origin) || headers::content_length(req).is_err() {
+            return Early::HandOver(None);
+        }
+        let target = Target::of(&req.method, req.raw_path());
+        let Routed::Sale(route, activity) = route(settings, &target) else {
+            return Early::HandOver(None);
+        };
+        let asked = Asked {
+            route,
+            activity,
+            target: &target,
+        };
+        let refused = |decision: Decision, facts: SaleFacts| {
+            let answer = respond::decision_bytes(client.lang, &decision, cors_on, closing);
+            record_refusal(self, &facts, decision, started);
+            Early::Answer(answer)
+        };
+        let canonical = match self.consider(&generation, req, asked) {
+            Ok(canonical) => canonical,
+            Err(decision) => return refused(decision, SaleFacts::default()),
+        };
+        let mut exchange = HeadOnly { header: req, peer };
+        let (verdict, facts) = self
+            .judge(
+                &generation,
+                asked,
+                (&canonical.0, &canonical.1),
+                &mut exchange,
+            )
+            .await;
+        match verdict {
+            Verdict::Refuse(decision) => refused(decision, facts),
+            verdict => {
+                let in_flight =
+                    matches!(verdict, Verdict::Reserved(_)).then(|| self.gw.drain.held().hold());
+                Early::HandOver(Some(Box::new(Decided {
+                    started,
+                    generation: generation.clone(),
+                    client,
+                    facts,
+                    canonical,
+                    verdict,
+                    in_flight,
+                })))
+            }
+        }
+    }
+
+    /// A purchase the front decided: the proxy's session carries on from the verdict (holds
+    /// the stock and forwards it, answers the queue's place, or forwards it unreserved).
+    pub(super) async fn carry_on(
+        &self,
+        session: &mut Session,
+        ctx: &mut RequestCtx,
+        decided: Decided,
+    ) -> Result<bool> {
+        let Decided {
+            started,
+            generation,
+            client,
+            facts,
+            canonical,
+            verdict,
+            in_flight,
+        } = decided;
+        ctx.started = started;
+        ctx.generation = generation;
+        ctx.client = client;
+        ctx.sale = Some(facts);
+        ctx.canonical = Some(canonical);
+        ctx.in_flight = in_flight;
+        if let Err(ended) = self.hold(session, ctx, verdict).await {
+            return ended;
+        }
+        self.to_backend(session, ctx).await
+    }
+}
+
+/// Counts and logs a refusal the front answered, as `logging` does for the proxy's.
+fn record_refusal(proxy: &FlashProxy, facts: &SaleFacts, decision: Decision, started: Instant) {
+    record_sale(
+        &proxy.gw.metrics,
+        &crate::decision_log::Entry {
+            activity: activity_label(facts),
+            facts,
+            decision,
+            reservation: None,
+            released: None,
+            upstream_status: None,
+            error: None,
+            elapsed: started.elapsed(),
+        },
+    );
+}

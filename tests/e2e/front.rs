@@ -1,0 +1,210 @@
+//! The front (issue 23): refusals the gateway decides alone are written before any Pingora
+//! session, everything else is handed to the proxy, on the same keep-alive connection, in
+//! order, each request answered and counted exactly once.
+
+use crate::support::*;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// A purchase on a kept-alive connection (no `Connection: close`), with extra header lines.
+fn buy(activity: &str, user: &str, extra: &str) -> String {
+    format!(
+        "POST /api/seckill/{activity}/buy HTTP/1.1\r\nHost: x\r\nX-User-Id: {user}\r\n{extra}Content-Length: 0\r\n\r\n"
+    )
+}
+
+/// Reads one answer framed by its Content-Length off a kept-alive connection: its status,
+/// headers and body. Fails on anything else (every answer on a sale route has a length).
+async fn read_one(stream: &mut TcpStream, pending: &mut Vec<u8>) -> HttpResponse {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(end) = pending.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&pending[..end]).to_string();
+            let len: usize = head
+                .lines()
+                .filter_map(|l| l.split_once(':'))
+                .find(|(k, _)| k.trim().eq_ignore_ascii_case("content-length"))
+                .map(|(_, v)| v.trim().parse().expect("a length"))
+                .expect("every answer here has a Content-Length");
+            if pending.len() >= end + 4 + len {
+                let rest = pending.split_off(end + 4 + len);
+                let whole = std::mem::replace(pending, rest);
+                return parse_one(&whole);
+            }
+        }
+        let mut chunk = [0u8; 4096];
+        let n = tokio::time::timeout_at(deadline, stream.read(&mut chunk))
+            .await
+            .expect("an answer in time")
+            .expect("read");
+        assert!(n > 0, "the gateway closed the connection before answering");
+        pending.extend_from_slice(&chunk[..n]);
+    }
+}
+
+fn parse_one(raw: &[u8]) -> HttpResponse {
+    let end = raw.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
+    let head = std::str::from_utf8(&raw[..end]).unwrap();
+    let mut lines = head.split("\r\n");
+    let status = lines
+        .next()
+        .unwrap()
+        .split(' ')
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
+        .collect();
+    HttpResponse {
+        status,
+        headers,
+        body: raw[end + 4..].to_vec(),
+    }
+}
+
+fn decisions(metrics: &str) -> f64 {
+    metrics
+        .lines()
+        .filter(|l| l.starts_with("flashgate_admission_decisions_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_connection_carries_front_answers_and_proxied_purchases_in_order() {
+    let (redis, upstream, gw) = Stack::start(vec![
+        TestActivity::open("1001", 5),
+        TestActivity::open("2002", 0),
+    ])
+    .parts();
+    let before = decisions(&gw.metrics().await);
+    let mut s = TcpStream::connect(gw.addr).await.unwrap();
+    let mut pending = Vec::new();
+    // (request, status, code): a winner (handed over), the same buyer again (the reserve
+    // script refuses: answered by the front), a sold-out sale (the cache, once learned), a
+    // purchase with a body and one from a browser (both handed over undecided), a route that
+    // is not a sale (the proxy's), and an unknown sale.
+    let steps: Vec<(String, u16, &str)> = vec![
+        (buy("1001", "ann", ""), 200, ""),
+        (buy("1001", "ann", ""), 409, "limit_exceeded"),
+        (buy("2002", "bob", ""), 410, "sold_out"),
+        (buy("2002", "cat", ""), 410, "sold_out"),
+        (
+            "POST /api/seckill/1001/buy HTTP/1.1\r\nHost: x\r\nX-User-Id: dan\r\nContent-Length: 2\r\n\r\n{}".to_owned(),
+            200,
+            "",
+        ),
+        (buy("2002", "eve", "Accept: text/html\r\n"), 410, ""),
+        (buy("9999", "fay", ""), 404, "unknown_activity"),
+        (buy("1001", "gus", ""), 200, ""),
+    ];
+    for (i, (raw, status, code)) in steps.iter().enumerate() {
+        s.write_all(raw.as_bytes()).await.unwrap();
+        let resp = read_one(&mut s, &mut pending).await;
+        assert_eq!(resp.status, *status, "step {i}: {}", resp.text());
+        if !code.is_empty() {
+            assert_eq!(resp.code(), *code, "step {i}");
+        }
+    }
+    assert!(pending.is_empty(), "nothing but the answers came back");
+    // Every sale request counted once, whichever reader answered it (the browser's too).
+    let metrics = gw.metrics_when(|m| decisions(m) >= before + 8.0).await;
+    assert_eq!(decisions(&metrics), before + 8.0, "{metrics}");
+    let forwarded = upstream.requests().await;
+    assert_eq!(
+        forwarded.len(),
+        3,
+        "the three winners reached the backend once each"
+    );
+    assert_eq!(redis.get_int("fg:{1001}:v1:stock"), Some(2));
+    gw.reconcile_clean();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipelined_and_split_heads_are_each_answered_once() {
+    let (_redis, upstream, gw) = Stack::start(vec![
+        TestActivity::open("1001", 5),
+        TestActivity::open("2002", 0),
+    ])
+    .parts();
+    // Learn the sold-out mark, then three requests in one write: refusal, winner, refusal.
+    gw.buy("2002", "warm", None)
+        .await
+        .assert_answer(410, "sold_out");
+    let mut s = TcpStream::connect(gw.addr).await.unwrap();
+    let mut pending = Vec::new();
+    let three = format!(
+        "{}{}{}",
+        buy("2002", "a", ""),
+        buy("1001", "b", ""),
+        buy("2002", "c", "")
+    );
+    s.write_all(three.as_bytes()).await.unwrap();
+    let first = read_one(&mut s, &mut pending).await;
+    first.assert_answer(410, "sold_out");
+    let second = read_one(&mut s, &mut pending).await;
+    assert_eq!(second.status, 200, "{}", second.text());
+    read_one(&mut s, &mut pending)
+        .await
+        .assert_answer(410, "sold_out");
+    // A head split across writes (a byte at a time at first) is read whole.
+    let mut s = TcpStream::connect(gw.addr).await.unwrap();
+    let mut pending = Vec::new();
+    let raw = buy("2002", "slowpoke", "");
+    for b in raw.as_bytes()[..10].iter() {
+        s.write_all(&[*b]).await.unwrap();
+        s.flush().await.unwrap();
+    }
+    s.write_all(&raw.as_bytes()[10..]).await.unwrap();
+    read_one(&mut s, &mut pending)
+        .await
+        .assert_answer(410, "sold_out");
+    assert_eq!(upstream.requests().await.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_from_the_front_matches_the_proxys_answer() {
+    let (_redis, _upstream, gw) = Stack::start(vec![TestActivity::open("2002", 0)]).parts();
+    gw.buy("2002", "warm", None)
+        .await
+        .assert_answer(410, "sold_out");
+    // The same refusal, by the front (plain) and by the proxy (a body makes it the proxy's).
+    let front = send_raw(
+        gw.addr,
+        buy("2002", "p1", "Connection: close\r\n").as_bytes(),
+    )
+    .await
+    .unwrap();
+    let proxied = send_raw(
+        gw.addr,
+        b"POST /api/seckill/2002/buy HTTP/1.1\r\nHost: x\r\nX-User-Id: p2\r\nConnection: close\r\nContent-Length: 2\r\n\r\n{}",
+    )
+    .await
+    .unwrap();
+    for resp in [&front, &proxied] {
+        resp.assert_answer(410, "sold_out");
+        assert_eq!(resp.header("content-type"), Some("application/json"));
+        assert_eq!(resp.header("cache-control"), Some("no-store"));
+        assert_eq!(resp.header("vary"), Some("Accept, Accept-Language"));
+        assert!(resp.header("date").is_some());
+    }
+    assert_eq!(front.body, proxied.body);
+    // In Chinese when asked, from the front too.
+    let zh = send_raw(
+        gw.addr,
+        buy(
+            "2002",
+            "p3",
+            "Connection: close\r\nAccept-Language: zh-CN\r\n",
+        )
+        .as_bytes(),
+    )
+    .await
+    .unwrap();
+    zh.assert_answer(410, "sold_out");
+    assert_ne!(zh.json()["message"], front.json()["message"]);
+}
