@@ -122,6 +122,10 @@ fn plain(parsed: &httparse::Request<'_, '_>) -> Option<(RequestHeader, bool)> {
         return None;
     }
     let (method, path) = (parsed.method?, parsed.path?);
+    // Origin-form only: an absolute-form target's authority is Pingora's to judge.
+    if !path.starts_with('/') {
+        return None;
+    }
     let mut req =
         RequestHeader::build_no_case(method, path.as_bytes(), Some(parsed.headers.len())).ok()?;
     let mut close = false;
@@ -144,6 +148,9 @@ fn plain(parsed: &httparse::Request<'_, '_>) -> Option<(RequestHeader, bool)> {
         let name = http::header::HeaderName::from_bytes(name.as_bytes()).ok()?;
         req.append_header(name, value).ok()?;
     }
+    // Pingora refuses an ambiguous authority (two `Host`s, userinfo) when it reads the head:
+    // such a head must reach it undecided, or a purchase judged here would never be carried on.
+    pingora::protocols::http::authority::validate_request_authority(&req).ok()?;
     Some((req, close))
 }
 
@@ -188,6 +195,11 @@ mod tests {
             "POST /b HTTP/1.1\r\nBad Header: x\r\n\r\n",
             "POST /b HTTP/1.1\r\nX: \x01\r\n\r\n",
             "POST /b HTTP/1.1\r\n folded: x\r\n\r\n",
+            "POST /b HTTP/1.1\r\nHost: x\r\nHost: x\r\n\r\n",
+            "POST /b HTTP/1.1\r\nHost: u@x\r\n\r\n",
+            "POST http://x/b HTTP/1.1\r\nHost: x\r\n\r\n",
+            "POST http://a@x/b HTTP/1.1\r\nHost: x\r\n\r\n",
+            "POST HTTP://X/b HTTP/1.1\r\nHost: x\r\n\r\n",
         ] {
             assert!(parsed(raw).is_none(), "{raw:?} was judged by the front");
         }

@@ -26,18 +26,52 @@ use std::time::Instant;
 /// A purchase the front judged, for the proxy's session of the same request to carry on from:
 /// its reservation is held (and counted among the reservations the drain waits on) from here.
 ///
-/// Approximation: if that session never reaches `request_filter` (the buyer's connection
-/// breaks between the front's hand-over and Pingora's reading of the bytes the front already
-/// read, which leaves Pingora nothing to wait for), a reservation in it stays pending until its
-/// hold expires and the sweep releases it, as for a gateway that died holding it.
+/// If that session never carries it on (Pingora refused the head the front judged, or the
+/// connection broke before Pingora read it), dropping it gives back the reservation it holds
+/// (nothing reached the backend) and counts the request as a bad request, the answer Pingora
+/// gave if it gave one; the front judges only heads Pingora takes (`crate::front::head`), so
+/// this is the rare way out, not the usual one.
 pub struct Decided {
     started: Instant,
     generation: Arc<Generation>,
     client: Client,
     facts: SaleFacts,
     canonical: (http::Method, http::Uri),
-    verdict: Verdict,
+    /// Taken when the proxy carries it on.
+    verdict: Option<Verdict>,
     in_flight: Option<crate::held::Holding>,
+    /// For the release if it is dropped unused.
+    proxy: FlashProxy,
+}
+
+impl Drop for Decided {
+    fn drop(&mut self) {
+        let Some(verdict) = self.verdict.take() else {
+            return;
+        };
+        let decision = Decision::BadRequest(BadRequest::MalformedTarget);
+        record_refusal(&self.proxy, &self.facts, decision, self.started);
+        let (Verdict::Reserved(reservation), Some(activity)) =
+            (verdict, self.facts.activity.clone())
+        else {
+            return;
+        };
+        let (proxy, in_flight) = (self.proxy.clone(), self.in_flight.take());
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        runtime.spawn(async move {
+            let reason = crate::stock::ReleaseReason::BadRequest;
+            let released = proxy
+                .gw
+                .lifecycle
+                .release_failed(&activity, &reservation, reason)
+                .await;
+            tracing::warn!(reservation = %reservation.id, ?released,
+                "a purchase judged by the front never reached the proxy; its reservation is given back");
+            drop(in_flight);
+        });
+    }
 }
 
 /// What the front does with a request it read.
@@ -125,8 +159,9 @@ impl FlashProxy {
                     client,
                     facts,
                     canonical,
-                    verdict,
+                    verdict: Some(verdict),
                     in_flight,
+                    proxy: self.clone(),
                 })))
             }
         }
@@ -138,23 +173,20 @@ impl FlashProxy {
         &self,
         session: &mut Session,
         ctx: &mut RequestCtx,
-        decided: Decided,
+        mut decided: Decided,
     ) -> Result<bool> {
-        let Decided {
-            started,
-            generation,
-            client,
-            facts,
-            canonical,
-            verdict,
-            in_flight,
-        } = decided;
-        ctx.started = started;
-        ctx.generation = generation;
-        ctx.client = client;
-        ctx.sale = Some(facts);
-        ctx.canonical = Some(canonical);
-        ctx.in_flight = in_flight;
+        let Some(verdict) = decided.verdict.take() else {
+            return Ok(false);
+        };
+        ctx.started = decided.started;
+        ctx.generation = decided.generation.clone();
+        ctx.client = decided.client;
+        ctx.sale = Some(std::mem::take(&mut decided.facts));
+        ctx.canonical = Some(decided.canonical.clone());
+        ctx.in_flight = decided.in_flight.take();
+        // Its answer, whoever writes it, gets the CORS headers the proxy's own sale requests
+        // get (the front judges none with an `Origin` while CORS is on: `Vary: Origin` only).
+        super::cors::mark(session, &ctx.generation.settings);
         if let Err(ended) = self.hold(session, ctx, verdict).await {
             return ended;
         }

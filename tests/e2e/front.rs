@@ -208,3 +208,62 @@ async fn a_refusal_from_the_front_matches_the_proxys_answer() {
     zh.assert_answer(410, "sold_out");
     assert_ne!(zh.json()["message"], front.json()["message"]);
 }
+
+/// A head Pingora refuses when it reads it (two `Host`s, userinfo, an absolute-form target
+/// whose authority is not the `Host`) is never judged by the front: no unit is taken for it.
+/// (Review finding: each of these reserved a unit the proxy then never carried on, held until
+/// its hold expired.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_head_pingora_refuses_takes_nothing() {
+    let (redis, upstream, gw) = Stack::start(vec![TestActivity::open("1001", 5)]).parts();
+    for (i, head) in [
+        "POST /api/seckill/1001/buy HTTP/1.1\r\nHost: x\r\nHost: x\r\n",
+        "POST /api/seckill/1001/buy HTTP/1.1\r\nHost: u@x\r\n",
+        "POST http://shop.example/api/seckill/1001/buy HTTP/1.1\r\nHost: other.example\r\n",
+        "POST http://a@x/api/seckill/1001/buy HTTP/1.1\r\nHost: x\r\n",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let raw = format!("{head}X-User-Id: odd-{i}\r\nConnection: close\r\n\r\n");
+        let resp = send_raw(gw.addr, raw.as_bytes()).await.unwrap();
+        assert_eq!(resp.status, 400, "{head:?}: {}", resp.text());
+        assert_eq!(redis.held("1001", &format!("odd-{i}")), None, "{head:?}");
+    }
+    // The same buyers, asking properly, are not over any limit.
+    gw.buy("1001", "odd-0", None).await.assert_answer(200, "");
+    assert_eq!(redis.get_int("fg:{1001}:v1:stock"), Some(4));
+    assert_eq!(upstream.requests().await.len(), 1);
+    gw.reconcile_clean();
+}
+
+/// With CORS on, every answer on a sale route varies on `Origin`, whichever reader judged the
+/// purchase: the front's refusals, and winners and queue answers it handed to the proxy
+/// (review finding: those lost `Vary: Origin`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_cors_on_every_answer_varies_on_origin() {
+    let (_redis, _upstream, gw) = Stack::start_with(
+        vec![TestActivity::open("1001", 5), TestActivity::open("2002", 0)],
+        |c| c.cors_origins(&["https://shop.example"]),
+    )
+    .parts();
+    let won = gw.buy("1001", "v1", None).await;
+    let refused = gw.buy("1001", "v1", None).await;
+    let gone = gw.buy("2002", "v2", None).await;
+    for (what, resp, status) in [
+        ("won", &won, 200),
+        ("refused", &refused, 409),
+        ("gone", &gone, 410),
+    ] {
+        assert_eq!(resp.status, status, "{what}: {}", resp.text());
+        let varies = resp
+            .headers
+            .iter()
+            .filter(|(k, _)| k.eq_ignore_ascii_case("vary"))
+            .any(|(_, v)| {
+                v.split(',')
+                    .any(|t| t.trim().eq_ignore_ascii_case("origin"))
+            });
+        assert!(varies, "{what}: {:?}", resp.headers);
+    }
+}
