@@ -4,9 +4,11 @@
 //! unknown activity, a refusal the reserve script decided, a halt) needs nothing of an HTTP
 //! session but the request's head and one write. The front reads each request's head itself
 //! ([`head`]); a plain purchase is judged by the proxy's one call for it
-//! (`FlashProxy::early`), and a refusal is written from its bytes in one write. Every other
-//! request, and every purchase that holds stock, waits in the queue or is forwarded unreserved,
-//! goes to Pingora's proxy unchanged: the bytes the front read become the session's pipelined
+//! (`FlashProxy::early`), and a refusal is written from its bytes in one write. A plain
+//! purchase that holds stock is forwarded by the front too (`FlashProxy::forward_early`, on
+//! the gateway's own backend connections) and its answer relayed on the buyer's connection.
+//! Every other request, and every purchase that waits in the queue or is forwarded
+//! unreserved, goes to Pingora's proxy unchanged: the bytes the front read become the session's pipelined
 //! prefix (Pingora parses them as if it had read them), with the front's decision, if it took
 //! one, as the connection's user context, which the proxy carries on from. When the proxy is
 //! done and the connection may be reused, the front reads the next request.
@@ -104,6 +106,16 @@ impl ServerApp for Front {
                 Early::Answer(bytes) => {
                     let written = stream.write_all(&bytes).await;
                     if written.is_err() || stream.flush().await.is_err() || close_after {
+                        return None;
+                    }
+                    buf.advance(len);
+                }
+                Early::Forward(decided) => {
+                    let judge = &self.judge;
+                    if !judge
+                        .forward_early(&mut stream, &req, peer, decided, close_after)
+                        .await
+                    {
                         return None;
                     }
                     buf.advance(len);

@@ -44,6 +44,21 @@ pub struct Decided {
     proxy: FlashProxy,
 }
 
+impl Decided {
+    /// Moves what the front learned into the request's context; the verdict to carry on from
+    /// (taken: the decision is the context's from here).
+    pub(super) fn adopt(&mut self, ctx: &mut RequestCtx) -> Option<Verdict> {
+        let verdict = self.verdict.take()?;
+        ctx.started = self.started;
+        ctx.generation = self.generation.clone();
+        ctx.client = self.client;
+        ctx.sale = Some(std::mem::take(&mut self.facts));
+        ctx.canonical = Some(self.canonical.clone());
+        ctx.in_flight = self.in_flight.take();
+        Some(verdict)
+    }
+}
+
 impl Drop for Decided {
     fn drop(&mut self) {
         let Some(verdict) = self.verdict.take() else {
@@ -80,6 +95,8 @@ pub enum Early {
     Answer(Vec<u8>),
     /// Hand the request to the proxy, with the front's decision if it took one.
     HandOver(Option<Box<Decided>>),
+    /// It holds stock: the front forwards it itself (`FlashProxy::forward_early`).
+    Forward(Box<Decided>),
 }
 
 /// The head as the pipeline's gates read it: a request without a body (the front judges no
@@ -151,9 +168,9 @@ impl FlashProxy {
         match verdict {
             Verdict::Refuse(decision) => refused(decision, facts),
             verdict => {
-                let in_flight =
-                    matches!(verdict, Verdict::Reserved(_)).then(|| self.gw.drain.held().hold());
-                Early::HandOver(Some(Box::new(Decided {
+                let reserved = matches!(verdict, Verdict::Reserved(_));
+                let in_flight = reserved.then(|| self.gw.drain.held().hold());
+                let decided = Box::new(Decided {
                     started,
                     generation: generation.clone(),
                     client,
@@ -162,7 +179,12 @@ impl FlashProxy {
                     verdict: Some(verdict),
                     in_flight,
                     proxy: self.clone(),
-                })))
+                });
+                if reserved {
+                    Early::Forward(decided)
+                } else {
+                    Early::HandOver(Some(decided))
+                }
             }
         }
     }
@@ -175,15 +197,9 @@ impl FlashProxy {
         ctx: &mut RequestCtx,
         mut decided: Decided,
     ) -> Result<bool> {
-        let Some(verdict) = decided.verdict.take() else {
+        let Some(verdict) = decided.adopt(ctx) else {
             return Ok(false);
         };
-        ctx.started = decided.started;
-        ctx.generation = decided.generation.clone();
-        ctx.client = decided.client;
-        ctx.sale = Some(std::mem::take(&mut decided.facts));
-        ctx.canonical = Some(decided.canonical.clone());
-        ctx.in_flight = decided.in_flight.take();
         // Its answer, whoever writes it, gets the CORS headers the proxy's own sale requests
         // get (the front judges none with an `Origin` while CORS is on: `Vary: Origin` only).
         super::cors::mark(session, &ctx.generation.settings);

@@ -17,26 +17,27 @@ impl FlashProxy {
     /// holds stock, the signed reservation.
     pub(super) fn prepare_upstream(
         &self,
-        session: &Session,
+        peer: Option<std::net::IpAddr>,
         upstream_request: &mut RequestHeader,
         ctx: &mut RequestCtx,
     ) -> Result<()> {
         let generation = &ctx.generation;
         let settings = &generation.settings;
         let header = &settings.signing.header;
+        // Read before anything below touches the headers (they are the client's still).
+        let client = generation.policy.client_ip(&upstream_request.headers, peer);
         // The upstream never sees a reservation (or passthrough mark) the gateway did not make,
         // on any route, under any spelling.
         headers::remove_lookalikes(upstream_request, header.as_str());
         headers::remove_lookalikes(upstream_request, headers::PASSTHROUGH);
         if let IdentitySource::Header(identity) = &settings.identity.source {
             // The identity only as the trusted auth layer set it.
-            if self.peer_trusted(session, generation) {
+            if self.peer_trusted(peer, generation) {
                 headers::remove_other_spellings(upstream_request, identity.as_str());
             } else {
                 headers::remove_lookalikes(upstream_request, identity.as_str());
             }
         }
-        let peer = peer_ip(session);
         if !generation.policy.trusts(peer) {
             // Only a trusted proxy may claim an address, a host, a scheme, a URL or a method.
             let identity = match &settings.identity.source {
@@ -45,9 +46,6 @@ impl FlashProxy {
             };
             headers::remove_client_claims(upstream_request, identity);
         }
-        let client = generation
-            .policy
-            .client_ip(&session.req_header().headers, peer);
         headers::write_forwarding(
             upstream_request,
             peer,
@@ -90,7 +88,7 @@ impl FlashProxy {
         let mut req = session.req_header().clone();
         headers::strip_hop_by_hop(&mut req);
         let prepared = self
-            .prepare_upstream(session, &mut req, ctx)
+            .prepare_upstream(peer_ip(session), &mut req, ctx)
             .and_then(|()| {
                 req.remove_header(&http::header::TRANSFER_ENCODING);
                 req.insert_header(http::header::CONTENT_LENGTH, ctx.body.len().to_string())
@@ -112,11 +110,7 @@ impl FlashProxy {
         let answer = match sent {
             Ok(answer) => answer,
             Err(e) => {
-                let exchange = match &e {
-                    ForwardError::NotSent(_) => Exchange::NotSent,
-                    ForwardError::NoAnswer(_) => Exchange::NoAnswer,
-                };
-                tracing::info!(error = %e.error(), ?exchange, "the backend did not answer a purchase");
+                let exchange = Exchange::failed(&e);
                 self.settle_without_answer(session, ctx, exchange).await;
                 return;
             }
@@ -146,7 +140,7 @@ impl FlashProxy {
         let mut req = session.req_header().clone();
         headers::strip_hop_by_hop(&mut req);
         let prepared = self
-            .prepare_upstream(session, &mut req, ctx)
+            .prepare_upstream(peer_ip(session), &mut req, ctx)
             .and_then(|()| {
                 // The gateway read the body (and answered any `Expect: 100-continue`) already.
                 req.remove_header(&http::header::EXPECT);
@@ -242,7 +236,7 @@ impl FlashProxy {
 
     /// Acts on the exchange's settlement; returns the gateway's own answer where it replaces
     /// the backend's.
-    async fn settle(
+    pub(super) async fn settle(
         &self,
         ctx: &mut RequestCtx,
         exchange: Exchange,

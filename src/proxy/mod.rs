@@ -7,6 +7,7 @@ mod cors;
 pub mod early;
 mod forward;
 pub mod headers;
+mod lean;
 mod respond;
 mod sale;
 pub mod settle;
@@ -245,9 +246,8 @@ impl FlashProxy {
 
     /// Whether the identity header may pass: from everyone when no `trusted_proxies` are set
     /// (the auth layer in front is the only way in), else only from those peers.
-    fn peer_trusted(&self, session: &Session, generation: &Generation) -> bool {
-        generation.settings.identity.trusted_proxies.is_empty()
-            || generation.policy.trusts(peer_ip(session))
+    fn peer_trusted(&self, peer: Option<std::net::IpAddr>, generation: &Generation) -> bool {
+        generation.settings.identity.trusted_proxies.is_empty() || generation.policy.trusts(peer)
     }
 }
 
@@ -417,7 +417,7 @@ impl ProxyHttp for FlashProxy {
         upstream_request: &mut RequestHeader,
         ctx: &mut RequestCtx,
     ) -> Result<()> {
-        self.prepare_upstream(session, upstream_request, ctx)
+        self.prepare_upstream(peer_ip(session), upstream_request, ctx)
     }
 
     async fn upstream_response_filter(
@@ -458,6 +458,28 @@ impl ProxyHttp for FlashProxy {
             decision_log::record_edge(refusal, session.req_header(), ctx.started.elapsed());
             return;
         }
+        self.record_request(ctx, e);
+    }
+
+    /// A purchase the front (`crate::front`) decided before this session: its decision,
+    /// carried on in `request_filter`.
+    fn on_connection_reuse(
+        &self,
+        _session: &mut Session,
+        ctx: &mut RequestCtx,
+        prev: Box<dyn std::any::Any + Send + Sync>,
+    ) {
+        if let Ok(decided) = prev.downcast::<early::Decided>() {
+            ctx.decided = Some(decided);
+        }
+    }
+}
+
+impl FlashProxy {
+    /// The metrics and decision log of a request past the edge, once, when it ends: from
+    /// `logging`, or from the front for a purchase it forwarded itself.
+    fn record_request(&self, ctx: &RequestCtx, e: Option<&Error>) {
+        let metrics = &self.gw.metrics;
         if ctx.upstream_attempted {
             let class = match ctx.upstream_status {
                 Some(status) => UpstreamClass::from_status(status),
@@ -484,19 +506,6 @@ impl ProxyHttp for FlashProxy {
                 elapsed: ctx.started.elapsed(),
             },
         );
-    }
-
-    /// A purchase the front (`crate::front`) decided before this session: its decision,
-    /// carried on in `request_filter`.
-    fn on_connection_reuse(
-        &self,
-        _session: &mut Session,
-        ctx: &mut RequestCtx,
-        prev: Box<dyn std::any::Any + Send + Sync>,
-    ) {
-        if let Ok(decided) = prev.downcast::<early::Decided>() {
-            ctx.decided = Some(decided);
-        }
     }
 }
 

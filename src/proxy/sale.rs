@@ -9,6 +9,7 @@ use crate::admission::{BadRequest, Decision, SaleFacts};
 use crate::config::SaleRoute;
 use crate::live::Generation;
 use crate::purchase::{self, Attempt, Exchange, Parts, Verdict};
+use crate::reservation::Reservation;
 use crate::stock::ReleaseReason;
 use pingora::http::RequestHeader;
 use pingora::prelude::*;
@@ -179,16 +180,7 @@ impl FlashProxy {
     ) -> Step<()> {
         match verdict {
             Verdict::Reserved(reservation) => {
-                ctx.reservation = Some(reservation);
-                ctx.stage.advance(settle::Stage::Held);
-                if ctx.in_flight.is_none() {
-                    ctx.in_flight = Some(self.gw.drain.held().hold());
-                }
-                ctx.decision = Some(Decision::Admitted);
-                #[cfg(feature = "fault-injection")]
-                if self.gw.fault == Some(super::Fault::HangAfterReserve) {
-                    std::future::pending::<()>().await;
-                }
+                self.take_hold(ctx, reservation).await;
                 Ok(())
             }
             Verdict::Passthrough => {
@@ -209,6 +201,36 @@ impl FlashProxy {
         session: &mut Session,
         ctx: &mut RequestCtx,
     ) -> Result<bool> {
+        if let Err(turned_away) = self.take_slot(ctx).await {
+            return refuse(session, ctx, turned_away).await;
+        }
+        if ctx.reservation.is_some() {
+            self.forward_reserved(session, ctx).await;
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    /// The request holds `reservation` from here: counted among those the drain waits on.
+    pub(super) async fn take_hold(&self, ctx: &mut RequestCtx, reservation: Reservation) {
+        ctx.reservation = Some(reservation);
+        ctx.stage.advance(settle::Stage::Held);
+        if ctx.in_flight.is_none() {
+            ctx.in_flight = Some(self.gw.drain.held().hold());
+        }
+        ctx.decision = Some(Decision::Admitted);
+        #[cfg(feature = "fault-injection")]
+        if self.gw.fault == Some(super::Fault::HangAfterReserve) {
+            std::future::pending::<()>().await;
+        }
+    }
+
+    /// A slot at the backend, waiting in line if need be; when none came in time, the
+    /// reservation is given back and the answer is the line's (`queued`).
+    pub(super) async fn take_slot(
+        &self,
+        ctx: &mut RequestCtx,
+    ) -> std::result::Result<(), Decision> {
         let upstream = &ctx.generation.settings.upstream;
         let limit = upstream.max_inflight.map(|n| n.get());
         match self
@@ -219,11 +241,7 @@ impl FlashProxy {
         {
             Ok(slot) => {
                 ctx.slot = Some(slot);
-                if ctx.reservation.is_some() {
-                    self.forward_reserved(session, ctx).await;
-                    return Ok(true);
-                }
-                Ok(false)
+                Ok(())
             }
             Err(turned_away) => {
                 if let Some(reservation) = &ctx.reservation {
@@ -231,11 +249,10 @@ impl FlashProxy {
                         .release(ctx.sale.as_ref(), reservation, ReleaseReason::QueueTimeout)
                         .await;
                 }
-                let decision = Decision::Queued {
+                Err(Decision::Queued {
                     position: turned_away.position,
                     estimated_wait: turned_away.estimated_wait,
-                };
-                refuse(session, ctx, decision).await
+                })
             }
         }
     }

@@ -44,6 +44,19 @@ pub enum Exchange {
     Answered(u16),
 }
 
+impl Exchange {
+    /// How a forward that got no answer ended (logged here, once for either exchange).
+    pub fn failed(e: &crate::upstream::forward::ForwardError) -> Exchange {
+        use crate::upstream::forward::ForwardError;
+        let exchange = match e {
+            ForwardError::NotSent(_) => Exchange::NotSent,
+            ForwardError::NoAnswer(_) => Exchange::NoAnswer,
+        };
+        tracing::info!(error = %e.error(), ?exchange, "the backend did not answer a purchase");
+        exchange
+    }
+}
+
 /// What to do with the reservation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Settlement {

@@ -29,13 +29,13 @@ impl FlashProxy {
         ctx: &RequestCtx,
         backend: &ResponseHeader,
     ) -> bool {
+        self.tell_room_bought(ctx).await;
         let (Some(facts), Some(reservation)) = (&ctx.sale, &ctx.reservation) else {
             return false;
         };
         let (Some(activity), Some(user)) = (&facts.activity, &facts.user) else {
             return false;
         };
-        self.gw.waiting.bought(activity, user).await;
         if !ctx.client.html || activity.queue.is_none() {
             return false;
         }
@@ -84,6 +84,19 @@ impl FlashProxy {
             tracing::debug!(error = %e, "the buyer left before hearing they won");
         }
         true
+    }
+}
+
+impl FlashProxy {
+    /// The waiting room learns the buyer bought (their polls say `bought`, and their place
+    /// leaves the active set): after a 2xx for a purchase holding stock, whoever relays it.
+    pub(super) async fn tell_room_bought(&self, ctx: &RequestCtx) {
+        let Some(facts) = ctx.sale.as_ref().filter(|_| ctx.reservation.is_some()) else {
+            return;
+        };
+        if let (Some(activity), Some(user)) = (&facts.activity, &facts.user) {
+            self.gw.waiting.bought(activity, user).await;
+        }
     }
 }
 

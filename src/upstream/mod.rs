@@ -7,6 +7,7 @@ pub mod forward;
 pub mod lookup;
 pub mod pool;
 pub mod queue;
+pub mod wire;
 
 pub use pool::Upstreams;
 

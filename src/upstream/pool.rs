@@ -95,6 +95,16 @@ impl Upstreams {
     }
 
     /// The next healthy backend of `settings`, as a peer with its timeouts.
+    /// A healthy backend's address (round robin), for the gateway's own connections
+    /// (`super::wire`).
+    pub fn address(&self, settings: &UpstreamSettings) -> Result<SocketAddr> {
+        self.pick(settings)
+            .and_then(|backend| backend.addr.as_inet().copied())
+            .ok_or_else(|| {
+                Error::explain(ErrorType::ConnectNoRoute, "no healthy upstream").into_up()
+            })
+    }
+
     pub fn peer(&self, settings: &UpstreamSettings) -> Result<Box<HttpPeer>> {
         let backend = self.pick(settings).ok_or_else(|| {
             Error::explain(ErrorType::ConnectNoRoute, "no healthy upstream").into_up()

@@ -267,3 +267,130 @@ async fn with_cors_on_every_answer_varies_on_origin() {
         assert!(varies, "{what}: {:?}", resp.headers);
     }
 }
+
+/// A backend that answers each purchase with the next scripted answer (raw bytes), on kept
+/// connections, and counts what it got.
+struct Scripted {
+    addr: std::net::SocketAddr,
+    got: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    _task: tokio::task::JoinHandle<()>,
+}
+
+impl Scripted {
+    async fn start(answers: Vec<&'static [u8]>) -> Scripted {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let got = std::sync::Arc::new(AtomicUsize::new(0));
+        let answers = std::sync::Arc::new(answers);
+        let counter = got.clone();
+        let task = tokio::spawn(async move {
+            while let Ok((mut conn, _)) = listener.accept().await {
+                let (answers, counter) = (answers.clone(), counter.clone());
+                tokio::spawn(async move {
+                    let mut buf = Vec::new();
+                    loop {
+                        while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                            buf.drain(..end + 4);
+                            let n = counter.fetch_add(1, Ordering::SeqCst);
+                            let answer = answers[n.min(answers.len() - 1)];
+                            if conn.write_all(answer).await.is_err() {
+                                return;
+                            }
+                            if !answer
+                                .windows(17)
+                                .any(|w| w.eq_ignore_ascii_case(b"connection: close"))
+                            {
+                                continue;
+                            }
+                            return;
+                        }
+                        let mut chunk = [0u8; 4096];
+                        match conn.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                    }
+                });
+            }
+        });
+        Scripted {
+            addr,
+            got,
+            _task: task,
+        }
+    }
+}
+
+/// The front's own exchange relays the backend's answer however the backend framed it (a
+/// length, chunks, until it closes), settles each by its status, and keeps the buyer's
+/// connection wherever the framing allows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fronts_exchange_relays_every_framing_and_settles_by_status() {
+    let backend = Scripted::start(vec![
+        b"HTTP/1.1 200 OK\r\nContent-Length: 11\r\nX-Shop: a\r\n\r\n{\"order\":1}",
+        b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 201 Created\r\nTransfer-Encoding: chunked\r\n\r\n4\r\n{\"or\r\n7\r\nder\":2}\r\n0\r\n\r\n",
+        b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 4\r\n\r\nbusy",
+        b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n{\"order\":4}",
+    ])
+    .await;
+    let (redis, _upstream, mut config) = backends(vec![TestActivity::open("1001", 10)]);
+    config.upstreams = vec![backend.addr];
+    let gw = GatewayProc::start(config);
+    let mut s = TcpStream::connect(gw.addr).await.unwrap();
+    let mut pending = Vec::new();
+    // A length, relayed with the backend's own header and the reservation's id.
+    s.write_all(buy("1001", "w1", "").as_bytes()).await.unwrap();
+    let first = read_one(&mut s, &mut pending).await;
+    assert_eq!(first.status, 200);
+    assert_eq!(first.body, b"{\"order\":1}");
+    assert_eq!(first.header("x-shop"), Some("a"));
+    assert!(first.header("x-flashgate-reservation-id").is_some());
+    // Chunks after a 100: relayed chunked on the same connection, read here whole.
+    s.write_all(buy("1001", "w2", "").as_bytes()).await.unwrap();
+    let mut raw = Vec::new();
+    while !raw.ends_with(b"0\r\n\r\n") {
+        let mut chunk = [0u8; 4096];
+        let n = tokio::time::timeout(Duration::from_secs(10), s.read(&mut chunk))
+            .await
+            .expect("the chunked answer in time")
+            .unwrap();
+        assert!(
+            n > 0,
+            "closed mid-answer: {}",
+            String::from_utf8_lossy(&raw)
+        );
+        raw.extend_from_slice(&chunk[..n]);
+    }
+    let text = String::from_utf8_lossy(&raw).to_string();
+    assert!(text.starts_with("HTTP/1.1 201"), "{text}");
+    assert!(
+        text.to_ascii_lowercase()
+            .contains("transfer-encoding: chunked"),
+        "{text}"
+    );
+    // A 5xx gives the unit back and the buyer is told to retry.
+    s.write_all(buy("1001", "w3", "").as_bytes()).await.unwrap();
+    read_one(&mut s, &mut pending)
+        .await
+        .assert_answer(503, "unavailable");
+    assert_eq!(redis.held("1001", "w3"), None);
+    // Until the backend closes: relayed, then the buyer's connection closes too.
+    s.write_all(buy("1001", "w4", "").as_bytes()).await.unwrap();
+    let mut rest = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut rest))
+        .await
+        .expect("the close-delimited answer in time")
+        .unwrap();
+    let text = String::from_utf8_lossy(&rest).to_string();
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    assert!(text.ends_with("{\"order\":4}"), "{text}");
+    assert!(
+        text.to_ascii_lowercase().contains("connection: close"),
+        "{text}"
+    );
+    assert_eq!(backend.got.load(std::sync::atomic::Ordering::SeqCst), 4);
+    // Three sold (w1, w2, w4), one given back; all pending (`confirm: upstream` confirms them).
+    gw.reconcile_clean();
+    assert_eq!(redis.get_int("fg:{1001}:v1:stock"), Some(7));
+}

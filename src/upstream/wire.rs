@@ -1,0 +1,443 @@
+//! The lean exchange with the backend, for a purchase holding stock that the front judged
+//! (`crate::front`): sent on the gateway's own keep-alive connections, kept per worker thread
+//! (no lock, no task per connection), written in one write from bytes the proxy prepared; the
+//! answer's head parsed with httparse, and its body relayed to the buyer as it comes, framed as
+//! the backend framed it ([`Answer::relay`]).
+//!
+//! The rules are [`super::forward`]'s: every address is tried once for a connect; a pooled
+//! connection the backend had closed (the write fails, or it closes before a byte of answer) is
+//! sent once more on a new one, with the same token (`jti`) for backends to deduplicate on; no
+//! answer within the read timeout is [`ForwardError::NoAnswer`].
+//!
+//! Approximation: the read timeout bounds the whole head (Pingora's bounds each read), and each
+//! read of the body.
+
+use super::forward::ForwardError;
+use super::Upstreams;
+use crate::config::UpstreamSettings;
+use bytes::{Buf, BytesMut};
+use pingora::http::ResponseHeader;
+use pingora::prelude::*;
+use pingora::protocols::Stream;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::time::{timeout, timeout_at, Instant};
+
+mod chunked;
+
+/// How long an idle connection is kept for the next purchase (the backend may close it first:
+/// see the retry above).
+const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// Idle connections kept per backend and worker thread.
+const MAX_IDLE: usize = 128;
+/// Most bytes of an answer's head.
+const MAX_HEAD_BYTES: usize = 64 * 1024;
+const MAX_HEADERS: usize = 128;
+
+thread_local! {
+    /// This worker thread's idle connections, per backend.
+    static IDLE: RefCell<HashMap<SocketAddr, Vec<(TcpStream, std::time::Instant)>>> =
+        RefCell::new(HashMap::new());
+}
+
+fn take_idle(addr: SocketAddr) -> Option<TcpStream> {
+    IDLE.with(|idle| {
+        let mut idle = idle.borrow_mut();
+        let list = idle.get_mut(&addr)?;
+        while let Some((conn, since)) = list.pop() {
+            if since.elapsed() < IDLE_TIMEOUT {
+                return Some(conn);
+            }
+        }
+        None
+    })
+}
+
+fn put_idle(addr: SocketAddr, conn: TcpStream) {
+    IDLE.with(|idle| {
+        let mut idle = idle.borrow_mut();
+        let list = idle.entry(addr).or_default();
+        if list.len() < MAX_IDLE {
+            list.push((conn, std::time::Instant::now()));
+        }
+    });
+}
+
+/// How the answer's body is framed (RFC 9112, section 6.3; the request is never `HEAD`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Framing {
+    Empty,
+    Length(u64),
+    Chunked,
+    UntilClose,
+}
+
+/// The backend's answer: its head, and the connection its body is read from.
+pub struct Answer {
+    conn: TcpStream,
+    addr: SocketAddr,
+    /// Bytes read past the head.
+    buf: BytesMut,
+    head: ResponseHeader,
+    framing: Framing,
+    read_timeout: Duration,
+}
+
+/// Sends `request` (head and body, ready to write) to a healthy backend of `settings` and
+/// reads the answer's head.
+pub async fn send(
+    upstreams: &Upstreams,
+    settings: &UpstreamSettings,
+    request: &[u8],
+) -> Result<Answer, ForwardError> {
+    let attempts = settings.addresses.len().max(1);
+    let mut last = None;
+    for _ in 0..attempts {
+        let addr = upstreams.address(settings).map_err(ForwardError::NotSent)?;
+        let (conn, reused) = match take_idle(addr) {
+            Some(conn) => (conn, true),
+            None => match connect(addr, settings.connect_timeout).await {
+                Ok(conn) => (conn, false),
+                Err(e) => {
+                    last = Some(e);
+                    continue;
+                }
+            },
+        };
+        let read_timeout = settings.read_timeout;
+        return match exchange(conn, addr, read_timeout, request).await {
+            Ok(answer) => Ok(answer),
+            Err((e, nothing_read)) if reused && nothing_read => {
+                tracing::debug!(error = %e, "pooled backend connection was closed; sent again");
+                let conn = connect(addr, settings.connect_timeout)
+                    .await
+                    .map_err(ForwardError::NoAnswer)?;
+                exchange(conn, addr, read_timeout, request)
+                    .await
+                    .map_err(|(e, _)| ForwardError::NoAnswer(e))
+            }
+            Err((e, _)) => Err(ForwardError::NoAnswer(e)),
+        };
+    }
+    Err(ForwardError::NotSent(last.unwrap_or_else(|| {
+        Error::explain(ErrorType::ConnectNoRoute, "no backend could be reached")
+    })))
+}
+
+async fn connect(addr: SocketAddr, within: Duration) -> Result<TcpStream> {
+    let conn = match timeout(within, TcpStream::connect(addr)).await {
+        Err(_) => return Error::e_explain(ErrorType::ConnectTimedout, "connecting to the backend"),
+        Ok(conn) => conn.or_err(ErrorType::ConnectRefused, "connecting to the backend")?,
+    };
+    // Nagle would hold a small answer back for the backend's delayed ack.
+    let _ = conn.set_nodelay(true);
+    Ok(conn)
+}
+
+/// Writes the request and reads the answer's head (skipping `1xx` heads). On failure, also
+/// whether nothing at all was read back (a closed pooled connection looks like that).
+async fn exchange(
+    mut conn: TcpStream,
+    addr: SocketAddr,
+    read_timeout: Duration,
+    request: &[u8],
+) -> std::result::Result<Answer, (Box<Error>, bool)> {
+    match timeout(read_timeout, conn.write_all(request)).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => return Err((Error::because(ErrorType::WriteError, "sending", e), true)),
+        Err(_) => return Err((Error::explain(ErrorType::WriteTimedout, "sending"), false)),
+    }
+    let deadline = Instant::now() + read_timeout;
+    let mut buf = BytesMut::with_capacity(1024);
+    let mut read_any = false;
+    loop {
+        if !buf.is_empty() {
+            match parse_head(&buf) {
+                Ok(Some((head, len, framing))) => {
+                    buf.advance(len);
+                    if head.status.is_informational() && head.status.as_u16() != 101 {
+                        continue;
+                    }
+                    return Ok(Answer {
+                        conn,
+                        addr,
+                        buf,
+                        head,
+                        framing,
+                        read_timeout,
+                    });
+                }
+                Ok(None) if buf.len() < MAX_HEAD_BYTES => {}
+                Ok(None) => return Err((invalid("an answer head too long"), false)),
+                Err(e) => return Err((e, false)),
+            }
+        }
+        match timeout_at(deadline, conn.read_buf(&mut buf)).await {
+            Err(_) => return Err((Error::explain(ErrorType::ReadTimedout, "the answer"), false)),
+            Ok(Err(e)) => {
+                return Err((
+                    Error::because(ErrorType::ReadError, "the answer", e),
+                    !read_any,
+                ))
+            }
+            Ok(Ok(0)) => {
+                let e = Error::explain(ErrorType::ConnectionClosed, "before an answer");
+                return Err((e, !read_any));
+            }
+            Ok(Ok(_)) => read_any = true,
+        }
+    }
+}
+
+fn invalid(what: &'static str) -> Box<Error> {
+    Error::explain(ErrorType::InvalidHTTPHeader, what)
+}
+
+/// The answer's head and its length, once whole; `Err` when it is not HTTP.
+fn parse_head(buf: &[u8]) -> Result<Option<(ResponseHeader, usize, Framing)>> {
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut parsed = httparse::Response::new(&mut headers);
+    let len = match parsed.parse(buf) {
+        Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(_) => return Err(invalid("an answer that is not HTTP")),
+    };
+    let status = parsed.code.ok_or_else(|| invalid("no status"))?;
+    let mut head = ResponseHeader::build(status, Some(parsed.headers.len()))?;
+    let (mut length, mut chunked, mut encoded) = (None::<u64>, false, false);
+    for header in parsed.headers.iter() {
+        let (name, value) = (header.name, header.value);
+        if name.eq_ignore_ascii_case("content-length") {
+            let n = std::str::from_utf8(value)
+                .ok()
+                .and_then(|v| v.trim().parse().ok())
+                .ok_or_else(|| invalid("a bad Content-Length"))?;
+            if length.is_some_and(|l| l != n) {
+                return Err(invalid("conflicting Content-Lengths"));
+            }
+            length = Some(n);
+        }
+        if name.eq_ignore_ascii_case("transfer-encoding") {
+            encoded = true;
+            chunked = value
+                .rsplit(|b| *b == b',')
+                .next()
+                .is_some_and(|last| last.trim_ascii().eq_ignore_ascii_case(b"chunked"));
+        }
+        head.append_header(name.to_owned(), value)?;
+    }
+    let framing = match (status, encoded, chunked, length) {
+        (100..=199 | 204 | 304, ..) => Framing::Empty,
+        (_, true, true, _) => Framing::Chunked,
+        (_, true, false, _) => Framing::UntilClose,
+        (_, false, _, Some(n)) => Framing::Length(n),
+        (_, false, _, None) => Framing::UntilClose,
+    };
+    Ok(Some((head, len, framing)))
+}
+
+impl Answer {
+    /// The backend's head (not a `1xx`).
+    pub fn header(&self) -> &ResponseHeader {
+        &self.head
+    }
+
+    /// Writes `resp` (the backend's head as the gateway relays it) with the body's framing to
+    /// the buyer, then the body as it comes; the connection goes back to this thread's idle
+    /// list once the body was read whole. `close`: the buyer's connection ends after it.
+    /// Whether the buyer's connection may be kept.
+    pub async fn relay(mut self, buyer: &mut Stream, resp: &ResponseHeader, close: bool) -> bool {
+        let until_close = self.framing == Framing::UntilClose;
+        let close = close || until_close;
+        let mut out = head_bytes(resp, self.framing, close);
+        // Whether the body was read whole and written.
+        let relayed = match self.framing {
+            Framing::Empty => buyer.write_all(&out).await.is_ok(),
+            Framing::Length(n) => {
+                let now = (self.buf.len() as u64).min(n) as usize;
+                out.extend_from_slice(&self.buf.split_to(now));
+                self.copy(buyer, out, Some(n - now as u64)).await
+            }
+            Framing::Chunked => self.copy_chunked(buyer, out).await,
+            Framing::UntilClose => {
+                out.extend_from_slice(&self.buf.split());
+                self.copy(buyer, out, None).await
+            }
+        };
+        let sent = relayed && buyer.flush().await.is_ok();
+        // Anything past the body is not an answer to anything: that connection is not reused.
+        if relayed && !until_close && self.buf.is_empty() {
+            put_idle(self.addr, self.conn);
+        }
+        sent && !close
+    }
+
+    /// Reads the body to its end without relaying it (at most 1 MiB), keeping the connection.
+    pub async fn discard(mut self) {
+        let mut sink = Vec::new();
+        let done = match self.framing {
+            Framing::Empty => true,
+            Framing::Length(n) if n <= 1 << 20 => {
+                let mut left = n;
+                loop {
+                    let now = (self.buf.len() as u64).min(left);
+                    self.buf.advance(now as usize);
+                    left -= now;
+                    if left == 0 || !self.read_more().await {
+                        break left == 0;
+                    }
+                }
+            }
+            Framing::Chunked => {
+                self.copy_chunked(&mut sink, Vec::new()).await && sink.len() <= 1 << 20
+            }
+            _ => false,
+        };
+        if done && self.buf.is_empty() {
+            put_idle(self.addr, self.conn);
+        }
+    }
+
+    /// Reads more of the body into `buf`; `false` at its end, on an error or after the read
+    /// timeout.
+    async fn read_more(&mut self) -> bool {
+        self.buf.reserve(8 * 1024);
+        matches!(timeout(self.read_timeout, self.conn.read_buf(&mut self.buf)).await, Ok(Ok(n)) if n > 0)
+    }
+
+    /// Writes `out`, then `left` more bytes of body (`None`: until the backend closes).
+    /// Whether the body was read whole and written.
+    async fn copy(&mut self, buyer: &mut Stream, out: Vec<u8>, left: Option<u64>) -> bool {
+        if buyer.write_all(&out).await.is_err() {
+            return false;
+        }
+        let mut left = left;
+        loop {
+            if left == Some(0) {
+                return true;
+            }
+            if !self.read_more().await {
+                return left.is_none();
+            }
+            let now = left.map_or(self.buf.len(), |l| (self.buf.len() as u64).min(l) as usize);
+            let chunk = self.buf.split_to(now);
+            left = left.map(|l| l - now as u64);
+            if buyer.write_all(&chunk).await.is_err() {
+                return false;
+            }
+        }
+    }
+
+    /// Relays a chunked body as it was sent (its end found by [`chunked::Scan`]).
+    async fn copy_chunked<W: tokio::io::AsyncWrite + Unpin>(
+        &mut self,
+        buyer: &mut W,
+        mut out: Vec<u8>,
+    ) -> bool {
+        let mut scan = chunked::Scan::default();
+        loop {
+            let (used, end) = match scan.feed(&self.buf) {
+                Ok(at) => at,
+                Err(()) => return false,
+            };
+            out.extend_from_slice(&self.buf.split_to(used));
+            if buyer.write_all(&out).await.is_err() {
+                return false;
+            }
+            out.clear();
+            if end {
+                return true;
+            }
+            if !self.read_more().await {
+                return false;
+            }
+        }
+    }
+}
+
+/// The head the buyer gets: `resp`'s status and headers, with the body's framing (its own
+/// Content-Length, or chunked as the backend sent it) and `Connection: close` when it ends
+/// the connection.
+fn head_bytes(resp: &ResponseHeader, framing: Framing, close: bool) -> Vec<u8> {
+    use std::io::Write;
+    let mut out = Vec::with_capacity(512);
+    let status = resp.status;
+    let reason = status.canonical_reason().unwrap_or("");
+    let _ = write!(out, "HTTP/1.1 {} {reason}\r\n", status.as_u16());
+    for (name, value) in resp.headers.iter() {
+        if name == http::header::CONTENT_LENGTH || name == http::header::TRANSFER_ENCODING {
+            continue;
+        }
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    match framing {
+        Framing::Length(n) => {
+            let _ = write!(out, "Content-Length: {n}\r\n");
+        }
+        Framing::Chunked => out.extend_from_slice(b"Transfer-Encoding: chunked\r\n"),
+        Framing::Empty | Framing::UntilClose => {}
+    }
+    if close {
+        out.extend_from_slice(b"Connection: close\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn heads_are_framed_as_the_backend_framed_them() {
+        let framing = |raw: &str| parse_head(raw.as_bytes()).unwrap().unwrap().2;
+        assert_eq!(
+            framing("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n"),
+            Framing::Length(5)
+        );
+        assert_eq!(
+            framing(
+                "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\nContent-Length: 5\r\n\r\n"
+            ),
+            Framing::Chunked
+        );
+        assert_eq!(
+            framing("HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n"),
+            Framing::UntilClose
+        );
+        assert_eq!(framing("HTTP/1.1 200 OK\r\n\r\n"), Framing::UntilClose);
+        assert_eq!(
+            framing("HTTP/1.1 204 No Content\r\nContent-Length: 5\r\n\r\n"),
+            Framing::Empty
+        );
+        assert_eq!(framing("HTTP/1.1 100 Continue\r\n\r\n"), Framing::Empty);
+        assert!(
+            parse_head(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n")
+                .is_err()
+        );
+        assert!(parse_head(b"HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n").is_err());
+        assert!(parse_head(b"garbage\r\n\r\n").is_err());
+        assert!(parse_head(b"HTTP/1.1 200 OK\r\nContent-Le")
+            .unwrap()
+            .is_none());
+    }
+
+    #[test]
+    fn the_buyers_head_carries_its_own_framing() {
+        let mut resp = ResponseHeader::build(200, None).unwrap();
+        resp.append_header("content-length", "99").unwrap();
+        resp.append_header("x-a", "1").unwrap();
+        let head = String::from_utf8(head_bytes(&resp, Framing::Length(2), true)).unwrap();
+        assert_eq!(
+            head,
+            "HTTP/1.1 200 OK\r\nx-a: 1\r\nContent-Length: 2\r\nConnection: close\r\n\r\n"
+        );
+    }
+}
