@@ -1,7 +1,8 @@
 //! The shop backend as the gateway sees it: the health-checked address pool ([`pool`]), the
-//! FIFO that keeps at most `upstream.max_inflight` winners at it ([`queue`]), the exchange that
-//! sends it a purchase holding stock ([`forward`]), and the order lookup that asks it whether
-//! it holds an order ([`lookup`]).
+//! FIFO that keeps at most `upstream.max_inflight` winners at it ([`queue`]), the exchanges that
+//! send it a purchase holding stock (the proxy's, [`forward`], on Pingora's connector; the
+//! front's, [`wire`], on the gateway's own connections), and the order lookup that asks it
+//! whether it holds an order ([`lookup`]).
 
 pub mod forward;
 pub mod lookup;
