@@ -81,7 +81,9 @@ impl FlashProxy {
         ctx.upstream_status = Some(status);
         if let Some(decision) = self.settle(ctx, Exchange::Answered(status)).await {
             ctx.decision = Some(decision);
-            backend.discard().await;
+            // The buyer is answered at once; that connection is not used again (its body is
+            // not read).
+            drop(backend);
             return answer(buyer, ctx, close).await;
         }
         if (200..300).contains(&status) {

@@ -9,8 +9,7 @@
 //! sent once more on a new one, with the same token (`jti`) for backends to deduplicate on; no
 //! answer within the read timeout is [`ForwardError::NoAnswer`].
 //!
-//! Approximation: the read timeout bounds the whole head (Pingora's bounds each read), and each
-//! read of the body.
+//! The read timeout bounds each read, as Pingora's does.
 
 use super::forward::ForwardError;
 use super::Upstreams;
@@ -25,7 +24,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::time::{timeout, timeout_at, Instant};
+use tokio::time::timeout;
 
 mod chunked;
 
@@ -49,7 +48,11 @@ fn take_idle(addr: SocketAddr) -> Option<TcpStream> {
         let mut idle = idle.borrow_mut();
         let list = idle.get_mut(&addr)?;
         while let Some((conn, since)) = list.pop() {
-            if since.elapsed() < IDLE_TIMEOUT {
+            // A connection the backend wrote to (a late or stray answer, a 408) or closed while
+            // it was idle would answer the next buyer with what is not theirs: only one that
+            // has nothing to read is used again.
+            let quiet = matches!(conn.try_read(&mut [0u8; 1]), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock);
+            if quiet && since.elapsed() < IDLE_TIMEOUT {
                 return Some(conn);
             }
         }
@@ -84,6 +87,9 @@ pub struct Answer {
     buf: BytesMut,
     head: ResponseHeader,
     framing: Framing,
+    /// The backend lets the connection be used again (HTTP/1.1, no `Connection: close`, not a
+    /// switch of protocols, a body whose end is known).
+    reusable: bool,
     read_timeout: Duration,
 }
 
@@ -151,13 +157,17 @@ async fn exchange(
         Ok(Err(e)) => return Err((Error::because(ErrorType::WriteError, "sending", e), true)),
         Err(_) => return Err((Error::explain(ErrorType::WriteTimedout, "sending"), false)),
     }
-    let deadline = Instant::now() + read_timeout;
     let mut buf = BytesMut::with_capacity(1024);
     let mut read_any = false;
     loop {
         if !buf.is_empty() {
             match parse_head(&buf) {
-                Ok(Some((head, len, framing))) => {
+                Ok(Some(Parsed {
+                    head,
+                    len,
+                    framing,
+                    reusable,
+                })) => {
                     buf.advance(len);
                     if head.status.is_informational() && head.status.as_u16() != 101 {
                         continue;
@@ -168,6 +178,7 @@ async fn exchange(
                         buf,
                         head,
                         framing,
+                        reusable,
                         read_timeout,
                     });
                 }
@@ -176,7 +187,7 @@ async fn exchange(
                 Err(e) => return Err((e, false)),
             }
         }
-        match timeout_at(deadline, conn.read_buf(&mut buf)).await {
+        match timeout(read_timeout, conn.read_buf(&mut buf)).await {
             Err(_) => return Err((Error::explain(ErrorType::ReadTimedout, "the answer"), false)),
             Ok(Err(e)) => {
                 return Err((
@@ -197,11 +208,46 @@ fn invalid(what: &'static str) -> Box<Error> {
     Error::explain(ErrorType::InvalidHTTPHeader, what)
 }
 
-/// The answer's head and its length, once whole; `Err` when it is not HTTP.
-fn parse_head(buf: &[u8]) -> Result<Option<(ResponseHeader, usize, Framing)>> {
+/// A whole head: the header, its length, how its body is framed, whether the connection may
+/// be used again.
+struct Parsed {
+    head: ResponseHeader,
+    len: usize,
+    framing: Framing,
+    reusable: bool,
+}
+
+/// A Content-Length as Pingora reads one: digits only, identical values repeated (also
+/// comma-joined) allowed.
+fn content_length(value: &[u8], known: Option<u64>) -> Result<u64> {
+    let mut found = known;
+    for item in value.split(|b| *b == b',') {
+        let item = item.trim_ascii();
+        if item.is_empty() || !item.iter().all(u8::is_ascii_digit) {
+            return Err(invalid("a bad Content-Length"));
+        }
+        let n: u64 = std::str::from_utf8(item)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .ok_or_else(|| invalid("a bad Content-Length"))?;
+        if found.is_some_and(|f| f != n) {
+            return Err(invalid("conflicting Content-Lengths"));
+        }
+        found = Some(n);
+    }
+    found.ok_or_else(|| invalid("an empty Content-Length"))
+}
+
+/// The answer's head, once whole; `Err` when it is not HTTP. As lenient as Pingora's client
+/// (spaces before a colon, folded lines), so both exchanges settle the same answer alike.
+fn parse_head(buf: &[u8]) -> Result<Option<Parsed>> {
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut parsed = httparse::Response::new(&mut headers);
-    let len = match parsed.parse(buf) {
+    let mut config = httparse::ParserConfig::default();
+    config
+        .allow_spaces_after_header_name_in_responses(true)
+        .allow_obsolete_multiline_headers_in_responses(true);
+    let len = match config.parse_response(&mut parsed, buf) {
         Ok(httparse::Status::Complete(len)) => len,
         Ok(httparse::Status::Partial) => return Ok(None),
         Err(_) => return Err(invalid("an answer that is not HTTP")),
@@ -209,17 +255,11 @@ fn parse_head(buf: &[u8]) -> Result<Option<(ResponseHeader, usize, Framing)>> {
     let status = parsed.code.ok_or_else(|| invalid("no status"))?;
     let mut head = ResponseHeader::build(status, Some(parsed.headers.len()))?;
     let (mut length, mut chunked, mut encoded) = (None::<u64>, false, false);
+    let mut reusable = parsed.version == Some(1);
     for header in parsed.headers.iter() {
         let (name, value) = (header.name, header.value);
         if name.eq_ignore_ascii_case("content-length") {
-            let n = std::str::from_utf8(value)
-                .ok()
-                .and_then(|v| v.trim().parse().ok())
-                .ok_or_else(|| invalid("a bad Content-Length"))?;
-            if length.is_some_and(|l| l != n) {
-                return Err(invalid("conflicting Content-Lengths"));
-            }
-            length = Some(n);
+            length = Some(content_length(value, length)?);
         }
         if name.eq_ignore_ascii_case("transfer-encoding") {
             encoded = true;
@@ -228,16 +268,39 @@ fn parse_head(buf: &[u8]) -> Result<Option<(ResponseHeader, usize, Framing)>> {
                 .next()
                 .is_some_and(|last| last.trim_ascii().eq_ignore_ascii_case(b"chunked"));
         }
-        head.append_header(name.to_owned(), value)?;
+        if name.eq_ignore_ascii_case("connection")
+            && value
+                .split(|b| *b == b',')
+                .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"close"))
+        {
+            reusable = false;
+        }
+        if value.iter().any(|b| matches!(b, b'\r' | b'\n')) {
+            // A folded line (obs-fold): its line breaks read as spaces (RFC 9112, 5.2).
+            let unfolded: Vec<u8> = value
+                .iter()
+                .map(|b| if matches!(b, b'\r' | b'\n') { b' ' } else { *b })
+                .collect();
+            head.append_header(name.to_owned(), unfolded.as_slice())?;
+        } else {
+            head.append_header(name.to_owned(), value)?;
+        }
     }
     let framing = match (status, encoded, chunked, length) {
+        (101, ..) => Framing::UntilClose,
         (100..=199 | 204 | 304, ..) => Framing::Empty,
         (_, true, true, _) => Framing::Chunked,
         (_, true, false, _) => Framing::UntilClose,
         (_, false, _, Some(n)) => Framing::Length(n),
         (_, false, _, None) => Framing::UntilClose,
     };
-    Ok(Some((head, len, framing)))
+    reusable &= framing != Framing::UntilClose;
+    Ok(Some(Parsed {
+        head,
+        len,
+        framing,
+        reusable,
+    }))
 }
 
 impl Answer {
@@ -270,36 +333,10 @@ impl Answer {
         };
         let sent = relayed && buyer.flush().await.is_ok();
         // Anything past the body is not an answer to anything: that connection is not reused.
-        if relayed && !until_close && self.buf.is_empty() {
+        if relayed && self.reusable && self.buf.is_empty() {
             put_idle(self.addr, self.conn);
         }
         sent && !close
-    }
-
-    /// Reads the body to its end without relaying it (at most 1 MiB), keeping the connection.
-    pub async fn discard(mut self) {
-        let mut sink = Vec::new();
-        let done = match self.framing {
-            Framing::Empty => true,
-            Framing::Length(n) if n <= 1 << 20 => {
-                let mut left = n;
-                loop {
-                    let now = (self.buf.len() as u64).min(left);
-                    self.buf.advance(now as usize);
-                    left -= now;
-                    if left == 0 || !self.read_more().await {
-                        break left == 0;
-                    }
-                }
-            }
-            Framing::Chunked => {
-                self.copy_chunked(&mut sink, Vec::new()).await && sink.len() <= 1 << 20
-            }
-            _ => false,
-        };
-        if done && self.buf.is_empty() {
-            put_idle(self.addr, self.conn);
-        }
     }
 
     /// Reads more of the body into `buf`; `false` at its end, on an error or after the read
@@ -342,7 +379,12 @@ impl Answer {
         loop {
             let (used, end) = match scan.feed(&self.buf) {
                 Ok(at) => at,
-                Err(()) => return false,
+                Err(()) => {
+                    // Not chunked after all: the buyer gets what came before it (the head at
+                    // least), then the end of the connection.
+                    let _ = buyer.write_all(&out).await;
+                    return false;
+                }
             };
             out.extend_from_slice(&self.buf.split_to(used));
             if buyer.write_all(&out).await.is_err() {
@@ -369,7 +411,9 @@ fn head_bytes(resp: &ResponseHeader, framing: Framing, close: bool) -> Vec<u8> {
     let reason = status.canonical_reason().unwrap_or("");
     let _ = write!(out, "HTTP/1.1 {} {reason}\r\n", status.as_u16());
     for (name, value) in resp.headers.iter() {
-        if name == http::header::CONTENT_LENGTH || name == http::header::TRANSFER_ENCODING {
+        // The length is written below (once); a transfer coding stays as the backend sent it
+        // (the bytes are relayed as they came).
+        if name == http::header::CONTENT_LENGTH {
             continue;
         }
         out.extend_from_slice(name.as_str().as_bytes());
@@ -381,8 +425,7 @@ fn head_bytes(resp: &ResponseHeader, framing: Framing, close: bool) -> Vec<u8> {
         Framing::Length(n) => {
             let _ = write!(out, "Content-Length: {n}\r\n");
         }
-        Framing::Chunked => out.extend_from_slice(b"Transfer-Encoding: chunked\r\n"),
-        Framing::Empty | Framing::UntilClose => {}
+        Framing::Chunked | Framing::Empty | Framing::UntilClose => {}
     }
     if close {
         out.extend_from_slice(b"Connection: close\r\n");
@@ -397,7 +440,7 @@ mod tests {
 
     #[test]
     fn heads_are_framed_as_the_backend_framed_them() {
-        let framing = |raw: &str| parse_head(raw.as_bytes()).unwrap().unwrap().2;
+        let framing = |raw: &str| parse_head(raw.as_bytes()).unwrap().unwrap().framing;
         assert_eq!(
             framing("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n"),
             Framing::Length(5)
@@ -423,6 +466,29 @@ mod tests {
                 .is_err()
         );
         assert!(parse_head(b"HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n").is_err());
+        assert!(parse_head(b"HTTP/1.1 200 OK\r\nContent-Length: +5\r\n\r\n").is_err());
+        assert_eq!(
+            framing("HTTP/1.1 200 OK\r\nContent-Length: 5, 5\r\n\r\n"),
+            Framing::Length(5)
+        );
+        assert_eq!(
+            framing("HTTP/1.1 200 OK\r\nX-A : 1\r\nContent-Length: 5\r\n\r\n"),
+            Framing::Length(5)
+        );
+        assert_eq!(
+            framing("HTTP/1.1 200 OK\r\nX-A: 1\r\n  2\r\nContent-Length: 5\r\n\r\n"),
+            Framing::Length(5)
+        );
+        assert_eq!(
+            framing("HTTP/1.1 101 Switching Protocols\r\n\r\n"),
+            Framing::UntilClose
+        );
+        let reusable = |raw: &str| parse_head(raw.as_bytes()).unwrap().unwrap().reusable;
+        assert!(reusable("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n"));
+        assert!(!reusable(
+            "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 5\r\n\r\n"
+        ));
+        assert!(!reusable("HTTP/1.0 200 OK\r\nContent-Length: 5\r\n\r\n"));
         assert!(parse_head(b"garbage\r\n\r\n").is_err());
         assert!(parse_head(b"HTTP/1.1 200 OK\r\nContent-Le")
             .unwrap()

@@ -273,6 +273,8 @@ async fn with_cors_on_every_answer_varies_on_origin() {
 struct Scripted {
     addr: std::net::SocketAddr,
     got: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    /// Stray bytes sent after an answer, so far.
+    strays: std::sync::Arc<std::sync::atomic::AtomicUsize>,
     _task: tokio::task::JoinHandle<()>,
 }
 
@@ -282,11 +284,13 @@ impl Scripted {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let got = std::sync::Arc::new(AtomicUsize::new(0));
+        let strays = std::sync::Arc::new(AtomicUsize::new(0));
         let answers = std::sync::Arc::new(answers);
-        let counter = got.clone();
+        let (counter, strays_seen) = (got.clone(), strays.clone());
         let task = tokio::spawn(async move {
             while let Ok((mut conn, _)) = listener.accept().await {
                 let (answers, counter) = (answers.clone(), counter.clone());
+                let strays = strays_seen.clone();
                 tokio::spawn(async move {
                     let mut buf = Vec::new();
                     loop {
@@ -294,8 +298,20 @@ impl Scripted {
                             buf.drain(..end + 4);
                             let n = counter.fetch_add(1, Ordering::SeqCst);
                             let answer = answers[n.min(answers.len() - 1)];
-                            if conn.write_all(answer).await.is_err() {
+                            // `LATE` splits an answer from bytes the backend sends after it
+                            // (a stray answer on an idle connection), 100 ms later: its pace.
+                            let (now, late) = match answer.windows(6).position(|w| w == b"\0LATE\0")
+                            {
+                                Some(at) => (&answer[..at], Some(&answer[at + 6..])),
+                                None => (answer, None),
+                            };
+                            if conn.write_all(now).await.is_err() {
                                 return;
+                            }
+                            if let Some(late) = late {
+                                tokio::time::sleep(Duration::from_millis(100)).await;
+                                let _ = conn.write_all(late).await;
+                                strays.fetch_add(1, Ordering::SeqCst);
                             }
                             if !answer
                                 .windows(17)
@@ -317,6 +333,7 @@ impl Scripted {
         Scripted {
             addr,
             got,
+            strays,
             _task: task,
         }
     }
@@ -393,4 +410,49 @@ async fn the_fronts_exchange_relays_every_framing_and_settles_by_status() {
     // Three sold (w1, w2, w4), one given back; all pending (`confirm: upstream` confirms them).
     gw.reconcile_clean();
     assert_eq!(redis.get_int("fg:{1001}:v1:stock"), Some(7));
+}
+
+/// A backend that writes more after its answer (a late 503 on the idle connection) never
+/// answers the next buyer with it: that connection is not used again, the next buyer gets its
+/// own answer and its unit is settled on it. (Review finding: the stray 503 released the next
+/// buyer's unit, which the backend had sold, and every answer after it on that connection was
+/// the previous buyer's.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stray_bytes_from_an_idle_backend_connection_answer_nobody() {
+    let backend = Scripted::start(vec![
+        b"HTTP/1.1 200 OK\r\nContent-Length: 11\r\n\r\n{\"order\":1}\0LATE\0HTTP/1.1 503 X\r\nContent-Length: 7\r\n\r\n{stale}",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 11\r\n\r\n{\"order\":2}",
+    ])
+    .await;
+    let (redis, _upstream, mut config) = backends(vec![TestActivity::open("1001", 10)]);
+    config.upstreams = vec![backend.addr];
+    // One worker thread: the second purchase is sent from the same idle list the first
+    // answer's connection went back to.
+    config.server.threads = Some(1);
+    let gw = GatewayProc::start(config);
+    let mut s = TcpStream::connect(gw.addr).await.unwrap();
+    let mut pending = Vec::new();
+    s.write_all(buy("1001", "first", "").as_bytes())
+        .await
+        .unwrap();
+    let first = read_one(&mut s, &mut pending).await;
+    assert_eq!(first.body, b"{\"order\":1}");
+    wait_for_async(
+        "the stray bytes to be sent",
+        Duration::from_secs(10),
+        || async { (backend.strays.load(std::sync::atomic::Ordering::SeqCst) > 0).then_some(()) },
+    )
+    .await;
+    s.write_all(buy("1001", "second", "").as_bytes())
+        .await
+        .unwrap();
+    let second = read_one(&mut s, &mut pending).await;
+    assert_eq!(second.status, 200, "{}", second.text());
+    assert_eq!(second.body, b"{\"order\":2}");
+    assert_eq!(
+        redis.held("1001", "second"),
+        Some(1),
+        "the second buyer's unit stays sold"
+    );
+    gw.reconcile_clean();
 }

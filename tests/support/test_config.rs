@@ -270,6 +270,8 @@ pub struct ServerOptions {
     pub max_passthrough_buffered_bytes: Option<u64>,
     /// `server.cors`.
     pub cors: Option<Value>,
+    /// `server.threads` (2 when unset).
+    pub threads: Option<u32>,
 }
 
 /// Options of `upstream:` a test may set.
