@@ -30,7 +30,7 @@ async fn read_one(stream: &mut TcpStream, pending: &mut Vec<u8>) -> HttpResponse
             if pending.len() >= end + 4 + len {
                 let rest = pending.split_off(end + 4 + len);
                 let whole = std::mem::replace(pending, rest);
-                return parse_one(&whole);
+                return parse_response(&whole).expect("an HTTP answer");
             }
         }
         let mut chunk = [0u8; 4096];
@@ -40,29 +40,6 @@ async fn read_one(stream: &mut TcpStream, pending: &mut Vec<u8>) -> HttpResponse
             .expect("read");
         assert!(n > 0, "the gateway closed the connection before answering");
         pending.extend_from_slice(&chunk[..n]);
-    }
-}
-
-fn parse_one(raw: &[u8]) -> HttpResponse {
-    let end = raw.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
-    let head = std::str::from_utf8(&raw[..end]).unwrap();
-    let mut lines = head.split("\r\n");
-    let status = lines
-        .next()
-        .unwrap()
-        .split(' ')
-        .nth(1)
-        .unwrap()
-        .parse()
-        .unwrap();
-    let headers = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
-        .collect();
-    HttpResponse {
-        status,
-        headers,
-        body: raw[end + 4..].to_vec(),
     }
 }
 

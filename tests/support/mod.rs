@@ -1306,7 +1306,7 @@ pub async fn send_on(stream: &mut TcpStream, raw: &[u8]) -> std::io::Result<Http
     parse_response(&buf)
 }
 
-fn parse_response(buf: &[u8]) -> std::io::Result<HttpResponse> {
+pub fn parse_response(buf: &[u8]) -> std::io::Result<HttpResponse> {
     let bad = |m: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, m.to_owned());
     let end = buf
         .windows(4)
