@@ -100,8 +100,10 @@ local function encode(r)
   if not flagged(r, 'f') then
     flags = flags .. 'f'
   end
-  return table.concat({r.state, r.qty, r.ver, r.created, r.deadline, r.done, r.reason, flags,
-    r.fence, r.prior, r.busy, r.user}, '|')
+  -- One concatenation (no table to join): a batch encodes a record per reservation.
+  return r.state .. '|' .. r.qty .. '|' .. r.ver .. '|' .. r.created .. '|' .. r.deadline .. '|'
+    .. r.done .. '|' .. r.reason .. '|' .. flags .. '|' .. r.fence .. '|' .. r.prior .. '|'
+    .. r.busy .. '|' .. r.user
 end
 
 -- A forward of the reservation leaves for the backend at `now` and may take `trip` ms: the

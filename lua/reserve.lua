@@ -66,7 +66,7 @@
 -- key in KEYS, all keys share the segment's hash tag.
 -- Numbers are compared with tonumber: as strings "10" < "9".
 
-local VER, MAXLEN = ARGV[1], ARGV[2]
+local A, VER, MAXLEN = ARGV, ARGV[1], ARGV[2]
 local ITEM_ARGS, FIRST_ITEM = 12, 3
 local STOCK, USERS, RES, LEDGER, PENDING, IDEM, EVENTS, RECEIVED =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
@@ -115,6 +115,27 @@ local function held_by(user)
   return h
 end
 
+-- Numbers the items pass as strings, converted once per distinct string (a batch's items
+-- mostly share their limit, hold, trip and hours), and integers formatted once per value (its
+-- items share the batch's TIME): string.format and tonumber are most of an item's Lua time.
+local numbers, formatted = {}, {}
+local function num(s)
+  local n = numbers[s]
+  if n == nil then
+    n = tonumber(s)
+    numbers[s] = n
+  end
+  return n
+end
+local function fmt(n)
+  local s = formatted[n]
+  if s == nil then
+    s = int(n)
+    formatted[n] = s
+  end
+  return s
+end
+
 -- A record as this batch sees it (read once, then kept), or nil.
 local function record(jti)
   local rec = recs[jti]
@@ -125,11 +146,18 @@ local function record(jti)
   return rec or nil
 end
 
+-- Whether a record exists under jti (read ahead for the batch's ids, see below).
+local present = {}
 local function exists(jti)
   if recs[jti] then
     return true
   end
-  return redis.call('HEXISTS', RES, jti) == 1
+  local p = present[jti]
+  if p == nil then
+    p = redis.call('HEXISTS', RES, jti) == 1
+    present[jti] = p
+  end
+  return p
 end
 
 local function idem_of(field)
@@ -160,7 +188,7 @@ local function deposit_here(id, qty)
 end
 
 -- The key's reservation, answered again; nil if it has none that is not released.
-local function replay(a, field)
+local function replay(b, field)
   local previous = idem_of(field)
   local rec = previous and record(previous)
   if not rec or rec.state == 'released' then
@@ -169,7 +197,7 @@ local function replay(a, field)
   if rec.state == 'pending' and tonumber(rec.deadline) <= now() then
     return {-5, 0, 0}
   end
-  if rec.qty ~= a[2] then
+  if rec.qty ~= A[b + 2] then
     -- A retry asking for another quantity is not the same purchase: never forwarded with the
     -- first one's claims.
     return {-11, tonumber(rec.qty), 0}
@@ -185,7 +213,7 @@ local function replay(a, field)
   if rec.state == 'pending' then
     -- Forwarded again: the fence moves (a lookup answer asked before this is discarded), and
     -- it is not due while this request may still be at the backend.
-    forwarded(rec, now(), tonumber(a[9]))
+    forwarded(rec, now(), num(A[b + 9]))
     rec_dirty[previous] = true
     if not rec_new[previous] then
       due_moved[previous] = rec.busy
@@ -195,7 +223,7 @@ local function replay(a, field)
     rec.deadline, rec.fence}
 end
 
-local function reserve(a)
+local function reserve(b)
   if not prewarmed then
     -- Never prewarmed here (no stock key either), or damaged.
     if redis.call('EXISTS', STOCK) == 0 then
@@ -206,27 +234,27 @@ local function reserve(a)
   if not whole then
     return {-6, 0, 0}
   end
-  if a[7] ~= '' then
-    local landed = deposit_here(a[7], a[8])
+  if A[b + 7] ~= '' then
+    local landed = deposit_here(A[b + 7], A[b + 8])
     if landed < 0 then
       return {-7, landed, 0}
     end
   end
-  if a[6] ~= '' then
-    local replayed = replay(a, a[6])
+  if A[b + 6] ~= '' then
+    local replayed = replay(b, A[b + 6])
     if replayed then
       return replayed
     end
   end
-  if a[10] == '1' then
+  if A[b + 10] == '1' then
     return {-8, 0, 0}
   end
   if not stock_exists then
     return {-1, 0, 0}
   end
-  local qty = tonumber(a[2])
-  local h = held_by(a[1])
-  if h + qty > tonumber(a[3]) then
+  local qty = num(A[b + 2])
+  local h = held_by(A[b + 1])
+  if h + qty > num(A[b + 3]) then
     return {-3, left, h}
   end
   if left < qty then
@@ -236,50 +264,71 @@ local function reserve(a)
   -- hours (checked last: refusals above cost no TIME call). A transfer deposited above stays: it
   -- only moved units between segments of one version.
   local t = now()
-  if t < tonumber(a[11]) then
+  if t < num(A[b + 11]) then
     return {-9, 0, 0}
   end
-  if t >= tonumber(a[12]) then
+  if t >= num(A[b + 12]) then
     return {-10, 0, 0}
   end
-  if exists(a[4]) then
+  if exists(A[b + 4]) then
     return {-4, left, h}
   end
   -- A new record, forwarded once (forwarded() of lib.lua on a fresh record, its numbers
   -- formatted once each: string.format is most of a reservation's Lua time).
-  local created = int(t)
-  local deadline_ms, busy_ms = t + tonumber(a[5]), t + tonumber(a[9])
-  local deadline = int(deadline_ms)
-  local rec = {state = 'pending', qty = a[2], ver = VER, created = created, deadline = deadline,
-    done = '', reason = '', flags = '', fence = '1', prior = '0', busy = int(busy_ms),
-    user = a[1]}
+  local created = fmt(t)
+  local deadline_ms, busy_ms = t + num(A[b + 5]), t + num(A[b + 9])
+  local deadline = fmt(deadline_ms)
+  local rec = {state = 'pending', qty = A[b + 2], ver = VER, created = created,
+    deadline = deadline, done = '', reason = '', flags = '', fence = '1', prior = '0',
+    busy = fmt(busy_ms), user = A[b + 1]}
   rec.due = deadline_ms >= busy_ms and deadline or rec.busy
-  recs[a[4]], rec_new[a[4]], rec_dirty[a[4]] = rec, true, true
-  due_new[#due_new + 1] = a[4]
+  recs[A[b + 4]], rec_new[A[b + 4]], rec_dirty[A[b + 4]] = rec, true, true
+  due_new[#due_new + 1] = A[b + 4]
   left = left - qty
   stock_delta = stock_delta - qty
   h = h + qty
-  held[a[1]], held_dirty[a[1]] = h, true
+  held[A[b + 1]], held_dirty[A[b + 1]] = h, true
   pending_units = pending_units + qty
   -- Its ledger count (written below) makes the version's ledger if it was lost, as a separate
   -- call's would have before a deposit after it.
   ledger_exists = true
-  if a[6] ~= '' then
-    if not idem_new[a[6]] then
-      idem_order[#idem_order + 1] = a[6]
+  if A[b + 6] ~= '' then
+    if not idem_new[A[b + 6]] then
+      idem_order[#idem_order + 1] = A[b + 6]
     end
-    idem_new[a[6]] = a[4]
+    idem_new[A[b + 6]] = A[b + 4]
   end
   if events_exist then
-    redis.call('XADD', EVENTS, 'MAXLEN', '~', MAXLEN, '*', 'type', 'reserve', 'jti', a[4],
-      'user', a[1], 'qty', a[2], 'ver', VER, 'ts', created)
+    redis.call('XADD', EVENTS, 'MAXLEN', '~', MAXLEN, '*', 'type', 'reserve', 'jti', A[b + 4],
+      'user', A[b + 1], 'qty', A[b + 2], 'ver', VER, 'ts', created)
   end
   return {1, left, h, created, deadline, rec.fence}
 end
 
+-- Read ahead, in one call each, what the items will ask: the units each buyer holds, and
+-- whether each new id is taken (a read, whatever the items then come to). A batch of one
+-- asks as it goes (two calls either way).
+if prewarmed and whole and stock_exists and #ARGV >= FIRST_ITEM + 2 * ITEM_ARGS then
+  local users, ids = {}, {}
+  for base = FIRST_ITEM, #ARGV - ITEM_ARGS, ITEM_ARGS do
+    if A[base + 10] ~= '1' then
+      users[#users + 1] = A[base + 1]
+      ids[#ids + 1] = A[base + 4]
+    end
+  end
+  if #users > 0 then
+    local units = redis.call('HMGET', USERS, unpack(users))
+    local taken = redis.call('HMGET', RES, unpack(ids))
+    for i = 1, #users do
+      held[users[i]] = tonumber(units[i] or '0')
+      present[ids[i]] = taken[i] ~= false
+    end
+  end
+end
+
 local replies = {}
 for base = FIRST_ITEM, #ARGV - ITEM_ARGS, ITEM_ARGS do
-  replies[#replies + 1] = reserve({unpack(ARGV, base + 1, base + ITEM_ARGS)})
+  replies[#replies + 1] = reserve(base)
 end
 
 -- The gathered writes (see the top).

@@ -2,7 +2,7 @@
 //! standard JWT library. Claims per the contract: `jti`, `sub`, `act`, `qty`, `ver`, `iat`, `exp`.
 
 use crate::config::SigningSettings;
-use jsonwebtoken::{EncodingKey, Header};
+use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use std::time::Duration;
@@ -75,21 +75,77 @@ pub struct ReservationClaims {
 #[error("cannot sign reservation: {0}")]
 pub struct SignError(#[from] jsonwebtoken::errors::Error);
 
-/// Signs reservations with the configured key.
+/// Signs reservations with the configured key. What does not change from one token to the
+/// next is made once per key: the header segment (`base64url(header JSON) "."`) and, for the
+/// HMAC algorithms, the keyed MAC (its padded key blocks hashed), cloned per token. A token is
+/// byte for byte what `jsonwebtoken::encode` makes with the same header, claims and key (a
+/// test holds them equal).
 pub struct Signer {
-    header: Header,
+    header_segment: String,
     key: EncodingKey,
+    algorithm: Algorithm,
+    mac: Option<KeyedMac>,
     ttl: Duration,
+}
+
+/// An HMAC keyed once, for the `HS*` algorithms.
+enum KeyedMac {
+    Hs256(hmac::Hmac<sha2::Sha256>),
+    Hs384(hmac::Hmac<sha2::Sha384>),
+    Hs512(hmac::Hmac<sha2::Sha512>),
+}
+
+impl KeyedMac {
+    fn new(algorithm: Algorithm, key: &EncodingKey) -> Option<KeyedMac> {
+        use hmac::KeyInit;
+        let secret = key.as_bytes();
+        match algorithm {
+            Algorithm::HS256 => hmac::Hmac::new_from_slice(secret).ok().map(KeyedMac::Hs256),
+            Algorithm::HS384 => hmac::Hmac::new_from_slice(secret).ok().map(KeyedMac::Hs384),
+            Algorithm::HS512 => hmac::Hmac::new_from_slice(secret).ok().map(KeyedMac::Hs512),
+            _ => None,
+        }
+    }
+
+    /// The MAC of `message`, base64url (no padding) appended to `out`.
+    fn sign_into(&self, message: &[u8], out: &mut String) {
+        use base64::Engine;
+        use hmac::Mac;
+        let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+        match self {
+            KeyedMac::Hs256(mac) => {
+                let mut mac = mac.clone();
+                mac.update(message);
+                b64.encode_string(mac.finalize().into_bytes(), out)
+            }
+            KeyedMac::Hs384(mac) => {
+                let mut mac = mac.clone();
+                mac.update(message);
+                b64.encode_string(mac.finalize().into_bytes(), out)
+            }
+            KeyedMac::Hs512(mac) => {
+                let mut mac = mac.clone();
+                mac.update(message);
+                b64.encode_string(mac.finalize().into_bytes(), out)
+            }
+        }
+    }
 }
 
 impl Signer {
     pub fn new(settings: &SigningSettings) -> Signer {
+        use base64::Engine;
         let mut header = Header::new(settings.algorithm);
         header.kid = Some(settings.key_id.clone());
         header.typ = Some("JWT".to_owned());
+        let json = serde_json::to_vec(&header).expect("a JWT header serialises");
+        let mut header_segment = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(json);
+        header_segment.push('.');
         Signer {
-            header,
+            header_segment,
+            mac: KeyedMac::new(settings.algorithm, &settings.key),
             key: settings.key.clone(),
+            algorithm: settings.algorithm,
             ttl: settings.ttl,
         }
     }
@@ -125,6 +181,7 @@ impl Signer {
     }
 
     fn sign_claims(&self, r: &Reservation, iat: u64, exp: u64) -> Result<String, SignError> {
+        use base64::Engine;
         let claims = ReservationClaims {
             jti: r.id.clone(),
             sub: r.user.clone(),
@@ -134,7 +191,25 @@ impl Signer {
             iat,
             exp,
         };
-        Ok(jsonwebtoken::encode(&self.header, &claims, &self.key)?)
+        let json = serde_json::to_vec(&claims).map_err(jsonwebtoken::errors::Error::from)?;
+        let mut token = String::with_capacity(self.header_segment.len() + json.len() * 4 / 3 + 96);
+        token.push_str(&self.header_segment);
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode_string(&json, &mut token);
+        match &self.mac {
+            Some(mac) => {
+                let mut signature = String::with_capacity(88);
+                mac.sign_into(token.as_bytes(), &mut signature);
+                token.push('.');
+                token.push_str(&signature);
+            }
+            None => {
+                let signature =
+                    jsonwebtoken::crypto::sign(token.as_bytes(), &self.key, self.algorithm)?;
+                token.push('.');
+                token.push_str(&signature);
+            }
+        }
+        Ok(token)
     }
 }
 
@@ -204,6 +279,62 @@ mod tests {
             &validation
         )
         .is_err());
+    }
+
+    /// The prepared header segment and keyed MAC make exactly the token `jsonwebtoken::encode`
+    /// makes, for every algorithm the gateway signs with.
+    #[test]
+    fn a_token_is_what_jsonwebtoken_encode_makes() {
+        use ed25519_dalek::pkcs8::EncodePrivateKey;
+        let ed = ed25519_dalek::SigningKey::from_bytes(&[9; 32]);
+        let ed_der = ed.to_pkcs8_der().unwrap();
+        let keys = [
+            (
+                Algorithm::HS256,
+                EncodingKey::from_secret(b"s3cret").unwrap(),
+            ),
+            (
+                Algorithm::HS384,
+                EncodingKey::from_secret(b"s3cret").unwrap(),
+            ),
+            (
+                Algorithm::HS512,
+                EncodingKey::from_secret(b"s3cret").unwrap(),
+            ),
+            (
+                Algorithm::EdDSA,
+                EncodingKey::from_ed_der(ed_der.as_bytes()),
+            ),
+        ];
+        for (algorithm, key) in keys {
+            let settings = SigningSettings {
+                header: http::HeaderName::from_static("x-flashgate-reservation"),
+                algorithm,
+                key_id: "k\"1".into(),
+                key: key.clone(),
+                ttl: Duration::from_secs(900),
+                published_keys: vec![],
+                ticket_key: [7; 32],
+            };
+            let mut r = reservation();
+            r.user = "al\u{e9}ice \"quoted\"".into();
+            let ours = Signer::new(&settings).sign(&r).unwrap();
+            let mut header = Header::new(algorithm);
+            header.kid = Some("k\"1".into());
+            header.typ = Some("JWT".to_owned());
+            let iat = r.created_ms / 1000;
+            let claims = ReservationClaims {
+                jti: r.id.clone(),
+                sub: r.user.clone(),
+                act: r.activity.to_string(),
+                qty: r.qty,
+                ver: r.version,
+                iat,
+                exp: iat + 900,
+            };
+            let theirs = jsonwebtoken::encode(&header, &claims, &key).unwrap();
+            assert_eq!(ours, theirs, "{algorithm:?}");
+        }
     }
 
     #[test]

@@ -113,7 +113,7 @@ impl ServerApp for Front {
                 Early::Forward(decided) => {
                     let judge = &self.judge;
                     if !judge
-                        .forward_early(&mut stream, &req, peer, decided, close_after)
+                        .forward_early(&mut stream, req, peer, decided, close_after)
                         .await
                     {
                         return None;

@@ -25,7 +25,7 @@ impl FlashProxy {
     pub async fn forward_early(
         &self,
         buyer: &mut Stream,
-        req: &RequestHeader,
+        req: Box<RequestHeader>,
         peer: Option<IpAddr>,
         mut decided: Box<Decided>,
         close: bool,
@@ -52,7 +52,7 @@ impl FlashProxy {
     async fn exchange_early(
         &self,
         buyer: &mut Stream,
-        req: &RequestHeader,
+        req: Box<RequestHeader>,
         peer: Option<IpAddr>,
         ctx: &mut RequestCtx,
         close: bool,
@@ -110,16 +110,16 @@ impl FlashProxy {
         backend.relay(buyer, &resp, close).await
     }
 
-    /// The request the backend gets, as bytes: the buyer's head with the headers every
-    /// forwarded purchase gets (`prepare_upstream`: the canonical target, the signed
-    /// reservation, forwarding headers), and an empty body. `None` if it cannot be made.
+    /// The request the backend gets, as bytes: the buyer's head (taken, not copied: the front
+    /// read it for this request only) with the headers every forwarded purchase gets
+    /// (`prepare_upstream`: the canonical target, the signed reservation, forwarding headers),
+    /// and an empty body. `None` if it cannot be made.
     fn request_bytes(
         &self,
-        req: &RequestHeader,
+        mut up: Box<RequestHeader>,
         peer: Option<IpAddr>,
         ctx: &mut RequestCtx,
     ) -> Option<Vec<u8>> {
-        let mut up = req.clone();
         headers::strip_hop_by_hop(&mut up);
         let prepared = self.prepare_upstream(peer, &mut up, ctx).and_then(|()| {
             up.remove_header(&http::header::TRANSFER_ENCODING);
