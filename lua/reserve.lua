@@ -128,6 +128,10 @@ local function num(s)
   return n
 end
 local function fmt(n)
+  if n ~= n then
+    -- NaN (a hold or trip of 'nan'; the gateway sends integers) cannot be a table key.
+    return int(n)
+  end
   local s = formatted[n]
   if s == nil then
     s = int(n)
@@ -307,8 +311,10 @@ end
 
 -- Read ahead, in one call each, what the items will ask: the units each buyer holds, and
 -- whether each new id is taken (a read, whatever the items then come to). A batch of one
--- asks as it goes (two calls either way).
-if prewarmed and whole and stock_exists and #ARGV >= FIRST_ITEM + 2 * ITEM_ARGS then
+-- asks as it goes (two calls either way), as does one past the gateway's bound (unpack takes
+-- a few thousand values at most).
+local items = (#ARGV - FIRST_ITEM) / ITEM_ARGS
+if prewarmed and whole and stock_exists and items >= 2 and items <= 64 then
   local users, ids = {}, {}
   for base = FIRST_ITEM, #ARGV - ITEM_ARGS, ITEM_ARGS do
     if A[base + 10] ~= '1' then

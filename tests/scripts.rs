@@ -2269,3 +2269,66 @@ async fn a_solution_expired_by_redis_or_of_another_epoch_is_spent_already() {
     ));
     assert_eq!(ticket("u3", &good).await, Issued::Spent);
 }
+
+/// Found by review of the read-ahead reserve: a hold of `nan` (the gateway sends integers)
+/// made the script stop on a NaN table key after an earlier item's event was written, leaving
+/// an event with no record. The script answers every item, each reservation with its record
+/// and one event, as the script before the read-ahead did.
+#[tokio::test]
+async fn regression_a_nan_hold_does_not_stop_a_batch_midway() {
+    let redis = RedisServer::start();
+    let s = store(redis.url(), 1000);
+    let a = activity("1001", 10, 1, 3);
+    prewarm(&s, &a).await;
+    let l = Layout::of(&a);
+    let keys = s.keys().of(one(&l)).for_reserve(1);
+    let source = format!(
+        "{}\n{}",
+        include_str!("../lua/lib.lua"),
+        include_str!("../lua/reserve.lua")
+    );
+    let mut cmd = redis::cmd("EVAL");
+    cmd.arg(&source).arg(keys.len());
+    for key in &keys {
+        cmd.arg(key);
+    }
+    cmd.arg(1).arg(100_000).arg("");
+    for (user, id, hold) in [("u1", "j1", "900000"), ("u2", "j2", "nan")] {
+        cmd.arg(user)
+            .arg(1)
+            .arg(3)
+            .arg(id)
+            .arg(hold)
+            .arg("")
+            .arg("")
+            .arg(0);
+        cmd.arg(30_000).arg(0).arg(0).arg(4_070_908_800_000u64);
+    }
+    let reply: Vec<Vec<redis::Value>> = cmd.query(&mut redis.conn()).unwrap();
+    assert_eq!(reply.len(), 2);
+    for (item, id) in reply.iter().zip(["j1", "j2"]) {
+        assert_eq!(item[0], redis::Value::Int(1), "{id} reserved: {item:?}");
+        let rec: Option<String> = redis::cmd("HGET")
+            .arg(&keys[2])
+            .arg(id)
+            .query(&mut redis.conn())
+            .unwrap();
+        assert!(
+            rec.is_some_and(|r| r.starts_with("pending|")),
+            "{id}'s record"
+        );
+    }
+    let events: redis::streams::StreamRangeReply = redis::cmd("XRANGE")
+        .arg(&keys[6])
+        .arg("-")
+        .arg("+")
+        .query(&mut redis.conn())
+        .unwrap();
+    let reserves = events
+        .ids
+        .iter()
+        .filter(|e| e.get::<String>("type").as_deref() == Some("reserve"))
+        .count();
+    assert_eq!(reserves, 2, "one event per reservation");
+    assert_eq!(remaining(&s, &a).await, Some(8));
+}
