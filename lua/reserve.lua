@@ -306,7 +306,8 @@ local function reserve(b)
     redis.call('XADD', EVENTS, 'MAXLEN', '~', MAXLEN, '*', 'type', 'reserve', 'jti', A[b + 4],
       'user', A[b + 1], 'qty', A[b + 2], 'ver', VER, 'ts', created)
   end
-  return {1, left, h, created, deadline, rec.fence}
+  -- Times and fence as numbers: integer replies, which the gateway reads without a string.
+  return {1, left, h, t, deadline_ms, 1}
 end
 
 -- Read ahead, in one call each, what the items will ask: the units each buyer holds, and

@@ -107,28 +107,39 @@ impl KeyedMac {
         }
     }
 
-    /// The MAC of `message`, base64url (no padding) appended to `out`.
-    fn sign_into(&self, message: &[u8], out: &mut String) {
-        use base64::Engine;
+    /// The MAC of `message` (at most 64 bytes: HS512's).
+    fn sign(&self, message: &[u8]) -> MacBytes {
         use hmac::Mac;
-        let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
-        match self {
-            KeyedMac::Hs256(mac) => {
-                let mut mac = mac.clone();
-                mac.update(message);
-                b64.encode_string(mac.finalize().into_bytes(), out)
-            }
-            KeyedMac::Hs384(mac) => {
-                let mut mac = mac.clone();
-                mac.update(message);
-                b64.encode_string(mac.finalize().into_bytes(), out)
-            }
-            KeyedMac::Hs512(mac) => {
-                let mut mac = mac.clone();
-                mac.update(message);
-                b64.encode_string(mac.finalize().into_bytes(), out)
-            }
+        let mut out = MacBytes::default();
+        let bytes: &[u8] = match self {
+            KeyedMac::Hs256(mac) => &mac.clone().chain_update(message).finalize().into_bytes(),
+            KeyedMac::Hs384(mac) => &mac.clone().chain_update(message).finalize().into_bytes(),
+            KeyedMac::Hs512(mac) => &mac.clone().chain_update(message).finalize().into_bytes(),
+        };
+        out.bytes[..bytes.len()].copy_from_slice(bytes);
+        out.len = bytes.len();
+        out
+    }
+}
+
+/// A MAC's bytes, on the stack.
+struct MacBytes {
+    bytes: [u8; 64],
+    len: usize,
+}
+
+impl Default for MacBytes {
+    fn default() -> Self {
+        MacBytes {
+            bytes: [0; 64],
+            len: 0,
         }
+    }
+}
+
+impl AsRef<[u8]> for MacBytes {
+    fn as_ref(&self) -> &[u8] {
+        &self.bytes[..self.len]
     }
 }
 
@@ -182,10 +193,11 @@ impl Signer {
 
     fn sign_claims(&self, r: &Reservation, iat: u64, exp: u64) -> Result<String, SignError> {
         use base64::Engine;
-        let claims = ReservationClaims {
-            jti: r.id.clone(),
-            sub: r.user.clone(),
-            act: r.activity.to_string(),
+        let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+        let claims = ClaimsOf {
+            jti: &r.id,
+            sub: &r.user,
+            act: &r.activity,
             qty: r.qty,
             ver: r.version,
             iat,
@@ -194,13 +206,12 @@ impl Signer {
         let json = serde_json::to_vec(&claims).map_err(jsonwebtoken::errors::Error::from)?;
         let mut token = String::with_capacity(self.header_segment.len() + json.len() * 4 / 3 + 96);
         token.push_str(&self.header_segment);
-        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode_string(&json, &mut token);
+        b64.encode_string(&json, &mut token);
         match &self.mac {
             Some(mac) => {
-                let mut signature = String::with_capacity(88);
-                mac.sign_into(token.as_bytes(), &mut signature);
+                let signature = mac.sign(token.as_bytes());
                 token.push('.');
-                token.push_str(&signature);
+                b64.encode_string(signature, &mut token);
             }
             None => {
                 let signature =
@@ -211,6 +222,19 @@ impl Signer {
         }
         Ok(token)
     }
+}
+
+/// [`ReservationClaims`] as the signer writes them, borrowed from the reservation (the same
+/// fields in the same order, so the same JSON), with no copy of its strings.
+#[derive(Serialize)]
+struct ClaimsOf<'a> {
+    jti: &'a str,
+    sub: &'a str,
+    act: &'a str,
+    qty: u32,
+    ver: u64,
+    iat: u64,
+    exp: u64,
 }
 
 #[cfg(test)]

@@ -48,8 +48,12 @@ pub struct Target {
 
 impl Target {
     pub fn of(method: &Method, raw: &[u8]) -> Target {
-        let method = Method::from_bytes(method.as_str().to_ascii_uppercase().as_bytes())
-            .unwrap_or_else(|_| method.clone());
+        let method = if method.as_str().bytes().any(|b| b.is_ascii_lowercase()) {
+            Method::from_bytes(method.as_str().to_ascii_uppercase().as_bytes())
+                .unwrap_or_else(|_| method.clone())
+        } else {
+            method.clone()
+        };
         let raw = raw.split(|&b| b == b'#').next().unwrap_or_default();
         let (path, query) = match raw.iter().position(|&b| b == b'?') {
             Some(i) => (&raw[..i], Some(&raw[i + 1..])),

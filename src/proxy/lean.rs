@@ -11,7 +11,7 @@ use super::settle::{Exchange, Stage};
 use super::{headers, respond, FlashProxy, RequestCtx};
 use crate::purchase::Verdict;
 use crate::upstream::wire;
-use pingora::http::{RequestHeader, ResponseHeader};
+use pingora::http::RequestHeader;
 use pingora::protocols::Stream;
 use pingora::proxy::ProxyHttp;
 use std::net::IpAddr;
@@ -67,7 +67,7 @@ impl FlashProxy {
         ctx.stage.advance(Stage::Sent);
         let upstream = &ctx.generation.settings.upstream;
         let sent = wire::send(&self.gw.upstreams, upstream, &request).await;
-        let backend = match sent {
+        let mut backend = match sent {
             Ok(backend) => backend,
             Err(e) => {
                 let exchange = Exchange::failed(&e);
@@ -90,9 +90,9 @@ impl FlashProxy {
             self.tell_room_bought(ctx).await;
         }
         // Settled: relay the answer; the buyer's side failing now changes nothing.
-        let mut resp: ResponseHeader = backend.header().clone();
-        headers::strip_response_hop_by_hop(&mut resp);
-        super::cors::drop_backends(&mut resp);
+        let resp = backend.header_mut();
+        headers::strip_response_hop_by_hop(resp);
+        super::cors::drop_backends(resp);
         if !ctx
             .generation
             .settings
@@ -107,7 +107,7 @@ impl FlashProxy {
         if let Some(reservation) = &ctx.reservation {
             let _ = resp.insert_header(headers::RESERVATION_ID, reservation.id.as_str());
         }
-        backend.relay(buyer, &resp, close).await
+        backend.relay(buyer, close).await
     }
 
     /// The request the backend gets, as bytes: the buyer's head (taken, not copied: the front

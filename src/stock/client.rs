@@ -219,6 +219,40 @@ impl RedisClient {
         result
     }
 
+    /// `script` called as `cmd`, an EVALSHA made by [`evalsha`] with its keys and arguments
+    /// written into the command's one buffer (a `ScriptInvocation` keeps each in an allocation
+    /// of its own: a dozen per reservation in a batch). A NOSCRIPT answer (after a restart or
+    /// `SCRIPT FLUSH`) loads the script and sends the call again, as `invoke_async` does.
+    pub async fn eval_cmd<T: FromRedisValue>(
+        &self,
+        script: ScriptName,
+        source: &redis::Script,
+        op: StoreOp,
+        cmd: &redis::Cmd,
+    ) -> Result<T, StoreError> {
+        let started = Instant::now();
+        let result = self
+            .bounded(op, self.timeout, async {
+                let mut conn = self.conn().await?;
+                match cmd.query_async(&mut conn).await {
+                    Err(e)
+                        if e.kind()
+                            == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
+                    {
+                        source.load_async(&mut conn).await?;
+                        Ok(cmd.query_async(&mut conn).await?)
+                    }
+                    answer => Ok(answer?),
+                }
+            })
+            .await;
+        self.metrics
+            .script_duration
+            .with_label_values(&[script.as_str()])
+            .observe(started.elapsed().as_secs_f64());
+        result
+    }
+
     /// A pipeline (or a MULTI/EXEC), bounded by `budget` and counted under `op`. With
     /// `script`, a NOSCRIPT answer (after a restart or `SCRIPT FLUSH`) loads it and sends the
     /// pipeline again.
@@ -263,4 +297,12 @@ impl RedisClient {
         })
         .await
     }
+}
+
+/// The start of an EVALSHA of `script` with `keys` keys: the keys, then the arguments, follow as
+/// the command's own arguments (see [`RedisClient::eval_cmd`]).
+pub fn evalsha(script: &redis::Script, keys: usize) -> redis::Cmd {
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(script.get_hash()).arg(keys);
+    cmd
 }

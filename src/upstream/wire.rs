@@ -318,14 +318,19 @@ impl Answer {
         &self.head
     }
 
-    /// Writes `resp` (the backend's head as the gateway relays it) with the body's framing to
-    /// the buyer, then the body as it comes; the connection goes back to this thread's idle
-    /// list once the body was read whole. `close`: the buyer's connection ends after it.
-    /// Whether the buyer's connection may be kept.
-    pub async fn relay(mut self, buyer: &mut Stream, resp: &ResponseHeader, close: bool) -> bool {
+    /// The answer's head, to be made what the gateway relays (in place: not copied).
+    pub fn header_mut(&mut self) -> &mut ResponseHeader {
+        &mut self.head
+    }
+
+    /// Writes the head (as [`Answer::header_mut`] left it) with the body's framing to the
+    /// buyer, then the body as it comes; the connection goes back to this thread's idle list
+    /// once the body was read whole. `close`: the buyer's connection ends after it. Whether the
+    /// buyer's connection may be kept.
+    pub async fn relay(mut self, buyer: &mut Stream, close: bool) -> bool {
         let until_close = self.framing == Framing::UntilClose;
         let close = close || until_close;
-        let mut out = head_bytes(resp, self.framing, close);
+        let mut out = head_bytes(&self.head, self.framing, close);
         // Whether the body was read whole and written.
         let relayed = match self.framing {
             Framing::Empty => buyer.write_all(&out).await.is_ok(),

@@ -249,7 +249,11 @@ impl ReserveOutcome {
     pub(super) fn parse(reply: &[Value]) -> Option<Self> {
         let at = |i: usize| int(reply.get(i));
         let unsigned = |i: usize| at(i).map(|v| v.max(0) as u64);
-        let ms = |i: usize| string(reply.get(i))?.parse::<u64>().ok();
+        // Times and fences come as integers (a new reservation) or as the record's strings.
+        let ms = |i: usize| match reply.get(i) {
+            Some(Value::Int(n)) => u64::try_from(*n).ok(),
+            other => string(other)?.parse::<u64>().ok(),
+        };
         Some(match at(0)? {
             1 => ReserveOutcome::Reserved {
                 remaining: unsigned(1)?,
@@ -361,17 +365,15 @@ impl StockStore {
             let error = Arc::new(error);
             (0..n).map(|_| Err(error.clone())).collect()
         };
-        let mut invocation = super::RESERVE.prepare_invoke();
-        for key in keys {
-            invocation.key(key);
+        let mut call = super::super::client::evalsha(&super::RESERVE, keys.len());
+        for key in keys.iter() {
+            call.arg(key);
         }
-        invocation
-            .arg(version)
+        call.arg(version)
             .arg(self.events_maxlen)
             .arg(self.failover.expected(&keys[8]));
         for item in &items {
-            invocation
-                .arg(&item.user)
+            call.arg(&item.user)
                 .arg(item.qty)
                 .arg(item.per_user_limit)
                 .arg(&item.reservation_id)
@@ -386,7 +388,13 @@ impl StockStore {
         }
         self.redis.observe_batch(ScriptName::Reserve, n);
         let reply: Vec<Value> = match self
-            .eval(ScriptName::Reserve, StoreOp::Reserve, &invocation)
+            .redis
+            .eval_cmd(
+                ScriptName::Reserve,
+                &super::RESERVE,
+                StoreOp::Reserve,
+                &call,
+            )
             .await
         {
             Ok(reply) => reply,
