@@ -205,13 +205,22 @@ impl RedisClient {
         op: StoreOp,
         invocation: &ScriptInvocation<'_>,
     ) -> Result<T, StoreError> {
+        self.timed(script, op, async {
+            let mut conn = self.conn().await?;
+            Ok(invocation.invoke_async(&mut conn).await?)
+        })
+        .await
+    }
+
+    /// A script call within the time budget, timed under `script` and counted under `op`.
+    async fn timed<T>(
+        &self,
+        script: ScriptName,
+        op: StoreOp,
+        call: impl std::future::Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
         let started = Instant::now();
-        let result = self
-            .bounded(op, self.timeout, async {
-                let mut conn = self.conn().await?;
-                Ok(invocation.invoke_async(&mut conn).await?)
-            })
-            .await;
+        let result = self.bounded(op, self.timeout, call).await;
         self.metrics
             .script_duration
             .with_label_values(&[script.as_str()])
@@ -230,27 +239,18 @@ impl RedisClient {
         op: StoreOp,
         cmd: &redis::Cmd,
     ) -> Result<T, StoreError> {
-        let started = Instant::now();
-        let result = self
-            .bounded(op, self.timeout, async {
-                let mut conn = self.conn().await?;
-                match cmd.query_async(&mut conn).await {
-                    Err(e)
-                        if e.kind()
-                            == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
-                    {
-                        source.load_async(&mut conn).await?;
-                        Ok(cmd.query_async(&mut conn).await?)
-                    }
-                    answer => Ok(answer?),
+        let no_script = redis::ErrorKind::Server(redis::ServerErrorKind::NoScript);
+        self.timed(script, op, async {
+            let mut conn = self.conn().await?;
+            match cmd.query_async(&mut conn).await {
+                Err(e) if e.kind() == no_script => {
+                    source.load_async(&mut conn).await?;
+                    Ok(cmd.query_async(&mut conn).await?)
                 }
-            })
-            .await;
-        self.metrics
-            .script_duration
-            .with_label_values(&[script.as_str()])
-            .observe(started.elapsed().as_secs_f64());
-        result
+                answer => Ok(answer?),
+            }
+        })
+        .await
     }
 
     /// A pipeline (or a MULTI/EXEC), bounded by `budget` and counted under `op`. With
