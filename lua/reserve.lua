@@ -118,27 +118,22 @@ end
 -- Numbers the items pass as strings, converted once per distinct string (a batch's items
 -- mostly share their limit, hold, trip and hours), and integers formatted once per value (its
 -- items share the batch's TIME): string.format and tonumber are most of an item's Lua time.
-local numbers, formatted = {}, {}
-local function num(s)
-  local n = numbers[s]
-  if n == nil then
-    n = tonumber(s)
-    numbers[s] = n
+local function once_each(f)
+  local seen = {}
+  return function(x)
+    if x ~= x then
+      -- NaN (a hold or trip of 'nan'; the gateway sends integers) cannot be a table key.
+      return f(x)
+    end
+    local y = seen[x]
+    if y == nil then
+      y = f(x)
+      seen[x] = y
+    end
+    return y
   end
-  return n
 end
-local function fmt(n)
-  if n ~= n then
-    -- NaN (a hold or trip of 'nan'; the gateway sends integers) cannot be a table key.
-    return int(n)
-  end
-  local s = formatted[n]
-  if s == nil then
-    s = int(n)
-    formatted[n] = s
-  end
-  return s
-end
+local num, fmt = once_each(tonumber), once_each(int)
 
 -- A record as this batch sees it (read once, then kept), or nil.
 local function record(jti)

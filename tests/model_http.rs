@@ -521,23 +521,30 @@ proptest! {
 
     #[test]
     fn two_gateways_over_http_keep_every_invariant(ops in proptest::collection::vec(op(), 10..40)) {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
-        runtime.block_on(async {
-            let mut run = Run::start().await;
-            for op in &ops {
-                run.apply(op).await;
-                run.check().await;
-            }
-            for sent in std::mem::take(&mut run.sent) {
-                run.take_answer(sent, false).await;
-            }
-            run.settle().await;
-        });
+        play(&ops);
     }
+}
+
+/// Runs `ops` on two fresh gateways, checking the invariants after every step, then reads every
+/// answer still out and lets every hold settle; what each idempotency key won.
+fn play(ops: &[Op]) -> HashMap<(usize, usize, u8), Vec<String>> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let mut run = Run::start().await;
+        for op in ops {
+            run.apply(op).await;
+            run.check().await;
+        }
+        for sent in std::mem::take(&mut run.sent) {
+            run.take_answer(sent, false).await;
+        }
+        run.settle().await;
+        std::mem::take(&mut run.keyed)
+    })
 }
 
 /// A fixed sequence the generator can make: a keyed purchase, its retry sent and answered
@@ -572,27 +579,7 @@ fn keyed_retries_in_two_steps_get_the_same_reservation() {
         Op::Answer { pick: 0 },
         buy(0, 0, 1, Some(0)),
     ];
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async {
-        let mut run = Run::start().await;
-        for op in &ops {
-            run.apply(op).await;
-            run.check().await;
-        }
-        // u0's key won one reservation, whatever its retries were answered.
-        assert_eq!(
-            run.keyed.get(&(0, 0, 0)).map(Vec::len),
-            Some(1),
-            "{:?}",
-            run.keyed
-        );
-        for sent in std::mem::take(&mut run.sent) {
-            run.take_answer(sent, false).await;
-        }
-        run.settle().await;
-    });
+    let keyed = play(&ops);
+    // u0's key won one reservation, whatever its retries were answered.
+    assert_eq!(keyed.get(&(0, 0, 0)).map(Vec::len), Some(1), "{keyed:?}");
 }

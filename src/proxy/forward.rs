@@ -81,20 +81,35 @@ impl FlashProxy {
         Ok(())
     }
 
+    /// The head of a request whose body the gateway read whole (`body_len` bytes, maybe none):
+    /// its hop-by-hop headers gone, the headers every forwarded request gets
+    /// ([`FlashProxy::prepare_upstream`]), no `Expect` (answered already) and no transfer
+    /// coding, one `Content-Length`. Whether it could be made (why not is logged).
+    pub(super) fn buffered_head(
+        &self,
+        peer: Option<std::net::IpAddr>,
+        req: &mut RequestHeader,
+        ctx: &mut RequestCtx,
+        body_len: usize,
+    ) -> bool {
+        headers::strip_hop_by_hop(req);
+        let prepared = self.prepare_upstream(peer, req, ctx).and_then(|()| {
+            req.remove_header(&http::header::EXPECT);
+            req.remove_header(&http::header::TRANSFER_ENCODING);
+            req.insert_header(http::header::CONTENT_LENGTH, body_len.to_string())
+        });
+        if let Err(e) = &prepared {
+            tracing::error!(error = %e, "could not build the request to the backend");
+        }
+        prepared.is_ok()
+    }
+
     /// Sends a purchase holding stock to the backend, settles its reservation on the answer
     /// (or its absence), then answers the buyer: the backend's answer relayed, or the gateway's
     /// own decision. Every outcome is recorded in `ctx` for `logging`.
     pub(super) async fn forward_reserved(&self, session: &mut Session, ctx: &mut RequestCtx) {
         let mut req = session.req_header().clone();
-        headers::strip_hop_by_hop(&mut req);
-        let prepared = self
-            .prepare_upstream(peer_ip(session), &mut req, ctx)
-            .and_then(|()| {
-                req.remove_header(&http::header::TRANSFER_ENCODING);
-                req.insert_header(http::header::CONTENT_LENGTH, ctx.body.len().to_string())
-            });
-        if let Err(e) = prepared {
-            tracing::error!(error = %e, "could not build the request to the backend");
+        if !self.buffered_head(peer_ip(session), &mut req, ctx, ctx.body.len()) {
             self.settle_without_answer(session, ctx, Exchange::NotSent)
                 .await;
             return;
@@ -138,17 +153,7 @@ impl FlashProxy {
     /// and relays the answer (502 when no backend got it, 504 when none answered in time).
     pub(super) async fn forward_buffered(&self, session: &mut Session, ctx: &mut RequestCtx) {
         let mut req = session.req_header().clone();
-        headers::strip_hop_by_hop(&mut req);
-        let prepared = self
-            .prepare_upstream(peer_ip(session), &mut req, ctx)
-            .and_then(|()| {
-                // The gateway read the body (and answered any `Expect: 100-continue`) already.
-                req.remove_header(&http::header::EXPECT);
-                req.remove_header(&http::header::TRANSFER_ENCODING);
-                req.insert_header(http::header::CONTENT_LENGTH, ctx.body.len().to_string())
-            });
-        if let Err(e) = prepared {
-            tracing::error!(error = %e, "could not build the request to the backend");
+        if !self.buffered_head(peer_ip(session), &mut req, ctx, ctx.body.len()) {
             let _ = respond::status(session, 500, None).await;
             return;
         }

@@ -120,13 +120,7 @@ impl FlashProxy {
         peer: Option<IpAddr>,
         ctx: &mut RequestCtx,
     ) -> Option<Vec<u8>> {
-        headers::strip_hop_by_hop(&mut up);
-        let prepared = self.prepare_upstream(peer, &mut up, ctx).and_then(|()| {
-            up.remove_header(&http::header::TRANSFER_ENCODING);
-            up.insert_header(http::header::CONTENT_LENGTH, "0")
-        });
-        if let Err(e) = prepared {
-            tracing::error!(error = %e, "could not build the request to the backend");
+        if !self.buffered_head(peer, &mut up, ctx, 0) {
             return None;
         }
         let mut out = Vec::with_capacity(1024);
