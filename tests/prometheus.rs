@@ -42,8 +42,12 @@ impl Prometheus {
             .expect(
                 "prometheus starts (Debian package `prometheus`; scripts/ensure-deps installs it)",
             );
-        wait_for("prometheus to listen", Duration::from_secs(30), || {
-            std::net::TcpStream::connect(addr).ok()
+        // Prometheus listens before its storage is open and answers 503 until then:
+        // ready means `/-/ready` answers 200.
+        wait_for("prometheus to be ready", Duration::from_secs(30), || {
+            blocking_get(addr, "/-/ready")
+                .ok()
+                .filter(|r| r.status == 200)
         });
         Prometheus {
             addr,
@@ -60,6 +64,13 @@ impl Prometheus {
             &[],
         )
         .await;
+        if !resp.body.starts_with(b"{") {
+            return Err(format!(
+                "{expr}: {} {}",
+                resp.status,
+                String::from_utf8_lossy(&resp.body)
+            ));
+        }
         let body = resp.json();
         if body["status"] != "success" {
             return Err(format!("{expr}: {body}"));
