@@ -90,7 +90,24 @@ impl SaleRoute {
 
     /// The route's canonical path for an activity: what an admitted request is forwarded as.
     pub fn path_for(&self, activity: &str) -> String {
-        let mut path = String::new();
+        let mut path = String::with_capacity(self.path_len(activity));
+        self.push_path(activity, &mut path);
+        path
+    }
+
+    /// The length of [`Self::path_for`]'s answer, so a caller can allocate once.
+    pub fn path_len(&self, activity: &str) -> usize {
+        self.segments
+            .iter()
+            .map(|segment| match segment {
+                PathSegment::Literal(lit) => 1 + lit.len(),
+                PathSegment::Activity => 1 + activity.len(),
+            })
+            .sum()
+    }
+
+    /// Appends [`Self::path_for`]'s answer to `path`.
+    pub fn push_path(&self, activity: &str, path: &mut String) {
         for segment in &self.segments {
             path.push('/');
             match segment {
@@ -98,7 +115,6 @@ impl SaleRoute {
                 PathSegment::Activity => path.push_str(activity),
             }
         }
-        path
     }
 
     pub fn method(&self) -> &Method {

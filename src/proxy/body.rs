@@ -100,12 +100,15 @@ pub(super) fn canonical_uri(
     activity: &str,
     query: Option<&str>,
 ) -> Option<http::Uri> {
-    let path = route.path_for(activity);
-    let target = match query {
-        Some(q) => format!("{path}?{q}"),
-        None => path,
-    };
-    target.parse().ok()
+    // Built at its exact length and handed to the `Uri` whole (one allocation, no copy).
+    let query_len = query.map_or(0, |q| 1 + q.len());
+    let mut target = String::with_capacity(route.path_len(activity) + query_len);
+    route.push_path(activity, &mut target);
+    if let Some(q) = query {
+        target.push('?');
+        target.push_str(q);
+    }
+    http::Uri::try_from(target).ok()
 }
 
 /// Whether a sale request is too large to consider: its headers, or its declared body (a

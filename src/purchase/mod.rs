@@ -1,6 +1,6 @@
 //! The purchase pipeline: one owner for the question "may this sale request take stock?".
 //!
-//! A purchase runs through an ordered list of small gates ([`gates::GATES`], a file each), each
+//! A purchase runs through an ordered list of small gates ([`gates::run`], a file each), each
 //! cheaper than the next: the client IP's bucket, who buys what, the quantity the query names,
 //! the sale's hours, the fleet-wide halt, the buyer's bucket, the sold-out mark, the waiting room, the activity's
 //! bucket, the whole body (read last of all, so refusals that need none never wait for it; a
@@ -187,9 +187,15 @@ pub struct Parts<'a> {
 }
 
 /// One step of the pipeline. `check` may answer, or change the attempt and let it go on.
-#[async_trait::async_trait]
+///
+/// Gates are called by their type, never through `dyn` ([`gates::run`]): the pipeline is one
+/// future, with no allocation per gate.
 pub trait Gate: Sync {
-    async fn check(&self, parts: Parts<'_>, attempt: &mut Attempt<'_>) -> Step;
+    fn check(
+        &self,
+        parts: Parts<'_>,
+        attempt: &mut Attempt<'_>,
+    ) -> impl std::future::Future<Output = Step> + Send;
 
     /// The gate's name (its type's), for the order's test and traces.
     fn name(&self) -> &'static str {
@@ -200,14 +206,11 @@ pub trait Gate: Sync {
 
 /// Runs a purchase through every gate in order; the first answer is the verdict.
 pub async fn run(parts: Parts<'_>, attempt: &mut Attempt<'_>) -> Verdict {
-    for gate in gates::GATES {
-        if let Step::Answer(verdict) = gate.check(parts, attempt).await {
-            return verdict;
-        }
-    }
-    // The reserve gate, last, always answers.
-    debug_assert!(false, "no gate answered");
-    Verdict::Refuse(Decision::Unavailable)
+    gates::run(parts, attempt).await.unwrap_or_else(|| {
+        // The reserve gate, last, always answers.
+        debug_assert!(false, "no gate answered");
+        Verdict::Refuse(Decision::Unavailable)
+    })
 }
 
 impl<'a> Attempt<'a> {

@@ -8,7 +8,6 @@ use crate::purchase::{Attempt, Gate, HeldBack, Parts, Step};
 
 pub struct ActivityBucket;
 
-#[async_trait::async_trait]
 impl Gate for ActivityBucket {
     async fn check(&self, parts: Parts<'_>, attempt: &mut Attempt<'_>) -> Step {
         if matches!(attempt.held_back, Some(HeldBack::Queue(..))) {

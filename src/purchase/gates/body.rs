@@ -10,7 +10,6 @@ use crate::purchase::{Attempt, Gate, Parts, Step};
 
 pub struct Body;
 
-#[async_trait::async_trait]
 impl Gate for Body {
     async fn check(&self, _parts: Parts<'_>, attempt: &mut Attempt<'_>) -> Step {
         let body = match attempt.exchange.body().await {

@@ -9,7 +9,6 @@ use crate::purchase::{Attempt, Gate, HeldBack, Parts, Step};
 
 pub struct Halt;
 
-#[async_trait::async_trait]
 impl Gate for Halt {
     async fn check(&self, parts: Parts<'_>, attempt: &mut Attempt<'_>) -> Step {
         if !parts.admission.is_halted(attempt.activity()) {

@@ -9,7 +9,6 @@ use crate::purchase::{Attempt, Gate, HeldBack, Parts, Step};
 
 pub struct Hours;
 
-#[async_trait::async_trait]
 impl Gate for Hours {
     async fn check(&self, _parts: Parts<'_>, attempt: &mut Attempt<'_>) -> Step {
         let activity = attempt.activity();

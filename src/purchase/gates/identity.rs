@@ -6,7 +6,6 @@ use crate::purchase::{Attempt, Gate, Parts, Step};
 
 pub struct Identity;
 
-#[async_trait::async_trait]
 impl Gate for Identity {
     async fn check(&self, parts: Parts<'_>, attempt: &mut Attempt<'_>) -> Step {
         let header = attempt.exchange.header();

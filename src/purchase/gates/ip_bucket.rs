@@ -6,7 +6,6 @@ use crate::purchase::{Attempt, Gate, Parts, Step};
 
 pub struct IpBucket;
 
-#[async_trait::async_trait]
 impl Gate for IpBucket {
     async fn check(&self, parts: Parts<'_>, attempt: &mut Attempt<'_>) -> Step {
         let policy = parts.rules.policy;

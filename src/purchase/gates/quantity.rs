@@ -8,7 +8,6 @@ use crate::purchase::{Attempt, Gate, Parts, Step};
 
 pub struct Quantity;
 
-#[async_trait::async_trait]
 impl Gate for Quantity {
     async fn check(&self, _parts: Parts<'_>, attempt: &mut Attempt<'_>) -> Step {
         let route = attempt.asked.route;

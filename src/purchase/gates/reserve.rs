@@ -13,7 +13,6 @@ use crate::purchase::{Attempt, Gate, Parts, Step, Verdict};
 
 pub struct Reserve;
 
-#[async_trait::async_trait]
 impl Gate for Reserve {
     async fn check(&self, parts: Parts<'_>, attempt: &mut Attempt<'_>) -> Step {
         if let step @ Step::Answer(_) = super::halt::Halt.check(parts, attempt).await {

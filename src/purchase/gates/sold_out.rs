@@ -7,7 +7,6 @@ use crate::purchase::{Attempt, Gate, Parts, Step};
 
 pub struct SoldOut;
 
-#[async_trait::async_trait]
 impl Gate for SoldOut {
     async fn check(&self, parts: Parts<'_>, attempt: &mut Attempt<'_>) -> Step {
         let ttl = parts.rules.settings.sold_out_cache.ttl;

@@ -7,7 +7,6 @@ use crate::purchase::{Attempt, Gate, Parts, Step};
 
 pub struct UserBucket;
 
-#[async_trait::async_trait]
 impl Gate for UserBucket {
     async fn check(&self, parts: Parts<'_>, attempt: &mut Attempt<'_>) -> Step {
         parts

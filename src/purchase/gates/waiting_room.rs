@@ -92,7 +92,6 @@ pub fn presented(headers: &HeaderMap) -> Option<Presented> {
 
 pub struct WaitingRoom;
 
-#[async_trait::async_trait]
 impl Gate for WaitingRoom {
     async fn check(&self, parts: Parts<'_>, attempt: &mut Attempt<'_>) -> Step {
         if matches!(attempt.held_back, Some(HeldBack::Halted)) {

@@ -151,10 +151,7 @@ fn a_keyed_retry_outside_the_hours_is_replay_only() {
 
 #[test]
 fn the_gates_run_in_the_documented_order() {
-    let names: Vec<&str> = crate::purchase::gates::GATES
-        .iter()
-        .map(|g| g.name())
-        .collect();
+    let names = crate::purchase::gates::names();
     assert_eq!(
         names,
         [
