@@ -23,9 +23,21 @@
 -- -3 released (too late: the units went back), -4 released, accepted late and covered from
 -- stock or retired units, -5 released, accepted late and oversold (nothing left to cover it).
 
+--
+-- O(ids). Per batch, not per id: the records are read in one HMGET and the new ones written in
+-- one HSET, the ledger moved by one HINCRBY per field, the pending entries removed by one ZREM
+-- (a late acceptance, rare, still writes as it goes). An id twice in a batch is judged the
+-- second time by what the first did. The events key is checked first (a stream or absent), so
+-- every write that can fail on a key of the wrong type fails before the first write.
+
 local now = int(now_ms())
 local has_ledger = redis.call('EXISTS', KEYS[2]) == 1
 local via = ARGV[2]
+local events_type = redis.call('TYPE', KEYS[4]).ok
+if events_type ~= 'stream' and events_type ~= 'none' then
+  return redis.error_reply('WRONGTYPE the events key ' .. KEYS[4] .. ' is a ' .. events_type)
+end
+local events_exist = events_type == 'stream'
 
 -- The backend took a released reservation: counted once, covered if nobody else can have it.
 local function accepted_late(jti, rec)
@@ -80,10 +92,42 @@ local function accepted_late(jti, rec)
   return -5
 end
 
+local FIRST = 4
+local ids = {}
+for i = FIRST, #ARGV do
+  ids[#ids + 1] = ARGV[i]
+end
 local out = {}
-for i = 4, #ARGV do
-  local jti = ARGV[i]
-  local rec = decode(redis.call('HGET', KEYS[1], jti))
+if #ids == 0 then
+  return out
+end
+-- Calls `cmd key` with the list's items as arguments, in slices (unpack is bounded by Lua's C
+-- stack; the gateway's batches are far below one slice): the replies, concatenated.
+local SLICE = 4000
+local function sliced(cmd, key, list)
+  local replies = {}
+  for first = 1, #list, SLICE do
+    local reply = redis.call(cmd, key, unpack(list, first, math.min(first + SLICE - 1, #list)))
+    if type(reply) == 'table' then
+      for _, r in ipairs(reply) do
+        replies[#replies + 1] = r
+      end
+    end
+  end
+  return replies
+end
+
+local raw = sliced('HMGET', KEYS[1], ids)
+-- The batch's view of its records (an id met again is judged by what was done to it), and the
+-- confirmed ones to write at the end, in order.
+local seen, written, confirmed_ids = {}, {}, {}
+local confirmed_units = 0
+for i, jti in ipairs(ids) do
+  local rec = seen[jti]
+  if rec == nil then
+    rec = decode(raw[i]) or false
+    seen[jti] = rec
+  end
   local code
   if not rec then
     code = -1
@@ -100,16 +144,24 @@ for i = 4, #ARGV do
   else
     rec.state = 'confirmed'
     rec.done = now
-    redis.call('HSET', KEYS[1], jti, encode(rec))
-    if has_ledger then
-      redis.call('HINCRBY', KEYS[2], 'pending', -tonumber(rec.qty))
-      redis.call('HINCRBY', KEYS[2], 'confirmed', rec.qty)
+    written[#written + 1] = jti
+    written[#written + 1] = encode(rec)
+    confirmed_ids[#confirmed_ids + 1] = jti
+    confirmed_units = confirmed_units + tonumber(rec.qty)
+    if events_exist then
+      redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[3], '*', 'type', 'confirm', 'jti', jti,
+        'user', rec.user, 'qty', rec.qty, 'ver', rec.ver, 'via', via, 'ts', now)
     end
-    redis.call('ZREM', KEYS[3], jti)
-    emit(KEYS[4], ARGV[3], 'type', 'confirm', 'jti', jti, 'user', rec.user, 'qty', rec.qty,
-      'ver', rec.ver, 'via', via, 'ts', now)
     code = 1
   end
   out[#out + 1] = code
+end
+if #confirmed_ids > 0 then
+  sliced('ZREM', KEYS[3], confirmed_ids)
+  if has_ledger then
+    redis.call('HINCRBY', KEYS[2], 'pending', -confirmed_units)
+    redis.call('HINCRBY', KEYS[2], 'confirmed', confirmed_units)
+  end
+  sliced('HSET', KEYS[1], written)
 end
 return out

@@ -573,6 +573,107 @@ async fn one_confirm_call_settles_a_batch() {
     );
 }
 
+/// The batch reads its records in one HMGET and writes them in one HSET at the end: what each id
+/// became must still be exactly what one call per id would leave (the pending set, the records,
+/// one event per confirm), and an events key of the wrong type fails the call before any write.
+#[tokio::test]
+async fn a_confirm_batch_leaves_what_one_call_per_id_would() {
+    let redis = RedisServer::start();
+    let s = store(redis.url(), 1000);
+    let a = activity("1001", 10, 1, 1);
+    prewarm(&s, &a).await;
+    for i in 0..4 {
+        reserve(&s, &a, &format!("u{i}"), 1, &format!("r{i}")).await;
+    }
+    let l = Layout::of(&a);
+    let mut conn = redis.conn();
+    // The pending ids (without the set's marker, which prewarm keeps in it).
+    let pending = |conn: &mut redis::Connection| -> Vec<String> {
+        let ids: Vec<String> = redis::cmd("ZRANGE")
+            .arg("fg:{1001}:v1:pending")
+            .arg(0)
+            .arg(-1)
+            .query(conn)
+            .unwrap();
+        ids.into_iter().filter(|id| !id.is_empty()).collect()
+    };
+
+    // Events of the wrong type: refused before anything is written.
+    let _: () = redis::cmd("RENAME")
+        .arg("fg:{1001}:events")
+        .arg("fg:{1001}:events-kept")
+        .query(&mut conn)
+        .unwrap();
+    let _: () = redis::cmd("SET")
+        .arg("fg:{1001}:events")
+        .arg("x")
+        .query(&mut conn)
+        .unwrap();
+    let err = s
+        .confirm(one(&l), 1, &["r0", "r1"], ConfirmedVia::Upstream)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("WRONGTYPE"), "{err}");
+    assert_eq!(pending(&mut conn).len(), 4, "nothing confirmed");
+    assert_eq!(ledger(&s, &a, 1).await.confirmed, 0);
+    let _: () = redis::cmd("RENAME")
+        .arg("fg:{1001}:events-kept")
+        .arg("fg:{1001}:events")
+        .query(&mut conn)
+        .unwrap();
+
+    let outcomes = s
+        .confirm(
+            one(&l),
+            1,
+            &["r2", "r0", "r2", "r0", "gone"],
+            ConfirmedVia::Upstream,
+        )
+        .await
+        .unwrap();
+    use ConfirmOutcome::*;
+    assert_eq!(
+        outcomes,
+        [
+            Confirmed,
+            Confirmed,
+            AlreadyConfirmed,
+            AlreadyConfirmed,
+            Unknown
+        ]
+    );
+    assert_eq!(pending(&mut conn), ["r1", "r3"]);
+    for (id, state) in [("r0", "confirmed"), ("r1", "pending"), ("r2", "confirmed")] {
+        let raw: String = redis::cmd("HGET")
+            .arg("fg:{1001}:res")
+            .arg(id)
+            .query(&mut conn)
+            .unwrap();
+        assert!(raw.starts_with(&format!("{state}|1|1|")), "{id}: {raw}");
+    }
+    let row = ledger(&s, &a, 1).await;
+    assert_eq!((row.pending, row.confirmed, row.drift()), (2, 2, 0));
+    let confirms: Vec<redis::streams::StreamId> = redis::cmd("XRANGE")
+        .arg("fg:{1001}:events")
+        .arg("-")
+        .arg("+")
+        .query::<redis::streams::StreamRangeReply>(&mut conn)
+        .unwrap()
+        .ids
+        .into_iter()
+        .filter(|e| e.get::<String>("type").as_deref() == Some("confirm"))
+        .collect();
+    let jtis: Vec<String> = confirms.iter().map(|e| e.get("jti").unwrap()).collect();
+    assert_eq!(jtis, ["r2", "r0"], "one event per confirm, in order");
+    // A second call finds them confirmed and changes nothing.
+    let again = s
+        .confirm(one(&l), 1, &["r0", "r2"], ConfirmedVia::Upstream)
+        .await
+        .unwrap();
+    assert_eq!(again, [AlreadyConfirmed, AlreadyConfirmed]);
+    assert_eq!(ledger(&s, &a, 1).await.confirmed, 2);
+}
+
 #[tokio::test]
 async fn sweep_releases_only_expired_pending_reservations_in_batches() {
     let redis = RedisServer::start();
