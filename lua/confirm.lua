@@ -24,20 +24,39 @@
 -- stock or retired units, -5 released, accepted late and oversold (nothing left to cover it).
 
 --
--- O(ids). Per batch, not per id: the records are read in one HMGET and the new ones written in
--- one HSET, the ledger moved by one HINCRBY per field, the pending entries removed by one ZREM
--- (a late acceptance, rare, still writes as it goes). An id twice in a batch is judged the
--- second time by what the first did. The events key is checked first (a stream or absent), so
--- every write that can fail on a key of the wrong type fails before the first write.
+-- O(ids). Per batch, not per id: the records are read in one HMGET and the confirmed ones
+-- written in one HSET, the ledger moved by one HINCRBY per field, the pending entries removed by
+-- one ZREM, and the batch's events appended after its writes, in the order of its ids. An id met
+-- twice in a batch (or a cover id made earlier in it) is judged by what the batch did. Whatever
+-- can make those writes fail (an events key that is no stream, a pending set that is no sorted
+-- set, ledger counts or a stream cap that are not integers) is checked before the first write,
+-- so a damaged key fails the call with nothing written: no reservation is left confirmed in part
+-- (say, out of the pending set but still pending, where the sweep would never find it). A late
+-- acceptance (rare) still writes as it goes.
 
 local now = int(now_ms())
 local has_ledger = redis.call('EXISTS', KEYS[2]) == 1
 local via = ARGV[2]
-local events_type = redis.call('TYPE', KEYS[4]).ok
-if events_type ~= 'stream' and events_type ~= 'none' then
-  return redis.error_reply('WRONGTYPE the events key ' .. KEYS[4] .. ' is a ' .. events_type)
+local function of_type(key, want)
+  local t = redis.call('TYPE', key).ok
+  if t ~= want and t ~= 'none' then
+    error(redis.error_reply('WRONGTYPE ' .. key .. ' is a ' .. t .. ', not a ' .. want))
+  end
+  return t == want
 end
-local events_exist = events_type == 'stream'
+local events_exist = of_type(KEYS[4], 'stream')
+of_type(KEYS[3], 'zset')
+if not string.match(ARGV[3], '^%d+$') then
+  return redis.error_reply('ERR the stream cap is not an integer: ' .. ARGV[3])
+end
+-- The batch's view of its records (an id met again is judged by what was done to it: false if
+-- unknown) and its events, appended once its writes are done.
+local seen, events = {}, {}
+local function event(...)
+  if events_exist then
+    events[#events + 1] = {...}
+  end
+end
 
 -- The backend took a released reservation: counted once, covered if nobody else can have it.
 local function accepted_late(jti, rec)
@@ -61,6 +80,7 @@ local function accepted_late(jti, rec)
     deadline = '', done = now, reason = 'late_accepted', flags = '', fence = '0', prior = '0',
     busy = '0', user = rec.user})
   if source and redis.call('HSETNX', KEYS[1], cover, record) == 1 then
+    seen[cover] = decode(record)
     if source == 'stock' then
       redis.call('DECRBY', KEYS[5], qty)
     elseif has_ledger then
@@ -79,16 +99,16 @@ local function accepted_late(jti, rec)
       redis.call('HINCRBY', KEYS[2], 'confirmed', qty)
     end
     redis.call('HSET', KEYS[1], jti, encode(rec))
-    emit(KEYS[4], ARGV[3], 'type', 'late_accept', 'jti', jti, 'user', rec.user, 'qty', rec.qty,
-      'ver', rec.ver, 'via', via, 'covered_by', cover, 'ts', now)
+    event('type', 'late_accept', 'jti', jti, 'user', rec.user, 'qty', rec.qty, 'ver', rec.ver,
+      'via', via, 'covered_by', cover, 'ts', now)
     return -4
   end
   redis.call('HSET', KEYS[1], jti, encode(rec))
   if has_ledger then
     redis.call('HINCRBY', KEYS[2], 'oversold', qty)
   end
-  emit(KEYS[4], ARGV[3], 'type', 'late_accept', 'jti', jti, 'user', rec.user, 'qty', rec.qty,
-    'ver', rec.ver, 'via', via, 'covered_by', '', 'ts', now)
+  event('type', 'late_accept', 'jti', jti, 'user', rec.user, 'qty', rec.qty, 'ver', rec.ver,
+    'via', via, 'covered_by', '', 'ts', now)
   return -5
 end
 
@@ -118,9 +138,8 @@ local function sliced(cmd, key, list)
 end
 
 local raw = sliced('HMGET', KEYS[1], ids)
--- The batch's view of its records (an id met again is judged by what was done to it), and the
--- confirmed ones to write at the end, in order.
-local seen, written, confirmed_ids = {}, {}, {}
+-- The confirmed records to write at the end, in order.
+local written, confirmed_ids = {}, {}
 local confirmed_units = 0
 for i, jti in ipairs(ids) do
   local rec = seen[jti]
@@ -148,20 +167,29 @@ for i, jti in ipairs(ids) do
     written[#written + 1] = encode(rec)
     confirmed_ids[#confirmed_ids + 1] = jti
     confirmed_units = confirmed_units + tonumber(rec.qty)
-    if events_exist then
-      redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[3], '*', 'type', 'confirm', 'jti', jti,
-        'user', rec.user, 'qty', rec.qty, 'ver', rec.ver, 'via', via, 'ts', now)
-    end
+    event('type', 'confirm', 'jti', jti, 'user', rec.user, 'qty', rec.qty, 'ver', rec.ver,
+      'via', via, 'ts', now)
     code = 1
   end
   out[#out + 1] = code
 end
 if #confirmed_ids > 0 then
-  sliced('ZREM', KEYS[3], confirmed_ids)
   if has_ledger then
-    redis.call('HINCRBY', KEYS[2], 'pending', -confirmed_units)
-    redis.call('HINCRBY', KEYS[2], 'confirmed', confirmed_units)
+    -- HINCRBY fails on a count that is not an integer: found here, before any write.
+    for _, n in ipairs(redis.call('HMGET', KEYS[2], 'pending', 'confirmed')) do
+      if n and not string.match(n, '^%-?%d+$') then
+        return redis.error_reply('ERR the ledger ' .. KEYS[2] .. ' holds a count that is not an integer')
+      end
+    end
   end
   sliced('HSET', KEYS[1], written)
+  if has_ledger then
+    redis.call('HINCRBY', KEYS[2], 'pending', int(-confirmed_units))
+    redis.call('HINCRBY', KEYS[2], 'confirmed', int(confirmed_units))
+  end
+  sliced('ZREM', KEYS[3], confirmed_ids)
+end
+for _, e in ipairs(events) do
+  redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[3], '*', unpack(e))
 end
 return out

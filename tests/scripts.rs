@@ -535,15 +535,22 @@ async fn confirm_return_codes_and_the_ledger() {
     );
 }
 
-#[tokio::test]
-async fn one_confirm_call_settles_a_batch() {
+/// A private Redis, its store, and activity 1001 (10 units, one each) prewarmed, with `n`
+/// reservations: r0, r1... for u0, u1...
+async fn with_reservations(n: usize) -> (RedisServer, StockStore, Activity) {
     let redis = RedisServer::start();
     let s = store(redis.url(), 1000);
     let a = activity("1001", 10, 1, 1);
     prewarm(&s, &a).await;
-    for i in 0..5 {
+    for i in 0..n {
         reserve(&s, &a, &format!("u{i}"), 1, &format!("r{i}")).await;
     }
+    (redis, s, a)
+}
+
+#[tokio::test]
+async fn one_confirm_call_settles_a_batch() {
+    let (_redis, s, a) = with_reservations(5).await;
     release(&s, &a, 1, "r3", ReleaseMode::Owner).await;
     let l = Layout::of(&a);
     let outcomes = s
@@ -578,13 +585,7 @@ async fn one_confirm_call_settles_a_batch() {
 /// one event per confirm), and an events key of the wrong type fails the call before any write.
 #[tokio::test]
 async fn a_confirm_batch_leaves_what_one_call_per_id_would() {
-    let redis = RedisServer::start();
-    let s = store(redis.url(), 1000);
-    let a = activity("1001", 10, 1, 1);
-    prewarm(&s, &a).await;
-    for i in 0..4 {
-        reserve(&s, &a, &format!("u{i}"), 1, &format!("r{i}")).await;
-    }
+    let (redis, s, a) = with_reservations(4).await;
     let l = Layout::of(&a);
     let mut conn = redis.conn();
     // The pending ids (without the set's marker, which prewarm keeps in it).
@@ -672,6 +673,108 @@ async fn a_confirm_batch_leaves_what_one_call_per_id_would() {
         .unwrap();
     assert_eq!(again, [AlreadyConfirmed, AlreadyConfirmed]);
     assert_eq!(ledger(&s, &a, 1).await.confirmed, 2);
+}
+
+/// Review findings on the batched confirm. A damaged key fails the whole call before its first
+/// write: before, a ledger count that was no integer left a reservation out of the pending set
+/// yet still pending (the sweep would never end it) with its event emitted; a late acceptance
+/// failing after an earlier confirm in the batch did the same. And a cover made earlier in a
+/// batch is what a later mention of its id sees.
+#[tokio::test]
+async fn regression_a_confirm_batch_fails_whole_on_a_damaged_key() {
+    let (redis, s, a) = with_reservations(3).await;
+    release(&s, &a, 1, "r2", ReleaseMode::Owner).await;
+    let l = Layout::of(&a);
+    let mut conn = redis.conn();
+    let record = |conn: &mut redis::Connection, id: &str| -> String {
+        redis::cmd("HGET")
+            .arg("fg:{1001}:res")
+            .arg(id)
+            .query(conn)
+            .unwrap()
+    };
+    let in_pending = |conn: &mut redis::Connection, id: &str| -> bool {
+        redis::cmd("ZSCORE")
+            .arg("fg:{1001}:v1:pending")
+            .arg(id)
+            .query::<Option<f64>>(conn)
+            .unwrap()
+            .is_some()
+    };
+    let events = |conn: &mut redis::Connection| -> usize {
+        redis::cmd("XLEN")
+            .arg("fg:{1001}:events")
+            .query(conn)
+            .unwrap()
+    };
+    let events_before = events(&mut conn);
+
+    // A ledger count that is no integer: nothing written.
+    let good: String = redis::cmd("HGET")
+        .arg("fg:{1001}:v1:ledger")
+        .arg("pending")
+        .query(&mut conn)
+        .unwrap();
+    let _: () = redis::cmd("HSET")
+        .arg("fg:{1001}:v1:ledger")
+        .arg("pending")
+        .arg("zz")
+        .query(&mut conn)
+        .unwrap();
+    assert!(s
+        .confirm(one(&l), 1, &["r0"], ConfirmedVia::Upstream)
+        .await
+        .is_err());
+    assert!(record(&mut conn, "r0").starts_with("pending|"));
+    assert!(in_pending(&mut conn, "r0"));
+    assert_eq!(events(&mut conn), events_before);
+    let _: () = redis::cmd("HSET")
+        .arg("fg:{1001}:v1:ledger")
+        .arg("pending")
+        .arg(&good)
+        .query(&mut conn)
+        .unwrap();
+
+    // A late acceptance failing on a damaged stock after a confirm in the same batch: the
+    // confirm is not half done.
+    let stock: String = redis::cmd("GET")
+        .arg("fg:{1001}:v1:stock")
+        .query(&mut conn)
+        .unwrap();
+    let _: () = redis::cmd("SET")
+        .arg("fg:{1001}:v1:stock")
+        .arg("abc")
+        .query(&mut conn)
+        .unwrap();
+    assert!(s
+        .confirm(one(&l), 1, &["r0", "r2"], ConfirmedVia::Upstream)
+        .await
+        .is_err());
+    assert!(record(&mut conn, "r0").starts_with("pending|"));
+    assert!(in_pending(&mut conn, "r0"));
+    let _: () = redis::cmd("SET")
+        .arg("fg:{1001}:v1:stock")
+        .arg(&stock)
+        .query(&mut conn)
+        .unwrap();
+
+    // Healthy again: the cover made for r2 is what the batch's later mention of it sees.
+    use ConfirmOutcome::*;
+    let outcomes = s
+        .confirm(
+            one(&l),
+            1,
+            &["r2-late", "r0", "r2", "r2-late"],
+            ConfirmedVia::Upstream,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        outcomes,
+        [Unknown, Confirmed, LateCovered, AlreadyConfirmed]
+    );
+    assert!(!in_pending(&mut conn, "r0"));
+    assert_eq!(ledger(&s, &a, 1).await.drift(), 0);
 }
 
 #[tokio::test]
@@ -2252,16 +2355,7 @@ async fn a_segment_recorded_under_another_master_takes_nothing() {
     assert_eq!(s.check_master(&a).await.unwrap(), None, "armed");
     let layout = Layout::of(&a);
     let record = |i: u32| s.keys().of(layout.segment(i).unwrap()).master();
-    let info: String = redis::cmd("INFO")
-        .arg("replication")
-        .query(&mut redis.conn())
-        .unwrap();
-    let replid = info
-        .lines()
-        .find_map(|l| l.strip_prefix("master_replid:"))
-        .unwrap()
-        .trim()
-        .to_owned();
+    let replid = replication_field(&redis, "master_replid");
     for i in 0..2 {
         let recorded: String = redis::cmd("GET")
             .arg(record(i))
@@ -2309,6 +2403,58 @@ async fn a_segment_recorded_under_another_master_takes_nothing() {
         ReserveOutcome::Reserved { .. }
     ));
     assert_eq!(s.check_master(&a).await.unwrap(), None);
+}
+
+/// A field of the server's `INFO replication`.
+fn replication_field(redis: &RedisServer, name: &str) -> String {
+    let info: String = redis::cmd("INFO")
+        .arg("replication")
+        .query(&mut redis.conn())
+        .unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+        .unwrap_or_else(|| panic!("{name} in {info}"))
+        .trim()
+        .to_owned()
+}
+
+/// The fence's fast path finds the recorded master's line in INFO's text; a record that only
+/// contains this master's identity (a prefix of it, or it with more lines after) is another
+/// master's, as when the record was compared whole (review of the plain search).
+#[tokio::test]
+async fn a_record_that_only_contains_this_masters_identity_is_fenced() {
+    let redis = RedisServer::start();
+    let s = store(redis.url(), 1000);
+    let a = activity("1001", 10, 1, 5);
+    prewarm(&s, &a).await;
+    assert_eq!(s.check_master(&a).await.unwrap(), None, "armed");
+    let layout = Layout::of(&a);
+    let record = s.keys().of(layout.segment(0).unwrap()).master();
+    let replid: String = redis::cmd("GET")
+        .arg(&record)
+        .query(&mut redis.conn())
+        .unwrap();
+    let replid2 = replication_field(&redis, "master_replid2");
+    for lookalike in [
+        replid[..20].to_owned(),
+        format!("{replid}\r\nmaster_replid2:{replid2}"),
+        format!("{replid} "),
+        replid.to_uppercase(),
+    ] {
+        let _: () = redis::cmd("SET")
+            .arg(&record)
+            .arg(&lookalike)
+            .query(&mut redis.conn())
+            .unwrap();
+        let fence = s.check_master(&a).await.unwrap();
+        assert!(fence.is_some(), "{lookalike:?} is not this master");
+    }
+    let _: () = redis::cmd("SET")
+        .arg(&record)
+        .arg(&replid)
+        .query(&mut redis.conn())
+        .unwrap();
+    assert_eq!(s.check_master(&a).await.unwrap(), None, "{replid}");
 }
 
 /// A proof-of-work solution is spent in the ticket script, and checked again there against
