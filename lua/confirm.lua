@@ -27,34 +27,29 @@
 -- O(ids). Per batch, not per id: the records are read in one HMGET and the confirmed ones
 -- written in one HSET, the ledger moved by one HINCRBY per field, the pending entries removed by
 -- one ZREM, and the batch's events appended after its writes, in the order of its ids. An id met
--- twice in a batch (or a cover id made earlier in it) is judged by what the batch did. Whatever
--- can make those writes fail (an events key that is no stream, a pending set that is no sorted
--- set, ledger counts or a stream cap that are not integers) is checked before the first write,
--- so a damaged key fails the call with nothing written: no reservation is left confirmed in part
--- (say, out of the pending set but still pending, where the sweep would never find it). A late
--- acceptance (rare) still writes as it goes.
+-- twice in a batch (or a cover id made earlier in it) is judged by what the batch did. The
+-- writes come in the order one confirm always made them (record, ledger, pending set, event),
+-- so a key damaged by hand that fails the call midway leaves what it left before: a record
+-- confirmed, never one still pending out of the pending set (the sweep would never end it). An
+-- events key that is no stream fails the call before any write. A late acceptance (rare) still
+-- writes as it goes.
 
 local now = int(now_ms())
 local has_ledger = redis.call('EXISTS', KEYS[2]) == 1
 local via = ARGV[2]
-local function of_type(key, want)
-  local t = redis.call('TYPE', key).ok
-  if t ~= want and t ~= 'none' then
-    error(redis.error_reply('WRONGTYPE ' .. key .. ' is a ' .. t .. ', not a ' .. want))
-  end
-  return t == want
+local events_type = redis.call('TYPE', KEYS[4]).ok
+if events_type ~= 'stream' and events_type ~= 'none' then
+  return redis.error_reply('WRONGTYPE the events key ' .. KEYS[4] .. ' is a ' .. events_type)
 end
-local events_exist = of_type(KEYS[4], 'stream')
-of_type(KEYS[3], 'zset')
-if not string.match(ARGV[3], '^%d+$') then
-  return redis.error_reply('ERR the stream cap is not an integer: ' .. ARGV[3])
-end
+local events_exist = events_type == 'stream'
 -- The batch's view of its records (an id met again is judged by what was done to it: false if
 -- unknown) and its events, appended once its writes are done.
+-- An event is a confirmed id (its record in `seen` says the rest) or a late acceptance's
+-- arguments.
 local seen, events = {}, {}
-local function event(...)
+local function event(e)
   if events_exist then
-    events[#events + 1] = {...}
+    events[#events + 1] = e
   end
 end
 
@@ -99,16 +94,16 @@ local function accepted_late(jti, rec)
       redis.call('HINCRBY', KEYS[2], 'confirmed', qty)
     end
     redis.call('HSET', KEYS[1], jti, encode(rec))
-    event('type', 'late_accept', 'jti', jti, 'user', rec.user, 'qty', rec.qty, 'ver', rec.ver,
-      'via', via, 'covered_by', cover, 'ts', now)
+    event({'type', 'late_accept', 'jti', jti, 'user', rec.user, 'qty', rec.qty, 'ver', rec.ver,
+      'via', via, 'covered_by', cover, 'ts', now})
     return -4
   end
   redis.call('HSET', KEYS[1], jti, encode(rec))
   if has_ledger then
     redis.call('HINCRBY', KEYS[2], 'oversold', qty)
   end
-  event('type', 'late_accept', 'jti', jti, 'user', rec.user, 'qty', rec.qty, 'ver', rec.ver,
-    'via', via, 'covered_by', '', 'ts', now)
+  event({'type', 'late_accept', 'jti', jti, 'user', rec.user, 'qty', rec.qty, 'ver', rec.ver,
+    'via', via, 'covered_by', '', 'ts', now})
   return -5
 end
 
@@ -121,10 +116,14 @@ local out = {}
 if #ids == 0 then
   return out
 end
--- Calls `cmd key` with the list's items as arguments, in slices (unpack is bounded by Lua's C
--- stack; the gateway's batches are far below one slice): the replies, concatenated.
+-- Calls `cmd key` with the list's items as arguments: in one call, or in slices past what
+-- unpack takes (Lua's C stack; the gateway's batches are far below one slice). The replies,
+-- concatenated.
 local SLICE = 4000
 local function sliced(cmd, key, list)
+  if #list <= SLICE then
+    return redis.call(cmd, key, unpack(list))
+  end
   local replies = {}
   for first = 1, #list, SLICE do
     local reply = redis.call(cmd, key, unpack(list, first, math.min(first + SLICE - 1, #list)))
@@ -167,21 +166,12 @@ for i, jti in ipairs(ids) do
     written[#written + 1] = encode(rec)
     confirmed_ids[#confirmed_ids + 1] = jti
     confirmed_units = confirmed_units + tonumber(rec.qty)
-    event('type', 'confirm', 'jti', jti, 'user', rec.user, 'qty', rec.qty, 'ver', rec.ver,
-      'via', via, 'ts', now)
+    event(jti)
     code = 1
   end
   out[#out + 1] = code
 end
 if #confirmed_ids > 0 then
-  if has_ledger then
-    -- HINCRBY fails on a count that is not an integer: found here, before any write.
-    for _, n in ipairs(redis.call('HMGET', KEYS[2], 'pending', 'confirmed')) do
-      if n and not string.match(n, '^%-?%d+$') then
-        return redis.error_reply('ERR the ledger ' .. KEYS[2] .. ' holds a count that is not an integer')
-      end
-    end
-  end
   sliced('HSET', KEYS[1], written)
   if has_ledger then
     redis.call('HINCRBY', KEYS[2], 'pending', int(-confirmed_units))
@@ -190,6 +180,12 @@ if #confirmed_ids > 0 then
   sliced('ZREM', KEYS[3], confirmed_ids)
 end
 for _, e in ipairs(events) do
-  redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[3], '*', unpack(e))
+  if type(e) == 'string' then
+    local rec = seen[e]
+    redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[3], '*', 'type', 'confirm', 'jti', e,
+      'user', rec.user, 'qty', rec.qty, 'ver', rec.ver, 'via', via, 'ts', now)
+  else
+    redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[3], '*', unpack(e))
+  end
 end
 return out
