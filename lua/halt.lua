@@ -10,7 +10,8 @@
 -- moves a halt's expiry to the sale's end plus the retention when that is later (an end
 -- extended by a reload never lets a halt lapse before the sale's other keys).
 --
--- KEYS[1] the halt key   KEYS[2] the queue hash (need not exist)
+-- KEYS[1] the halt key   KEYS[2] the queue hash (need not exist)   KEYS[3], KEYS[4] the stepped
+-- admission's adm and active (a resume lengthens the windows open at the halt; queue_lib.lua)
 -- ARGV[1] '1' halt, '0' resume, '?' read only   ARGV[2] expire-at (unix s)   ARGV[3] the
 -- retention (s)
 --
@@ -33,6 +34,6 @@ else
   redis.call('DEL', KEYS[1])
 end
 if redis.call('EXISTS', KEYS[2]) == 1 then
-  queue_stand(KEYS[2], queue_state(KEYS[2]), 'halted', halt, now)
+  queue_stand(KEYS[2], queue_state(KEYS[2]), 'halted', halt, now, {KEYS[3], KEYS[4]})
 end
 return {halt and 1 or 0, tonumber(redis.call('GET', KEYS[1]) or '0')}

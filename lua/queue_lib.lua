@@ -127,10 +127,31 @@ local function queue_rebase(q, s, now)
   redis.call('HSET', q, 'base', int(s.base), 't0', int(s.t0))
 end
 
+-- A halt lengthens the stepped admission windows open at it by its length: the buyers were told
+-- `unavailable` (retry) meanwhile, and retry into what was left of their window. Their admission
+-- times move later by the halt's length, in `adm` (what a poll is told) and `active` (what
+-- lapses) alike. The window is the one queue_step last recorded (none yet: nothing admitted).
+-- k: {adm, active}. O(places open at the halt).
+local function queue_lengthen(q, k, halted_at, now)
+  local window = tonumber(redis.call('HGET', q, 'window') or '')
+  local d = now - (halted_at or now)
+  if not window or d <= 0 then
+    return
+  end
+  local open = redis.call('ZRANGEBYSCORE', k[2], '(' .. int(halted_at - window), '+inf',
+    'WITHSCORES')
+  for i = 1, #open, 2 do
+    local at = int(tonumber(open[i + 1]) + d)
+    redis.call('ZADD', k[2], at, open[i])
+    redis.call('HSET', k[1], open[i], at)
+  end
+end
+
 -- Sets one of the flags that stand the cursor (`held`: nothing left to sell; `halted`: the
 -- activity is halted), restarting the cursor from where it stood when it changes (recorded like
--- a pause: no place is skipped or admitted twice).
-local function queue_stand(q, s, flag, on, now)
+-- a pause: no place is skipped or admitted twice). `stepped_keys` ({adm, active}): a stepped
+-- queue's resume lengthens the windows open at the halt (queue_lengthen).
+local function queue_stand(q, s, flag, on, now, stepped_keys)
   if on ~= s[flag] then
     queue_rebase(q, s, now)
     s[flag] = on
@@ -144,6 +165,9 @@ local function queue_stand(q, s, flag, on, now)
     redis.call('HSET', q, flag, value)
     if flag == 'halted' and not on and s.stepped then
       redis.call('HSET', q, 'seenat', int(now))
+      if stepped_keys then
+        queue_lengthen(q, stepped_keys, stood_from, now)
+      end
     end
     queue_mark(q, s, stood_from)
   end
@@ -226,7 +250,12 @@ local function queue_step(q, s, k, now, skip_ms, max_active, window_ms, expire_a
   end
   local f = redis.call('HMGET', q, 'tc', 'credit', 'seenat')
   local tc, credit, seenat = tonumber(f[1] or now), tonumber(f[2] or '0'), tonumber(f[3] or '')
-  redis.call('ZREMRANGEBYSCORE', k[3], '-inf', '(' .. int(now - window_ms))
+  -- While halted no window runs out (the resume lengthens them by the halt).
+  local lapse_now = now
+  if s.halted and s.halted_at > 0 then
+    lapse_now = math.min(now, s.halted_at)
+  end
+  redis.call('ZREMRANGEBYSCORE', k[3], '-inf', '(' .. int(lapse_now - window_ms))
   local active = redis.call('ZCARD', k[3])
   local cur = s.base
   if queue_running(s) and s.drawn and now >= s.start then
@@ -267,7 +296,7 @@ local function queue_step(q, s, k, now, skip_ms, max_active, window_ms, expire_a
   s.t0 = now
   s.active = active
   redis.call('HSET', q, 'base', int(cur), 't0', int(now), 'tc', int(now), 'credit', int(credit),
-    'active', int(active))
+    'active', int(active), 'window', int(window_ms))
   for _, key in ipairs(k) do
     extend(key, expire_at)
   end

@@ -26,7 +26,7 @@ local s = queue_state(q)
 queue_commit(q, s, ARGV[7], ARGV[8])
 queue_reschedule(q, s, ARGV[2], now)
 queue_freeze(q, s, now)
-queue_stand(q, s, 'halted', redis.call('EXISTS', KEYS[3]) == 1, now)
+queue_stand(q, s, 'halted', redis.call('EXISTS', KEYS[3]) == 1, now, {KEYS[5], KEYS[6]})
 if ARGV[5] == '1' and tonumber(ARGV[1]) ~= s.rate then
   queue_rebase(q, s, now)
   s.rate = tonumber(ARGV[1])

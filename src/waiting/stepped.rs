@@ -55,7 +55,7 @@ impl<S: QueueStore> WaitingRoom<S> {
         Ok(match fate {
             Fate::Admitted { at_ms } => {
                 let window = queue.admission_window.as_millis() as u64;
-                if view.redis_now_ms() <= at_ms + window {
+                if window_open(at_ms, window, view.redis_now_ms(), view.state.halted_at) {
                     self.places
                         .insert((activity.id.clone(), user.to_owned()), place);
                     Status::YourTurn
@@ -94,6 +94,15 @@ impl<S: QueueStore> WaitingRoom<S> {
                 "a purchase's place not freed: it stays active until its window lapses");
         }
     }
+}
+
+/// Whether a place admitted at `at_ms` (Redis's clock, unix ms) is still in its window at
+/// `now`. While the activity is halted (since `halted_at`) no window runs out: the resume
+/// lengthens the windows open at the halt by its length (`queue_lengthen` in
+/// lua/queue_lib.lua), moving their admission times later.
+fn window_open(at_ms: u64, window_ms: u64, now: u64, halted_at: Option<u64>) -> bool {
+    let now = halted_at.map_or(now, |halted| now.min(halted));
+    now <= at_ms + window_ms
 }
 
 /// A waiting client is asked back at least three times within `skip_absent_after_secs`, so a
@@ -153,6 +162,17 @@ mod tests {
             drawn: true,
             paused: false,
         }
+    }
+
+    #[test]
+    fn no_window_runs_out_while_halted() {
+        // Admitted at 1 s with a 2 s window: open until 3 s.
+        assert!(window_open(1_000, 2_000, 3_000, None));
+        assert!(!window_open(1_000, 2_000, 3_001, None));
+        // Halted at 2.5 s: still open at 10 s, while the halt lasts.
+        assert!(window_open(1_000, 2_000, 10_000, Some(2_500)));
+        // Halted after the window closed: closed.
+        assert!(!window_open(1_000, 2_000, 10_000, Some(3_500)));
     }
 
     #[test]

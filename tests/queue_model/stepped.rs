@@ -17,6 +17,7 @@ use super::{FIXTURE, NEXT_ID};
 use crate::support::*;
 use flashgate::config::live_queue::Stepped;
 use flashgate::config::{Activity, ConfirmMode, QueueSettings};
+use flashgate::stock::Halt;
 use flashgate::waiting::store::{self, Control, Fate, Fresh, Touch};
 use proptest::prelude::*;
 use std::collections::{HashMap, HashSet};
@@ -599,16 +600,16 @@ fn a_reload_adding_skip_absent_does_not_give_away_live_tickets() {
     });
 }
 
-/// Review finding, NOT fixed: a halt does not lengthen a stepped place's admission window. On
-/// the time-function cursor a window open at a halt runs on after the resume with what it had
-/// left (the resume is marked as a postponement, `View::window_ends_at`); a stepped place's
-/// window is `adm + window` both in Redis (`active` lapses it) and in `waiting::stepped` (told
-/// `expired`). So a buyer admitted just before a halt, told `unavailable` (503, retry) while it
-/// lasts, is told `ticket_expired` when they retry after a halt longer than their window, and
-/// their place was handed to the next ticket. A fix shifts the lapse by the halts that came
-/// while a window was open (Lua and Rust alike).
+/// Review finding: a halt did not lengthen a stepped place's admission window. On the
+/// time-function cursor a window open at a halt runs on after the resume with what it had left
+/// (the resume is marked as a postponement, `View::window_ends_at`); a stepped place's window was
+/// `adm + window` both in Redis (`active` lapsed it) and in `waiting::stepped` (told `expired`).
+/// So a buyer admitted just before a halt, told `unavailable` (503, retry) while it lasted, was
+/// told `ticket_expired` when they retried after a halt longer than their window, and their
+/// place was handed to the next ticket. Now no window lapses while halted, and the resume moves
+/// the admission times of the windows open at the halt later by its length (Redis's `adm` and
+/// `active` alike, which the gateway reads).
 #[test]
-#[ignore = "stepped windows are not lengthened by a halt (see the doc comment)"]
 fn a_halt_lengthens_a_stepped_window_open_at_it() {
     let fx = &*FIXTURE;
     let window = Duration::from_millis(300);
@@ -633,7 +634,9 @@ fn a_halt_lengthens_a_stepped_window_open_at_it() {
             assert!(std::time::Instant::now() < deadline, "nobody admitted");
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        fx.store.set_halt(&activity, true).await.unwrap();
+        let Halt::Since(halted_at) = fx.store.set_halt(&activity, true).await.unwrap() else {
+            panic!("not halted");
+        };
         read().await.unwrap();
         // Redis's clock cannot be faked: the halt outlasts the window in real time.
         tokio::time::sleep(window * 2).await;
@@ -644,6 +647,14 @@ fn a_halt_lengthens_a_stepped_window_open_at_it() {
             s.active, 1,
             "the first buyer's window ran on after the halt"
         );
+        // What a poll is told: admitted, the window moved past the halt by its length.
+        match store::fate(&fx.store, &activity, first, Touch::Poll)
+            .await
+            .unwrap()
+        {
+            Fate::Admitted { at_ms } => assert!(at_ms > halted_at, "{at_ms} <= {halted_at}"),
+            other => panic!("ticket {first}: {other:?}"),
+        }
         let fate = store::fate(&fx.store, &activity, second, Touch::Poll)
             .await
             .unwrap();

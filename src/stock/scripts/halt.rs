@@ -22,10 +22,12 @@ impl Halt {
 }
 
 impl StockStore {
-    /// The halt key and queue hash of `activity` (its base tag: one slot).
-    fn halt_keys(&self, activity: &Activity) -> (String, String) {
+    /// The halt key, the queue hash, and the stepped admission's adm and active of `activity`
+    /// (its base tag: one slot).
+    fn halt_keys(&self, activity: &Activity) -> (String, String, [String; 2]) {
         let base = self.keys().base(&Layout::new(activity.id.clone(), 1));
-        (base.halt(), base.queue())
+        let [_, adm, active] = base.queue_stepped();
+        (base.halt(), base.queue(), [adm, active])
     }
 
     /// Halts (`halt`) or resumes the activity for the whole fleet; its waiting room's cursor
@@ -42,7 +44,7 @@ impl StockStore {
     pub async fn halted(&self, activity: &Activity) -> Result<Halt, StoreError> {
         #[cfg(feature = "fault-injection")]
         super::super::fault::before_halt_read().await;
-        let (key, _) = self.halt_keys(activity);
+        let (key, _, _) = self.halt_keys(activity);
         let since: Option<u64> = self
             .query(StoreOp::Halt, redis::cmd("GET").arg(key))
             .await?;
@@ -53,11 +55,13 @@ impl StockStore {
     }
 
     async fn call_halt(&self, activity: &Activity, what: &str) -> Result<Halt, StoreError> {
-        let (key, queue) = self.halt_keys(activity);
+        let (key, queue, [adm, active]) = self.halt_keys(activity);
         let mut invocation = super::HALT.prepare_invoke();
         invocation
             .key(key)
             .key(queue)
+            .key(adm)
+            .key(active)
             .arg(what)
             .arg(self.expire_at(activity))
             .arg(self.key_ttl_after_end.as_secs());
