@@ -2,7 +2,8 @@
 -- activity is halted (its value: since when, unix ms by Redis's clock); every gateway reads it
 -- (ARGV[1] '?', every 100 ms) and refuses the activity's sale requests while it exists. The waiting room's
 -- cursor stands from the same instant (its state reads follow the key as well, for a queue set
--- up later). (lib.lua and queue_lib.lua are prepended.) O(1).
+-- up later). (lib.lua and queue_lib.lua are prepended.) O(1), but a stepped queue's resume:
+-- O(windows open at the halt), see queue_lengthen.
 --
 -- The halt key expires with the activity's other keys (the sale's end plus the retention, moved
 -- later by every gateway's read when the end is), and never sooner than the retention from now:

@@ -130,16 +130,23 @@ end
 -- A halt lengthens the stepped admission windows open at it by its length: the buyers were told
 -- `unavailable` (retry) meanwhile, and retry into what was left of their window. Their admission
 -- times move later by the halt's length, in `adm` (what a poll is told) and `active` (what
--- lapses) alike. The window is the one queue_step last recorded (none yet: nothing admitted).
--- k: {adm, active}. O(places open at the halt).
+-- lapses) alike. As on the time-function cursor (src/waiting/view.rs, `window_ends_at`), only
+-- a window with more than HALT_MARGIN_MS left at the halt is lengthened: a gateway's view may
+-- be that old when the halt comes, so one with less left may have been told `expired` already
+-- (a lapsed ticket stays lapsed), and lapses on its own time (queue_step). The window is the
+-- one queue_step last recorded (none yet: nothing admitted). A halt time of the old format
+-- ('1', before a halt kept its time) says nothing of when it began: nothing is lengthened.
+-- k: {adm, active}. O(windows open at the halt): one ZADD and one HSET each, in the resume's
+-- script call (200,000 open windows took Redis 0.9 s; max_active bounds them).
+local HALT_MARGIN_MS = 500 -- two of a gateway's state reads (waiting::REFRESH_INTERVAL)
 local function queue_lengthen(q, k, halted_at, now)
   local window = tonumber(redis.call('HGET', q, 'window') or '')
-  local d = now - (halted_at or now)
-  if not window or d <= 0 then
+  if not window or not halted_at or halted_at < 1000000000000 or now <= halted_at then
     return
   end
-  local open = redis.call('ZRANGEBYSCORE', k[2], '(' .. int(halted_at - window), '+inf',
-    'WITHSCORES')
+  local d = now - halted_at
+  local open = redis.call('ZRANGEBYSCORE', k[2], '(' .. int(halted_at + HALT_MARGIN_MS - window),
+    '+inf', 'WITHSCORES')
   for i = 1, #open, 2 do
     local at = int(tonumber(open[i + 1]) + d)
     redis.call('ZADD', k[2], at, open[i])
@@ -250,10 +257,11 @@ local function queue_step(q, s, k, now, skip_ms, max_active, window_ms, expire_a
   end
   local f = redis.call('HMGET', q, 'tc', 'credit', 'seenat')
   local tc, credit, seenat = tonumber(f[1] or now), tonumber(f[2] or '0'), tonumber(f[3] or '')
-  -- While halted no window runs out (the resume lengthens them by the halt).
+  -- While halted no window with more than HALT_MARGIN_MS left at the halt runs out (the resume
+  -- lengthens them by the halt, queue_lengthen); one with less lapses on its own time.
   local lapse_now = now
-  if s.halted and s.halted_at > 0 then
-    lapse_now = math.min(now, s.halted_at)
+  if s.halted and s.halted_at >= 1000000000000 then
+    lapse_now = math.min(now, s.halted_at + HALT_MARGIN_MS)
   end
   redis.call('ZREMRANGEBYSCORE', k[3], '-inf', '(' .. int(lapse_now - window_ms))
   local active = redis.call('ZCARD', k[3])

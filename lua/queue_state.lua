@@ -1,7 +1,8 @@
 -- flashgate queue state: what every gateway keeps in memory to answer polls and admit tickets
 -- without a Redis call per request; read every few hundred milliseconds. Also draws the
 -- pre-queue at the start and holds the cursor while nothing is left to sell.
--- (lib.lua and queue_lib.lua are prepended.) O(1).
+-- (lib.lua and queue_lib.lua are prepended.) O(1), but a stepped queue's resume (a halt key
+-- gone without halt.lua): O(windows open at the halt), see queue_lengthen.
 --
 -- KEYS[1] the queue hash   KEYS[2] its tickets   KEYS[3] the activity's halt key (lua/halt.lua):
 -- the cursor stands while it exists   KEYS[4..6] the stepped admission's seen, adm and active

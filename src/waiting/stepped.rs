@@ -97,12 +97,14 @@ impl<S: QueueStore> WaitingRoom<S> {
 }
 
 /// Whether a place admitted at `at_ms` (Redis's clock, unix ms) is still in its window at
-/// `now`. While the activity is halted (since `halted_at`) no window runs out: the resume
-/// lengthens the windows open at the halt by its length (`queue_lengthen` in
-/// lua/queue_lib.lua), moving their admission times later.
+/// `now`. While the activity is halted (since `halted_at`), a window with more than two state
+/// reads left at the halt does not run out: the resume lengthens it by the halt's length
+/// (`queue_lengthen` in lua/queue_lib.lua moves its admission time later), as the time-function
+/// cursor does (`View::window_ends_at`); one with less lapses on its own time.
 fn window_open(at_ms: u64, window_ms: u64, now: u64, halted_at: Option<u64>) -> bool {
-    let now = halted_at.map_or(now, |halted| now.min(halted));
-    now <= at_ms + window_ms
+    let end = at_ms + window_ms;
+    let margin = 2 * super::REFRESH_INTERVAL.as_millis() as u64;
+    now <= end || halted_at.is_some_and(|halted| halted.saturating_add(margin) < end)
 }
 
 /// A waiting client is asked back at least three times within `skip_absent_after_secs`, so a
@@ -169,8 +171,12 @@ mod tests {
         // Admitted at 1 s with a 2 s window: open until 3 s.
         assert!(window_open(1_000, 2_000, 3_000, None));
         assert!(!window_open(1_000, 2_000, 3_001, None));
-        // Halted at 2.5 s: still open at 10 s, while the halt lasts.
-        assert!(window_open(1_000, 2_000, 10_000, Some(2_500)));
+        // Halted at 2.4 s (0.6 s left, more than two reads): open while the halt lasts.
+        assert!(window_open(1_000, 2_000, 10_000, Some(2_400)));
+        // Halted at 2.5 s, 0.5 s left (a gateway's view may be that old: it may have said
+        // `expired` already): runs out on its own time, as Redis lapses it.
+        assert!(window_open(1_000, 2_000, 3_000, Some(2_500)));
+        assert!(!window_open(1_000, 2_000, 3_001, Some(2_500)));
         // Halted after the window closed: closed.
         assert!(!window_open(1_000, 2_000, 10_000, Some(3_500)));
     }

@@ -612,7 +612,8 @@ fn a_reload_adding_skip_absent_does_not_give_away_live_tickets() {
 #[test]
 fn a_halt_lengthens_a_stepped_window_open_at_it() {
     let fx = &*FIXTURE;
-    let window = Duration::from_millis(300);
+    // Longer than the margin below which a window is not lengthened (two state reads, 500 ms).
+    let window = Duration::from_millis(1200);
     let stepped = settings(
         1000,
         window,
@@ -641,6 +642,25 @@ fn a_halt_lengthens_a_stepped_window_open_at_it() {
         // Redis's clock cannot be faked: the halt outlasts the window in real time.
         tokio::time::sleep(window * 2).await;
         read().await.unwrap();
+        // Beside it, a window with less than the margin (two state reads) left at the halt: a
+        // gateway may have told it `expired` already, so it is not lengthened (as on the
+        // time-function cursor) and lapses on its own time. Planted by hand (place 99)
+        // after the last read of the halt, so that only the resume judges it.
+        let q = format!("fg:{{{id}}}:q");
+        let short = halted_at + 300 - window.as_millis() as u64;
+        let mut conn = fx.redis.conn();
+        let _: () = redis::cmd("ZADD")
+            .arg(format!("{q}:active"))
+            .arg(short)
+            .arg(99)
+            .query(&mut conn)
+            .unwrap();
+        let _: () = redis::cmd("HSET")
+            .arg(format!("{q}:adm"))
+            .arg(99)
+            .arg(short)
+            .query(&mut conn)
+            .unwrap();
         fx.store.set_halt(&activity, false).await.unwrap();
         let (s, _) = read().await.unwrap();
         assert_eq!(
@@ -655,6 +675,9 @@ fn a_halt_lengthens_a_stepped_window_open_at_it() {
             Fate::Admitted { at_ms } => assert!(at_ms > halted_at, "{at_ms} <= {halted_at}"),
             other => panic!("ticket {first}: {other:?}"),
         }
+        let s = snapshot(&mut conn, &id);
+        assert_eq!(s.adm.get(&99), Some(&short.to_string()), "not lengthened");
+        assert!(!s.active.contains_key(&99), "lapsed on its own time");
         let fate = store::fate(&fx.store, &activity, second, Touch::Poll)
             .await
             .unwrap();
