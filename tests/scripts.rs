@@ -92,6 +92,16 @@ async fn confirm(s: &StockStore, a: &Activity, v: u64, id: &str) -> ConfirmOutco
         .unwrap()[0]
 }
 
+/// One confirm call via upstream for version 1 of `a`, carrying `ids` as one batch.
+async fn confirm_batch(
+    s: &StockStore,
+    a: &Activity,
+    ids: &[&str],
+) -> Result<Vec<ConfirmOutcome>, StoreError> {
+    let l = Layout::of(a);
+    s.confirm(one(&l), 1, ids, ConfirmedVia::Upstream).await
+}
+
 async fn remaining(s: &StockStore, a: &Activity) -> Option<i64> {
     let l = Layout::of(a);
     s.remaining(one(&l), a.version).await.unwrap()
@@ -552,14 +562,7 @@ async fn with_reservations(n: usize) -> (RedisServer, StockStore, Activity) {
 async fn one_confirm_call_settles_a_batch() {
     let (_redis, s, a) = with_reservations(5).await;
     release(&s, &a, 1, "r3", ReleaseMode::Owner).await;
-    let l = Layout::of(&a);
-    let outcomes = s
-        .confirm(
-            one(&l),
-            1,
-            &["r0", "r1", "r0", "r3", "nope"],
-            ConfirmedVia::Upstream,
-        )
+    let outcomes = confirm_batch(&s, &a, &["r0", "r1", "r0", "r3", "nope"])
         .await
         .unwrap();
     assert_eq!(
@@ -586,7 +589,6 @@ async fn one_confirm_call_settles_a_batch() {
 #[tokio::test]
 async fn a_confirm_batch_leaves_what_one_call_per_id_would() {
     let (redis, s, a) = with_reservations(4).await;
-    let l = Layout::of(&a);
     let mut conn = redis.conn();
     // The pending ids (without the set's marker, which prewarm keeps in it).
     let pending = |conn: &mut redis::Connection| -> Vec<String> {
@@ -610,10 +612,7 @@ async fn a_confirm_batch_leaves_what_one_call_per_id_would() {
         .arg("x")
         .query(&mut conn)
         .unwrap();
-    let err = s
-        .confirm(one(&l), 1, &["r0", "r1"], ConfirmedVia::Upstream)
-        .await
-        .unwrap_err();
+    let err = confirm_batch(&s, &a, &["r0", "r1"]).await.unwrap_err();
     assert!(err.to_string().contains("WRONGTYPE"), "{err}");
     assert_eq!(pending(&mut conn).len(), 4, "nothing confirmed");
     assert_eq!(ledger(&s, &a, 1).await.confirmed, 0);
@@ -623,13 +622,7 @@ async fn a_confirm_batch_leaves_what_one_call_per_id_would() {
         .query(&mut conn)
         .unwrap();
 
-    let outcomes = s
-        .confirm(
-            one(&l),
-            1,
-            &["r2", "r0", "r2", "r0", "gone"],
-            ConfirmedVia::Upstream,
-        )
+    let outcomes = confirm_batch(&s, &a, &["r2", "r0", "r2", "r0", "gone"])
         .await
         .unwrap();
     use ConfirmOutcome::*;
@@ -667,10 +660,7 @@ async fn a_confirm_batch_leaves_what_one_call_per_id_would() {
     let jtis: Vec<String> = confirms.iter().map(|e| e.get("jti").unwrap()).collect();
     assert_eq!(jtis, ["r2", "r0"], "one event per confirm, in order");
     // A second call finds them confirmed and changes nothing.
-    let again = s
-        .confirm(one(&l), 1, &["r0", "r2"], ConfirmedVia::Upstream)
-        .await
-        .unwrap();
+    let again = confirm_batch(&s, &a, &["r0", "r2"]).await.unwrap();
     assert_eq!(again, [AlreadyConfirmed, AlreadyConfirmed]);
     assert_eq!(ledger(&s, &a, 1).await.confirmed, 2);
 }
@@ -684,7 +674,6 @@ async fn a_confirm_batch_leaves_what_one_call_per_id_would() {
 async fn regression_a_confirm_batch_failing_midway_strands_no_reservation() {
     let (redis, s, a) = with_reservations(3).await;
     release(&s, &a, 1, "r2", ReleaseMode::Owner).await;
-    let l = Layout::of(&a);
     let mut conn = redis.conn();
     let record = |conn: &mut redis::Connection, id: &str| -> String {
         redis::cmd("HGET")
@@ -719,10 +708,7 @@ async fn regression_a_confirm_batch_failing_midway_strands_no_reservation() {
         .arg("abc")
         .query(&mut conn)
         .unwrap();
-    assert!(s
-        .confirm(one(&l), 1, &["r0", "r2"], ConfirmedVia::Upstream)
-        .await
-        .is_err());
+    assert!(confirm_batch(&s, &a, &["r0", "r2"]).await.is_err());
     assert!(record(&mut conn, "r0").starts_with("pending|"));
     assert!(in_pending(&mut conn, "r0"));
     assert_eq!(
@@ -738,13 +724,7 @@ async fn regression_a_confirm_batch_failing_midway_strands_no_reservation() {
 
     // Healthy again: the cover made for r2 is what the batch's later mention of it sees.
     use ConfirmOutcome::*;
-    let outcomes = s
-        .confirm(
-            one(&l),
-            1,
-            &["r2-late", "r0", "r2", "r2-late"],
-            ConfirmedVia::Upstream,
-        )
+    let outcomes = confirm_batch(&s, &a, &["r2-late", "r0", "r2", "r2-late"])
         .await
         .unwrap();
     assert_eq!(
@@ -762,10 +742,7 @@ async fn regression_a_confirm_batch_failing_midway_strands_no_reservation() {
         .arg("zz")
         .query(&mut conn)
         .unwrap();
-    assert!(s
-        .confirm(one(&l), 1, &["r1"], ConfirmedVia::Upstream)
-        .await
-        .is_err());
+    assert!(confirm_batch(&s, &a, &["r1"]).await.is_err());
     let r1 = record(&mut conn, "r1");
     assert!(
         r1.starts_with("confirmed|") || (r1.starts_with("pending|") && in_pending(&mut conn, "r1")),
@@ -1955,9 +1932,7 @@ async fn a_late_acceptance_is_covered_from_stock_or_counted_oversold() {
     reserve(&s, &a, "carol", 1, "r0").await;
     release(&s, &a, 1, "r0", ReleaseMode::Admin).await;
     assert_eq!(
-        s.confirm(one(&l), 1, &["r0"], ConfirmedVia::Upstream)
-            .await
-            .unwrap(),
+        confirm_batch(&s, &a, &["r0"]).await.unwrap(),
         [ConfirmOutcome::Released]
     );
     // Released by the gateway (the forward failed): the backend taking it is accepted late.
