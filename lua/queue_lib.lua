@@ -139,9 +139,10 @@ end
 -- k: {adm, active}. O(windows open at the halt): one ZADD and one HSET each, in the resume's
 -- script call (200,000 open windows took Redis 0.9 s; max_active bounds them).
 local HALT_MARGIN_MS = 500 -- two of a gateway's state reads (waiting::REFRESH_INTERVAL)
+local HALT_KEPT_TIME = 1000000000000 -- a halt time below this is of the old format ('1')
 local function queue_lengthen(q, k, halted_at, now)
   local window = tonumber(redis.call('HGET', q, 'window') or '')
-  if not window or not halted_at or halted_at < 1000000000000 or now <= halted_at then
+  if not window or not halted_at or halted_at < HALT_KEPT_TIME or now <= halted_at then
     return
   end
   local d = now - halted_at
@@ -260,7 +261,7 @@ local function queue_step(q, s, k, now, skip_ms, max_active, window_ms, expire_a
   -- While halted no window with more than HALT_MARGIN_MS left at the halt runs out (the resume
   -- lengthens them by the halt, queue_lengthen); one with less lapses on its own time.
   local lapse_now = now
-  if s.halted and s.halted_at >= 1000000000000 then
+  if s.halted and s.halted_at >= HALT_KEPT_TIME then
     lapse_now = math.min(now, s.halted_at + HALT_MARGIN_MS)
   end
   redis.call('ZREMRANGEBYSCORE', k[3], '-inf', '(' .. int(lapse_now - window_ms))
