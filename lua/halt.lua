@@ -11,10 +11,17 @@
 -- moves a halt's expiry to the sale's end plus the retention when that is later (an end
 -- extended by a reload never lets a halt lapse before the sale's other keys).
 --
+-- A fenced activity is halted by the gateway that finds the fence (so its waiting room stands),
+-- and a rule that lifts the fence lifts that halt: the halt made for a fence carries a mark
+-- (KEYS[5]), which an operator's halt or resume removes (an operator's halt is never lifted by
+-- a rule, and a fence finding the activity already halted makes no mark).
+--
 -- KEYS[1] the halt key   KEYS[2] the queue hash (need not exist)   KEYS[3], KEYS[4] the stepped
 -- admission's adm and active (a resume lengthens the windows open at the halt; queue_lib.lua)
--- ARGV[1] '1' halt, '0' resume, '?' read only   ARGV[2] expire-at (unix s)   ARGV[3] the
--- retention (s)
+-- KEYS[5] the mark of a halt made for a fence
+-- ARGV[1] '1' halt, '0' resume, '?' read only, 'F' halt for a fence (only if not halted),
+-- 'f' lift a halt made for a fence (only if marked)   ARGV[2] expire-at (unix s)
+-- ARGV[3] the retention (s)
 --
 -- Returns {halted (1 or 0), since (unix ms; 0 when not halted)}.
 
@@ -26,13 +33,27 @@ if ARGV[1] == '?' then
   return {since and 1 or 0, tonumber(since or '0')}
 end
 local now = now_ms()
-local halt = ARGV[1] == '1'
+local halt = ARGV[1] == '1' or ARGV[1] == 'F'
+local until_s = math.max(tonumber(ARGV[2]), math.floor(now / 1000) + tonumber(ARGV[3]))
+if ARGV[1] == 'F' then
+  if redis.call('EXISTS', KEYS[1]) == 1 then
+    return {1, tonumber(redis.call('GET', KEYS[1]))}
+  end
+  redis.call('SET', KEYS[5], '1', 'EXAT', until_s)
+elseif ARGV[1] == 'f' then
+  if redis.call('EXISTS', KEYS[5]) == 0 then
+    local since = redis.call('GET', KEYS[1])
+    return {since and 1 or 0, tonumber(since or '0')}
+  end
+else
+  redis.call('DEL', KEYS[5])
+end
 if halt then
   -- A second halt keeps the first one's time.
   redis.call('SET', KEYS[1], int(now), 'NX')
-  extend(KEYS[1], math.max(tonumber(ARGV[2]), math.floor(now / 1000) + tonumber(ARGV[3])))
+  extend(KEYS[1], until_s)
 else
-  redis.call('DEL', KEYS[1])
+  redis.call('DEL', KEYS[1], KEYS[5])
 end
 if redis.call('EXISTS', KEYS[2]) == 1 then
   queue_stand(KEYS[2], queue_state(KEYS[2]), 'halted', halt, now, {KEYS[3], KEYS[4]})

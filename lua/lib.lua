@@ -33,9 +33,12 @@
 -- user comes last, so it may hold '|'.
 --
 -- Per version and segment a ledger hash counts units: initial, pending, confirmed, released,
--- retired, moved_in, moved_out, restocked, so that at every moment
---   initial + moved_in - moved_out + restocked == remaining + pending + confirmed + retired.
--- restocked counts units an operator added to the version on sale (restock.lua).
+-- retired, moved_in, moved_out, restocked, recounted, so that at every moment
+--   initial + moved_in - moved_out + restocked ==
+--     remaining + pending + confirmed + retired + recounted.
+-- restocked counts units an operator added to the version on sale (restock.lua); recounted the
+-- units an operator's count took off sale (negative: put on sale) after the store forgot what
+-- it sold (recount.lua).
 -- retired holds units that can never sell again: released after their version stopped being on
 -- sale here, and (also counted in unsold_retired, which no reservation record accounts for) the
 -- stock left when a newer version went on sale, and transfers arriving after that.
@@ -47,7 +50,7 @@
 local ABANDONED_TTL_SECS = 86400
 
 local LEDGER_FIELDS = {'initial', 'pending', 'confirmed', 'released', 'retired', 'moved_in',
-  'moved_out', 'unsold_retired', 'late_accepted', 'oversold', 'restocked'}
+  'moved_out', 'unsold_retired', 'late_accepted', 'oversold', 'restocked', 'recounted'}
 
 local function now_ms()
   local t = redis.call('TIME')
@@ -119,6 +122,59 @@ end
 -- into such a hash on the buyer's path, so no key is ever re-created without an expiry.
 local function marked(hash)
   return redis.call('HEXISTS', hash, '') == 1
+end
+
+-- The reservation records a segment holds, and their life. res only ever grows (records are
+-- never removed, only expire with the sale) within one life: its placeholder's value names it
+-- (Redis's TIME in us when the hash was made; a recount, or a newer version put on sale over a
+-- loss, starts a new one). A segment holding fewer records of a life than a gateway saw it hold
+-- when it acknowledged a sale forgot that sale: the store went back (an older snapshot, a
+-- replica that missed writes). A hash made again (an emptied Redis) is another life: what was
+-- lost then is found by the versions the gateways saw on sale (prewarm). One HGET and one HLEN.
+-- Returns the count (0 when the hash or its placeholder is gone) and the life ('' then).
+-- See src/stock/failover/watermark.rs.
+local function records_of(res)
+  local life = redis.call('HGET', res, '')
+  if not life then
+    return 0, ''
+  end
+  return redis.call('HLEN', res), life
+end
+
+-- Whether life `a` is older than life `b` (lives are Redis TIME in us, of one width until the
+-- year 2286: compared as strings).
+local function older(a, b)
+  return #a < #b or (#a == #b and a < b)
+end
+
+-- The newer of two lives ('' none).
+local function newer_of(a, b)
+  if a == '' or (b ~= '' and older(a, b)) then
+    return b
+  end
+  return a
+end
+
+-- A new life for a segment's records (see records_of), after `after` (the newest life the
+-- caller knows of; '' none): a master whose clock is behind never starts an older one.
+local function new_life(after)
+  local t = redis.call('TIME')
+  local life = t[1] .. string.format('%06d', tonumber(t[2]))
+  if after and after ~= '' and not older(after, life) then
+    life = string.format('%.0f', tonumber(after) + 1)
+  end
+  return life
+end
+
+-- Whether a segment holding `count` records of `life` forgot records a gateway saw it hold
+-- (`most`, of life `seen_life`): fewer of that life, or an older life (the store went back to
+-- a snapshot taken before the life the gateway saw began). A hash gone ('' life) says nothing
+-- here (what was on sale tells, prewarm).
+local function went_back(count, life, most, seen_life)
+  if life == '' or seen_life == '' then
+    return false
+  end
+  return older(life, seen_life) or (life == seen_life and count < most)
 end
 
 -- Appends an event to the segment's stream, capped at about maxlen entries. A stream that is

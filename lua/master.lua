@@ -1,31 +1,195 @@
--- flashgate master check: the failover fence of one segment (see master_holds in lib.lua),
--- read by every gateway every second, and reset by an operator's resume. O(1).
--- (lib.lua is prepended.)
+-- flashgate master check: the failover fence of one segment, and what the gateways know the
+-- segment must hold (see src/stock/failover.rs). Every gateway calls it for every segment every
+-- second; an operator's resume accepts; a gateway that finds the segment's keys lost marks it.
+-- O(1). (lib.lua is prepended.)
 --
--- KEYS[1] the segment's master record
+-- KEYS[1] the segment's master record: the identity (INFO replication's master_replid) of the
+--         master its stock was accepted under, or 'lost' (the store forgot what it sold: only a
+--         recount, recount.lua, or a newer version lifts it)
+-- KEYS[2] known (hash): what the gateways know of the segment, kept beside it:
+--           hw        '<life>|<n>': the most records of a life any gateway saw it hold when it
+--                     acknowledged a sale (see records_of in lib.lua), written back by every
+--                     gateway while the segment is fenced or lost
+--           persist   '<replid>|<appendonly>|<appendfsync>|<replicas>': the accepted master's
+--                     persistence as the gateways last read it (CONFIG GET), and the most
+--                     replicas seen connected to it
+--           fenced_at when a gateway first saw the current fence (Redis ms)
+--           lost      '<version>|<reason>|<held>|<hw>|<at>': the segment was found to hold
+--                     less than was sold (reason behind or keys_lost)
+--           lifted    '<reason>|<at>': the last fence a rule lifted
+--           recount   '<units>|<at>': the last recount (recount.lua)
+-- KEYS[3] res: the segment's reservation records (a hash only ever grown within a life, so
+--         its length counts what the segment must hold)   KEYS[4] meta (the version on sale)
 -- ARGV[1] the identity this gateway last saw accepted here ('' if none)
--- ARGV[2] expire-at (unix s)   ARGV[3] 'accept': record this master's identity (resume)
+-- ARGV[2] expire-at (unix s)
+-- ARGV[3] '' check, 'accept' (an operator's resume), 'lost:<reason>' (a gateway found the
+--         segment's keys lost: marked whatever else holds)
+-- ARGV[4] the most records this gateway saw the segment hold when it acknowledged a sale,
+-- ARGV[5] of which life
+-- ARGV[6] the persistence of the master answering, as this gateway read it just now
+--         ('<appendonly>|<appendfsync>'; '' when CONFIG GET was refused: no rule applies)
+-- ARGV[7] this gateway's redis.ack_replicas (0: none)
+-- ARGV[8] how long a fence stands before a rule may lift it (ms): every gateway's check has
+--         written back what it saw by then
+-- ARGV[9] the version this gateway sells (a loss names the version on sale, else this one)
 --
--- Returns {verdict, current, recorded}: verdict 'ok' (the record is this master's), 'armed'
--- (none was recorded, and the gateway's memory is empty or this master's: recorded now),
--- 'fenced' (another master's, or none recorded and the gateway remembers another) or
--- 'accepted' (ARGV[3]: recorded now, whatever was before).
+-- Returns {verdict, current, recorded, held, life, detail}: verdict
+--   'ok'        the record is this master's
+--   'armed'     none was recorded, and the gateway's memory is empty or this master's: now it is
+--   'fenced'    another master's (or none, and the gateway remembers another)
+--   'lost'      the segment holds less than was sold (detail: the reason): only a recount or a
+--               newer version lifts it; a plain accept is refused
+--   'accepted'  ARGV[3] accept: recorded now
+--   'lifted'    a fence lifted by a rule (detail: durable_restart or replicas_acknowledged)
+-- held: the records the segment holds now, life: theirs.
 
-local key = KEYS[1]
-local holds, current, recorded = master_holds(key, ARGV[1])
-local verdict
-if ARGV[3] == 'accept' then
-  redis.call('SET', key, current)
-  verdict = 'accepted'
-elseif not holds then
-  verdict = 'fenced'
-elseif not recorded then
-  redis.call('SET', key, current)
-  verdict = 'armed'
-else
-  verdict = 'ok'
+local RECORD, KNOWN, RES = KEYS[1], KEYS[2], KEYS[3]
+local expected, expire_at, mode = ARGV[1], ARGV[2], ARGV[3]
+local seen, seen_life = tonumber(ARGV[4]) or 0, ARGV[5]
+local persistence, ack_replicas = ARGV[6], tonumber(ARGV[7]) or 0
+local settle_ms, version = tonumber(ARGV[8]) or 0, ARGV[9]
+
+local info = redis.call('INFO', 'replication')
+local current = replid_in(info)
+local recorded = redis.call('GET', RECORD)
+local k = redis.call('HMGET', KNOWN, 'hw', 'persist', 'fenced_at', 'lost')
+local persist, fenced_at, lost = k[2], tonumber(k[3] or ''), k[4]
+local held, life = records_of(RES)
+local now = now_ms()
+
+-- What every gateway saw of this life of the records, together (a count of another life says
+-- nothing of this one).
+local hw_life, hw_n = string.match(k[1] or '', '^(.*)|(%d+)$')
+local hw = hw_life == life and tonumber(hw_n) or 0
+local most = hw
+if seen_life == life and seen > most then
+  most = seen
 end
-if verdict ~= 'fenced' then
-  extend(key, ARGV[2])
+-- Or the records are of an older life than one a gateway saw (an older snapshot).
+local back = went_back(held, life, seen, seen_life)
+  or (hw_life ~= nil and went_back(held, life, tonumber(hw_n), hw_life))
+
+local function reply(verdict, detail)
+  return {verdict, current, recorded or '', int(held), life, detail or ''}
 end
-return {verdict, current, recorded or ''}
+
+-- While fenced or lost, each gateway writes back what it saw, so every gateway (one started
+-- later, with nothing in memory) and reconcile can tell whether the store is behind.
+local function write_back()
+  if most > hw then
+    redis.call('HSET', KNOWN, 'hw', life .. '|' .. int(most))
+  elseif seen > 0 and seen_life ~= life and (not hw_life or older(hw_life, seen_life)) then
+    -- A count of another life (the records were made again, or went back to an older one):
+    -- kept for reconcile to show, and for gateways with nothing in memory.
+    redis.call('HSET', KNOWN, 'hw', seen_life .. '|' .. int(seen))
+  end
+  if not fenced_at then
+    fenced_at = now
+    redis.call('HSET', KNOWN, 'fenced_at', int(now))
+  end
+  extend(KNOWN, expire_at)
+end
+
+local function mark_lost(reason)
+  version = redis.call('HGET', KEYS[4], 'current') or version
+  lost = version .. '|' .. reason .. '|' .. int(held) .. '|' .. int(most) .. '|' .. int(now)
+  redis.call('HSET', KNOWN, 'lost', lost)
+  redis.call('SET', RECORD, 'lost')
+  extend(RECORD, expire_at)
+  write_back()
+  return reply('lost', reason)
+end
+
+local function lost_reason()
+  return string.match(lost or '', '^[^|]*|([^|]*)') or 'lost'
+end
+
+-- The accepted master's persistence, as read now (written only when it changed).
+local function record_persistence()
+  if persistence == '' then
+    return
+  end
+  local replicas = tonumber(string.match(info, 'connected_slaves:(%d+)') or '0')
+  local id, _, _, before = string.match(persist or '', '^(%w+)|([^|]*)|([^|]*)|(%d+)$')
+  if id == current and tonumber(before) > replicas then
+    replicas = tonumber(before)
+  end
+  local value = current .. '|' .. persistence .. '|' .. int(replicas)
+  if value ~= persist then
+    redis.call('HSET', KNOWN, 'persist', value)
+    extend(KNOWN, expire_at)
+  end
+end
+
+-- A fence no rule of the contract lifts stays until an operator's resume; these two lift it
+-- once it stood settle_ms (so every live gateway wrote back what it saw) and nothing any
+-- gateway saw is missing:
+--   durable_restart: the same server restarted (a promoted replica has the recorded identity as
+--     master_replid2), having run with appendonly yes and appendfsync always as recorded (it
+--     acknowledged nothing it had not written to disk);
+--   replicas_acknowledged: a promoted replica of the recorded master, while every gateway waits
+--     for at least as many replicas as that master ever had connected (redis.ack_replicas).
+local function lift_rule()
+  if not fenced_at or now - fenced_at < settle_ms or not recorded or held < most
+      or not marked(RES) then
+    return nil
+  end
+  local id, aof, fsync, replicas = string.match(persist or '', '^(%w+)|([^|]*)|([^|]*)|(%d+)$')
+  if id ~= recorded then
+    return nil
+  end
+  local replid2 = string.match(info, 'master_replid2:(%w+)') or ''
+  if replid2 ~= recorded and aof == 'yes' and fsync == 'always' then
+    return 'durable_restart'
+  end
+  replicas = tonumber(replicas)
+  if replid2 == recorded and replicas >= 1 and ack_replicas >= replicas then
+    return 'replicas_acknowledged'
+  end
+  return nil
+end
+
+local marking = string.match(mode, '^lost:(.+)$')
+if marking and not lost then
+  return mark_lost(marking)
+end
+if lost or recorded == 'lost' then
+  write_back()
+  return reply('lost', lost_reason())
+end
+-- The store went back: it holds fewer records of this life than a gateway saw it hold, or an
+-- older life.
+if held < most or back then
+  return mark_lost('behind')
+end
+if mode == 'accept' then
+  redis.call('SET', RECORD, current)
+  extend(RECORD, expire_at)
+  if fenced_at then
+    redis.call('HDEL', KNOWN, 'fenced_at')
+  end
+  record_persistence()
+  return reply('accepted')
+end
+if recorded == current then
+  record_persistence()
+  extend(RECORD, expire_at)
+  return reply('ok')
+end
+if not recorded and (expected == '' or expected == current) then
+  redis.call('SET', RECORD, current)
+  extend(RECORD, expire_at)
+  record_persistence()
+  return reply('armed')
+end
+write_back()
+local rule = lift_rule()
+if rule then
+  redis.call('SET', RECORD, current)
+  extend(RECORD, expire_at)
+  redis.call('HDEL', KNOWN, 'fenced_at')
+  redis.call('HSET', KNOWN, 'lifted', rule .. '|' .. int(now))
+  record_persistence()
+  return reply('lifted', rule)
+end
+return reply('fenced')

@@ -3,17 +3,25 @@
 --
 -- KEYS[1] meta   KEYS[2] stock of the version   KEYS[3] its ledger   KEYS[4] its pending
 -- KEYS[5] users   KEYS[6] res   KEYS[7] idem   KEYS[8] events   KEYS[9] transfers
--- KEYS[10] received   KEYS[11] acknowledged transfers   KEYS[12..] stock, ledger and pending of
--- each other version the segment has had (ARGV[6..], in that order)   KEYS[#KEYS] the book of
--- restocks (only its expiry is moved, with every other key's)
+-- KEYS[10] received   KEYS[11] acknowledged transfers   KEYS[12] known (what the gateways know
+-- the segment must hold, see master.lua)   KEYS[13] the master record   KEYS[14..] stock, ledger
+-- and pending of each other version the segment has had (ARGV[8..], in that order)
+-- KEYS[#KEYS] the book of restocks (only its expiry is moved, with every other key's)
 -- ARGV[1] version   ARGV[2] the version the caller read as on sale here ('' none)
 -- ARGV[3] units of this segment   ARGV[4] expire-at (unix s)
 -- ARGV[5] '1': the activity's base meta records this segment as made before (`made:<n>`): a
 --         segment with nothing in it then lost every key (a Redis Cluster master that restarted
 --         empty), and is refused as damaged instead of being put on sale again
--- ARGV[6..] the other versions
+-- ARGV[6] '1': the calling gateway saw this version on sale (in any segment): it is never
+--         created here again, whatever Redis holds (emptied, flushed, an older snapshot)
+-- ARGV[7] the newest life of the segment's records the calling gateway saw ('' none): a new
+--         life starts after it (see new_life in lib.lua)
+-- ARGV[8..] the other versions
 --
--- Returns {code, version on sale here}:
+-- Returns {code, version on sale here, when it went on sale here (unix ms; '' unknown), when
+-- the segment was last recounted (unix ms; '' never)}: the version's birth in this segment is
+-- what a gateway that saw it on sale remembers (a version made again, by a gateway that did
+-- not, is another birth: a loss, unless a recount made it)
 --   1 created: the version is on sale here (the one before it is retired: its units left are
 --     counted retired in its ledger and its stock key removed, so it can never sell again, and
 --     none of its units move into the new version)
@@ -27,10 +35,15 @@
 --     version on sale, or the meta while anything else remains (removed by hand, evicted or
 --     lost with Redis's data): the per-user limit, the records or the versions to sweep can no
 --     longer be trusted; refused, never repaired
+--  -5 the segment holds less than was sold: known says so for this version or a later one
+--     (master.lua), or the version would be created although the caller saw it on sale: never
+--     created, until an operator's recount (recount.lua); a newer version goes on sale afresh
+--     (and ends the loss: the segment's records start a new life)
 --
 -- Every key that exists gets its expiry moved to expire-at when that is later (never earlier),
 -- so extending ends_at mid-sale never lets the stock or its ledger vanish before the rest.
 
+local KNOWN, RECORD, OTHERS = KEYS[12], KEYS[13], 14
 local current = redis.call('HGET', KEYS[1], 'current') or ''
 if current ~= ARGV[2] then
   return {-3, current}
@@ -38,6 +51,10 @@ end
 local version = ARGV[1]
 if current ~= '' and tonumber(version) < tonumber(current) then
   return {-2, current}
+end
+local lost = redis.call('HGET', KNOWN, 'lost')
+if lost and tonumber(version) <= (tonumber(string.match(lost, '^(%d+)|') or '') or math.huge) then
+  return {-5, current}
 end
 local has_stock = redis.call('EXISTS', KEYS[2]) == 1
 local has_ledger = redis.call('EXISTS', KEYS[3]) == 1
@@ -73,19 +90,23 @@ if current == version then
 elseif has_stock or has_ledger then
   -- The version's keys exist but the meta does not list it as on sale: never create over them.
   code = -1
+elseif ARGV[6] == '1' then
+  -- Seen on sale and gone: what was sold is forgotten, never sold again from the YAML (and
+  -- the version on sale here, if any, is left as it is).
+  return {-5, current}
 else
   if current ~= '' then
     local found = false
-    for i = 6, #ARGV do
+    for i = 8, #ARGV do
       found = found or ARGV[i] == current
     end
     if not found then
       return redis.error_reply('prewarm: the keys of version ' .. current .. ' were not passed')
     end
-    for i = 6, #ARGV do
+    for i = 8, #ARGV do
       if ARGV[i] == current then
-        local stock = KEYS[12 + (i - 6) * 3]
-        local ledger = KEYS[13 + (i - 6) * 3]
+        local stock = KEYS[OTHERS + (i - 8) * 3]
+        local ledger = KEYS[OTHERS + 1 + (i - 8) * 3]
         local left = tonumber(redis.call('GET', stock) or '0')
         if left > 0 and redis.call('EXISTS', ledger) == 1 then
           redis.call('HINCRBY', ledger, 'retired', left)
@@ -93,6 +114,19 @@ else
         end
         redis.call('DEL', stock)
       end
+    end
+  end
+  if lost then
+    -- A newer version over a loss: it sells afresh, in a new life of the segment's records
+    -- (the counts gateways saw before say nothing of it), and the loss's mark on the master
+    -- record goes (a replaced master still fences as before).
+    redis.call('HDEL', KNOWN, 'lost', 'hw')
+    local was = redis.call('HGET', KEYS[6], '')
+    if was then
+      redis.call('HSET', KEYS[6], '', new_life(newer_of(ARGV[7], was)))
+    end
+    if redis.call('GET', RECORD) == 'lost' then
+      redis.call('DEL', RECORD)
     end
   end
   redis.call('SET', KEYS[2], ARGV[3])
@@ -108,8 +142,12 @@ end
 -- Placeholders keep keys in existence (an empty hash or set is removed), so that the scripts that
 -- write them on the buyer's path never create a key without an expiry.
 redis.call('ZADD', KEYS[4], 'NX', '+inf', '')
-for _, key in ipairs({KEYS[5], KEYS[6], KEYS[7], KEYS[9], KEYS[10], KEYS[11]}) do
+for _, key in ipairs({KEYS[5], KEYS[7], KEYS[9], KEYS[10], KEYS[11]}) do
   redis.call('HSETNX', key, '', '')
+end
+-- The records' placeholder names their life (see records_of in lib.lua).
+if redis.call('HEXISTS', KEYS[6], '') == 0 then
+  redis.call('HSET', KEYS[6], '', new_life(ARGV[7]))
 end
 if redis.call('EXISTS', KEYS[8]) == 0 then
   redis.call('XADD', KEYS[8], 'MAXLEN', '0', '*', 'type', 'init')
@@ -117,4 +155,5 @@ end
 for _, key in ipairs(KEYS) do
   extend(key, ARGV[4])
 end
-return {code, version}
+local recount = string.match(redis.call('HGET', KNOWN, 'recount') or '', '|(%d+)$') or ''
+return {code, version, redis.call('HGET', KEYS[1], 'v:' .. version) or '', recount}

@@ -20,7 +20,9 @@
 -- KEYS[6] idem (user "\n" Idempotency-Key -> jti)   KEYS[7] events   KEYS[8] received transfers
 -- KEYS[9] the segment's master record (the failover fence, see master_holds in lib.lua)
 -- ARGV[1] version   ARGV[2] stream cap   ARGV[3] the master identity the gateway last saw
--- accepted here ('' if none); then 12 per item, item i's a[j] = ARGV[3 + 12(i-1) + j]:
+-- accepted here ('' if none)   ARGV[4] the most reservation records the gateway saw the segment
+-- hold when it acknowledged a sale here ('0' none), ARGV[5] of which life (see records_of in
+-- lib.lua); then 12 per item, item i's a[j] = ARGV[5 + 12(i-1) + j]:
 -- a[1] user   a[2] qty (>= 1)   a[3] per-user limit (units)   a[4] reservation id (jti)
 -- a[5] hold (ms)   a[6] idempotency field ('' for none)
 -- a[7] transfer id to deposit first ('' for none)   a[8] its units
@@ -57,26 +59,34 @@
 --                                    request is not its retry; nothing changed
 -- {-13, 0, 0}                        fenced: this master is not the one the segment's stock was
 --                                    accepted under (a replica promoted, a restart under a new
---                                    replication id): nothing changed, every item of the batch
+--                                    replication id), or the segment holds fewer records than
+--                                    the gateway saw it hold (the store went back: an older
+--                                    snapshot, an emptied Redis): nothing changed, every item
 -- {-12, ver, 0}                      the key's reservation is pending under another version
 --                                    (ver), whose pending set is not in KEYS: ask again, replay
 --                                    only, with that version's keys; nothing changed
+-- After the items' replies, two more: the records the segment holds once the batch is written
+-- (0 when it holds none), and their life: res only ever grows within a life, so a store that
+-- later holds fewer forgot what this gateway acknowledged (see records_of in lib.lua).
 --
 -- O(items): a loop over the batch (at most 32 items, the gateway's bound), O(1) per item; every
 -- key in KEYS, all keys share the segment's hash tag.
 -- Numbers are compared with tonumber: as strings "10" < "9".
 
 local A, VER, MAXLEN = ARGV, ARGV[1], ARGV[2]
-local ITEM_ARGS, FIRST_ITEM = 12, 3
+local ITEM_ARGS, FIRST_ITEM = 12, 5
 local STOCK, USERS, RES, LEDGER, PENDING, IDEM, EVENTS, RECEIVED =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 
--- The failover fence, before anything is read or written.
-if not master_holds(KEYS[9], ARGV[3]) then
+-- The failover fence, and whether the store went back, before anything is read or written.
+local records, life = records_of(RES)
+if not master_holds(KEYS[9], ARGV[3]) or went_back(records, life, tonumber(ARGV[4]), ARGV[5]) then
   local fenced = {}
   for _ = FIRST_ITEM, #ARGV - ITEM_ARGS, ITEM_ARGS do
     fenced[#fenced + 1] = {-13, 0, 0}
   end
+  fenced[#fenced + 1] = 0
+  fenced[#fenced + 1] = ''
   return fenced
 end
 
@@ -86,7 +96,7 @@ local function of_type(key, want)
 end
 
 -- The batch's view of what it read and what it will write.
-local prewarmed = marked(USERS) and marked(RES)
+local prewarmed = records > 0 and marked(USERS)
 local whole = prewarmed and of_type(LEDGER, 'hash') and of_type(PENDING, 'zset')
   and of_type(IDEM, 'hash') and of_type(EVENTS, 'stream') and of_type(RECEIVED, 'hash')
 local left = prewarmed and redis.call('GET', STOCK)
@@ -386,4 +396,6 @@ for _, field in ipairs(idem_order) do
   fields[#fields + 1] = idem_new[field]
 end
 hset(IDEM, fields)
+replies[#replies + 1] = records > 0 and records + #due_new or 0
+replies[#replies + 1] = life
 return replies

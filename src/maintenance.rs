@@ -8,23 +8,18 @@ use crate::lifecycle::Lifecycle;
 use crate::live::Live;
 use crate::metrics::Metrics;
 use crate::shutdown::Drain;
-use crate::stock::segments::{self, Prewarmed};
+use crate::stock::segments::{self, Prewarmed, Refusal};
 use crate::stock::StockStore;
 use crate::waiting::WaitingRoom;
 use async_trait::async_trait;
-use parking_lot::Mutex;
 use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
-use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::{interval, Interval, MissedTickBehavior};
 
 pub struct Maintenance {
     gw: MaintenanceParts,
-    /// Stock keys (activity, version) this process has seen exist: if one is created again, Redis
-    /// lost it.
-    seen: Mutex<HashSet<(Arc<str>, u64)>>,
     /// Whether the eviction policy was reported yet.
     checked_policy: std::sync::atomic::AtomicBool,
 }
@@ -52,7 +47,6 @@ impl Maintenance {
     pub fn new(parts: MaintenanceParts) -> Self {
         Maintenance {
             gw: parts,
-            seen: Mutex::default(),
             checked_policy: Default::default(),
         }
     }
@@ -62,23 +56,31 @@ impl Maintenance {
     /// the retention, loads the scripts, refreshes `flashgate_stock_remaining`, and learns which
     /// activities Redis's record refuses.
     ///
-    /// A version this process saw on sale and now had to create means Redis lost the activity's
-    /// keys (a restart without persistence, a flush): the stock starts again from the YAML,
-    /// which can sell units twice. That is logged as an error; run Redis with `appendonly yes`
-    /// and `appendfsync always` for exact stock. A process that starts after the loss cannot tell.
+    /// A version this process saw on sale is never created again (`stock::failover`): keys of
+    /// it gone (a restart without persistence, a flush, an eviction) mark it lost, and it sells
+    /// again only after an operator's recount. A process that starts after the loss, with no
+    /// other gateway running that saw it, cannot tell.
     pub async fn prewarm_all(&self) {
         let gw = &self.gw;
         if let Err(e) = gw.store.ready().await {
             tracing::warn!(error = %e, "stock store not ready; prewarm postponed");
             return;
         }
-        self.check_eviction_policy().await;
+        let evicting = self.check_eviction_policy().await;
         if let Err(e) = gw.store.read_clock().await {
             tracing::warn!(error = %e, "Redis's clock not read");
         }
         for activity in gw.settings().activities.iter() {
             let window = activity.window_at(gw.store.clock().now());
             if window == SaleWindow::Ended {
+                continue;
+            }
+            if let Some(policy) = &evicting {
+                let refusal = Refusal::MayEvict {
+                    id: activity.id.to_string(),
+                    policy: policy.clone(),
+                };
+                gw.lifecycle.refused(&activity.id, Some(refusal));
                 continue;
             }
             let prewarmed = match segments::prewarm(&gw.store, activity).await {
@@ -107,8 +109,8 @@ impl Maintenance {
                 continue;
             }
             match gw.store.check_master(activity).await {
-                Ok(Some(_)) => self.halt_fenced(activity).await,
-                Ok(None) => {}
+                Ok(checked) if checked.fence.is_some() => self.halt_fenced(activity).await,
+                Ok(_) => self.unhalt_unfenced(activity).await,
                 Err(e) => {
                     tracing::warn!(activity = %activity.id, error = %e, "Redis master not checked")
                 }
@@ -129,9 +131,9 @@ impl Maintenance {
             return;
         }
         let halted = async {
-            gw.lifecycle.set_halt(activity, true).await?;
-            if gw.store.check_master(activity).await?.is_none() {
-                gw.lifecycle.set_halt(activity, false).await?;
+            gw.lifecycle.set_fence_halt(activity, true).await?;
+            if gw.store.check_master(activity).await?.fence.is_none() {
+                gw.lifecycle.set_fence_halt(activity, false).await?;
             }
             Ok::<_, crate::stock::StoreError>(())
         };
@@ -140,11 +142,27 @@ impl Maintenance {
         }
     }
 
+    /// An activity no longer fenced (a rule lifted it, here or on another gateway, or an
+    /// operator resumed it) that is still halted: the halt a fence made is lifted (an
+    /// operator's halt is not: `lua/halt.lua` keeps it).
+    async fn unhalt_unfenced(&self, activity: &Activity) {
+        let gw = &self.gw;
+        if gw.lifecycle.state().halted_since(&activity.id).is_none() {
+            return;
+        }
+        if let Err(e) = gw.lifecycle.set_fence_halt(activity, false).await {
+            tracing::warn!(activity = %activity.id, error = %e, "a fence's halt not lifted");
+        }
+    }
+
     /// Says (once per change, and in `flashgate_redis_may_evict`) when Redis may evict keys.
-    async fn check_eviction_policy(&self) {
+    /// Returns the policy when nothing may be sold on it (it may evict, and
+    /// `redis.allow_eviction` does not take the risk). A Redis that hides its policy (CONFIG
+    /// refused) is sold on, with a warning: nothing tells.
+    async fn check_eviction_policy(&self) -> Option<String> {
         let gw = &self.gw;
         let Ok(policy) = gw.store.eviction_policy().await else {
-            return;
+            return None;
         };
         let may_evict = match policy.as_deref() {
             Some("noeviction") => 0,
@@ -164,6 +182,7 @@ impl Maintenance {
             }
         }
         gw.metrics.redis_may_evict.set(may_evict);
+        policy.filter(|p| p != "noeviction" && !gw.settings().redis.allow_eviction)
     }
 
     /// Says what prewarming one activity did.
@@ -172,25 +191,15 @@ impl Maintenance {
         if let Some(left) = report.remaining {
             gw.lifecycle.units_left(&activity.id, left);
         }
-        let seen_before = !self
-            .seen
-            .lock()
-            .insert((activity.id.clone(), activity.version));
         if report.created > 0 {
             gw.metrics
                 .stock_keys_created
                 .with_label_values(&[&activity.id])
                 .inc_by(u64::from(report.created));
-            if seen_before {
-                gw.lifecycle.key_recreated(activity);
-                tracing::error!(activity = %activity.id, version = activity.version,
-                    "stock key was lost by Redis and created again: stock restarts from the configuration");
-            } else {
-                // No sold-out mark to clear: any mark on this version was set after a reserve
-                // saw the key this call created (clearing it here would race with that reserve).
-                tracing::info!(activity = %activity.id, version = activity.version,
-                    stock = activity.stock, open = (window == SaleWindow::Open), "stock prewarmed");
-            }
+            // No sold-out mark to clear: any mark on this version was set after a reserve saw
+            // the key this call created (clearing it here would race with that reserve).
+            tracing::info!(activity = %activity.id, version = activity.version,
+                stock = activity.stock, open = (window == SaleWindow::Open), "stock prewarmed");
         }
         for segment in &report.stock_key_removed {
             tracing::error!(activity = %activity.id, version = activity.version, segment,

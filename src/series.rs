@@ -38,6 +38,9 @@ pub fn preset_static_series(metrics: &Metrics) {
     for refusal in crate::admission::EdgeRefusal::ALL {
         metrics.edge_refusals.with_label_values(&[refusal.as_str()]);
     }
+    for reason in crate::stock::failover::LiftReason::ALL {
+        metrics.fence_lifted.with_label_values(&[reason.as_str()]);
+    }
     metrics.config_generation.set(1);
 }
 

@@ -2323,7 +2323,7 @@ async fn a_segment_recorded_under_another_master_takes_nothing() {
         ..activity("1001", 10, 1, 5)
     };
     prewarm(&s, &a).await;
-    assert_eq!(s.check_master(&a).await.unwrap(), None, "armed");
+    assert_eq!(s.check_master(&a).await.unwrap().fence, None, "armed");
     let layout = Layout::of(&a);
     let record = |i: u32| s.keys().of(layout.segment(i).unwrap()).master();
     let replid = replication_field(&redis, "master_replid");
@@ -2361,7 +2361,7 @@ async fn a_segment_recorded_under_another_master_takes_nothing() {
         matches!(withdrawn, Err(StoreError::Fenced)),
         "{withdrawn:?}"
     );
-    let fence = s.check_master(&a).await.unwrap().expect("fenced");
+    let fence = s.check_master(&a).await.unwrap().fence.expect("fenced");
     assert_eq!(
         (fence.segment, &*fence.recorded, &*fence.current),
         (0, &*other, &*replid)
@@ -2373,7 +2373,7 @@ async fn a_segment_recorded_under_another_master_takes_nothing() {
         s.reserve(seg0, &call(&a, "u1", 1, "r1")).await.unwrap(),
         ReserveOutcome::Reserved { .. }
     ));
-    assert_eq!(s.check_master(&a).await.unwrap(), None);
+    assert_eq!(s.check_master(&a).await.unwrap().fence, None);
 }
 
 /// A field of the server's `INFO replication`.
@@ -2398,7 +2398,7 @@ async fn a_record_that_only_contains_this_masters_identity_is_fenced() {
     let s = store(redis.url(), 1000);
     let a = activity("1001", 10, 1, 5);
     prewarm(&s, &a).await;
-    assert_eq!(s.check_master(&a).await.unwrap(), None, "armed");
+    assert_eq!(s.check_master(&a).await.unwrap().fence, None, "armed");
     let layout = Layout::of(&a);
     let record = s.keys().of(layout.segment(0).unwrap()).master();
     let replid: String = redis::cmd("GET")
@@ -2417,7 +2417,7 @@ async fn a_record_that_only_contains_this_masters_identity_is_fenced() {
             .arg(&lookalike)
             .query(&mut redis.conn())
             .unwrap();
-        let fence = s.check_master(&a).await.unwrap();
+        let fence = s.check_master(&a).await.unwrap().fence;
         assert!(fence.is_some(), "{lookalike:?} is not this master");
     }
     let _: () = redis::cmd("SET")
@@ -2425,7 +2425,7 @@ async fn a_record_that_only_contains_this_masters_identity_is_fenced() {
         .arg(&replid)
         .query(&mut redis.conn())
         .unwrap();
-    assert_eq!(s.check_master(&a).await.unwrap(), None, "{replid}");
+    assert_eq!(s.check_master(&a).await.unwrap().fence, None, "{replid}");
 }
 
 /// A proof-of-work solution is spent in the ticket script, and checked again there against
@@ -2510,7 +2510,7 @@ async fn regression_a_nan_hold_does_not_stop_a_batch_midway() {
     for key in &keys {
         cmd.arg(key);
     }
-    cmd.arg(1).arg(100_000).arg("");
+    cmd.arg(1).arg(100_000).arg("").arg(0).arg("");
     for (user, id, hold) in [("u1", "j1", "900000"), ("u2", "j2", "nan")] {
         cmd.arg(user)
             .arg(1)
@@ -2522,7 +2522,15 @@ async fn regression_a_nan_hold_does_not_stop_a_batch_midway() {
             .arg(0);
         cmd.arg(30_000).arg(0).arg(0).arg(4_070_908_800_000u64);
     }
-    let reply: Vec<Vec<redis::Value>> = cmd.query(&mut redis.conn()).unwrap();
+    let mut reply: Vec<redis::Value> = cmd.query(&mut redis.conn()).unwrap();
+    // Last: the records the segment holds (two reservations and the placeholder), and their
+    // life.
+    assert!(matches!(reply.pop(), Some(redis::Value::BulkString(_))));
+    assert_eq!(reply.pop(), Some(redis::Value::Int(3)));
+    let reply: Vec<Vec<redis::Value>> = reply
+        .into_iter()
+        .map(|item| redis::from_redis_value(item).unwrap())
+        .collect();
     assert_eq!(reply.len(), 2);
     for (item, id) in reply.iter().zip(["j1", "j2"]) {
         assert_eq!(item[0], redis::Value::Int(1), "{id} reserved: {item:?}");

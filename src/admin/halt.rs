@@ -3,12 +3,17 @@
 //! not answer (nothing changed, or the call may be repeated: both are idempotent).
 //!
 //! The resume route clears every fleet-wide stop an activity may be under: each is one call in
-//! [`AdminApp::resume`], side by side.
+//! [`AdminApp::resume`], side by side. With `{"remaining": N}` it is a recount: the store forgot
+//! what it sold (`stock::failover`), and the operator's count of what is left is set first.
 
+use super::restock::{bad_request, read_body};
 use super::{error, json_response, AdminApp};
 use crate::config::Activity;
+use crate::stock::failover::Resumed;
+use crate::stock::segments::RecountError;
 use crate::stock::StoreError;
 use http::{Response, StatusCode};
+use pingora::protocols::http::ServerSession;
 
 impl AdminApp {
     /// `POST /v1/activities/{act}/halt`.
@@ -17,18 +22,93 @@ impl AdminApp {
         self.answer_stop(activity, halted).await
     }
 
-    /// `POST /v1/activities/{act}/resume`: lifts every fleet-wide stop of the activity, one
-    /// call each, answered once. First the failover fence (`stock::failover`): the Redis
-    /// masters answering now are accepted, which an SRE does once `flashgate reconcile
-    /// --orders` has checked what the replaced master lost; every gateway sells again within
-    /// one check. Then the halt. Redis not answering: 503, and a fence not accepted lifts no
-    /// halt.
-    pub(super) async fn resume(&self, activity: &Activity) -> Response<Vec<u8>> {
+    /// `POST /v1/activities/{act}/resume`, with no body (or `{}`), or `{"remaining": N}`.
+    pub(super) async fn resume(
+        &self,
+        session: &mut ServerSession,
+        activity: &Activity,
+    ) -> Response<Vec<u8>> {
+        let remaining = match read_body(session).await.map(|b| remaining_of(&b)) {
+            Ok(Ok(remaining)) => remaining,
+            Ok(Err(message)) | Err(message) => return bad_request(message),
+        };
+        match remaining {
+            None => self.plain_resume(activity).await,
+            Some(units) => self.recount(activity, units).await,
+        }
+    }
+
+    /// A resume: first the failover fence (`stock::failover`): the Redis masters answering now
+    /// are accepted, which an SRE does once `flashgate reconcile --orders` has checked what the
+    /// replaced master lost; every gateway sells again within one check. Then the halt. A store
+    /// that holds less than was sold is not accepted: 409, naming why (a recount is needed).
+    /// Redis not answering: 503, and a fence not accepted lifts no halt.
+    async fn plain_resume(&self, activity: &Activity) -> Response<Vec<u8>> {
         let lifted = match self.gw.store.accept_master(activity).await {
-            Ok(()) => self.gw.lifecycle.set_halt(activity, false).await.map(drop),
+            Ok(Resumed::Accepted) => self.gw.lifecycle.set_halt(activity, false).await.map(drop),
+            Ok(Resumed::Lost(fence)) => {
+                return error(
+                    StatusCode::CONFLICT,
+                    "store_lost_sales",
+                    &format!(
+                        "segment {} of {} holds less than was sold ({}: {} reservation \
+                         records, {} seen by this gateway): a plain resume would sell units \
+                         twice. Count what is left (the stock less the backend's orders: \
+                         flashgate reconcile --orders) and resume with {{\"remaining\": N}}",
+                        fence.segment,
+                        activity.id,
+                        fence.lost.as_deref().unwrap_or("lost"),
+                        fence.held,
+                        fence.seen
+                    ),
+                )
+            }
             Err(e) => Err(e),
         };
         self.answer_stop(activity, lifted).await
+    }
+
+    /// A resume with the operator's count: set once, while the activity is fenced, lost, or
+    /// refused for lost keys; then the halt is lifted. The same count sent again once it sells
+    /// answers 200 and changes nothing (a retry of a call whose answer was lost).
+    async fn recount(&self, activity: &Activity, units: u64) -> Response<Vec<u8>> {
+        let store = &self.gw.store;
+        let stopped = match store.check_master(activity).await {
+            Ok(checked) => {
+                checked.fence.is_some()
+                    || self
+                        .gw
+                        .lifecycle
+                        .state()
+                        .refusal(&activity.id)
+                        .is_some_and(|r| r.store_forgot() && r.applies_to(activity))
+            }
+            Err(e) => return self.answer_stop(activity, Err(e)).await,
+        };
+        if !stopped {
+            return match store.last_recount(activity).await {
+                Ok(Some(last)) if last == units => self.answer_stop(activity, Ok(())).await,
+                Ok(_) => error(
+                    StatusCode::CONFLICT,
+                    "selling",
+                    &format!(
+                        "{} is selling from what Redis holds (not fenced, nothing lost): there \
+                         is nothing to recount; to add units, restock",
+                        activity.id
+                    ),
+                ),
+                Err(e) => self.answer_stop(activity, Err(e)).await,
+            };
+        }
+        let done = match self.gw.lifecycle.recount(activity, units).await {
+            Ok(_) => self.gw.lifecycle.set_halt(activity, false).await.map(drop),
+            Err(RecountError::Store(e)) => Err(e),
+            Err(e @ (RecountError::TooMany { .. } | RecountError::HeldStill { .. })) => {
+                return bad_request(&e.to_string())
+            }
+            Err(e) => return error(StatusCode::CONFLICT, "not_on_sale", &e.to_string()),
+        };
+        self.answer_stop(activity, done).await
     }
 
     async fn answer_stop(
@@ -43,6 +123,56 @@ impl AdminApp {
                 "unavailable",
                 &e.to_string(),
             ),
+        }
+    }
+}
+
+/// `N` of `{"remaining": N}` (a whole number from 0 to 2^53 - 1), `None` for no body or `{}`.
+/// Anything else is refused: a resume never guesses what an operator meant.
+fn remaining_of(body: &[u8]) -> Result<Option<u64>, &'static str> {
+    const SHAPE: &str = "the body must be empty, {}, or {\"remaining\": N} with N a whole \
+                         number from 0 to 2^53 - 1";
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(None);
+    }
+    let value: serde_json::Value = serde_json::from_slice(body).map_err(|_| SHAPE)?;
+    let object = value.as_object().ok_or(SHAPE)?;
+    if object.keys().any(|k| k != "remaining") {
+        return Err(SHAPE);
+    }
+    match object.get("remaining") {
+        None => Ok(None),
+        Some(n) => n
+            .as_u64()
+            .filter(|&n| n <= crate::config::MAX_EXACT_INTEGER)
+            .map(Some)
+            .ok_or(SHAPE),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::remaining_of;
+
+    #[test]
+    fn remaining_is_a_whole_number_or_nothing() {
+        assert_eq!(remaining_of(b""), Ok(None));
+        assert_eq!(remaining_of(b" \n"), Ok(None));
+        assert_eq!(remaining_of(b"{}"), Ok(None));
+        assert_eq!(remaining_of(br#"{"remaining": 0}"#), Ok(Some(0)));
+        assert_eq!(remaining_of(br#"{"remaining": 37}"#), Ok(Some(37)));
+        for bad in [
+            r#"{"remaining": -1}"#,
+            r#"{"remaining": 1.5}"#,
+            r#"{"remaining": "5"}"#,
+            r#"{"remaining": null}"#,
+            r#"{"remaining": 9007199254740992}"#,
+            r#"{"remaining": 5, "add": 1}"#,
+            r#"{"remainder": 5}"#,
+            r#"[5]"#,
+            "remaining=5",
+        ] {
+            assert!(remaining_of(bad.as_bytes()).is_err(), "{bad}");
         }
     }
 }

@@ -154,7 +154,10 @@ impl ServeHttp for AdminApp {
             (&Method::POST, ["activities", act, stop @ ("halt" | "resume")]) => {
                 match activity(act) {
                     Some(activity) if *stop == "halt" => self.halt(activity).await,
-                    Some(activity) => self.resume(activity).await,
+                    Some(activity) => {
+                        let activity = activity.clone();
+                        self.resume(session, &activity).await
+                    }
                     None => unknown_activity(),
                 }
             }
@@ -220,9 +223,11 @@ impl AdminApp {
                         StatusCode::SERVICE_UNAVAILABLE,
                         &json!({
                             "ready": false,
-                            "reason": "Redis's record refuses these activities as configured: \
-                                       see flashgate_activity_refused and the log",
-                            "refused": refused,
+                            "reason": "Redis refuses these activities as configured (its \
+                                       record, or its eviction policy): see \
+                                       flashgate_activity_refused and the log",
+                            "refused": refused.iter().map(|(id, _)| id).collect::<Vec<_>>(),
+                            "why": refused.into_iter().collect::<serde_json::Map<_, _>>(),
                         }),
                     ),
                 },
@@ -238,14 +243,17 @@ impl AdminApp {
     /// The configured activities Redis's record refuses (an older version than one on sale, a
     /// changed segment count, a damaged segment): a gateway restarted with an old YAML is not
     /// ready, instead of answering every buyer `unavailable` while its load balancer sends more.
-    fn refused_activities(&self) -> Vec<String> {
+    fn refused_activities(&self) -> Vec<(String, Value)> {
         let state = self.gw.lifecycle.state();
         self.gw
             .settings()
             .activities
             .iter()
             .filter(|a| state.is_refused(a))
-            .map(|a| a.id.to_string())
+            .map(|a| {
+                let why = state.refusal(&a.id).map(|r| r.to_string());
+                (a.id.to_string(), json!(why))
+            })
             .collect()
     }
 
@@ -374,9 +382,13 @@ impl AdminApp {
             "segments": activity.segments,
             "refused": self.gw.lifecycle.state().refusal(&activity.id).map(|r| r.to_string()),
             "halted": self.gw.lifecycle.state().halted_since(&activity.id).is_some(),
-            // The failover fence: the Redis master was replaced under it (see stock::failover):
-            // null, or the segment, the master recorded and the one answering now.
+            // The failover fence: the Redis master was replaced under it, or the store holds
+            // less than was sold (see stock::failover): null, or the segment, the master
+            // recorded and the one answering now, why it is lost (null when it is not: a plain
+            // resume, or a rule, lifts it), the records it holds and the most this gateway saw.
             "fenced": self.gw.store.failover().fence(&activity.id),
+            // The last fence lifted (since this gateway started): the rule or call, and when.
+            "fence_lifted": self.gw.store.failover().lifted(&activity.id),
             "versions": rows.map(|rows| rows.iter().map(|r| json!({
                 "version": r.version,
                 "initial": r.initial,

@@ -85,7 +85,7 @@ impl AdminApp {
 }
 
 /// The request body, at most [`MAX_BODY_BYTES`].
-async fn read_body(session: &mut ServerSession) -> Result<Vec<u8>, &'static str> {
+pub(super) async fn read_body(session: &mut ServerSession) -> Result<Vec<u8>, &'static str> {
     let mut body = Vec::new();
     loop {
         match session.read_request_body().await {
@@ -111,7 +111,7 @@ fn add_of(body: &[u8]) -> Option<u64> {
         .filter(|&n| (1..=crate::config::MAX_EXACT_INTEGER).contains(&n))
 }
 
-fn bad_request(message: &str) -> Response<Vec<u8>> {
+pub(super) fn bad_request(message: &str) -> Response<Vec<u8>> {
     error(StatusCode::BAD_REQUEST, "bad_request", message)
 }
 

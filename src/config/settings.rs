@@ -131,7 +131,14 @@ pub struct RedisSettings {
     pub sweep_batch: u32,
     pub reconcile_interval: Duration,
     pub events_maxlen: u64,
+    /// Sell on a Redis that may evict keys (`redis.allow_eviction`).
+    pub allow_eviction: bool,
+    /// Replicas every winner's reservation must reach before it is answered (`WAIT`; 0: none).
+    pub ack_replicas: u32,
 }
+
+/// Most replicas `redis.ack_replicas` may wait for.
+pub const MAX_ACK_REPLICAS: u32 = 16;
 
 /// Largest `server.max_sale_body_bytes`: the most Pingora buffers of a request body to send it
 /// upstream after it was read whole.

@@ -338,7 +338,19 @@ fn redis(raw: file::RedisSection) -> Result<RedisSettings, ConfigError> {
             }
             n => n,
         },
+        allow_eviction: raw.allow_eviction,
+        ack_replicas: ack_replicas(raw.ack_replicas)?,
     })
+}
+
+fn ack_replicas(n: u32) -> Result<u32, ConfigError> {
+    if n > MAX_ACK_REPLICAS {
+        return Err(ConfigError::invalid(
+            "redis.ack_replicas",
+            format!("must be 0 to {MAX_ACK_REPLICAS}"),
+        ));
+    }
+    Ok(n)
 }
 
 fn rate_limits(raw: file::RateLimitsSection) -> Result<RateLimitSettings, ConfigError> {

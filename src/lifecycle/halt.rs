@@ -97,6 +97,19 @@ impl Lifecycle<StockStore> {
         Ok(now)
     }
 
+    /// Halts the activity for a fence found on it (only if it is not halted: an operator's
+    /// halt stays the operator's), or lifts the halt a fence made (`!halt`; never an
+    /// operator's). See `lua/halt.lua`.
+    pub async fn set_fence_halt(
+        &self,
+        activity: &Activity,
+        halt: bool,
+    ) -> Result<Halt, StoreError> {
+        let now = self.store.set_fence_halt(activity, halt).await?;
+        self.learned_halt(&activity.id, now);
+        Ok(now)
+    }
+
     /// Reads every configured activity's halt (one script call each, at once).
     pub async fn refresh_halts(&self, settings: &Settings) {
         let reads = settings

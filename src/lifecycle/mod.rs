@@ -43,6 +43,7 @@ const MAX_RESERVATION_ID_LEN: usize = 64;
 pub const CONFIRM_BATCH: usize = 100;
 
 pub mod halt;
+mod recount;
 mod restock;
 mod state;
 mod sweep;

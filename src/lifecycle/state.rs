@@ -118,12 +118,6 @@ impl<S: LifecycleStore> Lifecycle<S> {
         self.state.refused.set(activity, refusal);
     }
 
-    /// Prewarm created the stock key of a version it had seen before: Redis lost it, and the
-    /// stock restarts from the configuration; a sold-out mark of that version no longer holds.
-    pub fn key_recreated(&self, activity: &Activity) {
-        self.state.clear_sold_out(&activity.id, activity.version);
-    }
-
     /// A new configuration: refusals were Redis's verdict on the old one; the next prewarm (or
     /// buyer) asks again about the new one.
     pub fn reloaded(&self) {

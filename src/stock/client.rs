@@ -156,17 +156,70 @@ impl RedisClient {
         Ok(conn.clone())
     }
 
-    /// One command, bounded like every store call.
+    /// One command, bounded like every store call (an idempotent `op` is sent once more on a
+    /// connection that broke: see [`RedisClient::once_more`]).
     pub async fn query<T: FromRedisValue>(
         &self,
         op: StoreOp,
         cmd: &redis::Cmd,
     ) -> Result<T, StoreError> {
-        self.bounded(op, self.timeout, async {
-            let mut conn = self.conn().await?;
-            Ok(cmd.query_async(&mut conn).await?)
+        self.once_more(op.idempotent(), || {
+            self.bounded(op, self.timeout, async {
+                let mut conn = self.conn().await?;
+                Ok(cmd.query_async(&mut conn).await?)
+            })
         })
         .await
+    }
+
+    /// One command to the master holding `key`'s slot (on a single Redis, that Redis): for
+    /// commands without a key that must reach one segment's master (`CONFIG GET`). Idempotent
+    /// `op`s are sent once more on a broken connection.
+    pub async fn query_at<T: FromRedisValue>(
+        &self,
+        op: StoreOp,
+        key: &str,
+        cmd: &redis::Cmd,
+    ) -> Result<T, StoreError> {
+        use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+        self.once_more(op.idempotent(), || {
+            self.bounded(op, self.timeout, async {
+                match self.conn().await? {
+                    StoreConn::Single(mut conn) => Ok(cmd.query_async(&mut conn).await?),
+                    StoreConn::Cluster(mut conn) => {
+                        let route = Route::with_key(key, SlotAddr::Master);
+                        let value = conn
+                            .route_command(
+                                cmd.clone(),
+                                RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route)),
+                            )
+                            .await?;
+                        Ok(redis::from_redis_value(value).map_err(redis::RedisError::from)?)
+                    }
+                }
+            })
+        })
+        .await
+    }
+
+    /// Runs `call`, and once more if it failed on a connection that broke (a broken pipe, a
+    /// reset, a closed socket: Redis restarted or failed over, and the connection is made again
+    /// by the next call) when `retry`: for idempotent calls only (reads, the master check,
+    /// halts, resumes, confirms and releases by id, a keyed restock), never a buyer's reserve,
+    /// whose second send could take a second unit. A timeout is not retried: Redis may be slow,
+    /// not gone.
+    pub async fn once_more<T, F, Fut>(&self, retry: bool, mut call: F) -> Result<T, StoreError>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, StoreError>>,
+    {
+        match call().await {
+            Err(e) if retry && e.broke_connection() => {
+                tracing::debug!(error = %e, "a broken Redis connection: made again, sent once more");
+                call().await
+            }
+            other => other,
+        }
     }
 
     /// Runs `fut` within `budget`, counting failures.
@@ -205,9 +258,28 @@ impl RedisClient {
         op: StoreOp,
         invocation: &ScriptInvocation<'_>,
     ) -> Result<T, StoreError> {
-        self.timed(script, op, async {
-            let mut conn = self.conn().await?;
-            Ok(invocation.invoke_async(&mut conn).await?)
+        self.once_more(op.idempotent(), || {
+            self.timed(script, op, async {
+                let mut conn = self.conn().await?;
+                Ok(invocation.invoke_async(&mut conn).await?)
+            })
+        })
+        .await
+    }
+
+    /// [`RedisClient::eval`], sent once more on a broken connection whatever `op` (the caller
+    /// knows this call is idempotent: a restock with its key).
+    pub async fn eval_idempotent<T: FromRedisValue>(
+        &self,
+        script: ScriptName,
+        op: StoreOp,
+        invocation: &ScriptInvocation<'_>,
+    ) -> Result<T, StoreError> {
+        self.once_more(true, || {
+            self.timed(script, op, async {
+                let mut conn = self.conn().await?;
+                Ok(invocation.invoke_async(&mut conn).await?)
+            })
         })
         .await
     }
@@ -253,10 +325,52 @@ impl RedisClient {
         .await
     }
 
+    /// `script` called as `cmd` (see [`RedisClient::eval_cmd`]), then `WAIT replicas` on the
+    /// same connection, in one pipeline: Redis answers the WAIT once `replicas` replicas hold
+    /// every write this connection made before it (the script's included), or after
+    /// `wait_ms` with how many do. Bounded by the budget plus `wait_ms`. Returns the script's
+    /// answer and the replicas that acknowledged it.
+    pub async fn eval_cmd_acknowledged<T: FromRedisValue>(
+        &self,
+        script: ScriptName,
+        source: &redis::Script,
+        op: StoreOp,
+        cmd: &redis::Cmd,
+        replicas: u32,
+        wait_ms: u64,
+    ) -> Result<(T, u32), StoreError> {
+        let mut pipe = redis::pipe();
+        pipe.add_command(cmd.clone())
+            .cmd("WAIT")
+            .arg(replicas)
+            .arg(wait_ms);
+        let started = Instant::now();
+        let budget = self.timeout + Duration::from_millis(wait_ms);
+        let result = self.pipeline(op, budget, &pipe, Some(source)).await;
+        self.metrics
+            .script_duration
+            .with_label_values(&[script.as_str()])
+            .observe(started.elapsed().as_secs_f64());
+        result
+    }
+
     /// A pipeline (or a MULTI/EXEC), bounded by `budget` and counted under `op`. With
     /// `script`, a NOSCRIPT answer (after a restart or `SCRIPT FLUSH`) loads it and sends the
     /// pipeline again.
     pub async fn pipeline<T: FromRedisValue>(
+        &self,
+        op: StoreOp,
+        budget: Duration,
+        pipe: &redis::Pipeline,
+        script: Option<&redis::Script>,
+    ) -> Result<T, StoreError> {
+        self.once_more(op.idempotent(), || {
+            self.pipeline_once(op, budget, pipe, script)
+        })
+        .await
+    }
+
+    async fn pipeline_once<T: FromRedisValue>(
         &self,
         op: StoreOp,
         budget: Duration,

@@ -101,6 +101,7 @@ fn empty_row(version: u64) -> LedgerRow {
         late_accepted: 0,
         oversold: 0,
         restocked: 0,
+        recounted: 0,
         ledger: false,
         pending_reservations: 0,
     }

@@ -22,6 +22,11 @@
 //! <p>:{<tag>}:received      hash    transfer id -> units, received (a deposit happens once)
 //! <p>:{<tag>}:restocks      hash    Idempotency-Key -> version:units of each restock added here
 //!                                   (a restock happens once per key; segment 0 only)
+//! <p>:{<tag>}:master        string  the identity of the master the stock was accepted under, or
+//!                                   `lost` (the failover fence, see lua/master.lua)
+//! <p>:{<tag>}:known         hash    what the gateways know the segment must hold: the most
+//!                                   records seen, the records' epoch, the accepted master's
+//!                                   persistence, a loss found, the last lift and recount
 //! <p>:{<act>}:floor         string  the newest version ever claimed: the one key that never
 //!                                   expires (a few bytes per activity id ever sold), so no
 //!                                   version that was on sale sells again after the rest expired
@@ -29,6 +34,7 @@
 //! <p>:{<act>}:q:tickets     hash    the waiting room's tickets: user -> number
 //! <p>:{<act>}:halt          string  since when the activity is halted (unix ms; absent when
 //!                                   not): expires with the sale's keys, see lua/halt.lua
+//! <p>:{<act>}:halt:fence    string  the halt was made for a fence (a rule lifting it lifts it)
 //! <p>:{rl~<n>}:<kind>:<h>  string  a fleet-wide token bucket (rate_limits scope: fleet): its
 //!                                   GCRA arrival time (unix us); <h> is the hex FNV-1a of the
 //!                                   user id or IP, <n> its shard; expires once full again
@@ -110,9 +116,13 @@ impl SegmentKeys {
         self.versioned(version, "segments")
     }
 
-    /// The master this segment's stock was accepted under (the failover fence).
+    /// The master this segment's stock was accepted under (the failover fence), or `lost`.
     pub fn master(&self) -> String {
         self.key("master")
+    }
+    /// What the gateways know this segment must hold (see `lua/master.lua`).
+    pub fn known(&self) -> String {
+        self.key("known")
     }
 
     /// On the base tag: the waiting room's state (cursor, rate, pause, history, epoch).
@@ -141,6 +151,11 @@ impl SegmentKeys {
     /// On the base tag: the activity's halt (admin API), for the whole fleet.
     pub fn halt(&self) -> String {
         self.key("halt")
+    }
+    /// On the base tag: the mark of a halt a gateway made for a fence (a rule lifting the
+    /// fence lifts that halt, never an operator's).
+    pub fn halt_fence(&self) -> String {
+        self.key("halt:fence")
     }
 
     pub fn meta(&self) -> String {

@@ -71,6 +71,7 @@ label_enum! {
         Halt => "halt",
         Tokens => "tokens",
         Master => "master",
+        Recount => "recount",
     }
 }
 
@@ -90,6 +91,28 @@ label_enum! {
         Halt => "halt",
         Tokens => "tokens",
         Master => "master",
+        Recount => "recount",
+    }
+}
+
+impl StoreOp {
+    /// Whether sending the call twice does what sending it once does (so a call that failed on
+    /// a broken connection is sent once more, see [`client::RedisClient::once_more`]): reads,
+    /// readiness, prewarm (creates once), the master check and accept, halts and resumes,
+    /// confirms and releases by id (a second changes nothing). Never a reserve, a transfer, a
+    /// queue's ticket or a token: their second send would take again. A restock is idempotent
+    /// only with its key (its call site says so).
+    pub fn idempotent(self) -> bool {
+        matches!(
+            self,
+            StoreOp::Read
+                | StoreOp::Ready
+                | StoreOp::Prewarm
+                | StoreOp::Master
+                | StoreOp::Halt
+                | StoreOp::Confirm
+                | StoreOp::Release
+        )
     }
 }
 
@@ -111,6 +134,10 @@ pub enum StoreError {
     /// [`failover`]); nothing ran.
     #[error("the Redis master of this segment was replaced: fenced until resumed")]
     Fenced,
+    /// `redis.ack_replicas`: fewer replicas than asked acknowledged the reserve call within its
+    /// time (it landed on the master, and is released by the caller as an abandoned one).
+    #[error("only {acknowledged} of {wanted} replicas acknowledged the reservation in time")]
+    NotReplicated { acknowledged: u32, wanted: u32 },
 }
 
 impl StoreError {
@@ -123,6 +150,19 @@ impl StoreError {
             StoreError::Redis(e) => !e.is_connection_refusal(),
             StoreError::Batch(e) => e.may_have_landed(),
             StoreError::Fenced => false,
+            StoreError::NotReplicated { .. } => true,
+        }
+    }
+
+    /// Whether the call failed on a connection that broke (a broken pipe, a reset, a closed
+    /// socket), as opposed to a slow or refusing Redis.
+    pub fn broke_connection(&self) -> bool {
+        match self {
+            StoreError::Redis(e) => {
+                e.is_connection_dropped() || (e.is_io_error() && !e.is_timeout())
+            }
+            StoreError::Batch(e) => e.broke_connection(),
+            _ => false,
         }
     }
 
@@ -146,6 +186,8 @@ pub struct StockStore {
     keys: KeyLayout,
     key_ttl_after_end: Duration,
     events_maxlen: u64,
+    /// Replicas every reserve call waits for (`redis.ack_replicas`; 0: none).
+    ack_replicas: u32,
     clock: clock::RedisClock,
     /// Reserves sent together per segment and version (see [`scripts::reserve`]).
     reserves: scripts::reserve::Batches,
@@ -170,6 +212,7 @@ impl StockStore {
             keys: KeyLayout::new(&settings.key_prefix),
             key_ttl_after_end: settings.key_ttl_after_end,
             events_maxlen: settings.events_maxlen,
+            ack_replicas: settings.ack_replicas,
             clock: clock::RedisClock::default(),
             reserves: scripts::reserve::Batches::new(scripts::reserve::MAX_BATCH),
             token_batches: scripts::tokens::TokenBatches::new(scripts::tokens::MAX_TOKEN_BATCH),

@@ -42,6 +42,10 @@ pub struct Snapshot {
     /// Every version the segment's meta listed in the same transaction: when it is not the
     /// list asked for (a version went on sale meanwhile), take the snapshot again with it.
     pub versions: Vec<u64>,
+    /// The version on sale here, as the meta said in the same transaction.
+    pub current: Option<u64>,
+    /// Whether the segment had a meta at all.
+    pub meta_exists: bool,
     pub ledgers: Vec<LedgerRow>,
     pub records: Vec<ReservationRecord>,
     pub books: TransferBooks,
@@ -142,6 +146,34 @@ impl StockStore {
         )
         .await
         .map(|_: i64| ())
+    }
+
+    /// Writes an activity's base meta again (its segment count and newest version) after its
+    /// keys were lost, for an operator's recount: what the claim writes, without its refusal of
+    /// a version whose keys are gone.
+    pub async fn reclaim(
+        &self,
+        layout: &super::Layout,
+        version: u64,
+        expire_at: u64,
+    ) -> Result<(), StoreError> {
+        let meta = self.keys.base(layout).meta();
+        let mut pipe = redis::pipe();
+        pipe.atomic()
+            .cmd("HSET")
+            .arg(&meta)
+            .arg("segments")
+            .arg(layout.count())
+            .arg("version")
+            .arg(version)
+            .ignore()
+            .cmd("EXPIREAT")
+            .arg(&meta)
+            .arg(expire_at)
+            .ignore();
+        self.redis
+            .pipeline(StoreOp::Prewarm, self.timeout(), &pipe, None)
+            .await
     }
 
     /// Transfers a segment gave but has not seen acknowledged, with Redis's time now (ms).
@@ -266,7 +298,7 @@ impl StockStore {
                 .arg(3)
                 .arg(keys.for_ledger(v).as_slice());
         }
-        pipe.cmd("HVALS").arg(keys.reservations());
+        pipe.cmd("HGETALL").arg(keys.reservations());
         for key in [
             keys.transfers(),
             keys.acknowledged(),
@@ -293,17 +325,7 @@ impl StockStore {
                     .ok_or_else(|| StoreError::protocol(ScriptName::Ledger, reply))?,
             );
         }
-        let raw: Vec<String> = from(&values[n])?;
-        let records = raw
-            .iter()
-            .filter(|r| !r.is_empty())
-            .map(|r| {
-                ReservationRecord::parse(r).ok_or_else(|| StoreError::Protocol {
-                    script: "reservation record",
-                    reply: r.clone(),
-                })
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        let records = parse_records(from(&values[n])?)?;
         let transfers = |v: &Value| -> Result<Vec<Transfer>, StoreError> {
             let raw: Vec<(String, String)> = from(v)?;
             Ok(raw
@@ -314,8 +336,12 @@ impl StockStore {
         };
         let received: Vec<(String, String)> = from(&values[n + 3])?;
         let meta: Vec<(String, String)> = from(&values[n + 4])?;
+        let meta_exists = !meta.is_empty();
+        let meta = SegmentMeta::parse(meta);
         Ok(Snapshot {
-            versions: SegmentMeta::parse(meta).versions,
+            versions: meta.versions,
+            current: meta.current,
+            meta_exists,
             ledgers,
             records,
             books: TransferBooks {
@@ -388,4 +414,18 @@ impl StockStore {
         )
         .await
     }
+}
+
+/// Every record of a records hash (HGETALL) but the placeholder (field '', whose value names
+/// the records' life).
+fn parse_records(raw: Fields) -> Result<Vec<ReservationRecord>, StoreError> {
+    raw.iter()
+        .filter(|(id, _)| !id.is_empty())
+        .map(|(_, r)| {
+            ReservationRecord::parse(r).ok_or_else(|| StoreError::Protocol {
+                script: "reservation record",
+                reply: r.clone(),
+            })
+        })
+        .collect()
 }

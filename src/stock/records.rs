@@ -202,7 +202,7 @@ impl ReservationRecord {
 
 /// The ledger fields as `lua/lib.lua`'s LEDGER_FIELDS lists them (the ledger script answers in
 /// this order; a test keeps the two lists equal).
-pub const LEDGER_FIELDS: [&str; 11] = [
+pub const LEDGER_FIELDS: [&str; 12] = [
     "initial",
     "pending",
     "confirmed",
@@ -214,6 +214,7 @@ pub const LEDGER_FIELDS: [&str; 11] = [
     "late_accepted",
     "oversold",
     "restocked",
+    "recounted",
 ];
 
 /// One stock version's ledger in one segment, read atomically with its stock key.
@@ -240,6 +241,9 @@ pub struct LedgerRow {
     pub oversold: i64,
     /// Units an operator added to the version on sale (`POST .../restock`).
     pub restocked: i64,
+    /// Units an operator's count took off sale (negative: put on sale) after the store forgot
+    /// what it sold (`POST .../resume` with `{"remaining": N}`, `lua/recount.lua`).
+    pub recounted: i64,
     pub ledger: bool,
     pub pending_reservations: i64,
 }
@@ -248,7 +252,7 @@ impl LedgerRow {
     /// Parses the ledger script's answer (see `lua/ledger.lua`).
     pub(super) fn parse(version: u64, r: &[i64]) -> Option<Self> {
         match *r {
-            [stock_key, remaining, initial, pending, confirmed, released, retired, moved_in, moved_out, unsold_retired, late_accepted, oversold, restocked, ledger, pending_reservations] => {
+            [stock_key, remaining, initial, pending, confirmed, released, retired, moved_in, moved_out, unsold_retired, late_accepted, oversold, restocked, recounted, ledger, pending_reservations] => {
                 Some(LedgerRow {
                     version,
                     stock_key: stock_key == 1,
@@ -264,6 +268,7 @@ impl LedgerRow {
                     late_accepted,
                     oversold,
                     restocked,
+                    recounted,
                     ledger: ledger == 1,
                     pending_reservations,
                 })
@@ -290,21 +295,23 @@ impl LedgerRow {
             late_accepted: t.late_accepted + r.late_accepted,
             oversold: t.oversold + r.oversold,
             restocked: t.restocked + r.restocked,
+            recounted: t.recounted + r.recounted,
             ledger: t.ledger || r.ledger,
             pending_reservations: t.pending_reservations + r.pending_reservations,
         }))
     }
 
-    /// `initial + moved_in - moved_out + restocked - (remaining + pending + confirmed + retired)`:
-    /// zero when every unit is accounted for. A version with no ledger and no stock key (never prewarmed,
-    /// or expired with everything) has nothing to account for.
+    /// `initial + moved_in - moved_out + restocked` less `remaining + pending + confirmed +
+    /// retired + recounted`: zero when every unit is accounted for. A version with no ledger
+    /// and no stock key (never prewarmed, or expired with everything) has nothing to account
+    /// for.
     pub fn drift(&self) -> i64 {
         if !self.ledger && !self.stock_key {
             return 0;
         }
         let remaining = if self.stock_key { self.remaining } else { 0 };
         self.initial + self.moved_in - self.moved_out + self.restocked
-            - (remaining + self.pending + self.confirmed + self.retired)
+            - (remaining + self.pending + self.confirmed + self.retired + self.recounted)
     }
 
     /// Units this segment can still sell or is owed: its stock plus what it sent off that has
@@ -337,6 +344,7 @@ mod tests {
             late_accepted: 0,
             oversold: 0,
             restocked: 0,
+            recounted: 0,
             ledger: true,
             pending_reservations: 6,
         }

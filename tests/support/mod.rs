@@ -59,6 +59,8 @@ pub fn stock_store(
         sweep_batch: 100,
         reconcile_interval: Duration::from_secs(10),
         events_maxlen: 1000,
+        allow_eviction: false,
+        ack_replicas: 0,
     };
     let metrics = std::sync::Arc::new(flashgate::metrics::Metrics::new());
     flashgate::stock::StockStore::new(&settings, metrics).unwrap()

@@ -200,6 +200,17 @@ pub struct RedisSection {
     /// The circuit breaker in front of the store on the buyer's path.
     #[serde(default)]
     pub breaker: BreakerSection,
+    /// Sell on a Redis whose `maxmemory-policy` may evict keys (anything but `noeviction`).
+    /// Off by default: an evicted key forgets what was sold, and such a Redis is refused for
+    /// selling (`/readyz` 503 naming the policy) unless this says the risk is taken.
+    #[serde(default)]
+    pub allow_eviction: bool,
+    /// Replicas each winner's reservation must reach before the winner is answered (Redis
+    /// `WAIT`): 0 (default) waits for none. A batch not acknowledged within `timeout_ms` is
+    /// released and answered 503; with it covering every replica, a promoted replica sells
+    /// again by itself (no reservation a gateway acknowledged can be missing from it).
+    #[serde(default)]
+    pub ack_replicas: u32,
 }
 
 #[derive(Debug, Deserialize)]

@@ -24,10 +24,10 @@ impl Halt {
 impl StockStore {
     /// The halt key, the queue hash, and the stepped admission's adm and active of `activity`
     /// (its base tag: one slot).
-    fn halt_keys(&self, activity: &Activity) -> (String, String, [String; 2]) {
+    fn halt_keys(&self, activity: &Activity) -> (String, String, [String; 3]) {
         let base = self.keys().base(&Layout::new(activity.id.clone(), 1));
         let [_, adm, active] = base.queue_stepped();
-        (base.halt(), base.queue(), [adm, active])
+        (base.halt(), base.queue(), [adm, active, base.halt_fence()])
     }
 
     /// Halts (`halt`) or resumes the activity for the whole fleet; its waiting room's cursor
@@ -35,6 +35,17 @@ impl StockStore {
     /// time.
     pub async fn set_halt(&self, activity: &Activity, halt: bool) -> Result<Halt, StoreError> {
         self.call_halt(activity, if halt { "1" } else { "0" }).await
+    }
+
+    /// Halts the activity for a fence found on it (`halt`: only if it is not halted, marked as
+    /// the fence's), or lifts the halt a fence made (`!halt`: only a marked one, never an
+    /// operator's).
+    pub async fn set_fence_halt(
+        &self,
+        activity: &Activity,
+        halt: bool,
+    ) -> Result<Halt, StoreError> {
+        self.call_halt(activity, if halt { "F" } else { "f" }).await
     }
 
     /// Whether the activity is halted now (moving a halt's expiry with the sale's end). Every
@@ -55,13 +66,14 @@ impl StockStore {
     }
 
     async fn call_halt(&self, activity: &Activity, what: &str) -> Result<Halt, StoreError> {
-        let (key, queue, [adm, active]) = self.halt_keys(activity);
+        let (key, queue, [adm, active, fence]) = self.halt_keys(activity);
         let mut invocation = super::HALT.prepare_invoke();
         invocation
             .key(key)
             .key(queue)
             .key(adm)
             .key(active)
+            .key(fence)
             .arg(what)
             .arg(self.expire_at(activity))
             .arg(self.key_ttl_after_end.as_secs());

@@ -1,46 +1,125 @@
-//! `lua/master.lua`: the failover fence of one segment (see `stock::failover`). Its key, its
-//! arguments and its reply, in one place; the script itself is in the registry (`super`).
+//! `lua/master.lua`: the failover fence of one segment, and what the gateways know it must hold
+//! (see `stock::failover`). Its keys, its arguments and its reply, in one place; the script
+//! itself is in the registry (`super`).
 
-use super::super::{ScriptName, StockStore, StoreError, StoreOp};
+use super::super::ScriptName;
+use super::super::{Segment, StockStore, StoreError, StoreOp};
 use crate::config::Activity;
 
+/// What the call asks of the script.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MasterCall {
+    /// The periodic check (every gateway, every segment, every second).
+    Check,
+    /// An operator's resume: record the master answering now (refused while the segment is
+    /// lost).
+    Accept,
+    /// A gateway found the segment's keys lost (`reason`): mark it lost.
+    Lost(&'static str),
+}
+
 /// The script's answer.
+#[derive(Debug, Clone)]
 pub struct Verdict {
-    /// `ok`, `armed`, `fenced` or `accepted` (see lua/master.lua).
+    /// `ok`, `armed`, `fenced`, `lost`, `accepted` or `lifted` (see lua/master.lua).
     pub verdict: String,
     /// The identity of the master answering now.
     pub current: String,
-    /// The identity recorded before this call ('' if none).
+    /// The identity recorded before this call ('' if none; `lost` once marked).
     pub recorded: String,
+    /// The records the segment holds now.
+    pub held: u64,
+    /// Their life (see `records_of` in lua/lib.lua).
+    pub life: String,
+    /// Why it is lost, or the rule that lifted it.
+    pub detail: String,
+}
+
+/// What this gateway passes: what it saw the segment hold, and the master's persistence.
+#[derive(Debug, Clone, Default)]
+pub struct Seen {
+    /// The identity this gateway last saw accepted here ('' if none).
+    pub expected: String,
+    /// The most records it saw the segment hold when it acknowledged a sale, of `life`.
+    pub most: u64,
+    pub life: String,
+    /// `<appendonly>|<appendfsync>` of the master answering, as read just now ('' unknown).
+    pub persistence: String,
 }
 
 impl StockStore {
-    /// Checks `record` (a segment's master record) against the master answering now, with
-    /// `expected` the identity this process last saw accepted there ('' if none); `accept`:
-    /// record the master answering now (an operator's resume).
+    /// Calls `lua/master.lua` for `segment` of `activity`.
     pub(in crate::stock) async fn master(
         &self,
-        record: &str,
-        expected: String,
+        segment: Segment<'_>,
         activity: &Activity,
-        accept: bool,
+        seen: &Seen,
+        call: MasterCall,
     ) -> Result<Verdict, StoreError> {
+        let keys = self.keys.of(segment);
+        let mode = match call {
+            MasterCall::Check => String::new(),
+            MasterCall::Accept => "accept".to_owned(),
+            MasterCall::Lost(reason) => format!("lost:{reason}"),
+        };
         let mut invocation = super::MASTER.prepare_invoke();
         invocation
-            .key(record)
-            .arg(expected)
+            .key(keys.master())
+            .key(keys.known())
+            .key(keys.reservations())
+            .key(keys.meta())
+            .arg(&seen.expected)
             .arg(self.expire_at(activity))
-            .arg(if accept { "accept" } else { "" });
+            .arg(mode)
+            .arg(seen.most)
+            .arg(&seen.life)
+            .arg(&seen.persistence)
+            .arg(self.ack_replicas)
+            .arg(super::super::failover::FENCE_SETTLE.as_millis() as u64)
+            .arg(activity.version);
         let reply: Vec<String> = self
             .eval(ScriptName::Master, StoreOp::Master, &invocation)
             .await?;
-        match <[String; 3]>::try_from(reply) {
-            Ok([verdict, current, recorded]) => Ok(Verdict {
+        match <[String; 6]>::try_from(reply) {
+            Ok([verdict, current, recorded, held, life, detail]) => Ok(Verdict {
                 verdict,
                 current,
                 recorded,
+                held: held.parse().unwrap_or(0),
+                life,
+                detail,
             }),
             Err(reply) => Err(StoreError::protocol(ScriptName::Master, reply)),
+        }
+    }
+
+    /// `<appendonly>|<appendfsync>` of the master holding `segment` (`CONFIG GET`), or '' when
+    /// Redis refuses to say (a managed Redis hiding CONFIG: then no rule lifts a fence).
+    pub(in crate::stock) async fn persistence(&self, segment: Segment<'_>) -> String {
+        let record = self.keys.of(segment).master();
+        let reply: Result<Vec<String>, StoreError> = self
+            .redis
+            .query_at(
+                StoreOp::Read,
+                &record,
+                redis::cmd("CONFIG")
+                    .arg("GET")
+                    .arg("appendonly")
+                    .arg("appendfsync"),
+            )
+            .await;
+        let Ok(pairs) = reply else {
+            return String::new();
+        };
+        let value = |name: &str| {
+            pairs
+                .chunks(2)
+                .find(|p| p.first().map(String::as_str) == Some(name))
+                .and_then(|p| p.get(1).cloned())
+        };
+        match (value("appendonly"), value("appendfsync")) {
+            (Some(aof), Some(fsync)) => format!("{aof}|{fsync}"),
+            _ => String::new(),
         }
     }
 }

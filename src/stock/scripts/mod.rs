@@ -13,6 +13,7 @@ pub mod halt;
 pub mod ledger;
 pub mod master;
 pub mod prewarm;
+pub mod recount;
 pub mod release;
 pub mod reserve;
 pub mod restock;
@@ -46,6 +47,7 @@ script!(DEPOSIT, "../../../lua/deposit.lua");
 script!(ACKNOWLEDGE, "../../../lua/acknowledge.lua");
 script!(DUE, "../../../lua/due.lua");
 script!(TOKENS, "../../../lua/tokens.lua");
+script!(RECOUNT, "../../../lua/recount.lua");
 
 /// The waiting room's shared Lua, prepended (after `lib.lua`) to its scripts.
 const QUEUE_LIB: &str = include_str!("../../../lua/queue_lib.lua");
@@ -65,7 +67,7 @@ queue_script!(HALT, "../../../lua/halt.lua");
 queue_script!(QUEUE_PLACE, "../../../lua/queue_place.lua");
 
 /// Every script, for loading them up front (readiness).
-pub(super) fn all() -> [&'static Script; 20] {
+pub(super) fn all() -> [&'static Script; 21] {
     [
         &RESERVE,
         &RESTOCK,
@@ -87,5 +89,6 @@ pub(super) fn all() -> [&'static Script; 20] {
         &TOKENS,
         &QUEUE_PLACE,
         &MASTER,
+        &RECOUNT,
     ]
 }

@@ -9,19 +9,7 @@ use redis::Value;
 impl SegmentKeys {
     /// `prewarm.lua`: the segment's keys, then stock, ledger and pending of each of `others`.
     pub fn for_prewarm(&self, version: u64, others: &[u64]) -> Vec<String> {
-        let mut keys = vec![
-            self.meta(),
-            self.stock(version),
-            self.ledger(version),
-            self.pending(version),
-            self.users(),
-            self.reservations(),
-            self.idempotency(),
-            self.events(),
-            self.transfers(),
-            self.received(),
-            self.acknowledged(),
-        ];
+        let mut keys = self.for_recount(version).to_vec();
         for &v in others {
             keys.extend([self.stock(v), self.ledger(v), self.pending(v)]);
         }
@@ -34,12 +22,23 @@ impl SegmentKeys {
 /// How many times prewarm reads a segment's meta again when it changed under it.
 const PREWARM_ATTEMPTS: usize = 4;
 
+/// When the version went on sale in a segment, and when the segment was last recounted (unix
+/// ms, Redis's clock; 0 when it does not say, or never): a gateway that saw the version on sale
+/// remembers its birth, and another one is a loss unless a recount made it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Birth {
+    pub born: u64,
+    pub recounted: u64,
+}
+
 /// What prewarm found in one segment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PrewarmOutcome {
     /// The version went on sale here now (the one before it, if any, retired).
-    Created,
-    Exists,
+    /// (at `Birth`.)
+    Created(Birth),
+    /// The version is on sale here (since `Birth`).
+    Exists(Birth),
     /// A key the segment had is gone (a placeholder, the event stream, the ledger on sale, or
     /// the meta while anything else remains): the per-user limit, the records or the versions
     /// to sweep can no longer be trusted.
@@ -48,16 +47,19 @@ pub enum PrewarmOutcome {
     /// not re-created, since that would put sold units on sale again.
     StockKeyRemoved,
     /// A newer version is on sale here.
-    Older {
-        current: u64,
-    },
+    Older { current: u64 },
+    /// The segment holds less than was sold: it is marked lost (`lua/master.lua`), or the
+    /// version would be created although this process saw it on sale. Never created: only a
+    /// recount or a newer version sells here again.
+    Lost,
 }
 
 impl StockStore {
     /// Puts `version` on sale in one segment with `units`, once (retiring the version before
     /// it), and moves every key's expiry to `expire_at` if that is later. `made_before`: the
     /// activity's base meta records the segment as made (a segment then found empty lost
-    /// everything, and is refused as damaged).
+    /// everything, and is refused as damaged). `seen_on_sale`: this process saw the version on
+    /// sale (it is never created again).
     pub async fn prewarm(
         &self,
         segment: Segment<'_>,
@@ -65,6 +67,7 @@ impl StockStore {
         units: u64,
         expire_at: u64,
         made_before: bool,
+        seen_on_sale: bool,
     ) -> Result<PrewarmOutcome, StoreError> {
         let mut meta = self.meta(segment).await?;
         for _ in 0..PREWARM_ATTEMPTS {
@@ -86,7 +89,14 @@ impl StockStore {
                 .arg(meta.current.map(|c| c.to_string()).unwrap_or_default())
                 .arg(units)
                 .arg(expire_at)
-                .arg(if made_before { "1" } else { "0" });
+                .arg(if made_before { "1" } else { "0" })
+                .arg(if seen_on_sale { "1" } else { "0" })
+                .arg(
+                    self.failover
+                        .watermark(&self.keys.of(segment).master())
+                        .seen()
+                        .1,
+                );
             for v in &others {
                 invocation.arg(*v);
             }
@@ -94,10 +104,16 @@ impl StockStore {
                 .eval(ScriptName::Prewarm, StoreOp::Prewarm, &invocation)
                 .await?;
             let current = string(reply.get(1)).and_then(|c| c.parse::<u64>().ok());
+            let ms = |i: usize| int(reply.get(i)).map_or(0, |b| b.max(0) as u64);
+            let birth = Birth {
+                born: ms(2),
+                recounted: ms(3),
+            };
             return Ok(match int(reply.first()) {
-                Some(1) => PrewarmOutcome::Created,
-                Some(0) => PrewarmOutcome::Exists,
+                Some(1) => PrewarmOutcome::Created(birth),
+                Some(0) => PrewarmOutcome::Exists(birth),
                 Some(-4) => PrewarmOutcome::Damaged,
+                Some(-5) => PrewarmOutcome::Lost,
                 Some(-1) => PrewarmOutcome::StockKeyRemoved,
                 Some(-2) => PrewarmOutcome::Older {
                     current: current.unwrap_or(0),

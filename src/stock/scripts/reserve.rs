@@ -361,17 +361,17 @@ impl StockStore {
         items: Vec<Item>,
     ) -> Vec<Answer> {
         let n = items.len();
-        let failed = |error: StoreError| {
-            let error = Arc::new(error);
-            (0..n).map(|_| Err(error.clone())).collect()
-        };
+        let mark = self.failover.watermark(&keys[8]);
+        let (most, life) = mark.seen();
         let mut call = super::super::client::evalsha(&super::RESERVE, keys.len());
         for key in keys.iter() {
             call.arg(key);
         }
         call.arg(version)
             .arg(self.events_maxlen)
-            .arg(self.failover.expected(&keys[8]));
+            .arg(self.failover.expected(&keys[8]))
+            .arg(most)
+            .arg(life);
         for item in &items {
             call.arg(&item.user)
                 .arg(item.qty)
@@ -387,34 +387,71 @@ impl StockStore {
                 .arg(item.hours.closes_ms);
         }
         self.redis.observe_batch(ScriptName::Reserve, n);
-        let reply: Vec<Value> = match self
-            .redis
-            .eval_cmd(
-                ScriptName::Reserve,
-                &super::RESERVE,
-                StoreOp::Reserve,
-                &call,
-            )
-            .await
-        {
-            Ok(reply) => reply,
-            Err(e) => return failed(e),
+        let batch = match self.send_reserve(&call).await {
+            Ok((reply, acknowledged)) => parse_batch(reply, n).map(|b| (b, acknowledged)),
+            Err(e) => Err(e),
         };
-        if reply.len() != n {
-            return failed(StoreError::protocol(ScriptName::Reserve, reply));
-        }
-        let answers: Vec<Answer> = reply
-            .into_iter()
-            .map(|one| match &one {
-                Value::Array(fields) => ReserveOutcome::parse(fields)
-                    .ok_or_else(|| Arc::new(StoreError::protocol(ScriptName::Reserve, &one))),
-                _ => Err(Arc::new(StoreError::protocol(ScriptName::Reserve, &one))),
-            })
-            .collect();
+        let ((mut answers, held, life), acknowledged) = match batch {
+            Ok(batch) => batch,
+            Err(error) => {
+                let error = Arc::new(error);
+                return (0..n).map(|_| Err(error.clone())).collect();
+            }
+        };
         if matches!(answers.first(), Some(Ok(ReserveOutcome::Fenced))) {
             self.failover.saw_fenced(&keys[8]);
         }
+        let acks = |a: &Answer| {
+            matches!(
+                a,
+                Ok(ReserveOutcome::Reserved { .. } | ReserveOutcome::Replayed { .. })
+            )
+        };
+        if let Some(acknowledged) = acknowledged.filter(|&a| a < self.ack_replicas) {
+            // Not on enough replicas in time: no winner of this call is answered. Each one that
+            // holds a reservation is told the store failed (its request abandons the id it
+            // made: released, as a lost reply's is; a replay's reservation is not this
+            // request's, and stays).
+            let error = Arc::new(StoreError::NotReplicated {
+                acknowledged,
+                wanted: self.ack_replicas,
+            });
+            for answer in answers.iter_mut().filter(|a| acks(a)) {
+                *answer = Err(error.clone());
+            }
+        } else if answers.iter().any(acks) {
+            // What this gateway acknowledged the segment holding (`failover::watermark`).
+            mark.saw(&life, held);
+        }
         answers
+    }
+
+    /// Sends one reserve call; with `redis.ack_replicas`, followed by its `WAIT` (the replicas
+    /// that acknowledged it come back too).
+    async fn send_reserve(
+        &self,
+        call: &redis::Cmd,
+    ) -> Result<(Vec<Value>, Option<u32>), StoreError> {
+        let source = &super::RESERVE;
+        match self.ack_replicas {
+            0 => self
+                .redis
+                .eval_cmd(ScriptName::Reserve, source, StoreOp::Reserve, call)
+                .await
+                .map(|reply| (reply, None)),
+            replicas => self
+                .redis
+                .eval_cmd_acknowledged(
+                    ScriptName::Reserve,
+                    source,
+                    StoreOp::Reserve,
+                    call,
+                    replicas,
+                    self.timeout().as_millis() as u64,
+                )
+                .await
+                .map(|(reply, acked)| (reply, Some(acked))),
+        }
     }
 
     /// Test seam: holds every reserve (nothing leaves) until [`StockStore::release_reserves`],
@@ -435,4 +472,30 @@ impl StockStore {
     pub fn reserves_waiting(&self) -> usize {
         self.reserves.calls.waiting()
     }
+}
+
+/// A reserve call's reply: each of its `n` items' answers, then the records the segment holds
+/// once the batch is written, and their life.
+fn parse_batch(mut reply: Vec<Value>, n: usize) -> Result<(Vec<Answer>, u64, String), StoreError> {
+    let (life, held) = (reply.pop(), reply.pop());
+    let (held, life) = match (held, life.as_ref().and_then(|l| string(Some(l)))) {
+        (Some(Value::Int(held)), Some(life)) if reply.len() == n => {
+            (u64::try_from(held).unwrap_or(0), life)
+        }
+        (held, _) => {
+            return Err(StoreError::protocol(
+                ScriptName::Reserve,
+                (held, life, reply),
+            ))
+        }
+    };
+    let answers = reply
+        .into_iter()
+        .map(|one| match &one {
+            Value::Array(fields) => ReserveOutcome::parse(fields)
+                .ok_or_else(|| Arc::new(StoreError::protocol(ScriptName::Reserve, &one))),
+            _ => Err(Arc::new(StoreError::protocol(ScriptName::Reserve, &one))),
+        })
+        .collect();
+    Ok((answers, held, life))
 }

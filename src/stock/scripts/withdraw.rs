@@ -5,13 +5,14 @@
 use super::super::{ScriptName, Segment, SegmentKeys, StockStore, StoreError, StoreOp};
 
 impl SegmentKeys {
-    pub fn for_withdraw(&self, version: u64) -> [String; 5] {
+    pub fn for_withdraw(&self, version: u64) -> [String; 6] {
         [
             self.stock(version),
             self.ledger(version),
             self.transfers(),
             self.acknowledged(),
             self.master(),
+            self.reservations(),
         ]
     }
 }
@@ -39,6 +40,8 @@ impl StockStore {
             .arg(to)
             .arg(version)
             .arg(self.failover.expected(&keys[4]));
+        let (most, life) = self.failover.watermark(&keys[4]).seen();
+        invocation.arg(most).arg(life);
         let taken: i64 = self
             .eval(ScriptName::Transfer, StoreOp::Transfer, &invocation)
             .await?;

@@ -3,12 +3,16 @@
 //! whether anything is left anywhere, and every ledger. Admission and the lifecycle get one
 //! outcome back; they never orchestrate segments themselves. The reserve is in [`reserve`].
 
-use super::{ClaimOutcome, Layout, LedgerRow, PrewarmOutcome, Reads, StockStore, StoreError};
+use super::{
+    ClaimOutcome, Layout, LedgerRow, PrewarmOutcome, Reads, Segment, StockStore, StoreError,
+};
 use crate::config::transition::Recorded;
 use crate::config::Activity;
 
+mod recount;
 mod reserve;
 
+pub use recount::{recount, RecountError, Recounted};
 pub use reserve::{
     deposit_and_reserve, reserve, standing, Purchase, Reserve, ReserveFailed, Reserving, Standing,
 };
@@ -37,16 +41,36 @@ pub enum Refusal {
         newest: u64,
     },
     #[error(
+        "activity {id}: Redis's maxmemory-policy is {policy}, which may evict keys, and a key \
+         evicted forgets what was sold: not sold on such a Redis; set maxmemory-policy \
+         noeviction (or redis.allow_eviction: true to take the risk)"
+    )]
+    MayEvict { id: String, policy: String },
+    #[error(
         "activity {id}: its keys in Redis were written by an older flashgate (another key layout); \
          finish that sale first, or sell under a new activity id (see README, Upgrading)"
     )]
     OldLayout { id: String },
     #[error(
         "activity {id}: segment {segment} lost a key it had (removed by hand, evicted, or lost \
-         with Redis's data): its buyers' units or records can no longer be trusted; restore Redis, \
-         or sell under a new activity id (Redis must run with maxmemory-policy noeviction)"
+         with Redis's data): its buyers' units or records can no longer be trusted; count what is \
+         left (flashgate reconcile --orders) and resume with it (POST /v1/activities/{id}/resume \
+         {{\"remaining\": N}}), or sell under a new activity id (Redis must run with \
+         maxmemory-policy noeviction)"
     )]
     Damaged { id: String, segment: u32 },
+    #[error(
+        "activity {id}: segment {segment} holds less of version {version} than was sold (Redis \
+         was emptied, went back to an older snapshot, or lost keys): never sold from the \
+         configuration again; count what is left (the stock less the backend's orders: \
+         flashgate reconcile --orders) and resume with it (POST /v1/activities/{id}/resume \
+         {{\"remaining\": N}}), or raise version above {version} to sell afresh"
+    )]
+    Lost {
+        id: String,
+        segment: u32,
+        version: u64,
+    },
     #[error(
         "activity {id}: version {version} was on sale before and its keys are gone (they expire \
          redis.key_ttl_after_end_secs after ends_at, or were removed); a version that was on sale \
@@ -57,14 +81,25 @@ pub enum Refusal {
 }
 
 impl Refusal {
+    /// Whether the refusal says the store forgot what was sold (keys lost, emptied, gone):
+    /// an operator's recount may put the version on sale again.
+    pub fn store_forgot(&self) -> bool {
+        matches!(
+            self,
+            Refusal::Lost { .. } | Refusal::Damaged { .. } | Refusal::SoldBefore { .. }
+        )
+    }
+
     /// Whether this refusal still holds for `activity` as now configured: a refusal of one
     /// configuration says nothing about another (a reload raising the version, say).
     pub fn applies_to(&self, activity: &Activity) -> bool {
         match self {
             Refusal::SegmentsFixed { configured, .. } => *configured == activity.segments,
             Refusal::OlderVersion { configured, .. } => *configured == activity.version,
-            Refusal::SoldBefore { version, .. } => *version == activity.version,
-            Refusal::OldLayout { .. } | Refusal::Damaged { .. } => true,
+            Refusal::SoldBefore { version, .. } | Refusal::Lost { version, .. } => {
+                *version == activity.version
+            }
+            Refusal::OldLayout { .. } | Refusal::Damaged { .. } | Refusal::MayEvict { .. } => true,
         }
     }
 }
@@ -83,13 +118,15 @@ pub struct Prewarmed {
 
 /// Puts the activity's configured version on sale in every segment (created once, never
 /// reset; the version before it retired), after checking what Redis recorded about the activity.
+/// A version this process saw on sale is never created again, nor taken when another gateway
+/// made it again (its birth in a segment differs from the one remembered, and no recount made
+/// it): the store forgot what it sold, and the segment is marked lost (`stock::failover`).
 pub async fn prewarm(
     store: &StockStore,
     activity: &Activity,
 ) -> Result<Result<Prewarmed, Refusal>, StoreError> {
     let layout = Layout::of(activity);
     let expire_at = store.expire_at(activity);
-    let id = activity.id.to_string();
     if let Err(refusal) = claimed(store, activity, &layout, expire_at).await? {
         return Ok(Err(refusal));
     }
@@ -106,41 +143,129 @@ pub async fn prewarm(
     } else {
         Vec::new()
     };
+    let mut births = Vec::new();
     for segment in layout.segments() {
-        let units = layout.share(activity.stock, segment.index());
         let made_before = made.contains(&segment.index());
-        let outcome = store
-            .prewarm(segment, activity.version, units, expire_at, made_before)
-            .await?;
-        if matches!(outcome, PrewarmOutcome::Created | PrewarmOutcome::Exists)
-            && layout.is_segmented()
-            && !made_before
-        {
-            store.mark_made(&layout, segment.index()).await?;
-        }
-        match outcome {
-            PrewarmOutcome::Created => report.created += 1,
-            PrewarmOutcome::Exists => {}
-            PrewarmOutcome::Damaged => {
-                return Ok(Err(Refusal::Damaged {
-                    id,
-                    segment: segment.index(),
-                }))
+        let birth = match prewarm_segment(store, activity, segment, made_before, expire_at).await? {
+            Ok(Some(birth)) => birth,
+            Ok(None) => {
+                report.stock_key_removed.push(segment.index());
+                (0, false)
             }
-            PrewarmOutcome::StockKeyRemoved => report.stock_key_removed.push(segment.index()),
-            // The claim passed, so a newer version here means another instance claimed it since.
-            PrewarmOutcome::Older { current } => {
-                return Ok(Err(Refusal::OlderVersion {
-                    id,
-                    configured: activity.version,
-                    newest: current,
-                }))
-            }
-        }
+            Err(refusal) => return Ok(Err(refusal)),
+        };
+        report.created += u32::from(birth.1);
+        births.push(birth.0);
         let left = store.remaining(segment, activity.version).await?;
         report.remaining = report.remaining.zip(left).map(|(t, l)| t + l);
     }
+    if report.stock_key_removed.is_empty() {
+        store
+            .failover()
+            .saw_on_sale(&activity.id, activity.version, births);
+    }
     Ok(Ok(report))
+}
+
+/// One segment of [`prewarm`]: the version's birth there and whether it was created just now,
+/// `None` when its stock key is gone (not created again), or the refusal.
+async fn prewarm_segment(
+    store: &StockStore,
+    activity: &Activity,
+    segment: Segment<'_>,
+    made_before: bool,
+    expire_at: u64,
+) -> Result<Result<Option<(u64, bool)>, Refusal>, StoreError> {
+    let layout = segment.layout();
+    let id = || activity.id.to_string();
+    if let Some(refusal) = older_than_seen(store, activity, segment).await? {
+        return Ok(Err(refusal));
+    }
+    let remembered = store
+        .failover()
+        .born(&activity.id, activity.version, segment.index());
+    let outcome = store
+        .prewarm(
+            segment,
+            activity.version,
+            layout.share(activity.stock, segment.index()),
+            expire_at,
+            made_before,
+            store.failover().was_on_sale(&activity.id, activity.version),
+        )
+        .await?;
+    let lost = match outcome {
+        PrewarmOutcome::Damaged | PrewarmOutcome::StockKeyRemoved | PrewarmOutcome::Lost => true,
+        // Made again by a gateway that did not see it on sale (after the store forgot it), and
+        // not by a recount: what was sold of it is gone.
+        PrewarmOutcome::Created(b) | PrewarmOutcome::Exists(b) => {
+            remembered != 0 && b.born != remembered && b.recounted < b.born
+        }
+        PrewarmOutcome::Older { .. } => false,
+    };
+    if lost {
+        // Whatever else this segment holds, the store forgot what it sold. Marked for every
+        // gateway (their reserves here are refused from now) and for reconcile; an existing
+        // mark is kept.
+        store.mark_lost(activity, segment, "keys_lost").await?;
+    }
+    if matches!(
+        outcome,
+        PrewarmOutcome::Created(_) | PrewarmOutcome::Exists(_)
+    ) && layout.is_segmented()
+        && !made_before
+    {
+        store.mark_made(layout, segment.index()).await?;
+    }
+    let lost_refusal = || Refusal::Lost {
+        id: id(),
+        segment: segment.index(),
+        version: activity.version,
+    };
+    Ok(match outcome {
+        _ if lost
+            && outcome != PrewarmOutcome::Damaged
+            && outcome != PrewarmOutcome::StockKeyRemoved =>
+        {
+            Err(lost_refusal())
+        }
+        PrewarmOutcome::Created(b) => Ok(Some((b.born, true))),
+        PrewarmOutcome::Exists(b) => Ok(Some((b.born, false))),
+        PrewarmOutcome::StockKeyRemoved => Ok(None),
+        PrewarmOutcome::Damaged => Err(Refusal::Damaged {
+            id: id(),
+            segment: segment.index(),
+        }),
+        PrewarmOutcome::Lost => Err(lost_refusal()),
+        // The claim passed, so a newer version here means another instance claimed it since.
+        PrewarmOutcome::Older { current } => Err(Refusal::OlderVersion {
+            id: id(),
+            configured: activity.version,
+            newest: current,
+        }),
+    })
+}
+
+/// A version older than one this process saw on sale, whose claim passed: the store forgot its
+/// floor (emptied, an older snapshot). An older YAML never sells, and the loss is marked.
+async fn older_than_seen(
+    store: &StockStore,
+    activity: &Activity,
+    segment: Segment<'_>,
+) -> Result<Option<Refusal>, StoreError> {
+    let Some(newest) = store
+        .failover()
+        .newest_on_sale(&activity.id)
+        .filter(|&newest| newest > activity.version)
+    else {
+        return Ok(None);
+    };
+    store.mark_lost(activity, segment, "keys_lost").await?;
+    Ok(Some(Refusal::OlderVersion {
+        id: activity.id.to_string(),
+        configured: activity.version,
+        newest,
+    }))
 }
 
 /// Whether the activity may go on sale in this layout and version: the registry's record of its

@@ -7,12 +7,19 @@
 //!
 //! The snapshot reads every reservation record of an activity, O(reservations): an operator
 //! command, not something the request path does (the gateway's periodic check is check 1 only).
+//!
+//! A store that forgot what it sold is consistent with itself: a third check ([`forgot`]) reads
+//! what the gateways know it must hold, and the activity's own record of what was on sale.
+
+pub mod forgot;
+mod orders;
+
+pub use orders::{compare_orders, run_orders_cli, OrdersReport};
 
 use crate::config::{Activity, Settings};
-use crate::reservation::Reservation;
 use crate::stock::{
-    segments, ConfirmOutcome, ConfirmedVia, Layout, LedgerRow, RecordState, ReservationRecord,
-    Segment, Snapshot, StockStore, StoreError,
+    segments, Layout, LedgerRow, RecordState, ReservationRecord, Segment, Snapshot, StockStore,
+    StoreError,
 };
 use std::fmt::Write;
 use std::sync::Arc;
@@ -98,11 +105,15 @@ pub struct Report {
     /// Activities configured with another segment count than Redis recorded: (activity,
     /// configured, recorded). Reconciled as recorded; the gateway refuses such a configuration.
     pub layout_notes: Vec<(Arc<str>, u32, u32)>,
+    /// What the store forgot of what it sold (lost, behind, missing keys).
+    pub forgotten: Vec<forgot::Forgotten>,
 }
 
 impl Report {
     pub fn clean(&self) -> bool {
-        self.versions.iter().all(VersionReport::clean) && self.transfer_mismatches.is_empty()
+        self.versions.iter().all(VersionReport::clean)
+            && self.transfer_mismatches.is_empty()
+            && self.forgotten.is_empty()
     }
 
     /// A fixed-width table, one row per activity and version.
@@ -153,6 +164,12 @@ impl Report {
                 records
             );
         }
+        self.notes(&mut out);
+        out
+    }
+
+    /// The lines under the table: what no row shows.
+    fn notes(&self, out: &mut String) {
         for v in self.versions.iter().filter(|v| v.ledger.late_accepted > 0) {
             let l = &v.ledger;
             let _ = writeln!(
@@ -168,13 +185,23 @@ impl Report {
         for m in &self.transfer_mismatches {
             let _ = writeln!(out, "{}: TRANSFER MISMATCH: {}", m.segment, m.what);
         }
+        for f in &self.forgotten {
+            let _ = writeln!(out, "{} segment {}: {}", f.activity, f.segment, f.what);
+        }
+        for v in self.versions.iter().filter(|v| v.ledger.recounted != 0) {
+            let _ = writeln!(
+                out,
+                "note: {} v{}: an operator's recount took {} unit(s) off sale (the store had \
+                 forgotten what it sold; type recount in the event stream)",
+                v.activity, v.ledger.version, v.ledger.recounted
+            );
+        }
         for (activity, configured, recorded) in &self.layout_notes {
             let _ = writeln!(
                 out,
                 "note: {activity} is configured with {configured} segments but Redis recorded {recorded}: reconciled as recorded (the gateway refuses this configuration)"
             );
         }
-        out
     }
 }
 
@@ -232,9 +259,14 @@ async fn reconcile_activity(
             .layout_notes
             .push((activity.id.clone(), activity.segments, layout.count()));
     }
+    let context = forgot::Context::read(store, activity, layout.is_segmented()).await?;
     let mut received = Vec::new();
     for segment in layout.segments() {
         let snapshot = segment_snapshot(store, activity, segment).await?;
+        let known = store.known(segment).await?;
+        report
+            .forgotten
+            .extend(context.judge(segment.index(), &snapshot, &known));
         let label: Arc<str> = Arc::from(segment.tag());
         check_books(&snapshot, &label, report);
         for (id, qty) in &snapshot.books.received {
@@ -424,171 +456,4 @@ pub(crate) fn with_store<T>(
         let store = StockStore::new(&settings.redis, Arc::new(crate::metrics::Metrics::new()))?;
         work(&store).await
     })
-}
-
-/// `flashgate reconcile --orders FILE`: the backend's orders against Redis's records. The one
-/// check that catches what Redis itself cannot see: sales it forgot (a crash under
-/// `appendfsync everysec` loses up to about a second of them) and sales whose hold lapsed
-/// after the backend took them (a gateway killed before confirming, under `confirm: upstream`).
-/// Either way Redis's stock is too high by those units and would sell them again.
-#[derive(Debug, Default)]
-pub struct OrdersReport {
-    pub activity: String,
-    pub confirmed: Vec<String>,
-    /// Pending ones this run confirmed (`--confirm-pending`); also in `confirmed`.
-    pub confirmed_now: Vec<String>,
-    /// Still held: confirm them (`--confirm-pending`, or the admin API) or they return to
-    /// stock at their deadline and are sold again.
-    pub pending: Vec<String>,
-    /// Given back to stock after the backend took them.
-    pub released: Vec<String>,
-    /// No record: Redis forgot the sale.
-    pub unknown: Vec<String>,
-    /// Orders of another configured activity (the backend's list holds every sale's): left
-    /// out, with the activity they belong to.
-    pub elsewhere: Vec<(String, String)>,
-}
-
-impl OrdersReport {
-    /// Nothing the backend sold is back in stock or unknown.
-    pub fn clean(&self) -> bool {
-        self.released.is_empty() && self.unknown.is_empty()
-    }
-
-    pub fn table(&self) -> String {
-        let mut out = String::new();
-        let _ = writeln!(
-            out,
-            "orders of {}: {} confirmed ({} just now), {} pending, {} released after the sale, {} unknown to Redis; {} of other activities left out",
-            self.activity,
-            self.confirmed.len(),
-            self.confirmed_now.len(),
-            self.pending.len(),
-            self.released.len(),
-            self.unknown.len(),
-            self.elsewhere.len()
-        );
-        for (what, ids) in [
-            ("confirmed just now (it was pending)", &self.confirmed_now),
-            (
-                "pending (confirm it, or it returns to stock at its deadline)",
-                &self.pending,
-            ),
-            (
-                "released after the sale (its unit is back in stock)",
-                &self.released,
-            ),
-            (
-                "unknown to Redis (forgotten; its unit is back in stock)",
-                &self.unknown,
-            ),
-        ] {
-            for id in ids {
-                let _ = writeln!(out, "  {id}: {what}");
-            }
-        }
-        out
-    }
-}
-
-/// Looks up each of the backend's reservation ids (one HGET each: an operator command). With
-/// `confirm_pending`, confirms those still pending: the backend has them, so they are sold
-/// (the remedy after a gateway died between the backend's answer and its confirm).
-pub async fn compare_orders(
-    store: &StockStore,
-    activity: &Activity,
-    reservation_ids: &[String],
-    confirm_pending: bool,
-) -> Result<OrdersReport, StoreError> {
-    let mut report = OrdersReport {
-        activity: activity.id.to_string(),
-        ..OrdersReport::default()
-    };
-    let layout = segments::recorded_layout(store, activity).await?;
-    for id in reservation_ids {
-        let segment = Reservation::segment_of(id).and_then(|n| layout.segment(n));
-        let record = match segment {
-            Some(segment) => store.lookup(segment, id).await?,
-            None => None,
-        };
-        let mut state = record.as_ref().map(|r| r.state);
-        if let (Some(RecordState::Pending), Some(record), Some(segment), true) =
-            (state, record.as_ref(), segment, confirm_pending)
-        {
-            state = match store
-                .confirm(segment, record.ver, &[id.as_str()], ConfirmedVia::Admin)
-                .await?
-                .as_slice()
-            {
-                [ConfirmOutcome::Confirmed | ConfirmOutcome::AlreadyConfirmed] => {
-                    report.confirmed_now.push(id.clone());
-                    Some(RecordState::Confirmed)
-                }
-                [ConfirmOutcome::Released] => Some(RecordState::Released),
-                _ => state,
-            };
-        }
-        let list = match state {
-            Some(RecordState::Confirmed) => &mut report.confirmed,
-            Some(RecordState::Pending) => &mut report.pending,
-            Some(RecordState::Released) => &mut report.released,
-            None => &mut report.unknown,
-        };
-        list.push(id.clone());
-    }
-    Ok(report)
-}
-
-/// Runs `flashgate reconcile --activity ID --orders FILE`: `FILE` holds the reservation ids
-/// (`jti`) of the orders the backend kept, one per line (blank lines and `#` comments skipped).
-pub fn run_orders_cli(
-    settings: Settings,
-    activity: &str,
-    orders: &str,
-    confirm_pending: bool,
-) -> Result<OrdersReport, ReconcileError> {
-    let activity = settings
-        .activities
-        .get(activity)
-        .ok_or_else(|| ReconcileError::UnknownActivity(activity.to_owned()))?
-        .clone();
-    let ids: Vec<String> = orders
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with('#'))
-        .map(str::to_owned)
-        .collect();
-    with_store(&settings, async |store| {
-        let mut report = compare_orders(store, &activity, &ids, confirm_pending).await?;
-        // A reservation id names no activity: one unknown here may be another sale's order
-        // (the backend's list holds them all). Those are left out, not reported forgotten.
-        let mut forgotten = Vec::new();
-        for id in std::mem::take(&mut report.unknown) {
-            match owner_elsewhere(store, &settings, &activity, &id).await? {
-                Some(other) => report.elsewhere.push((id, other)),
-                None => forgotten.push(id),
-            }
-        }
-        report.unknown = forgotten;
-        Ok(report)
-    })
-}
-
-/// The other configured activity whose records hold reservation `id`, if one does.
-async fn owner_elsewhere(
-    store: &StockStore,
-    settings: &Settings,
-    activity: &Activity,
-    id: &str,
-) -> Result<Option<String>, StoreError> {
-    for other in settings.activities.iter().filter(|a| a.id != activity.id) {
-        let layout = segments::recorded_layout(store, other).await?;
-        let Some(segment) = Reservation::segment_of(id).and_then(|n| layout.segment(n)) else {
-            continue;
-        };
-        if store.lookup(segment, id).await?.is_some() {
-            return Ok(Some(other.id.to_string()));
-        }
-    }
-    Ok(None)
 }

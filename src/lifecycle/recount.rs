@@ -1,0 +1,28 @@
+//! The recount: an operator's count of the remaining stock, set after the store forgot what it
+//! sold (see `stock::segments::recount`), then purchasable at once everywhere.
+
+use super::Lifecycle;
+use crate::config::Activity;
+use crate::stock::segments::{self, RecountError, Recounted};
+use crate::stock::StockStore;
+
+impl Lifecycle<StockStore> {
+    /// Sets `activity`'s remaining stock to `remaining` (the version on sale), lifting the
+    /// loss and the fence; sold-out marks of the version are lifted on every gateway. Then the
+    /// activity's halt is lifted: the caller resumes it.
+    pub async fn recount(
+        &self,
+        activity: &Activity,
+        remaining: u64,
+    ) -> Result<Recounted, RecountError> {
+        let done = segments::recount(&self.store, activity, remaining).await?;
+        if !activity.is_segmented() {
+            self.units_left(&activity.id, done.remaining as i64);
+        }
+        self.units_returned(&activity.id, activity.version);
+        // The prewarm's refusal of the lost version no longer holds: asked again at once.
+        self.refused(&activity.id, None);
+        self.prewarm_soon();
+        Ok(done)
+    }
+}

@@ -1,0 +1,89 @@
+//! What a segment's `known` hash says (see `lua/master.lua`), read for `reconcile` and the
+//! admin view: whether the store was found to hold less than was sold, and by how much.
+
+use super::super::{Segment, StockStore, StoreError, StoreOp};
+
+/// One segment's record of what the gateways know it must hold.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Known {
+    /// The master record: the accepted identity, `lost`, or none.
+    pub record: Option<String>,
+    /// The reservation records the segment holds now (0 when its `res` hash is gone).
+    pub held: u64,
+    /// The most any gateway wrote back that it saw the segment hold when it acknowledged a
+    /// sale (of the records' life now, or, if none, of another one).
+    pub seen: u64,
+    /// Why the segment was found lost, and when (unix ms), if it was.
+    pub lost: Option<(String, u64)>,
+    /// The operator's count of the last recount, if any.
+    pub recount: Option<u64>,
+    /// Hashes of the segment (made: its meta exists) that lost their placeholder, so lost
+    /// entries too (evicted, deleted, removed by hand): `res`, `users`.
+    pub unmarked: Vec<&'static str>,
+}
+
+impl Known {
+    /// Reservation records some gateway saw that the segment no longer holds.
+    pub fn behind_by(&self) -> u64 {
+        self.seen.saturating_sub(self.held)
+    }
+}
+
+impl StockStore {
+    /// Reads `segment`'s record of what it must hold (one MULTI/EXEC).
+    pub async fn known(&self, segment: Segment<'_>) -> Result<Known, StoreError> {
+        let keys = self.keys.of(segment);
+        let mut pipe = redis::pipe();
+        pipe.atomic()
+            .cmd("GET")
+            .arg(keys.master())
+            .cmd("HGETALL")
+            .arg(keys.known())
+            .cmd("HEXISTS")
+            .arg(keys.reservations())
+            .arg("")
+            .cmd("HLEN")
+            .arg(keys.reservations())
+            .cmd("EXISTS")
+            .arg(keys.meta())
+            .cmd("HEXISTS")
+            .arg(keys.users())
+            .arg("");
+        type Reply = (Option<String>, Vec<(String, String)>, bool, u64, bool, bool);
+        let (record, fields, marked, held, made, users_marked): Reply = self
+            .redis
+            .pipeline(StoreOp::Read, self.timeout(), &pipe, None)
+            .await?;
+        let unmarked = [("res", marked), ("users", users_marked)]
+            .into_iter()
+            .filter(|(_, marked)| made && !marked)
+            .map(|(name, _)| name)
+            .collect();
+        let field = |name: &str| {
+            fields
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.as_str())
+        };
+        let lost = field("lost").map(|raw| {
+            // '<version>|<reason>|<held>|<hw>|<at>'
+            let parts: Vec<&str> = raw.split('|').collect();
+            let reason = parts.get(1).copied().unwrap_or("lost").to_owned();
+            let at = parts.get(4).and_then(|a| a.parse().ok()).unwrap_or(0);
+            (reason, at)
+        });
+        Ok(Known {
+            record,
+            held: if marked { held } else { 0 },
+            seen: field("hw")
+                .and_then(|hw| hw.rsplit('|').next())
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(0),
+            lost,
+            recount: field("recount")
+                .and_then(|r| r.split('|').next())
+                .and_then(|n| n.parse().ok()),
+            unmarked,
+        })
+    }
+}

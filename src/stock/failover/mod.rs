@@ -1,0 +1,481 @@
+//! The failover fence, and the store forgetting. A Redis master replaced under flashgate (a
+//! replica promoted, a master restarted under a new replication id) may lack reservations the
+//! old one acknowledged: its stock is too high by them, and selling from it sells those units
+//! twice. So each segment records, beside its stock, the identity of the master its stock was
+//! accepted under (`<tag>:master` = INFO replication's `master_replid`), and the reserve script
+//! compares it with the master it runs on before taking anything (`master_holds`, lua/lib.lua):
+//! a fenced segment takes no reservation on the new master, from its first call, whichever
+//! gateway asks.
+//!
+//! Whether the new master lacks anything is then judged, not assumed:
+//! - What a gateway saw a segment hold stays known to it ([`watermark`]: the most reservation
+//!   records any reply showed); while fenced, every gateway writes it back beside the segment
+//!   (`<tag>:known`), so that every gateway and `reconcile` can tell whether the store is behind.
+//!   A store holding fewer records than any gateway saw (an older snapshot, an emptied Redis, a
+//!   replica that missed writes), or whose keys are gone (found by the prewarm: evicted, deleted,
+//!   flushed), is **lost**: its record says `lost`, a plain resume is refused (409), and only an
+//!   operator's recount (`POST .../resume` with `{"remaining": N}`, [`crate::stock::segments`])
+//!   or a newer version sells it again. The prewarm never creates again a version this process
+//!   saw on sale ([`Failover::was_on_sale`]).
+//! - A fence no loss explains is lifted by a rule, without a human, once it stood
+//!   [`FENCE_SETTLE`] (every live gateway wrote back by then) and the segment holds every record
+//!   any gateway saw: `durable_restart` (the same server, not a promoted replica, that ran with
+//!   `appendonly yes` and `appendfsync always` as the gateways last read it: it acknowledged
+//!   nothing it had not written to disk) or `replicas_acknowledged` (a promoted replica, while
+//!   `redis.ack_replicas` covers every replica the old master had: every winner was on it before
+//!   it was answered). Any other fence stays until an operator's resume, as before.
+//!
+//! Where the identity lives: in Redis, beside the stock (replicated with it: a promoted replica
+//! holds the old master's identity, not its own), AND in each gateway's memory (what it last saw
+//! accepted per segment: if the record itself was lost with the data, a gateway that saw the old
+//! master still refuses the new one). Only the record decides while it exists.
+//! Approximations: a store that lost data while no running gateway had seen it (every gateway
+//! restarted since) cannot be told from a new one: it is accepted, and only the backend's
+//! orders (`reconcile --orders`) show the loss. The persistence the rule trusts is what the
+//! gateways read last (every [`CHECK_INTERVAL`]): a change to `everysec` followed by a crash
+//! within that second is taken for `always`.
+//!
+//! Every gateway checks every configured activity's segments each [`CHECK_INTERVAL`] (one
+//! `CONFIG GET` and one script call per segment), for the gauge `flashgate_activity_fenced`, the
+//! admin view, the rules, and to answer `unavailable` without asking Redis.
+
+pub mod known;
+pub mod watermark;
+
+use super::scripts::master::{MasterCall, Seen, Verdict};
+use super::{Layout, Segment, StockStore, StoreError};
+use crate::config::Activity;
+use crate::label_enum;
+use parking_lot::RwLock;
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use watermark::Watermark;
+
+/// How often each gateway checks each activity's masters: a promoted replica is fenced in the
+/// gauge and the admin view within this (its first reserve is refused at once, in Redis).
+pub const CHECK_INTERVAL: Duration = Duration::from_secs(1);
+
+/// How long a fence stands before a rule may lift it: every live gateway's check (one each
+/// [`CHECK_INTERVAL`]) has written back what it saw by then. A durable restart sells again
+/// within this plus two checks of the master answering (under 5 s).
+pub const FENCE_SETTLE: Duration = Duration::from_millis(1500);
+
+label_enum! {
+    /// Why a fence was lifted (`flashgate_fence_lifted_total{reason}`).
+    pub enum LiftReason {
+        DurableRestart => "durable_restart",
+        ReplicasAcknowledged => "replicas_acknowledged",
+        Resume => "resume",
+        Recount => "recount",
+    }
+}
+
+impl LiftReason {
+    fn of_rule(rule: &str) -> Option<LiftReason> {
+        match rule {
+            "durable_restart" => Some(LiftReason::DurableRestart),
+            "replicas_acknowledged" => Some(LiftReason::ReplicasAcknowledged),
+            _ => None,
+        }
+    }
+}
+
+impl serde::Serialize for LiftReason {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+/// Why an activity is fenced: a segment's recorded master and the one answering now, and
+/// whether the segment is lost.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Fence {
+    pub segment: u32,
+    /// The identity recorded beside the stock ('' if none: the gateway remembered another;
+    /// `lost` once the segment was found to hold less than was sold).
+    pub recorded: String,
+    /// The identity of the master answering now.
+    pub current: String,
+    /// Why the segment is lost (`behind`, `emptied`, `keys_lost`), if it is: a plain resume
+    /// is refused, a recount sells it again.
+    pub lost: Option<String>,
+    /// The reservation records the segment holds now.
+    pub held: u64,
+    /// The most this gateway saw it hold (in its epoch).
+    pub seen: u64,
+}
+
+/// The last fence a rule or a call lifted on an activity (the admin view).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct Lifted {
+    pub reason: LiftReason,
+    /// When (unix ms, this gateway's clock).
+    pub at_ms: u64,
+}
+
+/// What one check of an activity's segments found.
+#[derive(Debug, Clone, Default)]
+pub struct Checked {
+    /// The first fenced or lost segment, if any.
+    pub fence: Option<Fence>,
+    /// A rule lifted a fence in this check.
+    pub lifted: Option<LiftReason>,
+}
+
+/// What this process knows of the masters and of what the segments held (see the module doc).
+#[derive(Default)]
+pub struct Failover {
+    /// The identity last seen accepted, per master record (one per segment).
+    seen: RwLock<HashMap<String, String>>,
+    /// Master records found fenced or lost (by a check or a reserve), until accepted.
+    fenced: RwLock<HashSet<String>>,
+    /// The fenced activities, with why (by the last check).
+    fences: RwLock<HashMap<Arc<str>, Fence>>,
+    /// Accepts made by this process: a check that read the record before an accept and ends
+    /// after it says nothing (it would fence again what was just accepted).
+    accepts: AtomicU64,
+    /// What each segment was seen to hold, per master record.
+    marks: RwLock<HashMap<String, Arc<Watermark>>>,
+    /// Versions this process saw on sale, with when each went on sale in each segment (unix ms,
+    /// Redis's clock): never created again, nor taken when made again.
+    on_sale: RwLock<HashMap<Sold, Vec<u64>>>,
+    /// The last fence lifted per activity.
+    lifted: RwLock<HashMap<Arc<str>, Lifted>>,
+}
+
+/// An activity's version (the key of what was seen on sale).
+type Sold = (Arc<str>, u64);
+
+impl Failover {
+    /// The identity this process last saw accepted under `record` ('' if none).
+    pub(in crate::stock) fn expected(&self, record: &str) -> String {
+        self.seen.read().get(record).cloned().unwrap_or_default()
+    }
+
+    /// A reserve under `record` was refused by the fence.
+    pub(in crate::stock) fn saw_fenced(&self, record: &str) {
+        self.fenced.write().insert(record.to_owned());
+    }
+
+    /// What the segment of master record `record` was seen to hold.
+    pub(in crate::stock) fn watermark(&self, record: &str) -> Arc<Watermark> {
+        if let Some(mark) = self.marks.read().get(record) {
+            return mark.clone();
+        }
+        self.marks
+            .write()
+            .entry(record.to_owned())
+            .or_default()
+            .clone()
+    }
+
+    /// The version was seen on sale (prewarmed in every segment) by this process, born in each
+    /// segment at `births`.
+    pub(in crate::stock) fn saw_on_sale(
+        &self,
+        activity: &Arc<str>,
+        version: u64,
+        births: Vec<u64>,
+    ) {
+        let key = (activity.clone(), version);
+        if self.on_sale.read().get(&key) != Some(&births) {
+            self.on_sale.write().insert(key, births);
+        }
+    }
+
+    /// Whether this process saw the version on sale: if its keys are gone, the store forgot
+    /// what it sold, and the version is never created again from the configuration.
+    pub fn was_on_sale(&self, activity: &Arc<str>, version: u64) -> bool {
+        self.on_sale
+            .read()
+            .contains_key(&(activity.clone(), version))
+    }
+
+    /// The newest version of `activity` this process saw on sale.
+    pub fn newest_on_sale(&self, activity: &Arc<str>) -> Option<u64> {
+        self.on_sale
+            .read()
+            .keys()
+            .filter(|(id, _)| id == activity)
+            .map(|(_, version)| *version)
+            .max()
+    }
+
+    /// When this process saw the version go on sale in `segment` (0 if it does not know).
+    pub(in crate::stock) fn born(&self, activity: &Arc<str>, version: u64, segment: u32) -> u64 {
+        self.on_sale
+            .read()
+            .get(&(activity.clone(), version))
+            .and_then(|b| b.get(segment as usize).copied())
+            .unwrap_or(0)
+    }
+
+    fn accepts(&self) -> u64 {
+        self.accepts.load(Ordering::SeqCst)
+    }
+
+    fn saw(&self, record: &str, verdict: &Verdict, accepts_before: u64) {
+        if self.accepts() != accepts_before {
+            return;
+        }
+        match verdict.verdict.as_str() {
+            "fenced" | "lost" => {
+                self.fenced.write().insert(record.to_owned());
+            }
+            _ => {
+                self.seen
+                    .write()
+                    .insert(record.to_owned(), verdict.current.clone());
+                self.fenced.write().remove(record);
+            }
+        }
+    }
+
+    /// Why `activity` is fenced, if it is.
+    pub fn fence(&self, activity: &str) -> Option<Fence> {
+        self.fences.read().get(activity).cloned()
+    }
+
+    /// The last fence lifted on `activity`, if any (since this process started).
+    pub fn lifted(&self, activity: &str) -> Option<Lifted> {
+        self.lifted.read().get(activity).copied()
+    }
+
+    fn record_lift(&self, activity: &Arc<str>, reason: LiftReason) {
+        let at_ms = chrono::Utc::now().timestamp_millis().max(0) as u64;
+        self.lifted
+            .write()
+            .insert(activity.clone(), Lifted { reason, at_ms });
+    }
+}
+
+/// What a plain resume found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Resumed {
+    /// Every segment's master accepted.
+    Accepted,
+    /// A segment holds less than was sold: nothing accepted (a recount is needed).
+    Lost(Fence),
+}
+
+impl StockStore {
+    /// This process's knowledge of the masters.
+    pub fn failover(&self) -> &Failover {
+        &self.failover
+    }
+
+    /// Whether `activity` is fenced: a check or a reserve found one of its segments on another
+    /// master than the one its stock was accepted under, or lost.
+    pub fn is_fenced(&self, activity: &Activity) -> bool {
+        let fenced = self.failover.fenced.read();
+        if fenced.is_empty() {
+            return false;
+        }
+        Layout::of(activity)
+            .segments()
+            .any(|s| fenced.contains(&self.keys.of(s).master()))
+    }
+
+    /// What this process passes to the master script for `segment`.
+    async fn seen(&self, segment: Segment<'_>, persistence: bool) -> Seen {
+        let record = self.keys.of(segment).master();
+        let (most, life) = self.failover.watermark(&record).seen();
+        Seen {
+            expected: self.failover.expected(&record),
+            most,
+            life,
+            persistence: if persistence {
+                self.persistence(segment).await
+            } else {
+                String::new()
+            },
+        }
+    }
+
+    /// One master call for `segment`, and what this process learns from it.
+    async fn master_call(
+        &self,
+        segment: Segment<'_>,
+        activity: &Activity,
+        call: MasterCall,
+    ) -> Result<Verdict, StoreError> {
+        let record = self.keys.of(segment).master();
+        let seen = self
+            .seen(
+                segment,
+                matches!(call, MasterCall::Check | MasterCall::Accept),
+            )
+            .await;
+        let accepts = self.failover.accepts();
+        let verdict = self.master(segment, activity, &seen, call).await?;
+        self.failover.saw(&record, &verdict, accepts);
+        Ok(verdict)
+    }
+
+    /// Checks every segment of `activity` (each gateway, every [`CHECK_INTERVAL`]): the gauge,
+    /// the admin view and the rules follow. Returns the fence, if any, and a rule's lift.
+    pub async fn check_master(&self, activity: &Activity) -> Result<Checked, StoreError> {
+        let accepts = self.failover.accepts();
+        let mut checked = Checked::default();
+        for segment in Layout::of(activity).segments() {
+            let verdict = self
+                .master_call(segment, activity, MasterCall::Check)
+                .await?;
+            match verdict.verdict.as_str() {
+                "fenced" | "lost" if checked.fence.is_none() => {
+                    checked.fence = Some(self.fence_of(segment, &verdict));
+                }
+                "lifted" => {
+                    let reason = LiftReason::of_rule(&verdict.detail);
+                    tracing::warn!(activity = %activity.id, segment = segment.index(),
+                        rule = %verdict.detail, previous = %verdict.recorded, now = %verdict.current,
+                        "the Redis master changed and the fence was lifted by a rule: it lost \
+                         nothing acknowledged; the activity sells again");
+                    if let Some(reason) = reason {
+                        self.lifted(activity, reason);
+                    }
+                    checked.lifted = checked.lifted.or(reason);
+                }
+                _ => {}
+            }
+        }
+        if self.failover.accepts() == accepts {
+            self.show(activity, checked.fence.clone());
+        }
+        Ok(checked)
+    }
+
+    fn fence_of(&self, segment: Segment<'_>, verdict: &Verdict) -> Fence {
+        let record = self.keys.of(segment).master();
+        Fence {
+            segment: segment.index(),
+            recorded: verdict.recorded.clone(),
+            current: verdict.current.clone(),
+            lost: (verdict.verdict == "lost").then(|| verdict.detail.clone()),
+            held: verdict.held,
+            seen: self.failover.watermark(&record).seen().0,
+        }
+    }
+
+    /// A fence was lifted on `activity` (a rule, a resume, a recount): counted and shown.
+    pub(in crate::stock) fn lifted(&self, activity: &Activity, reason: LiftReason) {
+        self.redis
+            .metrics()
+            .fence_lifted
+            .with_label_values(&[reason.as_str()])
+            .inc();
+        self.failover.record_lift(&activity.id, reason);
+    }
+
+    /// Marks `segment` of `activity` lost (`reason`): a gateway found keys of a version on sale
+    /// gone (flushed, evicted, deleted, an emptied Redis). Every gateway's reserve there is
+    /// refused from now, a plain resume too, until a recount or a newer version.
+    pub async fn mark_lost(
+        &self,
+        activity: &Activity,
+        segment: Segment<'_>,
+        reason: &'static str,
+    ) -> Result<(), StoreError> {
+        let verdict = self
+            .master_call(segment, activity, MasterCall::Lost(reason))
+            .await?;
+        tracing::error!(activity = %activity.id, segment = segment.index(), reason,
+            held = verdict.held,
+            "Redis holds less of the sale than it sold (its keys are gone): nothing is sold \
+             until an operator resumes it with the counted remaining stock");
+        let fence = self.fence_of(segment, &verdict);
+        self.show(activity, Some(fence));
+        Ok(())
+    }
+
+    /// Accepts the masters answering now for every segment of `activity` (an operator's
+    /// resume, once the backend's orders were reconciled): it sells again, on every gateway
+    /// within one check. Refused, with nothing accepted, while a segment is lost. The segments
+    /// are the ones Redis recorded (a configuration with another count sells nothing anyway).
+    pub async fn accept_master(&self, activity: &Activity) -> Result<Resumed, StoreError> {
+        let layout = super::segments::recorded_layout(self, activity).await?;
+        for segment in layout.segments() {
+            let verdict = self
+                .master_call(segment, activity, MasterCall::Check)
+                .await?;
+            if verdict.verdict == "lost" {
+                let fence = self.fence_of(segment, &verdict);
+                self.show(activity, Some(fence.clone()));
+                return Ok(Resumed::Lost(fence));
+            }
+        }
+        let mut changed = false;
+        for segment in layout.segments() {
+            let record = self.keys.of(segment).master();
+            let seen = self.seen(segment, true).await;
+            let verdict = self
+                .master(segment, activity, &seen, MasterCall::Accept)
+                .await?;
+            // Checks that read before this accept say nothing after it.
+            let accepts = self.failover.accepts.fetch_add(1, Ordering::SeqCst) + 1;
+            if verdict.verdict == "lost" {
+                let fence = self.fence_of(segment, &verdict);
+                self.show(activity, Some(fence.clone()));
+                return Ok(Resumed::Lost(fence));
+            }
+            if verdict.recorded != verdict.current {
+                changed = true;
+                tracing::warn!(activity = %activity.id, segment = segment.index(),
+                    previous = %verdict.recorded, now = %verdict.current,
+                    "the new Redis master was accepted: the activity sells again");
+            }
+            self.failover.saw(&record, &verdict, accepts);
+        }
+        if changed {
+            self.lifted(activity, LiftReason::Resume);
+        }
+        self.show(activity, None);
+        Ok(Resumed::Accepted)
+    }
+
+    /// The operator's count of the last recount of `activity` (segment 0's record), if any.
+    pub async fn last_recount(&self, activity: &Activity) -> Result<Option<u64>, StoreError> {
+        let layout = super::segments::recorded_layout(self, activity).await?;
+        let first = layout.segment(0).expect("every layout has a segment 0");
+        Ok(self.known(first).await?.recount)
+    }
+
+    /// After a recount: every segment's record now names the master answering (recount.lua).
+    pub(in crate::stock) fn recounted(&self, activity: &Activity) {
+        self.failover.accepts.fetch_add(1, Ordering::SeqCst);
+        let mut fenced = self.failover.fenced.write();
+        for segment in Layout::of(activity).segments() {
+            fenced.remove(&self.keys.of(segment).master());
+        }
+        drop(fenced);
+        self.lifted(activity, LiftReason::Recount);
+        self.show(activity, None);
+    }
+
+    fn show(&self, activity: &Activity, fence: Option<Fence>) {
+        let mut fences = self.failover.fences.write();
+        match fence {
+            Some(fence) => {
+                if fences.get(&activity.id).map(|f| &f.lost) != Some(&fence.lost) {
+                    tracing::error!(activity = %activity.id, segment = fence.segment,
+                        recorded = %fence.recorded, current = %fence.current,
+                        lost = fence.lost.as_deref().unwrap_or("no"),
+                        "Redis master changed under the activity (failover or restart), or it \
+                         lost what it sold: fenced, not selling until a rule or an operator \
+                         lifts it");
+                }
+                fences.insert(activity.id.clone(), fence);
+            }
+            None => {
+                fences.remove(&activity.id);
+            }
+        }
+        self.redis
+            .metrics()
+            .activity_fenced
+            .with_label_values(&[&activity.id])
+            .set(i64::from(fences.contains_key(&activity.id)));
+    }
+}

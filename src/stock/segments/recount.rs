@@ -1,0 +1,260 @@
+//! An operator's recount: after the store forgot what it sold (emptied, an older snapshot, keys
+//! lost), the remaining stock of the version on sale is set from the operator's count, once, in
+//! every segment's ledger and event stream, and the activity sells again
+//! (`POST /v1/activities/{act}/resume` with `{"remaining": N}`). The count is documented as the
+//! configured stock less the backend's orders (`flashgate reconcile --orders` lists them).
+//!
+//! The units go to segment 0 (the other segments' buyers pull them as they would a restock's),
+//! less the units still in flight between segments (given, not yet received: they land on top).
+//! Each segment's ledger takes the difference in `recounted` (`lua/recount.lua`).
+//! Approximation: what the store lost of the buyers' units cannot be restored, so a buyer whose
+//! units were forgotten may buy up to `per_user_limit` again (the count itself never sells more
+//! than N); idempotency keys whose reservations were forgotten win anew.
+
+use super::{claimed, recorded_layout, Refusal};
+use crate::config::Activity;
+use crate::stock::scripts::recount::SegmentRecount;
+use crate::stock::{Layout, StockStore, StoreError};
+
+/// Why a recount was refused (nothing changed).
+#[derive(Debug, thiserror::Error)]
+pub enum RecountError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// Redis's record refuses the configuration (an older version, another segment count).
+    #[error("{0}")]
+    Refused(Refusal),
+    #[error(
+        "remaining {asked} is more than version {version} of {activity} ever had ({most}: its \
+         stock plus what was restocked)"
+    )]
+    TooMany {
+        activity: String,
+        version: u64,
+        asked: u64,
+        most: u64,
+    },
+    #[error(
+        "remaining {asked} is more than version {version} of {activity} can have left: Redis still \
+         holds {held} of its units sold (pending or confirmed reservations), so at most {} of \
+         its {most} are left; count the backend's orders and the pending reservations \
+         (flashgate reconcile --orders) and resume with what neither holds",
+        most.saturating_sub(*held)
+    )]
+    HeldStill {
+        activity: String,
+        version: u64,
+        asked: u64,
+        most: u64,
+        held: u64,
+    },
+    #[error(
+        "version {current} of {activity} is on sale in segment {segment}, not the configured \
+         version {version}: nothing recounted"
+    )]
+    OtherVersion {
+        activity: String,
+        segment: u32,
+        version: u64,
+        current: u64,
+    },
+}
+
+/// What a recount did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Recounted {
+    /// Units on sale now (the count, less what is in flight between segments).
+    pub remaining: u64,
+    /// Units taken off sale by the count, over every segment (negative: put on sale).
+    pub moved: i64,
+}
+
+/// Sets `activity`'s version on sale to `remaining` units (see the module doc).
+pub async fn recount(
+    store: &StockStore,
+    activity: &Activity,
+    remaining: u64,
+) -> Result<Recounted, RecountError> {
+    let expire_at = store.expire_at(activity);
+    let layout = recorded_layout(store, activity).await?;
+    check_count(store, activity, &layout, remaining).await?;
+    check_on_sale(store, activity, &layout).await?;
+    claim(store, activity, &layout, expire_at).await?;
+    let in_flight = in_flight(store, activity, &layout).await?;
+    let mut done = Recounted {
+        remaining: 0,
+        moved: 0,
+    };
+    let mut births = Vec::new();
+    for segment in layout.segments() {
+        let units = if segment.index() == 0 {
+            remaining.saturating_sub(in_flight)
+        } else {
+            0
+        };
+        let share = layout.share(activity.stock, segment.index());
+        let outcome = store
+            .recount_segment(
+                segment,
+                activity.version,
+                units,
+                share,
+                remaining,
+                expire_at,
+            )
+            .await?;
+        match outcome {
+            SegmentRecount::Done {
+                remaining,
+                moved,
+                born,
+            } => {
+                done.remaining += remaining;
+                done.moved += moved;
+                births.push(born);
+            }
+            SegmentRecount::OtherVersion { current } => {
+                return Err(other_version(activity, segment.index(), current))
+            }
+        }
+        if layout.is_segmented() {
+            store.mark_made(&layout, segment.index()).await?;
+        }
+    }
+    // On sale from now: if the store forgets it again, it is never made from the YAML.
+    store
+        .failover()
+        .saw_on_sale(&activity.id, activity.version, births);
+    store.recounted(activity);
+    tracing::warn!(activity = %activity.id, version = activity.version, count = remaining,
+        on_sale = done.remaining, taken_off = done.moved,
+        "the operator's count of the remaining stock was set (recount): the activity sells again");
+    Ok(done)
+}
+
+/// Refuses a count the version cannot have left: more than it ever had, or more than it has
+/// once what its ledgers still count sold is taken off.
+async fn check_count(
+    store: &StockStore,
+    activity: &Activity,
+    layout: &Layout,
+    remaining: u64,
+) -> Result<(), RecountError> {
+    let (most, held) = most_units(store, activity, layout).await?;
+    if remaining > most {
+        return Err(RecountError::TooMany {
+            activity: activity.id.to_string(),
+            version: activity.version,
+            asked: remaining,
+            most,
+        });
+    }
+    if remaining > most - held.min(most) {
+        return Err(RecountError::HeldStill {
+            activity: activity.id.to_string(),
+            version: activity.version,
+            asked: remaining,
+            most,
+            held,
+        });
+    }
+    Ok(())
+}
+
+/// Refuses another version on sale, before the claim (a refused recount moves nothing, the
+/// version floor neither); the script checks again, atomically.
+async fn check_on_sale(
+    store: &StockStore,
+    activity: &Activity,
+    layout: &Layout,
+) -> Result<(), RecountError> {
+    for segment in layout.segments() {
+        if let Some(current) = store
+            .meta(segment)
+            .await?
+            .current
+            .filter(|&c| c != activity.version)
+        {
+            return Err(other_version(activity, segment.index(), current));
+        }
+    }
+    Ok(())
+}
+
+/// The claim on the version (a prewarm's), and the registry's record of the activity for the
+/// sweeps (so that its holds still run out once the configuration drops it).
+async fn claim(
+    store: &StockStore,
+    activity: &Activity,
+    layout: &Layout,
+    expire_at: u64,
+) -> Result<(), RecountError> {
+    match claimed(store, activity, &Layout::of(activity), expire_at).await? {
+        Ok(()) => {}
+        // The version was on sale and its keys are gone: the very case a recount is for (the
+        // operator's count puts it on sale again; the claim's record is made again here).
+        Err(Refusal::SoldBefore { .. }) => {
+            store.reclaim(layout, activity.version, expire_at).await?
+        }
+        Err(refusal) => return Err(RecountError::Refused(refusal)),
+    }
+    store
+        .register(&activity.id, layout.count(), expire_at)
+        .await?;
+    Ok(())
+}
+
+fn other_version(activity: &Activity, segment: u32, current: u64) -> RecountError {
+    RecountError::OtherVersion {
+        activity: activity.id.to_string(),
+        segment,
+        version: activity.version,
+        current,
+    }
+}
+
+/// The most units the version can have: its configured stock plus what its surviving ledgers
+/// say was restocked; and the units they still count sold (pending or confirmed: whatever the
+/// store forgot, what it still holds was sold, so a count leaving less is refused).
+async fn most_units(
+    store: &StockStore,
+    activity: &Activity,
+    layout: &Layout,
+) -> Result<(u64, u64), StoreError> {
+    let (mut restocked, mut held) = (0i64, 0i64);
+    for segment in layout.segments() {
+        let ledger = store.ledger(segment, activity.version).await?;
+        restocked += ledger.restocked;
+        held += ledger.pending + ledger.confirmed;
+    }
+    Ok((
+        activity.stock + u64::try_from(restocked).unwrap_or(0),
+        u64::try_from(held).unwrap_or(0),
+    ))
+}
+
+/// Units of the version given by one segment and not yet received by another: they land on
+/// top of the count.
+async fn in_flight(
+    store: &StockStore,
+    activity: &Activity,
+    layout: &Layout,
+) -> Result<u64, StoreError> {
+    if !layout.is_segmented() {
+        return Ok(0);
+    }
+    let mut units = 0;
+    for segment in layout.segments() {
+        let (open, _) = store.transfers_given(segment).await?;
+        for t in open.iter().filter(|t| t.version == activity.version) {
+            let arrived = match layout.segment(t.to) {
+                Some(receiver) => store.received(receiver, &t.id).await?,
+                None => true,
+            };
+            if !arrived {
+                units += t.qty;
+            }
+        }
+    }
+    Ok(units)
+}
