@@ -22,8 +22,9 @@
 --         its length counts what the segment must hold)   KEYS[4] meta (the version on sale)
 -- ARGV[1] the identity this gateway last saw accepted here ('' if none)
 -- ARGV[2] expire-at (unix s)
--- ARGV[3] '' check, 'accept' (an operator's resume), 'lost:<reason>' (a gateway found the
---         segment's keys lost: marked whatever else holds)
+-- ARGV[3] '' check, 'accept' (an operator's resume), 'lost:<reason>[:<recount stamp>]' (a
+--         gateway found the segment's keys lost: marked whatever else holds, unless it names
+--         the recount stamp it read with what it found and the segment was recounted since)
 -- ARGV[4] the most records this gateway saw the segment hold when it acknowledged a sale,
 -- ARGV[5] of which life
 -- ARGV[6] the persistence of the master answering, as this gateway read it just now
@@ -52,7 +53,7 @@ local settle_ms, version = tonumber(ARGV[8]) or 0, ARGV[9]
 local info = redis.call('INFO', 'replication')
 local current = replid_in(info)
 local recorded = redis.call('GET', RECORD)
-local k = redis.call('HMGET', KNOWN, 'hw', 'persist', 'fenced_at', 'lost')
+local k = redis.call('HMGET', KNOWN, 'hw', 'persist', 'fenced_at', 'lost', 'recount')
 local persist, fenced_at, lost = k[2], tonumber(k[3] or ''), k[4]
 local held, life = records_of(RES)
 local now = now_ms()
@@ -68,6 +69,9 @@ end
 -- Or the records are of an older life than one a gateway saw (an older snapshot).
 local back = went_back(held, life, seen, seen_life)
   or (hw_life ~= nil and went_back(held, life, tonumber(hw_n), hw_life))
+-- Or the records are gone (the hash, or its placeholder) while a gateway saw some, before the
+-- sale's keys were due to expire: an emptied or flushed store, an evicted or deleted hash.
+local gone = life == '' and seen > 0 and seen_life ~= '' and now < tonumber(expire_at) * 1000
 
 local function reply(verdict, detail)
   return {verdict, current, recorded or '', int(held), life, detail or ''}
@@ -149,7 +153,12 @@ local function lift_rule()
   return nil
 end
 
-local marking = string.match(mode, '^lost:(.+)$')
+local marking, since = string.match(mode, '^lost:([^:]+):?(%d*)$')
+-- A recount since the finder read what it found (its stamp differs): what it found is stale.
+local recount_at = string.match(k[5] or '', '|(%d+)$') or '0'
+if marking and since ~= '' and since ~= recount_at then
+  marking = nil
+end
 if marking and not lost then
   return mark_lost(marking)
 end
@@ -161,6 +170,9 @@ end
 -- older life.
 if held < most or back then
   return mark_lost('behind')
+end
+if gone then
+  return mark_lost('keys_lost')
 end
 if mode == 'accept' then
   redis.call('SET', RECORD, current)

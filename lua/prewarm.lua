@@ -44,17 +44,20 @@
 -- so extending ends_at mid-sale never lets the stock or its ledger vanish before the rest.
 
 local KNOWN, RECORD, OTHERS = KEYS[12], KEYS[13], 14
+-- When the segment was last recounted (every reply names it: a gateway marking the segment lost
+-- from this reply marks nothing if a recount came since, see master.lua).
+local recount = string.match(redis.call('HGET', KNOWN, 'recount') or '', '|(%d+)$') or ''
 local current = redis.call('HGET', KEYS[1], 'current') or ''
 if current ~= ARGV[2] then
-  return {-3, current}
+  return {-3, current, '', recount}
 end
 local version = ARGV[1]
 if current ~= '' and tonumber(version) < tonumber(current) then
-  return {-2, current}
+  return {-2, current, '', recount}
 end
 local lost = redis.call('HGET', KNOWN, 'lost')
 if lost and tonumber(version) <= (tonumber(string.match(lost, '^(%d+)|') or '') or math.huge) then
-  return {-5, current}
+  return {-5, current, '', recount}
 end
 local has_stock = redis.call('EXISTS', KEYS[2]) == 1
 local has_ledger = redis.call('EXISTS', KEYS[3]) == 1
@@ -76,11 +79,11 @@ if current == '' then
   -- its meta, the only list of the versions it had (their pending reservations, the version to
   -- retire): never adopted, never created over.
   if marks > 0 or pending_marked or has_stock or has_ledger or ARGV[5] == '1' then
-    return {-4, ''}
+    return {-4, '', '', recount}
   end
 elseif marks < expected or (current == version and not pending_marked)
     or (current == version and has_stock and not has_ledger) then
-  return {-4, current}
+  return {-4, current, '', recount}
 end
 local code = 0
 if current == version then
@@ -93,7 +96,7 @@ elseif has_stock or has_ledger then
 elseif ARGV[6] == '1' then
   -- Seen on sale and gone: what was sold is forgotten, never sold again from the YAML (and
   -- the version on sale here, if any, is left as it is).
-  return {-5, current}
+  return {-5, current, '', recount}
 else
   if current ~= '' then
     local found = false
@@ -155,5 +158,4 @@ end
 for _, key in ipairs(KEYS) do
   extend(key, ARGV[4])
 end
-local recount = string.match(redis.call('HGET', KNOWN, 'recount') or '', '|(%d+)$') or ''
 return {code, version, redis.call('HGET', KEYS[1], 'v:' .. version) or '', recount}

@@ -681,6 +681,14 @@ impl Model {
             && (act.life < seen || (act.life == seen && act.records + 1 < most))
     }
 
+    /// Whether the unsegmented activity's records hash (or its placeholder) is gone while the
+    /// store saw it hold records (the master check's `gone` in lua/master.lua; the model's
+    /// clock is always before the sale's keys are due to expire).
+    fn records_gone(&self) -> bool {
+        let (most, seen) = self.store.mark;
+        self.acts[0].life == 0 && most > 0 && seen != 0
+    }
+
     /// The store-side refusals of a call reaching the unsegmented activity's segment under
     /// `c`: the store's memory of a fence (before any call), then the script's (the master, or
     /// the segment went back), which the store then remembers.
@@ -1032,7 +1040,7 @@ impl Model {
             self.store.fenced = true;
             return Expect::Admin("lost");
         }
-        if self.went_back() {
+        if self.went_back() || self.records_gone() {
             self.lost_found(inst, 0, &c);
             // (a resume refuses nothing of the instance's: only the store's fence)
             self.refused[inst][0] = false;

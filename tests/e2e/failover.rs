@@ -338,7 +338,11 @@ async fn a_promoted_replica_sells_nothing_until_resumed() {
     );
     // The admin view says why; a gateway started now (nothing in memory) refuses too.
     let view = gw.activity_view("1001").await;
-    assert_eq!(view["fenced"]["recorded"], old_id.as_str(), "{view}");
+    // (recorded: the old master's identity, or `lost` once a gateway found the records behind)
+    assert!(
+        [old_id.as_str(), "lost"].contains(&view["fenced"]["recorded"].as_str().unwrap_or("")),
+        "{view}"
+    );
     assert_eq!(view["fenced"]["current"], new_id.as_str(), "{view}");
     let mut fresh = config.clone();
     fresh.listen_port = free_port();
@@ -362,8 +366,35 @@ async fn a_promoted_replica_sells_nothing_until_resumed() {
         won_after.len(),
         seen_in.as_millis()
     );
-    // The operator reconciles, then resumes: it sells again, on every gateway.
-    let view = resume(&gw).await;
+    // The gateways saw the old master hold more records than the new one does: lost, and a
+    // plain resume is refused (it would sell the lost units again).
+    let view = wait_for_async("the loss found", Duration::from_secs(10), || async {
+        let view = gw.activity_view("1001").await;
+        (view["fenced"]["lost"] == "behind").then_some(view)
+    })
+    .await;
+    assert!(
+        view["fenced"]["seen"].as_u64() > view["fenced"]["held"].as_u64(),
+        "{view}"
+    );
+    let r = gw.admin_post("/v1/activities/1001/resume").await;
+    assert_eq!(
+        (r.status, r.code()),
+        (409, "store_lost_sales".into()),
+        "{}",
+        r.text()
+    );
+    let (code, table) = gw.reconcile();
+    assert_eq!(code, 1, "{table}");
+    assert!(table.contains("LOST"), "{table}");
+    // The operator counts what is left (the stock less every sale the backend took) and
+    // resumes with it: it sells again, on every gateway.
+    let body = format!("{{\"remaining\": {}}}", 10_000 - won.len());
+    let r = gw
+        .admin_post_json("/v1/activities/1001/resume", &body)
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let view = r.json();
     assert!(view["fenced"].is_null(), "{view}");
     assert_eq!(
         redis::cmd("GET")
@@ -497,4 +528,94 @@ async fn a_fenced_activity_stands_its_waiting_room_until_resumed() {
     })
     .await;
     assert_ne!(p["state"], "lapsed", "{p}");
+}
+
+/// `redis.ack_replicas: 1`: every winner was on the replica before it was answered, so the
+/// replica, promoted, holds everything any gateway acknowledged: it sells on by itself
+/// (`replicas_acknowledged`), with nothing sold twice and reconcile clean.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_promoted_replica_every_winner_reached_sells_on_by_itself() {
+    let master = RedisServer::start();
+    let replica = RedisServer::start();
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("127.0.0.1")
+        .arg(addr_of(&master).port())
+        .query(&mut replica.conn())
+        .unwrap();
+    wait_for("the replica to sync", Duration::from_secs(20), || {
+        (info(&replica, "master_link_status") == "up").then_some(())
+    });
+    let vip = Forwarder::start(addr_of(&master)).await;
+    let upstream = Upstream::start();
+    let mut config = TestConfig::new(&master, &upstream, vec![TestActivity::open("1001", 20)])
+        .set("/redis/ack_replicas", serde_json::json!(1));
+    config.redis_url = format!("redis://{}/0", vip.addr);
+    config.per_user = None;
+    let gw = GatewayProc::start(config);
+    // The replica the master has, recorded by the gateways' checks.
+    wait_for("one replica recorded", Duration::from_secs(20), || {
+        redis::cmd("HGET")
+            .arg("fg:{1001}:known")
+            .arg("persist")
+            .query::<Option<String>>(&mut master.conn())
+            .unwrap()
+            .filter(|p| p.ends_with("|1"))
+    });
+    let mut sold = 0;
+    for u in 0..5 {
+        let r = gw.buy("1001", &format!("before-{u}"), None).await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        sold += 1;
+    }
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("NO")
+        .arg("ONE")
+        .query(&mut replica.conn())
+        .unwrap();
+    vip.move_to(addr_of(&replica));
+    let promoted = Instant::now();
+    // The old master follows the new one (as Sentinel reconfigures it): winners on the new
+    // master are acknowledged by a replica again.
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("127.0.0.1")
+        .arg(addr_of(&replica).port())
+        .query(&mut master.conn())
+        .unwrap();
+    let mut u = 0;
+    loop {
+        if promoted.elapsed() > Duration::from_secs(10) {
+            let known: std::collections::HashMap<String, String> = redis::cmd("HGETALL")
+                .arg("fg:{1001}:known")
+                .query(&mut replica.conn())
+                .unwrap();
+            panic!(
+                "selling resumes by itself: {} {known:?} {}",
+                gw.activity_view("1001").await,
+                info(&replica, "master_replid2")
+            );
+        }
+        let r = gw.buy("1001", &format!("after-{u}"), None).await;
+        u += 1;
+        match r.status {
+            200 => break,
+            503 => tokio::time::sleep(Duration::from_millis(50)).await,
+            _ => panic!("{} {}", r.status, r.text()),
+        }
+    }
+    sold += 1;
+    eprintln!(
+        "promoted replica (ack_replicas 1): selling again {} ms after the promotion",
+        promoted.elapsed().as_millis()
+    );
+    gw.wait_metric(
+        "flashgate_fence_lifted_total{reason=\"replicas_acknowledged\"}",
+        1.0,
+    )
+    .await;
+    let stock: i64 = redis::cmd("GET")
+        .arg("fg:{1001}:v1:stock")
+        .query(&mut replica.conn())
+        .unwrap();
+    assert_eq!(stock, 20 - sold, "nothing sold twice");
+    gw.reconcile_clean();
 }

@@ -17,6 +17,7 @@ mod failover;
 mod failures;
 mod fences;
 mod fleet_limits;
+mod forgetting;
 mod front;
 mod halt;
 mod integrity;

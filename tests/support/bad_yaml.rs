@@ -52,6 +52,21 @@ pub const BAD: &[Bad] = &[
         expect: "sale_routes[0].quantity_query",
     },
     Bad {
+        name: "ack-replicas-too-many",
+        patch: &[("redis.ack_replicas", Some("17"))],
+        expect: "redis.ack_replicas: must be 0 to 16",
+    },
+    Bad {
+        name: "ack-replicas-negative",
+        patch: &[("redis.ack_replicas", Some("-1"))],
+        expect: "redis.ack_replicas",
+    },
+    Bad {
+        name: "allow-eviction-not-a-bool",
+        patch: &[("redis.allow_eviction", Some("\"sometimes\""))],
+        expect: "redis.allow_eviction",
+    },
+    Bad {
         name: "bad-redis-url",
         patch: &[("redis.url", Some("\"http://127.0.0.1:6379\""))],
         expect: "redis.url: not a Redis URL",

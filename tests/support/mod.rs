@@ -1001,6 +1001,19 @@ impl GatewayProc {
         .await
     }
 
+    /// `POST path` on the admin API with a JSON `body`.
+    pub async fn admin_post_json(&self, path: &str, body: &str) -> HttpResponse {
+        let raw = format!(
+            "POST {path} HTTP/1.1\r\nHost: flashgate.test\r\nConnection: close\r\n\
+             Authorization: Bearer {ADMIN_TOKEN}\r\nContent-Type: application/json\r\n\
+             Content-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        send_raw(self.admin, raw.as_bytes())
+            .await
+            .unwrap_or_else(|e| panic!("POST {path}: {e}"))
+    }
+
     /// `POST /v1/activities/{id}/restock` with `body`, and an `Idempotency-Key` if given.
     pub async fn restock(&self, id: &str, body: &str, key: Option<&str>) -> HttpResponse {
         let auth = format!("Bearer {ADMIN_TOKEN}");

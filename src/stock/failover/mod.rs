@@ -371,16 +371,22 @@ impl StockStore {
 
     /// Marks `segment` of `activity` lost (`reason`): a gateway found keys of a version on sale
     /// gone (flushed, evicted, deleted, an emptied Redis). Every gateway's reserve there is
-    /// refused from now, a plain resume too, until a recount or a newer version.
+    /// refused from now, a plain resume too, until a recount or a newer version. `since`: the
+    /// recount stamp the finder read with what it found (0 none): a recount since then made
+    /// what it found stale, and nothing is marked (`None`: marked whatever came since).
     pub async fn mark_lost(
         &self,
         activity: &Activity,
         segment: Segment<'_>,
         reason: &'static str,
+        since: Option<u64>,
     ) -> Result<(), StoreError> {
         let verdict = self
-            .master_call(segment, activity, MasterCall::Lost(reason))
+            .master_call(segment, activity, MasterCall::Lost { reason, since })
             .await?;
+        if verdict.verdict != "lost" {
+            return Ok(());
+        }
         tracing::error!(activity = %activity.id, segment = segment.index(), reason,
             held = verdict.held,
             "Redis holds less of the sale than it sold (its keys are gone): nothing is sold \

@@ -14,8 +14,13 @@ pub enum MasterCall {
     /// An operator's resume: record the master answering now (refused while the segment is
     /// lost).
     Accept,
-    /// A gateway found the segment's keys lost (`reason`): mark it lost.
-    Lost(&'static str),
+    /// A gateway found the segment's keys lost (`reason`): mark it lost, unless the segment was
+    /// recounted since the finder looked (`since`: the recount stamp it saw, 0 none; `None`:
+    /// whatever came since).
+    Lost {
+        reason: &'static str,
+        since: Option<u64>,
+    },
 }
 
 /// The script's answer.
@@ -60,7 +65,14 @@ impl StockStore {
         let mode = match call {
             MasterCall::Check => String::new(),
             MasterCall::Accept => "accept".to_owned(),
-            MasterCall::Lost(reason) => format!("lost:{reason}"),
+            MasterCall::Lost {
+                reason,
+                since: None,
+            } => format!("lost:{reason}"),
+            MasterCall::Lost {
+                reason,
+                since: Some(at),
+            } => format!("lost:{reason}:{at}"),
         };
         let mut invocation = super::MASTER.prepare_invoke();
         invocation

@@ -59,7 +59,8 @@ impl StockStore {
     /// it), and moves every key's expiry to `expire_at` if that is later. `made_before`: the
     /// activity's base meta records the segment as made (a segment then found empty lost
     /// everything, and is refused as damaged). `seen_on_sale`: this process saw the version on
-    /// sale (it is never created again).
+    /// sale (it is never created again). With the outcome, when the segment was last recounted
+    /// as the script read it (unix ms, 0 never).
     pub async fn prewarm(
         &self,
         segment: Segment<'_>,
@@ -68,7 +69,7 @@ impl StockStore {
         expire_at: u64,
         made_before: bool,
         seen_on_sale: bool,
-    ) -> Result<PrewarmOutcome, StoreError> {
+    ) -> Result<(PrewarmOutcome, u64), StoreError> {
         let mut meta = self.meta(segment).await?;
         for _ in 0..PREWARM_ATTEMPTS {
             let others: Vec<u64> = meta
@@ -109,7 +110,7 @@ impl StockStore {
                 born: ms(2),
                 recounted: ms(3),
             };
-            return Ok(match int(reply.first()) {
+            let outcome = match int(reply.first()) {
                 Some(1) => PrewarmOutcome::Created(birth),
                 Some(0) => PrewarmOutcome::Exists(birth),
                 Some(-4) => PrewarmOutcome::Damaged,
@@ -123,7 +124,8 @@ impl StockStore {
                     continue;
                 }
                 _ => return Err(StoreError::protocol(ScriptName::Prewarm, reply)),
-            });
+            };
+            return Ok((outcome, birth.recounted));
         }
         Err(StoreError::protocol(
             ScriptName::Prewarm,

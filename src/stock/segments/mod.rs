@@ -184,7 +184,7 @@ async fn prewarm_segment(
     let remembered = store
         .failover()
         .born(&activity.id, activity.version, segment.index());
-    let outcome = store
+    let (outcome, recounted) = store
         .prewarm(
             segment,
             activity.version,
@@ -207,7 +207,9 @@ async fn prewarm_segment(
         // Whatever else this segment holds, the store forgot what it sold. Marked for every
         // gateway (their reserves here are refused from now) and for reconcile; an existing
         // mark is kept.
-        store.mark_lost(activity, segment, "keys_lost").await?;
+        store
+            .mark_lost(activity, segment, "keys_lost", Some(recounted))
+            .await?;
     }
     if matches!(
         outcome,
@@ -260,7 +262,9 @@ async fn older_than_seen(
     else {
         return Ok(None);
     };
-    store.mark_lost(activity, segment, "keys_lost").await?;
+    store
+        .mark_lost(activity, segment, "keys_lost", None)
+        .await?;
     Ok(Some(Refusal::OlderVersion {
         id: activity.id.to_string(),
         configured: activity.version,

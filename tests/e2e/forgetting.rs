@@ -1,0 +1,284 @@
+//! When Redis forgets what it sold (issue 33): a store emptied by a restart without persistence,
+//! flushed, gone back to an older snapshot, or missing a key sells nothing twice: buyers get 503
+//! `unavailable`, `flashgate reconcile` exits non-zero naming the activity, a plain resume
+//! answers 409 `store_lost_sales`, and a resume with the SRE's count sells exactly that many.
+//! A durable restart that lost nothing sells on by itself; a restart that may have lost writes
+//! (`everysec`) waits for an operator; a Redis that may evict keys is not sold on.
+
+use crate::support::*;
+use std::time::{Duration, Instant};
+
+const STOCK: u64 = 10;
+
+fn gateway(redis: &RedisServer, upstream: &Upstream) -> GatewayProc {
+    let mut config = TestConfig::new(redis, upstream, vec![TestActivity::open("1001", STOCK)]);
+    config.per_user = None;
+    GatewayProc::start(config)
+}
+
+/// Buyers `from..to` (one unit each, one request each, concurrently): how many were answered
+/// 200. Every other answer is 503 `unavailable` (may retry) or 409 `sold_out`.
+async fn burst(gw: &GatewayProc, from: usize, to: usize) -> usize {
+    let answers = futures_util::future::join_all(
+        (from..to).map(|u| async move { gw.buy("1001", &format!("buyer-{u}"), None).await }),
+    )
+    .await;
+    answers
+        .iter()
+        .filter(|r| {
+            assert!(
+                matches!(
+                    (r.status, r.code().as_str()),
+                    (200, _) | (503, "unavailable") | (410, "sold_out")
+                ),
+                "{} {}",
+                r.status,
+                r.text()
+            );
+            r.status == 200
+        })
+        .count()
+}
+
+/// Buyers from `from` on, one at a time, each retried while answered 503, until the activity
+/// answers sold out: how many bought.
+async fn sell_out(gw: &GatewayProc, from: usize) -> usize {
+    let mut sold = 0;
+    for u in from.. {
+        let user = format!("buyer-{u}");
+        let r = wait_for_async(
+            "an answer other than 503",
+            Duration::from_secs(10),
+            || async {
+                let r = gw.buy("1001", &user, None).await;
+                (r.status != 503).then_some(r)
+            },
+        )
+        .await;
+        match (r.status, r.code().as_str()) {
+            (200, _) => sold += 1,
+            (410, "sold_out") => return sold,
+            _ => panic!("{} {}", r.status, r.text()),
+        }
+    }
+    unreachable!()
+}
+
+/// `POST /v1/activities/1001/resume` with `body` ('' for a plain resume): status and code.
+async fn resume(gw: &GatewayProc, body: &str) -> (u16, String, String) {
+    let r = if body.is_empty() {
+        gw.admin_post("/v1/activities/1001/resume").await
+    } else {
+        gw.admin_post_json("/v1/activities/1001/resume", body).await
+    };
+    (r.status, r.code(), r.text())
+}
+
+/// Sells nothing (a burst of buyers, each answered 503), reconcile names the activity, a plain
+/// resume is refused, a recount of `left` sells exactly `left` more, and reconcile is clean.
+async fn sells_nothing_until_recounted(gw: &GatewayProc, left: usize) {
+    // The gateway finds the loss by itself (its master check, each second, or a prewarm).
+    wait_for_async("the loss found", Duration::from_secs(10), || async {
+        let view = gw.activity_view("1001").await;
+        view["fenced"]["lost"].as_str().map(str::to_owned)
+    })
+    .await;
+    assert_eq!(burst(gw, 100, 140).await, 0, "nothing sells after the loss");
+    let (code, table) = gw.reconcile();
+    assert_eq!(code, 1, "{table}");
+    assert!(table.contains("1001"), "{table}");
+    let (status, code, text) = resume(gw, "").await;
+    assert_eq!((status, code.as_str()), (409, "store_lost_sales"), "{text}");
+    assert_eq!(
+        burst(gw, 140, 150).await,
+        0,
+        "a refused resume sells nothing"
+    );
+    // More than the store can have left: refused, nothing changed.
+    let (status, _, text) = resume(gw, &format!("{{\"remaining\": {}}}", STOCK + 1)).await;
+    assert_eq!(status, 400, "{text}");
+    let (status, _, text) = resume(gw, &format!("{{\"remaining\": {left}}}")).await;
+    assert_eq!(status, 200, "{text}");
+    assert_eq!(sell_out(gw, 200).await, left, "the count, exactly");
+    let table = gw.reconcile_clean();
+    assert!(table.contains("recount"), "{table}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_emptied_store_sells_nothing_twice() {
+    let mut redis = RedisServer::start();
+    let upstream = Upstream::start();
+    let gw = gateway(&redis, &upstream);
+    assert_eq!(burst(&gw, 0, 4).await, 4);
+    // Restarted without persistence: empty, the activity's floor gone too.
+    redis.kill();
+    redis.restart();
+    sells_nothing_until_recounted(&gw, STOCK as usize - 4).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flushed_store_sells_nothing_twice() {
+    let redis = RedisServer::start();
+    let upstream = Upstream::start();
+    let gw = gateway(&redis, &upstream);
+    assert_eq!(burst(&gw, 0, 3).await, 3);
+    let _: () = redis::cmd("FLUSHALL").query(&mut redis.conn()).unwrap();
+    sells_nothing_until_recounted(&gw, STOCK as usize - 3).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_back_to_an_older_snapshot_sells_nothing_twice() {
+    let mut redis = RedisServer::start();
+    let upstream = Upstream::start();
+    let gw = gateway(&redis, &upstream);
+    assert_eq!(burst(&gw, 0, 3).await, 3);
+    let _: () = redis::cmd("SAVE").query(&mut redis.conn()).unwrap();
+    assert_eq!(burst(&gw, 3, 6).await, 3);
+    // Killed: it comes back with the snapshot, three sales behind.
+    redis.kill();
+    redis.restart();
+    assert_eq!(
+        redis::cmd("HLEN")
+            .arg("fg:{1001}:res")
+            .query::<u64>(&mut redis.conn())
+            .unwrap(),
+        4,
+        "the snapshot's three records and the placeholder"
+    );
+    sells_nothing_until_recounted(&gw, STOCK as usize - 6).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_records_hash_sells_nothing_twice() {
+    let redis = RedisServer::start();
+    let upstream = Upstream::start();
+    let gw = gateway(&redis, &upstream);
+    assert_eq!(burst(&gw, 0, 2).await, 2);
+    let _: () = redis::cmd("DEL")
+        .arg("fg:{1001}:res")
+        .query(&mut redis.conn())
+        .unwrap();
+    // The ledger still counts the two sold: a count leaving more than 8 is refused.
+    wait_for_async("the loss found", Duration::from_secs(10), || async {
+        gw.activity_view("1001").await["fenced"]["lost"]
+            .as_str()
+            .map(str::to_owned)
+    })
+    .await;
+    let (status, _, text) = resume(&gw, "{\"remaining\": 9}").await;
+    assert_eq!(status, 400, "{text}");
+    assert!(text.contains("still"), "{text}");
+    sells_nothing_until_recounted(&gw, STOCK as usize - 2).await;
+}
+
+/// `appendfsync always`, killed and restarted: nothing acknowledged was lost, and it sells
+/// again by itself within 5 s of answering (`durable_restart`), with reconcile clean.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_durable_restart_sells_on_by_itself() {
+    let mut redis = RedisServer::start_aof("always");
+    let upstream = Upstream::start();
+    let gw = gateway(&redis, &upstream);
+    // The persistence recorded by the gateways' checks (each second) before the crash.
+    wait_for("the persistence recorded", Duration::from_secs(10), || {
+        redis::cmd("HGET")
+            .arg("fg:{1001}:known")
+            .arg("persist")
+            .query::<Option<String>>(&mut redis.conn())
+            .unwrap()
+            .filter(|p| p.contains("|yes|always|"))
+    });
+    assert_eq!(burst(&gw, 0, 3).await, 3);
+    redis.kill();
+    redis.restart();
+    let answered = Instant::now();
+    let mut sold = 0;
+    let mut u = 10;
+    while sold == 0 {
+        assert!(
+            answered.elapsed() < Duration::from_secs(5),
+            "selling resumes within 5 s of the master answering"
+        );
+        let r = gw.buy("1001", &format!("buyer-{u}"), None).await;
+        u += 1;
+        match r.status {
+            200 => sold += 1,
+            503 => {
+                assert_eq!(r.code(), "unavailable", "{}", r.text());
+                assert!(r.header("retry-after").is_some(), "{:?}", r.headers);
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            _ => panic!("{} {}", r.status, r.text()),
+        }
+    }
+    eprintln!(
+        "durable restart: selling again {} ms after the master answered",
+        answered.elapsed().as_millis()
+    );
+    gw.wait_metric(
+        "flashgate_fence_lifted_total{reason=\"durable_restart\"}",
+        1.0,
+    )
+    .await;
+    assert_eq!(sell_out(&gw, 1000).await, STOCK as usize - 4);
+    gw.reconcile_clean();
+}
+
+/// `appendfsync everysec` may have lost the last second: fenced until an operator resumes (a
+/// plain resume, the first admin call after the restart, answers 200 when nothing is missing).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_everysec_restart_waits_for_the_operator() {
+    let mut redis = RedisServer::start_aof("everysec");
+    let upstream = Upstream::start();
+    let gw = gateway(&redis, &upstream);
+    assert_eq!(burst(&gw, 0, 2).await, 2);
+    let _: () = redis::cmd("BGREWRITEAOF").query(&mut redis.conn()).unwrap();
+    wait_for("the AOF rewritten", Duration::from_secs(20), || {
+        let info: String = redis::cmd("INFO")
+            .arg("persistence")
+            .query(&mut redis.conn())
+            .unwrap();
+        info.contains("aof_rewrite_in_progress:0").then_some(())
+    });
+    redis.kill();
+    redis.restart();
+    // Well past the settle time a rule would need (1.5 s): still fenced.
+    let until = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < until {
+        assert_eq!(burst(&gw, 10, 12).await, 0, "fenced until resumed");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (status, _, text) = resume(&gw, "").await;
+    assert_eq!(
+        status, 200,
+        "the first admin call after the restart: {text}"
+    );
+    assert_eq!(sell_out(&gw, 100).await, STOCK as usize - 2);
+    gw.reconcile_clean();
+}
+
+/// A Redis that may evict keys forgets what it sold: not sold on, `/readyz` naming the policy,
+/// unless the configuration takes the risk.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_that_may_evict_is_not_sold_on() {
+    let redis = RedisServer::start();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory-policy")
+        .arg("allkeys-lru")
+        .query(&mut redis.conn())
+        .unwrap();
+    let upstream = Upstream::start();
+    let gw = gateway(&redis, &upstream);
+    let r = get(gw.admin, "/readyz", &[]).await;
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert!(r.text().contains("allkeys-lru"), "{}", r.text());
+    assert_eq!(burst(&gw, 0, 3).await, 0);
+    drop(gw);
+    let mut config = TestConfig::new(&redis, &upstream, vec![TestActivity::open("1001", STOCK)])
+        .set("/redis/allow_eviction", serde_json::json!(true));
+    config.per_user = None;
+    let gw = GatewayProc::start(config);
+    let r = get(gw.admin, "/readyz", &[]).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(burst(&gw, 0, 3).await, 3);
+}
