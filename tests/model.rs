@@ -1041,9 +1041,11 @@ impl Model {
             return Expect::Admin("lost");
         }
         if self.went_back() || self.records_gone() {
+            // (a resume refuses nothing of the instance's, nor lifts its refusal: only the
+            // store's fence)
+            let refused = self.refused[inst][0];
             self.lost_found(inst, 0, &c);
-            // (a resume refuses nothing of the instance's: only the store's fence)
-            self.refused[inst][0] = false;
+            self.refused[inst][0] = refused;
             return Expect::Admin("lost");
         }
         self.acts[0].record = Some(self.replid);
@@ -2843,5 +2845,26 @@ fn regression_an_evicted_records_hash_is_named() {
         Op::Forget {
             how: Forget::Evicted(Lost::Res),
         },
+    ]);
+}
+
+/// Found by the generator in issue 33 (shrunk): a damaged records hash found lost, a refused
+/// plain resume, a recount, then the store emptied: the version the recount put on sale is never
+/// made again, and the loss is marked.
+#[test]
+fn regression_an_emptied_store_after_a_recount_is_marked_lost() {
+    replay(vec![
+        reserve(0, 0, 0, None),
+        Op::Damage { lost: Lost::Res },
+        reserve(1, 0, 0, None),
+        Op::Resume { inst: 1 },
+        Op::Recount {
+            inst: 0,
+            remaining: 4,
+        },
+        Op::Forget {
+            how: Forget::Emptied,
+        },
+        reserve(1, 0, 0, None),
     ]);
 }
