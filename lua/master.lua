@@ -183,6 +183,12 @@ if mode == 'accept' then
   record_persistence()
   return reply('accepted')
 end
+-- What the gateways saw, kept beside the segment whenever it grows (not only while fenced): a
+-- gateway restarted later still finds the segment gone back.
+if most > hw and (recorded == current or not recorded) then
+  redis.call('HSET', KNOWN, 'hw', life .. '|' .. int(most))
+  extend(KNOWN, expire_at)
+end
 if recorded == current then
   record_persistence()
   extend(RECORD, expire_at)
