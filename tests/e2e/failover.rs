@@ -441,14 +441,7 @@ async fn a_master_restarted_with_a_new_replication_id_fences() {
     });
     assert_eq!(gw.buy("1001", "alice", None).await.status, 200);
     // Written to the AOF (everysec) before the crash, so the record survives it.
-    let _: () = redis::cmd("BGREWRITEAOF").query(&mut redis.conn()).unwrap();
-    wait_for("the AOF rewritten", Duration::from_secs(20), || {
-        let info: String = redis::cmd("INFO")
-            .arg("persistence")
-            .query(&mut redis.conn())
-            .unwrap();
-        info.contains("aof_rewrite_in_progress:0").then_some(())
-    });
+    redis.rewrite_aof();
     redis.restart();
     let after = info(&redis, "master_replid");
     assert_ne!(

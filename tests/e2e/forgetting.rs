@@ -231,14 +231,7 @@ async fn an_everysec_restart_waits_for_the_operator() {
     let upstream = Upstream::start();
     let gw = gateway(&redis, &upstream);
     assert_eq!(burst(&gw, 0, 2).await, 2);
-    let _: () = redis::cmd("BGREWRITEAOF").query(&mut redis.conn()).unwrap();
-    wait_for("the AOF rewritten", Duration::from_secs(20), || {
-        let info: String = redis::cmd("INFO")
-            .arg("persistence")
-            .query(&mut redis.conn())
-            .unwrap();
-        info.contains("aof_rewrite_in_progress:0").then_some(())
-    });
+    redis.rewrite_aof();
     redis.kill();
     redis.restart();
     // Well past the settle time a rule would need (1.5 s): still fenced.

@@ -684,6 +684,18 @@ impl RedisServer {
         record.split('|').nth(4).unwrap().parse().unwrap()
     }
 
+    /// `BGREWRITEAOF`, waited for (what was written before is then in the append-only file).
+    pub fn rewrite_aof(&self) {
+        let _: () = redis::cmd("BGREWRITEAOF").query(&mut self.conn()).unwrap();
+        wait_for("the AOF rewritten", Duration::from_secs(20), || {
+            let info: String = redis::cmd("INFO")
+                .arg("persistence")
+                .query(&mut self.conn())
+                .unwrap();
+            info.contains("aof_rewrite_in_progress:0").then_some(())
+        });
+    }
+
     /// Redis's clock, in milliseconds.
     pub fn time_ms(&self) -> u64 {
         let (s, us): (u64, u64) = redis::cmd("TIME").query(&mut self.conn()).unwrap();
