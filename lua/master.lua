@@ -82,9 +82,10 @@ end
 local function write_back()
   if most > hw then
     redis.call('HSET', KNOWN, 'hw', life .. '|' .. int(most))
-  elseif seen > 0 and seen_life ~= life and (not hw_life or older(hw_life, seen_life)) then
-    -- A count of another life (the records were made again, or went back to an older one):
-    -- kept for reconcile to show, and for gateways with nothing in memory.
+  elseif seen > 0 and older(life, seen_life) and (not hw_life or older(hw_life, seen_life)) then
+    -- A count of a newer life than the records hold (they went back to an older one, or are
+    -- gone): kept for reconcile to show, and for gateways with nothing in memory. A count of
+    -- an older life says nothing (a recount or a newer version started the one held now).
     redis.call('HSET', KNOWN, 'hw', seen_life .. '|' .. int(seen))
   end
   if not fenced_at then

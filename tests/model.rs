@@ -2868,3 +2868,21 @@ fn regression_an_emptied_store_after_a_recount_is_marked_lost() {
         reserve(1, 0, 0, None),
     ]);
 }
+
+/// Found by CI in issue 33 (shrunk): a records hash evicted, a recount, then a restart of the
+/// store and a plain resume: the recount's count stands and the ledgers stay whole.
+#[test]
+fn regression_a_recount_after_an_evicted_records_hash_survives_a_restart() {
+    replay(vec![
+        reserve(0, 0, 0, None),
+        Op::Forget {
+            how: Forget::Evicted(Lost::Res),
+        },
+        Op::Recount {
+            inst: 0,
+            remaining: 3,
+        },
+        Op::RestartRedis,
+        Op::Resume { inst: 0 },
+    ]);
+}

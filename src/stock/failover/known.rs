@@ -39,7 +39,7 @@ impl StockStore {
             .arg(keys.master())
             .cmd("HGETALL")
             .arg(keys.known())
-            .cmd("HEXISTS")
+            .cmd("HGET")
             .arg(keys.reservations())
             .arg("")
             .cmd("HLEN")
@@ -49,11 +49,19 @@ impl StockStore {
             .cmd("HEXISTS")
             .arg(keys.users())
             .arg("");
-        type Reply = (Option<String>, Vec<(String, String)>, bool, u64, bool, bool);
-        let (record, fields, marked, held, made, users_marked): Reply = self
+        type Reply = (
+            Option<String>,
+            Vec<(String, String)>,
+            Option<String>,
+            u64,
+            bool,
+            bool,
+        );
+        let (record, fields, life, held, made, users_marked): Reply = self
             .redis
             .pipeline(StoreOp::Read, self.timeout(), &pipe, None)
             .await?;
+        let marked = life.is_some();
         let unmarked = [("res", marked), ("users", users_marked)]
             .into_iter()
             .filter(|(_, marked)| made && !marked)
@@ -76,8 +84,7 @@ impl StockStore {
             record,
             held: if marked { held } else { 0 },
             seen: field("hw")
-                .and_then(|hw| hw.rsplit('|').next())
-                .and_then(|n| n.parse().ok())
+                .and_then(|hw| seen_of(hw, life.as_deref().unwrap_or("")))
                 .unwrap_or(0),
             lost,
             recount: field("recount")
@@ -85,5 +92,38 @@ impl StockStore {
                 .and_then(|n| n.parse().ok()),
             unmarked,
         })
+    }
+}
+
+/// The count a `hw` field ('<life>|<n>') says the records must hold, given the life they hold
+/// now (`''`: gone). A count of an older life says nothing: a recount or a newer version started
+/// the one held now (as `write_back` in `lua/master.lua`).
+fn seen_of(hw: &str, life: &str) -> Option<u64> {
+    let (hw_life, n) = hw.rsplit_once('|')?;
+    if !life.is_empty() && super::watermark::older(hw_life, life) {
+        return None;
+    }
+    n.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::seen_of;
+
+    #[test]
+    fn a_count_of_an_older_life_says_nothing() {
+        assert_eq!(seen_of("100|5", "100"), Some(5));
+        assert_eq!(
+            seen_of("100|5", ""),
+            Some(5),
+            "records gone: the count stands"
+        );
+        assert_eq!(
+            seen_of("200|5", "100"),
+            Some(5),
+            "went back to an older life"
+        );
+        assert_eq!(seen_of("100|5", "200"), None, "a new life since");
+        assert_eq!(seen_of("garbage", "100"), None);
     }
 }

@@ -47,7 +47,7 @@ impl Watermark {
 
 /// Whether life `a` is older than life `b` (as `older` in `lua/lib.lua`: Redis TIME in us, of
 /// one width, so compared as strings; '' is older than any).
-fn older(a: &str, b: &str) -> bool {
+pub(super) fn older(a: &str, b: &str) -> bool {
     (a.len(), a) < (b.len(), b)
 }
 
