@@ -18,6 +18,9 @@
 --                     less than was sold (reason behind or keys_lost)
 --           lifted    '<reason>|<at>': the last fence a rule lifted
 --           recount   '<units>|<at>': the last recount (recount.lua)
+--           life      the life of the records a recount or a newer version put on sale over a
+--                     loss started (recount.lua, prewarm.lua): the only lives that may follow
+--                     one a gateway saw while the sale goes on
 -- KEYS[3] res: the segment's reservation records (a hash only ever grown within a life, so
 --         its length counts what the segment must hold)   KEYS[4] meta (the version on sale)
 -- ARGV[1] the identity this gateway last saw accepted here ('' if none)
@@ -33,6 +36,7 @@
 -- ARGV[8] how long a fence stands before a rule may lift it (ms): every gateway's check has
 --         written back what it saw by then
 -- ARGV[9] the version this gateway sells (a loss names the version on sale, else this one)
+-- ARGV[10] the newest version of a sale this gateway acknowledged in the life of ARGV[5]
 --
 -- Returns {verdict, current, recorded, held, life, detail}: verdict
 --   'ok'        the record is this master's
@@ -49,11 +53,12 @@ local expected, expire_at, mode = ARGV[1], ARGV[2], ARGV[3]
 local seen, seen_life = tonumber(ARGV[4]) or 0, ARGV[5]
 local persistence, ack_replicas = ARGV[6], tonumber(ARGV[7]) or 0
 local settle_ms, version = tonumber(ARGV[8]) or 0, ARGV[9]
+local seen_version = tonumber(ARGV[10]) or 0
 
 local info = redis.call('INFO', 'replication')
 local current = replid_in(info)
 local recorded = redis.call('GET', RECORD)
-local k = redis.call('HMGET', KNOWN, 'hw', 'persist', 'fenced_at', 'lost', 'recount')
+local k = redis.call('HMGET', KNOWN, 'hw', 'persist', 'fenced_at', 'lost', 'recount', 'life')
 local persist, fenced_at, lost = k[2], tonumber(k[3] or ''), k[4]
 local held, life = records_of(RES)
 local now = now_ms()
@@ -72,6 +77,17 @@ local back = went_back(held, life, seen, seen_life)
 -- Or the records are gone (the hash, or its placeholder) while a gateway saw some, before the
 -- sale's keys were due to expire: an emptied or flushed store, an evicted or deleted hash.
 local gone = life == '' and seen > 0 and seen_life ~= '' and now < tonumber(expire_at) * 1000
+-- Or the records were made again, in a newer life no recount or newer version started, while
+-- the version on sale is still one a gateway sold in the life it saw: an emptied or flushed
+-- store whose stock another gateway (with nothing in memory) created again from its YAML.
+local function renewed()
+  if seen == 0 or seen_life == '' or life == '' or not older(seen_life, life) or k[6] == life
+      or now >= tonumber(expire_at) * 1000 then
+    return false
+  end
+  local on_sale = tonumber(redis.call('HGET', KEYS[4], 'current') or '') or 0
+  return on_sale <= seen_version
+end
 
 local function reply(verdict, detail)
   return {verdict, current, recorded or '', int(held), life, detail or ''}
@@ -172,7 +188,7 @@ end
 if held < most or back then
   return mark_lost('behind')
 end
-if gone then
+if gone or renewed() then
   return mark_lost('keys_lost')
 end
 if mode == 'accept' then

@@ -124,10 +124,9 @@ else
     -- (the counts gateways saw before say nothing of it), and the loss's mark on the master
     -- record goes (a replaced master still fences as before).
     redis.call('HDEL', KNOWN, 'lost', 'hw')
-    local was = redis.call('HGET', KEYS[6], '')
-    if was then
-      redis.call('HSET', KEYS[6], '', new_life(newer_of(ARGV[7], was)))
-    end
+    local life = new_life(newer_of(ARGV[7], redis.call('HGET', KEYS[6], '') or ''))
+    redis.call('HSET', KEYS[6], '', life)
+    redis.call('HSET', KNOWN, 'life', life)
     if redis.call('GET', RECORD) == 'lost' then
       redis.call('DEL', RECORD)
     end

@@ -137,7 +137,7 @@ redis.call('SET', STOCK, int(units))
 redis.call('HSET', META, 'current', version)
 redis.call('HSETNX', META, 'v:' .. version, int(now))
 redis.call('HDEL', KNOWN, 'lost', 'hw', 'fenced_at')
-redis.call('HSET', KNOWN, 'recount', ARGV[6] .. '|' .. int(now))
+redis.call('HSET', KNOWN, 'recount', ARGV[6] .. '|' .. int(now), 'life', life)
 redis.call('SET', RECORD, replid_in(redis.call('INFO', 'replication')))
 redis.call('XADD', EVENTS, 'MAXLEN', '~', ARGV[5], '*', 'type', 'recount', 'ver', version,
   'remaining', int(units), 'was', int(was), 'recounted', int(moved), 'ts', int(now))

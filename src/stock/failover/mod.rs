@@ -281,11 +281,13 @@ impl StockStore {
     /// What this process passes to the master script for `segment`.
     async fn seen(&self, segment: Segment<'_>, persistence: bool) -> Seen {
         let record = self.keys.of(segment).master();
-        let (most, life) = self.failover.watermark(&record).seen();
+        let mark = self.failover.watermark(&record);
+        let (most, life) = mark.seen();
         Seen {
             expected: self.failover.expected(&record),
             most,
             life,
+            version: mark.version(),
             persistence: if persistence {
                 self.persistence(segment).await
             } else {

@@ -19,23 +19,32 @@ pub struct Watermark(parking_lot::Mutex<Mark>);
 struct Mark {
     life: String,
     most: u64,
+    /// The newest version of a sale acknowledged in this life.
+    version: u64,
 }
 
 impl Watermark {
-    /// A reserve reply that acknowledged a sale showed the segment holding `held` records of
-    /// `life`. A count of a newer life replaces the one kept (the segment's records started a
+    /// A reserve reply that acknowledged a sale of `version` showed the segment holding `held`
+    /// records of `life`. A count of a newer life replaces the one kept (the segment's records started a
     /// new life since); one of an older life is ignored (lives are ordered: see `older` in
     /// `lua/lib.lua`; the scripts refuse a segment gone back to one).
-    pub fn saw(&self, life: &str, held: u64) {
+    pub fn saw(&self, life: &str, held: u64, version: u64) {
         let mut mark = self.0.lock();
         if mark.life == life {
             mark.most = mark.most.max(held);
+            mark.version = mark.version.max(version);
         } else if !older(life, &mark.life) {
             *mark = Mark {
                 life: life.to_owned(),
                 most: held,
+                version,
             };
         }
+    }
+
+    /// The newest version of a sale acknowledged in the life [`Self::seen`] names (0: none).
+    pub fn version(&self) -> u64 {
+        self.0.lock().version
     }
 
     /// The most records seen, and their life.
@@ -59,20 +68,23 @@ mod tests {
     fn the_most_seen_of_the_latest_life() {
         let w = Watermark::default();
         assert_eq!(w.seen(), (0, String::new()));
-        w.saw("a", 10);
-        w.saw("a", 4);
+        w.saw("a", 10, 1);
+        w.saw("a", 4, 2);
         assert_eq!(
             w.seen(),
             (10, "a".to_owned()),
             "never lowered within a life"
         );
-        w.saw("b", 3);
+        assert_eq!(w.version(), 2, "the newest version sold in the life");
+        w.saw("b", 3, 1);
         assert_eq!(
             w.seen(),
             (3, "b".to_owned()),
             "a new life starts the count again"
         );
-        w.saw("a", 12);
+        assert_eq!(w.version(), 1);
+        w.saw("a", 12, 3);
         assert_eq!(w.seen(), (3, "b".to_owned()), "an older life is ignored");
+        assert_eq!(w.version(), 1);
     }
 }

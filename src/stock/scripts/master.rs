@@ -48,6 +48,8 @@ pub struct Seen {
     /// The most records it saw the segment hold when it acknowledged a sale, of `life`.
     pub most: u64,
     pub life: String,
+    /// The newest version of a sale it acknowledged in that life (0: none).
+    pub version: u64,
     /// `<appendonly>|<appendfsync>` of the master answering, as read just now ('' unknown).
     pub persistence: String,
 }
@@ -88,7 +90,8 @@ impl StockStore {
             .arg(&seen.persistence)
             .arg(self.ack_replicas)
             .arg(super::super::failover::FENCE_SETTLE.as_millis() as u64)
-            .arg(activity.version);
+            .arg(activity.version)
+            .arg(seen.version);
         let reply: Vec<String> = self
             .eval(ScriptName::Master, StoreOp::Master, &invocation)
             .await?;

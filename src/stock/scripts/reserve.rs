@@ -421,7 +421,7 @@ impl StockStore {
             }
         } else if answers.iter().any(acks) {
             // What this gateway acknowledged the segment holding (`failover::watermark`).
-            mark.saw(&life, held);
+            mark.saw(&life, held, version);
         }
         answers
     }
