@@ -5,7 +5,7 @@
 -- KEYS[5] users   KEYS[6] res   KEYS[7] idem   KEYS[8] events   KEYS[9] transfers
 -- KEYS[10] received   KEYS[11] acknowledged transfers   KEYS[12] known (what the gateways know
 -- the segment must hold, see master.lua)   KEYS[13] the master record   KEYS[14..] stock, ledger
--- and pending of each other version the segment has had (ARGV[8..], in that order)
+-- and pending of each other version the segment has had (ARGV[9..], in that order)
 -- KEYS[#KEYS] the book of restocks (only its expiry is moved, with every other key's)
 -- ARGV[1] version   ARGV[2] the version the caller read as on sale here ('' none)
 -- ARGV[3] units of this segment   ARGV[4] expire-at (unix s)
@@ -16,7 +16,9 @@
 --         created here again, whatever Redis holds (emptied, flushed, an older snapshot)
 -- ARGV[7] the newest life of the segment's records the calling gateway saw ('' none): a new
 --         life starts after it (see new_life in lib.lua)
--- ARGV[8..] the other versions
+-- ARGV[8] '1': a variant's stock lane (src/stock/layout.rs): users and idem are the
+--         activity's, shared with its other variants' lanes, and may exist before this lane
+-- ARGV[9..] the other versions
 --
 -- Returns {code, version on sale here, when it went on sale here (unix ms; '' unknown), when
 -- the segment was last recounted (unix ms; '' never)}: the version's birth in this segment is
@@ -44,6 +46,7 @@
 -- so extending ends_at mid-sale never lets the stock or its ledger vanish before the rest.
 
 local KNOWN, RECORD, OTHERS = KEYS[12], KEYS[13], 14
+local SHARED, FIRST_OTHER = ARGV[8] == '1', 9
 -- When the segment was last recounted (every reply names it: a gateway marking the segment lost
 -- from this reply marks nothing if a recount came since, see master.lua).
 local recount = string.match(redis.call('HGET', KNOWN, 'recount') or '', '|(%d+)$') or ''
@@ -62,8 +65,11 @@ end
 local has_stock = redis.call('EXISTS', KEYS[2]) == 1
 local has_ledger = redis.call('EXISTS', KEYS[3]) == 1
 -- What an earlier prewarm left here besides the meta: the placeholders and the event stream.
+-- A variant's lane leaves users and idem out: another variant's prewarm may have made them.
+local own = SHARED and {KEYS[6], KEYS[9], KEYS[10], KEYS[11]}
+  or {KEYS[5], KEYS[6], KEYS[7], KEYS[9], KEYS[10], KEYS[11]}
 local marks, expected = 0, 0
-for _, key in ipairs({KEYS[5], KEYS[6], KEYS[7], KEYS[9], KEYS[10], KEYS[11]}) do
+for _, key in ipairs(own) do
   expected = expected + 1
   if marked(key) then
     marks = marks + 1
@@ -100,16 +106,16 @@ elseif ARGV[6] == '1' then
 else
   if current ~= '' then
     local found = false
-    for i = 8, #ARGV do
+    for i = FIRST_OTHER, #ARGV do
       found = found or ARGV[i] == current
     end
     if not found then
       return redis.error_reply('prewarm: the keys of version ' .. current .. ' were not passed')
     end
-    for i = 8, #ARGV do
+    for i = FIRST_OTHER, #ARGV do
       if ARGV[i] == current then
-        local stock = KEYS[OTHERS + (i - 8) * 3]
-        local ledger = KEYS[OTHERS + 1 + (i - 8) * 3]
+        local stock = KEYS[OTHERS + (i - FIRST_OTHER) * 3]
+        local ledger = KEYS[OTHERS + 1 + (i - FIRST_OTHER) * 3]
         local left = tonumber(redis.call('GET', stock) or '0')
         if left > 0 and redis.call('EXISTS', ledger) == 1 then
           redis.call('HINCRBY', ledger, 'retired', left)

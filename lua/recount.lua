@@ -51,6 +51,15 @@ local now = now_ms()
 -- What the records still held say, per version: {pending, confirmed, released, retired}.
 local suspect = not marked(RES)
 local users_lost = not marked(USERS)
+-- A variant's lane shares the buyers' units with the activity's other variants (USERS is not
+-- under this lane's base, see src/stock/keys.rs): rebuilt from this lane's records alone, it
+-- would forget their units in the other variants and let them pass the per-user limit.
+local shared = string.sub(RES, 1, #RES - #':res') ~= string.sub(USERS, 1, #USERS - #':users')
+if users_lost and shared then
+  return redis.error_reply('recount: the buyers\' units, shared by every variant of the '
+    .. 'activity, are lost: a count of one variant cannot rebuild them; sell under a new '
+    .. 'activity id')
+end
 local counted = {}
 if users_lost then
   redis.call('DEL', USERS)

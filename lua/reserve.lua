@@ -62,6 +62,9 @@
 --                                    replication id), or the segment holds fewer records than
 --                                    the gateway saw it hold (the store went back: an older
 --                                    snapshot, an emptied Redis): nothing changed, every item
+-- {-14, 0, 0}                        the key's reservation is another variant's (its id names
+--                                    another lane, see lane_of): this request is not its retry;
+--                                    nothing changed
 -- {-12, ver, 0}                      the key's reservation is pending under another version
 --                                    (ver), whose pending set is not in KEYS: ask again, replay
 --                                    only, with that version's keys; nothing changed
@@ -173,6 +176,13 @@ local function idem_of(field)
   return idem_new[field] or redis.call('HGET', IDEM, field)
 end
 
+-- The stock lane (a drop's variant) a reservation id names: what follows its '~', up to the
+-- segment's '.' ('' for an activity without variants). The lanes of one activity share its
+-- buyers' units and idempotency keys (see src/stock/layout.rs), not their records.
+local function lane_of(jti)
+  return string.match(jti, '~([^.]*)') or ''
+end
+
 -- deposit() of lib.lua, with the batch's view of the stock and the ledger.
 local function deposit_here(id, qty)
   if not marked(RECEIVED) then
@@ -199,6 +209,9 @@ end
 -- The key's reservation, answered again; nil if it has none that is not released.
 local function replay(b, field)
   local previous = idem_of(field)
+  if previous and lane_of(previous) ~= lane_of(A[b + 4]) then
+    return {-14, 0, 0}
+  end
   local rec = previous and record(previous)
   if not rec or rec.state == 'released' then
     return nil

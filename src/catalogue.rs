@@ -15,6 +15,14 @@ crate::label_enum! {
     }
 }
 
+/// The answer to a buyer of a variant that is sold out: names it, and says others may remain.
+pub fn variant_sold_out(lang: Lang, variant: &str) -> String {
+    match lang {
+        Lang::En => format!("variant {variant} is sold out; other variants may still be on sale"),
+        Lang::Zh => format!("款式 {variant} 已售罄；其他款式可能仍有库存"),
+    }
+}
+
 /// English unless the client asks for another spoken here.
 impl Default for Lang {
     fn default() -> Self {
@@ -65,6 +73,11 @@ pub enum Message {
     UnreadableTarget,
     LookAlikeTarget,
     QuantityDiffersFromRetry,
+    VariantMissing,
+    VariantAmbiguous,
+    VariantNotSold,
+    VariantDiffersFromRetry,
+    NoSuchVariant,
     /// The waiting room: the buyer's place.
     QueuePlace {
         position: u64,
@@ -165,6 +178,14 @@ impl Message {
                  your place in the queue"
             }
             QueueSoldOut => "the item is sold out",
+            VariantMissing => "this sale sells several variants: name the one you buy",
+            VariantAmbiguous => "the variant must be named once, as the route names it",
+            VariantNotSold => "this sale has no variants: name none",
+            VariantDiffersFromRetry => {
+                "this Idempotency-Key already bought another variant: retry with the same \
+                 variant, or use a new key"
+            }
+            NoSuchVariant => "this sale has no such variant",
             Bought => "you bought it: your order is placed",
             NoQueue => "this sale has no waiting room: buy at its sale route directly",
         })
@@ -228,6 +249,13 @@ impl Message {
             YourTurn => "轮到您了：现在就买",
             SolveChallenge => "请先完成验证（浏览器会自动进行一小段计算），即可获得排队位置",
             QueueSoldOut => "商品已售罄",
+            VariantMissing => "此抢购有多个款式：请指定要购买的款式",
+            VariantAmbiguous => "款式只能按路由的方式指定一次",
+            VariantNotSold => "此抢购没有款式之分：请勿指定款式",
+            VariantDiffersFromRetry => {
+                "此 Idempotency-Key 已购买了其他款式：请用相同款式重试，或使用新的 key"
+            }
+            NoSuchVariant => "本次抢购没有这个款式",
             Bought => "购买成功：您的订单已提交",
             NoQueue => "此活动没有排队：请直接在购买页面下单",
         })
@@ -377,6 +405,11 @@ mod tests {
             UnreadableTarget,
             LookAlikeTarget,
             QuantityDiffersFromRetry,
+            VariantMissing,
+            VariantAmbiguous,
+            VariantNotSold,
+            VariantDiffersFromRetry,
+            NoSuchVariant,
             QueuePlace { position: 7 },
             QueueBeforeDraw { count: 7 },
             QueuePaused { position: 7 },

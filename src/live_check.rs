@@ -51,9 +51,34 @@ fn judge_all(settings: &Settings) -> Result<Vec<ConfigError>, ReconcileError> {
     with_store(settings, async |store| {
         let mut refused = Vec::new();
         for activity in settings.activities.iter() {
-            if let Some(known) = recorded(store, activity).await? {
-                if let Err(e) = crate::config::transition::judge(activity, &known) {
-                    refused.push(e);
+            // Each stock lane (the activity, or each of its variants) against its record; a
+            // variant with none, of a version another variant already sells, was added under
+            // that version (a variant removed from the YAML is not seen here: a reload's
+            // judgement against the running configuration refuses that).
+            let mut unknown = Vec::new();
+            let mut sold_versions = Vec::new();
+            for lane in settings.activities.lanes_of(&activity.id) {
+                match recorded(store, lane).await? {
+                    Some(known) => {
+                        sold_versions.push(known.version);
+                        if let Err(e) = crate::config::transition::judge(lane, &known) {
+                            refused.push(e);
+                        }
+                    }
+                    None => unknown.push(lane),
+                }
+            }
+            if activity.has_variants() && sold_versions.contains(&activity.version) {
+                for lane in unknown {
+                    refused.push(crate::ConfigError::invalid(
+                        crate::config::transition::activity_key(&activity.id, "variants"),
+                        format!(
+                            "variant {} added under version {}, which is on sale already: a \
+                             change of the variants is a stock change; raise version",
+                            lane.variant.as_deref().unwrap_or_default(),
+                            activity.version
+                        ),
+                    ));
                 }
             }
         }

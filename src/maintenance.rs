@@ -70,7 +70,8 @@ impl Maintenance {
         if let Err(e) = gw.store.read_clock().await {
             tracing::warn!(error = %e, "Redis's clock not read");
         }
-        for activity in gw.settings().activities.iter() {
+        // Each stock lane: an activity, or each variant of one.
+        for activity in gw.settings().activities.lanes() {
             let window = activity.window_at(gw.store.clock().now());
             if window == SaleWindow::Ended {
                 continue;
@@ -80,7 +81,7 @@ impl Maintenance {
                     id: activity.id.to_string(),
                     policy: policy.clone(),
                 };
-                gw.lifecycle.refused(&activity.id, Some(refusal));
+                gw.lifecycle.refused(&activity.lane, Some(refusal));
                 continue;
             }
             let prewarmed = match segments::prewarm(&gw.store, activity).await {
@@ -91,9 +92,9 @@ impl Maintenance {
                 }
             };
             match prewarmed {
-                Err(refusal) => gw.lifecycle.refused(&activity.id, Some(refusal)),
+                Err(refusal) => gw.lifecycle.refused(&activity.lane, Some(refusal)),
                 Ok(report) => {
-                    gw.lifecycle.refused(&activity.id, None);
+                    gw.lifecycle.refused(&activity.lane, None);
                     self.report(activity, window, &report);
                 }
             }
@@ -102,20 +103,40 @@ impl Maintenance {
 
     /// Checks every activity's Redis masters against the ones its stock was accepted under (the
     /// failover fence, `stock::failover`): the gauge, the admin view and the local refusal.
+    /// An activity with variants is fenced when any of its lanes is (they share its halt).
     async fn check_masters(&self) {
         let gw = &self.gw;
-        for activity in gw.settings().activities.iter() {
+        let settings = gw.settings();
+        for activity in settings.activities.iter() {
             if activity.window_at(gw.store.clock().now()) == SaleWindow::Ended {
                 continue;
             }
-            match gw.store.check_master(activity).await {
-                Ok(checked) if checked.fence.is_some() => self.halt_fenced(activity).await,
-                Ok(_) => self.unhalt_unfenced(activity).await,
+            match self
+                .fenced_lane(settings.activities.lanes_of(&activity.id))
+                .await
+            {
+                Ok(Some(lane)) => self.halt_fenced(lane).await,
+                Ok(None) => self.unhalt_unfenced(activity).await,
                 Err(e) => {
                     tracing::warn!(activity = %activity.id, error = %e, "Redis master not checked")
                 }
             }
         }
+    }
+
+    /// The first of `lanes` that is fenced, if any (every lane is checked: each check feeds its
+    /// own gauge, view and local refusal).
+    async fn fenced_lane<'a>(
+        &self,
+        lanes: impl Iterator<Item = &'a std::sync::Arc<Activity>>,
+    ) -> Result<Option<&'a Activity>, crate::stock::StoreError> {
+        let mut fenced = None;
+        for lane in lanes {
+            if self.gw.store.check_master(lane).await?.fence.is_some() && fenced.is_none() {
+                fenced = Some(&**lane);
+            }
+        }
+        Ok(fenced)
     }
 
     /// A fenced activity is halted (unless it is already): its waiting room's cursor stands
@@ -189,7 +210,8 @@ impl Maintenance {
     fn report(&self, activity: &Activity, window: SaleWindow, report: &Prewarmed) {
         let gw = &self.gw;
         if let Some(left) = report.remaining {
-            gw.lifecycle.units_left(&activity.id, left);
+            gw.lifecycle
+                .units_left(&activity.id, activity.variant.as_deref(), left);
         }
         if report.created > 0 {
             gw.metrics

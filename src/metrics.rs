@@ -12,6 +12,39 @@ use prometheus::{
     IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
+/// Where the per-variant stock gauge is registered; [`Metrics::encode`] exports its series
+/// under `flashgate_stock_remaining`, beside the activities without variants (one family whose
+/// series carry `variant` only where the activity has variants).
+const VARIANT_STOCK_FAMILY: &str = "flashgate_stock_remaining_by_variant";
+
+/// Moves the per-variant stock series into `flashgate_stock_remaining` (made if no activity
+/// without variants is configured).
+fn merge_variant_stock(families: &mut Vec<prometheus::proto::MetricFamily>) {
+    let Some(at) = families
+        .iter()
+        .position(|f| f.name() == VARIANT_STOCK_FAMILY)
+    else {
+        return;
+    };
+    let mut by_variant = families.remove(at);
+    if by_variant.get_metric().is_empty() {
+        return;
+    }
+    match families
+        .iter_mut()
+        .find(|f| f.name() == "flashgate_stock_remaining")
+    {
+        Some(plain) => {
+            let metrics = by_variant.take_metric();
+            plain.mut_metric().extend(metrics);
+        }
+        None => {
+            by_variant.set_name("flashgate_stock_remaining".to_owned());
+            families.push(by_variant);
+        }
+    }
+}
+
 /// `activity` label for requests whose activity is not configured (or not known yet).
 pub const UNKNOWN_ACTIVITY_LABEL: &str = "_unknown";
 
@@ -123,6 +156,10 @@ metrics! {
         "Sale requests by activity and decision (contract code, or admitted).";
     /// Units left in the current version, as last seen in Redis.
     stock_remaining: IntGaugeVec = "flashgate_stock_remaining" ["activity"],
+        "Units left in the current stock version, as last seen in Redis.";
+    /// The same, per variant of an activity with variants: exported as
+    /// `flashgate_stock_remaining{activity, variant}` (see [`Metrics::encode`]).
+    stock_remaining_variants: IntGaugeVec = "flashgate_stock_remaining_by_variant" ["activity", "variant"],
         "Units left in the current stock version, as last seen in Redis.";
     /// Round trip of one script call.
     script_duration: HistogramVec = "flashgate_redis_script_duration_seconds" ["script"]
@@ -262,6 +299,7 @@ impl Metrics {
     /// (Pingora's own, if any).
     pub fn encode(&self) -> Vec<u8> {
         let mut families = self.registry.gather();
+        merge_variant_stock(&mut families);
         families.extend(prometheus::gather());
         let mut out = Vec::with_capacity(8 * 1024);
         TextEncoder::new()

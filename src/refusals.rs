@@ -14,7 +14,8 @@ use std::sync::Arc;
 pub struct Refusals(ArcSwap<HashMap<Arc<str>, Refusal>>);
 
 impl Refusals {
-    /// Whether (and why) the activity is refused.
+    /// Whether (and why) the stock lane (`Activity::lane`: an activity, or one variant of it)
+    /// is refused.
     pub fn get(&self, activity: &str) -> Option<Refusal> {
         self.0.load().get(activity).cloned()
     }
@@ -24,11 +25,19 @@ impl Refusals {
     pub fn is_refused(&self, activity: &crate::config::Activity) -> bool {
         self.0
             .load()
-            .get(&activity.id)
+            .get(&activity.lane)
             .is_some_and(|r| r.applies_to(activity))
     }
 
-    /// Records (or clears, with `None`) the refusal of one activity.
+    /// Whether any stock lane of activity `id` (itself, or `<id>~<variant>`) is refused.
+    pub fn any_lane_of(&self, id: &str) -> bool {
+        self.0.load().keys().any(|lane| {
+            lane.strip_prefix(id)
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with('~'))
+        })
+    }
+
+    /// Records (or clears, with `None`) the refusal of one stock lane.
     pub fn set(&self, activity: &Arc<str>, refusal: Option<Refusal>) {
         self.0.rcu(|map| {
             let mut map = HashMap::clone(map);

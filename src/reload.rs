@@ -180,8 +180,12 @@ impl Reloader {
 /// the same on every instance, whatever YAML it runs: see `claim.lua`.
 pub fn check_transition(current: &Settings, next: &Settings) -> Result<(), ConfigError> {
     for new in next.activities.iter() {
-        if let Some(old) = current.activities.get(&new.id) {
-            judge(new, &Recorded::of(old))?;
+        match current.activities.get(&new.id) {
+            Some(old) if new.has_variants() || old.has_variants() => {
+                crate::config::transition::judge_variants(new, old)?
+            }
+            Some(old) => judge(new, &Recorded::of(old))?,
+            None => {}
         }
     }
     Ok(())

@@ -1,5 +1,6 @@
 //! The reservation a winner carries upstream: a compact JWS (JWT) the backend verifies with any
-//! standard JWT library. Claims per the contract: `jti`, `sub`, `act`, `qty`, `ver`, `iat`, `exp`.
+//! standard JWT library. Claims per the contract: `jti`, `sub`, `act`, `qty`, `ver`, `iat`, `exp`,
+//! and `var` (the variant bought) on an activity with variants.
 
 use crate::config::SigningSettings;
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
@@ -14,6 +15,8 @@ pub struct Reservation {
     pub id: String,
     pub user: String,
     pub activity: Arc<str>,
+    /// The variant bought, on an activity with variants (the JWT's `var`).
+    pub variant: Option<Arc<str>>,
     /// The stock segment (segment) it was taken from (0 when the activity is not segmented).
     pub segment: u32,
     pub qty: u32,
@@ -40,14 +43,27 @@ impl Reservation {
         uuid::Uuid::now_v7().to_string()
     }
 
-    /// A reservation id that says which segment holds the reservation (`<uuid>.<segment>`), so
-    /// the admin API finds it from the id alone; a plain UUID when the activity has one segment.
+    /// A reservation id that says which variant's lane and which segment hold the reservation
+    /// (`<uuid>~<variant>.<segment>`), so the admin API finds it from the id alone; a plain
+    /// UUID for an activity of one segment and no variants. `reserve.lua` reads the variant
+    /// too: a key's retry naming another variant is not its retry.
     pub fn id_in_segment(activity: &crate::config::Activity, segment: u32) -> String {
-        if activity.segments <= 1 {
-            Self::new_id()
-        } else {
-            format!("{}.{segment}", Self::new_id())
+        let mut id = Self::new_id();
+        if let Some(v) = &activity.variant {
+            id.push('~');
+            id.push_str(v);
         }
+        if activity.segments > 1 {
+            id.push('.');
+            id.push_str(&segment.to_string());
+        }
+        id
+    }
+
+    /// The variant a reservation id names (`None`: an activity without variants).
+    pub fn variant_of(id: &str) -> Option<&str> {
+        let (_, rest) = id.split_once('~')?;
+        Some(rest.split('.').next().unwrap_or(rest))
     }
 
     /// The segment a reservation id names (0 for a plain UUID).
@@ -65,6 +81,9 @@ pub struct ReservationClaims {
     pub jti: String,
     pub sub: String,
     pub act: String,
+    /// The variant bought, on an activity with variants; absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub var: Option<String>,
     pub qty: u32,
     pub ver: u64,
     pub iat: u64,
@@ -198,6 +217,7 @@ impl Signer {
             jti: &r.id,
             sub: &r.user,
             act: &r.activity,
+            var: r.variant.as_deref(),
             qty: r.qty,
             ver: r.version,
             iat,
@@ -231,6 +251,8 @@ struct ClaimsOf<'a> {
     jti: &'a str,
     sub: &'a str,
     act: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    var: Option<&'a str>,
     qty: u32,
     ver: u64,
     iat: u64,
@@ -255,6 +277,7 @@ mod tests {
             id: Reservation::new_id(),
             user: "alice".into(),
             activity: Arc::from("1001"),
+            variant: None,
             segment: 0,
             qty: 2,
             version: 3,
@@ -351,6 +374,7 @@ mod tests {
                 jti: r.id.clone(),
                 sub: r.user.clone(),
                 act: r.activity.to_string(),
+                var: r.variant.as_deref().map(str::to_owned),
                 qty: r.qty,
                 ver: r.version,
                 iat,

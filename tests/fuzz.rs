@@ -68,7 +68,7 @@ proptest! {
             prop_assert!(method.as_str().eq_ignore_ascii_case("POST"));
             prop_assert!(!activity.is_empty());
             // The canonical form it is forwarded as reads the same again.
-            let again = Target::of(&Method::POST, route.path_for(activity).as_bytes());
+            let again = Target::of(&Method::POST, route.path_for(activity, None).as_bytes());
             prop_assert_eq!(match_target(&route, &again), Some(activity));
         }
     }

@@ -28,13 +28,27 @@ impl AdminApp {
         session: &mut ServerSession,
         activity: &Activity,
     ) -> Response<Vec<u8>> {
-        let remaining = match read_body(session).await.map(|b| remaining_of(&b)) {
-            Ok(Ok(remaining)) => remaining,
-            Ok(Err(message)) | Err(message) => return bad_request(message),
+        let body = match read_body(session).await {
+            Ok(body) => body,
+            Err(message) => return bad_request(message),
         };
-        match remaining {
-            None => self.plain_resume(activity).await,
-            Some(units) => self.recount(activity, units).await,
+        let (remaining, variant) = match (remaining_of(&body), super::variant_of(&body)) {
+            (Ok(remaining), Ok(variant)) => (remaining, variant),
+            (Err(message), _) | (_, Err(message)) => return bad_request(message),
+        };
+        match (remaining, variant) {
+            (None, None) => self.plain_resume(activity).await,
+            (None, Some(_)) => bad_request(
+                "a plain resume resumes every variant: name none (a recount names its variant: \
+                 {\"remaining\": N, \"variant\": \"<id>\"})",
+            ),
+            (Some(units), variant) => {
+                let settings = self.gw.settings();
+                match super::lane_named(&settings, activity, variant.as_deref()) {
+                    Ok(lane) => self.recount(activity, lane, units).await,
+                    Err(answer) => *answer,
+                }
+            }
         }
     }
 
@@ -43,50 +57,68 @@ impl AdminApp {
     /// replaced master lost; every gateway sells again within one check. Then the halt. A store
     /// that holds less than was sold is not accepted: 409, naming why (a recount is needed).
     /// Redis not answering: 503, and a fence not accepted lifts no halt.
+    ///
+    /// An activity with variants resumes every variant's lane; one that lost sales refuses the
+    /// resume (409 naming it) and the halt stays, while the others' masters are accepted.
     async fn plain_resume(&self, activity: &Activity) -> Response<Vec<u8>> {
-        let lifted = match self.gw.store.accept_master(activity).await {
-            Ok(Resumed::Accepted) => self.gw.lifecycle.set_halt(activity, false).await.map(drop),
-            Ok(Resumed::Lost(fence)) => {
-                return error(
-                    StatusCode::CONFLICT,
-                    "store_lost_sales",
-                    &format!(
-                        "segment {} of {} holds less than was sold ({}: {} reservation \
-                         records, {} seen by this gateway): a plain resume would sell units \
-                         twice. Count what is left (the stock less the backend's orders: \
-                         flashgate reconcile --orders) and resume with {{\"remaining\": N}}",
-                        fence.segment,
-                        activity.id,
-                        fence.lost.as_deref().unwrap_or("lost"),
-                        fence.held,
-                        fence.seen
-                    ),
-                )
+        let settings = self.gw.settings();
+        let mut lost = None;
+        for lane in settings.activities.lanes_of(&activity.id) {
+            match self.gw.store.accept_master(lane).await {
+                Ok(Resumed::Accepted) => {}
+                Ok(Resumed::Lost(fence)) => {
+                    lost.get_or_insert((lane.clone(), fence));
+                }
+                Err(e) => return self.answer_stop(activity, Err(e)).await,
             }
-            Err(e) => Err(e),
+        }
+        let Some((lane, fence)) = lost else {
+            let lifted = self.gw.lifecycle.set_halt(activity, false).await.map(drop);
+            return self.answer_stop(activity, lifted).await;
         };
-        self.answer_stop(activity, lifted).await
+        let (of, variant_field) = match &lane.variant {
+            Some(v) => (
+                format!("variant {v} of {}", activity.id),
+                format!(", \"variant\": \"{v}\""),
+            ),
+            None => (activity.id.to_string(), String::new()),
+        };
+        error(
+            StatusCode::CONFLICT,
+            "store_lost_sales",
+            &format!(
+                "segment {} of {of} holds less than was sold ({}: {} reservation records, {} \
+                 seen by this gateway): a plain resume would sell units twice. Count what is \
+                 left (the stock less the backend's orders: flashgate reconcile --orders) and \
+                 resume with {{\"remaining\": N{variant_field}}}",
+                fence.segment,
+                fence.lost.as_deref().unwrap_or("lost"),
+                fence.held,
+                fence.seen
+            ),
+        )
     }
 
     /// A resume with the operator's count: set once, while the activity is fenced, lost, or
     /// refused for lost keys; then the halt is lifted. The same count sent again once it sells
     /// answers 200 and changes nothing (a retry of a call whose answer was lost).
-    async fn recount(&self, activity: &Activity, units: u64) -> Response<Vec<u8>> {
+    /// `lane` is the stock lane recounted: the activity, or the variant named.
+    async fn recount(&self, activity: &Activity, lane: &Activity, units: u64) -> Response<Vec<u8>> {
         let store = &self.gw.store;
-        let stopped = match store.check_master(activity).await {
+        let stopped = match store.check_master(lane).await {
             Ok(checked) => {
                 checked.fence.is_some()
                     || self
                         .gw
                         .lifecycle
                         .state()
-                        .refusal(&activity.id)
-                        .is_some_and(|r| r.store_forgot() && r.applies_to(activity))
+                        .refusal(&lane.lane)
+                        .is_some_and(|r| r.store_forgot() && r.applies_to(lane))
             }
             Err(e) => return self.answer_stop(activity, Err(e)).await,
         };
         if !stopped {
-            return match store.last_recount(activity).await {
+            return match store.last_recount(lane).await {
                 Ok(Some(last)) if last == units => self.answer_stop(activity, Ok(())).await,
                 Ok(_) => error(
                     StatusCode::CONFLICT,
@@ -100,8 +132,8 @@ impl AdminApp {
                 Err(e) => self.answer_stop(activity, Err(e)).await,
             };
         }
-        let done = match self.gw.lifecycle.recount(activity, units).await {
-            Ok(_) => self.gw.lifecycle.set_halt(activity, false).await.map(drop),
+        let done = match self.gw.lifecycle.recount(lane, units).await {
+            Ok(_) => self.lift_if_whole(activity).await,
             Err(RecountError::Store(e)) => Err(e),
             Err(e @ (RecountError::TooMany { .. } | RecountError::HeldStill { .. })) => {
                 return bad_request(&e.to_string())
@@ -109,6 +141,18 @@ impl AdminApp {
             Err(e) => return error(StatusCode::CONFLICT, "not_on_sale", &e.to_string()),
         };
         self.answer_stop(activity, done).await
+    }
+
+    /// After a variant's recount: the activity's halt is lifted once no lane of it is fenced
+    /// any more (another variant may still wait for its own count).
+    async fn lift_if_whole(&self, activity: &Activity) -> Result<(), StoreError> {
+        let settings = self.gw.settings();
+        for lane in settings.activities.lanes_of(&activity.id) {
+            if self.gw.store.check_master(lane).await?.fence.is_some() {
+                return Ok(());
+            }
+        }
+        self.gw.lifecycle.set_halt(activity, false).await.map(drop)
     }
 
     async fn answer_stop(
@@ -137,7 +181,7 @@ fn remaining_of(body: &[u8]) -> Result<Option<u64>, &'static str> {
     }
     let value: serde_json::Value = serde_json::from_slice(body).map_err(|_| SHAPE)?;
     let object = value.as_object().ok_or(SHAPE)?;
-    if object.keys().any(|k| k != "remaining") {
+    if object.keys().any(|k| k != "remaining" && k != "variant") {
         return Err(SHAPE);
     }
     match object.get("remaining") {

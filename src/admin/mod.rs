@@ -168,11 +168,64 @@ impl ServeHttp for AdminApp {
                 None => unknown_activity(),
             },
             (method, ["activities", act, "reservations", id, rest @ ..]) => match activity(act) {
-                Some(activity) => self.reservation(activity, id, method, rest).await,
+                // The variant's lane the id names (an id naming none on an activity with
+                // variants, or one it does not sell, is no reservation of it).
+                Some(activity) => match settings.activities.lane(
+                    &activity.id,
+                    crate::reservation::Reservation::variant_of(id),
+                ) {
+                    Some(lane) => self.reservation(lane, id, method, rest).await,
+                    None => error(
+                        StatusCode::NOT_FOUND,
+                        "unknown_reservation",
+                        "no such reservation",
+                    ),
+                },
                 None => unknown_activity(),
             },
             _ => error(StatusCode::NOT_FOUND, "not_found", "no such admin endpoint"),
         }
+    }
+}
+
+/// The stock lane of `activity` a body's `"variant"` names: required on an activity with
+/// variants (400 without it, 404 `unknown_variant` for one it does not sell), refused on one
+/// without (400).
+fn lane_named<'s>(
+    settings: &'s crate::config::Settings,
+    activity: &Activity,
+    variant: Option<&str>,
+) -> Result<&'s std::sync::Arc<Activity>, Box<Response<Vec<u8>>>> {
+    let refused = match (activity.has_variants(), variant) {
+        (true, None) => restock::bad_request(&format!(
+            "{} sells variants: name one (\"variant\": \"<id>\")",
+            activity.id
+        )),
+        (false, Some(_)) => {
+            restock::bad_request(&format!("{} has no variants: name none", activity.id))
+        }
+        (_, variant) => match settings.activities.lane(&activity.id, variant) {
+            Some(lane) => return Ok(lane),
+            None => error(
+                StatusCode::NOT_FOUND,
+                "unknown_variant",
+                "the activity sells no such variant",
+            ),
+        },
+    };
+    Err(Box::new(refused))
+}
+
+/// The `"variant"` of a JSON object body, if any: a string (400 otherwise).
+fn variant_of(body: &[u8]) -> Result<Option<String>, &'static str> {
+    const SHAPE: &str = "\"variant\" must be a variant id (a string)";
+    let Ok(value) = serde_json::from_slice::<Value>(body) else {
+        return Ok(None);
+    };
+    match value.get("variant") {
+        None => Ok(None),
+        Some(Value::String(v)) => Ok(Some(v.clone())),
+        Some(_) => Err(SHAPE),
     }
 }
 
@@ -333,8 +386,24 @@ impl AdminApp {
 
 impl AdminApp {
     /// An activity as the admin API shows it: the current version's ledger at the top level and
-    /// every version's in `versions`. Ledger fields are null when the store cannot say.
+    /// every version's in `versions`. Ledger fields are null when the store cannot say. An
+    /// activity with variants shows each variant's in `variants`, and their sums at the top
+    /// level (its `versions`, fence and refusal: the first variant's that has one).
     async fn activity_view(&self, activity: &Activity) -> Value {
+        if !activity.has_variants() {
+            return self.lane_view(activity).await;
+        }
+        let settings = self.gw.settings();
+        let mut lanes = Vec::new();
+        for lane in settings.activities.lanes_of(&activity.id) {
+            lanes.push(self.lane_view(lane).await);
+        }
+        variants_view(activity, lanes)
+    }
+
+    /// One stock lane (an activity without variants, or one variant of one) as the admin API
+    /// shows it.
+    async fn lane_view(&self, activity: &Activity) -> Value {
         // Segments' rows summed per version.
         let rows = self.gw.lifecycle.ledgers(activity).await.ok().map(|rows| {
             let mut versions: Vec<u64> = rows.iter().map(|r| r.version).collect();
@@ -354,7 +423,9 @@ impl AdminApp {
             .and_then(|rows| rows.iter().find(|r| r.version == activity.version))
             .filter(|r| r.stock_key);
         if let Some(row) = current {
-            self.gw.lifecycle.units_left(&activity.id, row.remaining);
+            self.gw
+                .lifecycle
+                .units_left(&activity.id, activity.variant.as_deref(), row.remaining);
         }
         let field = |f: fn(&LedgerRow) -> i64| current.map(f);
         let remaining = field(|r| r.remaining);
@@ -380,15 +451,15 @@ impl AdminApp {
             },
             "hold_secs": activity.hold.as_secs(),
             "segments": activity.segments,
-            "refused": self.gw.lifecycle.state().refusal(&activity.id).map(|r| r.to_string()),
+            "refused": self.gw.lifecycle.state().refusal(&activity.lane).map(|r| r.to_string()),
             "halted": self.gw.lifecycle.state().halted_since(&activity.id).is_some(),
             // The failover fence: the Redis master was replaced under it, or the store holds
             // less than was sold (see stock::failover): null, or the segment, the master
             // recorded and the one answering now, why it is lost (null when it is not: a plain
             // resume, or a rule, lifts it), the records it holds and the most this gateway saw.
-            "fenced": self.gw.store.failover().fence(&activity.id),
+            "fenced": self.gw.store.failover().fence(&activity.lane),
             // The last fence lifted (since this gateway started): the rule or call, and when.
-            "fence_lifted": self.gw.store.failover().lifted(&activity.id),
+            "fence_lifted": self.gw.store.failover().lifted(&activity.lane),
             "versions": rows.map(|rows| rows.iter().map(|r| json!({
                 "version": r.version,
                 "initial": r.initial,
@@ -408,8 +479,79 @@ impl AdminApp {
     }
 }
 
+/// An activity with variants: the first lane's view for what the activity shares (its
+/// settings, halt), the sums of the lanes' figures at the top level (null where any lane's is),
+/// and each lane's in `variants`.
+fn variants_view(activity: &Activity, lanes: Vec<Value>) -> Value {
+    let sum = |field: &str| -> Value {
+        lanes
+            .iter()
+            .map(|l| l[field].as_i64())
+            .sum::<Option<i64>>()
+            .map_or(Value::Null, Value::from)
+    };
+    let first_of = |field: &str| -> Value {
+        lanes
+            .iter()
+            .map(|l| l[field].clone())
+            .find(|v| !v.is_null())
+            .unwrap_or(Value::Null)
+    };
+    let mut view = lanes.first().cloned().unwrap_or_else(|| json!({}));
+    for field in [
+        "remaining",
+        "pending",
+        "confirmed",
+        "released",
+        "retired",
+        "restocked",
+    ] {
+        view[field] = sum(field);
+    }
+    view["stock"] = json!(activity.stock);
+    view["sold_out"] = match lanes
+        .iter()
+        .map(|l| l["sold_out"].as_bool())
+        .collect::<Option<Vec<bool>>>()
+    {
+        Some(all) => json!(all.iter().all(|s: &bool| *s)),
+        None => Value::Null,
+    };
+    view["sold_out_cached"] = json!(lanes.iter().all(|l| l["sold_out_cached"] == json!(true)));
+    for field in ["refused", "fenced", "fence_lifted"] {
+        view[field] = first_of(field);
+    }
+    view["versions"] = Value::Null;
+    view["variants"] = Value::Array(
+        activity
+            .variants
+            .iter()
+            .zip(&lanes)
+            .map(|(v, l)| {
+                json!({
+                    "id": &*v.id,
+                    "title": v.title,
+                    "stock": v.stock,
+                    "remaining": l["remaining"],
+                    "pending": l["pending"],
+                    "confirmed": l["confirmed"],
+                    "released": l["released"],
+                    "retired": l["retired"],
+                    "restocked": l["restocked"],
+                    "sold_out": l["sold_out"],
+                    "sold_out_cached": l["sold_out_cached"],
+                    "refused": l["refused"],
+                    "fenced": l["fenced"],
+                    "versions": l["versions"],
+                })
+            })
+            .collect(),
+    );
+    view
+}
+
 fn reservation_view(activity: &Activity, id: &str, r: &ReservationRecord) -> Value {
-    json!({
+    let mut view = json!({
         "id": id,
         "activity": &*activity.id,
         "state": r.state,
@@ -421,7 +563,11 @@ fn reservation_view(activity: &Activity, id: &str, r: &ReservationRecord) -> Val
         "confirmed_ms": r.done_ms.filter(|_| r.state == RecordState::Confirmed),
         "released_ms": r.done_ms.filter(|_| r.state == RecordState::Released),
         "reason": r.reason,
-    })
+    });
+    if let Some(v) = &activity.variant {
+        view["variant"] = json!(&**v);
+    }
+    view
 }
 
 /// Compares the presented bearer token with the configured one in time independent of where

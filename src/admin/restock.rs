@@ -34,17 +34,35 @@ impl AdminApp {
                 return bad_request("Idempotency-Key must be 1 to 200 visible ASCII characters")
             }
         };
-        let units =
+        let (units, variant) =
             match read_body(session).await {
-                Ok(body) => match add_of(&body) {
-                    Some(units) => units,
-                    None => return bad_request(
+                Ok(body) => match (add_of(&body), super::variant_of(&body)) {
+                    (Some(units), Ok(variant)) => (units, variant),
+                    (_, Err(message)) => return bad_request(message),
+                    (None, _) => return bad_request(
                         "the body must be {\"add\": N} with N a whole number from 1 to 2^53 - 1",
                     ),
                 },
                 Err(message) => return bad_request(message),
             };
-        if let Some(refusal) = self.gw.lifecycle.state().refusal(&activity.id) {
+        let settings = self.gw.settings();
+        let lane = match super::lane_named(&settings, activity, variant.as_deref()) {
+            Ok(lane) => lane.clone(),
+            Err(answer) => return *answer,
+        };
+        self.restock_lane(activity, &lane, units, key).await
+    }
+
+    /// The restock of one stock lane (the activity, or the variant named); answered with the
+    /// activity's view.
+    async fn restock_lane(
+        &self,
+        parent: &Activity,
+        activity: &Activity,
+        units: u64,
+        key: Option<String>,
+    ) -> Response<Vec<u8>> {
+        if let Some(refusal) = self.gw.lifecycle.state().refusal(&activity.lane) {
             if refusal.applies_to(activity) {
                 return conflict(&format!("not on sale: {refusal}"));
             }
@@ -60,7 +78,7 @@ impl AdminApp {
             .await
         {
             Ok(RestockOutcome::Added { .. } | RestockOutcome::Repeated { .. }) => {
-                json_response(StatusCode::OK, &self.activity_view(activity).await)
+                json_response(StatusCode::OK, &self.activity_view(parent).await)
             }
             Ok(RestockOutcome::NotOnSale) => conflict(&format!(
                 "version {} of {} is not on sale in Redis (never put on sale, retired by a newer \

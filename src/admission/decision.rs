@@ -29,6 +29,15 @@ pub enum BadRequest {
     LookAlikeTarget,
     /// A retry with an `Idempotency-Key` whose purchase was for another quantity.
     QuantityDiffersFromRetry,
+    /// A purchase on an activity with variants that names none.
+    VariantMissing,
+    /// The variant named twice (the parameter repeated, or the path's and the query's), or
+    /// under another spelling of its parameter's name, or percent-encoded.
+    VariantAmbiguous,
+    /// A variant named on an activity that has none.
+    VariantNotSold,
+    /// A retry with an `Idempotency-Key` whose purchase was for another variant.
+    VariantDiffersFromRetry,
 }
 
 impl BadRequest {
@@ -46,6 +55,10 @@ impl BadRequest {
             BadRequest::MalformedTarget => Message::MalformedTarget,
             BadRequest::UnreadableTarget => Message::UnreadableTarget,
             BadRequest::QuantityDiffersFromRetry => Message::QuantityDiffersFromRetry,
+            BadRequest::VariantMissing => Message::VariantMissing,
+            BadRequest::VariantAmbiguous => Message::VariantAmbiguous,
+            BadRequest::VariantNotSold => Message::VariantNotSold,
+            BadRequest::VariantDiffersFromRetry => Message::VariantDiffersFromRetry,
             BadRequest::LookAlikeTarget => Message::LookAlikeTarget,
             BadRequest::IdempotencyKeyInvalid => Message::IdempotencyKeyInvalid,
         }
@@ -61,6 +74,7 @@ crate::label_enum! {
         Unauthenticated => "unauthenticated",
         BadRequest => "bad_request",
         UnknownActivity => "unknown_activity",
+        UnknownVariant => "unknown_variant",
         NotStarted => "not_started",
         Ended => "ended",
         RateLimited => "rate_limited",
@@ -81,6 +95,8 @@ pub enum Decision {
     Unauthenticated,
     BadRequest(BadRequest),
     UnknownActivity,
+    /// The activity has variants, and none of them is the one named.
+    UnknownVariant,
     NotStarted,
     Ended,
     RateLimited {
@@ -147,6 +163,7 @@ impl Decision {
             Decision::Unauthenticated => (S::UNAUTHORIZED, C::Unauthenticated, M::SignIn, None),
             Decision::BadRequest(why) => (S::BAD_REQUEST, C::BadRequest, why.message(), None),
             Decision::UnknownActivity => (S::NOT_FOUND, C::UnknownActivity, M::NoSuchSale, None),
+            Decision::UnknownVariant => (S::NOT_FOUND, C::UnknownVariant, M::NoSuchVariant, None),
             Decision::NotStarted => (S::FORBIDDEN, C::NotStarted, M::NotStarted, None),
             Decision::Ended => (S::GONE, C::Ended, M::Ended, None),
             Decision::RateLimited { retry_after } => (
@@ -215,10 +232,19 @@ fn ceil_secs(d: Duration) -> u64 {
 }
 
 impl Reply {
-    /// The JSON body `{"code": ..., "message": ...}`, the message in `lang`.
-    pub fn body(&self, lang: Lang) -> Vec<u8> {
-        let message = self.message.text(lang);
+    /// The JSON body `{"code": ..., "message": ...}`, the message in `lang`; for a purchase of
+    /// a variant, `"variant"` too, and a sold-out message that names it.
+    pub fn body(&self, lang: Lang, variant: Option<&str>) -> Vec<u8> {
+        let message = match variant {
+            Some(v) if self.message == Message::SoldOut => {
+                std::borrow::Cow::Owned(crate::catalogue::variant_sold_out(lang, v))
+            }
+            _ => self.message.text(lang),
+        };
         let mut body = serde_json::json!({ "code": self.code, "message": message });
+        if let Some(v) = variant {
+            body["variant"] = v.into();
+        }
         if let Some((position, estimated_wait_ms)) = self.queue {
             body["queue_position"] = position.into();
             body["estimated_wait_ms"] = estimated_wait_ms.into();
@@ -295,7 +321,7 @@ mod tests {
 
     #[test]
     fn body_is_the_contract_json() {
-        let body = Decision::SoldOut.reply().body(Lang::En);
+        let body = Decision::SoldOut.reply().body(Lang::En, None);
         let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(v["code"], "sold_out");
         assert!(v["message"].is_string());
@@ -306,7 +332,7 @@ mod tests {
         }
         .reply();
         assert_eq!(queued.retry_after_secs, Some(16));
-        let v: serde_json::Value = serde_json::from_slice(&queued.body(Lang::En)).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&queued.body(Lang::En, None)).unwrap();
         assert_eq!(v["code"], "unavailable");
         assert_eq!(v["queue_position"], 1234);
         assert_eq!(v["estimated_wait_ms"], 15_200);
@@ -337,8 +363,10 @@ mod tests {
         ];
         for d in decisions {
             let reply = d.reply();
-            let en: serde_json::Value = serde_json::from_slice(&reply.body(Lang::En)).unwrap();
-            let zh: serde_json::Value = serde_json::from_slice(&reply.body(Lang::Zh)).unwrap();
+            let en: serde_json::Value =
+                serde_json::from_slice(&reply.body(Lang::En, None)).unwrap();
+            let zh: serde_json::Value =
+                serde_json::from_slice(&reply.body(Lang::Zh, None)).unwrap();
             assert_eq!(en["code"], zh["code"], "{d:?}");
             let zh = zh["message"].as_str().unwrap();
             assert!(
@@ -347,7 +375,7 @@ mod tests {
             );
         }
         let sold_out = Decision::SoldOut.reply();
-        let en: serde_json::Value = serde_json::from_slice(&sold_out.body(Lang::En)).unwrap();
+        let en: serde_json::Value = serde_json::from_slice(&sold_out.body(Lang::En, None)).unwrap();
         assert_eq!(
             en,
             serde_json::json!({"code": "sold_out", "message": "sold out"})

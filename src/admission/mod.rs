@@ -16,7 +16,7 @@ pub mod target;
 
 pub use decision::{BadRequest, Code, Decision, Reply};
 pub use policy::{LimitKind, LimitMode, PassthroughOutcome, Policy};
-pub use request::{body_quantity, idempotency_key, quantity, IDEMPOTENCY_HEADER};
+pub use request::{body_quantity, idempotency_key, quantity, variant, IDEMPOTENCY_HEADER};
 
 use crate::config::{Activity, SaleRoute, Settings, StoreFailurePolicy};
 use crate::metrics::Metrics;
@@ -367,6 +367,7 @@ impl Admission {
                     id,
                     user: purchase.user.to_owned(),
                     activity: activity.id.clone(),
+                    variant: activity.variant.clone(),
                     segment,
                     qty,
                     version,
@@ -387,7 +388,7 @@ impl Admission {
             Reserve::LimitExceeded => Err(Decision::LimitExceeded),
             Reserve::NotOnSale(refusal) => {
                 match refusal {
-                    Some(refusal) => self.stock.refused(&activity.id, refusal),
+                    Some(refusal) => self.stock.refused(&activity.lane, refusal),
                     None => tracing::warn!(activity = %activity.id,
                         "reserve found no stock key even after prewarming"),
                 }
@@ -400,6 +401,9 @@ impl Admission {
             Reserve::Ended => Err(Decision::Ended),
             Reserve::ReplayQuantityDiffers => {
                 Err(Decision::BadRequest(BadRequest::QuantityDiffersFromRetry))
+            }
+            Reserve::ReplayOtherVariant => {
+                Err(Decision::BadRequest(BadRequest::VariantDiffersFromRetry))
             }
             Reserve::DuplicateId => {
                 tracing::warn!(activity = %activity.id, "reservation id already used");

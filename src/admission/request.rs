@@ -189,6 +189,34 @@ fn json_values(body: &[u8], lenient: &str) -> Result<Vec<String>, BadRequest> {
         .collect())
 }
 
+/// Why a query parameter cannot be read as given once.
+enum Spelling {
+    /// Given twice.
+    Repeated,
+    /// Beside another spelling of its name a lenient backend would read as it.
+    Other,
+}
+
+/// The value of the query parameter `name`, if given: once, and with no other spelling of the
+/// name beside it (`QTY`, `%71ty`, `qty[]`). `;` separates parameters too for some parsers
+/// (CGI, older Python and Perl).
+fn query_param<'q>(query: Option<&'q str>, name: &str) -> Result<Option<&'q str>, Spelling> {
+    let mut found = None;
+    let lenient = name.to_ascii_lowercase();
+    for pair in query.unwrap_or("").split(['&', ';']) {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        if key == name {
+            if found.is_some() {
+                return Err(Spelling::Repeated);
+            }
+            found = Some(value);
+        } else if lenient_name(key) == lenient {
+            return Err(Spelling::Other);
+        }
+    }
+    Ok(found)
+}
+
 /// Most digits a quantity may have (keeps parsing trivially overflow-free).
 const MAX_QUANTITY_DIGITS: usize = 9;
 
@@ -196,20 +224,10 @@ const MAX_QUANTITY_DIGITS: usize = 9;
 /// digits, given once, between 1 and `max`. A parameter a lenient backend would read as the
 /// quantity under another spelling (`QTY`, `%71ty`, `qty[]`) is refused, never ignored.
 pub fn quantity(query: Option<&str>, name: &str, max: NonZeroU32) -> Result<u32, BadRequest> {
-    let mut found = None;
-    let lenient = name.to_ascii_lowercase();
-    // `;` separates parameters too for some parsers (CGI, older Python and Perl).
-    for pair in query.unwrap_or("").split(['&', ';']) {
-        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-        if key == name {
-            if found.is_some() {
-                return Err(BadRequest::QuantityRepeated);
-            }
-            found = Some(value);
-        } else if lenient_name(key) == lenient {
-            return Err(BadRequest::QuantityAmbiguous);
-        }
-    }
+    let found = query_param(query, name).map_err(|s| match s {
+        Spelling::Repeated => BadRequest::QuantityRepeated,
+        Spelling::Other => BadRequest::QuantityAmbiguous,
+    })?;
     let Some(value) = found else {
         return Ok(1);
     };
@@ -234,10 +252,51 @@ pub fn quantity(query: Option<&str>, name: &str, max: NonZeroU32) -> Result<u32,
     }
 }
 
+/// The variant the query string names under `name`: `None` if absent; otherwise given once, as
+/// plain id characters (letters, digits, `-`, `_`). Given twice, under another spelling of the
+/// name a lenient backend would read (`VARIANT`, `%76ariant`, `variant[]`), or in a spelling of
+/// its own (percent-encoded, empty): refused, never guessed.
+pub fn variant<'q>(query: Option<&'q str>, name: &str) -> Result<Option<&'q str>, BadRequest> {
+    let found = query_param(query, name).map_err(|_| BadRequest::VariantAmbiguous)?;
+    match found {
+        None => Ok(None),
+        Some(v) if plain_variant(v) => Ok(Some(v)),
+        Some(_) => Err(BadRequest::VariantAmbiguous),
+    }
+}
+
+/// Whether `v` could be a configured variant id as sent: 1 to 64 letters, digits, `-`, `_`.
+pub fn plain_variant(v: &str) -> bool {
+    (1..=64).contains(&v.len())
+        && v.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use http::HeaderValue;
+
+    #[test]
+    fn variant_rules() {
+        let v = |q: &'static str| variant(Some(q), "variant");
+        assert_eq!(variant(None, "variant"), Ok(None));
+        assert_eq!(v("qty=1"), Ok(None));
+        assert_eq!(v("variant=42&qty=1"), Ok(Some("42")));
+        assert_eq!(v("variant=EU_42-b"), Ok(Some("EU_42-b")));
+        for bad in [
+            "variant=42&variant=42",
+            "variant=42&VARIANT=43",
+            "variant=42&%76ariant=43",
+            "variant=42&variant[]=43",
+            "variant=4%32",
+            "variant=",
+            "variant",
+            "variant=42 ",
+        ] {
+            assert_eq!(v(bad), Err(BadRequest::VariantAmbiguous), "{bad}");
+        }
+    }
 
     #[test]
     fn quantity_rules() {

@@ -28,9 +28,22 @@ pub fn match_path<'t>(route: &SaleRoute, target: &'t Target) -> Option<&'t str> 
             PathSegment::Literal(lit) if lit.eq_ignore_ascii_case(part) => {}
             PathSegment::Literal(_) => return None,
             PathSegment::Activity => activity = Some(part.as_str()),
+            PathSegment::Variant => {}
         }
     }
     activity
+}
+
+/// The variant segment of a target [`match_path`] matched, where the route's path has
+/// `{variant}`.
+pub fn path_variant<'t>(route: &SaleRoute, target: &'t Target) -> Option<&'t str> {
+    let parts = target.segments.as_ref().ok()?;
+    route
+        .segments()
+        .iter()
+        .zip(parts)
+        .find(|(segment, _)| **segment == PathSegment::Variant)
+        .map(|(_, part)| part.as_str())
 }
 
 /// Whether a target that is no sale route still resembles one closely enough that some backend's
@@ -62,7 +75,7 @@ pub fn resembles(route: &SaleRoute, target: &Target) -> bool {
         .zip(tail)
         .all(|(segment, part)| match segment {
             PathSegment::Literal(lit) => loose(lit) == loose(part),
-            PathSegment::Activity => true,
+            PathSegment::Activity | PathSegment::Variant => true,
         })
 }
 
@@ -129,7 +142,7 @@ mod tests {
         assert_eq!(matches("POST", "/api/seckill/1001/buy/x"), None);
         assert_eq!(matches("POST", "/api/seckill/1001"), None);
         assert_eq!(matches("POST", "/api/other/1001/buy"), None);
-        assert_eq!(route().path_for("1001"), "/api/seckill/1001/buy");
+        assert_eq!(route().path_for("1001", None), "/api/seckill/1001/buy");
     }
 
     #[test]

@@ -10,6 +10,8 @@ pub enum PathSegment {
     Literal(String),
     /// `{activity}`: the activity id.
     Activity,
+    /// `{variant}`: the variant bought, of an activity with variants.
+    Variant,
 }
 
 /// One configured sale route.
@@ -18,10 +20,22 @@ pub struct SaleRoute {
     method: Method,
     segments: Vec<PathSegment>,
     quantity_query: String,
+    /// The query parameter naming the variant, if the path has no `{variant}`.
+    variant_query: Option<String>,
 }
 
 /// The placeholder a template uses for the activity id.
 const ACTIVITY_PLACEHOLDER: &str = "{activity}";
+/// The placeholder a template uses for the variant id.
+const VARIANT_PLACEHOLDER: &str = "{variant}";
+
+/// Whether `name` is a plain query parameter name.
+fn plain_name(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
 
 impl SaleRoute {
     /// Parses a route from its configuration. On error: the offending field and why.
@@ -29,6 +43,16 @@ impl SaleRoute {
         method: &str,
         path: &str,
         quantity_query: &str,
+    ) -> Result<SaleRoute, (&'static str, String)> {
+        Self::parse_with_variant(method, path, quantity_query, None)
+    }
+
+    /// [`Self::parse`], with the route's `variant_query`.
+    pub fn parse_with_variant(
+        method: &str,
+        path: &str,
+        quantity_query: &str,
+        variant_query: Option<&str>,
     ) -> Result<SaleRoute, (&'static str, String)> {
         let method = Method::from_bytes(method.as_bytes())
             .ok()
@@ -48,10 +72,14 @@ impl SaleRoute {
             .map(|s| {
                 if s == ACTIVITY_PLACEHOLDER {
                     Ok(PathSegment::Activity)
+                } else if s == VARIANT_PLACEHOLDER {
+                    Ok(PathSegment::Variant)
                 } else if s.contains(['{', '}', '?', '#']) {
                     Err((
                         "path",
-                        format!("segment {s:?}: only {ACTIVITY_PLACEHOLDER} may be a placeholder"),
+                        format!(
+                            "segment {s:?}: only {ACTIVITY_PLACEHOLDER} and {VARIANT_PLACEHOLDER} may be placeholders"
+                        ),
                     ))
                 } else {
                     Ok(PathSegment::Literal(s.to_owned()))
@@ -71,48 +99,88 @@ impl SaleRoute {
                 ),
             ));
         }
-        if quantity_query.is_empty()
-            || !quantity_query
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
-        {
+        let variants_in_path = segments
+            .iter()
+            .filter(|s| **s == PathSegment::Variant)
+            .count();
+        if variants_in_path > 1 {
+            return Err((
+                "path",
+                format!("{path:?} may contain {VARIANT_PLACEHOLDER} once at most"),
+            ));
+        }
+        if !plain_name(quantity_query) {
             return Err((
                 "quantity_query",
                 format!("{quantity_query:?} must be a plain query parameter name"),
             ));
         }
+        if let Some(name) = variant_query {
+            if !plain_name(name) {
+                return Err((
+                    "variant_query",
+                    format!("{name:?} must be a plain query parameter name"),
+                ));
+            }
+            if name == quantity_query {
+                return Err((
+                    "variant_query",
+                    format!("{name:?} is the quantity_query too: name the variant with another parameter"),
+                ));
+            }
+            if variants_in_path > 0 {
+                return Err((
+                    "variant_query",
+                    format!("the path names the variant ({VARIANT_PLACEHOLDER}): a variant_query would be a second spelling of it"),
+                ));
+            }
+        }
         Ok(SaleRoute {
             method,
             segments,
             quantity_query: quantity_query.to_owned(),
+            variant_query: variant_query.map(str::to_owned),
         })
     }
 
-    /// The route's canonical path for an activity: what an admitted request is forwarded as.
-    pub fn path_for(&self, activity: &str) -> String {
-        let mut path = String::with_capacity(self.path_len(activity));
-        self.push_path(activity, &mut path);
+    /// The query parameter naming the variant, if the route names it in the query.
+    pub fn variant_query(&self) -> Option<&str> {
+        self.variant_query.as_deref()
+    }
+
+    /// Whether the route can name a variant at all (in its path or its query).
+    pub fn names_variants(&self) -> bool {
+        self.variant_query.is_some() || self.segments.contains(&PathSegment::Variant)
+    }
+
+    /// The route's canonical path for an activity (and its variant, where the path names
+    /// one): what an admitted request is forwarded as.
+    pub fn path_for(&self, activity: &str, variant: Option<&str>) -> String {
+        let mut path = String::with_capacity(self.path_len(activity, variant));
+        self.push_path(activity, variant, &mut path);
         path
     }
 
     /// The length of [`Self::path_for`]'s answer, so a caller can allocate once.
-    pub fn path_len(&self, activity: &str) -> usize {
+    pub fn path_len(&self, activity: &str, variant: Option<&str>) -> usize {
         self.segments
             .iter()
             .map(|segment| match segment {
                 PathSegment::Literal(lit) => 1 + lit.len(),
                 PathSegment::Activity => 1 + activity.len(),
+                PathSegment::Variant => 1 + variant.map_or(0, str::len),
             })
             .sum()
     }
 
     /// Appends [`Self::path_for`]'s answer to `path`.
-    pub fn push_path(&self, activity: &str, path: &mut String) {
+    pub fn push_path(&self, activity: &str, variant: Option<&str>, path: &mut String) {
         for segment in &self.segments {
             path.push('/');
             match segment {
                 PathSegment::Literal(lit) => path.push_str(lit),
                 PathSegment::Activity => path.push_str(activity),
+                PathSegment::Variant => path.push_str(variant.unwrap_or_default()),
             }
         }
     }
@@ -142,7 +210,28 @@ mod tests {
     #[test]
     fn canonical_path() {
         let route = SaleRoute::parse("POST", "/api/seckill/{activity}/buy", "qty").unwrap();
-        assert_eq!(route.path_for("1001"), "/api/seckill/1001/buy");
+        assert_eq!(route.path_for("1001", None), "/api/seckill/1001/buy");
+        let sized =
+            SaleRoute::parse("POST", "/api/seckill/{activity}/{variant}/buy", "qty").unwrap();
+        assert_eq!(
+            sized.path_for("2001", Some("42")),
+            "/api/seckill/2001/42/buy"
+        );
+        assert!(sized.names_variants());
+    }
+    #[test]
+    fn rejects_bad_variant_names() {
+        for (path, variant_query) in [
+            ("/{activity}/{variant}/{variant}", None),
+            ("/{activity}/{variant}", Some("variant")),
+            ("/{activity}", Some("qty")),
+            ("/{activity}", Some("v&x")),
+        ] {
+            assert!(
+                SaleRoute::parse_with_variant("POST", path, "qty", variant_query).is_err(),
+                "{path} {variant_query:?}"
+            );
+        }
     }
     #[test]
     fn rejects_bad_templates() {

@@ -248,7 +248,7 @@ pub struct SoldOutCacheSettings {
 }
 
 /// One flash-sale activity.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Activity {
     pub id: Arc<str>,
     pub stock: u64,
@@ -266,6 +266,23 @@ pub struct Activity {
     pub segments: u32,
     /// The waiting room in front of the purchase, if any.
     pub queue: Option<QueueSettings>,
+    /// The drop's variants (empty: the activity sells one stock). On such an activity `stock`
+    /// is the sum of theirs; each variant sells from its own stock lane ([`Activities::lane`]).
+    pub variants: Arc<[Variant]>,
+    /// The variant this stock lane sells (`None`: the activity itself, or one without
+    /// variants). Its `stock` is the variant's; every other field is the activity's.
+    pub variant: Option<Arc<str>>,
+    /// The stock lane's name in this process's memory (sold-out marks, refusals, news): the
+    /// id, or `<id>~<variant>` for a variant's lane (`~` is in no id).
+    pub lane: Arc<str>,
+}
+
+/// `activities[].variants[]`, validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Variant {
+    pub id: Arc<str>,
+    pub stock: u64,
+    pub title: Option<String>,
 }
 
 /// `activities[].queue`, validated.
@@ -304,10 +321,29 @@ pub const MAX_ADMIT_PER_SECOND: u32 = 1_000_000;
 /// Most segments one activity may have.
 pub const MAX_SEGMENTS: u32 = 64;
 
+/// Most variants one activity may have (each is a stock lane with its own keys, checks and
+/// series: sizes and colours, not a catalogue).
+pub const MAX_VARIANTS: usize = 64;
+
 /// Largest `stock` and `version`: 2^53 - 1, the integers Lua (and JSON readers) hold exactly.
 pub const MAX_EXACT_INTEGER: u64 = (1 << 53) - 1;
 
 impl Activity {
+    /// The stock lane of one of this activity's variants (its stock, the rest the same).
+    pub fn lane(&self, variant: &Variant) -> Activity {
+        Activity {
+            stock: variant.stock,
+            variant: Some(variant.id.clone()),
+            lane: Arc::from(format!("{}~{}", self.id, variant.id)),
+            ..self.clone()
+        }
+    }
+
+    /// Whether the activity sells variants (then a purchase names one).
+    pub fn has_variants(&self) -> bool {
+        !self.variants.is_empty()
+    }
+
     /// Whether the stock is split over several segments.
     pub fn is_segmented(&self) -> bool {
         self.segments > 1
@@ -346,11 +382,41 @@ impl Activity {
 pub struct Activities {
     pub(super) ordered: Vec<Arc<Activity>>,
     pub(super) by_id: HashMap<Arc<str>, Arc<Activity>>,
+    /// Every stock lane: each activity without variants, and each variant of the others.
+    pub(super) lanes: Vec<Arc<Activity>>,
 }
 
 impl Activities {
     pub fn get(&self, id: &str) -> Option<&Arc<Activity>> {
         self.by_id.get(id)
+    }
+
+    /// The stock lane of `variant` of activity `id` (`None` for variant: the activity's own,
+    /// when it has no variants).
+    pub fn lane(&self, id: &str, variant: Option<&str>) -> Option<&Arc<Activity>> {
+        match variant {
+            None => self.get(id).filter(|a| a.variants.is_empty()),
+            Some(v) => self
+                .lanes
+                .iter()
+                .find(|l| &*l.id == id && l.variant.as_deref() == Some(v)),
+        }
+    }
+
+    /// Every stock lane, in the configuration's order: what prewarm, sweeps, fences,
+    /// reconcile and the stock gauges walk.
+    pub fn lanes(&self) -> impl Iterator<Item = &Arc<Activity>> {
+        self.lanes.iter()
+    }
+
+    /// The stock lane named `lane` ([`Activity::lane`]).
+    pub fn lane_named(&self, lane: &str) -> Option<&Arc<Activity>> {
+        self.lanes.iter().find(|l| &*l.lane == lane)
+    }
+
+    /// The stock lanes of one activity: itself, or each of its variants.
+    pub fn lanes_of<'a>(&'a self, id: &'a str) -> impl Iterator<Item = &'a Arc<Activity>> + 'a {
+        self.lanes.iter().filter(move |l| &*l.id == id)
     }
 
     pub fn iter(&self) -> impl Iterator<Item = &Arc<Activity>> {

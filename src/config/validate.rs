@@ -48,6 +48,8 @@ impl Settings {
         let pages = super::pages::pages(raw.pages, &written, base_dir)?;
         let activities = activities(raw.activities, Duration::from_secs(raw.signing.ttl_secs))?;
         bounds::retention_covers_the_lifecycle(&redis, &upstream, &activities, longest_trip)?;
+        let sale_routes = sale_routes(raw.sale_routes)?;
+        variants_reachable(&activities, &sale_routes)?;
         Ok(Settings {
             breaker,
             server: server(raw.server, longest_trip, base_dir)?,
@@ -61,7 +63,7 @@ impl Settings {
             sold_out_cache: SoldOutCacheSettings {
                 ttl: positive_ms("sold_out_cache.ttl_ms", raw.sold_out_cache.ttl_ms)?,
             },
-            sale_routes: sale_routes(raw.sale_routes)?,
+            sale_routes,
             pages,
         })
     }
@@ -395,9 +397,15 @@ fn rate_limits(raw: file::RateLimitsSection) -> Result<RateLimitSettings, Config
 fn sale_routes(raw: Vec<file::SaleRouteSection>) -> Result<Vec<SaleRoute>, ConfigError> {
     let mut routes: Vec<SaleRoute> = Vec::with_capacity(raw.len());
     for (i, r) in raw.iter().enumerate() {
-        let route = SaleRoute::parse(&r.method, &r.path, &r.quantity_query).map_err(
-            |(field, reason)| ConfigError::invalid(format!("sale_routes[{i}].{field}"), reason),
-        )?;
+        let route = SaleRoute::parse_with_variant(
+            &r.method,
+            &r.path,
+            &r.quantity_query,
+            r.variant_query.as_deref(),
+        )
+        .map_err(|(field, reason)| {
+            ConfigError::invalid(format!("sale_routes[{i}].{field}"), reason)
+        })?;
         if routes.iter().any(|other| other.same_pattern(&route)) {
             return Err(ConfigError::invalid(
                 format!("sale_routes[{i}].path"),
@@ -407,6 +415,20 @@ fn sale_routes(raw: Vec<file::SaleRouteSection>) -> Result<Vec<SaleRoute>, Confi
         routes.push(route);
     }
     Ok(routes)
+}
+
+/// An activity with variants can only be bought on a route that names the variant.
+fn variants_reachable(activities: &Activities, routes: &[SaleRoute]) -> Result<(), ConfigError> {
+    if routes.iter().any(SaleRoute::names_variants) {
+        return Ok(());
+    }
+    match activities.iter().find(|a| a.has_variants()) {
+        Some(a) => Err(ConfigError::invalid(
+            super::naming::activity_key(&a.id, "variants"),
+            "no sale route names a variant: give a route `variant_query`, or `{variant}` in its path",
+        )),
+        None => Ok(()),
+    }
 }
 
 fn activities(
@@ -427,6 +449,13 @@ fn activities(
         }
         let activity = Arc::new(activity(a, &key, default_hold)?);
         out.by_id.insert(activity.id.clone(), activity.clone());
+        if activity.has_variants() {
+            for v in activity.variants.iter() {
+                out.lanes.push(Arc::new(activity.lane(v)));
+            }
+        } else {
+            out.lanes.push(activity.clone());
+        }
         out.ordered.push(activity);
     }
     Ok(out)
@@ -450,7 +479,24 @@ fn activity(
     if a.version == 0 {
         return Err(ConfigError::invalid(key("version"), "must be at least 1"));
     }
-    for (field, value) in [("version", a.version), ("stock", a.stock)] {
+    let variants = variants(&a, key)?;
+    let stock = match (a.stock, &a.variants) {
+        (Some(stock), None) => stock,
+        (None, Some(_)) => variants.iter().map(|v| v.stock).sum(),
+        (Some(_), Some(_)) => {
+            return Err(ConfigError::invalid(
+                key("variants"),
+                "an activity has `stock` or `variants`, not both",
+            ))
+        }
+        (None, None) => {
+            return Err(ConfigError::invalid(
+                key("stock"),
+                "missing: give `stock`, or `variants` with a stock each",
+            ))
+        }
+    };
+    for (field, value) in [("version", a.version), ("stock", stock)] {
         if value > MAX_EXACT_INTEGER {
             return Err(ConfigError::invalid(
                 key(field),
@@ -493,9 +539,11 @@ fn activity(
         .queue
         .map(|q| queue(&key("queue"), q, starts_at))
         .transpose()?;
+    let id: Arc<str> = Arc::from(a.id.as_str());
     Ok(Activity {
-        id: Arc::from(a.id.as_str()),
-        stock: a.stock,
+        id: id.clone(),
+        lane: id,
+        stock,
         version: a.version,
         per_user_limit,
         max_per_request,
@@ -506,7 +554,62 @@ fn activity(
         hold,
         segments: a.segments,
         queue,
+        variants: variants.into(),
+        variant: None,
     })
+}
+
+/// `activities[].variants`, validated: ids unique and safe, at least one, each stock exact.
+fn variants(
+    a: &file::ActivitySection,
+    key: &dyn Fn(&str) -> String,
+) -> Result<Vec<Variant>, ConfigError> {
+    let Some(raw) = &a.variants else {
+        return Ok(Vec::new());
+    };
+    if raw.is_empty() {
+        return Err(ConfigError::invalid(
+            key("variants"),
+            "is empty: list at least one variant, or give `stock`",
+        ));
+    }
+    if raw.len() > MAX_VARIANTS {
+        return Err(ConfigError::invalid(
+            key("variants"),
+            format!("{} variants: at most {MAX_VARIANTS}", raw.len()),
+        ));
+    }
+    let mut out: Vec<Variant> = Vec::with_capacity(raw.len());
+    for v in raw {
+        let vkey = |field: &str| key(&format!("variants[id={}].{field}", v.id));
+        if !readable_id(&v.id) {
+            return Err(ConfigError::invalid(
+                key("variants[].id"),
+                format!(
+                    "{:?} must be 1 to {MAX_ACTIVITY_ID_LEN} letters, digits, '-' or '_'",
+                    v.id
+                ),
+            ));
+        }
+        if out.iter().any(|o| *o.id == *v.id) {
+            return Err(ConfigError::invalid(
+                vkey("id"),
+                format!("{:?} is configured twice", v.id),
+            ));
+        }
+        if v.stock > MAX_EXACT_INTEGER {
+            return Err(ConfigError::invalid(
+                vkey("stock"),
+                format!("must be at most {MAX_EXACT_INTEGER} (2^53 - 1, kept exact everywhere)"),
+            ));
+        }
+        out.push(Variant {
+            id: Arc::from(v.id.as_str()),
+            stock: v.stock,
+            title: v.title.clone(),
+        });
+    }
+    Ok(out)
 }
 
 fn queue(

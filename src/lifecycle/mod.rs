@@ -142,7 +142,10 @@ impl<S: LifecycleStore> Lifecycle<S> {
             .inc_by(count);
         match remaining {
             // A segment's own figure is not the activity's: the maintenance loop sums them.
-            Some(left) if !layout.is_segmented() => self.units_left(label, left as i64),
+            Some(left) if !layout.is_segmented() => {
+                let variant = layout.variant().map(|v| &**v);
+                self.units_left(label, variant, left as i64)
+            }
             Some(_) => {}
             None => self
                 .metrics
@@ -150,20 +153,25 @@ impl<S: LifecycleStore> Lifecycle<S> {
                 .with_label_values(&[label])
                 .inc_by(count),
         }
-        self.units_returned(layout.id(), version);
+        self.units_returned(layout.lane(), version);
     }
 
     /// The units left of an activity's version on sale, as last learned from Redis (a reserve's
     /// answer, a release, a prewarm's sum, an admin read): the one writer of
     /// `flashgate_stock_remaining`.
-    pub fn units_left(&self, activity: &str, left: i64) {
-        self.metrics
-            .stock_remaining
-            .with_label_values(&[activity])
-            .set(left);
+    pub fn units_left(&self, activity: &str, variant: Option<&str>, left: i64) {
+        match variant {
+            None => self.metrics.stock_remaining.with_label_values(&[activity]),
+            Some(v) => self
+                .metrics
+                .stock_remaining_variants
+                .with_label_values(&[activity, v]),
+        }
+        .set(left);
     }
 
-    /// Units came back to a version: purchasable again here at once, and everywhere by news.
+    /// Units came back to a version of a stock lane (`Activity::lane`): purchasable again here
+    /// at once, and everywhere by news.
     fn units_returned(&self, activity: &Arc<str>, version: u64) {
         self.state.clear_sold_out(activity, version);
         news::publish(
@@ -346,7 +354,7 @@ impl<S: LifecycleStore> Lifecycle<S> {
                 lifecycle
                     .confirms
                     .submit(
-                        (activity.id.clone(), segment.index(), version),
+                        (activity.lane.clone(), segment.index(), version),
                         reservation.id.clone(),
                         batch,
                     )
@@ -374,7 +382,7 @@ impl<S: LifecycleStore> Lifecycle<S> {
             || id.len() > MAX_RESERVATION_ID_LEN
             || !id
                 .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.')
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'~' | b'_'))
         {
             return Ok(None);
         }

@@ -17,11 +17,15 @@ impl Lifecycle<StockStore> {
     ) -> Result<Recounted, RecountError> {
         let done = segments::recount(&self.store, activity, remaining).await?;
         if !activity.is_segmented() {
-            self.units_left(&activity.id, done.remaining as i64);
+            self.units_left(
+                &activity.id,
+                activity.variant.as_deref(),
+                done.remaining as i64,
+            );
         }
-        self.units_returned(&activity.id, activity.version);
+        self.units_returned(&activity.lane, activity.version);
         // The prewarm's refusal of the lost version no longer holds: asked again at once.
-        self.refused(&activity.id, None);
+        self.refused(&activity.lane, None);
         self.prewarm_soon();
         Ok(done)
     }

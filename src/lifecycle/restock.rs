@@ -29,9 +29,9 @@ impl<S: LifecycleStore> Lifecycle<S> {
                 .with_label_values(&[&activity.id])
                 .inc_by(units);
             if !activity.is_segmented() {
-                self.units_left(&activity.id, remaining as i64);
+                self.units_left(&activity.id, activity.variant.as_deref(), remaining as i64);
             }
-            self.units_returned(&activity.id, activity.version);
+            self.units_returned(&activity.lane, activity.version);
             tracing::info!(activity = %activity.id, version = activity.version, units,
                 key = idempotency_key.unwrap_or(""), "restocked");
         }

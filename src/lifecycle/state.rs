@@ -42,7 +42,7 @@ impl SaleState {
     /// the reader's generation's `sold_out_cache.ttl_ms`).
     pub fn is_sold_out(&self, activity: &Activity, ttl: Duration) -> bool {
         self.sold_out
-            .is_sold_out(&activity.id, activity.version, ttl)
+            .is_sold_out(&activity.lane, activity.version, ttl)
     }
 
     /// Why Redis's record refuses the activity, if it does.
@@ -82,24 +82,25 @@ impl<S: LifecycleStore> Lifecycle<S> {
     /// sold-out mark, told to the other gateways once.
     pub fn learned_left(&self, activity: &Activity, left: i64, ttl: Duration) {
         if !activity.is_segmented() {
-            self.units_left(&activity.id, left);
+            self.units_left(&activity.id, activity.variant.as_deref(), left);
         }
         if left <= 0 && !self.state.is_sold_out(activity, ttl) {
             self.state
                 .sold_out
-                .mark_sold_out(&activity.id, activity.version, ttl);
+                .mark_sold_out(&activity.lane, activity.version, ttl);
             news::publish(
                 &self.store,
                 News::SoldOut {
-                    activity: activity.id.to_string(),
+                    activity: activity.lane.to_string(),
                     version: activity.version,
                 },
             );
         }
     }
 
-    /// Redis's record refuses the activity's configuration (`Some`), or no longer does: told
-    /// once per change, and kept in `flashgate_activity_refused`.
+    /// Redis's record refuses the stock lane's configuration (`Some`), or no longer does:
+    /// told once per change, and kept in `flashgate_activity_refused` (of the activity: 1 while
+    /// any lane of it is refused). `activity` is the lane's name (`Activity::lane`).
     pub fn refused(&self, activity: &Arc<str>, refusal: Option<Refusal>) {
         let before = self.state.refused.get(activity);
         match (&before, &refusal) {
@@ -111,11 +112,12 @@ impl<S: LifecycleStore> Lifecycle<S> {
             }
             _ => {}
         }
+        self.state.refused.set(activity, refusal);
+        let id = activity.split('~').next().unwrap_or(activity);
         self.metrics
             .activity_refused
-            .with_label_values(&[activity])
-            .set(i64::from(refusal.is_some()));
-        self.state.refused.set(activity, refusal);
+            .with_label_values(&[id])
+            .set(i64::from(self.state.refused.any_lane_of(id)));
     }
 
     /// A new configuration: refusals were Redis's verdict on the old one; the next prewarm (or
@@ -136,18 +138,19 @@ impl<S: LifecycleStore> Lifecycle<S> {
         self.prewarm_due.notified().await;
     }
 
-    /// News from another gateway. Only activities configured here (and, for sold out, their
+    /// News from another gateway, of a stock lane (`Activity::lane`: an activity, or one
+    /// variant of it). Only lanes configured here (and, for sold out, their
     /// current version) are touched, so a stray publisher cannot grow the marks; sold out is
     /// believed only when nothing is left in any segment, nor in flight between two.
     async fn apply_news(&self, settings: &Settings, news: &News) {
         match news {
             News::Available { activity, version } => {
-                if let Some(activity) = settings.activities.get(activity) {
-                    self.state.clear_sold_out(&activity.id, *version);
+                if let Some(activity) = settings.activities.lane_named(activity) {
+                    self.state.clear_sold_out(&activity.lane, *version);
                 }
             }
             News::SoldOut { activity, version } => {
-                let Some(activity) = settings.activities.get(activity) else {
+                let Some(activity) = settings.activities.lane_named(activity) else {
                     return;
                 };
                 let ttl = settings.sold_out_cache.ttl;
@@ -158,7 +161,7 @@ impl<S: LifecycleStore> Lifecycle<S> {
                 if matches!(left, Ok(Some(left)) if left <= 0) {
                     self.state
                         .sold_out
-                        .mark_sold_out(&activity.id, *version, ttl);
+                        .mark_sold_out(&activity.lane, *version, ttl);
                 }
             }
         }

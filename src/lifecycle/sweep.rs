@@ -11,7 +11,6 @@ use crate::stock::{
 use crate::upstream::lookup::Answer;
 use futures_util::StreamExt;
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 /// A transfer still unacknowledged this long after its withdraw was cut short.
 const STRANDED_TRANSFER_AFTER_MS: u64 = 5_000;
@@ -36,17 +35,31 @@ impl<S: LifecycleStore> Lifecycle<S> {
     /// Redis remembers although the configuration dropped them (their holds still run out), each
     /// with the segment count Redis recorded (a configuration that disagrees is refused, but what
     /// is in Redis still settles).
+    /// Each configured stock lane (an activity, or each variant of one) is swept; a removed
+    /// activity only as the registry names it (its id: a removed variant's lane is not reached,
+    /// and its holds are left to expire with its keys).
     async fn layouts(&self) -> Vec<Layout> {
         let settings = self.live.settings();
         let mut ids: BTreeMap<String, Option<u32>> = settings
             .activities
-            .iter()
-            .map(|a| (a.id.to_string(), None))
+            .lanes()
+            .map(|a| (a.lane.to_string(), None))
             .collect();
         match self.store.registered().await {
             Ok(registered) => {
                 for (id, segments) in registered {
-                    ids.insert(id, Some(segments));
+                    // An activity with variants sweeps as its lanes (its own id has no keys).
+                    if settings
+                        .activities
+                        .get(&id)
+                        .is_some_and(|a| a.has_variants())
+                    {
+                        for lane in settings.activities.lanes_of(&id) {
+                            ids.insert(lane.lane.to_string(), Some(segments));
+                        }
+                    } else {
+                        ids.insert(id, Some(segments));
+                    }
                 }
             }
             Err(e) => tracing::warn!(error = %e, "activity registry not read"),
@@ -57,7 +70,7 @@ impl<S: LifecycleStore> Lifecycle<S> {
                 Ok(meta) => {
                     // Never prewarmed: nothing to settle.
                     if let Some(segments) = meta.segments.or(registered) {
-                        layouts.push(Layout::new(Arc::from(id.as_str()), segments));
+                        layouts.push(Layout::of_lane(&id, segments));
                     }
                 }
                 Err(e) => tracing::warn!(activity = %id, error = %e, "sweep skipped"),
@@ -153,7 +166,7 @@ impl<S: LifecycleStore> Lifecycle<S> {
                 .reservations_retired
                 .with_label_values(&[layout.id()])
                 .inc_by(outcome.retired);
-            self.units_returned(layout.id(), version);
+            self.units_returned(layout.lane(), version);
             tracing::info!(activity = %layout.id(), version,
                 released = outcome.released, units = outcome.units,
                 "expired reservations released");
@@ -281,7 +294,7 @@ impl<S: LifecycleStore> Lifecycle<S> {
                 }
                 let _ = self.store.acknowledge(giver, &t.id).await;
                 if deposit == Deposit::Landed {
-                    self.units_returned(giver.layout().id(), t.version);
+                    self.units_returned(giver.layout().lane(), t.version);
                     tracing::warn!(activity = %giver.layout().id(), transfer = %t.id, units = t.qty,
                         "delivered a transfer a gateway left half done");
                 }

@@ -124,6 +124,7 @@ impl Harness {
             id,
             user: user.to_owned(),
             activity: a.id.clone(),
+            variant: a.variant.clone(),
             segment: home.index(),
             qty: 1,
             version: a.version,

@@ -7,6 +7,7 @@ use crate::config::ActivityPage;
 
 fn answer(status: Status) -> Answer {
     Answer {
+        variants: Vec::new(),
         ticket: "t1.a.1.2.x".into(),
         status,
         challenge: None,

@@ -93,17 +93,18 @@ pub(super) async fn read_body(
         .unwrap_or(Err(BodyError::TooSlow))
 }
 
-/// The URI an admitted request is forwarded with: the route's path for the activity, and the
-/// query as sent. `None` if the query cannot be part of a URI.
+/// The URI an admitted request is forwarded with: the route's path for the activity (and the
+/// variant its path names), and the query as sent. `None` if the query cannot be part of a URI.
 pub(super) fn canonical_uri(
     route: &SaleRoute,
     activity: &str,
+    variant: Option<&str>,
     query: Option<&str>,
 ) -> Option<http::Uri> {
     // Built at its exact length and handed to the `Uri` whole (one allocation, no copy).
     let query_len = query.map_or(0, |q| 1 + q.len());
-    let mut target = String::with_capacity(route.path_len(activity) + query_len);
-    route.push_path(activity, &mut target);
+    let mut target = String::with_capacity(route.path_len(activity, variant) + query_len);
+    route.push_path(activity, variant, &mut target);
     if let Some(q) = query {
         target.push('?');
         target.push_str(q);

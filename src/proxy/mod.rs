@@ -280,6 +280,7 @@ impl RequestCtx {
             client: self.client,
             pages: &self.generation.pages,
             sale: sale.map(|a| self.generation.sale_page(&a.id)),
+            variant: sale.and_then(|a| a.variant.as_deref()),
         }
     }
 }

@@ -14,6 +14,8 @@ pub struct Answering<'a> {
     pub client: Client,
     pub pages: &'a Pages,
     pub sale: Option<Sale<'a>>,
+    /// The variant the purchase named, if it named one the activity sells.
+    pub variant: Option<&'a str>,
 }
 
 const HTML: &str = "text/html; charset=utf-8";
@@ -31,7 +33,7 @@ pub async fn decision(
         let page = how.pages.refusal(how.client.lang, &reply, how.sale);
         (HTML, Bytes::from(page))
     } else {
-        (JSON, Bytes::from(reply.body(how.client.lang)))
+        (JSON, Bytes::from(reply.body(how.client.lang, how.variant)))
     };
     let mut resp = ResponseHeader::build(reply.status, Some(6))?;
     own_answer(&mut resp, content_type, body.len())?;
@@ -49,12 +51,13 @@ pub async fn decision(
 pub fn decision_bytes(
     lang: crate::catalogue::Lang,
     decision: &Decision,
+    variant: Option<&str>,
     cors_on: bool,
     close: bool,
 ) -> Vec<u8> {
     use std::io::Write;
     let reply = decision.reply();
-    let body = reply.body(lang);
+    let body = reply.body(lang, variant);
     let mut out = Vec::with_capacity(192 + body.len());
     let status = reply.status;
     let reason = status.canonical_reason().unwrap_or("");

@@ -108,7 +108,8 @@ impl FlashProxy {
             activity,
             target,
         } = asked;
-        let canonical = canonical_uri(route, activity, target.query.as_deref())
+        let variant = crate::admission::route::path_variant(route, target);
+        let canonical = canonical_uri(route, activity, variant, target.query.as_deref())
             .ok_or(Decision::BadRequest(BadRequest::MalformedTarget))?;
         if let Some(too_large) = oversized(req, &settings.server) {
             return Err(Decision::BadRequest(too_large));

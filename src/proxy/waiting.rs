@@ -143,7 +143,7 @@ fn landing(settings: &Settings, activity: &Activity) -> Landing {
         None => match settings.sale_routes.first() {
             Some(route) => Landing::Purchase {
                 method: route.method().to_string(),
-                target: route.path_for(&activity.id),
+                target: route.path_for(&activity.id, None),
             },
             None => Landing::Url("/".to_owned()),
         },

@@ -62,6 +62,7 @@ impl FlashProxy {
             None => {
                 let queued = Queued {
                     answer: Answer {
+                        variants: Vec::new(),
                         ticket: ticket.ticket,
                         status: Status::Bought,
                         challenge: None,

@@ -47,10 +47,10 @@ impl Context {
         segmented: bool,
     ) -> Result<Context, StoreError> {
         store.read_clock().await?;
-        let base = store.base_meta(&activity.id).await?;
+        let base = store.base_meta(&activity.lane).await?;
         Ok(Context {
             activity: activity.id.clone(),
-            claimed: store.floor(&activity.id).await?.max(base.newest),
+            claimed: store.floor(&activity.lane).await?.max(base.newest),
             made: base.made,
             segmented,
             before_expiry: store.clock().now().timestamp() < store.expire_at(activity) as i64,

@@ -226,18 +226,22 @@ const SNAPSHOT_ATTEMPTS: usize = 16;
 /// Version numbers past the newest listed that a snapshot reads as well.
 const VERSIONS_AHEAD: u64 = 8;
 
-/// Reconciles every configured activity, or only `only`.
+/// Reconciles every configured activity, or only `only`: each stock lane (an activity, or
+/// each variant of one, a line per variant).
 pub async fn reconcile(
     settings: &Settings,
     store: &StockStore,
     only: Option<&str>,
 ) -> Result<Report, ReconcileError> {
     let activities: Vec<&Arc<Activity>> = match only {
-        Some(id) => vec![settings
-            .activities
-            .get(id)
-            .ok_or_else(|| ReconcileError::UnknownActivity(id.to_owned()))?],
-        None => settings.activities.iter().collect(),
+        Some(id) => {
+            settings
+                .activities
+                .get(id)
+                .ok_or_else(|| ReconcileError::UnknownActivity(id.to_owned()))?;
+            settings.activities.lanes_of(id).collect()
+        }
+        None => settings.activities.lanes().collect(),
     };
     let mut report = Report::default();
     for activity in activities {
@@ -267,7 +271,11 @@ async fn reconcile_activity(
         report
             .forgotten
             .extend(context.judge(segment.index(), &snapshot, &known));
-        let label: Arc<str> = Arc::from(segment.tag());
+        // A variant's line names it: `<tag> variant=<id>`.
+        let label: Arc<str> = match &activity.variant {
+            Some(v) => Arc::from(format!("{} variant={v}", segment.tag())),
+            None => Arc::from(segment.tag()),
+        };
         check_books(&snapshot, &label, report);
         for (id, qty) in &snapshot.books.received {
             received.push((segment.index(), id.clone(), *qty));

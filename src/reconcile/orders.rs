@@ -5,6 +5,7 @@ use crate::config::{Activity, Settings};
 use crate::reservation::Reservation;
 use crate::stock::{segments, ConfirmOutcome, ConfirmedVia, RecordState, StockStore, StoreError};
 use std::fmt::Write;
+use std::sync::Arc;
 
 /// `flashgate reconcile --orders FILE`: the backend's orders against Redis's records. The one
 /// check that catches what Redis itself cannot see: sales it forgot (a crash under
@@ -74,19 +75,34 @@ impl OrdersReport {
 /// Looks up each of the backend's reservation ids (one HGET each: an operator command). With
 /// `confirm_pending`, confirms those still pending: the backend has them, so they are sold
 /// (the remedy after a gateway died between the backend's answer and its confirm).
+///
+/// `lanes` are the activity's stock lanes (itself, or each of its variants): an id is looked
+/// up in the lane it names (`Reservation::variant_of`).
 pub async fn compare_orders(
     store: &StockStore,
-    activity: &Activity,
+    lanes: &[Arc<Activity>],
     reservation_ids: &[String],
     confirm_pending: bool,
 ) -> Result<OrdersReport, StoreError> {
     let mut report = OrdersReport {
-        activity: activity.id.to_string(),
+        activity: lanes.first().map(|a| a.id.to_string()).unwrap_or_default(),
         ..OrdersReport::default()
     };
-    let layout = segments::recorded_layout(store, activity).await?;
+    let mut layouts = Vec::with_capacity(lanes.len());
+    for lane in lanes {
+        layouts.push((
+            lane.variant.clone(),
+            segments::recorded_layout(store, lane).await?,
+        ));
+    }
     for id in reservation_ids {
-        let segment = Reservation::segment_of(id).and_then(|n| layout.segment(n));
+        let variant = Reservation::variant_of(id);
+        let layout = layouts
+            .iter()
+            .find(|(v, _)| v.as_deref() == variant)
+            .map(|(_, l)| l);
+        let segment =
+            layout.and_then(|layout| Reservation::segment_of(id).and_then(|n| layout.segment(n)));
         let record = match segment {
             Some(segment) => store.lookup(segment, id).await?,
             None => None,
@@ -132,6 +148,11 @@ pub fn run_orders_cli(
         .get(activity)
         .ok_or_else(|| ReconcileError::UnknownActivity(activity.to_owned()))?
         .clone();
+    let lanes: Vec<Arc<Activity>> = settings
+        .activities
+        .lanes_of(&activity.id)
+        .cloned()
+        .collect();
     let ids: Vec<String> = orders
         .lines()
         .map(str::trim)
@@ -139,7 +160,7 @@ pub fn run_orders_cli(
         .map(str::to_owned)
         .collect();
     with_store(&settings, async |store| {
-        let mut report = compare_orders(store, &activity, &ids, confirm_pending).await?;
+        let mut report = compare_orders(store, &lanes, &ids, confirm_pending).await?;
         // A reservation id names no activity: one unknown here may be another sale's order
         // (the backend's list holds them all). Those are left out, not reported forgotten.
         let mut forgotten = Vec::new();
@@ -161,7 +182,7 @@ async fn owner_elsewhere(
     activity: &Activity,
     id: &str,
 ) -> Result<Option<String>, StoreError> {
-    for other in settings.activities.iter().filter(|a| a.id != activity.id) {
+    for other in settings.activities.lanes().filter(|a| a.id != activity.id) {
         let layout = segments::recorded_layout(store, other).await?;
         let Some(segment) = Reservation::segment_of(id).and_then(|n| layout.segment(n)) else {
             continue;

@@ -5,6 +5,9 @@
 //! plus `redis.key_ttl_after_end_secs` (prewarm moves expiries later, never earlier).
 //!
 //! ```text
+//! A variant's stock lane (see `super::layout`) puts `:~<variant>` after the tag of every key
+//! below but users, idem, halt and the waiting room's, which its activity's lanes share.
+//!
 //! <p>:{<tag>}:meta          hash    segment: current (version on sale here), v:<n> (when
 //!                                   version n went on sale here); on the base tag {<act>} also
 //!                                   segments (fixed for the activity) and version (newest claimed)
@@ -56,8 +59,24 @@ pub struct KeyLayout {
 /// The keys of one segment.
 #[derive(Debug, Clone)]
 pub struct SegmentKeys {
-    /// `<prefix>:{<tag>}`
+    /// `<prefix>:{<tag>}`, then `:~<variant>` for a variant's stock lane.
     base: String,
+    /// `<prefix>:{<tag>}`: the activity's keys every lane of it shares (the buyers' units and
+    /// idempotency keys, the halt, the waiting room).
+    shared: String,
+}
+
+impl SegmentKeys {
+    fn new(prefix: &str, tag: &str, variant: Option<&str>) -> SegmentKeys {
+        let shared = format!("{prefix}:{{{tag}}}");
+        SegmentKeys {
+            base: match variant {
+                Some(v) => format!("{shared}:~{v}"),
+                None => shared.clone(),
+            },
+            shared,
+        }
+    }
 }
 
 impl KeyLayout {
@@ -68,16 +87,14 @@ impl KeyLayout {
     }
 
     pub fn of(&self, segment: Segment<'_>) -> SegmentKeys {
-        SegmentKeys {
-            base: format!("{}:{{{}}}", self.prefix, segment.tag()),
-        }
+        let variant = segment.layout().variant().map(|v| &**v);
+        SegmentKeys::new(&self.prefix, &segment.tag(), variant)
     }
 
-    /// The activity's own tag `{<act>}`: its meta holds the segment count and newest version.
+    /// The activity's own tag `{<act>}`: its meta holds the segment count and newest version
+    /// (of the lane's variant, for a variant's lane).
     pub fn base(&self, layout: &Layout) -> SegmentKeys {
-        SegmentKeys {
-            base: format!("{}:{{{}}}", self.prefix, layout.id()),
-        }
+        SegmentKeys::new(&self.prefix, layout.id(), layout.variant().map(|v| &**v))
     }
 
     /// Every activity id ever prewarmed (no hash tag: read by background work only).
@@ -107,6 +124,11 @@ impl SegmentKeys {
         format!("{}:{what}", self.base)
     }
 
+    /// A key every stock lane of the activity shares.
+    fn shared(&self, what: &str) -> String {
+        format!("{}:{what}", self.shared)
+    }
+
     /// On the base tag: the version list only an older flashgate wrote (its presence refuses).
     pub fn old_versions(&self) -> String {
         self.key("versions")
@@ -127,35 +149,39 @@ impl SegmentKeys {
 
     /// On the base tag: the waiting room's state (cursor, rate, pause, history, epoch).
     pub fn queue(&self) -> String {
-        self.key("q")
+        self.shared("q")
     }
     /// On the base tag: the waiting room's tickets (user -> number).
     pub fn queue_tickets(&self) -> String {
-        self.key("q:tickets")
+        self.shared("q:tickets")
     }
     /// On the base tag: the places gateways admitted pre-queue tickets at (number -> place).
     pub fn queue_places(&self) -> String {
-        self.key("q:places")
+        self.shared("q:places")
     }
     /// On the base tag: a spent proof-of-work challenge (hex), until it expires.
     pub fn queue_solution(&self, challenge: &str) -> String {
-        self.key(&format!("q:pow:{challenge}"))
+        self.shared(&format!("q:pow:{challenge}"))
     }
     /// On the base tag: the stepped admission's seen (place -> last poll), adm (place -> when
     /// admitted, or skipped) and active (admitted, not bought, not lapsed); see
     /// `lua/queue_lib.lua`.
     pub fn queue_stepped(&self) -> [String; 3] {
-        [self.key("q:seen"), self.key("q:adm"), self.key("q:active")]
+        [
+            self.shared("q:seen"),
+            self.shared("q:adm"),
+            self.shared("q:active"),
+        ]
     }
 
     /// On the base tag: the activity's halt (admin API), for the whole fleet.
     pub fn halt(&self) -> String {
-        self.key("halt")
+        self.shared("halt")
     }
     /// On the base tag: the mark of a halt a gateway made for a fence (a rule lifting the
     /// fence lifts that halt, never an operator's).
     pub fn halt_fence(&self) -> String {
-        self.key("halt:fence")
+        self.shared("halt:fence")
     }
 
     pub fn meta(&self) -> String {
@@ -175,13 +201,13 @@ impl SegmentKeys {
         self.versioned(version, "pending")
     }
     pub fn users(&self) -> String {
-        self.key("users")
+        self.shared("users")
     }
     pub fn reservations(&self) -> String {
         self.key("res")
     }
     pub fn idempotency(&self) -> String {
-        self.key("idem")
+        self.shared("idem")
     }
     pub fn events(&self) -> String {
         self.key("events")
@@ -223,6 +249,17 @@ mod tests {
         let four = Layout::new(Arc::from("1001"), 4);
         let q = k.of(four.segment(2).unwrap());
         assert_eq!(q.users(), "fg:{1001~2/4}:users");
+        let sized = Layout::new(Arc::from("2001"), 2).for_variant(Arc::from("42"));
+        let v = k.of(sized.segment(1).unwrap());
+        assert_eq!(v.stock(1), "fg:{2001~1/2}:~42:v1:stock");
+        assert_eq!(
+            v.users(),
+            "fg:{2001~1/2}:users",
+            "one buyer's units across variants"
+        );
+        assert_eq!(v.idempotency(), "fg:{2001~1/2}:idem");
+        assert_eq!(k.base(&sized).floor(), "fg:{2001}:~42:floor");
+        assert_eq!(k.base(&sized).halt(), "fg:{2001}:halt");
         for (keys, tag) in [
             (p.for_prewarm(3, &[1, 2]), "1001"),
             (q.for_prewarm(1, &[]), "1001~2/4"),

@@ -9,6 +9,11 @@
 //! segment's tag (`{<id>~<n>/<count>}`), so an instance configured with another count finds no
 //! stock key at all (and its prewarm is refused by the claim) instead of selling from a layout
 //! whose buyers live elsewhere.
+//!
+//! A variant of a drop is a stock lane of its own under the activity's tags: its stock, ledger,
+//! records and fence keys carry the variant (`:~<variant>` after the tag), while the buyers'
+//! units and idempotency keys (and the activity's halt and waiting room) stay the activity's,
+//! so one script checks the per-user limit across every variant with the variant's stock.
 
 use crate::config::Activity;
 use std::sync::Arc;
@@ -18,6 +23,10 @@ use std::sync::Arc;
 pub struct Layout {
     id: Arc<str>,
     segments: u32,
+    /// The variant whose stock lane this is (`None`: the activity's own).
+    variant: Option<Arc<str>>,
+    /// The lane's name in memory (`Activity::lane`): the id, or `<id>~<variant>`.
+    lane: Arc<str>,
 }
 
 /// One segment of an activity: hash tag `{<id>}` when it has one, `{<id>~<n>/<count>}` when
@@ -31,14 +40,50 @@ pub struct Segment<'a> {
 impl Layout {
     pub fn new(id: Arc<str>, segments: u32) -> Layout {
         Layout {
+            lane: id.clone(),
             id,
             segments: segments.max(1),
+            variant: None,
         }
     }
 
-    /// The layout an activity's configuration asks for.
+    /// The layout an activity's configuration asks for (of its variant's lane, for a lane).
     pub fn of(activity: &Activity) -> Layout {
-        Layout::new(activity.id.clone(), activity.segments)
+        Layout {
+            variant: activity.variant.clone(),
+            lane: activity.lane.clone(),
+            ..Layout::new(activity.id.clone(), activity.segments)
+        }
+    }
+
+    /// The layout of the stock lane named `lane` (`Activity::lane`: `<id>`, or
+    /// `<id>~<variant>`) with `segments` segments.
+    pub fn of_lane(lane: &str, segments: u32) -> Layout {
+        match lane.split_once('~') {
+            Some((id, variant)) => {
+                Layout::new(Arc::from(id), segments).for_variant(Arc::from(variant))
+            }
+            None => Layout::new(Arc::from(lane), segments),
+        }
+    }
+
+    /// This layout for a variant's stock lane.
+    pub fn for_variant(self, variant: Arc<str>) -> Layout {
+        Layout {
+            lane: Arc::from(format!("{}~{variant}", self.id)),
+            variant: Some(variant),
+            ..self
+        }
+    }
+
+    /// The lane's name in memory (`Activity::lane`).
+    pub fn lane(&self) -> &Arc<str> {
+        &self.lane
+    }
+
+    /// The variant whose stock lane this is.
+    pub fn variant(&self) -> Option<&Arc<str>> {
+        self.variant.as_ref()
     }
 
     pub fn id(&self) -> &Arc<str> {

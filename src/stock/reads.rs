@@ -97,9 +97,10 @@ impl StockStore {
         Ok(found.0 + found.1 + found.2 > 0)
     }
 
-    /// The base tag's meta of an activity id (its segment count), if it was ever prewarmed.
+    /// The base tag's meta of a stock lane (`Activity::lane`: an activity id, or
+    /// `<id>~<variant>`): its segment count, if it was ever prewarmed.
     pub async fn base_meta(&self, id: &str) -> Result<SegmentMeta, StoreError> {
-        let layout = super::Layout::new(std::sync::Arc::from(id), 1);
+        let layout = super::Layout::of_lane(id, 1);
         let fields: Vec<(String, String)> = self
             .query(
                 StoreOp::Read,
@@ -109,10 +110,10 @@ impl StockStore {
         Ok(SegmentMeta::parse(fields))
     }
 
-    /// The newest version of an activity id ever claimed (its floor, kept after every other key
+    /// The newest version of a stock lane (`Activity::lane`) ever claimed (its floor, kept after every other key
     /// expired), if it was ever put on sale.
     pub async fn floor(&self, id: &str) -> Result<Option<u64>, StoreError> {
-        let layout = super::Layout::new(std::sync::Arc::from(id), 1);
+        let layout = super::Layout::of_lane(id, 1);
         self.query(
             StoreOp::Read,
             redis::cmd("GET").arg(self.keys.base(&layout).floor()),

@@ -79,6 +79,8 @@ pub enum Turn {
 pub struct Answer {
     /// Empty with a challenge (no ticket yet).
     pub ticket: String,
+    /// An activity with variants: each, and whether it is still on sale (empty otherwise).
+    pub variants: Vec<Availability>,
     pub status: Status,
     /// With [`Status::Challenge`]: the proof of work to solve for a ticket.
     pub challenge: Option<Box<challenge::Challenge>>,
@@ -86,6 +88,15 @@ pub struct Answer {
     pub draw: Option<Published>,
     /// Seconds until the ticket's cookie should expire (the sale's end).
     pub cookie_max_age_secs: u64,
+}
+
+/// One variant of a drop as a ticket holder sees it: its id, its title, whether units of it
+/// are left (as the last refresh read them: unknown reads as available).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Availability {
+    pub id: Arc<str>,
+    pub title: String,
+    pub available: bool,
 }
 
 /// Tickets admitted this process already counted (per activity, by number): bounded.
@@ -100,6 +111,9 @@ pub struct WaitingRoom<S = StockStore> {
     /// to be written: a reload that changes it writes the new rate to Redis (a restart does
     /// not: an operator's change stands).
     configured_rates: RwLock<HashMap<Arc<str>, (u32, bool)>>,
+    /// Units left of each variant of an activity with variants (by its lane's name,
+    /// `Activity::lane`), as the last refresh read them: which variants a poll lists available.
+    variant_left: RwLock<HashMap<Arc<str>, i64>>,
     /// Tickets seen admitted by this process, counted once.
     admitted: Cache<(Arc<str>, u64), ()>,
     /// The ticket this process last had Redis issue each buyer (per activity): one ticket per
@@ -130,6 +144,7 @@ impl<S: QueueStore> WaitingRoom<S> {
             metrics,
             views: RwLock::default(),
             configured_rates: RwLock::default(),
+            variant_left: RwLock::default(),
             admitted: Cache::builder()
                 .max_capacity(SEEN_CAPACITY)
                 .time_to_live(Duration::from_secs(24 * 3600))
@@ -319,6 +334,7 @@ impl<S: QueueStore> WaitingRoom<S> {
             Err(challenge) => {
                 let answer = Answer {
                     ticket: String::new(),
+                    variants: Vec::new(),
                     status: Status::Challenge,
                     challenge: Some(challenge),
                     draw: None,
@@ -334,6 +350,7 @@ impl<S: QueueStore> WaitingRoom<S> {
         Ok((
             Answer {
                 ticket: raw,
+                variants: self.availability(activity),
                 status,
                 challenge: None,
                 draw: self.published(activity, queue),
@@ -342,6 +359,25 @@ impl<S: QueueStore> WaitingRoom<S> {
             Some(ticket),
             honoured,
         ))
+    }
+
+    /// Each variant of `activity` and whether any of it is left, as last read.
+    fn availability(&self, activity: &Activity) -> Vec<Availability> {
+        if !activity.has_variants() {
+            return Vec::new();
+        }
+        let left = self.variant_left.read();
+        activity
+            .variants
+            .iter()
+            .map(|v| Availability {
+                id: v.id.clone(),
+                title: v.title.clone().unwrap_or_else(|| v.id.to_string()),
+                available: left
+                    .get(format!("{}~{}", activity.id, v.id).as_str())
+                    .is_none_or(|&n| n > 0),
+            })
+            .collect()
     }
 
     /// The ticket this process last had Redis issue `user`, if it is of the queue as it is now.

@@ -116,6 +116,13 @@ pub fn json(answer: &Answer, lang: Lang) -> serde_json::Value {
     if let Some(refresh) = refresh {
         json["refresh_after_ms"] = refresh.into();
     }
+    if !answer.variants.is_empty() {
+        json["variants"] = answer
+            .variants
+            .iter()
+            .map(|v| serde_json::json!({"id": &*v.id, "title": v.title, "available": v.available}))
+            .collect();
+    }
     if let Some(draw) = &answer.draw {
         if let Some(commitment) = &draw.commitment {
             json["draw_commitment"] = commitment.as_str().into();
@@ -165,6 +172,7 @@ mod tests {
 
     fn waiting(position: u64) -> Answer {
         Answer {
+            variants: Vec::new(),
             ticket: "t1.a.1.2.x".into(),
             status: Status::Waiting {
                 position,
@@ -194,6 +202,7 @@ mod tests {
         for status in [Status::SoldOut, Status::Expired, Status::Bought] {
             let v = json(
                 &Answer {
+                    variants: Vec::new(),
                     status,
                     ..waiting(1)
                 },
@@ -203,6 +212,7 @@ mod tests {
         }
         let turn = json(
             &Answer {
+                variants: Vec::new(),
                 status: Status::YourTurn,
                 ..waiting(1)
             },
@@ -246,6 +256,7 @@ mod tests {
         assert_eq!(zh["message"], "您排在第 3 位");
         assert_eq!(en["code"], zh["code"]);
         let bought = Answer {
+            variants: Vec::new(),
             status: Status::Bought,
             ..waiting(1)
         };

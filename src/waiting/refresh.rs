@@ -51,7 +51,9 @@ impl<S: QueueStore> WaitingRoom<S> {
     ) -> Result<(), StoreError> {
         // A segmented activity's units are in other slots: summed here, fresh on every read (one
         // ledger read per segment), so that no gateway holds or frees the cursor on an old sum.
-        let known = if activity.is_segmented() {
+        let known = if activity.has_variants() {
+            self.variants_left(activity).await
+        } else if activity.is_segmented() {
             self.segmented_left(activity).await
         } else {
             None
@@ -69,10 +71,31 @@ impl<S: QueueStore> WaitingRoom<S> {
     /// prewarmed, a newer version on sale there, a failed read): then the queue's hold is left
     /// as it is, never set on a guess.
     async fn segmented_left(&self, activity: &Activity) -> Option<i64> {
-        let layout = crate::stock::Layout::of(activity);
-        let reads = layout
-            .segments()
-            .map(|p| self.store.ledger(p, activity.version));
+        self.layout_left(&crate::stock::Layout::of(activity), activity.version)
+            .await
+    }
+
+    /// Units of the configured version left over every variant of an activity with variants
+    /// (each its own stock lane, its units summed as a segmented activity's are); each
+    /// variant's is kept for the polls' list. `None` when a variant cannot say.
+    async fn variants_left(&self, activity: &Activity) -> Option<i64> {
+        let mut total = Some(0);
+        for v in activity.variants.iter() {
+            let layout = crate::stock::Layout::of(activity).for_variant(v.id.clone());
+            let left = self.layout_left(&layout, activity.version).await;
+            if let Some(left) = left {
+                self.variant_left
+                    .write()
+                    .insert(layout.lane().clone(), left);
+            }
+            total = total.zip(left).map(|(t, l)| t + l);
+        }
+        total
+    }
+
+    /// Units of `version` left over `layout`'s segments, read now.
+    async fn layout_left(&self, layout: &crate::stock::Layout, version: u64) -> Option<i64> {
+        let reads = layout.segments().map(|p| self.store.ledger(p, version));
         let mut total = 0;
         for row in futures_util::future::join_all(reads).await {
             let row = row.ok()?;

@@ -305,7 +305,9 @@ pub async fn state(
     for key in stepped_keys(store, activity) {
         invocation.key(key);
     }
-    if !activity.is_segmented() {
+    // Likewise an activity with variants: each variant's stock is a lane of its own.
+    let elsewhere = activity.is_segmented() || activity.has_variants();
+    if !elsewhere {
         invocation.key(stock_key);
     }
     invocation
@@ -314,7 +316,7 @@ pub async fn state(
         .arg(fresh.epoch)
         .arg(store.expire_at(activity))
         .arg(if set_rate { "1" } else { "0" })
-        .arg(match (activity.is_segmented(), left) {
+        .arg(match (elsewhere, left) {
             (true, Some(left)) => left.to_string(),
             // Not known yet: say nothing about holding.
             (true, None) => "-1".to_owned(),

@@ -459,7 +459,12 @@ async fn a_master_restarted_with_a_new_replication_id_fences() {
     // The first admin call after the restart works: the connection the restart broke is opened
     // again and the resume (idempotent) retried, never answered with the broken pipe.
     let r = gw.admin_post("/v1/activities/1001/resume").await;
-    assert_eq!(r.status, 200, "the first resume after the restart: {}", r.text());
+    assert_eq!(
+        r.status,
+        200,
+        "the first resume after the restart: {}",
+        r.text()
+    );
     buys_again(&gw, "bob").await;
 }
 

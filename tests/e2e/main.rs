@@ -36,4 +36,5 @@ mod sale_hours;
 mod security;
 mod segments;
 mod settling;
+mod variants;
 mod waiting_page;

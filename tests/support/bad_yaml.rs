@@ -696,4 +696,65 @@ pub const BAD: &[Bad] = &[
         patch: &[("rate_limits.per_user", Some("{\"per_day\": 6, \"burst\": 1}"))],
         expect: "unknown field `per_day`, expected one of `per_second`, `per_minute`, `per_hour`",
     },
+    Bad {
+        name: "variants-and-stock",
+        patch: &[("activities.0.variants", Some("[{\"id\": \"42\", \"stock\": 1}]"))],
+        expect: "activities[id=1001].variants: an activity has `stock` or `variants`, not both",
+    },
+    Bad {
+        name: "neither-stock-nor-variants",
+        patch: &[("activities.0.stock", None)],
+        expect: "activities[id=1001].stock: missing: give `stock`, or `variants` with a stock each",
+    },
+    Bad {
+        name: "variants-empty",
+        patch: &[("activities.0.stock", None), ("activities.0.variants", Some("[]")), ("sale_routes.0.variant_query", Some("variant"))],
+        expect: "activities[id=1001].variants: is empty: list at least one variant, or give `stock`",
+    },
+    Bad {
+        name: "variant-twice",
+        patch: &[("activities.0.stock", None), ("activities.0.variants", Some("[{\"id\": \"42\", \"stock\": 1}, {\"id\": \"42\", \"stock\": 2}]")), ("sale_routes.0.variant_query", Some("variant"))],
+        expect: "activities[id=1001].variants[id=42].id: \"42\" is configured twice",
+    },
+    Bad {
+        name: "variant-id-unsafe",
+        patch: &[("activities.0.stock", None), ("activities.0.variants", Some("[{\"id\": \"4 2\", \"stock\": 1}]")), ("sale_routes.0.variant_query", Some("variant"))],
+        expect: "activities[id=1001].variants[].id: \"4 2\" must be 1 to 64 letters, digits, '-' or '_'",
+    },
+    Bad {
+        name: "variant-unknown-field",
+        patch: &[("activities.0.stock", None), ("activities.0.variants", Some("[{\"id\": \"42\", \"stock\": 1, \"colour\": \"red\"}]")), ("sale_routes.0.variant_query", Some("variant"))],
+        expect: "unknown field `colour`, expected one of `id`, `stock`, `title`",
+    },
+    Bad {
+        name: "variant-stock-negative",
+        patch: &[("activities.0.stock", None), ("activities.0.variants", Some("[{\"id\": \"42\", \"stock\": -1}]")), ("sale_routes.0.variant_query", Some("variant"))],
+        expect: "invalid type: integer `-1`, expected u64",
+    },
+    Bad {
+        name: "variants-without-a-route-naming-one",
+        patch: &[("activities.0.stock", None), ("activities.0.variants", Some("[{\"id\": \"42\", \"stock\": 1}]"))],
+        expect: "activities[id=1001].variants: no sale route names a variant",
+    },
+    Bad {
+        name: "variant-query-not-plain",
+        patch: &[("sale_routes.0.variant_query", Some("\"v&x\""))],
+        expect: "sale_routes[0].variant_query: \"v&x\" must be a plain query parameter name",
+    },
+    Bad {
+        name: "variant-query-is-the-quantity",
+        patch: &[("sale_routes.0.variant_query", Some("qty"))],
+        expect: "sale_routes[0].variant_query: \"qty\" is the quantity_query too",
+    },
+    Bad {
+        name: "variant-in-path-and-query",
+        patch: &[("sale_routes.0.path", Some("\"/api/seckill/{activity}/{variant}/buy\"")), ("sale_routes.0.variant_query", Some("variant"))],
+        expect: "sale_routes[0].variant_query: the path names the variant ({variant})",
+    },
+    Bad {
+        name: "variant-twice-in-path",
+        patch: &[("sale_routes.0.path", Some("\"/api/{activity}/{variant}/{variant}\""))],
+        expect: "sale_routes[0].path: \"/api/{activity}/{variant}/{variant}\" may contain {variant} once at most",
+    },
+
 ];

@@ -28,6 +28,9 @@ pub fn store_activity(
     use std::num::NonZeroU32;
     flashgate::config::Activity {
         id: std::sync::Arc::from(id),
+        lane: std::sync::Arc::from(id),
+        variants: std::sync::Arc::from(Vec::new()),
+        variant: None,
         stock,
         version,
         per_user_limit: NonZeroU32::new(limit).unwrap(),

@@ -8,8 +8,14 @@ use serde::Deserialize;
 pub struct ActivitySection {
     /// Activity id as it appears in the sale route path (letters, digits, `-`, `_`).
     pub id: String,
-    /// Units on sale in this version.
-    pub stock: u64,
+    /// Units on sale in this version (or `variants`, one stock each: exactly one of the two).
+    #[serde(default)]
+    pub stock: Option<u64>,
+    /// The sale's variants (sizes, colours), each with its own stock, instead of `stock`: one
+    /// queue and one `per_user_limit` across them all. Adding or removing a variant, or changing
+    /// its stock, is a stock change: it needs a new `version`.
+    #[serde(default)]
+    pub variants: Option<Vec<VariantSection>>,
     /// Stock version: a new number starts a new stock key from `stock` (restock or correction).
     pub version: u64,
     /// Units one user may hold in this activity.
@@ -47,6 +53,20 @@ pub struct ActivitySection {
     /// filled in; without it, a page says what they won.
     #[serde(default)]
     pub success_url: Option<String>,
+}
+
+/// `activities[].variants[]`: one variant of a drop.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VariantSection {
+    /// The variant's id, as a buyer names it (`?variant=42`, or `{variant}` in the path):
+    /// letters, digits, `-`, `_`; unique within the activity.
+    pub id: String,
+    /// Units of this variant on sale in the activity's version.
+    pub stock: u64,
+    /// Shown on the waiting page ("EU 42"); the id when absent.
+    #[serde(default)]
+    pub title: Option<String>,
 }
 
 /// `activities[].queue`: the waiting room.

@@ -417,11 +417,16 @@ impl Default for SoldOutCacheSection {
 pub struct SaleRouteSection {
     /// HTTP method of the purchase request.
     pub method: String,
-    /// Path template; one segment must be `{activity}`.
+    /// Path template; one segment must be `{activity}`; one may be `{variant}` (the variant
+    /// of an activity with variants).
     pub path: String,
     /// Query parameter holding the quantity; absent means 1.
     #[serde(default = "default_quantity_query")]
     pub quantity_query: String,
+    /// Query parameter naming the variant bought (`?variant=42`), for activities with
+    /// variants; a path with `{variant}` names it instead.
+    #[serde(default)]
+    pub variant_query: Option<String>,
 }
 
 fn default_admin_listen() -> String {

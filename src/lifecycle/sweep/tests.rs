@@ -6,6 +6,7 @@ use super::super::tests::{Harness, HOLD};
 use super::*;
 use crate::stock::fake::FakeStore;
 use crate::stock::{Reads, RecordState, ReserveCall, ReserveOutcome, SaleHours};
+use std::sync::Arc;
 use std::time::Duration;
 
 async fn advance(by: Duration) {

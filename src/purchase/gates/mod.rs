@@ -11,6 +11,7 @@ pub mod quantity;
 pub mod reserve;
 pub mod sold_out;
 pub mod user_bucket;
+pub mod variant;
 pub mod waiting_room;
 
 use super::{Attempt, Gate, Parts, Step, Verdict};
@@ -41,6 +42,7 @@ macro_rules! in_order {
 in_order![
     ip_bucket::IpBucket,
     identity::Identity,
+    variant::Variant,
     quantity::Quantity,
     hours::Hours,
     halt::Halt,

@@ -6,6 +6,7 @@ use super::*;
 
 fn waiting_answer() -> waiting::Turn {
     waiting::Turn::Wait(Answer {
+        variants: Vec::new(),
         ticket: "t-1".into(),
         status: Status::Waiting {
             position: 5,
@@ -157,6 +158,7 @@ fn the_gates_run_in_the_documented_order() {
         [
             "IpBucket",
             "Identity",
+            "Variant",
             "Quantity",
             "Hours",
             "Halt",

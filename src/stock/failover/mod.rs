@@ -234,6 +234,7 @@ impl Failover {
     }
 
     /// Why `activity` is fenced, if it is.
+    /// `activity` is a stock lane's name (`Activity::lane`).
     pub fn fence(&self, activity: &str) -> Option<Fence> {
         self.fences.read().get(activity).cloned()
     }
@@ -368,7 +369,7 @@ impl StockStore {
             .fence_lifted
             .with_label_values(&[reason.as_str()])
             .inc();
-        self.failover.record_lift(&activity.id, reason);
+        self.failover.record_lift(&activity.lane, reason);
     }
 
     /// Marks `segment` of `activity` lost (`reason`): a gateway found keys of a version on sale
@@ -466,7 +467,7 @@ impl StockStore {
         let mut fences = self.failover.fences.write();
         match fence {
             Some(fence) => {
-                if fences.get(&activity.id).map(|f| &f.lost) != Some(&fence.lost) {
+                if fences.get(&activity.lane).map(|f| &f.lost) != Some(&fence.lost) {
                     tracing::error!(activity = %activity.id, segment = fence.segment,
                         recorded = %fence.recorded, current = %fence.current,
                         lost = fence.lost.as_deref().unwrap_or("no"),
@@ -474,16 +475,22 @@ impl StockStore {
                          lost what it sold: fenced, not selling until a rule or an operator \
                          lifts it");
                 }
-                fences.insert(activity.id.clone(), fence);
+                fences.insert(activity.lane.clone(), fence);
             }
             None => {
-                fences.remove(&activity.id);
+                fences.remove(&activity.lane);
             }
         }
+        // Of the activity: 1 while any of its stock lanes is fenced.
+        let id = &*activity.id;
+        let any = fences.keys().any(|lane| {
+            lane.strip_prefix(id)
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with('~'))
+        });
         self.redis
             .metrics()
             .activity_fenced
-            .with_label_values(&[&activity.id])
-            .set(i64::from(fences.contains_key(&activity.id)));
+            .with_label_values(&[id])
+            .set(i64::from(any));
     }
 }

@@ -97,7 +97,12 @@ impl StockStore {
                         .watermark(&self.keys.of(segment).master())
                         .seen()
                         .1,
-                );
+                )
+                .arg(if segment.layout().variant().is_some() {
+                    "1"
+                } else {
+                    "0"
+                });
             for v in &others {
                 invocation.arg(*v);
             }

@@ -51,7 +51,12 @@ impl Batches {
         version: u64,
     ) -> (Lane, Arc<[String; 9]>) {
         let shape = segment.layout();
-        let lane = (shape.id().clone(), shape.count(), segment.index(), version);
+        let lane = (
+            shape.lane().clone(),
+            shape.count(),
+            segment.index(),
+            version,
+        );
         if let Some(keys) = self.keys.read().get(&lane) {
             return (lane, keys.clone());
         }
@@ -197,6 +202,9 @@ pub enum ReserveOutcome {
     ReplayQuantityDiffers {
         qty: u32,
     },
+    /// The key's reservation is another variant's (of the same activity): this request is not
+    /// its retry.
+    ReplayOtherVariant,
     /// The key's reservation is pending under another version: asked again (replay only)
     /// with that version's keys, so the replay moves its due time where the sweep reads it.
     OtherVersion {
@@ -285,6 +293,7 @@ impl ReserveOutcome {
             -11 => ReserveOutcome::ReplayQuantityDiffers {
                 qty: u32::try_from(at(1)?).ok()?,
             },
+            -14 => ReserveOutcome::ReplayOtherVariant,
             -12 => ReserveOutcome::OtherVersion {
                 version: unsigned(1)?,
             },

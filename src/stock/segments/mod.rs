@@ -139,7 +139,7 @@ pub async fn prewarm(
     };
     // Which segments were made before (read after the claim, which the base meta outlives).
     let made = if layout.is_segmented() {
-        store.base_meta(&activity.id).await?.made
+        store.base_meta(&activity.lane).await?.made
     } else {
         Vec::new()
     };
@@ -162,7 +162,7 @@ pub async fn prewarm(
     if report.stock_key_removed.is_empty() {
         store
             .failover()
-            .saw_on_sale(&activity.id, activity.version, births);
+            .saw_on_sale(&activity.lane, activity.version, births);
     }
     Ok(Ok(report))
 }
@@ -183,7 +183,7 @@ async fn prewarm_segment(
     }
     let remembered = store
         .failover()
-        .born(&activity.id, activity.version, segment.index());
+        .born(&activity.lane, activity.version, segment.index());
     let (outcome, recounted) = store
         .prewarm(
             segment,
@@ -191,7 +191,9 @@ async fn prewarm_segment(
             layout.share(activity.stock, segment.index()),
             expire_at,
             made_before,
-            store.failover().was_on_sale(&activity.id, activity.version),
+            store
+                .failover()
+                .was_on_sale(&activity.lane, activity.version),
         )
         .await?;
     let lost = match outcome {
@@ -257,7 +259,7 @@ async fn older_than_seen(
 ) -> Result<Option<Refusal>, StoreError> {
     let Some(newest) = store
         .failover()
-        .newest_on_sale(&activity.id)
+        .newest_on_sale(&activity.lane)
         .filter(|&newest| newest > activity.version)
     else {
         return Ok(None);
@@ -283,8 +285,7 @@ async fn claimed(
 ) -> Result<Result<(), Refusal>, StoreError> {
     let id = activity.id.to_string();
     if let Some(first) = store.registered_segments(&activity.id).await? {
-        if first != layout.count() && alive(store, &Layout::new(activity.id.clone(), first)).await?
-        {
+        if first != layout.count() && alive(store, &Layout::of_lane(&activity.lane, first)).await? {
             return Ok(Err(Refusal::SegmentsFixed {
                 id,
                 first,
@@ -316,12 +317,12 @@ pub async fn recorded_layout<S: Reads + ?Sized>(
     store: &S,
     activity: &Activity,
 ) -> Result<Layout, StoreError> {
-    let segments = match store.base_meta(&activity.id).await?.segments {
+    let segments = match store.base_meta(&activity.lane).await?.segments {
         Some(s) => Some(s),
         None => store.registered_segments(&activity.id).await?,
     };
-    Ok(Layout::new(
-        activity.id.clone(),
+    Ok(Layout::of_lane(
+        &activity.lane,
         segments.unwrap_or(activity.segments),
     ))
 }
@@ -373,8 +374,8 @@ pub async fn recorded(
     store: &StockStore,
     activity: &Activity,
 ) -> Result<Option<Recorded>, StoreError> {
-    let base = store.base_meta(&activity.id).await?;
-    let floor = store.floor(&activity.id).await?;
+    let base = store.base_meta(&activity.lane).await?;
+    let floor = store.floor(&activity.lane).await?;
     let Some(version) = base.newest.max(floor) else {
         return Ok(None);
     };

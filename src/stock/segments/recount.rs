@@ -124,7 +124,7 @@ pub async fn recount(
     // On sale from now: if the store forgets it again, it is never made from the YAML.
     store
         .failover()
-        .saw_on_sale(&activity.id, activity.version, births);
+        .saw_on_sale(&activity.lane, activity.version, births);
     store.recounted(activity);
     tracing::warn!(activity = %activity.id, version = activity.version, count = remaining,
         on_sale = done.remaining, taken_off = done.moved,

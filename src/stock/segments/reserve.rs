@@ -65,7 +65,7 @@ impl Reserving for StockStore {
         activity: &Activity,
         fresh_from: Instant,
     ) -> Result<Standing, StoreError> {
-        let key = (activity.id.clone(), activity.version);
+        let key = (activity.lane.clone(), activity.version);
         self.standings()
             .get(key, fresh_from, || async {
                 standing(self, activity).await.map_err(Arc::new)
@@ -138,6 +138,8 @@ pub enum Reserve {
     NotReplayed,
     /// The idempotency key's reservation is for another quantity.
     ReplayQuantityDiffers,
+    /// The idempotency key's reservation is another variant's.
+    ReplayOtherVariant,
     /// Outside the sale's hours by Redis's clock (the gateway's own clock disagreed).
     NotStarted,
     Ended,
@@ -160,7 +162,7 @@ pub async fn standing<S: Reads + ?Sized>(
 ) -> Result<Standing, StoreError> {
     let left = available(store, activity).await?;
     let newest = if left < i64::from(activity.max_per_request.get()) {
-        store.base_meta(&activity.id).await?.newest
+        store.base_meta(&activity.lane).await?.newest
     } else {
         None
     };
@@ -365,6 +367,7 @@ fn answer(
         ReserveOutcome::HoldRanOut => Reserve::HoldRanOut,
         ReserveOutcome::NotReplayed => Reserve::NotReplayed,
         ReserveOutcome::ReplayQuantityDiffers { .. } => Reserve::ReplayQuantityDiffers,
+        ReserveOutcome::ReplayOtherVariant => Reserve::ReplayOtherVariant,
         ReserveOutcome::NotStarted => Reserve::NotStarted,
         ReserveOutcome::Ended => Reserve::Ended,
         ReserveOutcome::LimitExceeded { .. } => Reserve::LimitExceeded,

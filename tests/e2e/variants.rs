@@ -1,0 +1,316 @@
+//! Drops with variants (issue 34), against the real gateway and redis-server: one activity, a
+//! stock per variant, one per-buyer limit across them all (checked in the same script as the
+//! variant's stock), the variant named once by the route, per-variant sold out, restock,
+//! reconcile and gauges, and the JWT's `var`.
+
+use crate::support::*;
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::time::Duration;
+
+const VARIANTS: [(&str, u64); 3] = [("42", 100), ("43", 120), ("44", 80)];
+
+/// A drop "2001" with three variants (`?variant=`), `limit` units per buyer across them.
+fn drop_config(redis: &RedisServer, upstream: &Upstream, limit: u32) -> TestConfig {
+    let mut config = TestConfig::new(
+        redis,
+        upstream,
+        vec![TestActivity::open("2001", 0).limit(limit)],
+    );
+    config.per_user = None;
+    let variants: Vec<Value> = VARIANTS
+        .iter()
+        .map(|(id, stock)| json!({"id": id, "stock": stock, "title": format!("EU {id}")}))
+        .collect();
+    config
+        .set("/activities/0/stock", Value::Null)
+        .set("/activities/0/variants", json!(variants))
+        .set("/sale_routes/0/variant_query", json!("variant"))
+}
+
+fn buy_path(variant: &str) -> String {
+    format!("/api/seckill/2001/buy?variant={variant}")
+}
+
+async fn buy(gw: &GatewayProc, user: &str, variant: &str) -> HttpResponse {
+    request(gw.addr, "POST", &buy_path(variant), &[("X-User-Id", user)]).await
+}
+
+/// The activity's view once nothing of it is pending (every winner confirmed).
+async fn settled(gw: &GatewayProc) -> Value {
+    wait_for_async(
+        "every winner confirmed",
+        Duration::from_secs(10),
+        || async {
+            let view = gw.activity_view("2001").await;
+            (view["pending"] == 0).then_some(view)
+        },
+    )
+    .await
+}
+
+/// The claims of every reservation the backend received.
+async fn sold(upstream: &Upstream) -> Vec<Value> {
+    upstream
+        .requests()
+        .await
+        .iter()
+        .filter_map(|r| r["headers"]["x-flashgate-reservation"].as_str())
+        .map(|token| {
+            jsonwebtoken::dangerous::insecure_decode::<Value>(token)
+                .unwrap()
+                .claims
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_hundred_buyers_at_every_variant_at_once_hold_one_unit_each() {
+    let redis = RedisServer::start();
+    let upstream = Upstream::start();
+    let gw = GatewayProc::start(drop_config(&redis, &upstream, 1));
+    // Every buyer fires a purchase for each of the three variants at once.
+    let requests: Vec<String> = (0..300)
+        .flat_map(|u| {
+            VARIANTS.iter().map(move |(v, _)| {
+                raw_request(
+                    "POST",
+                    &buy_path(v),
+                    &[("X-User-Id", &format!("buyer-{u}"))],
+                )
+            })
+        })
+        .collect();
+    let answers = burst(gw.addr, requests).await;
+    let won = answers.iter().filter(|r| r.status == 200).count();
+    for r in &answers {
+        assert!(
+            matches!(
+                (r.status, r.code().as_str()),
+                (200, _) | (409, "limit_exceeded") | (410, "sold_out") | (503, "unavailable")
+            ),
+            "{} {}",
+            r.status,
+            r.text()
+        );
+    }
+    let claims = sold(&upstream).await;
+    assert_eq!(claims.len(), won, "every winner reached the backend once");
+    let mut per_buyer: HashMap<String, u64> = HashMap::new();
+    let mut per_variant: HashMap<String, u64> = HashMap::new();
+    for c in &claims {
+        assert_eq!(c["act"], "2001", "{c}");
+        *per_buyer
+            .entry(c["sub"].as_str().unwrap().to_owned())
+            .or_default() += c["qty"].as_u64().unwrap();
+        *per_variant
+            .entry(c["var"].as_str().unwrap().to_owned())
+            .or_default() += c["qty"].as_u64().unwrap();
+    }
+    assert!(
+        per_buyer.values().all(|&n| n <= 1),
+        "a buyer over the limit across variants: {per_buyer:?}"
+    );
+    for (v, stock) in VARIANTS {
+        assert!(
+            per_variant.get(v).copied().unwrap_or(0) <= stock,
+            "{per_variant:?}"
+        );
+    }
+    // Every variant's identity exact, in the view and in reconcile (a line per variant).
+    let view = settled(&gw).await;
+    for (v, stock) in VARIANTS {
+        let row = view["variants"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["id"] == v)
+            .unwrap_or_else(|| panic!("variant {v} in {view}"));
+        let sold = per_variant.get(v).copied().unwrap_or(0) as i64;
+        assert_eq!(row["stock"], stock, "{row}");
+        assert_eq!(
+            row["remaining"].as_i64().unwrap() + row["confirmed"].as_i64().unwrap(),
+            stock as i64,
+            "{row}"
+        );
+        assert_eq!(row["confirmed"].as_i64().unwrap(), sold, "{row}");
+    }
+    let table = gw.reconcile_clean();
+    for (v, _) in VARIANTS {
+        assert!(table.contains(&format!("variant={v}")), "{table}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_variant_is_named_once_and_must_be_sold() {
+    let redis = RedisServer::start();
+    let upstream = Upstream::start();
+    let mut config = drop_config(&redis, &upstream, 2);
+    config.activities.push(TestActivity::open("1001", 10));
+    let gw = GatewayProc::start(config);
+    let user = [("X-User-Id", "alice")];
+    for (path, status, code) in [
+        ("/api/seckill/2001/buy", 400, "bad_request"),
+        (
+            "/api/seckill/2001/buy?variant=42&variant=43",
+            400,
+            "bad_request",
+        ),
+        (
+            "/api/seckill/2001/buy?variant=42&Variant=43",
+            400,
+            "bad_request",
+        ),
+        ("/api/seckill/2001/buy?variant=4%32", 400, "bad_request"),
+        ("/api/seckill/2001/buy?variant=99", 404, "unknown_variant"),
+        ("/api/seckill/1001/buy?variant=42", 400, "bad_request"),
+    ] {
+        let r = request(gw.addr, "POST", path, &user).await;
+        assert_eq!(
+            (r.status, r.code().as_str()),
+            (status, code),
+            "{path}: {}",
+            r.text()
+        );
+    }
+    assert!(
+        upstream.requests().await.is_empty(),
+        "nothing refused reached the backend"
+    );
+    // Plain activities sell as before; a variant purchase names the variant in its answer.
+    assert_eq!(gw.buy("1001", "alice", None).await.status, 200);
+    assert_eq!(buy(&gw, "alice", "43").await.status, 200);
+    // A keyed retry is the same purchase: the same reservation; naming another variant is not.
+    let keyed = |v: &'static str| async move {
+        request(
+            gw.addr,
+            "POST",
+            &buy_path(v),
+            &[("X-User-Id", "bob"), ("Idempotency-Key", "k-1")],
+        )
+        .await
+    };
+    let first = keyed("42").await;
+    assert_eq!(first.status, 200, "{}", first.text());
+    let again = keyed("42").await;
+    assert_eq!(again.status, 200, "{}", again.text());
+    let other = keyed("44").await;
+    assert_eq!(
+        (other.status, other.code().as_str()),
+        (400, "bad_request"),
+        "{}",
+        other.text()
+    );
+    let claims = sold(&upstream).await;
+    let bobs: Vec<&Value> = claims.iter().filter(|c| c["sub"] == "bob").collect();
+    assert_eq!(bobs.len(), 2, "{claims:?}");
+    assert_eq!(
+        bobs[0]["jti"], bobs[1]["jti"],
+        "a replay returns the same jti"
+    );
+    assert_eq!(bobs[0]["var"], "42");
+    let plain: Vec<&Value> = claims.iter().filter(|c| c["act"] == "1001").collect();
+    assert!(plain[0].get("var").is_none(), "{:?}", plain[0]);
+    gw.reconcile_clean();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_variant_sold_out_leaves_the_others_on_sale_and_a_restock_sells_it_again() {
+    let redis = RedisServer::start();
+    let upstream = Upstream::start();
+    let mut config = drop_config(&redis, &upstream, 1);
+    config = config.set(
+        "/activities/0/variants",
+        json!([{"id": "42", "stock": 2}, {"id": "43", "stock": 5}]),
+    );
+    let gw = GatewayProc::start(config.clone());
+    // A second gateway of the fleet: news and the restock reach it.
+    let other = GatewayProc::start(config.on_new_ports());
+    for u in 0..2 {
+        assert_eq!(buy(&gw, &format!("a{u}"), "42").await.status, 200);
+    }
+    for g in [&gw, &other] {
+        let r = buy(g, "late", "42").await;
+        assert_eq!(
+            (r.status, r.code().as_str()),
+            (410, "sold_out"),
+            "{}",
+            r.text()
+        );
+        assert!(
+            r.text().contains("42"),
+            "the message names the variant: {}",
+            r.text()
+        );
+        assert_eq!(r.json()["variant"], "42");
+    }
+    assert_eq!(
+        buy(&other, "b0", "43").await.status,
+        200,
+        "another variant still sells"
+    );
+    let view = gw.activity_view("2001").await;
+    assert_eq!(view["sold_out"], false, "{view}");
+    let v42 = &view["variants"][0];
+    assert_eq!(
+        (v42["id"].clone(), v42["sold_out"].clone()),
+        (json!("42"), json!(true))
+    );
+    gw.wait_metric(
+        r#"flashgate_stock_remaining{activity="2001",variant="42"}"#,
+        0.0,
+    )
+    .await;
+
+    // A restock names its variant on an activity with variants.
+    let r = gw
+        .admin_post_json("/v1/activities/2001/restock", r#"{"add": 3}"#)
+        .await;
+    assert_eq!(r.status, 400, "{}", r.text());
+    let r = gw
+        .admin_post_json(
+            "/v1/activities/2001/restock",
+            r#"{"add": 3, "variant": "99"}"#,
+        )
+        .await;
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (404, "unknown_variant"),
+        "{}",
+        r.text()
+    );
+    let r = gw
+        .admin_post_json(
+            "/v1/activities/2001/restock",
+            r#"{"add": 3, "variant": "42"}"#,
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["variants"][0]["remaining"], 3, "{}", r.text());
+    // It sells on every gateway of the fleet (news lifts the other's sold-out mark).
+    let bought = wait_for_async(
+        "the restock sells on the other gateway",
+        Duration::from_secs(10),
+        || async {
+            let r = buy(&other, "c0", "42").await;
+            (r.status == 200).then_some(r)
+        },
+    )
+    .await;
+    assert_eq!(bought.status, 200);
+    assert_eq!(buy(&gw, "c1", "42").await.status, 200);
+    let view = settled(&gw).await;
+    assert_eq!(view["variants"][0]["remaining"], 1, "{view}");
+    assert_eq!(view["variants"][1]["remaining"], 4, "{view}");
+    assert_eq!(view["remaining"], 5, "the activity's: the sum, {view}");
+    gw.wait_metric(
+        r#"flashgate_stock_remaining{activity="2001",variant="43"}"#,
+        4.0,
+    )
+    .await;
+    let table = gw.reconcile_clean();
+    assert!(
+        table.contains("variant=42") && table.contains("variant=43"),
+        "{table}"
+    );
+}
