@@ -9,7 +9,14 @@
 -- KEYS[6] the activity's floor: the newest version ever claimed, the one key that never
 -- expires (one small string per activity id ever sold), so that what was on sale is known after
 -- every other key expired with the retention
+-- KEYS[7] the activity's record of the variants each version was first put on sale with (on
+-- its tag {<id>}, shared by its variants' lanes)
 -- ARGV[1] configured version   ARGV[2] configured segments (segments)   ARGV[3] expire-at (unix s)
+-- ARGV[4] the variant this lane sells ('' for an activity without variants)   ARGV[5] the
+-- configured variants, comma-separated (recorded by the first lane to claim a version)
+--
+-- A variant's lane passes its own records as KEYS[4] and KEYS[5] (users is shared by the
+-- activity's variants: another variant's would say nothing of this lane).
 --
 -- Returns {code, value}:
 --   1 claimed: this version is the newest (value: the version)
@@ -18,6 +25,9 @@
 --  -3 the keys were written by an older flashgate's layout
 --  -4 this version was claimed before and its keys are gone (expired with the retention after
 --     the sale, or removed): it never sells again (value: the version); a new one sells afresh
+--  -5 the variant is not one this version was put on sale with (value: the variants it was):
+--     a variant added under a version already on sale (a restart with an edited YAML) would
+--     put stock on sale the version never had; a new version sells the new set
 
 local meta = redis.call('EXISTS', KEYS[1]) == 1
 if not meta and (redis.call('EXISTS', KEYS[2]) == 1 or redis.call('EXISTS', KEYS[3]) == 1) then
@@ -42,6 +52,15 @@ end
 local newest = redis.call('HGET', KEYS[1], 'version')
 if newest and tonumber(ARGV[1]) < tonumber(newest) then
   return {-2, newest}
+end
+if ARGV[4] ~= '' then
+  local set = redis.call('HGET', KEYS[7], ARGV[1])
+  if not set then
+    redis.call('HSET', KEYS[7], ARGV[1], ARGV[5])
+  elseif not string.find(',' .. set .. ',', ',' .. ARGV[4] .. ',', 1, true) then
+    return {-5, set}
+  end
+  extend(KEYS[7], ARGV[3])
 end
 redis.call('HSET', KEYS[1], 'segments', ARGV[2])
 if not newest or tonumber(ARGV[1]) > tonumber(newest) then

@@ -17,7 +17,10 @@
 -- ARGV[7] the newest life of the segment's records the calling gateway saw ('' none): a new
 --         life starts after it (see new_life in lib.lua)
 -- ARGV[8] '1': a variant's stock lane (src/stock/layout.rs): users and idem are the
---         activity's, shared with its other variants' lanes, and may exist before this lane
+--         activity's, shared with its other variants' lanes, and may exist before this lane;
+--         '2': such a lane, and another variant's lane of the activity was put on sale before
+--         (so users and idem must exist: gone, they are lost, never made again here); '0' or
+--         '' otherwise
 -- ARGV[9..] the other versions
 --
 -- Returns {code, version on sale here, when it went on sale here (unix ms; '' unknown), when
@@ -46,7 +49,7 @@
 -- so extending ends_at mid-sale never lets the stock or its ledger vanish before the rest.
 
 local KNOWN, RECORD, OTHERS = KEYS[12], KEYS[13], 14
-local SHARED, FIRST_OTHER = ARGV[8] == '1', 9
+local SHARED, SIBLINGS, FIRST_OTHER = ARGV[8] == '1' or ARGV[8] == '2', ARGV[8] == '2', 9
 -- When the segment was last recounted (every reply names it: a gateway marking the segment lost
 -- from this reply marks nothing if a recount came since, see master.lua).
 local recount = string.match(redis.call('HGET', KNOWN, 'recount') or '', '|(%d+)$') or ''
@@ -65,7 +68,9 @@ end
 local has_stock = redis.call('EXISTS', KEYS[2]) == 1
 local has_ledger = redis.call('EXISTS', KEYS[3]) == 1
 -- What an earlier prewarm left here besides the meta: the placeholders and the event stream.
--- A variant's lane leaves users and idem out: another variant's prewarm may have made them.
+-- A variant's lane counts users and idem apart: another variant's prewarm may have made them
+-- (before this lane's first prewarm); once this lane or another is on sale they must be there.
+local shared_kept = not SHARED or (marked(KEYS[5]) and marked(KEYS[7]))
 local own = SHARED and {KEYS[6], KEYS[9], KEYS[10], KEYS[11]}
   or {KEYS[5], KEYS[6], KEYS[7], KEYS[9], KEYS[10], KEYS[11]}
 local marks, expected = 0, 0
@@ -84,10 +89,11 @@ if current == '' then
   -- No meta. A segment with nothing in it is new; one that has anything prewarm writes lost
   -- its meta, the only list of the versions it had (their pending reservations, the version to
   -- retire): never adopted, never created over.
-  if marks > 0 or pending_marked or has_stock or has_ledger or ARGV[5] == '1' then
+  if marks > 0 or pending_marked or has_stock or has_ledger or ARGV[5] == '1'
+      or (SIBLINGS and not shared_kept) then
     return {-4, '', '', recount}
   end
-elseif marks < expected or (current == version and not pending_marked)
+elseif marks < expected or not shared_kept or (current == version and not pending_marked)
     or (current == version and has_stock and not has_ledger) then
   return {-4, current, '', recount}
 end

@@ -100,8 +100,10 @@ end
 
 -- The batch's view of what it read and what it will write.
 local prewarmed = records > 0 and marked(USERS)
+-- The idempotency keys must still be there (a lost idem hash would sell a key's purchase twice).
 local whole = prewarmed and of_type(LEDGER, 'hash') and of_type(PENDING, 'zset')
-  and of_type(IDEM, 'hash') and of_type(EVENTS, 'stream') and of_type(RECEIVED, 'hash')
+  and of_type(IDEM, 'hash') and marked(IDEM) and of_type(EVENTS, 'stream')
+  and of_type(RECEIVED, 'hash')
 local left = prewarmed and redis.call('GET', STOCK)
 local stock_exists = left ~= nil and left ~= false
 left = tonumber(left or '0')

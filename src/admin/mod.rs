@@ -168,13 +168,13 @@ impl ServeHttp for AdminApp {
                 None => unknown_activity(),
             },
             (method, ["activities", act, "reservations", id, rest @ ..]) => match activity(act) {
-                // The variant's lane the id names (an id naming none on an activity with
-                // variants, or one it does not sell, is no reservation of it).
-                Some(activity) => match settings.activities.lane(
+                // The variant's lane the id names: one removed since (or the activity's own
+                // lane from before it gained variants) still answers for what Redis holds.
+                Some(activity) => match settings.activities.lane_or_former(
                     &activity.id,
                     crate::reservation::Reservation::variant_of(id),
                 ) {
-                    Some(lane) => self.reservation(lane, id, method, rest).await,
+                    Some(lane) => self.reservation(&lane, id, method, rest).await,
                     None => error(
                         StatusCode::NOT_FOUND,
                         "unknown_reservation",

@@ -409,6 +409,26 @@ impl Activities {
         self.lanes.iter()
     }
 
+    /// The stock lane of `variant` of activity `id` whether the configuration still sells it or
+    /// not: a removed variant, or the activity's own lane from before it gained variants (or a
+    /// variant's, after it lost them), for reading and settling what Redis still holds of it
+    /// (its stock is 0: nothing of it is put on sale).
+    pub fn lane_or_former(&self, id: &str, variant: Option<&str>) -> Option<Arc<Activity>> {
+        if let Some(lane) = self.lane(id, variant) {
+            return Some(lane.clone());
+        }
+        let activity = self.get(id)?;
+        Some(Arc::new(Activity {
+            stock: 0,
+            variant: variant.map(Arc::from),
+            lane: match variant {
+                Some(v) => Arc::from(format!("{id}~{v}")),
+                None => activity.id.clone(),
+            },
+            ..Activity::clone(activity)
+        }))
+    }
+
     /// The stock lane named `lane` ([`Activity::lane`]).
     pub fn lane_named(&self, lane: &str) -> Option<&Arc<Activity>> {
         self.lanes.iter().find(|l| &*l.lane == lane)

@@ -35,9 +35,9 @@ impl<S: LifecycleStore> Lifecycle<S> {
     /// Redis remembers although the configuration dropped them (their holds still run out), each
     /// with the segment count Redis recorded (a configuration that disagrees is refused, but what
     /// is in Redis still settles).
-    /// Each configured stock lane (an activity, or each variant of one) is swept; a removed
-    /// activity only as the registry names it (its id: a removed variant's lane is not reached,
-    /// and its holds are left to expire with its keys).
+    /// Each configured stock lane (an activity, or each variant of one) is swept, and every
+    /// lane the registry names (a removed activity or variant, an activity that gained or lost
+    /// its variants under a new version: their holds still run out).
     async fn layouts(&self) -> Vec<Layout> {
         let settings = self.live.settings();
         let mut ids: BTreeMap<String, Option<u32>> = settings
@@ -47,19 +47,8 @@ impl<S: LifecycleStore> Lifecycle<S> {
             .collect();
         match self.store.registered().await {
             Ok(registered) => {
-                for (id, segments) in registered {
-                    // An activity with variants sweeps as its lanes (its own id has no keys).
-                    if settings
-                        .activities
-                        .get(&id)
-                        .is_some_and(|a| a.has_variants())
-                    {
-                        for lane in settings.activities.lanes_of(&id) {
-                            ids.insert(lane.lane.to_string(), Some(segments));
-                        }
-                    } else {
-                        ids.insert(id, Some(segments));
-                    }
+                for (lane, segments) in registered {
+                    ids.insert(lane, Some(segments));
                 }
             }
             Err(e) => tracing::warn!(error = %e, "activity registry not read"),

@@ -244,8 +244,25 @@ pub async fn reconcile(
         None => settings.activities.lanes().collect(),
     };
     let mut report = Report::default();
-    for activity in activities {
+    for activity in &activities {
         reconcile_activity(store, activity, &mut report).await?;
+    }
+    // Lanes Redis still holds that the configuration no longer sells (a removed variant, the
+    // activity's own lane from before it gained variants): their books must add up too.
+    for (name, _) in store.registered().await? {
+        if activities.iter().any(|a| *a.lane == *name) {
+            continue;
+        }
+        let (id, variant) = match name.split_once('~') {
+            Some((id, v)) => (id, Some(v)),
+            None => (name.as_str(), None),
+        };
+        if only.is_some_and(|o| o != id) {
+            continue;
+        }
+        if let Some(former) = settings.activities.lane_or_former(id, variant) {
+            reconcile_activity(store, &former, &mut report).await?;
+        }
     }
     Ok(report)
 }

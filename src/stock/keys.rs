@@ -30,6 +30,8 @@
 //! <p>:{<tag>}:known         hash    what the gateways know the segment must hold: the most
 //!                                   records seen, the records' epoch, the accepted master's
 //!                                   persistence, a loss found, the last lift and recount
+//! <p>:{<act>}:variants      hash    a drop's variants each version was first put on sale with
+//!                                   (version -> ids), shared by its variants' lanes
 //! <p>:{<act>}:floor         string  the newest version ever claimed: the one key that never
 //!                                   expires (a few bytes per activity id ever sold), so no
 //!                                   version that was on sale sells again after the rest expired
@@ -41,7 +43,7 @@
 //! <p>:{rl~<n>}:<kind>:<h>  string  a fleet-wide token bucket (rate_limits scope: fleet): its
 //!                                   GCRA arrival time (unix us); <h> is the hex FNV-1a of the
 //!                                   user id or IP, <n> its shard; expires once full again
-//! <p>:activities            hash    activity id -> segment count, of every activity prewarmed
+//! <p>:activities            hash    stock lane (activity id, or <id>~<variant>) -> segment count, of every lane prewarmed
 //!                                   (sweeps reach removed ones too; a second record of the count)
 //! ```
 //!
@@ -220,6 +222,11 @@ impl SegmentKeys {
     }
     pub fn acknowledged(&self) -> String {
         self.key("acked")
+    }
+    /// On the base tag, shared by a drop's variants: the variants each version was first put
+    /// on sale with (version -> comma-separated ids; see `lua/claim.lua`).
+    pub fn variant_sets(&self) -> String {
+        self.shared("variants")
     }
     pub fn restocks(&self) -> String {
         self.key("restocks")

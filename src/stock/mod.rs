@@ -43,7 +43,7 @@ pub use scripts::claim::ClaimOutcome;
 pub use scripts::confirm::ConfirmOutcome;
 pub use scripts::deposit::Deposit;
 pub use scripts::halt::Halt;
-pub use scripts::prewarm::PrewarmOutcome;
+pub use scripts::prewarm::{PrewarmOutcome, SharedKeys};
 pub use scripts::release::{ReleaseMode, ReleaseOutcome};
 pub use scripts::reserve::{ReserveCall, ReserveOutcome, SaleHours};
 pub use scripts::restock::RestockOutcome;

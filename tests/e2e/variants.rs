@@ -314,3 +314,157 @@ async fn a_variant_sold_out_leaves_the_others_on_sale_and_a_restock_sells_it_aga
         "{table}"
     );
 }
+
+/// A drop "2001" with `variants` (id, stock), `activity`'s settings otherwise.
+fn drop_with(
+    redis: &RedisServer,
+    upstream: &Upstream,
+    activity: TestActivity,
+    variants: &[(&str, u64)],
+) -> TestConfig {
+    let mut config = TestConfig::new(redis, upstream, vec![activity]);
+    config.per_user = None;
+    let variants: Vec<Value> = variants
+        .iter()
+        .map(|(id, stock)| json!({"id": id, "stock": stock}))
+        .collect();
+    config
+        .set("/activities/0/stock", Value::Null)
+        .set("/activities/0/variants", json!(variants))
+        .set("/sale_routes/0/variant_query", json!("variant"))
+}
+
+/// Asserts that `variant` stays refused (503) for `secs` of prewarm ticks, asked every 100 ms.
+async fn stays_refused(gw: &GatewayProc, user: &str, variant: &str, secs: u64) {
+    let until = std::time::Instant::now() + Duration::from_secs(secs);
+    while std::time::Instant::now() < until {
+        let r = buy(gw, user, variant).await;
+        assert_eq!(r.status, 503, "{variant}: {}", r.text());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Review of issue 34: the buyers' units hash is the activity's, shared by its variants' lanes;
+/// a variant's prewarm made it again (empty) once it was lost, and the limit across variants
+/// started over. Lost, it stops every variant for good (as on an activity without variants).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_buyers_units_hash_stops_every_variant() {
+    let redis = RedisServer::start();
+    let upstream = Upstream::start();
+    let activity = TestActivity::open("2001", 0).limit(1);
+    let config = drop_with(&redis, &upstream, activity, &[("42", 5), ("43", 5)]);
+    let gw = GatewayProc::start(config.prewarm_interval_ms(200));
+    assert_eq!(buy(&gw, "alice", "42").await.status, 200);
+    assert_eq!(buy(&gw, "alice", "43").await.code(), "limit_exceeded");
+    redis.del(&["fg:{2001}:users"]);
+    // Well past several prewarm ticks (200 ms): still refused, both variants.
+    for v in ["43", "42"] {
+        stays_refused(&gw, "alice", v, 1).await;
+    }
+    let (code, table) = gw.reconcile();
+    assert_eq!(code, 1, "{table}");
+}
+
+/// Review of issue 34: a lost idempotency hash let one key reserve twice. Lost, it refuses
+/// every purchase of the activity (a key's purchase cannot be told from a new one).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_idempotency_hash_never_sells_a_key_twice() {
+    let redis = RedisServer::start();
+    let upstream = Upstream::start();
+    let activity = TestActivity::open("2001", 0).limit(2);
+    let config = drop_with(&redis, &upstream, activity, &[("42", 5), ("43", 5)]);
+    let gw = GatewayProc::start(config.prewarm_interval_ms(200));
+    let keyed = || {
+        request(
+            gw.addr,
+            "POST",
+            "/api/seckill/2001/buy?variant=42",
+            &[("X-User-Id", "bob"), ("Idempotency-Key", "k-1")],
+        )
+    };
+    assert_eq!(keyed().await.status, 200);
+    redis.del(&["fg:{2001}:idem"]);
+    let until = std::time::Instant::now() + Duration::from_secs(1);
+    while std::time::Instant::now() < until {
+        let r = keyed().await;
+        assert_eq!(r.status, 503, "{}", r.text());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let jtis: std::collections::HashSet<String> = sold(&upstream)
+        .await
+        .iter()
+        .map(|c| c["jti"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(jtis.len(), 1, "one key, one reservation: {jtis:?}");
+}
+
+/// Review of issue 34: a variant removed under a new version kept its pending holds forever
+/// (the sweep reached configured lanes only), holding its buyers' units across variants. Every
+/// lane Redis registered is swept; the admin API and reconcile still reach it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_removed_variants_hold_still_ends_and_frees_its_buyer() {
+    let redis = RedisServer::start();
+    let upstream = Upstream::start();
+    let activity = TestActivity::explicit("2001", 0, 2).limit(1);
+    let config = drop_with(&redis, &upstream, activity, &[("42", 5), ("44", 5)]);
+    let mut gw = GatewayProc::start(config.clone());
+    assert_eq!(buy(&gw, "alice", "44").await.status, 200);
+    let jti = sold(&upstream).await[0]["jti"].as_str().unwrap().to_owned();
+    let mut next = config.clone();
+    next.activities[0].version = 2;
+    gw.rewrite_config(next.set("/activities/0/variants", json!([{"id": "42", "stock": 5}])));
+    let reload = gw.admin_post("/v1/config/reload").await;
+    assert_eq!(reload.status, 200, "{}", reload.text());
+    // Due at the later of its hold and its forward's longest trip.
+    let path = format!("/v1/activities/2001/reservations/{jti}");
+    wait_for_async(
+        "the removed variant's hold ends",
+        Duration::from_secs(30),
+        || async {
+            let view = gw.admin_get(&path).await;
+            (view.json()["state"] == "released").then_some(())
+        },
+    )
+    .await;
+    assert_eq!(
+        buy(&gw, "alice", "42").await.status,
+        200,
+        "her unit came back"
+    );
+    let table = gw.reconcile_clean();
+    assert!(table.contains("variant=44"), "{table}");
+}
+
+/// Review of issue 34: a restart whose YAML adds a variant under the version already on sale
+/// put its stock on sale; Redis records the variants a version went on sale with (claim.lua),
+/// so the added one is refused whatever the YAML, and the others sell on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_variant_added_under_a_version_on_sale_is_refused() {
+    let redis = RedisServer::start();
+    let upstream = Upstream::start();
+    let activity = TestActivity::open("2001", 0).limit(1);
+    let config = drop_with(&redis, &upstream, activity, &[("42", 5), ("43", 5)]);
+    let mut gw = GatewayProc::start(config.clone());
+    assert_eq!(buy(&gw, "a", "42").await.status, 200);
+    gw.kill();
+    let added = config.on_new_ports().set(
+        "/activities/0/variants",
+        json!([{"id": "42", "stock": 5}, {"id": "43", "stock": 5}, {"id": "44", "stock": 3}]),
+    );
+    let gw = GatewayProc::start(added);
+    let refused = wait_for_async("variant 44 refused", Duration::from_secs(10), || async {
+        let view = gw.activity_view("2001").await;
+        view["variants"][2]["refused"].as_str().map(str::to_owned)
+    })
+    .await;
+    assert!(refused.contains("variant 44"), "{refused}");
+    let r = buy(&gw, "c", "44").await;
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (503, "unavailable"),
+        "{}",
+        r.text()
+    );
+    assert_eq!(buy(&gw, "b", "43").await.status, 200, "the others sell on");
+    assert!(sold(&upstream).await.iter().all(|c| c["var"] != "44"));
+}

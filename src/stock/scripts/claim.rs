@@ -10,15 +10,20 @@ impl KeyLayout {
     /// Keys for `claim.lua`: the base meta, two keys only an older flashgate wrote, the users
     /// and res hashes of the base tag (an unsegmented activity's only segment), then the
     /// activity's floor.
-    pub fn for_claim(&self, layout: &Layout, version: u64) -> [String; 6] {
+    pub fn for_claim(&self, layout: &Layout, version: u64) -> [String; 7] {
         let base = self.base(layout);
         [
             base.meta(),
             base.old_versions(),
             base.old_segments(version),
-            base.users(),
+            // A variant's lane: its own records (the buyers' units are the activity's).
+            match layout.variant() {
+                Some(_) => base.reservations(),
+                None => base.users(),
+            },
             base.reservations(),
             base.floor(),
+            base.variant_sets(),
         ]
     }
 }
@@ -42,6 +47,10 @@ pub enum ClaimOutcome {
     SoldBefore {
         version: u64,
     },
+    /// The variant is not one the version was first put on sale with (`recorded`: those).
+    VariantAdded {
+        recorded: String,
+    },
 }
 
 impl ClaimOutcome {
@@ -59,6 +68,7 @@ impl ClaimOutcome {
             -4 => ClaimOutcome::SoldBefore {
                 version: value?.parse().ok()?,
             },
+            -5 => ClaimOutcome::VariantAdded { recorded: value? },
             _ => return None,
         })
     }
@@ -67,17 +77,28 @@ impl ClaimOutcome {
 impl StockStore {
     /// Checks an activity's configuration against what Redis recorded on its base tag (segment
     /// count, newest version, key layout) and claims the version as the newest.
+    ///
+    /// `variants`: the configured variants of the activity (empty without): the first lane to
+    /// claim a version records them, and a lane whose variant is not among those a version
+    /// was first put on sale with is refused.
     pub async fn claim(
         &self,
         layout: &Layout,
         version: u64,
         expire_at: u64,
+        variants: &[crate::config::Variant],
     ) -> Result<ClaimOutcome, StoreError> {
         let mut invocation = super::CLAIM.prepare_invoke();
         for key in self.keys.for_claim(layout, version) {
             invocation.key(key);
         }
-        invocation.arg(version).arg(layout.count()).arg(expire_at);
+        let set: Vec<&str> = variants.iter().map(|v| &*v.id).collect();
+        invocation
+            .arg(version)
+            .arg(layout.count())
+            .arg(expire_at)
+            .arg(layout.variant().map_or("", |v| &**v))
+            .arg(set.join(","));
         let reply: Vec<Value> = self
             .eval(ScriptName::Prewarm, StoreOp::Prewarm, &invocation)
             .await?;

@@ -54,6 +54,30 @@ pub enum PrewarmOutcome {
     Lost,
 }
 
+/// What is known of a segment before it is prewarmed (see [`StockStore::prewarm`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Past {
+    /// The activity's base meta records the segment as made before.
+    pub made_before: bool,
+    /// This process saw the version on sale (it is never created again).
+    pub seen_on_sale: bool,
+    /// Its buyers' units and idempotency keys are shared with other lanes.
+    pub shared: SharedKeys,
+}
+
+/// Whether a segment's buyers' units and idempotency keys are shared with other stock lanes
+/// (the variants of a drop, see `stock::layout`), and whether one of those was on sale before.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SharedKeys {
+    /// An activity without variants: the segment's own.
+    No,
+    /// A variant's lane, no other variant of the activity put on sale yet: they may be made.
+    First,
+    /// A variant's lane after another variant was put on sale: they must be there (gone, they
+    /// are lost, never made again).
+    AfterSiblings,
+}
+
 impl StockStore {
     /// Puts `version` on sale in one segment with `units`, once (retiring the version before
     /// it), and moves every key's expiry to `expire_at` if that is later. `made_before`: the
@@ -67,9 +91,13 @@ impl StockStore {
         version: u64,
         units: u64,
         expire_at: u64,
-        made_before: bool,
-        seen_on_sale: bool,
+        past: Past,
     ) -> Result<(PrewarmOutcome, u64), StoreError> {
+        let Past {
+            made_before,
+            seen_on_sale,
+            shared,
+        } = past;
         let mut meta = self.meta(segment).await?;
         for _ in 0..PREWARM_ATTEMPTS {
             let others: Vec<u64> = meta
@@ -98,10 +126,10 @@ impl StockStore {
                         .seen()
                         .1,
                 )
-                .arg(if segment.layout().variant().is_some() {
-                    "1"
-                } else {
-                    "0"
+                .arg(match shared {
+                    SharedKeys::No => "0",
+                    SharedKeys::First => "1",
+                    SharedKeys::AfterSiblings => "2",
                 });
             for v in &others {
                 invocation.arg(*v);

@@ -3,8 +3,10 @@
 //! whether anything is left anywhere, and every ledger. Admission and the lifecycle get one
 //! outcome back; they never orchestrate segments themselves. The reserve is in [`reserve`].
 
+use super::scripts::prewarm::Past;
 use super::{
-    ClaimOutcome, Layout, LedgerRow, PrewarmOutcome, Reads, Segment, StockStore, StoreError,
+    ClaimOutcome, Layout, LedgerRow, PrewarmOutcome, Reads, Segment, SharedKeys, StockStore,
+    StoreError,
 };
 use crate::config::transition::Recorded;
 use crate::config::Activity;
@@ -78,6 +80,17 @@ pub enum Refusal {
          over), or keep the sale closed"
     )]
     SoldBefore { id: String, version: u64 },
+    #[error(
+        "activity {id}: variant {variant} is not one version {version} was put on sale with \
+         ({recorded}): a change of the variants is a stock change; raise version to sell the new \
+         set"
+    )]
+    VariantAdded {
+        id: String,
+        variant: String,
+        version: u64,
+        recorded: String,
+    },
 }
 
 impl Refusal {
@@ -96,9 +109,9 @@ impl Refusal {
         match self {
             Refusal::SegmentsFixed { configured, .. } => *configured == activity.segments,
             Refusal::OlderVersion { configured, .. } => *configured == activity.version,
-            Refusal::SoldBefore { version, .. } | Refusal::Lost { version, .. } => {
-                *version == activity.version
-            }
+            Refusal::SoldBefore { version, .. }
+            | Refusal::Lost { version, .. }
+            | Refusal::VariantAdded { version, .. } => *version == activity.version,
             Refusal::OldLayout { .. } | Refusal::Damaged { .. } | Refusal::MayEvict { .. } => true,
         }
     }
@@ -131,7 +144,7 @@ pub async fn prewarm(
         return Ok(Err(refusal));
     }
     store
-        .register(&activity.id, layout.count(), expire_at)
+        .register(&activity.lane, layout.count(), expire_at)
         .await?;
     let mut report = Prewarmed {
         remaining: Some(0),
@@ -143,10 +156,13 @@ pub async fn prewarm(
     } else {
         Vec::new()
     };
+    let shared = shared_keys(store, activity).await?;
     let mut births = Vec::new();
     for segment in layout.segments() {
         let made_before = made.contains(&segment.index());
-        let birth = match prewarm_segment(store, activity, segment, made_before, expire_at).await? {
+        let birth = match prewarm_segment(store, activity, segment, made_before, expire_at, shared)
+            .await?
+        {
             Ok(Some(birth)) => birth,
             Ok(None) => {
                 report.stock_key_removed.push(segment.index());
@@ -167,6 +183,24 @@ pub async fn prewarm(
     Ok(Ok(report))
 }
 
+/// Whether the lane's buyers' units and idempotency keys are shared with other variants, and
+/// whether any of those was put on sale before (its floor: kept after every other key).
+async fn shared_keys(store: &StockStore, activity: &Activity) -> Result<SharedKeys, StoreError> {
+    let Some(variant) = &activity.variant else {
+        return Ok(SharedKeys::No);
+    };
+    for other in activity.variants.iter().filter(|v| v.id != *variant) {
+        if store
+            .floor(&format!("{}~{}", activity.id, other.id))
+            .await?
+            .is_some()
+        {
+            return Ok(SharedKeys::AfterSiblings);
+        }
+    }
+    Ok(SharedKeys::First)
+}
+
 /// One segment of [`prewarm`]: the version's birth there and whether it was created just now,
 /// `None` when its stock key is gone (not created again), or the refusal.
 async fn prewarm_segment(
@@ -175,6 +209,7 @@ async fn prewarm_segment(
     segment: Segment<'_>,
     made_before: bool,
     expire_at: u64,
+    shared: SharedKeys,
 ) -> Result<Result<Option<(u64, bool)>, Refusal>, StoreError> {
     let layout = segment.layout();
     let id = || activity.id.to_string();
@@ -190,10 +225,13 @@ async fn prewarm_segment(
             activity.version,
             layout.share(activity.stock, segment.index()),
             expire_at,
-            made_before,
-            store
-                .failover()
-                .was_on_sale(&activity.lane, activity.version),
+            Past {
+                made_before,
+                seen_on_sale: store
+                    .failover()
+                    .was_on_sale(&activity.lane, activity.version),
+                shared,
+            },
         )
         .await?;
     let lost = match outcome {
@@ -284,7 +322,7 @@ async fn claimed(
     expire_at: u64,
 ) -> Result<Result<(), Refusal>, StoreError> {
     let id = activity.id.to_string();
-    if let Some(first) = store.registered_segments(&activity.id).await? {
+    if let Some(first) = store.registered_segments(&activity.lane).await? {
         if first != layout.count() && alive(store, &Layout::of_lane(&activity.lane, first)).await? {
             return Ok(Err(Refusal::SegmentsFixed {
                 id,
@@ -293,7 +331,10 @@ async fn claimed(
             }));
         }
     }
-    match store.claim(layout, activity.version, expire_at).await? {
+    match store
+        .claim(layout, activity.version, expire_at, &activity.variants)
+        .await?
+    {
         ClaimOutcome::Claimed => Ok(Ok(())),
         ClaimOutcome::SegmentsFixed { first } => Ok(Err(Refusal::SegmentsFixed {
             id,
@@ -307,6 +348,12 @@ async fn claimed(
         })),
         ClaimOutcome::OldLayout => Ok(Err(Refusal::OldLayout { id })),
         ClaimOutcome::SoldBefore { version } => Ok(Err(Refusal::SoldBefore { id, version })),
+        ClaimOutcome::VariantAdded { recorded } => Ok(Err(Refusal::VariantAdded {
+            id,
+            variant: activity.variant.as_deref().unwrap_or_default().to_owned(),
+            version: activity.version,
+            recorded,
+        })),
     }
 }
 
@@ -319,7 +366,7 @@ pub async fn recorded_layout<S: Reads + ?Sized>(
 ) -> Result<Layout, StoreError> {
     let segments = match store.base_meta(&activity.lane).await?.segments {
         Some(s) => Some(s),
-        None => store.registered_segments(&activity.id).await?,
+        None => store.registered_segments(&activity.lane).await?,
     };
     Ok(Layout::of_lane(
         &activity.lane,
@@ -392,7 +439,7 @@ pub async fn recorded(
     }
     let segments = match base.segments {
         Some(s) => Some(s),
-        None => store.registered_segments(&activity.id).await?,
+        None => store.registered_segments(&activity.lane).await?,
     };
     Ok(Some(Recorded {
         version,

@@ -199,7 +199,7 @@ async fn claim(
         Err(refusal) => return Err(RecountError::Refused(refusal)),
     }
     store
-        .register(&activity.id, layout.count(), expire_at)
+        .register(&activity.lane, layout.count(), expire_at)
         .await?;
     Ok(())
 }
