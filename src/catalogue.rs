@@ -291,6 +291,7 @@ crate::label_enum! {
         RetryAfter => "retry_after",
         Order => "order",
         Item => "item",
+        Choose => "choose",
     }
 }
 
@@ -326,6 +327,7 @@ impl Label {
             (Lang::En, RetryAfter) => "You may try again in {n} s.",
             (Lang::En, Order) => "Order reference:",
             (Lang::En, Item) => "Item:",
+            (Lang::En, Choose) => "Choose one to buy:",
             (Lang::Zh, TitleWaiting) => "排队中",
             (Lang::Zh, TitlePaused) => "队列已暂停",
             (Lang::Zh, TitleYourTurn) => "轮到您了",
@@ -351,6 +353,7 @@ impl Label {
             (Lang::Zh, RetryAfter) => "{n} 秒后可以重试。",
             (Lang::Zh, Order) => "订单号：",
             (Lang::Zh, Item) => "商品：",
+            (Lang::Zh, Choose) => "请选择要购买的款式：",
         }
     }
 

@@ -11,7 +11,7 @@ pub mod negotiate;
 use crate::admission::Reply as DecisionReply;
 use crate::catalogue::{Label, Lang};
 use crate::config::{ActivityPage, PagesSettings};
-use crate::waiting::page::{self as queue_page, Landing, POLL_PREFIX};
+use crate::waiting::page::{self as queue_page, Landing, POLL_PREFIX, VARIANT_SLOT};
 use crate::waiting::view::Status;
 use crate::waiting::Answer;
 use minijinja::{context, Environment};
@@ -126,6 +126,24 @@ impl Pages {
                 )
             }
         };
+        // A drop: one purchase form per variant, the buyer's choice at their turn.
+        let choices: Vec<serde_json::Value> = match page.landing {
+            Landing::Purchase { target, .. } if target.contains(VARIANT_SLOT) => json["variants"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|v| {
+                    let id = v["id"].as_str().unwrap_or_default();
+                    serde_json::json!({
+                        "id": id,
+                        "title": v["title"],
+                        "available": v["available"],
+                        "action": target.replace(VARIANT_SLOT, id),
+                    })
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
         let eta_text = match *status {
             Status::Waiting { paused: true, .. } => Some(Label::Paused.text(lang).to_owned()),
             Status::Waiting {
@@ -161,6 +179,7 @@ impl Pages {
             poll_url => poll,
             refresh_secs => refresh_secs,
             purchase => purchase,
+            choices => minijinja::value::Serde(&choices),
             landing_url => landing_url,
             reservation => page.reservation,
             activity => page.sale.id,

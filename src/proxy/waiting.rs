@@ -136,14 +136,23 @@ impl FlashProxy {
 }
 
 /// Where a poller's page goes at their turn: the queue's `landing_url`, else the purchase at
-/// the first sale route.
+/// the first sale route (the first that names a variant, for an activity with variants).
 fn landing(settings: &Settings, activity: &Activity) -> Landing {
+    let routes = &settings.sale_routes;
+    let route = match activity.has_variants() {
+        true => routes.iter().find(|r| r.names_variants()),
+        false => routes.first(),
+    };
     match activity.queue.as_ref().and_then(|q| q.landing_url.clone()) {
         Some(url) => Landing::Url(url),
-        None => match settings.sale_routes.first() {
+        None => match route {
             Some(route) => Landing::Purchase {
                 method: route.method().to_string(),
-                target: route.path_for(&activity.id, None),
+                target: crate::waiting::page::purchase_target(
+                    route,
+                    activity,
+                    &route.path_for(&activity.id, None),
+                ),
             },
             None => Landing::Url("/".to_owned()),
         },

@@ -16,8 +16,33 @@ pub const POLL_PREFIX: &str = "/flashgate/queue/";
 pub enum Landing {
     /// The queue's `landing_url` (the shop's own purchase page).
     Url(String),
-    /// Submit the purchase itself: the sale route's method and target.
+    /// Submit the purchase itself: the sale route's method and target. On an activity with
+    /// variants the target holds [`VARIANT_SLOT`] where the buyer's choice goes (the page
+    /// lists the variants available at their turn).
     Purchase { method: String, target: String },
+}
+
+/// Where a purchase target takes the variant the buyer chooses on the waiting page.
+pub const VARIANT_SLOT: &str = "{variant}";
+
+/// The target the waiting page submits at the buyer's turn: `canonical` (the purchase as
+/// asked) on an activity without variants; on one with variants, the route's path with
+/// [`VARIANT_SLOT`] for the variant (in its `{variant}` segment, or as its `variant_query`),
+/// the choice being the buyer's at their turn. Approximation: the query's other parameters
+/// (a quantity) are not kept: the page buys one unit.
+pub fn purchase_target(
+    route: &crate::config::SaleRoute,
+    activity: &crate::config::Activity,
+    canonical: &str,
+) -> String {
+    if !activity.has_variants() {
+        return canonical.to_owned();
+    }
+    let path = route.path_for(&activity.id, Some(VARIANT_SLOT));
+    match route.variant_query() {
+        Some(name) => format!("{path}?{name}={VARIANT_SLOT}"),
+        None => path,
+    }
 }
 
 /// A buyer held back at a sale route: their answer and where their page goes at their turn

@@ -468,3 +468,78 @@ async fn a_variant_added_under_a_version_on_sale_is_refused() {
     assert_eq!(buy(&gw, "b", "43").await.status, 200, "the others sell on");
     assert!(sold(&upstream).await.iter().all(|c| c["var"] != "44"));
 }
+
+/// One waiting room for the drop: a ticket holder waits while any variant is left (the poll
+/// lists each and whether it is available), buys the variant they choose at their turn, and a
+/// waiting ticket reads `sold_out` only once every variant is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_drops_waiting_room_waits_while_any_variant_is_left() {
+    use crate::queue_support::{poll, TICKET};
+    let redis = RedisServer::start();
+    let upstream = Upstream::start();
+    let activity = TestActivity::open("2001", 0).queue(Queue::admit(1).window_secs(60));
+    let config = drop_with(&redis, &upstream, activity, &[("42", 0), ("43", 1)]);
+    let gw = GatewayProc::start(config);
+    assert_eq!(
+        gw.admin_post("/v1/activities/2001/queue/pause")
+            .await
+            .status,
+        200
+    );
+    // Arrivals need not name a variant: a place first.
+    let mut tickets = Vec::new();
+    for user in ["alice", "carol"] {
+        let r = request(
+            gw.addr,
+            "POST",
+            "/api/seckill/2001/buy",
+            &[("X-User-Id", user)],
+        )
+        .await;
+        assert_eq!(r.status, 202, "{}", r.text());
+        tickets.push(r.json()["ticket"].as_str().unwrap().to_owned());
+    }
+    let listed = wait_for_async("the variants listed", Duration::from_secs(10), || async {
+        let p = poll(&gw, "2001", "carol", &tickets[1]).await;
+        (p["variants"][0]["available"] == false).then_some(p)
+    })
+    .await;
+    assert_eq!(
+        listed["state"], "waiting",
+        "one variant is gone, another is left: {listed}"
+    );
+    assert_eq!(
+        listed["variants"],
+        json!([
+            {"id": "42", "title": "42", "available": false},
+            {"id": "43", "title": "43", "available": true}
+        ])
+    );
+    assert_eq!(
+        gw.admin_post("/v1/activities/2001/queue/resume")
+            .await
+            .status,
+        200
+    );
+    // Alice's turn: a purchase naming no variant cannot take stock; naming 43, it does.
+    let bought = wait_for_async("alice's turn", Duration::from_secs(20), || async {
+        let r = request(
+            gw.addr,
+            "POST",
+            "/api/seckill/2001/buy?variant=43",
+            &[("X-User-Id", "alice"), (TICKET, &tickets[0])],
+        )
+        .await;
+        (r.status == 200).then_some(r)
+    })
+    .await;
+    assert_eq!(bought.status, 200);
+    // Every variant gone: carol's ticket reads sold_out.
+    let last = wait_for_async("carol told sold out", Duration::from_secs(20), || async {
+        let p = poll(&gw, "2001", "carol", &tickets[1]).await;
+        (p["state"] == "sold_out").then_some(p)
+    })
+    .await;
+    assert_eq!(last["code"], "sold_out", "{last}");
+    gw.reconcile_clean();
+}

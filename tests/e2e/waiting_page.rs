@@ -197,3 +197,87 @@ async fn the_challenge_page_solves_the_proof_of_work_and_gets_a_ticket() {
         .call("DELETE", &format!("/session/{}", browser.session), None)
         .await;
 }
+
+/// A drop with variants: at the buyer's turn the waiting page lists the variants (one sold out,
+/// shown but not offered) in the buyer's language, and buys the one they choose.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_waiting_page_lets_the_buyer_choose_a_variant_at_their_turn() {
+    let redis = RedisServer::start();
+    let upstream = Upstream::start();
+    let activity = TestActivity {
+        queue: Some(Queue::admit(1).window_secs(60)),
+        ..TestActivity::open("2001", 0).limit(1)
+    };
+    let mut config = TestConfig::new(&redis, &upstream, vec![activity]);
+    config = config
+        .jwt_identity(Jwt::session_cookie())
+        .set("/activities/0/stock", Value::Null)
+        .set(
+            "/activities/0/variants",
+            json!([{"id": "42", "stock": 0, "title": "EU 42"}, {"id": "43", "stock": 2, "title": "EU 43"}]),
+        )
+        .set("/sale_routes/0/variant_query", json!("variant"));
+    let gw = GatewayProc::start_with_env(config, &[("FLASHGATE_IDENTITY_SECRET", IDENTITY_SECRET)]);
+    let origin = format!("http://{}", gw.addr);
+    let read = "var b = document.querySelectorAll('#variants button'); \
+                return [document.body.getAttribute('data-state'), \
+                document.getElementById('chooser').hidden, \
+                Array.prototype.map.call(b, function (x) { \
+                  return x.getAttribute('data-variant') + (x.disabled ? ':off' : ':on'); }).join(','), \
+                document.getElementById('choose').textContent];";
+    for (user, languages, choose) in [
+        ("alice", "en-US,en", "Choose one to buy:"),
+        ("bob", "zh-CN,zh", "请选择要购买的款式："),
+    ] {
+        let browser = Browser::start_with(true, languages).await;
+        sign_in(&browser, &origin, user).await;
+        // The product page's buy button names no variant: a place in the queue first.
+        press_buy(&browser, "/api/seckill/2001/buy").await;
+        let shown = wait_for_async(
+            "the chooser at the buyer's turn",
+            Duration::from_secs(30),
+            || async {
+                let v = browser.script(read).await;
+                (v[0] == "your_turn" && v[1] == false && v[2] != "").then_some(v)
+            },
+        )
+        .await;
+        assert_eq!(shown[2], "42:off,43:on", "{shown}");
+        assert_eq!(shown[3], choose, "{shown}");
+        browser
+            .screenshot(&format!("waiting-variants-{user}"))
+            .await;
+        browser.click("#variants button[data-variant='43']").await;
+        wait_for_async("the purchase of 43", Duration::from_secs(20), || async {
+            let bought = purchases(&upstream).await.iter().any(|r| {
+                r["headers"]["x-flashgate-reservation"]
+                    .as_str()
+                    .map(|t| {
+                        jsonwebtoken::dangerous::insecure_decode::<Value>(t)
+                            .unwrap()
+                            .claims
+                    })
+                    .is_some_and(|c| c["sub"] == user && c["var"] == "43")
+            });
+            let v = browser.script(read).await;
+            (bought && v[0] == "bought").then_some(())
+        })
+        .await;
+        let _ = browser
+            .call("DELETE", &format!("/session/{}", browser.session), None)
+            .await;
+    }
+    let claims: Vec<Value> = purchases(&upstream)
+        .await
+        .iter()
+        .filter_map(|r| r["headers"]["x-flashgate-reservation"].as_str())
+        .map(|t| {
+            jsonwebtoken::dangerous::insecure_decode::<Value>(t)
+                .unwrap()
+                .claims
+        })
+        .collect();
+    assert_eq!(claims.len(), 2, "{claims:?}");
+    assert!(claims.iter().all(|c| c["var"] == "43"), "{claims:?}");
+    gw.reconcile_clean();
+}

@@ -18,6 +18,11 @@ impl Gate for Reserve {
         if let step @ Step::Answer(_) = super::halt::Halt.check(parts, attempt).await {
             return step;
         }
+        if attempt.activity().has_variants() && attempt.activity().variant.is_none() {
+            // An arrival at a drop's waiting room named no variant: its turn needs one.
+            let missing = crate::admission::BadRequest::VariantMissing;
+            return Step::refuse(crate::admission::Decision::BadRequest(missing));
+        }
         let held_back = attempt.held_back.take();
         let take = Take {
             activity: attempt.activity().clone(),

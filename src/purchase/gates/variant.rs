@@ -1,7 +1,8 @@
 //! Which variant of a drop is bought: named by the route (its `{variant}` path segment, or its
 //! `variant_query` parameter), once, and one the activity sells; the purchase then runs on that
 //! variant's stock lane (every gate after this one reads the lane as the activity bought). An
-//! activity without variants takes a purchase that names none (no I/O).
+//! activity without variants takes a purchase that names none (no I/O). A drop with a waiting
+//! room lets an arrival that names none take its place; the reserve refuses it.
 
 use crate::admission::route::path_variant;
 use crate::admission::{variant, BadRequest, Decision};
@@ -24,6 +25,9 @@ impl Gate for Variant {
         match (activity.has_variants(), named) {
             (false, None) => Step::Pass,
             (false, Some(_)) => Step::refuse(Decision::BadRequest(BadRequest::VariantNotSold)),
+            // A drop's waiting room takes arrivals that name no variant yet (the buyer chooses
+            // at their turn); the reserve refuses a purchase that still names none.
+            (true, None) if activity.queue.is_some() => Step::Pass,
             (true, None) => Step::refuse(Decision::BadRequest(BadRequest::VariantMissing)),
             (true, Some(v)) => {
                 let activities = &parts.rules.settings.activities;

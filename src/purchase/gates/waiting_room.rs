@@ -129,7 +129,11 @@ impl Gate for WaitingRoom {
                     Some(url) => Landing::Url(url.clone()),
                     None => Landing::Purchase {
                         method: method.to_string(),
-                        target: target.to_string(),
+                        target: page::purchase_target(
+                            attempt.asked.route,
+                            attempt.activity(),
+                            &target.to_string(),
+                        ),
                     },
                 };
                 let reply = Box::new(page::Queued { answer, landing });
