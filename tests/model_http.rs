@@ -1,5 +1,7 @@
 //! The model test's generator driving the real binaries: two flashgate processes on one
-//! redis-server in front of the demo backend, over HTTP and the admin API. Fewer, longer
+//! redis-server in front of the demo backend, over HTTP and the admin API. Three activities:
+//! a plain one, a segmented one, and a drop of two variants over two segments (one limit per
+//! buyer across its variants; a keyed retry naming another variant is refused). Fewer, longer
 //! sequences than `tests/model.rs` (each starts real processes), and since time runs for real
 //! here (holds of two seconds run out, sweeps and order lookups run in the background), the
 //! checks are the invariants rather than exact answers:
@@ -33,6 +35,8 @@ enum Op {
         user: usize,
         qty: u32,
         key: Option<u8>,
+        /// The variant bought, on the drop (activity 2).
+        variant: usize,
     },
     /// A purchase in two steps: sent now (written to the gateway), answered at a later
     /// [`Op::Answer`], with other steps in between (the front judges it and the lean exchange
@@ -43,6 +47,7 @@ enum Op {
         user: usize,
         qty: u32,
         key: Option<u8>,
+        variant: usize,
     },
     /// The answer of one purchase sent earlier (none if none is out).
     Answer {
@@ -89,25 +94,27 @@ fn qty() -> impl Strategy<Value = u32> {
 fn op() -> impl Strategy<Value = Op> {
     let gw = 0..2usize;
     prop_oneof![
-        10 => (gw.clone(), 0..2usize, 0..USERS, qty(), proptest::option::weighted(0.5, 0..2u8))
-            .prop_map(|(gw, act, user, qty, key)| Op::Buy { gw, act, user, qty, key }),
-        6 => (gw.clone(), 0..2usize, 0..USERS, qty(), proptest::option::weighted(0.5, 0..2u8))
-            .prop_map(|(gw, act, user, qty, key)| Op::Send { gw, act, user, qty, key }),
+        10 => (gw.clone(), 0..3usize, 0..USERS, qty(), proptest::option::weighted(0.5, 0..2u8), 0..2usize)
+            .prop_map(|(gw, act, user, qty, key, variant)| Op::Buy { gw, act, user, qty, key, variant }),
+        6 => (gw.clone(), 0..3usize, 0..USERS, qty(), proptest::option::weighted(0.5, 0..2u8), 0..2usize)
+            .prop_map(|(gw, act, user, qty, key, variant)| Op::Send { gw, act, user, qty, key, variant }),
         6 => any::<usize>().prop_map(|pick| Op::Answer { pick }),
         2 => (gw.clone(), 0..USERS).prop_map(|(gw, user)| Op::HangUp { gw, user }),
         2 => (prop_oneof![Just(200u16), Just(500), Just(409)], prop_oneof![Just(0u64), Just(200)])
             .prop_map(|(status, delay_ms)| Op::Backend { status, delay_ms }),
         2 => (gw.clone(), any::<usize>()).prop_map(|(gw, pick)| Op::AdminConfirm { gw, pick }),
         2 => (gw.clone(), any::<usize>()).prop_map(|(gw, pick)| Op::AdminRelease { gw, pick }),
-        1 => (gw.clone(), 0..2usize).prop_map(|(gw, act)| Op::Bump { gw, act }),
+        1 => (gw.clone(), 0..3usize).prop_map(|(gw, act)| Op::Bump { gw, act }),
         1 => (gw.clone(), 1..=LIMIT).prop_map(|(gw, limit)| Op::Limit { gw, limit }),
         1 => (gw, any::<bool>()).prop_map(|(gw, older)| Op::Restart { gw, older }),
     ]
 }
 
-const ACTS: [&str; 2] = ["plain", "split"];
+const ACTS: [&str; 3] = ["plain", "split", "drop"];
+/// The drop's variants and their stock.
+const VARIANTS: [(&str, u64); 2] = [("a", 4), ("b", 5)];
 
-fn activities(versions: [u64; 2], limit: u32) -> Vec<TestActivity> {
+fn activities(versions: [u64; 3], limit: u32) -> Vec<TestActivity> {
     vec![
         TestActivity {
             version: versions[0],
@@ -124,6 +131,14 @@ fn activities(versions: [u64; 2], limit: u32) -> Vec<TestActivity> {
             segments: Some(3),
             confirm: Some("explicit"),
             ..TestActivity::open("split", 9)
+        },
+        TestActivity {
+            version: versions[2],
+            per_user_limit: limit,
+            max_per_request: limit.min(2),
+            hold_secs: Some(2),
+            segments: Some(2),
+            ..TestActivity::open("drop", 0)
         },
     ]
 }
@@ -150,7 +165,7 @@ struct Run {
     redis: RedisServer,
     upstream: Upstream,
     gws: Vec<GatewayProc>,
-    versions: [[u64; 2]; 2],
+    versions: [[u64; 3]; 2],
     limits: [u32; 2],
     /// Every reservation id a buyer got, with its activity.
     jtis: Vec<(usize, String)>,
@@ -164,29 +179,44 @@ struct Run {
 fn config(
     run_redis: &RedisServer,
     upstream: &Upstream,
-    versions: [u64; 2],
+    versions: [u64; 3],
     limit: u32,
 ) -> TestConfig {
     let mut c = TestConfig::new(run_redis, upstream, activities(versions, limit));
     c.per_user = None;
+    let variants: Vec<serde_json::Value> = VARIANTS
+        .iter()
+        .map(|(id, stock)| serde_json::json!({"id": id, "stock": stock}))
+        .collect();
+    c = c
+        .set("/activities/2/stock", serde_json::Value::Null)
+        .set("/activities/2/variants", serde_json::json!(variants))
+        .set("/sale_routes/0/variant_query", serde_json::json!("variant"));
     c = c.order_lookup(OrderLookup::new(500, 300));
     c = c.prewarm_interval_ms(300);
     c.read_timeout_ms = 1000;
     c
 }
 
+/// The record of reservation `jti` in the segment `tag` (of the variant the id names).
 fn record(redis: &RedisServer, tag: &str, jti: &str) -> Option<String> {
+    let lane = flashgate::reservation::Reservation::variant_of(jti)
+        .map(|v| format!(":~{v}"))
+        .unwrap_or_default();
     redis::cmd("HGET")
-        .arg(format!("fg:{{{tag}}}:res"))
+        .arg(format!("fg:{{{tag}}}{lane}:res"))
         .arg(jti)
         .query(&mut redis.conn())
         .unwrap()
 }
 
+/// Segments of each activity.
+const SEGMENTS: [u32; 3] = [1, 3, 2];
+
 /// The hash tag of the segment a reservation id names.
 fn tag_of(act: usize, jti: &str) -> String {
     match jti.rsplit_once('.') {
-        Some((_, seg)) => format!("{}~{seg}/3", ACTS[act]),
+        Some((_, seg)) => format!("{}~{seg}/{}", ACTS[act], SEGMENTS[act]),
         None => ACTS[act].to_owned(),
     }
 }
@@ -195,7 +225,7 @@ impl Run {
     async fn start() -> Run {
         let redis = RedisServer::start_durable();
         let upstream = Upstream::start();
-        let base = config(&redis, &upstream, [1, 1], LIMIT);
+        let base = config(&redis, &upstream, [1, 1, 1], LIMIT);
         let mut second = base.clone();
         second = second.on_new_ports();
         let store = stock_store(redis.url(), vec![], Duration::from_secs(2));
@@ -203,7 +233,7 @@ impl Run {
             gws: vec![GatewayProc::start(base), GatewayProc::start(second)],
             redis,
             upstream,
-            versions: [[1, 1]; 2],
+            versions: [[1, 1, 1]; 2],
             limits: [LIMIT; 2],
             jtis: Vec::new(),
             keyed: HashMap::new(),
@@ -239,6 +269,7 @@ impl Run {
                 user,
                 qty,
                 key,
+                variant,
             }
             | Op::Send {
                 gw,
@@ -246,8 +277,9 @@ impl Run {
                 user,
                 qty,
                 key,
+                variant,
             } => {
-                let sent = self.send(gw, act, user, qty, key).await;
+                let sent = self.send(gw, act, user, qty, key, variant).await;
                 if matches!(op, Op::Buy { .. }) {
                     self.take_answer(sent, true).await;
                 } else {
@@ -347,8 +379,9 @@ impl Run {
         user: usize,
         qty: u32,
         key: Option<u8>,
+        variant: usize,
     ) -> Sent {
-        let raw = purchase(act, user, qty, key);
+        let raw = purchase(act, user, qty, key, variant);
         let mut stream = tokio::net::TcpStream::connect(self.gws[gw].addr)
             .await
             .unwrap();
@@ -428,6 +461,8 @@ impl Run {
         for (act, tags) in [
             (0, vec!["plain".to_owned()]),
             (1, (0..3).map(|s| format!("split~{s}/3")).collect()),
+            // The drop's buyers' units are the activity's, across its variants.
+            (2, (0..2).map(|s| format!("drop~{s}/2")).collect::<Vec<_>>()),
         ] {
             let mut held: HashMap<String, u64> = HashMap::new();
             for tag in tags {
@@ -476,11 +511,14 @@ impl Run {
             .json();
         for jti in orders["orders"].as_array().unwrap() {
             let jti = jti.as_str().unwrap();
-            let act = self
-                .jtis
-                .iter()
-                .find(|(_, j)| j == jti)
-                .map_or_else(|| if jti.contains('.') { 1 } else { 0 }, |(a, _)| *a);
+            let act = self.jtis.iter().find(|(_, j)| j == jti).map_or_else(
+                || match (jti.contains('~'), jti.contains('.')) {
+                    (true, _) => 2,
+                    (false, true) => 1,
+                    (false, false) => 0,
+                },
+                |(a, _)| *a,
+            );
             let rec = record(&self.redis, &tag_of(act, jti), jti).unwrap_or_default();
             // An admin release (a cancelled order) is the backend's own doing.
             assert!(
@@ -492,10 +530,13 @@ impl Run {
     }
 }
 
-/// A purchase request as a buyer's client writes it.
-fn purchase(act: usize, user: usize, qty: u32, key: Option<u8>) -> String {
+/// A purchase request as a buyer's client writes it (naming `variant` on the drop).
+fn purchase(act: usize, user: usize, qty: u32, key: Option<u8>, variant: usize) -> String {
     let user_id = format!("u{user}");
-    let path = format!("/api/seckill/{}/buy?qty={qty}", ACTS[act]);
+    let mut path = format!("/api/seckill/{}/buy?qty={qty}", ACTS[act]);
+    if act == 2 {
+        path.push_str(&format!("&variant={}", VARIANTS[variant].0));
+    }
     let key_header = key.map(|k| format!("key-{k}"));
     let mut headers = vec![("X-User-Id", user_id.as_str())];
     if let Some(k) = &key_header {
@@ -558,6 +599,7 @@ fn keyed_retries_in_two_steps_get_the_same_reservation() {
         user,
         qty,
         key,
+        variant: 0,
     };
     let send = |gw, user, key| Op::Send {
         gw,
@@ -565,6 +607,7 @@ fn keyed_retries_in_two_steps_get_the_same_reservation() {
         user,
         qty: 1,
         key,
+        variant: 0,
     };
     let ops = [
         buy(0, 0, 1, Some(0)),
@@ -582,4 +625,28 @@ fn keyed_retries_in_two_steps_get_the_same_reservation() {
     let keyed = play(&ops);
     // u0's key won one reservation, whatever its retries were answered.
     assert_eq!(keyed.get(&(0, 0, 0)).map(Vec::len), Some(1), "{keyed:?}");
+}
+
+/// The drop: one idempotency key retried naming the other variant is not its retry (400), and
+/// the retry naming the same variant gets the same reservation; the buyer's units across both
+/// variants stay within the limit.
+#[test]
+fn a_keyed_retry_on_the_drop_keeps_its_variant() {
+    let buy = |gw, user, key, variant| Op::Buy {
+        gw,
+        act: 2,
+        user,
+        qty: 1,
+        key,
+        variant,
+    };
+    let ops = [
+        buy(0, 0, Some(0), 0),
+        buy(1, 0, Some(0), 1),
+        buy(1, 0, Some(0), 0),
+        buy(0, 0, None, 1),
+        buy(0, 0, None, 1),
+    ];
+    let keyed = play(&ops);
+    assert_eq!(keyed.get(&(2, 0, 0)).map(Vec::len), Some(1), "{keyed:?}");
 }
