@@ -89,6 +89,15 @@ impl AdminApp {
                 "{remaining} units are on sale: adding {units} would pass 2^53 - 1, the largest \
                  stock kept exact"
             )),
+            Ok(RestockOutcome::OtherVariant { variant }) => error(
+                StatusCode::CONFLICT,
+                "key_used",
+                &format!(
+                    "this Idempotency-Key restocked variant {variant} of {} already: nothing \
+                     added; use a new key for another variant",
+                    parent.id
+                ),
+            ),
             Ok(RestockOutcome::Damaged) => conflict(&format!(
                 "the ledger of version {} of {} is gone: the segment is damaged, nothing added",
                 activity.version, activity.id

@@ -31,6 +31,10 @@ pub struct Forgotten {
 /// that a segment being made just then is never taken for a lost one).
 pub struct Context {
     activity: Arc<str>,
+    /// `activity` and its variant, as the table names the lane (`2001 variant=42`).
+    label: Arc<str>,
+    /// What a recount of the lane adds to `{"remaining": N}` (`, "variant": "42"`).
+    recount_extra: String,
     /// The newest version claimed (the floor, or the base meta's newer claim).
     claimed: Option<u64>,
     /// Segments the base meta of a split activity records as made.
@@ -48,8 +52,17 @@ impl Context {
     ) -> Result<Context, StoreError> {
         store.read_clock().await?;
         let base = store.base_meta(&activity.lane).await?;
+        let (label, recount_extra) = match &activity.variant {
+            Some(v) => (
+                Arc::from(format!("{} variant={v}", activity.id)),
+                format!(", \"variant\": \"{v}\""),
+            ),
+            None => (activity.id.clone(), String::new()),
+        };
         Ok(Context {
             activity: activity.id.clone(),
+            label,
+            recount_extra,
             claimed: store.floor(&activity.lane).await?.max(base.newest),
             made: base.made,
             segmented,
@@ -63,12 +76,13 @@ impl Context {
             format!(
                 "LOST ({reason}, found {}): Redis holds {} reservation records, the gateways saw \
                  {} (behind by {}); nothing sells until POST /v1/activities/{}/resume with \
-                 {{\"remaining\": N}}, N the stock less the backend's orders (reconcile --orders)",
+                 {{\"remaining\": N{}}}, N the stock less the backend's orders (reconcile --orders)",
                 at_text(*at),
                 known.held,
                 known.seen,
                 known.behind_by(),
-                self.activity
+                self.activity,
+                self.recount_extra
             )
         } else if known.behind_by() > 0 {
             format!(
@@ -82,9 +96,10 @@ impl Context {
             format!(
                 "DAMAGED: its {} hash lost its placeholder (evicted, deleted or edited by hand): \
                  its entries cannot be trusted; nothing sells here until POST \
-                 /v1/activities/{}/resume with {{\"remaining\": N}} counts them again",
+                 /v1/activities/{}/resume with {{\"remaining\": N{}}} counts them again",
                 known.unmarked.join(" and "),
-                self.activity
+                self.activity,
+                self.recount_extra
             )
         } else {
             format!(
@@ -94,7 +109,7 @@ impl Context {
             )
         };
         Some(Forgotten {
-            activity: self.activity.clone(),
+            activity: self.label.clone(),
             segment: index,
             what,
         })

@@ -228,8 +228,10 @@ impl SegmentKeys {
     pub fn variant_sets(&self) -> String {
         self.shared("variants")
     }
+    /// The book of restocks (Idempotency-Key -> what it added): the activity's, shared by a
+    /// drop's variants (one key restocks one variant, see `lua/restock.lua`).
     pub fn restocks(&self) -> String {
-        self.key("restocks")
+        self.shared("restocks")
     }
 
     // The KEYS of each script, in the order the script declares them, are in its module

@@ -308,6 +308,22 @@ async fn a_variant_sold_out_leaves_the_others_on_sale_and_a_restock_sells_it_aga
         4.0,
     )
     .await;
+    // One restock key restocks one variant once: the same key naming another is refused.
+    let keyed = |variant: &str| format!(r#"{{"add": 2, "variant": "{variant}"}}"#);
+    let r = gw.restock("2001", &keyed("43"), Some("r-1")).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let r = other.restock("2001", &keyed("42"), Some("r-1")).await;
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (409, "key_used"),
+        "{}",
+        r.text()
+    );
+    let r = other.restock("2001", &keyed("43"), Some("r-1")).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let view = gw.activity_view("2001").await;
+    assert_eq!(view["variants"][0]["remaining"], 1, "{view}");
+    assert_eq!(view["variants"][1]["remaining"], 6, "added once: {view}");
     let table = gw.reconcile_clean();
     assert!(
         table.contains("variant=42") && table.contains("variant=43"),

@@ -2,7 +2,7 @@
 //! `Idempotency-Key`. Its keys (in the order the script declares them), its arguments and its
 //! reply, in one place; the script itself is in the registry (`super`).
 
-use super::super::records::int;
+use super::super::records::{int, string};
 use super::super::{ScriptName, Segment, SegmentKeys, StockStore, StoreError, StoreOp};
 use redis::Value;
 
@@ -18,7 +18,7 @@ impl SegmentKeys {
 }
 
 /// What a restock did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RestockOutcome {
     /// The units were added: `remaining` in the segment now.
     Added { remaining: u64 },
@@ -30,6 +30,8 @@ pub enum RestockOutcome {
     Damaged,
     /// The stock (`remaining` now) or the ledger's count would pass 2^53 - 1: nothing changed.
     TooMany { remaining: u64 },
+    /// The idempotency key restocked another variant of the drop (named): nothing changed.
+    OtherVariant { variant: String },
 }
 
 impl StockStore {
@@ -52,7 +54,8 @@ impl StockStore {
             .arg(idempotency_key.unwrap_or(""))
             .arg(version)
             .arg(expire_at)
-            .arg(self.events_maxlen);
+            .arg(self.events_maxlen)
+            .arg(segment.layout().variant().map_or("", |v| &**v));
         let reply: Vec<Value> = self
             .eval(ScriptName::Restock, StoreOp::Restock, &invocation)
             .await?;
@@ -63,6 +66,9 @@ impl StockStore {
             Some(-1) => Some(RestockOutcome::NotOnSale),
             Some(-2) => Some(RestockOutcome::Damaged),
             Some(-3) => remaining().map(|remaining| RestockOutcome::TooMany { remaining }),
+            Some(-4) => Some(RestockOutcome::OtherVariant {
+                variant: string(reply.get(1)).unwrap_or_default(),
+            }),
             _ => None,
         };
         outcome.ok_or_else(|| StoreError::protocol(ScriptName::Restock, reply))
