@@ -33,7 +33,9 @@
 -- Returns {1, life, remaining, moved, birth}: birth = when the version went on sale here (unix
 -- ms: kept if the meta still knew, else now); moved = what this recount added to the version's
 -- `recounted` (units taken off sale; negative: put on sale); {-2, current}: a newer version is
--- on sale here; {-3, current}: another version is on sale here (the configured one never was).
+-- on sale here; {-3, current}: another version is on sale here (the configured one never was);
+-- {-4, ''}: a variant's lane whose buyers' units (the activity's, shared by its variants) are
+-- lost: a count of one variant cannot rebuild them (nothing changed).
 
 local META, STOCK, LEDGER, PENDING, USERS, RES, IDEM, EVENTS, TRANSFERS, RECEIVED, ACKED, KNOWN,
   RECORD = unpack(KEYS, 1, 13)
@@ -56,9 +58,7 @@ local users_lost = not marked(USERS)
 -- would forget their units in the other variants and let them pass the per-user limit.
 local shared = string.sub(RES, 1, #RES - #':res') ~= string.sub(USERS, 1, #USERS - #':users')
 if users_lost and shared then
-  return redis.error_reply('recount: the buyers\' units, shared by every variant of the '
-    .. 'activity, are lost: a count of one variant cannot rebuild them; sell under a new '
-    .. 'activity id')
+  return {-4, ''}
 end
 local counted = {}
 if users_lost then

@@ -559,3 +559,50 @@ async fn the_drops_waiting_room_waits_while_any_variant_is_left() {
     assert_eq!(last["code"], "sold_out", "{last}");
     gw.reconcile_clean();
 }
+
+/// A drop whose store was flushed: nothing sells twice (every variant fenced), reconcile
+/// names the variants, a plain resume is refused, and a variant's recount says why it cannot
+/// be (the buyers' units across variants are gone with the flush): 409, never 503.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flushed_drop_sells_nothing_twice_and_says_why() {
+    let redis = RedisServer::start();
+    let upstream = Upstream::start();
+    let activity = TestActivity::open("2001", 0).limit(1);
+    let config = drop_with(&redis, &upstream, activity, &[("42", 3), ("43", 3)]);
+    let gw = GatewayProc::start(config);
+    assert_eq!(buy(&gw, "a", "42").await.status, 200);
+    assert_eq!(buy(&gw, "b", "43").await.status, 200);
+    let _: () = redis::cmd("FLUSHALL").query(&mut redis.conn()).unwrap();
+    wait_for_async("the loss found", Duration::from_secs(10), || async {
+        let view = gw.activity_view("2001").await;
+        view["fenced"]["lost"].as_str().map(str::to_owned)
+    })
+    .await;
+    for (user, v) in [("c", "42"), ("d", "43"), ("a", "43")] {
+        let r = buy(&gw, user, v).await;
+        assert_eq!(r.status, 503, "{v}: {}", r.text());
+    }
+    let (code, table) = gw.reconcile();
+    assert_eq!(code, 1, "{table}");
+    assert!(table.contains("variant=42"), "{table}");
+    let r = gw.admin_post("/v1/activities/2001/resume").await;
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (409, "store_lost_sales"),
+        "{}",
+        r.text()
+    );
+    let r = gw
+        .admin_post_json(
+            "/v1/activities/2001/resume",
+            r#"{"remaining": 2, "variant": "42"}"#,
+        )
+        .await;
+    assert_eq!(r.status, 409, "{}", r.text());
+    assert!(r.text().contains("new activity id"), "{}", r.text());
+    assert_eq!(
+        sold(&upstream).await.len(),
+        2,
+        "nothing sold after the flush"
+    );
+}

@@ -40,6 +40,9 @@ pub enum SegmentRecount {
     },
     /// Another version than the one recounted is on sale here (`current`): nothing changed.
     OtherVersion { current: u64 },
+    /// A variant's lane whose buyers' units (shared by the activity's variants) are lost: one
+    /// variant's records cannot rebuild them; nothing changed.
+    SharedUnitsLost,
 }
 
 impl StockStore {
@@ -99,6 +102,7 @@ impl StockStore {
                 _ => None,
             },
             Some(-2 | -3) => other(),
+            Some(-4) => Some(SegmentRecount::SharedUnitsLost),
             _ => None,
         };
         outcome.ok_or_else(|| StoreError::protocol(ScriptName::Recount, reply))

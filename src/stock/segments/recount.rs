@@ -58,6 +58,12 @@ pub enum RecountError {
         version: u64,
         current: u64,
     },
+    #[error(
+        "the buyers' units of {activity}, shared by all its variants, are lost: a count of one \
+         variant cannot rebuild them (the per-buyer limit across variants would start over); \
+         sell under a new activity id"
+    )]
+    SharedUnitsLost { activity: String },
 }
 
 /// What a recount did.
@@ -115,6 +121,11 @@ pub async fn recount(
             }
             SegmentRecount::OtherVersion { current } => {
                 return Err(other_version(activity, segment.index(), current))
+            }
+            SegmentRecount::SharedUnitsLost => {
+                return Err(RecountError::SharedUnitsLost {
+                    activity: activity.id.to_string(),
+                })
             }
         }
         if layout.is_segmented() {
