@@ -18,6 +18,7 @@
 --                     less than was sold (reason behind or keys_lost)
 --           lifted    '<reason>|<at>': the last fence a rule lifted
 --           recount   '<units>|<at>': the last recount (recount.lua)
+--           run       the run_id (INFO server) of the process the master was accepted under
 --           life      the life of the records a recount or a newer version put on sale over a
 --                     loss started (recount.lua, prewarm.lua): the only lives that may follow
 --                     one a gateway saw while the sale goes on
@@ -45,7 +46,8 @@
 --   'lost'      the segment holds less than was sold (detail: the reason): only a recount or a
 --               newer version lifts it; a plain accept is refused
 --   'accepted'  ARGV[3] accept: recorded now
---   'lifted'    a fence lifted by a rule (detail: durable_restart or replicas_acknowledged)
+--   'lifted'    a fence lifted by a rule (detail: durable_restart, replicas_acknowledged or
+--               same_process)
 -- held: the records the segment holds now, life: theirs.
 
 local RECORD, KNOWN, RES = KEYS[1], KEYS[2], KEYS[3]
@@ -58,7 +60,8 @@ local seen_version = tonumber(ARGV[10]) or 0
 local info = redis.call('INFO', 'replication')
 local current = replid_in(info)
 local recorded = redis.call('GET', RECORD)
-local k = redis.call('HMGET', KNOWN, 'hw', 'persist', 'fenced_at', 'lost', 'recount', 'life')
+local k = redis.call('HMGET', KNOWN, 'hw', 'persist', 'fenced_at', 'lost', 'recount', 'life',
+  'run')
 local persist, fenced_at, lost = k[2], tonumber(k[3] or ''), k[4]
 local held, life = records_of(RES)
 local now = now_ms()
@@ -125,8 +128,19 @@ local function lost_reason()
   return string.match(lost or '', '^[^|]*|([^|]*)') or 'lost'
 end
 
--- The accepted master's persistence, as read now (written only when it changed).
+-- The process answering now (INFO server's run_id: a restart or another server has another).
+local function run_id()
+  return string.match(redis.call('INFO', 'server'), 'run_id:(%w+)') or ''
+end
+
+-- The accepted master's process (written only when it changed), then its persistence, as read
+-- now.
 local function record_persistence()
+  local run = run_id()
+  if run ~= '' and run ~= k[7] then
+    redis.call('HSET', KNOWN, 'run', run)
+    extend(KNOWN, expire_at)
+  end
   if persistence == '' then
     return
   end
@@ -149,17 +163,23 @@ end
 --     master_replid2), having run with appendonly yes and appendfsync always as recorded (it
 --     acknowledged nothing it had not written to disk);
 --   replicas_acknowledged: a promoted replica of the recorded master, while every gateway waits
---     for at least as many replicas as that master ever had connected (redis.ack_replicas).
+--     for at least as many replicas as that master ever had connected (redis.ack_replicas);
+--   same_process: the very process the master was accepted under (its run_id), never a replica
+--     since (master_replid2 unset): Redis gave itself a new replication id without losing
+--     anything (its first replica attached, and it made a backlog under a new id).
 local function lift_rule()
   if not fenced_at or now - fenced_at < settle_ms or not recorded or held < most
       or not marked(RES) then
     return nil
   end
+  local replid2 = string.match(info, 'master_replid2:(%w+)') or ''
+  if k[7] and k[7] == run_id() and string.match(replid2, '^0+$') then
+    return 'same_process'
+  end
   local id, aof, fsync, replicas = string.match(persist or '', '^(%w+)|([^|]*)|([^|]*)|(%d+)$')
   if id ~= recorded then
     return nil
   end
-  local replid2 = string.match(info, 'master_replid2:(%w+)') or ''
   if replid2 ~= recorded and aof == 'yes' and fsync == 'always' then
     return 'durable_restart'
   end

@@ -254,7 +254,7 @@ metrics! {
         "1 while an activity is fenced: the Redis master its stock was accepted under was replaced (a replica promoted, a restart under a new replication id); it sells nothing until reconciled and resumed.";
     /// Fences lifted, by the rule or the call that lifted them.
     fence_lifted: IntCounterVec = "flashgate_fence_lifted_total" ["reason"],
-        "Failover fences lifted, by why: durable_restart (the same server, appendfsync always, holding every record), replicas_acknowledged (a promoted replica every winner was acknowledged by, redis.ack_replicas), resume (an operator's POST .../resume), recount (a resume with the counted remaining stock).";
+        "Failover fences lifted, by why: durable_restart (the same server, appendfsync always, holding every record), replicas_acknowledged (a promoted replica every winner was acknowledged by, redis.ack_replicas), same_process (the master's own process gave itself a new replication id, as on its first replica), resume (an operator's POST .../resume), recount (a resume with the counted remaining stock).";
     /// 1 when Redis may evict keys (maxmemory-policy not noeviction), 0 when not, -1 unknown.
     redis_may_evict: IntGauge = "flashgate_redis_may_evict" [],
         "1 when Redis's maxmemory-policy may evict flashgate's keys (anything but noeviction; a lost key can sell units twice), 0 when noeviction, -1 unknown.";

@@ -485,13 +485,19 @@ async fn a_fenced_activity_stands_its_waiting_room_until_resumed() {
             .query::<Option<String>>(&mut redis.conn())
             .unwrap()
     });
-    // The record names another master: what a promoted replica (or a restart under a new
-    // replication id) shows.
+    // The record names another master, accepted under another process: what a promoted
+    // replica (or a restart under a new replication id) shows.
     let _: () = redis::cmd("SET")
         .arg("fg:{1001}:master")
         .arg("0000000000000000000000000000000000000000")
         .arg("EX")
         .arg(600)
+        .query(&mut redis.conn())
+        .unwrap();
+    let _: () = redis::cmd("HSET")
+        .arg("fg:{1001}:known")
+        .arg("run")
+        .arg("another-process")
         .query(&mut redis.conn())
         .unwrap();
     gw.metrics_when(|m| fenced_gauge(m) == Some(1)).await;
@@ -618,5 +624,41 @@ async fn a_promoted_replica_every_winner_reached_sells_on_by_itself() {
         .query(&mut replica.conn())
         .unwrap();
     assert_eq!(stock, 20 - sold, "nothing sold twice");
+    gw.reconcile_clean();
+}
+
+/// A master's first replica makes it take a new replication id (Redis creates its backlog under
+/// a new id): the same process, nothing lost. The fence it raises lifts itself (`same_process`)
+/// and the sale goes on without an operator.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_masters_first_replica_stops_the_sale_only_for_a_moment() {
+    let redis = RedisServer::start();
+    let upstream = Upstream::start();
+    let mut config = TestConfig::new(&redis, &upstream, vec![TestActivity::open("1001", 100)]);
+    config.per_user = None;
+    let gw = GatewayProc::start(config);
+    let before = info(&redis, "master_replid");
+    wait_for("the identity recorded", Duration::from_secs(20), || {
+        redis::cmd("GET")
+            .arg("fg:{1001}:master")
+            .query::<Option<String>>(&mut redis.conn())
+            .unwrap()
+            .filter(|id| *id == before)
+    });
+    assert_eq!(gw.buy("1001", "alice", None).await.status, 200);
+    let replica = RedisServer::start();
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("127.0.0.1")
+        .arg(addr_of(&redis).port())
+        .query(&mut replica.conn())
+        .unwrap();
+    wait_for("a new replication id", Duration::from_secs(20), || {
+        (info(&redis, "master_replid") != before).then_some(())
+    });
+    // Fenced meanwhile (a new id is all the gateway sees), never sold twice.
+    gw.metrics_when(|m| fenced_gauge(m) == Some(1)).await;
+    gw.wait_metric("flashgate_fence_lifted_total{reason=\"same_process\"}", 1.0)
+        .await;
+    buys_again(&gw, "bob").await;
     gw.reconcile_clean();
 }

@@ -23,7 +23,9 @@
 //!   `appendonly yes` and `appendfsync always` as the gateways last read it: it acknowledged
 //!   nothing it had not written to disk) or `replicas_acknowledged` (a promoted replica, while
 //!   `redis.ack_replicas` covers every replica the old master had: every winner was on it before
-//!   it was answered). Any other fence stays until an operator's resume, as before.
+//!   it was answered), or `same_process` (the very process the master was accepted under, by
+//!   its run_id, and no replica since: Redis gave itself a new replication id, as it does when
+//!   its first replica attaches). Any other fence stays until an operator's resume, as before.
 //!
 //! Where the identity lives: in Redis, beside the stock (replicated with it: a promoted replica
 //! holds the old master's identity, not its own), AND in each gateway's memory (what it last saw
@@ -67,6 +69,7 @@ label_enum! {
     pub enum LiftReason {
         DurableRestart => "durable_restart",
         ReplicasAcknowledged => "replicas_acknowledged",
+        SameProcess => "same_process",
         Resume => "resume",
         Recount => "recount",
     }
@@ -77,6 +80,7 @@ impl LiftReason {
         match rule {
             "durable_restart" => Some(LiftReason::DurableRestart),
             "replicas_acknowledged" => Some(LiftReason::ReplicasAcknowledged),
+            "same_process" => Some(LiftReason::SameProcess),
             _ => None,
         }
     }
