@@ -32,7 +32,7 @@ impl AdminApp {
             Ok(body) => body,
             Err(message) => return bad_request(message),
         };
-        let (remaining, variant) = match (remaining_of(&body), super::variant_of(&body)) {
+        let (remaining, variant) = match (remaining_of(&body), super::variants::variant_of(&body)) {
             (Ok(remaining), Ok(variant)) => (remaining, variant),
             (Err(message), _) | (_, Err(message)) => return bad_request(message),
         };
@@ -44,7 +44,7 @@ impl AdminApp {
             ),
             (Some(units), variant) => {
                 let settings = self.gw.settings();
-                match super::lane_named(&settings, activity, variant.as_deref()) {
+                match super::variants::lane_named(&settings, activity, variant.as_deref()) {
                     Ok(lane) => self.recount(activity, lane, units).await,
                     Err(answer) => *answer,
                 }

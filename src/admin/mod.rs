@@ -3,6 +3,7 @@
 mod halt;
 mod queue;
 mod restock;
+mod variants;
 
 use crate::config::{Activity, AdminToken, ConfirmMode};
 use crate::lifecycle::AdminOutcome;
@@ -168,64 +169,11 @@ impl ServeHttp for AdminApp {
                 None => unknown_activity(),
             },
             (method, ["activities", act, "reservations", id, rest @ ..]) => match activity(act) {
-                // The variant's lane the id names: one removed since (or the activity's own
-                // lane from before it gained variants) still answers for what Redis holds.
-                Some(activity) => match settings.activities.lane_or_former(
-                    &activity.id,
-                    crate::reservation::Reservation::variant_of(id),
-                ) {
-                    Some(lane) => self.reservation(&lane, id, method, rest).await,
-                    None => error(
-                        StatusCode::NOT_FOUND,
-                        "unknown_reservation",
-                        "no such reservation",
-                    ),
-                },
+                Some(activity) => self.reservation_of(activity, id, method, rest).await,
                 None => unknown_activity(),
             },
             _ => error(StatusCode::NOT_FOUND, "not_found", "no such admin endpoint"),
         }
-    }
-}
-
-/// The stock lane of `activity` a body's `"variant"` names: required on an activity with
-/// variants (400 without it, 404 `unknown_variant` for one it does not sell), refused on one
-/// without (400).
-fn lane_named<'s>(
-    settings: &'s crate::config::Settings,
-    activity: &Activity,
-    variant: Option<&str>,
-) -> Result<&'s std::sync::Arc<Activity>, Box<Response<Vec<u8>>>> {
-    let refused = match (activity.has_variants(), variant) {
-        (true, None) => restock::bad_request(&format!(
-            "{} sells variants: name one (\"variant\": \"<id>\")",
-            activity.id
-        )),
-        (false, Some(_)) => {
-            restock::bad_request(&format!("{} has no variants: name none", activity.id))
-        }
-        (_, variant) => match settings.activities.lane(&activity.id, variant) {
-            Some(lane) => return Ok(lane),
-            None => error(
-                StatusCode::NOT_FOUND,
-                "unknown_variant",
-                "the activity sells no such variant",
-            ),
-        },
-    };
-    Err(Box::new(refused))
-}
-
-/// The `"variant"` of a JSON object body, if any: a string (400 otherwise).
-fn variant_of(body: &[u8]) -> Result<Option<String>, &'static str> {
-    const SHAPE: &str = "\"variant\" must be a variant id (a string)";
-    let Ok(value) = serde_json::from_slice::<Value>(body) else {
-        return Ok(None);
-    };
-    match value.get("variant") {
-        None => Ok(None),
-        Some(Value::String(v)) => Ok(Some(v.clone())),
-        Some(_) => Err(SHAPE),
     }
 }
 
@@ -398,7 +346,7 @@ impl AdminApp {
         for lane in settings.activities.lanes_of(&activity.id) {
             lanes.push(self.lane_view(lane).await);
         }
-        variants_view(activity, lanes)
+        variants::variants_view(activity, lanes)
     }
 
     /// One stock lane (an activity without variants, or one variant of one) as the admin API
@@ -477,77 +425,6 @@ impl AdminApp {
             "ends_at": activity.ends_at.to_rfc3339(),
         })
     }
-}
-
-/// An activity with variants: the first lane's view for what the activity shares (its
-/// settings, halt), the sums of the lanes' figures at the top level (null where any lane's is),
-/// and each lane's in `variants`.
-fn variants_view(activity: &Activity, lanes: Vec<Value>) -> Value {
-    let sum = |field: &str| -> Value {
-        lanes
-            .iter()
-            .map(|l| l[field].as_i64())
-            .sum::<Option<i64>>()
-            .map_or(Value::Null, Value::from)
-    };
-    let first_of = |field: &str| -> Value {
-        lanes
-            .iter()
-            .map(|l| l[field].clone())
-            .find(|v| !v.is_null())
-            .unwrap_or(Value::Null)
-    };
-    let mut view = lanes.first().cloned().unwrap_or_else(|| json!({}));
-    for field in [
-        "remaining",
-        "pending",
-        "confirmed",
-        "released",
-        "retired",
-        "restocked",
-    ] {
-        view[field] = sum(field);
-    }
-    view["stock"] = json!(activity.stock);
-    view["sold_out"] = match lanes
-        .iter()
-        .map(|l| l["sold_out"].as_bool())
-        .collect::<Option<Vec<bool>>>()
-    {
-        Some(all) => json!(all.iter().all(|s: &bool| *s)),
-        None => Value::Null,
-    };
-    view["sold_out_cached"] = json!(lanes.iter().all(|l| l["sold_out_cached"] == json!(true)));
-    for field in ["refused", "fenced", "fence_lifted"] {
-        view[field] = first_of(field);
-    }
-    view["versions"] = Value::Null;
-    view["variants"] = Value::Array(
-        activity
-            .variants
-            .iter()
-            .zip(&lanes)
-            .map(|(v, l)| {
-                json!({
-                    "id": &*v.id,
-                    "title": v.title,
-                    "stock": v.stock,
-                    "remaining": l["remaining"],
-                    "pending": l["pending"],
-                    "confirmed": l["confirmed"],
-                    "released": l["released"],
-                    "retired": l["retired"],
-                    "restocked": l["restocked"],
-                    "sold_out": l["sold_out"],
-                    "sold_out_cached": l["sold_out_cached"],
-                    "refused": l["refused"],
-                    "fenced": l["fenced"],
-                    "versions": l["versions"],
-                })
-            })
-            .collect(),
-    );
-    view
 }
 
 fn reservation_view(activity: &Activity, id: &str, r: &ReservationRecord) -> Value {

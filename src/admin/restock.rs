@@ -36,7 +36,7 @@ impl AdminApp {
         };
         let (units, variant) =
             match read_body(session).await {
-                Ok(body) => match (add_of(&body), super::variant_of(&body)) {
+                Ok(body) => match (add_of(&body), super::variants::variant_of(&body)) {
                     (Some(units), Ok(variant)) => (units, variant),
                     (_, Err(message)) => return bad_request(message),
                     (None, _) => return bad_request(
@@ -46,7 +46,7 @@ impl AdminApp {
                 Err(message) => return bad_request(message),
             };
         let settings = self.gw.settings();
-        let lane = match super::lane_named(&settings, activity, variant.as_deref()) {
+        let lane = match super::variants::lane_named(&settings, activity, variant.as_deref()) {
             Ok(lane) => lane.clone(),
             Err(answer) => return *answer,
         };

@@ -17,6 +17,7 @@ mod scope;
 mod settings;
 pub mod transition;
 mod validate;
+mod variants;
 
 pub use cors::CorsSettings;
 pub use pages::{ActivityPage, PagesSettings};

@@ -63,77 +63,16 @@ impl SaleRoute {
                     format!("{method:?} is not an upper-case HTTP method"),
                 )
             })?;
-        if !path.starts_with('/') {
-            return Err(("path", format!("{path:?} must start with '/'")));
-        }
-        let segments: Vec<PathSegment> = path
-            .split('/')
-            .filter(|s| !s.is_empty())
-            .map(|s| {
-                if s == ACTIVITY_PLACEHOLDER {
-                    Ok(PathSegment::Activity)
-                } else if s == VARIANT_PLACEHOLDER {
-                    Ok(PathSegment::Variant)
-                } else if s.contains(['{', '}', '?', '#']) {
-                    Err((
-                        "path",
-                        format!(
-                            "segment {s:?}: only {ACTIVITY_PLACEHOLDER} and {VARIANT_PLACEHOLDER} may be placeholders"
-                        ),
-                    ))
-                } else {
-                    Ok(PathSegment::Literal(s.to_owned()))
-                }
-            })
-            .collect::<Result<_, _>>()?;
-        if segments
-            .iter()
-            .filter(|s| **s == PathSegment::Activity)
-            .count()
-            != 1
-        {
-            return Err((
-                "path",
-                format!(
-                    "{path:?} must contain {ACTIVITY_PLACEHOLDER} exactly once as a whole segment"
-                ),
-            ));
-        }
-        let variants_in_path = segments
-            .iter()
-            .filter(|s| **s == PathSegment::Variant)
-            .count();
-        if variants_in_path > 1 {
-            return Err((
-                "path",
-                format!("{path:?} may contain {VARIANT_PLACEHOLDER} once at most"),
-            ));
-        }
+        let segments = path_segments(path)?;
         if !plain_name(quantity_query) {
             return Err((
                 "quantity_query",
                 format!("{quantity_query:?} must be a plain query parameter name"),
             ));
         }
+        let variant_in_path = segments.contains(&PathSegment::Variant);
         if let Some(name) = variant_query {
-            if !plain_name(name) {
-                return Err((
-                    "variant_query",
-                    format!("{name:?} must be a plain query parameter name"),
-                ));
-            }
-            if name == quantity_query {
-                return Err((
-                    "variant_query",
-                    format!("{name:?} is the quantity_query too: name the variant with another parameter"),
-                ));
-            }
-            if variants_in_path > 0 {
-                return Err((
-                    "variant_query",
-                    format!("the path names the variant ({VARIANT_PLACEHOLDER}): a variant_query would be a second spelling of it"),
-                ));
-            }
+            variant_query_of(name, quantity_query, variant_in_path)?;
         }
         Ok(SaleRoute {
             method,
@@ -201,6 +140,101 @@ impl SaleRoute {
     pub fn same_pattern(&self, other: &SaleRoute) -> bool {
         self.method == other.method && self.segments == other.segments
     }
+}
+
+/// A route template's path, parsed: `{activity}` exactly once, `{variant}` at most once, no
+/// other placeholder.
+fn path_segments(path: &str) -> Result<Vec<PathSegment>, (&'static str, String)> {
+    if !path.starts_with('/') {
+        return Err(("path", format!("{path:?} must start with '/'")));
+    }
+    let segments: Vec<PathSegment> = path
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .map(|s| {
+            if s == ACTIVITY_PLACEHOLDER {
+                Ok(PathSegment::Activity)
+            } else if s == VARIANT_PLACEHOLDER {
+                Ok(PathSegment::Variant)
+            } else if s.contains(['{', '}', '?', '#']) {
+                Err((
+                    "path",
+                    format!(
+                        "segment {s:?}: only {ACTIVITY_PLACEHOLDER} and {VARIANT_PLACEHOLDER} may be placeholders"
+                    ),
+                ))
+            } else {
+                Ok(PathSegment::Literal(s.to_owned()))
+            }
+        })
+        .collect::<Result<_, _>>()?;
+    let count = |which: &PathSegment| segments.iter().filter(|s| *s == which).count();
+    if count(&PathSegment::Activity) != 1 {
+        return Err((
+            "path",
+            format!("{path:?} must contain {ACTIVITY_PLACEHOLDER} exactly once as a whole segment"),
+        ));
+    }
+    if count(&PathSegment::Variant) > 1 {
+        return Err((
+            "path",
+            format!("{path:?} may contain {VARIANT_PLACEHOLDER} once at most"),
+        ));
+    }
+    Ok(segments)
+}
+
+/// A route's `variant_query`: a plain name, not the quantity's, and not beside `{variant}`.
+fn variant_query_of(
+    name: &str,
+    quantity_query: &str,
+    variant_in_path: bool,
+) -> Result<(), (&'static str, String)> {
+    if !plain_name(name) {
+        return Err((
+            "variant_query",
+            format!("{name:?} must be a plain query parameter name"),
+        ));
+    }
+    if name == quantity_query {
+        return Err((
+            "variant_query",
+            format!("{name:?} is the quantity_query too: name the variant with another parameter"),
+        ));
+    }
+    if variant_in_path {
+        return Err((
+            "variant_query",
+            format!("the path names the variant ({VARIANT_PLACEHOLDER}): a variant_query would be a second spelling of it"),
+        ));
+    }
+    Ok(())
+}
+
+/// `sale_routes`, validated: each template parsed, none listed twice.
+pub(super) fn validate_all(
+    raw: Vec<super::file::SaleRouteSection>,
+) -> Result<Vec<SaleRoute>, super::ConfigError> {
+    let mut routes: Vec<SaleRoute> = Vec::with_capacity(raw.len());
+    for (i, r) in raw.iter().enumerate() {
+        let route = SaleRoute::parse_with_variant(
+            &r.method,
+            &r.path,
+            &r.quantity_query,
+            r.variant_query.as_deref(),
+        )
+        .map_err(|(field, reason)| {
+            super::ConfigError::invalid(format!("sale_routes[{i}].{field}"), reason)
+        })?;
+        if routes.iter().any(|other| other.same_pattern(&route)) {
+            return Err(super::ConfigError::invalid(
+                format!("sale_routes[{i}].path"),
+                format!("{} {} is listed twice", r.method, r.path),
+            ));
+        }
+        routes.push(route);
+    }
+    Ok(routes)
 }
 
 #[cfg(test)]

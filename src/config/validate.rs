@@ -48,8 +48,8 @@ impl Settings {
         let pages = super::pages::pages(raw.pages, &written, base_dir)?;
         let activities = activities(raw.activities, Duration::from_secs(raw.signing.ttl_secs))?;
         bounds::retention_covers_the_lifecycle(&redis, &upstream, &activities, longest_trip)?;
-        let sale_routes = sale_routes(raw.sale_routes)?;
-        variants_reachable(&activities, &sale_routes)?;
+        let sale_routes = super::route::validate_all(raw.sale_routes)?;
+        super::variants::reachable(&activities, &sale_routes)?;
         Ok(Settings {
             breaker,
             server: server(raw.server, longest_trip, base_dir)?,
@@ -394,43 +394,6 @@ fn rate_limits(raw: file::RateLimitsSection) -> Result<RateLimitSettings, Config
     })
 }
 
-fn sale_routes(raw: Vec<file::SaleRouteSection>) -> Result<Vec<SaleRoute>, ConfigError> {
-    let mut routes: Vec<SaleRoute> = Vec::with_capacity(raw.len());
-    for (i, r) in raw.iter().enumerate() {
-        let route = SaleRoute::parse_with_variant(
-            &r.method,
-            &r.path,
-            &r.quantity_query,
-            r.variant_query.as_deref(),
-        )
-        .map_err(|(field, reason)| {
-            ConfigError::invalid(format!("sale_routes[{i}].{field}"), reason)
-        })?;
-        if routes.iter().any(|other| other.same_pattern(&route)) {
-            return Err(ConfigError::invalid(
-                format!("sale_routes[{i}].path"),
-                format!("{} {} is listed twice", r.method, r.path),
-            ));
-        }
-        routes.push(route);
-    }
-    Ok(routes)
-}
-
-/// An activity with variants can only be bought on a route that names the variant.
-fn variants_reachable(activities: &Activities, routes: &[SaleRoute]) -> Result<(), ConfigError> {
-    if routes.iter().any(SaleRoute::names_variants) {
-        return Ok(());
-    }
-    match activities.iter().find(|a| a.has_variants()) {
-        Some(a) => Err(ConfigError::invalid(
-            super::naming::activity_key(&a.id, "variants"),
-            "no sale route names a variant: give a route `variant_query`, or `{variant}` in its path",
-        )),
-        None => Ok(()),
-    }
-}
-
 fn activities(
     raw: Vec<file::ActivitySection>,
     default_hold: Duration,
@@ -479,23 +442,7 @@ fn activity(
     if a.version == 0 {
         return Err(ConfigError::invalid(key("version"), "must be at least 1"));
     }
-    let variants = variants(&a, key)?;
-    let stock = match (a.stock, &a.variants) {
-        (Some(stock), None) => stock,
-        (None, Some(_)) => variants.iter().map(|v| v.stock).sum(),
-        (Some(_), Some(_)) => {
-            return Err(ConfigError::invalid(
-                key("variants"),
-                "an activity has `stock` or `variants`, not both",
-            ))
-        }
-        (None, None) => {
-            return Err(ConfigError::invalid(
-                key("stock"),
-                "missing: give `stock`, or `variants` with a stock each",
-            ))
-        }
-    };
+    let (stock, variants) = super::variants::stock_and_variants(&a, key)?;
     for (field, value) in [("version", a.version), ("stock", stock)] {
         if value > MAX_EXACT_INTEGER {
             return Err(ConfigError::invalid(
@@ -557,59 +504,6 @@ fn activity(
         variants: variants.into(),
         variant: None,
     })
-}
-
-/// `activities[].variants`, validated: ids unique and safe, at least one, each stock exact.
-fn variants(
-    a: &file::ActivitySection,
-    key: &dyn Fn(&str) -> String,
-) -> Result<Vec<Variant>, ConfigError> {
-    let Some(raw) = &a.variants else {
-        return Ok(Vec::new());
-    };
-    if raw.is_empty() {
-        return Err(ConfigError::invalid(
-            key("variants"),
-            "is empty: list at least one variant, or give `stock`",
-        ));
-    }
-    if raw.len() > MAX_VARIANTS {
-        return Err(ConfigError::invalid(
-            key("variants"),
-            format!("{} variants: at most {MAX_VARIANTS}", raw.len()),
-        ));
-    }
-    let mut out: Vec<Variant> = Vec::with_capacity(raw.len());
-    for v in raw {
-        let vkey = |field: &str| key(&format!("variants[id={}].{field}", v.id));
-        if !readable_id(&v.id) {
-            return Err(ConfigError::invalid(
-                key("variants[].id"),
-                format!(
-                    "{:?} must be 1 to {MAX_ACTIVITY_ID_LEN} letters, digits, '-' or '_'",
-                    v.id
-                ),
-            ));
-        }
-        if out.iter().any(|o| *o.id == *v.id) {
-            return Err(ConfigError::invalid(
-                vkey("id"),
-                format!("{:?} is configured twice", v.id),
-            ));
-        }
-        if v.stock > MAX_EXACT_INTEGER {
-            return Err(ConfigError::invalid(
-                vkey("stock"),
-                format!("must be at most {MAX_EXACT_INTEGER} (2^53 - 1, kept exact everywhere)"),
-            ));
-        }
-        out.push(Variant {
-            id: Arc::from(v.id.as_str()),
-            stock: v.stock,
-            title: v.title.clone(),
-        });
-    }
-    Ok(out)
 }
 
 fn queue(

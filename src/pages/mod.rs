@@ -126,24 +126,7 @@ impl Pages {
                 )
             }
         };
-        // A drop: one purchase form per variant, the buyer's choice at their turn.
-        let choices: Vec<serde_json::Value> = match page.landing {
-            Landing::Purchase { target, .. } if target.contains(VARIANT_SLOT) => json["variants"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .map(|v| {
-                    let id = v["id"].as_str().unwrap_or_default();
-                    serde_json::json!({
-                        "id": id,
-                        "title": v["title"],
-                        "available": v["available"],
-                        "action": target.replace(VARIANT_SLOT, id),
-                    })
-                })
-                .collect(),
-            _ => Vec::new(),
-        };
+        let choices = choices(page.landing, &json);
         let eta_text = match *status {
             Status::Waiting { paused: true, .. } => Some(Label::Paused.text(lang).to_owned()),
             Status::Waiting {
@@ -247,6 +230,31 @@ fn escape(text: &str) -> String {
         .replace('<', "&lt;")
         .replace('>', "&gt;")
         .replace('"', "&quot;")
+}
+
+/// A drop: one purchase form per variant, the buyer's choice at their turn (the landing's
+/// target holds the variant's slot); none otherwise.
+fn choices(landing: &Landing, json: &serde_json::Value) -> Vec<serde_json::Value> {
+    let Landing::Purchase { target, .. } = landing else {
+        return Vec::new();
+    };
+    if !target.contains(VARIANT_SLOT) {
+        return Vec::new();
+    }
+    json["variants"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|v| {
+            let id = v["id"].as_str().unwrap_or_default();
+            serde_json::json!({
+                "id": id,
+                "title": v["title"],
+                "available": v["available"],
+                "action": target.replace(VARIANT_SLOT, id),
+            })
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -159,10 +159,14 @@ pub async fn prewarm(
     let shared = shared_keys(store, activity).await?;
     let mut births = Vec::new();
     for segment in layout.segments() {
-        let made_before = made.contains(&segment.index());
-        let birth = match prewarm_segment(store, activity, segment, made_before, expire_at, shared)
-            .await?
-        {
+        let past = Past {
+            made_before: made.contains(&segment.index()),
+            seen_on_sale: store
+                .failover()
+                .was_on_sale(&activity.lane, activity.version),
+            shared,
+        };
+        let birth = match prewarm_segment(store, activity, segment, expire_at, past).await? {
             Ok(Some(birth)) => birth,
             Ok(None) => {
                 report.stock_key_removed.push(segment.index());
@@ -207,9 +211,8 @@ async fn prewarm_segment(
     store: &StockStore,
     activity: &Activity,
     segment: Segment<'_>,
-    made_before: bool,
     expire_at: u64,
-    shared: SharedKeys,
+    past: Past,
 ) -> Result<Result<Option<(u64, bool)>, Refusal>, StoreError> {
     let layout = segment.layout();
     let id = || activity.id.to_string();
@@ -225,13 +228,7 @@ async fn prewarm_segment(
             activity.version,
             layout.share(activity.stock, segment.index()),
             expire_at,
-            Past {
-                made_before,
-                seen_on_sale: store
-                    .failover()
-                    .was_on_sale(&activity.lane, activity.version),
-                shared,
-            },
+            past,
         )
         .await?;
     let lost = match outcome {
@@ -255,7 +252,7 @@ async fn prewarm_segment(
         outcome,
         PrewarmOutcome::Created(_) | PrewarmOutcome::Exists(_)
     ) && layout.is_segmented()
-        && !made_before
+        && !past.made_before
     {
         store.mark_made(layout, segment.index()).await?;
     }
