@@ -157,6 +157,11 @@ struct Res {
     counted: bool,
     /// Accepted late and covered: a cover record holds its units (the buyer's again).
     covered: bool,
+    /// The store went back to a snapshot from before a replay handed it on: Redis forgot the
+    /// hand-over (its record has no `r` flag again), so the request that made it may give it
+    /// back while the replay's forward is at the backend; the backend's acceptance then counts
+    /// as accepted late (covered or oversold), as for any release before a 2xx.
+    forgot_handover: bool,
 }
 
 /// One request that got a reservation (made, or replayed to it).
@@ -914,6 +919,7 @@ impl Model {
             seg1,
             counted: true,
             covered: false,
+            forgot_handover: false,
         });
         self.handles.push(Handle {
             res: r,
@@ -1000,12 +1006,14 @@ impl Model {
                 let kept: BTreeMap<usize, Res> = res.into_iter().collect();
                 for (r, res) in self.res.iter_mut().enumerate().filter(|(_, r)| r.act == 0) {
                     let counted = res.counted;
+                    let handed_over = res.claimed || res.forgot_handover;
                     match kept.get(&r) {
                         Some(then) => *res = then.clone(),
                         None => res.gone = true,
                     }
                     // Whether the buyer holds it is not Redis's to forget.
                     res.counted = counted;
+                    res.forgot_handover = handed_over && !res.claimed;
                 }
             }
             Forget::Evicted(lost) => {
@@ -1339,10 +1347,16 @@ impl ReferenceStateMachine for Model {
             Op::Fail { handle } | Op::LostReply { handle } | Op::TimedOut { handle } => {
                 state.handles.get(*handle).is_some_and(|h| h.open)
             }
+            // Only hashes that exist can lose their placeholder: none does while no version is
+            // on sale in the segment (a prewarm refused after the store was emptied makes none).
             Op::Damage { .. }
             | Op::Forget {
                 how: Forget::Evicted(_),
-            } => state.acts[0].segments == Some(1) && state.acts[0].damaged.is_none(),
+            } => {
+                state.acts[0].segments == Some(1)
+                    && state.acts[0].damaged.is_none()
+                    && state.acts[0].current.is_some()
+            }
             Op::Forget { how: Forget::Older } => state.snapshot.is_some(),
             Op::Resume { inst } | Op::Recount { inst, .. } => state.operable(*inst),
             Op::Batch { inst, act, .. } => state.batchable(*inst, *act),
@@ -1412,7 +1426,8 @@ impl ReferenceStateMachine for Model {
                 assert!(
                     res.gone
                         || res.state != St::Released
-                        || res.released_by == Some("admin"),
+                        || res.released_by == Some("admin")
+                        || res.forgot_handover,
                     "sold twice: reservation {r} was released by {:?} while a forward of it was at the backend",
                     res.released_by
                 );
