@@ -244,18 +244,19 @@ impl AdminApp {
     /// The configured activities Redis's record refuses (an older version than one on sale, a
     /// changed segment count, a damaged segment): a gateway restarted with an old YAML is not
     /// ready, instead of answering every buyer `unavailable` while its load balancer sends more.
+    /// Refusals are per stock lane: an activity with variants is named once, for its first
+    /// refused variant.
     fn refused_activities(&self) -> Vec<(String, Value)> {
         let state = self.gw.lifecycle.state();
-        self.gw
-            .settings()
-            .activities
-            .iter()
-            .filter(|a| state.is_refused(a))
-            .map(|a| {
-                let why = state.refusal(&a.id).map(|r| r.to_string());
-                (a.id.to_string(), json!(why))
-            })
-            .collect()
+        let mut refused: Vec<(String, Value)> = Vec::new();
+        for lane in self.gw.settings().activities.lanes() {
+            if !state.is_refused(lane) || refused.iter().any(|(id, _)| *id == *lane.id) {
+                continue;
+            }
+            let why = state.refusal(&lane.lane).map(|r| r.to_string());
+            refused.push((lane.id.to_string(), json!(why)));
+        }
+        refused
     }
 
     /// Whether the proxy's listener takes connections: Pingora starts the services one after

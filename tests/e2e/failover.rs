@@ -422,16 +422,12 @@ async fn a_promoted_replica_sells_nothing_until_resumed() {
     gw.metrics_when(|m| fenced_gauge(m) == Some(0)).await;
 }
 
-/// A master restarted under a new replication id (a crash under `appendfsync everysec`, which
-/// may lose its last second) fences as a promotion does.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_master_restarted_with_a_new_replication_id_fences() {
-    let mut redis = RedisServer::start_aof("everysec");
-    let upstream = Upstream::start();
-    let mut config = TestConfig::new(&redis, &upstream, vec![TestActivity::open("1001", 100)]);
+/// A gateway selling `1001` on `redis`, once the master's identity is recorded; that identity.
+fn recorded_gateway(redis: &RedisServer, upstream: &Upstream) -> (GatewayProc, String) {
+    let mut config = TestConfig::new(redis, upstream, vec![TestActivity::open("1001", 100)]);
     config.per_user = None;
     let gw = GatewayProc::start(config);
-    let before = info(&redis, "master_replid");
+    let before = info(redis, "master_replid");
     wait_for("the identity recorded", Duration::from_secs(20), || {
         redis::cmd("GET")
             .arg("fg:{1001}:master")
@@ -439,6 +435,16 @@ async fn a_master_restarted_with_a_new_replication_id_fences() {
             .unwrap()
             .filter(|id| *id == before)
     });
+    (gw, before)
+}
+
+/// A master restarted under a new replication id (a crash under `appendfsync everysec`, which
+/// may lose its last second) fences as a promotion does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_restarted_with_a_new_replication_id_fences() {
+    let mut redis = RedisServer::start_aof("everysec");
+    let upstream = Upstream::start();
+    let (gw, before) = recorded_gateway(&redis, &upstream);
     assert_eq!(gw.buy("1001", "alice", None).await.status, 200);
     // Written to the AOF (everysec) before the crash, so the record survives it.
     redis.rewrite_aof();
@@ -634,17 +640,7 @@ async fn a_promoted_replica_every_winner_reached_sells_on_by_itself() {
 async fn a_masters_first_replica_stops_the_sale_only_for_a_moment() {
     let redis = RedisServer::start();
     let upstream = Upstream::start();
-    let mut config = TestConfig::new(&redis, &upstream, vec![TestActivity::open("1001", 100)]);
-    config.per_user = None;
-    let gw = GatewayProc::start(config);
-    let before = info(&redis, "master_replid");
-    wait_for("the identity recorded", Duration::from_secs(20), || {
-        redis::cmd("GET")
-            .arg("fg:{1001}:master")
-            .query::<Option<String>>(&mut redis.conn())
-            .unwrap()
-            .filter(|id| *id == before)
-    });
+    let (gw, before) = recorded_gateway(&redis, &upstream);
     assert_eq!(gw.buy("1001", "alice", None).await.status, 200);
     let replica = RedisServer::start();
     let _: () = redis::cmd("REPLICAOF")

@@ -315,8 +315,12 @@ async fn a_redis_that_may_evict_is_not_sold_on() {
         .unwrap();
     let upstream = Upstream::start();
     let gw = gateway(&redis, &upstream);
-    let r = get(gw.admin, "/readyz", &[]).await;
-    assert_eq!(r.status, 503, "{}", r.text());
+    // Not ready once the first prewarm read the policy (a moment after start).
+    let r = wait_for_async("not ready", Duration::from_secs(10), || async {
+        let r = get(gw.admin, "/readyz", &[]).await;
+        (r.status == 503).then_some(r)
+    })
+    .await;
     assert!(r.text().contains("allkeys-lru"), "{}", r.text());
     assert_eq!(burst(&gw, 0, 3).await, 0);
     drop(gw);

@@ -606,3 +606,28 @@ async fn a_flushed_drop_sells_nothing_twice_and_says_why() {
         "nothing sold after the flush"
     );
 }
+
+/// Review of the change: readiness looked at activities, refusals at variants' lanes, so a drop
+/// refused on a Redis that may evict keys read ready. Not ready, naming the policy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drop_on_a_redis_that_may_evict_is_not_ready() {
+    let redis = RedisServer::start();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory-policy")
+        .arg("allkeys-lru")
+        .query(&mut redis.conn())
+        .unwrap();
+    let upstream = Upstream::start();
+    let activity = TestActivity::open("2001", 0).limit(1);
+    let gw = GatewayProc::start(drop_with(&redis, &upstream, activity, &[("42", 3)]));
+    // Not ready once the first prewarm read the policy (a moment after start).
+    let r = wait_for_async("not ready", Duration::from_secs(10), || async {
+        let r = get(gw.admin, "/readyz", &[]).await;
+        (r.status == 503).then_some(r)
+    })
+    .await;
+    assert!(r.text().contains("allkeys-lru"), "{}", r.text());
+    let b = buy(&gw, "a", "42").await;
+    assert_eq!(b.status, 503, "{}", b.text());
+}
