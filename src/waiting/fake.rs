@@ -173,45 +173,52 @@ impl QueueStore for QueueFake {
         &self.clock
     }
 
-    /// `lua/queue_ticket.lua`.
-    async fn ticket(
+    /// `lua/queue_ticket.lua`: each ask in order at one time.
+    async fn tickets(
         &self,
         activity: &Activity,
         queue: &QueueSettings,
-        user: &str,
+        asks: &[super::store::Ask],
         fresh: &Fresh,
-        spend: Option<&super::store::Spend>,
-    ) -> Result<(QueueState, Issued), StoreError> {
+    ) -> Result<(QueueState, Vec<Issued>), StoreError> {
         let now = self.enter("ticket")?;
-        self.asked.lock().tickets += 1;
+        self.asked.lock().tickets += asks.len() as u32;
         let mut queues = self.queues.lock();
         let q = Self::queue(&mut queues, activity, queue.admit_per_second, now, fresh);
-        if now < queue.opens_at.timestamp_millis() as u64 {
-            return Ok((q.state.clone(), Issued::NotOpen));
-        }
-        if now >= activity.ends_at.timestamp_millis() as u64 {
-            return Ok((q.state.clone(), Issued::Closed));
-        }
-        let spent = spend.is_some_and(|s| !q.spent.insert(s.challenge.clone()));
-        if spent && spend.is_some_and(|s| s.enforce) {
-            return Ok((q.state.clone(), Issued::Spent));
-        }
-        let (number, fresh) = match q.tickets.get(user) {
-            Some(&n) => (n, false),
-            None => {
-                q.state.seq = q.state.seq.max(cursor(&q.state, now)) + 1;
-                q.tickets.insert(user.to_owned(), q.state.seq);
-                (q.state.seq, true)
-            }
+        let all = if now < queue.opens_at.timestamp_millis() as u64 {
+            Some(Issued::NotOpen)
+        } else if now >= activity.ends_at.timestamp_millis() as u64 {
+            Some(Issued::Closed)
+        } else {
+            None
         };
-        Ok((
-            q.state.clone(),
-            Issued::Ticket {
-                number,
-                fresh,
-                spent,
-            },
-        ))
+        if let Some(all) = all {
+            return Ok((q.state.clone(), vec![all; asks.len()]));
+        }
+        let issued = asks
+            .iter()
+            .map(|ask| {
+                let spend = ask.spend.as_ref();
+                let spent = spend.is_some_and(|s| !q.spent.insert(s.challenge.clone()));
+                if spent && spend.is_some_and(|s| s.enforce) {
+                    return Issued::Spent;
+                }
+                let (number, fresh) = match q.tickets.get(&ask.user) {
+                    Some(&n) => (n, false),
+                    None => {
+                        q.state.seq = q.state.seq.max(cursor(&q.state, now)) + 1;
+                        q.tickets.insert(ask.user.clone(), q.state.seq);
+                        (q.state.seq, true)
+                    }
+                };
+                Issued::Ticket {
+                    number,
+                    fresh,
+                    spent,
+                }
+            })
+            .collect();
+        Ok((q.state.clone(), issued))
     }
 
     /// `lua/queue_state.lua`; an unsegmented activity's units left are its stock key's.

@@ -18,6 +18,7 @@ mod bought;
 pub mod challenge;
 mod defence;
 pub mod draw;
+mod issue;
 #[cfg(test)]
 mod fake;
 pub mod page;
@@ -126,6 +127,9 @@ pub struct WaitingRoom<S = StockStore> {
     bought: Cache<(Arc<str>, String), ()>,
     /// Stepped queues: the place of each buyer told `your_turn` here, freed when they buy.
     places: Cache<(Arc<str>, String), u64>,
+    /// Tickets asked of Redis, per activity: the asks that arrive while a call is out go
+    /// together in the next one (see [`issue`]).
+    ticket_calls: issue::TicketCalls,
 }
 
 /// Buyers whose issued ticket is remembered, per process (each entry about 200 bytes).
@@ -158,6 +162,7 @@ impl<S: QueueStore> WaitingRoom<S> {
                 .time_to_live(Duration::from_secs(24 * 3600))
                 .build(),
             places: Cache::new(ISSUED_CAPACITY),
+            ticket_calls: issue::TicketCalls::new(store::MAX_TICKET_BATCH),
         }
     }
 
@@ -380,15 +385,6 @@ impl<S: QueueStore> WaitingRoom<S> {
             .collect()
     }
 
-    /// The ticket this process last had Redis issue `user`, if it is of the queue as it is now.
-    fn remembered(&self, activity: &Activity, user: &str) -> Option<(Ticket, String)> {
-        let (ticket, raw) = self.issued.get(&(activity.id.clone(), user.to_owned()))?;
-        let current = self
-            .view(activity)
-            .is_some_and(|v| ticket.epoch == v.state.epoch);
-        current.then_some((ticket, raw))
-    }
-
     /// The queue as last read, read now if nothing was read lately.
     async fn current_view(
         &self,
@@ -433,53 +429,6 @@ impl<S: QueueStore> WaitingRoom<S> {
             return Ok(None);
         }
         Ok(Some((ticket, p.ticket.clone())))
-    }
-
-    /// A new ticket from Redis (one per buyer: Redis answers a buyer's own again), signed and
-    /// remembered here.
-    async fn issue(
-        &self,
-        key: &[u8; 32],
-        activity: &Activity,
-        queue: &QueueSettings,
-        user: &str,
-        spend: Option<&store::Spend>,
-    ) -> Result<(Ticket, String), Decision> {
-        let (state, issued) = self
-            .store
-            .ticket(activity, queue, user, &store::Fresh::random(), spend)
-            .await
-            .map_err(|e| {
-                tracing::warn!(activity = %activity.id, error = %e, "no ticket issued");
-                Decision::Unavailable
-            })?;
-        let known = self.view(activity).and_then(|v| v.left);
-        self.count_spend(activity, spend, &issued);
-        let (number, fresh) = match issued {
-            store::Issued::Ticket { number, fresh, .. } => (number, fresh),
-            store::Issued::Spent => return Err(Decision::InvalidTicket),
-            // This gateway's clock runs ahead of or behind Redis's: Redis's counts.
-            store::Issued::NotOpen => return Err(Decision::NotStarted),
-            store::Issued::Closed => return Err(Decision::Ended),
-        };
-        let ticket = Ticket {
-            number,
-            issued_ms: state.now_ms,
-            epoch: state.epoch,
-        };
-        self.learn(activity, View::new(state, known));
-        if fresh {
-            self.metrics
-                .queue_tickets
-                .with_label_values(&[&activity.id])
-                .inc();
-        }
-        let raw = ticket::sign(key, &activity.id, user, ticket);
-        self.issued.insert(
-            (activity.id.clone(), user.to_owned()),
-            (ticket, raw.clone()),
-        );
-        Ok((ticket, raw))
     }
 
     /// Where a ticket stands. Redis's queue may run on an earlier start than this

@@ -47,15 +47,14 @@ pub trait QueueStore: Send + Sync + 'static {
     /// Redis's clock as last read (see [`StockStore::clock`]).
     fn clock(&self) -> &RedisClock;
 
-    /// See [`ticket`].
-    fn ticket(
+    /// See [`tickets`].
+    fn tickets(
         &self,
         activity: &Activity,
         queue: &QueueSettings,
-        user: &str,
+        asks: &[Ask],
         fresh: &Fresh,
-        spend: Option<&Spend>,
-    ) -> impl Future<Output = Result<(QueueState, Issued), StoreError>> + Send;
+    ) -> impl Future<Output = Result<(QueueState, Vec<Issued>), StoreError>> + Send;
 
     /// See [`state`].
     fn state(
@@ -106,15 +105,14 @@ impl QueueStore for StockStore {
         StockStore::clock(self)
     }
 
-    async fn ticket(
+    async fn tickets(
         &self,
         activity: &Activity,
         queue: &QueueSettings,
-        user: &str,
+        asks: &[Ask],
         fresh: &Fresh,
-        spend: Option<&Spend>,
-    ) -> Result<(QueueState, Issued), StoreError> {
-        ticket(self, activity, queue, user, fresh, spend).await
+    ) -> Result<(QueueState, Vec<Issued>), StoreError> {
+        tickets(self, activity, queue, asks, fresh).await
     }
 
     async fn state(
@@ -222,8 +220,20 @@ pub enum Issued {
     Closed,
 }
 
+/// One buyer asking for a ticket, in a batch ([`tickets`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ask {
+    pub user: String,
+    /// The proof-of-work solution spent with it, if any.
+    pub spend: Option<Spend>,
+}
+
+/// The most asks one ticket call carries. Measured in instructions Redis executes (callgrind,
+/// `scripts/redis-cost`): see BENCHMARKS.md; a batch of 64 holds Redis for well under 1 ms.
+pub const MAX_TICKET_BATCH: usize = 64;
+
 /// The user's ticket (issued now if they had none, and the queue is open by Redis's clock),
-/// and the queue's state.
+/// and the queue's state: a batch of one.
 pub async fn ticket(
     store: &StockStore,
     activity: &Activity,
@@ -232,16 +242,29 @@ pub async fn ticket(
     fresh: &Fresh,
     spend: Option<&Spend>,
 ) -> Result<(QueueState, Issued), StoreError> {
+    let ask = Ask {
+        user: user.to_owned(),
+        spend: spend.cloned(),
+    };
+    let (state, mut issued) = tickets(store, activity, queue, &[ask], fresh).await?;
+    Ok((state, issued.pop().expect("one answer an ask")))
+}
+
+/// Each ask's ticket, in order, in one script call (`lua/queue_ticket.lua`): each answered as
+/// if it had come alone at the call's time (a user asking twice in one batch is told the same
+/// number, issued by the first ask); and the queue's state after the batch.
+pub async fn tickets(
+    store: &StockStore,
+    activity: &Activity,
+    queue: &QueueSettings,
+    asks: &[Ask],
+    fresh: &Fresh,
+) -> Result<(QueueState, Vec<Issued>), StoreError> {
     let (q, tickets) = keys(store, activity);
     let [seen, ..] = stepped_keys(store, activity);
     let mut invocation = TICKET.prepare_invoke();
     invocation.key(q).key(tickets).key(seen);
-    if let Some(spend) = spend {
-        let layout = Layout::new(activity.id.clone(), 1);
-        invocation.key(store.keys().base(&layout).queue_solution(&spend.challenge));
-    }
     invocation
-        .arg(user)
         .arg(queue.admit_per_second)
         .arg(start_ms(activity))
         .arg(fresh.epoch)
@@ -250,31 +273,59 @@ pub async fn ticket(
         .arg(activity.ends_at.timestamp_millis())
         .arg(draw::seed_hex(&fresh.seed))
         .arg(draw::commitment(&fresh.seed));
-    if let Some(spend) = spend {
-        invocation
-            .arg(spend.expires_ms)
-            .arg(if spend.enforce { "1" } else { "0" })
-            .arg(spend.epoch);
+    let layout = Layout::new(activity.id.clone(), 1);
+    let mut solution_keys = 3;
+    for ask in asks {
+        invocation.arg(&ask.user);
+        match &ask.spend {
+            Some(spend) => {
+                solution_keys += 1;
+                invocation.key(store.keys().base(&layout).queue_solution(&spend.challenge));
+                invocation
+                    .arg(solution_keys)
+                    .arg(spend.expires_ms)
+                    .arg(if spend.enforce { "1" } else { "0" })
+                    .arg(spend.epoch);
+            }
+            None => {
+                invocation.arg(0).arg(0).arg("").arg("");
+            }
+        }
     }
     let reply: Vec<String> = store
         .eval(ScriptName::Queue, StoreOp::Queue, &invocation)
         .await?;
     let state = parse(&reply)?;
-    let issued = match (
-        reply.get(STATE_FIELDS).and_then(|n| n.parse::<u64>().ok()),
-        reply.get(STATE_FIELDS + 1).map(String::as_str),
-    ) {
-        (Some(0), Some("early")) => Issued::NotOpen,
-        (Some(0), Some("late")) => Issued::Closed,
-        (Some(0), Some("used")) => Issued::Spent,
-        (Some(number), Some(fresh @ ("0" | "1"))) if number > 0 => Issued::Ticket {
-            number,
-            fresh: fresh == "1",
-            spent: reply.get(STATE_FIELDS + 2).map(String::as_str) == Some("1"),
-        },
-        _ => return Err(StoreError::protocol(ScriptName::Queue, reply.join("|"))),
-    };
+    let issued = issued(&reply[STATE_FIELDS..], asks.len())
+        .ok_or_else(|| StoreError::protocol(ScriptName::Queue, reply.join("|")))?;
     Ok((state, issued))
+}
+
+/// The asks' answers in a ticket reply (after the state): `0 early` or `0 late` for all, or
+/// three values an ask.
+fn issued(rest: &[String], asks: usize) -> Option<Vec<Issued>> {
+    let all = match rest {
+        [zero, why] if zero == "0" && why == "early" => Some(Issued::NotOpen),
+        [zero, why] if zero == "0" && why == "late" => Some(Issued::Closed),
+        _ => None,
+    };
+    if let Some(all) = all {
+        return Some(vec![all; asks]);
+    }
+    if rest.len() != asks * 3 {
+        return None;
+    }
+    rest.chunks_exact(3)
+        .map(|one| match (one[0].parse::<u64>().ok()?, one[1].as_str()) {
+            (0, "used") => Some(Issued::Spent),
+            (number, fresh @ ("0" | "1")) if number > 0 => Some(Issued::Ticket {
+                number,
+                fresh: fresh == "1",
+                spent: one[2] == "1",
+            }),
+            _ => None,
+        })
+        .collect()
 }
 
 /// Reads the queue's state (setting it up the first time, drawing the pre-queue once the start
