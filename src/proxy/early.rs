@@ -1,8 +1,8 @@
 //! Purchases decided before any Pingora session: the front (`crate::front`) reads a request's
 //! head itself and asks [`FlashProxy::early`], which takes the same steps as the proxy's
-//! session (`sale.rs`: considered, then the purchase pipeline) over that head. A refusal comes
-//! back as the whole answer's bytes, written by the front in one write and recorded here; any
-//! other verdict (stock held, the queue's answer, forwarding unreserved) comes back as a
+//! session (`sale.rs`: considered, then the purchase pipeline) over that head. A refusal or a
+//! waiting room's answer comes back as the whole answer's bytes, written by the front in one write and recorded here; any
+//! other verdict (stock held, forwarding unreserved) comes back as a
 //! [`Decided`], which the proxy's session for the same request carries on from (`carry_on`),
 //! so a purchase is judged once whichever reader took it.
 //!
@@ -168,6 +168,13 @@ impl FlashProxy {
             .await;
         match verdict {
             Verdict::Refuse(decision) => refused(decision, facts),
+            // The buyer's place (a JSON client's: 202 `queued`, the ticket in its header and
+            // cookie), in one write as a refusal is: the door's answer to every arrival.
+            Verdict::Queue(queued) => {
+                let answer = respond::queued_bytes(client.lang, &queued, cors_on, closing);
+                record_refusal(self, &facts, Decision::Waiting, started);
+                Early::Answer(answer)
+            }
             verdict => {
                 let reserved = matches!(verdict, Verdict::Reserved(_));
                 let in_flight = reserved.then(|| self.gw.drain.held().hold());
@@ -211,7 +218,8 @@ impl FlashProxy {
     }
 }
 
-/// Counts and logs a refusal the front answered, as `logging` does for the proxy's.
+/// Counts and logs a refusal (or a queue's answer) the front wrote, as `logging` does for the
+/// proxy's.
 fn record_refusal(proxy: &FlashProxy, facts: &SaleFacts, decision: Decision, started: Instant) {
     record_sale(
         &proxy.gw.metrics,

@@ -58,33 +58,85 @@ pub fn decision_bytes(
     use std::io::Write;
     let reply = decision.reply();
     let body = reply.body(lang, variant);
-    let mut out = Vec::with_capacity(192 + body.len());
-    let status = reply.status;
-    let reason = status.canonical_reason().unwrap_or("");
-    // Writing to a Vec cannot fail.
-    let _ = write!(
-        out,
-        "HTTP/1.1 {} {reason}\r\nContent-Type: {JSON}\r\nContent-Length: {}\r\n\
-         Cache-Control: no-store\r\nVary: Accept, Accept-Language\r\n",
-        status.as_u16(),
-        body.len()
-    );
-    if let Some(secs) = reply.retry_after_secs {
-        let _ = write!(out, "Retry-After: {secs}\r\n");
+    let head = OneWrite {
+        status: reply.status,
+        cors_on,
+        close,
+    };
+    head.write(&body, |out| {
+        if let Some(secs) = reply.retry_after_secs {
+            // Writing to a Vec cannot fail.
+            let _ = write!(out, "Retry-After: {secs}\r\n");
+        }
+    })
+}
+
+/// A waiting-room answer (202 `queued`, JSON) as a whole HTTP/1.1 response for the front to
+/// write in one write: what [`queue`] writes for a JSON client (the ticket in its header and
+/// cookie), with `Vary: Origin` and `Connection: close` as [`decision_bytes`] has them.
+pub fn queued_bytes(
+    lang: crate::catalogue::Lang,
+    queued: &Queued,
+    cors_on: bool,
+    close: bool,
+) -> Vec<u8> {
+    let answer = &queued.answer;
+    let body = page::json_bytes(answer, lang);
+    let head = OneWrite {
+        status: http::StatusCode::ACCEPTED,
+        cors_on,
+        close,
+    };
+    head.write(&body, |out| {
+        // A challenge carries no ticket yet: neither header.
+        if !answer.ticket.is_empty() {
+            out.extend_from_slice(b"X-Flashgate-Ticket: ");
+            out.extend_from_slice(answer.ticket.as_bytes());
+            out.extend_from_slice(b"\r\nSet-Cookie: ");
+            page::write_cookie(out, answer);
+            out.extend_from_slice(b"\r\n");
+        }
+    })
+}
+
+/// The head of a JSON answer the front writes whole: status, type, length, never cached,
+/// varying with what the client asked for, `Vary: Origin` when CORS is on (as the CORS module
+/// adds to every answer on the gateway's routes), the date as Pingora's sessions write it (a
+/// per-thread copy renewed once a second), `Connection: close` when the connection ends after.
+struct OneWrite {
+    status: http::StatusCode,
+    cors_on: bool,
+    close: bool,
+}
+
+impl OneWrite {
+    /// The whole response: the head, `extra` headers, then `body`.
+    fn write(&self, body: &[u8], extra: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
+        use std::io::Write;
+        let mut out = Vec::with_capacity(320 + body.len());
+        let reason = self.status.canonical_reason().unwrap_or("");
+        // Writing to a Vec cannot fail.
+        let _ = write!(
+            out,
+            "HTTP/1.1 {} {reason}\r\nContent-Type: {JSON}\r\nContent-Length: {}\r\n\
+             Cache-Control: no-store\r\nVary: Accept, Accept-Language\r\n",
+            self.status.as_u16(),
+            body.len()
+        );
+        extra(&mut out);
+        if self.cors_on {
+            out.extend_from_slice(b"Vary: Origin\r\n");
+        }
+        out.extend_from_slice(b"Date: ");
+        out.extend_from_slice(pingora::protocols::http::date::get_cached_date().as_bytes());
+        out.extend_from_slice(b"\r\n");
+        if self.close {
+            out.extend_from_slice(b"Connection: close\r\n");
+        }
+        out.extend_from_slice(b"\r\n");
+        out.extend_from_slice(body);
+        out
     }
-    if cors_on {
-        out.extend_from_slice(b"Vary: Origin\r\n");
-    }
-    // As Pingora's sessions write it (a per-thread copy renewed once a second).
-    out.extend_from_slice(b"Date: ");
-    out.extend_from_slice(pingora::protocols::http::date::get_cached_date().as_bytes());
-    out.extend_from_slice(b"\r\n");
-    if close {
-        out.extend_from_slice(b"Connection: close\r\n");
-    }
-    out.extend_from_slice(b"\r\n");
-    out.extend_from_slice(&body);
-    out
 }
 
 /// The headers of every answer the gateway writes for a sale route or the queue: its type and
@@ -169,7 +221,7 @@ pub async fn queue(
         // A challenge first (no ticket yet): its own page, which solves it and polls.
         Some(sale) if how.client.html && answer.challenge.is_some() => (
             HTML,
-            page::challenge_page(&page::json(answer, lang), sale.id),
+            page::challenge_page(&page::json(answer, lang), sale.id).into_bytes(),
         ),
         Some(sale) if how.client.html => {
             let page = Waiting {
@@ -178,9 +230,9 @@ pub async fn queue(
                 landing: &queued.landing,
                 reservation,
             };
-            (HTML, how.pages.waiting(lang, &page))
+            (HTML, how.pages.waiting(lang, &page).into_bytes())
         }
-        _ => (JSON, page::json(answer, lang).to_string()),
+        _ => (JSON, page::json_bytes(answer, lang)),
     };
     let mut resp = ResponseHeader::build(status, Some(7))?;
     own_answer(&mut resp, content_type, body.len())?;

@@ -18,9 +18,9 @@ mod bought;
 pub mod challenge;
 mod defence;
 pub mod draw;
-mod issue;
 #[cfg(test)]
 mod fake;
+mod issue;
 pub mod page;
 mod refresh;
 mod stepped;

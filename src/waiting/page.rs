@@ -86,86 +86,141 @@ pub fn code(status: &Status) -> (&'static str, Message) {
 /// (`sold_out`, `expired`, `bought`) asks for no refresh (`refresh_after_ms` absent: an app
 /// following it would poll for nothing).
 pub fn json(answer: &Answer, lang: Lang) -> serde_json::Value {
-    let (code, message) = code(&answer.status);
-    if let Some(challenge) = &answer.challenge {
+    match &answer.challenge {
         // No ticket yet: the proof of work to send back in `X-Flashgate-Solution`.
-        return serde_json::json!({
-            "code": code,
-            "message": message.text(lang),
-            "state": answer.status.state(),
-            "challenge": challenge,
-        });
-    }
-    let (position, wait, refresh, too_late, drawn, paused) = match answer.status {
-        Status::Waiting {
-            position,
-            estimated_wait_ms,
-            refresh_after_ms,
-            likely_too_late,
-            drawn,
-            paused,
-        } => (
-            position,
-            (!paused).then_some(estimated_wait_ms),
-            Some(refresh_after_ms),
-            likely_too_late,
-            drawn,
-            paused,
-        ),
-        // At the front: nothing left to wait for; come back soon only to learn what changed.
-        Status::YourTurn => (0, Some(0), Some(1_000), false, true, false),
-        Status::SoldOut
-        | Status::Expired
-        | Status::GivenAway
-        | Status::Bought
-        | Status::Challenge => (
-            0,
-            Some(0),
-            None,
-            matches!(answer.status, Status::SoldOut),
-            true,
-            false,
-        ),
-    };
-    let mut json = serde_json::json!({
-        "code": code,
-        "message": message.text(lang),
-        "state": answer.status.state(),
-        "queue_position": position,
-        "estimated_wait_ms": wait,
-        "ticket": answer.ticket,
-        "likely_too_late": too_late,
-        "place_final": drawn,
-        "paused": paused,
-    });
-    if let Some(refresh) = refresh {
-        json["refresh_after_ms"] = refresh.into();
-    }
-    if !answer.variants.is_empty() {
-        json["variants"] = answer
-            .variants
-            .iter()
-            .map(|v| serde_json::json!({"id": &*v.id, "title": v.title, "available": v.available}))
-            .collect();
-    }
-    if let Some(draw) = &answer.draw {
-        if let Some(commitment) = &draw.commitment {
-            json["draw_commitment"] = commitment.as_str().into();
+        Some(challenge) => {
+            let (code, message) = code(&answer.status);
+            serde_json::json!({
+                "code": code,
+                "message": message.text(lang),
+                "state": answer.status.state(),
+                "challenge": challenge,
+            })
         }
-        if let Some(seed) = &draw.seed {
-            json["draw_seed"] = seed.as_str().into();
+        None => serde_json::to_value(Body::of(answer, lang)).expect("plain fields"),
+    }
+}
+
+/// [`json`] written out, without building the value first for a ticket holder's answer (the
+/// door's hot path: the same bytes, keys in the same sorted order).
+pub fn json_bytes(answer: &Answer, lang: Lang) -> Vec<u8> {
+    if answer.challenge.is_some() {
+        return json(answer, lang).to_string().into_bytes();
+    }
+    let mut out = Vec::with_capacity(384);
+    serde_json::to_writer(&mut out, &Body::of(answer, lang)).expect("plain fields");
+    out
+}
+
+/// A ticket holder's JSON answer, its keys in the sorted order `serde_json::Value` writes them
+/// (so [`json`] and [`json_bytes`] write the same bytes).
+#[derive(serde::Serialize)]
+struct Body<'a> {
+    code: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    draw_commitment: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    draw_seed: Option<&'a str>,
+    estimated_wait_ms: Option<u64>,
+    likely_too_late: bool,
+    message: std::borrow::Cow<'static, str>,
+    paused: bool,
+    place_final: bool,
+    queue_position: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    refresh_after_ms: Option<u64>,
+    state: &'static str,
+    ticket: &'a str,
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    variants: Vec<VariantBody<'a>>,
+}
+
+/// One variant in the answer (keys sorted, as above).
+#[derive(serde::Serialize)]
+struct VariantBody<'a> {
+    available: bool,
+    id: &'a str,
+    title: &'a str,
+}
+
+impl<'a> Body<'a> {
+    fn of(answer: &'a Answer, lang: Lang) -> Body<'a> {
+        let (code, message) = code(&answer.status);
+        let (position, wait, refresh, too_late, drawn, paused) = match answer.status {
+            Status::Waiting {
+                position,
+                estimated_wait_ms,
+                refresh_after_ms,
+                likely_too_late,
+                drawn,
+                paused,
+            } => (
+                position,
+                (!paused).then_some(estimated_wait_ms),
+                Some(refresh_after_ms),
+                likely_too_late,
+                drawn,
+                paused,
+            ),
+            // At the front: nothing left to wait for; come back soon only to learn what changed.
+            Status::YourTurn => (0, Some(0), Some(1_000), false, true, false),
+            Status::SoldOut
+            | Status::Expired
+            | Status::GivenAway
+            | Status::Bought
+            | Status::Challenge => (
+                0,
+                Some(0),
+                None,
+                matches!(answer.status, Status::SoldOut),
+                true,
+                false,
+            ),
+        };
+        let draw = answer.draw.as_ref();
+        Body {
+            code,
+            draw_commitment: draw.and_then(|d| d.commitment.as_deref()),
+            draw_seed: draw.and_then(|d| d.seed.as_deref()),
+            estimated_wait_ms: wait,
+            likely_too_late: too_late,
+            message: message.text(lang),
+            paused,
+            place_final: drawn,
+            queue_position: position,
+            refresh_after_ms: refresh,
+            state: answer.status.state(),
+            ticket: &answer.ticket,
+            variants: answer
+                .variants
+                .iter()
+                .map(|v| VariantBody {
+                    available: v.available,
+                    id: &v.id,
+                    title: &v.title,
+                })
+                .collect(),
         }
     }
-    json
 }
 
 /// The `Set-Cookie` value that keeps the ticket in a browser until the sale's end.
 pub fn cookie(answer: &Answer) -> String {
-    format!(
+    let mut out = Vec::with_capacity(64 + answer.ticket.len());
+    write_cookie(&mut out, answer);
+    String::from_utf8(out).expect("written from strings")
+}
+
+/// [`cookie`], written into `out`.
+pub fn write_cookie(out: &mut Vec<u8>, answer: &Answer) {
+    use std::io::Write;
+    // Writing to a Vec cannot fail.
+    let _ = write!(
+        out,
         "{TICKET_COOKIE}={}; Path=/; Max-Age={}; HttpOnly; SameSite=Lax",
         answer.ticket,
         answer.cookie_max_age_secs.max(1)
-    )
+    );
 }
 
 /// JSON safe inside a `<script>` element.
@@ -264,6 +319,52 @@ mod tests {
         assert_eq!(v["code"], "queued");
         assert_eq!(v["queue_position"], 7);
         assert_eq!(v["state"], "waiting");
+    }
+
+    #[test]
+    fn the_written_answer_is_the_json_value_byte_for_byte() {
+        let mut drop = waiting(5);
+        drop.variants = vec![
+            crate::waiting::Availability {
+                id: "red".into(),
+                title: "Red \"128 GB\"".into(),
+                available: true,
+            },
+            crate::waiting::Availability {
+                id: "blue".into(),
+                title: "蓝".into(),
+                available: false,
+            },
+        ];
+        drop.draw = Some(crate::waiting::Published {
+            commitment: Some("ab".repeat(32)),
+            seed: Some("cd".repeat(32)),
+        });
+        let statuses = [
+            waiting(1).status,
+            Status::YourTurn,
+            Status::SoldOut,
+            Status::Expired,
+            Status::GivenAway,
+            Status::Bought,
+        ];
+        for answer in statuses
+            .into_iter()
+            .map(|status| Answer {
+                status,
+                ..waiting(2)
+            })
+            .chain([drop])
+        {
+            for lang in [Lang::En, Lang::Zh] {
+                let bytes = json_bytes(&answer, lang);
+                assert_eq!(
+                    String::from_utf8(bytes).unwrap(),
+                    json(&answer, lang).to_string(),
+                    "{answer:?}"
+                );
+            }
+        }
     }
 
     #[test]
