@@ -37,7 +37,9 @@ const FRESH: store::Fresh = store::Fresh {
 
 #[derive(Debug, Clone)]
 enum Op {
-    Ticket(u8),
+    /// One ticket call for these buyers in order (a batch, as the gateway sends the asks that
+    /// arrive while a call is out; a buyer may ask twice in one).
+    Tickets(Vec<u8>),
     Read,
     Pause,
     Resume,
@@ -50,7 +52,7 @@ enum Op {
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        5 => (0u8..12).prop_map(Op::Ticket),
+        5 => prop::collection::vec(0u8..12, 1..5).prop_map(Op::Tickets),
         3 => Just(Op::Read),
         1 => Just(Op::Pause),
         1 => Just(Op::Resume),
@@ -98,6 +100,35 @@ struct Model {
 }
 
 impl Model {
+    /// One ask's answer in a batch, in order: as if it had come alone.
+    fn ticket(&mut self, s: &QueueState, user: u8, issued: store::Issued) {
+        let store::Issued::Ticket { number, fresh, .. } = issued else {
+            panic!("the queue is open: {issued:?}");
+        };
+        match self.numbers.get(&user) {
+            Some(&n) => {
+                assert_eq!(number, n, "u{user} asked again");
+                assert!(!fresh);
+            }
+            None => {
+                assert!(fresh);
+                assert!(
+                    number > self.highest,
+                    "number {number} not after {}",
+                    self.highest
+                );
+                assert!(
+                    number > s.cursor_at(s.now_ms),
+                    "ticket {number} born admitted (cursor {})",
+                    s.cursor_at(s.now_ms)
+                );
+                self.highest = number;
+                self.numbers.insert(user, number);
+            }
+        }
+        assert!(s.seq >= number);
+    }
+
     fn check(&mut self, s: &QueueState, op: &Op) {
         assert_eq!(s.rate, self.rate, "rate after {op:?}");
         assert_eq!(s.paused, self.paused, "paused after {op:?}");
@@ -195,42 +226,22 @@ fn run(ops: Vec<Op>) {
         model.check(&s, &Op::Read);
         for op in &ops {
             let state = match *op {
-                Op::Ticket(user) => {
-                    let (s, issued) = store::ticket(
-                        &fx.store,
-                        &activity,
-                        &configured,
-                        &format!("u{user}"),
-                        &FRESH,
-                        None,
-                    )
-                    .await
-                    .unwrap();
-                    let store::Issued::Ticket { number, fresh, .. } = issued else {
-                        panic!("the queue is open: {issued:?}");
-                    };
-                    match model.numbers.get(&user) {
-                        Some(&n) => {
-                            assert_eq!(number, n, "u{user} asked again");
-                            assert!(!fresh);
-                        }
-                        None => {
-                            assert!(fresh);
-                            assert!(
-                                number > model.highest,
-                                "number {number} not after {}",
-                                model.highest
-                            );
-                            assert!(
-                                number > s.cursor_at(s.now_ms),
-                                "ticket {number} born admitted (cursor {})",
-                                s.cursor_at(s.now_ms)
-                            );
-                            model.highest = number;
-                            model.numbers.insert(user, number);
-                        }
+                Op::Tickets(ref users) => {
+                    let asks: Vec<store::Ask> = users
+                        .iter()
+                        .map(|u| store::Ask {
+                            user: format!("u{u}"),
+                            spend: None,
+                        })
+                        .collect();
+                    let (s, issued) =
+                        store::tickets(&fx.store, &activity, &configured, &asks, &FRESH)
+                            .await
+                            .unwrap();
+                    assert_eq!(issued.len(), users.len(), "one answer an ask");
+                    for (&user, issued) in users.iter().zip(issued) {
+                        model.ticket(&s, user, issued);
                     }
-                    assert!(s.seq >= number);
                     s
                 }
                 Op::Read => {
@@ -306,9 +317,9 @@ fn regression_a_ticket_after_the_queue_ran_empty_never_moves_the_cursor_back() {
     run(vec![
         Op::Rate(250_000),
         Op::Read,
-        Op::Ticket(4),
+        Op::Tickets(vec![4]),
         Op::Read,
-        Op::Ticket(5),
+        Op::Tickets(vec![5]),
     ]);
 }
 
