@@ -36,6 +36,7 @@ p.add_argument("--peer-secret")
 p.add_argument("--peer-users", type=int)
 p.add_argument("--peer-sold", type=int)
 p.add_argument("--upstream-cpu-us", type=int, help="the upstream's CPU during the run (kept as upstream_cpu_us)")
+p.add_argument("--gateway-cpu-us", type=int, help="flashgate's CPU during the run (kept as gateway_cpu_us; a peer or floor run's is flashgate idling)")
 a = p.parse_args()
 
 r, check = {}, []
@@ -65,6 +66,8 @@ with urllib.request.urlopen(f"http://{a.upstream}/__upstream/requests") as f:
 r["upstream_requests"] = len(seen)
 if a.upstream_cpu_us is not None:
     r["upstream_cpu_us"] = a.upstream_cpu_us
+if a.gateway_cpu_us is not None:
+    r["gateway_cpu_us"] = a.gateway_cpu_us
 with urllib.request.urlopen(f"http://{a.upstream}/__upstream/grants") as f:
     rejected = json.load(f)["rejected"]
 problems = []

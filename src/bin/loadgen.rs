@@ -80,6 +80,11 @@ struct Common {
     /// With --check-upstream: the per-user limit in units.
     #[arg(long)]
     per_user_limit: Option<u64>,
+    /// Waiting-room tickets: every answer must carry a ticket (`202 queued`), and no two
+    /// answers the same ticket number or `queue_position` (one place per buyer; with
+    /// `--requests-per-buyer` 1, distinct buyers).
+    #[arg(long)]
+    check_tickets: bool,
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
@@ -130,10 +135,26 @@ fn build_plan(c: &Common, total: u64) -> Plan {
     }
 }
 
-/// One response: status and the contract `code` when the body has one.
+/// One response: status and the contract `code` when the body has one; a waiting-room
+/// answer's ticket number and place.
 struct Answer {
     status: u16,
     code: Option<String>,
+    ticket: Option<(u64, u64)>,
+}
+
+/// The JSON string value of `key` in `body`, if any (flat, unescaped values only).
+fn string_field<'b>(body: &'b str, key: &str) -> Option<&'b str> {
+    let start = body.find(&format!("\"{key}\":\""))? + key.len() + 4;
+    let end = start + body[start..].find('"')?;
+    Some(&body[start..end])
+}
+
+/// The number of `key` in `body`, if any.
+fn number_field(body: &str, key: &str) -> Option<u64> {
+    let start = body.find(&format!("\"{key}\":"))? + key.len() + 3;
+    let digits = body[start..].split(|c: char| !c.is_ascii_digit()).next()?;
+    digits.parse().ok()
 }
 
 async fn read_response<R: tokio::io::AsyncBufRead + Unpin>(r: &mut R) -> std::io::Result<Answer> {
@@ -165,12 +186,18 @@ async fn read_response<R: tokio::io::AsyncBufRead + Unpin>(r: &mut R) -> std::io
     }
     let mut body = vec![0u8; length];
     r.read_exact(&mut body).await?;
-    let code = std::str::from_utf8(&body).ok().and_then(|b| {
-        let start = b.find("\"code\":\"")? + 8;
-        let end = start + b[start..].find('"')?;
-        Some(b[start..end].to_owned())
+    let text = std::str::from_utf8(&body).ok();
+    let code = text.and_then(|b| string_field(b, "code").map(str::to_owned));
+    // `t1.<activity>.<number>.<issued>.<epoch>.<mac>`
+    let ticket = text.and_then(|b| {
+        let number = string_field(b, "ticket")?.split('.').nth(2)?.parse().ok()?;
+        Some((number, number_field(b, "queue_position")?))
     });
-    Ok(Answer { status, code })
+    Ok(Answer {
+        status,
+        code,
+        ticket,
+    })
 }
 
 #[derive(Default)]
@@ -178,6 +205,8 @@ struct Tally {
     latency_us: Option<Histogram<u64>>,
     outcomes: BTreeMap<String, u64>,
     errors: u64,
+    /// Waiting-room answers' (ticket number, place).
+    tickets: Vec<(u64, u64)>,
 }
 
 impl Tally {
@@ -198,6 +227,7 @@ impl Tally {
                     None => a.status.to_string(),
                 };
                 *self.outcomes.entry(key).or_default() += 1;
+                self.tickets.extend(a.ticket);
             }
             Err(_) => self.errors += 1,
         }
@@ -211,6 +241,7 @@ impl Tally {
             *self.outcomes.entry(k).or_default() += v;
         }
         self.errors += other.errors;
+        self.tickets.extend(other.tickets);
     }
 }
 
@@ -350,6 +381,9 @@ struct Report {
     outcomes: BTreeMap<String, u64>,
     correct: Option<bool>,
     check: Vec<String>,
+    /// With `--check-tickets`: answers with a ticket, distinct numbers, distinct places.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tickets: Option<[u64; 3]>,
 }
 
 fn report(tally: &Tally, elapsed: Duration) -> Report {
@@ -369,7 +403,35 @@ fn report(tally: &Tally, elapsed: Duration) -> Report {
         outcomes: tally.outcomes.clone(),
         correct: None,
         check: Vec::new(),
+        tickets: None,
     }
+}
+
+/// With `--check-tickets`: every request answered with a ticket, no number and no place twice.
+fn check_tickets(c: &Common, tally: &Tally, report: &mut Report) {
+    if !c.check_tickets {
+        return;
+    }
+    let numbers: HashSet<u64> = tally.tickets.iter().map(|t| t.0).collect();
+    let places: HashSet<u64> = tally.tickets.iter().map(|t| t.1).collect();
+    let answered = tally.tickets.len() as u64;
+    report.tickets = Some([answered, numbers.len() as u64, places.len() as u64]);
+    let mut problems = Vec::new();
+    if report.errors > 0 || answered != report.requests {
+        problems.push(format!(
+            "{answered} tickets for {} requests ({} transport errors)",
+            report.requests, report.errors
+        ));
+    }
+    if numbers.len() as u64 != answered || places.len() as u64 != answered {
+        problems.push(format!(
+            "{answered} tickets: {} distinct numbers, {} distinct places",
+            numbers.len(),
+            places.len()
+        ));
+    }
+    report.correct = Some(report.correct.unwrap_or(true) && problems.is_empty());
+    report.check.extend(problems);
 }
 
 /// Checks the demo upstream's record: every winner reached it once, with a unique jti; no more
@@ -488,6 +550,7 @@ async fn main() -> std::process::ExitCode {
     };
     let mut r = report(&tally, elapsed);
     check_upstream(&common, &mut r).await;
+    check_tickets(&common, &tally, &mut r);
     if common.json {
         println!("{}", serde_json::to_string(&r).expect("report serializes"));
     } else {
