@@ -596,7 +596,10 @@ async fn two_thousand_buyers_at_once_get_two_thousand_places_in_batched_calls() 
     let first = *numbers.first().unwrap();
     assert_eq!(numbers, (first..first + BUYERS as u64).collect());
     let calls = redis.script_calls() - calls_before;
-    eprintln!("{BUYERS} tickets (and {} repeated asks) in {calls} script calls", BUYERS / 10);
+    eprintln!(
+        "{BUYERS} tickets (and {} repeated asks) in {calls} script calls",
+        BUYERS / 10
+    );
     assert!(
         calls < BUYERS as u64 / 2,
         "{calls} script calls for {BUYERS} tickets: the asks were not batched"
