@@ -12,6 +12,7 @@ mod check_live;
 mod cors;
 mod decisions;
 mod defence;
+mod door;
 mod edge;
 mod failover;
 mod failures;
