@@ -39,8 +39,10 @@ impl<S: QueueStore> WaitingRoom<S> {
     }
 
     /// A new ticket from Redis, signed and remembered here. A batch carries the configuration
-    /// of the ask that leads it (a reload between two asks of one batch, a few hundred µs
-    /// apart, answers the later one as if it had come a moment later).
+    /// of the ask that leads it, its earliest (an ask that arrived just after a reload, within
+    /// one call's round trip, is judged by the configuration before it, as if it had come a
+    /// moment earlier; Redis's clock still bounds the queue's hours, and the next call has the
+    /// new file).
     pub(super) async fn issue(
         &self,
         key: &[u8; 32],
