@@ -227,7 +227,14 @@ fn lower_layers_import_nothing_above_them() {
         ),
         (
             "waiting",
-            &["admission", "catalogue", "config", "metrics", "stock"],
+            &[
+                "admission",
+                "catalogue",
+                "coalesce",
+                "config",
+                "metrics",
+                "stock",
+            ],
         ),
         (
             "admission",
