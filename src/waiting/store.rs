@@ -292,6 +292,7 @@ pub async fn tickets(
             }
         }
     }
+    store.redis().observe_batch(ScriptName::Queue, asks.len());
     let reply: Vec<String> = store
         .eval(ScriptName::Queue, StoreOp::Queue, &invocation)
         .await?;

@@ -58,6 +58,24 @@ async fn two_thousand_buyers_at_once_get_two_thousand_places_in_batched_calls() 
         calls < BUYERS as u64 / 2,
         "{calls} script calls for {BUYERS} tickets: the asks were not batched"
     );
+    // The gateway tells how full its ticket calls were.
+    let metrics = gw.metrics().await;
+    let value = |name: &str| -> f64 {
+        metrics
+            .lines()
+            .find(|l| l.starts_with(&format!("{name}{{script=\"queue\"}}")))
+            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+            .unwrap_or_else(|| panic!("{name} missing:\n{metrics}"))
+    };
+    let (sum, count) = (
+        value("flashgate_redis_script_batch_size_sum"),
+        value("flashgate_redis_script_batch_size_count"),
+    );
+    assert!(sum >= BUYERS as f64, "{sum} asks sent for {BUYERS} buyers");
+    assert!(
+        sum / count > 2.0,
+        "{sum} asks in {count} calls: the batch size histogram says no batching"
+    );
     // Asking again without the ticket (a refresh that lost it) is answered from memory.
     let calls_before = redis.script_calls();
     for i in (0..BUYERS).step_by(100) {
