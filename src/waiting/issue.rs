@@ -29,12 +29,7 @@ impl<S: QueueStore> WaitingRoom<S> {
     /// The ticket this process last had Redis issue `user`, if it is of the queue as it is now.
     pub(super) fn remembered(&self, activity: &Activity, user: &str) -> Option<(Ticket, String)> {
         let (ticket, raw) = self.issued.get(&(activity.id.clone(), user.to_owned()))?;
-        let current = self
-            .views
-            .read()
-            .get(&activity.id)
-            .filter(|v| v.read_at.elapsed() < super::view::STALE_AFTER)
-            .is_some_and(|v| ticket.epoch == v.state.epoch);
+        let current = self.with_view(activity, |v| v.state.epoch) == Some(ticket.epoch);
         current.then_some((ticket, raw))
     }
 
@@ -123,8 +118,8 @@ impl<S: QueueStore> WaitingRoom<S> {
                 .inc_by(fresh as u64);
         }
         let (now_ms, epoch) = (state.now_ms, state.epoch);
-        let known = self.view(activity).and_then(|v| v.left);
-        self.learn(activity, View::new(state, known));
+        // A ticket call does not read the units left: `learn` keeps what was known.
+        self.learn(activity, View::new(state, None));
         issued
             .into_iter()
             .map(|issued| {

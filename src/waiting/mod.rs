@@ -208,11 +208,16 @@ impl<S: QueueStore> WaitingRoom<S> {
     }
 
     fn view(&self, activity: &Activity) -> Option<View> {
+        self.with_view(activity, View::clone)
+    }
+
+    /// `f` of the queue as last read, if it was read lately (without copying the view).
+    fn with_view<T>(&self, activity: &Activity, f: impl FnOnce(&View) -> T) -> Option<T> {
         self.views
             .read()
             .get(&activity.id)
             .filter(|v| v.read_at.elapsed() < view::STALE_AFTER)
-            .cloned()
+            .map(f)
     }
 
     /// The queue's state as this gateway knows it (admin API).
