@@ -29,6 +29,10 @@
 --            was at c, moving at r places a second if run is 1; p: the sale was postponed at p,
 --            the cursor standing from p to t), oldest first, ';'-separated
 --   lapsed   every place up to this one has lapsed (set when old marks are dropped)
+--   log      every mark hist ever had, in the same form, oldest first (up to LOG_MAX: the oldest
+--            are dropped beyond it): when each place was reached, for `flashgate report`;
+--            written only with a mark (a start, a change of rate, a pause, a hold, a resume)
+--   solved   proof-of-work challenges solved (a solution spent with a ticket ask), for the report
 --   step     1 once the queue runs stepped (queue_step below: skip_absent_after_secs or
 --            max_active configured): the cursor is then `base`, moved only by queue_step
 --   tc, credit  stepped: when admission credit was last accrued (ms), and the credit (in
@@ -46,6 +50,7 @@
 -- Place p is admitted once the cursor reaches p.
 
 local HIST_MAX = 16
+local LOG_MAX = 4096
 
 local function queue_state(q)
   local f = redis.call('HMGET', q, 'seq', 'start', 'rate', 'base', 't0', 'paused', 'held',
@@ -74,10 +79,12 @@ local function queue_mark(q, s, postponed_at)
   -- place's reach time: replaced, so a hold flapping near sell-out, a pause and resume, a rate
   -- changed twice cost one mark. A postponement's mark is kept (it lengthens windows).
   local last = marks[#marks]
+  local replaced = false
   if last and not postponed_at then
     local c = string.match(last, '^[^,]+,([^,]+),[^,]+,[01]$')
     if c and tonumber(c) == s.base then
       marks[#marks] = nil
+      replaced = true
     end
   end
   local mark = int(s.t0) .. ',' .. int(s.base) .. ',' .. int(s.rate) .. ',' ..
@@ -95,17 +102,32 @@ local function queue_mark(q, s, postponed_at)
     end
   end
   s.hist = table.concat(marks, ';')
-  redis.call('HSET', q, 'hist', s.hist, 'lapsed', int(s.lapsed))
+  -- The log keeps every mark (its last one may be replaced above, as in hist: a mark the cursor
+  -- did not move on from decides no place's reach time, in either).
+  local log = redis.call('HGET', q, 'log') or ''
+  local kept = {}
+  for m in string.gmatch(log, '[^;]+') do
+    kept[#kept + 1] = m
+  end
+  if replaced and kept[#kept] == last then
+    kept[#kept] = nil
+  end
+  kept[#kept + 1] = mark
+  while #kept > LOG_MAX do
+    table.remove(kept, 1)
+  end
+  redis.call('HSET', q, 'hist', s.hist, 'lapsed', int(s.lapsed), 'log', table.concat(kept, ';'))
 end
 
--- The cursor runs from the start, or from now for a queue set up after it.
-local function queue_init(q, tickets, rate, start, now, epoch)
+-- The cursor runs from the start, or from now for a queue set up after it. `arrivals`: the
+-- tickets' issue times (KEYS of the caller), gone with the tickets.
+local function queue_init(q, tickets, rate, start, now, epoch, arrivals)
   if redis.call('HSETNX', q, 'start', start) == 1 then
     -- Tickets of a lost queue say nothing about this one.
-    redis.call('DEL', tickets)
+    redis.call('DEL', tickets, arrivals)
     local t0 = math.max(now, tonumber(start))
     redis.call('HSET', q, 'rate', rate, 'base', 0, 't0', int(t0), 'seq', 0, 'epoch', epoch,
-      'hist', int(t0) .. ',0,' .. rate .. ',1', 'lapsed', 0)
+      'hist', int(t0) .. ',0,' .. rate .. ',1', 'lapsed', 0, 'log', int(t0) .. ',0,' .. rate .. ',1')
   end
 end
 

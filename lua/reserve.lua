@@ -367,6 +367,11 @@ end
 if stock_delta ~= 0 then
   redis.call('INCRBY', STOCK, stock_delta)
 end
+-- The batch that took the last unit records when (the ledger's sold_out_ms, for `flashgate
+-- report`; a later one after units came back writes it again): one write a sell-out.
+if stock_delta < 0 and left == 0 then
+  redis.call('HSET', LEDGER, 'sold_out_ms', int(clock))
+end
 local fields = {}
 for user in pairs(held_dirty) do
   fields[#fields + 1] = user

@@ -49,12 +49,16 @@ if left + units > EXACT
   return {-3, left}
 end
 local remaining = redis.call('INCRBY', stock, ARGV[1])
+local at = int(now_ms())
+-- restock@<ms>: the units added then (for `flashgate report`'s stock over time; a field a
+-- restock, an operator's act).
 redis.call('HINCRBY', ledger, 'restocked', ARGV[1])
+redis.call('HINCRBY', ledger, 'restock@' .. at, ARGV[1])
 if ARGV[2] ~= '' then
   local lane = (ARGV[6] or '') ~= '' and ':' .. ARGV[6] or ''
   redis.call('HSET', book, ARGV[2], ARGV[3] .. ':' .. ARGV[1] .. lane)
   extend(book, int(math.max(tonumber(ARGV[4]), redis.call('EXPIRETIME', stock))))
 end
 emit(events, ARGV[5], 'type', 'restock', 'qty', ARGV[1], 'ver', ARGV[3], 'key', ARGV[2],
-  'ts', int(now_ms()))
+  'ts', at)
 return {1, remaining}

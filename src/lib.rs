@@ -26,6 +26,7 @@ pub mod purchase;
 pub mod reconcile;
 pub mod refusals;
 pub mod reload;
+pub mod report;
 pub mod reservation;
 pub mod series;
 pub mod server;

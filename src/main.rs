@@ -59,6 +59,29 @@ enum Command {
         #[arg(long, requires = "orders")]
         confirm_pending: bool,
     },
+    /// The story of one activity's sale from what Redis holds of it (during the sale or after
+    /// it, until its keys expire): when it opened, first sold and sold out; units sold,
+    /// released, pending and restocked; buyers queued, admitted, bought and no-shows; waits;
+    /// challenges; the draw; per variant. Needs only the configuration file and Redis.
+    Report {
+        #[arg(long)]
+        config: PathBuf,
+        #[arg(long)]
+        activity: String,
+        /// Print the figures as one JSON object instead of text.
+        #[arg(long)]
+        json: bool,
+        /// Also write a self-contained page with charts (opens without a network) to FILE.
+        #[arg(long, value_name = "FILE")]
+        html: Option<PathBuf>,
+        /// Also count refusals by code over the sale from this Prometheus
+        /// (`http://host:port`).
+        #[arg(long, value_name = "URL")]
+        prometheus: Option<String>,
+        /// The page's language.
+        #[arg(long, value_enum, default_value = "en")]
+        lang: flashgate::report::html::Lang,
+    },
     /// Check an activity's pre-queue draw: recompute every drawn place from the seed and the
     /// recorded arrivals, check the seed against its commitment and the places the gateways
     /// admitted tickets at; print `match` (exit 0) or what differs (exit 1).
@@ -115,6 +138,14 @@ fn main() -> ExitCode {
             reconcile_exit(report, "clean", "DRIFT")
         }
         Command::Draw { config, activity } => draw(&config, &activity),
+        Command::Report {
+            config,
+            activity,
+            json,
+            html,
+            prometheus,
+            lang,
+        } => report(&config, activity, json, html.as_deref(), prometheus, lang),
         Command::Serve { config, upgrade } => {
             let (settings, source) = match ConfigSource::load(&config) {
                 Ok(loaded) => loaded,
@@ -239,6 +270,56 @@ fn draw(config: &std::path::Path, activity: &str) -> ExitCode {
     }
 }
 
+/// `flashgate report`: the figures as text or JSON, and the page if asked.
+fn report(
+    config: &std::path::Path,
+    activity: String,
+    json: bool,
+    html: Option<&std::path::Path>,
+    prometheus: Option<String>,
+    lang: flashgate::report::html::Lang,
+) -> ExitCode {
+    use flashgate::reconcile::ReconcileError;
+    let settings = match Settings::load_without_secrets(config) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("{}: {e}", config.display());
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
+    let shop = settings.pages.shop_name.clone();
+    let ask = flashgate::report::Ask {
+        activity,
+        prometheus,
+    };
+    let report = match flashgate::report::run_cli(settings, &ask) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("report: {e}");
+            return match e {
+                ReconcileError::UnknownActivity(_) => ExitCode::from(EXIT_CONFIG),
+                _ => ExitCode::from(EXIT_STORE),
+            };
+        }
+    };
+    if let Some(path) = html {
+        let page = flashgate::report::html::page(&report, lang, &shop);
+        if let Err(e) = std::fs::write(path, page) {
+            eprintln!("{}: {e}", path.display());
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    }
+    if json {
+        emit(&format!(
+            "{}\n",
+            serde_json::to_string_pretty(&report.story).expect("the story serialises")
+        ));
+    } else {
+        emit(&flashgate::report::text(&report.story));
+    }
+    ExitCode::SUCCESS
+}
+
 /// Prints a reconcile report (its table and whether it is clean) and maps it, or the error
 /// that stopped it, to the exit code.
 fn reconcile_exit(
@@ -260,9 +341,10 @@ fn reconcile_exit(
             eprintln!("reconcile: {e}");
             match e {
                 ReconcileError::UnknownActivity(_) => ExitCode::from(EXIT_CONFIG),
-                ReconcileError::Store(_) | ReconcileError::Busy(_) | ReconcileError::Refused(_) => {
-                    ExitCode::from(EXIT_STORE)
-                }
+                ReconcileError::Store(_)
+                | ReconcileError::Busy(_)
+                | ReconcileError::Refused(_)
+                | ReconcileError::Prometheus(_) => ExitCode::from(EXIT_STORE),
             }
         }
     }

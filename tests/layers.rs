@@ -237,6 +237,10 @@ fn lower_layers_import_nothing_above_them() {
             ],
         ),
         (
+            "report",
+            &["config", "metrics", "reconcile", "stock", "waiting"],
+        ),
+        (
             "admission",
             &[
                 "catalogue",

@@ -219,6 +219,9 @@ pub enum ReconcileError {
     /// Versions were put on sale faster than a snapshot could be taken: no honest answer yet.
     #[error("segment {0}: versions changed during every read; run reconcile again")]
     Busy(String),
+    /// `flashgate report --prometheus`: Prometheus did not answer the query.
+    #[error("prometheus: {0}")]
+    Prometheus(String),
 }
 
 /// How many times a segment's snapshot is taken again when its versions changed meanwhile.

@@ -14,7 +14,9 @@
 //! <p>:{<tag>}:v<n>:stock    string  units of version n remaining here (only while n is on sale)
 //! <p>:{<tag>}:v<n>:ledger   hash    units of version n here: initial, pending, confirmed,
 //!                                   released, retired, moved_in, moved_out, unsold_retired,
-//!                                   late_accepted, oversold, restocked
+//!                                   late_accepted, oversold, restocked; for the report:
+//!                                   sold_out_ms (when the last unit was taken), restock@<ms>
+//!                                   (units an operator added then)
 //! <p>:{<tag>}:v<n>:pending  zset    jti -> when due (hold deadline, or next order lookup), ms
 //! <p>:{<tag>}:users         hash    user id -> units held (all versions)
 //! <p>:{<tag>}:res           hash    jti -> reservation record, with its fence (see lua/lib.lua)
@@ -37,6 +39,8 @@
 //!                                   version that was on sale sells again after the rest expired
 //! <p>:{<act>}:q             hash    the waiting room's state (cursor, rate, pause, history)
 //! <p>:{<act>}:q:tickets     hash    the waiting room's tickets: user -> number
+//! <p>:{<act>}:q:arrivals    hash    when tickets were issued: the first number of a call ->
+//!                                   `ms,count` (numbers first..first+count-1), for the report
 //! <p>:{<act>}:halt          string  since when the activity is halted (unix ms; absent when
 //!                                   not): expires with the sale's keys, see lua/halt.lua
 //! <p>:{<act>}:halt:fence    string  the halt was made for a fence (a rule lifting it lifts it)
@@ -156,6 +160,11 @@ impl SegmentKeys {
     /// On the base tag: the waiting room's tickets (user -> number).
     pub fn queue_tickets(&self) -> String {
         self.shared("q:tickets")
+    }
+    /// On the base tag: when the tickets were issued (the first number a ticket call issued ->
+    /// `ms,count`), for `flashgate report`.
+    pub fn queue_arrivals(&self) -> String {
+        self.shared("q:arrivals")
     }
     /// On the base tag: the places gateways admitted pre-queue tickets at (number -> place).
     pub fn queue_places(&self) -> String {

@@ -13,6 +13,7 @@
 //! in seconds while the queue runs at its rate, and stops while it is paused or held.
 
 use super::draw;
+pub use super::marks::{parse_marks, reached_at, Mark};
 use crate::config::QueueSettings;
 use std::time::{Duration, Instant};
 
@@ -52,36 +53,6 @@ pub struct QueueState {
     pub active: u64,
 }
 
-/// From `at_ms` on, the cursor was at `cursor`, moving at `rate` places a second if `running`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Mark {
-    pub at_ms: u64,
-    pub cursor: u64,
-    pub rate: u64,
-    pub running: bool,
-    /// The sale was postponed at this time, the cursor standing from then until `at_ms`.
-    pub postponed_at: Option<u64>,
-}
-
-impl Mark {
-    fn parse(raw: &str) -> Option<Mark> {
-        let mut f = raw.split(',');
-        let mut n = || f.next().map(|v| v.parse::<u64>().ok());
-        let (at_ms, cursor, rate, running) = (n()??, n()??, n()??, n()??);
-        let postponed_at = match n() {
-            None => None,
-            Some(p) => Some(p?),
-        };
-        Some(Mark {
-            at_ms,
-            cursor,
-            rate: rate.max(1),
-            running: running == 1,
-            postponed_at,
-        })
-    }
-}
-
 /// Fields of a state reply, before any extra the script adds.
 pub const STATE_FIELDS: usize = 17;
 
@@ -104,12 +75,7 @@ impl QueueState {
             drawn,
             now_ms: n(9)?,
             epoch: n(10)?,
-            marks: reply
-                .get(11)?
-                .split(';')
-                .filter(|m| !m.is_empty())
-                .map(Mark::parse)
-                .collect::<Option<Vec<_>>>()?,
+            marks: parse_marks(reply.get(11)?)?,
             lapsed: n(12)?,
             commitment,
             halted_at: Some(n(14)?).filter(|at| *at > 0),
@@ -136,12 +102,7 @@ impl QueueState {
         if place <= self.lapsed {
             return None;
         }
-        // The newest mark the place lies beyond: reached while the cursor ran from it.
-        let mark = self.marks.iter().rev().find(|m| m.cursor < place)?;
-        if !mark.running {
-            return None;
-        }
-        let reached = mark.at_ms + ((place - mark.cursor) * 1000).div_ceil(mark.rate);
+        let reached = reached_at(&self.marks, place)?;
         // The postponements, as time intervals the cursor stood (merged where they overlap: a
         // sale postponed again while postponed).
         let mut stood: Vec<(u64, u64)> = self

@@ -31,6 +31,7 @@ mod precedence;
 mod queue;
 mod queue_support;
 mod queue_windows;
+mod report;
 mod reservations;
 mod restock;
 mod sale_hours;

@@ -4,7 +4,6 @@
 
 use super::queue_support::*;
 use crate::support::*;
-use chrono::{SecondsFormat, Utc};
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -221,13 +220,7 @@ async fn pre_queue_arrivals_are_drawn_at_the_start_and_later_ones_queue_in_order
         );
         tickets.push(t);
     }
-    wait_for("the start", Duration::from_secs(10), || {
-        (Utc::now()
-            .to_rfc3339_opts(SecondsFormat::Secs, true)
-            .as_str()
-            > starts_at)
-            .then_some(())
-    });
+    wait_past(starts_at);
     // After the start, later arrivals queue first come, first served, behind the pre-queue.
     let (late1, _) = take_ticket(gw, "1001", "late1").await;
     let (late2, _) = take_ticket(gw, "1001", "late2").await;

@@ -20,6 +20,17 @@ pub fn in_secs(secs: i64) -> &'static str {
     )
 }
 
+/// Waits until the clock passed `at` (an RFC 3339 time as [`in_secs`] gives).
+pub fn wait_past(at: &str) {
+    wait_for("the start", Duration::from_secs(10), || {
+        (Utc::now()
+            .to_rfc3339_opts(SecondsFormat::Secs, true)
+            .as_str()
+            > at)
+            .then_some(())
+    });
+}
+
 /// An RFC 3339 time (as [`in_secs`] gives) in unix milliseconds.
 pub fn rfc3339_ms(at: &str) -> u64 {
     chrono::DateTime::parse_from_rfc3339(at)
