@@ -309,3 +309,65 @@ async fn every_panel_and_alert_returns_series_from_a_real_prometheus() {
         .unwrap();
     assert!(firing.is_empty(), "{firing:?}");
 }
+
+/// `flashgate report --prometheus`: refusals by code over the sale, as the gateway counted them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_report_counts_refusals_by_code_from_a_real_prometheus() {
+    let mut sale = TestActivity::open("1001", 2);
+    sale.per_user_limit = 1;
+    let (_redis, _upstream, config) = backends(vec![sale, TestActivity::open("4004", 5)]);
+    let gw = GatewayProc::start(config);
+    let prometheus = Prometheus::start(gw.admin);
+    prometheus
+        .wait_scraped_after(std::time::SystemTime::now())
+        .await;
+    // Two win, eight are told sold out; another activity's refusals are not this one's.
+    let requests = (0..10)
+        .map(|i| {
+            raw_request(
+                "POST",
+                "/api/seckill/1001/buy",
+                &[("X-User-Id", &format!("u{i}"))],
+            )
+        })
+        .chain((0..3).map(|_| raw_request("POST", "/api/seckill/4004/buy", &[])))
+        .collect();
+    burst(gw.addr, requests).await;
+    prometheus
+        .wait_scraped_after(std::time::SystemTime::now())
+        .await;
+    let metrics = gw.metrics().await;
+    let mut counted = serde_json::Map::new();
+    for line in metrics.lines() {
+        let Some(rest) =
+            line.strip_prefix(r#"flashgate_admission_decisions_total{activity="1001",decision=""#)
+        else {
+            continue;
+        };
+        let (code, value) = rest.split_once(r#""} "#).unwrap();
+        let n: u64 = value.trim().parse().unwrap();
+        if code != "admitted" && n > 0 {
+            counted.insert(code.to_owned(), n.into());
+        }
+    }
+    assert_eq!(counted.get("sold_out"), Some(&Value::from(8)), "{metrics}");
+    let url = format!("http://{}", prometheus.addr);
+    let config = gw.config_path();
+    let (code, out, err) = run_cli(
+        &[
+            "report",
+            "--config",
+            config.to_str().unwrap(),
+            "--activity",
+            "1001",
+            "--json",
+            "--prometheus",
+            &url,
+        ],
+        &[],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let story: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(story["refusals"], Value::Object(counted), "{story}");
+    assert_eq!(story["units"]["sold"], 2);
+}

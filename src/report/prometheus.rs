@@ -1,13 +1,21 @@
-//! Refusals by code over a sale, from Prometheus: the increase of
+//! Refusals by code over a sale, from Prometheus: how much
 //! `flashgate_admission_decisions_total{activity, decision}` (every decision but `admitted`)
-//! over the sale, summed over the gateways Prometheus scrapes.
+//! grew over the sale, per gateway Prometheus scrapes, summed.
 //!
-//! Approximation: Prometheus's `increase` extrapolates to the window's edges from the samples
-//! inside it (one a scrape interval): figures are rounded to whole requests, and a gateway that
-//! restarted mid-sale is counted from its samples only.
+//! Growth is the series' largest value in the window less its smallest (not `increase`, which
+//! extrapolates to the window's edges and would count a short sale's 8 refusals as 9). The
+//! window starts [`MARGIN_SECS`] before the sale (its first sample then predates the sale's
+//! first refusal; the gateway creates every activity's series at zero when it starts).
+//!
+//! Approximations: refusals since Prometheus's last scrape are not counted yet; a gateway
+//! restarted during the sale is undercounted (its counters begin again at zero: only the larger
+//! of its counts before and after the restart is seen).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
+
+/// Seconds before the sale the window starts.
+pub const MARGIN_SECS: u64 = 60;
 
 /// How long Prometheus may take to answer.
 const TIMEOUT: Duration = Duration::from_secs(10);
@@ -15,9 +23,10 @@ const TIMEOUT: Duration = Duration::from_secs(10);
 /// The PromQL asked: refusals of `activity` by code over the `secs` before the query's time.
 pub fn query(activity: &str, secs: u64) -> String {
     let quoted = activity.replace('\\', "\\\\").replace('"', "\\\"");
-    format!(
-        "sum by (decision) (increase(flashgate_admission_decisions_total{{activity=\"{quoted}\",decision!=\"admitted\"}}[{secs}s]))"
-    )
+    let series = format!(
+        "flashgate_admission_decisions_total{{activity=\"{quoted}\",decision!=\"admitted\"}}[{secs}s]"
+    );
+    format!("sum by (decision) (max_over_time({series}) - min_over_time({series}))")
 }
 
 /// Refusals by code of `activity` from `since_ms` to `now_ms` (unix ms), from the Prometheus
@@ -28,7 +37,7 @@ pub fn refusals(
     since_ms: u64,
     now_ms: u64,
 ) -> Result<BTreeMap<String, u64>, String> {
-    let secs = now_ms.saturating_sub(since_ms).div_ceil(1000).max(1);
+    let secs = now_ms.saturating_sub(since_ms).div_ceil(1000) + MARGIN_SECS;
     let endpoint = format!("{}/api/v1/query", url.trim_end_matches('/'));
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .timeout_global(Some(TIMEOUT))
@@ -91,9 +100,11 @@ mod tests {
 
     #[test]
     fn the_query_quotes_the_activity() {
+        let series =
+            "flashgate_admission_decisions_total{activity=\"a\\\"b\",decision!=\"admitted\"}[60s]";
         assert_eq!(
             query("a\"b", 60),
-            "sum by (decision) (increase(flashgate_admission_decisions_total{activity=\"a\\\"b\",decision!=\"admitted\"}[60s]))"
+            format!("sum by (decision) (max_over_time({series}) - min_over_time({series}))")
         );
     }
 }

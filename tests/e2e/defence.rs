@@ -293,6 +293,23 @@ async fn a_bot_farm_pays_one_solve_per_ticket() {
     let m = gw.metrics().await;
     assert_eq!(challenges(&m, "1001", "solved"), accounts as u64, "{m}");
     assert_eq!(challenges(&m, "1001", "issued"), accounts as u64, "{m}");
+    // The drop's story counts the same solves (Redis's record of the spent solutions).
+    let config = gw.config_path();
+    let (code, out, err) = run_cli(
+        &[
+            "report",
+            "--config",
+            config.to_str().unwrap(),
+            "--activity",
+            "1001",
+            "--json",
+        ],
+        &[],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let story: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(story["challenges_solved"], accounts, "{story}");
+    assert_eq!(story["buyers"]["queued"], accounts, "{story}");
     eprintln!("{accounts} accounts: {accounts} solves for {tickets} tickets");
 }
 
