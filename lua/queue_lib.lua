@@ -33,6 +33,9 @@
 --            are dropped beyond it): when each place was reached, for `flashgate report`;
 --            written only with a mark (a start, a change of rate, a pause, a hold, a resume)
 --   solved   proof-of-work challenges solved (a solution spent with a ticket ask), for the report
+--   a:<n>    when a ticket call issued numbers n.. (unix ms; up to the next a: field's number):
+--            one field a call that issued any, for `flashgate report` (the hash grows with
+--            the calls: read it by field, HMGET, or HSCAN MATCH a:*)
 --   step     1 once the queue runs stepped (queue_step below: skip_absent_after_secs or
 --            max_active configured): the cursor is then `base`, moved only by queue_step
 --   tc, credit  stepped: when admission credit was last accrued (ms), and the credit (in
@@ -119,12 +122,11 @@ local function queue_mark(q, s, postponed_at)
   redis.call('HSET', q, 'hist', s.hist, 'lapsed', int(s.lapsed), 'log', table.concat(kept, ';'))
 end
 
--- The cursor runs from the start, or from now for a queue set up after it. `arrivals`: the
--- tickets' issue times (KEYS of the caller), gone with the tickets.
-local function queue_init(q, tickets, rate, start, now, epoch, arrivals)
+-- The cursor runs from the start, or from now for a queue set up after it.
+local function queue_init(q, tickets, rate, start, now, epoch)
   if redis.call('HSETNX', q, 'start', start) == 1 then
     -- Tickets of a lost queue say nothing about this one.
-    redis.call('DEL', tickets, arrivals)
+    redis.call('DEL', tickets)
     local t0 = math.max(now, tonumber(start))
     redis.call('HSET', q, 'rate', rate, 'base', 0, 't0', int(t0), 'seq', 0, 'epoch', epoch,
       'hist', int(t0) .. ',0,' .. rate .. ',1', 'lapsed', 0, 'log', int(t0) .. ',0,' .. rate .. ',1')

@@ -6,13 +6,12 @@
 --
 -- KEYS[1] the queue hash   KEYS[2] its tickets   KEYS[3] the activity's halt key (lua/halt.lua):
 -- the cursor stands while it exists   KEYS[4..6] the stepped admission's seen, adm and active
--- (see queue_lib.lua)   KEYS[7] the tickets' issue times (see queue_ticket.lua)   KEYS[8] the
--- stock key of the version on sale (unsegmented: same tag; segmented: not passed, ARGV[6] says
--- instead)
+-- (see queue_lib.lua)   KEYS[7] the stock key of the version on sale (unsegmented: same tag;
+-- segmented: not passed, ARGV[6] says instead)
 -- ARGV[1] configured rate   ARGV[2] the sale's start (unix ms)   ARGV[3] a random number (the
 -- epoch of a queue set up now)
 -- ARGV[4] expire-at (unix s)   ARGV[5] 1 to set the rate to ARGV[1] (a reload changed it)
--- ARGV[6] units left over all segments ('' for unsegmented: KEYS[8] is read)
+-- ARGV[6] units left over all segments ('' for unsegmented: KEYS[7] is read)
 -- ARGV[7] a random seed (64 hex digits) and ARGV[8] its commitment: the draw's, if none was
 --         chosen yet (see queue_commit)
 -- ARGV[9] '' for the time-function cursor (a queue already stepped keeps stepping, with no
@@ -23,7 +22,7 @@
 
 local q = KEYS[1]
 local now = now_ms()
-queue_init(q, KEYS[2], ARGV[1], ARGV[2], now, ARGV[3], KEYS[7])
+queue_init(q, KEYS[2], ARGV[1], ARGV[2], now, ARGV[3])
 local s = queue_state(q)
 queue_commit(q, s, ARGV[7], ARGV[8])
 queue_reschedule(q, s, ARGV[2], now)
@@ -39,7 +38,7 @@ local left
 if ARGV[6] ~= '' then
   left = tonumber(ARGV[6])
 else
-  left = tonumber(redis.call('GET', KEYS[8]) or '-1')
+  left = tonumber(redis.call('GET', KEYS[7]) or '-1')
 end
 -- A stock key that does not exist (not prewarmed yet) says nothing: left as it is.
 if left >= 0 then

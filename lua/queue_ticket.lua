@@ -6,10 +6,8 @@
 --
 -- KEYS[1] the queue hash   KEYS[2] its tickets (user -> number)   KEYS[3] the stepped
 -- admission's seen (place -> last poll): a ticket issued to a stepped queue after the draw
--- counts as seen now   KEYS[4] the arrivals (the first number a call issued -> 'ms,count': when
--- each ticket was issued, for `flashgate report`; one field a call that issued any)
--- KEYS[5..] the proof-of-work solutions' keys the asks spend (each spent here, once: SET NX
--- until its expiry)
+-- counts as seen now   KEYS[4..] the proof-of-work solutions' keys the asks spend (each
+-- spent here, once: SET NX until its expiry)
 -- ARGV[1] configured rate   ARGV[2] the sale's start (unix ms)
 -- ARGV[3] a random number: the queue's epoch if it is set up now   ARGV[4] expire-at (unix s)
 -- ARGV[5] the queue opens, ARGV[6] the sale closes (unix ms): no ticket is issued outside
@@ -32,7 +30,7 @@
 
 local q, tickets = KEYS[1], KEYS[2]
 local now = now_ms()
-queue_init(q, tickets, ARGV[1], ARGV[2], now, ARGV[3], KEYS[4])
+queue_init(q, tickets, ARGV[1], ARGV[2], now, ARGV[3])
 local s = queue_state(q)
 queue_commit(q, s, ARGV[7], ARGV[8])
 queue_reschedule(q, s, ARGV[2], now)
@@ -81,7 +79,7 @@ for i = 9, #ARGV, 5 do
       end
       s.seq = s.seq + 1
       n = int(s.seq)
-      first = first or s.seq
+      first = first or n
       redis.call('HSET', tickets, user, n)
       fresh = '1'
       -- Only once drawn: a pre-queue ticket's number is not its place (queue_step counts the
@@ -99,11 +97,9 @@ if solved > 0 then
   redis.call('HINCRBY', q, 'solved', solved)
 end
 if s.seq ~= seq0 then
-  redis.call('HSET', q, 'seq', int(s.seq))
-  -- The numbers first..seq were issued now: no number is skipped after the first of a call
-  -- (the cursor is read once, above).
-  redis.call('HSET', KEYS[4], int(first), int(now) .. ',' .. int(s.seq - first + 1))
-  extend(KEYS[4], ARGV[4])
+  -- The numbers first..seq were issued now (no number is skipped after a call's first: the
+  -- cursor is read once, above): a:<first> records when, in the same write.
+  redis.call('HSET', q, 'seq', int(s.seq), 'a:' .. first, int(now))
   if stepped_seen then
     extend(KEYS[3], ARGV[4])
   end

@@ -1,9 +1,10 @@
 //! What the waiting room holds of a sale: its tickets (who queued, and at which number), when
-//! each call issued them (`q:arrivals`, see `lua/queue_ticket.lua`), when the cursor reached
+//! each call issued them (the queue hash's `a:<first number>`, see `lua/queue_ticket.lua`; a
+//! ticket's arrival is its number's call's time), when the cursor reached
 //! each place (the queue's `log` of marks, or, stepped, `q:adm`), the challenges solved, and the
 //! draw. A ticket is admitted once its place was reached; its wait runs from its issue to then.
 //!
-//! Memory: the issue times (a row per ticket call: fewer than the tickets, 24 bytes each), a
+//! Memory: the issue times (a row per ticket call: fewer than the tickets, 16 bytes each), a
 //! bitset of ticket numbers (one bit a number issued), stepped admission's admitted places (16
 //! bytes each), and a histogram of waits (fixed size); the tickets are read a page at a time.
 //!
@@ -12,7 +13,7 @@
 //! significant digits (the histogram's precision). The draw's check reads the tickets whole, as
 //! `flashgate draw` does (only for a sale with a pre-queue).
 
-use super::sales::{scan, Buyers};
+use super::sales::{scan, scan_matching, Buyers};
 use super::timeline::{Count, Timeline};
 use crate::config::Activity;
 use crate::stock::{Layout, StockStore, StoreError, StoreOp};
@@ -37,7 +38,13 @@ pub struct Queue {
     pub draw: Option<bool>,
 }
 
-/// The queue hash's fields the report reads.
+/// The queue hash's fields the report reads (by name: the hash also holds a field per ticket
+/// call).
+const FIELDS: [&str; 8] = [
+    "start", "seq", "drawn", "seed", "step", "solved", "log", "hist",
+];
+
+/// Those fields, parsed.
 struct QueueHash {
     start_ms: Option<u64>,
     seq: u64,
@@ -48,36 +55,50 @@ struct QueueHash {
 }
 
 impl QueueHash {
-    fn parse(f: &HashMap<String, String>) -> QueueHash {
-        let n = |k: &str| f.get(k).and_then(|v| v.parse::<u64>().ok());
-        let drawn = match (n("drawn"), f.get("seed").and_then(|s| draw::parse_seed(s))) {
+    /// The queue hash `key`'s fields; `None` if it has none (no waiting room on record).
+    async fn read(store: &StockStore, key: &str) -> Result<Option<QueueHash>, StoreError> {
+        let fields: Vec<Option<String>> = store
+            .redis()
+            .query(StoreOp::Read, redis::cmd("HMGET").arg(key).arg(&FIELDS[..]))
+            .await?;
+        if fields.iter().all(Option::is_none) {
+            return Ok(None);
+        }
+        Ok(Some(QueueHash::parse(&fields)))
+    }
+
+    fn parse(f: &[Option<String>]) -> QueueHash {
+        let get =
+            |k: &str| f[FIELDS.iter().position(|x| *x == k).expect("a field read")].as_deref();
+        let n = |k: &str| get(k).and_then(|v| v.parse::<u64>().ok());
+        let drawn = match (n("drawn"), get("seed").and_then(draw::parse_seed)) {
             (Some(d), Some(seed)) => Some((d, seed)),
             _ => None,
         };
-        let marks = f
-            .get("log")
-            .or(f.get("hist"))
-            .and_then(|raw| parse_marks(raw))
+        let marks = get("log")
+            .or(get("hist"))
+            .and_then(parse_marks)
             .unwrap_or_default();
         QueueHash {
             start_ms: n("start"),
             seq: n("seq").unwrap_or(0),
             drawn,
-            stepped: f.get("step").is_some_and(|s| s == "1"),
+            stepped: get("step") == Some("1"),
             solved: n("solved").unwrap_or(0),
             marks,
         }
     }
 }
 
-/// When each ticket call issued: (first number, ms, count), by first number.
-struct Arrivals(Vec<(u64, u64, u64)>);
+/// When each ticket call issued: (its first number, ms), by first number.
+struct Arrivals(Vec<(u64, u64)>);
 
 impl Arrivals {
+    /// The time of the call that issued `number`: the last call whose first number is not
+    /// above it (a number skipped between two calls was issued to nobody, so no ticket asks).
     fn issued_ms(&self, number: u64) -> Option<u64> {
-        let i = self.0.partition_point(|(first, _, _)| *first <= number);
-        let (first, at, count) = *self.0.get(i.checked_sub(1)?)?;
-        (number < first + count).then_some(at)
+        let i = self.0.partition_point(|(first, _)| *first <= number);
+        Some(self.0.get(i.checked_sub(1)?)?.1)
     }
 }
 
@@ -90,15 +111,10 @@ pub async fn read(
     timeline: &mut Timeline,
 ) -> Result<Option<Queue>, StoreError> {
     let base = store.keys().base(&Layout::new(activity.id.clone(), 1));
-    let fields: HashMap<String, String> = store
-        .redis()
-        .query(StoreOp::Read, redis::cmd("HGETALL").arg(base.queue()))
-        .await?;
-    if fields.is_empty() {
+    let Some(q) = QueueHash::read(store, &base.queue()).await? else {
         return Ok(None);
-    }
-    let q = QueueHash::parse(&fields);
-    let arrivals = read_arrivals(store, &base.queue_arrivals(), timeline).await?;
+    };
+    let arrivals = read_arrivals(store, &base.queue()).await?;
     let admitted_at = if q.stepped {
         let [_, adm, _] = base.queue_stepped();
         read_admitted(store, &adm).await?
@@ -127,6 +143,10 @@ pub async fn read(
             *bits |= bit;
         }
         out.queued += 1;
+        let issued = arrivals.issued_ms(number);
+        if let Some(at) = issued {
+            timeline.add(Count::Arrivals, at, 1);
+        }
         let place = draw::place(
             number,
             q.drawn.map(|d| d.0),
@@ -142,7 +162,7 @@ pub async fn read(
         };
         out.admitted += 1;
         timeline.add(Count::Admissions, reached, 1);
-        if let Some(issued) = arrivals.issued_ms(number) {
+        if let Some(issued) = issued {
             let _ = out.waits.record(reached.saturating_sub(issued));
         }
         if !buyers.holds(user) {
@@ -172,25 +192,18 @@ async fn read_admitted(store: &StockStore, key: &str) -> Result<HashMap<u64, u64
     Ok(admitted_at)
 }
 
-/// The tickets' issue times, each call's count added to the arrivals per second.
-async fn read_arrivals(
-    store: &StockStore,
-    key: &str,
-    timeline: &mut Timeline,
-) -> Result<Arrivals, StoreError> {
+/// When each ticket call issued (the queue hash's `a:<first>` fields).
+async fn read_arrivals(store: &StockStore, q: &str) -> Result<Arrivals, StoreError> {
     let mut arrivals = Vec::new();
-    scan(store, key, |first, value| {
-        let mut v = value.split(',').map(str::parse::<u64>);
-        if let (Ok(first), Some(Ok(at)), Some(Ok(count))) = (first.parse(), v.next(), v.next()) {
-            arrivals.push((first, at, count));
+    scan_matching(store, q, Some("a:*"), |field, at| {
+        let first = field.strip_prefix("a:").and_then(|f| f.parse::<u64>().ok());
+        if let (Some(first), Ok(at)) = (first, at.parse::<u64>()) {
+            arrivals.push((first, at));
         }
     })
     .await?;
     arrivals.sort_unstable();
-    arrivals.dedup();
-    for (_, at, count) in &arrivals {
-        timeline.add(Count::Arrivals, *at, *count);
-    }
+    arrivals.dedup_by_key(|a| a.0);
     Ok(Arrivals(arrivals))
 }
 
@@ -200,14 +213,11 @@ mod tests {
 
     #[test]
     fn a_number_is_issued_at_its_calls_time() {
-        let a = Arrivals(vec![(1, 1_000, 3), (4, 2_000, 1), (9, 3_000, 2)]);
+        let a = Arrivals(vec![(1, 1_000), (4, 2_000), (9, 3_000)]);
         assert_eq!(a.issued_ms(1), Some(1_000));
         assert_eq!(a.issued_ms(3), Some(1_000));
         assert_eq!(a.issued_ms(4), Some(2_000));
-        // Skipped numbers (the cursor ran past everyone) were issued to nobody.
-        assert_eq!(a.issued_ms(5), None);
         assert_eq!(a.issued_ms(10), Some(3_000));
-        assert_eq!(a.issued_ms(11), None);
         assert_eq!(a.issued_ms(0), None);
     }
 }

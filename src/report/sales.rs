@@ -216,21 +216,27 @@ async fn ledger_extras(
 pub async fn scan(
     store: &StockStore,
     key: &str,
+    each: impl FnMut(&str, &str),
+) -> Result<(), StoreError> {
+    scan_matching(store, key, None, each).await
+}
+
+/// [`scan`] of the fields matching a glob `pattern` only (HSCAN MATCH).
+pub async fn scan_matching(
+    store: &StockStore,
+    key: &str,
+    pattern: Option<&str>,
     mut each: impl FnMut(&str, &str),
 ) -> Result<(), StoreError> {
     let mut cursor = "0".to_owned();
     loop {
-        let (next, page): (String, Vec<(String, String)>) = store
-            .redis()
-            .query(
-                StoreOp::Read,
-                redis::cmd("HSCAN")
-                    .arg(key)
-                    .arg(&cursor)
-                    .arg("COUNT")
-                    .arg(PAGE),
-            )
-            .await?;
+        let mut cmd = redis::cmd("HSCAN");
+        cmd.arg(key).arg(&cursor).arg("COUNT").arg(PAGE);
+        if let Some(pattern) = pattern {
+            cmd.arg("MATCH").arg(pattern);
+        }
+        let (next, page): (String, Vec<(String, String)>) =
+            store.redis().query(StoreOp::Read, &cmd).await?;
         for (field, value) in &page {
             if !field.is_empty() {
                 each(field, value);

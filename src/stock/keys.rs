@@ -37,10 +37,9 @@
 //! <p>:{<act>}:floor         string  the newest version ever claimed: the one key that never
 //!                                   expires (a few bytes per activity id ever sold), so no
 //!                                   version that was on sale sells again after the rest expired
-//! <p>:{<act>}:q             hash    the waiting room's state (cursor, rate, pause, history)
+//! <p>:{<act>}:q             hash    the waiting room's state (cursor, rate, pause, history),
+//!                                   and when each ticket call issued (a:<first number>)
 //! <p>:{<act>}:q:tickets     hash    the waiting room's tickets: user -> number
-//! <p>:{<act>}:q:arrivals    hash    when tickets were issued: the first number of a call ->
-//!                                   `ms,count` (numbers first..first+count-1), for the report
 //! <p>:{<act>}:halt          string  since when the activity is halted (unix ms; absent when
 //!                                   not): expires with the sale's keys, see lua/halt.lua
 //! <p>:{<act>}:halt:fence    string  the halt was made for a fence (a rule lifting it lifts it)
@@ -160,11 +159,6 @@ impl SegmentKeys {
     /// On the base tag: the waiting room's tickets (user -> number).
     pub fn queue_tickets(&self) -> String {
         self.shared("q:tickets")
-    }
-    /// On the base tag: when the tickets were issued (the first number a ticket call issued ->
-    /// `ms,count`), for `flashgate report`.
-    pub fn queue_arrivals(&self) -> String {
-        self.shared("q:arrivals")
     }
     /// On the base tag: the places gateways admitted pre-queue tickets at (number -> place).
     pub fn queue_places(&self) -> String {

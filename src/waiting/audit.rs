@@ -87,7 +87,20 @@ pub async fn audit(store: &StockStore, activity: &Activity) -> Result<Audit, Sto
             .query::<HashMap<String, String>>(StoreOp::Read, redis::cmd("HGETALL").arg(key))
             .await
     };
-    let q = read(base.queue()).await?;
+    // By name: the queue hash also holds a field per ticket call.
+    let fields = ["drawn", "seed", "commit"];
+    let values: Vec<Option<String>> = store
+        .redis()
+        .query(
+            StoreOp::Read,
+            redis::cmd("HMGET").arg(base.queue()).arg(&fields[..]),
+        )
+        .await?;
+    let q: HashMap<String, String> = fields
+        .iter()
+        .zip(values)
+        .filter_map(|(f, v)| Some((f.to_string(), v?)))
+        .collect();
     let arrivals = read(base.queue_tickets()).await?;
     let places = read(base.queue_places()).await?;
     Ok(check(&activity.id, &q, &arrivals, &places))

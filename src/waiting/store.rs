@@ -262,13 +262,8 @@ pub async fn tickets(
 ) -> Result<(QueueState, Vec<Issued>), StoreError> {
     let (q, tickets) = keys(store, activity);
     let [seen, ..] = stepped_keys(store, activity);
-    let layout = Layout::new(activity.id.clone(), 1);
     let mut invocation = TICKET.prepare_invoke();
-    invocation
-        .key(q)
-        .key(tickets)
-        .key(seen)
-        .key(store.keys().base(&layout).queue_arrivals());
+    invocation.key(q).key(tickets).key(seen);
     invocation
         .arg(queue.admit_per_second)
         .arg(start_ms(activity))
@@ -278,7 +273,8 @@ pub async fn tickets(
         .arg(activity.ends_at.timestamp_millis())
         .arg(draw::seed_hex(&fresh.seed))
         .arg(draw::commitment(&fresh.seed));
-    let mut solution_keys = 4;
+    let layout = Layout::new(activity.id.clone(), 1);
+    let mut solution_keys = 3;
     for ask in asks {
         invocation.arg(&ask.user);
         match &ask.spend {
@@ -361,12 +357,6 @@ pub async fn state(
     for key in stepped_keys(store, activity) {
         invocation.key(key);
     }
-    invocation.key(
-        store
-            .keys()
-            .base(&Layout::new(activity.id.clone(), 1))
-            .queue_arrivals(),
-    );
     // Likewise an activity with variants: each variant's stock is a lane of its own.
     let elsewhere = activity.is_segmented() || activity.has_variants();
     if !elsewhere {
