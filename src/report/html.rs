@@ -163,7 +163,13 @@ pub fn page(report: &Report, lang: Lang, shop: &str) -> String {
         None => "–".to_owned(),
     });
     env.add_function("ms", |v: Option<u64>| {
-        v.map_or("–".to_owned(), |v| format!("{:.1} s", v as f64 / 1000.0))
+        v.map_or("–".to_owned(), |v| {
+            if v < 10_000 {
+                format!("{v} ms")
+            } else {
+                format!("{:.1} s", v as f64 / 1000.0)
+            }
+        })
     });
     let now = DateTime::from_timestamp_millis(report.now_ms as i64)
         .unwrap_or_default()

@@ -180,6 +180,10 @@ async fn the_report_tells_what_the_sale_did_and_draws_it() {
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("units          sold 7"), "{out}");
     let html = std::fs::read_to_string(&page).unwrap();
+    assert!(
+        !html.contains("按代码统计的拒绝"),
+        "no refusals table without --prometheus"
+    );
     for fetches in ["src=", "<link", "url(", "<script", "@import"] {
         assert!(!html.contains(fetches), "nothing to fetch: {fetches}");
     }
