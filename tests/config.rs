@@ -122,7 +122,7 @@ fn every_bad_configuration_is_refused_with_its_message() {
 
 #[test]
 fn the_default_grace_period_is_the_one_the_readme_states() {
-    // gateway.yaml's longest trip is 8.05 s: rounded up, plus a second (README, "Shutdown").
+    // gateway.yaml's longest trip is 8.05 s: rounded up, plus a second (docs/operating.md, "Shutdown").
     let settings = load(&repo_path("gateway.yaml")).unwrap();
     assert_eq!(settings.server.grace_period.as_secs(), 10);
     assert_eq!(settings.server.longest_sale_trip.as_millis(), 8050);

@@ -4,7 +4,7 @@
 //! (`crate::catalogue`). Rendering only: what to say is decided elsewhere.
 //!
 //! Every page's `<html>` carries `lang` and `data-flashgate-code`; the variables each template
-//! is given are listed in the README ("Buyers in a browser").
+//! is given are listed in docs/buyers-and-frontends.md ("Buyers in a browser").
 
 pub mod negotiate;
 

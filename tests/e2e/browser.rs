@@ -164,7 +164,7 @@ impl Browser {
     }
 
     /// A PNG of the viewport, saved as `target/screenshots/<name>.png` (kept by CI); with
-    /// `FLASHGATE_UPDATE_SCREENSHOTS=1`, copied to `docs/screenshots/` too (the README's).
+    /// `FLASHGATE_UPDATE_SCREENSHOTS=1`, copied to `docs/screenshots/` too (the docs' pages show them).
     pub async fn screenshot(&self, name: &str) {
         use base64::Engine;
         let path = format!("/session/{}/screenshot", self.session);

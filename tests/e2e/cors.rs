@@ -345,7 +345,7 @@ async fn listing_the_first_origins_takes_a_restart() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_readme_fetch_example_runs_in_chromium() {
     use crate::browser::{token, Browser, IDENTITY_SECRET};
-    let readme = std::fs::read_to_string(repo_path("README.md")).unwrap();
+    let readme = std::fs::read_to_string(repo_path("docs/buyers-and-frontends.md")).unwrap();
     let section = &readme[readme
         .find("## Apps on another origin (CORS)")
         .expect("the README's CORS section")..];

@@ -316,7 +316,7 @@ async fn a_bot_farm_pays_one_solve_per_ticket() {
 /// The README's Python check (the block after `<!-- draw-check -->`), run on `seed` for a
 /// pre-queue of `drawn`: (its commitment, every place).
 fn python_check(seed: &str, drawn: u64) -> (String, Vec<u64>) {
-    let readme = std::fs::read_to_string(repo_path("README.md")).unwrap();
+    let readme = std::fs::read_to_string(repo_path("docs/buyers-and-frontends.md")).unwrap();
     let block = readme
         .split("<!-- draw-check -->\n```python\n")
         .nth(1)

@@ -252,7 +252,7 @@ async fn refusals_are_pages_in_the_buyers_language_and_json_stays_json() {
 
 /// The README's "Integrating the waiting room" example, as written there.
 fn readme_fetch_example() -> String {
-    let readme = std::fs::read_to_string(repo_path("README.md")).unwrap();
+    let readme = std::fs::read_to_string(repo_path("docs/buyers-and-frontends.md")).unwrap();
     let after = readme
         .split("<!-- fetch-example -->")
         .nth(1)

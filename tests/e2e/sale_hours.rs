@@ -86,7 +86,8 @@ async fn a_slow_gateways_waiting_room_holds_back_a_buyer_whose_turn_came_by_redi
     );
 }
 
-/// README: "An idempotent replay of a purchase already won still answers after the close."
+/// docs/operating.md ("Known approximations"): "An idempotent replay of a purchase already won
+/// still answers after the close."
 /// Only at the script: a gateway whose clock is right refuses `ended` from its own clock
 /// before Redis is asked, so the buyer who won just before the close (reply lost) never gets
 /// their jti back; a gateway two hours slow does answer it. The answer depends on the clock of
