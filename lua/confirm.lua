@@ -179,13 +179,29 @@ if #confirmed_ids > 0 then
   end
   sliced('ZREM', KEYS[3], confirmed_ids)
 end
+-- Confirms in a row are one entry (`jti`, `user` and `qty` joined by a line break, as reserve's;
+-- their `ver` is the call's: another version's id is refused, -2), a late acceptance one of its
+-- own between them: the entries keep the order of the ids (issue 37: an XADD an id).
+local run = {}
+local function flush()
+  if #run > 0 then
+    local jtis, users, qtys = {}, {}, {}
+    for i, jti in ipairs(run) do
+      jtis[i], users[i], qtys[i] = jti, seen[jti].user, seen[jti].qty
+    end
+    redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[3], '*', 'type', 'confirm',
+      'jti', table.concat(jtis, '\n'), 'user', table.concat(users, '\n'),
+      'qty', table.concat(qtys, '\n'), 'ver', ARGV[1], 'via', via, 'ts', now)
+    run = {}
+  end
+end
 for _, e in ipairs(events) do
   if type(e) == 'string' then
-    local rec = seen[e]
-    redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[3], '*', 'type', 'confirm', 'jti', e,
-      'user', rec.user, 'qty', rec.qty, 'ver', rec.ver, 'via', via, 'ts', now)
+    run[#run + 1] = e
   else
+    flush()
     redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[3], '*', unpack(e))
   end
 end
+flush()
 return out

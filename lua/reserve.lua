@@ -6,14 +6,25 @@
 -- A batch of one is the single reserve.
 --
 -- Writes are gathered: every item's record, pending entry and idempotency key, every buyer's
--- units, the stock and the ledger's pending are written once per batch, after the last item is
--- judged (each item's event, and a deposit's transfer book, as they come). Measured: Redis
--- charges about 1.5 us per write command a script makes on top of the command itself, and a
--- reservation needs six; gathered, a batch of 32 makes about one per reservation (its event).
--- Nothing can fail between the first write and the last: every key written is checked for its
--- type before anything is written (a key of another type, set by hand, refuses the batch as a
--- damaged segment, -6, with nothing changed), and Redis refuses a script for memory only at its
--- first write. So the batch lands whole or not at all.
+-- units, the stock, the ledger's pending and the batch's event are written once per batch, after
+-- the last item is judged (a deposit's transfer book as it comes). Measured: Redis charges about
+-- 1.5 us per write command a script makes on top of the command itself, and a reservation needs
+-- six; gathered, a batch makes a fixed handful whatever its size. The batch's new reservations
+-- are one event: one stream entry, `type reserve`, whose `jti`, `user` and `qty` are the items'
+-- joined by a line break (a user id never holds one, src/admission/identity.rs; a batch of one is
+-- the entry a single reservation always was), in the order they were judged, with the batch's
+-- `ver` and `ts` (callgrind: an XADD an item was 17,000 instructions a reservation at batches of
+-- 4). Nothing can fail between the first write and the last: every key written is of its type
+-- before anything is written (a key of another type, set by hand, refuses the batch as a damaged
+-- segment, -6, with nothing changed), and Redis refuses a script for memory only at its first
+-- write. So the batch lands whole or not at all. The types are known without a TYPE call each
+-- where a call the batch needs anyway tells (issue 37: five TYPE calls were 27,000 instructions
+-- a call): users, res and stock by the reads below (a read of a key of another type fails the
+-- call before any write, as it always did), idem by its placeholder's HEXISTS (answered, not
+-- raised), the ledger and the events by one TYPE each (which also says whether they exist),
+-- pending by the batch's first write, its ZADD (answered, not raised: WRONGTYPE refuses the
+-- batch, -6, before anything else is written), and received only when an item deposits (then
+-- checked with pending up front, as a deposit writes as it comes).
 --
 -- KEYS[1] stock of the version   KEYS[2] users (units held, all versions)   KEYS[3] res (records)
 -- KEYS[4] ledger of the version  KEYS[5] pending of the version (jti -> when due)
@@ -93,26 +104,48 @@ if not master_holds(KEYS[9], ARGV[3]) or went_back(records, life, tonumber(ARGV[
   return fenced
 end
 
+local function type_of(key)
+  return redis.call('TYPE', key).ok
+end
 local function of_type(key, want)
-  local t = redis.call('TYPE', key).ok
+  local t = type_of(key)
   return t == 'none' or t == want
+end
+-- marked() of lib.lua, answering false for a key of another type instead of failing the call.
+local function marked_hash(hash)
+  local r = redis.pcall('HEXISTS', hash, '')
+  return r == 1
+end
+
+-- Whether an item deposits a transfer first (its writes come as it is judged: the keys it
+-- writes are checked up front then, the batch's as it always was).
+local deposits = false
+for base = FIRST_ITEM, #ARGV - ITEM_ARGS, ITEM_ARGS do
+  if A[base + 7] ~= '' then
+    deposits = true
+    break
+  end
 end
 
 -- The batch's view of what it read and what it will write.
 local prewarmed = records > 0 and marked(USERS)
+local ledger_type = prewarmed and type_of(LEDGER)
+local events_type = prewarmed and type_of(EVENTS)
 -- The idempotency keys must still be there (a lost idem hash would sell a key's purchase twice).
-local whole = prewarmed and of_type(LEDGER, 'hash') and of_type(PENDING, 'zset')
-  and of_type(IDEM, 'hash') and marked(IDEM) and of_type(EVENTS, 'stream')
-  and of_type(RECEIVED, 'hash')
+local whole = prewarmed and (ledger_type == 'none' or ledger_type == 'hash')
+  and (events_type == 'none' or events_type == 'stream') and marked_hash(IDEM)
+  and (not deposits or (of_type(PENDING, 'zset') and of_type(RECEIVED, 'hash')))
 local left = prewarmed and redis.call('GET', STOCK)
 local stock_exists = left ~= nil and left ~= false
 left = tonumber(left or '0')
-local ledger_exists = prewarmed and redis.call('EXISTS', LEDGER) == 1
-local events_exist = prewarmed and redis.call('EXISTS', EVENTS) == 1
+local ledger_exists = ledger_type == 'hash'
+local events_exist = events_type == 'stream'
 local stock_delta, pending_units = 0, 0
 local held, held_dirty = {}, {}
 local recs, rec_dirty, rec_new, due_new, due_moved = {}, {}, {}, {}, {}
 local idem_new, idem_order = {}, {}
+-- The batch's event: its new reservations' ids, buyers and units, in the order judged.
+local ev_jti, ev_user, ev_qty = {}, {}, {}
 local clock
 local function now()
   if not clock then
@@ -322,10 +355,7 @@ local function reserve(b)
     end
     idem_new[A[b + 6]] = A[b + 4]
   end
-  if events_exist then
-    redis.call('XADD', EVENTS, 'MAXLEN', '~', MAXLEN, '*', 'type', 'reserve', 'jti', A[b + 4],
-      'user', A[b + 1], 'qty', A[b + 2], 'ver', VER, 'ts', created)
-  end
+  ev_jti[#ev_jti + 1], ev_user[#ev_user + 1], ev_qty[#ev_qty + 1] = A[b + 4], A[b + 1], A[b + 2]
   -- Times and fence as numbers: integer replies, which the gateway reads without a string.
   return {1, left, h, t, deadline_ms, 1}
 end
@@ -364,6 +394,56 @@ local function hset(key, fields)
     redis.call('HSET', key, unpack(fields))
   end
 end
+-- The first write: the new reservations' pending entries, answered rather than raised, so that
+-- pending of another type refuses the batch before anything is written (see the top).
+local fields = {}
+for _, jti in ipairs(due_new) do
+  -- Due at its deadline, or when its forward's trip surely ends if later (a replay in this
+  -- batch may have moved that).
+  local rec = recs[jti]
+  local due = rec.due
+  if rec.fence ~= '1' and tonumber(rec.busy) > tonumber(due) then
+    due = rec.busy
+  end
+  fields[#fields + 1] = due
+  fields[#fields + 1] = jti
+end
+local moved = {}
+for jti, busy in pairs(due_moved) do
+  moved[#moved + 1] = busy
+  moved[#moved + 1] = jti
+end
+local function first_write(r)
+  if type(r) == 'table' and r.err then
+    if string.find(r.err, 'WRONGTYPE', 1, true) then
+      local damaged = {}
+      for _ = FIRST_ITEM, #ARGV - ITEM_ARGS, ITEM_ARGS do
+        damaged[#damaged + 1] = {-6, 0, 0}
+      end
+      damaged[#damaged + 1] = records
+      damaged[#damaged + 1] = life
+      return damaged
+    end
+    return r
+  end
+end
+if #fields > 0 then
+  local refused = first_write(redis.pcall('ZADD', PENDING, unpack(fields)))
+  if refused then
+    return refused
+  end
+end
+if #moved > 0 then
+  local refused = first_write(redis.pcall('ZADD', PENDING, 'XX', 'GT', unpack(moved)))
+  if refused then
+    return refused
+  end
+end
+if events_exist and #ev_jti > 0 then
+  redis.call('XADD', EVENTS, 'MAXLEN', '~', MAXLEN, '*', 'type', 'reserve',
+    'jti', table.concat(ev_jti, '\n'), 'user', table.concat(ev_user, '\n'),
+    'qty', table.concat(ev_qty, '\n'), 'ver', VER, 'ts', fmt(clock))
+end
 if stock_delta ~= 0 then
   redis.call('INCRBY', STOCK, stock_delta)
 end
@@ -372,7 +452,7 @@ end
 if stock_delta < 0 and left == 0 then
   redis.call('HSET', LEDGER, 'sold_out_ms', int(clock))
 end
-local fields = {}
+fields = {}
 for user in pairs(held_dirty) do
   fields[#fields + 1] = user
   fields[#fields + 1] = int(held[user])
@@ -386,29 +466,6 @@ end
 hset(RES, fields)
 if pending_units > 0 then
   redis.call('HINCRBY', LEDGER, 'pending', pending_units)
-end
-fields = {}
-for _, jti in ipairs(due_new) do
-  -- Due at its deadline, or when its forward's trip surely ends if later (a replay in this
-  -- batch may have moved that).
-  local rec = recs[jti]
-  local due = rec.due
-  if rec.fence ~= '1' and tonumber(rec.busy) > tonumber(due) then
-    due = rec.busy
-  end
-  fields[#fields + 1] = due
-  fields[#fields + 1] = jti
-end
-if #fields > 0 then
-  redis.call('ZADD', PENDING, unpack(fields))
-end
-fields = {}
-for jti, busy in pairs(due_moved) do
-  fields[#fields + 1] = busy
-  fields[#fields + 1] = jti
-end
-if #fields > 0 then
-  redis.call('ZADD', PENDING, 'XX', 'GT', unpack(fields))
 end
 fields = {}
 for _, field in ipairs(idem_order) do

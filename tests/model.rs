@@ -2469,9 +2469,13 @@ impl StateMachineTest for System {
             let layout = Layout::new(Arc::from(ACTS[a].0), segments);
             let mut records: HashMap<String, String> = HashMap::new();
             let mut held: HashMap<String, u64> = HashMap::new();
+            let mut events: HashMap<String, Vec<String>> = HashMap::new();
             with_conn(|conn| {
                 for segment in layout.segments() {
                     let keys = sys.store.keys().of(segment);
+                    for (jti, kind) in reservation_events(conn, &keys.events()) {
+                        events.entry(jti).or_default().push(kind);
+                    }
                     let (res, users): (HashMap<String, String>, HashMap<String, String>) =
                         redis::pipe()
                             .cmd("HGETALL")
@@ -2506,6 +2510,7 @@ impl StateMachineTest for System {
                 assert_eq!((record.qty, record.ver), (res.qty, res.version), "{raw}");
                 assert_eq!(record.replayed, res.claimed, "reservation {r}: {raw}");
             }
+            check_events(sys, model, a, &events);
             // Every user's units, across versions and segments.
             for (u, user) in USERS.iter().enumerate() {
                 let want = act.held.get(&u).copied().unwrap_or(0);
@@ -2549,6 +2554,44 @@ impl StateMachineTest for System {
                 }
             }
         }
+    }
+}
+
+/// The event stream is complete and in order per reservation: every reservation Redis still
+/// holds has exactly one `reserve` event, then a `confirm` once confirmed, then a `release`
+/// once released (a confirmed sale too, by an explicit call), nothing else; and every
+/// reservation event names a reservation that was made (no event of a purchase that did not
+/// land). (Only the model's operations remove a stream: with every key of the activity, its
+/// records too, or back to a snapshot taken with them.)
+fn check_events(sys: &System, model: &Model, a: usize, events: &HashMap<String, Vec<String>>) {
+    let made: HashMap<&String, usize> = model
+        .res
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.act == a)
+        .map(|(r, _)| (&sys.jtis[r], r))
+        .collect();
+    for jti in events.keys() {
+        assert!(made.contains_key(jti), "an event of {jti}, never made");
+    }
+    for (r, res) in model
+        .res
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.act == a && !r.gone)
+    {
+        let got: Vec<&str> = events
+            .get(&sys.jtis[r])
+            .map(|e| e.iter().map(String::as_str).collect())
+            .unwrap_or_default();
+        let fits = match res.state {
+            St::Pending => got == ["reserve"],
+            St::Confirmed => got == ["reserve", "confirm"],
+            St::Released => {
+                got == ["reserve", "release"] || got == ["reserve", "confirm", "release"]
+            }
+        };
+        assert!(fits, "reservation {r} ({res:?}): events {got:?}");
     }
 }
 

@@ -647,17 +647,11 @@ async fn a_confirm_batch_leaves_what_one_call_per_id_would() {
     }
     let row = ledger(&s, &a, 1).await;
     assert_eq!((row.pending, row.confirmed, row.drift()), (2, 2, 0));
-    let confirms: Vec<redis::streams::StreamId> = redis::cmd("XRANGE")
-        .arg("fg:{1001}:events")
-        .arg("-")
-        .arg("+")
-        .query::<redis::streams::StreamRangeReply>(&mut conn)
-        .unwrap()
-        .ids
+    let jtis: Vec<String> = reservation_events(&mut conn, "fg:{1001}:events")
         .into_iter()
-        .filter(|e| e.get::<String>("type").as_deref() == Some("confirm"))
+        .filter(|(_, kind)| kind == "confirm")
+        .map(|(jti, _)| jti)
         .collect();
-    let jtis: Vec<String> = confirms.iter().map(|e| e.get("jti").unwrap()).collect();
     assert_eq!(jtis, ["r2", "r0"], "one event per confirm, in order");
     // A second call finds them confirmed and changes nothing.
     let again = confirm_batch(&s, &a, &["r0", "r2"]).await.unwrap();
@@ -2216,14 +2210,22 @@ async fn one_reserve_call_judges_a_batch_in_order_as_separate_calls_would() {
     assert_eq!(format!("{a_row:?}"), format!("{b_row:?}"));
     assert_eq!(remaining(&s, &together).await, Some(0));
     let mut conn = redis.conn();
-    for (field, key) in [("events", "events"), ("records", "res")] {
-        let mut len = |act: &str| -> usize {
-            let k = format!("fg:{{{act}}}:{key}");
-            let cmd = if key == "events" { "XLEN" } else { "HLEN" };
-            redis::cmd(cmd).arg(k).query(&mut conn).unwrap()
-        };
-        assert_eq!(len("1001"), len("1002"), "{field}");
-    }
+    let events = |conn: &mut redis::Connection, act: &str| {
+        reservation_events(conn, &format!("fg:{{{act}}}:events"))
+    };
+    let (a_events, b_events) = (events(&mut conn, "1001"), events(&mut conn, "1002"));
+    assert_eq!(a_events.len(), b_events.len(), "events");
+    let records = |conn: &mut redis::Connection, act: &str| -> usize {
+        redis::cmd("HLEN")
+            .arg(format!("fg:{{{act}}}:res"))
+            .query(conn)
+            .unwrap()
+    };
+    assert_eq!(
+        records(&mut conn, "1001"),
+        records(&mut conn, "1002"),
+        "records"
+    );
     assert_eq!(b_row.drift(), 0, "{b_row:?}");
     assert_eq!((b_row.pending, b_row.pending_reservations), (5, 3));
 }
@@ -2544,17 +2546,107 @@ async fn regression_a_nan_hold_does_not_stop_a_batch_midway() {
             "{id}'s record"
         );
     }
-    let events: redis::streams::StreamRangeReply = redis::cmd("XRANGE")
-        .arg(&keys[6])
-        .arg("-")
-        .arg("+")
-        .query(&mut redis.conn())
-        .unwrap();
-    let reserves = events
-        .ids
+    let reserves = reservation_events(&mut redis.conn(), &keys[6])
         .iter()
-        .filter(|e| e.get::<String>("type").as_deref() == Some("reserve"))
+        .filter(|(_, kind)| kind == "reserve")
         .count();
     assert_eq!(reserves, 2, "one event per reservation");
     assert_eq!(remaining(&s, &a).await, Some(8));
+}
+
+/// docs/backends.md's event-stream consumer (the block after `<!-- event-consumer -->`), run as
+/// written by python3 against this Redis: a batch of four reservations is one `reserve` entry,
+/// two confirmations one `confirm` entry, and the consumer still makes each order once, pays
+/// two and cancels the one released, in order.
+#[tokio::test]
+async fn the_documented_event_consumer_makes_each_order_once() {
+    let redis = RedisServer::start();
+    let s = store(redis.url(), 1000);
+    let a = activity("1001", 10, 1, 1);
+    prewarm(&s, &a).await;
+    let l = Layout::of(&a);
+    s.hold_reserves();
+    let calls: Vec<ReserveCall<'static>> = (0..4)
+        .map(|i| {
+            call(
+                &a,
+                ["u0", "u1", "u 2", "u3"][i],
+                1,
+                ["r0", "r1", "r2", "r3"][i],
+            )
+        })
+        .collect();
+    let pending = futures_util::future::join_all(calls.iter().map(|c| s.reserve(one(&l), c)));
+    let release_all = async {
+        wait_for_async("every item to queue", Duration::from_secs(5), || async {
+            (s.reserves_waiting() == 4).then_some(())
+        })
+        .await;
+        s.release_reserves();
+    };
+    let (made, ()) = tokio::join!(pending, release_all);
+    assert!(made
+        .iter()
+        .all(|o| matches!(o, Ok(ReserveOutcome::Reserved { .. }))));
+    confirm_batch(&s, &a, &["r1", "r0"]).await.unwrap();
+    release(&s, &a, 1, "r2", ReleaseMode::Owner).await;
+    let mut conn = redis.conn();
+    let entries: usize = redis::cmd("XLEN")
+        .arg("fg:{1001}:events")
+        .query(&mut conn)
+        .unwrap();
+    // One reserve entry, one confirm entry, one release entry (prewarm's stream starts empty).
+    assert_eq!(entries, 3);
+
+    let doc = std::fs::read_to_string(repo_path("docs/backends.md")).unwrap();
+    let block = doc
+        .split("<!-- event-consumer -->\n```python\n")
+        .nth(1)
+        .and_then(|rest| rest.split("\n```").next())
+        .expect("docs/backends.md's event-consumer block");
+    let url = redis.url();
+    let port = url.rsplit(':').next().unwrap().trim_end_matches("/0");
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("consumer.py");
+    std::fs::write(
+        &script,
+        format!(
+            "import json, sys, redis\n\
+             _Redis = redis.Redis\n\
+             redis.Redis = lambda *a, **k: _Redis(host='127.0.0.1', port={port})\n\
+             class Db:\n    calls = []\n\
+             \x20   def add(self, *call):\n\
+             \x20       self.calls.append([x.decode() if isinstance(x, bytes) else x for x in call])\n\
+             \x20       if len(self.calls) == 7:\n\
+             \x20           print(json.dumps(self.calls)); sys.exit(0)\n\
+             \x20   def create_order_once(self, jti, user, qty, ver): self.add('create', jti, user, qty, ver)\n\
+             \x20   def mark_paid(self, jti): self.add('paid', jti)\n\
+             \x20   def cancel(self, jti): self.add('cancel', jti)\n\
+             db = Db()\n{block}\n"
+        ),
+    )
+    .unwrap();
+    let out = run_bounded(
+        "the documented event consumer",
+        // Debian's python3, with python3-redis (scripts/ensure-deps).
+        std::process::Command::new("/usr/bin/python3").arg(&script),
+        Duration::from_secs(30),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let calls: Vec<Vec<String>> = serde_json::from_str(stdout.trim()).unwrap();
+    let want: Vec<Vec<&str>> = vec![
+        vec!["create", "r0", "u0", "1", "1"],
+        vec!["create", "r1", "u1", "1", "1"],
+        vec!["create", "r2", "u 2", "1", "1"],
+        vec!["create", "r3", "u3", "1", "1"],
+        vec!["paid", "r1"],
+        vec!["paid", "r0"],
+        vec!["cancel", "r2"],
+    ];
+    assert_eq!(calls, want);
 }

@@ -1416,3 +1416,27 @@ pub fn metric_value(metrics: &str, series: &str) -> Option<f64> {
         .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
         .and_then(|l| l.rsplit(' ').next()?.parse().ok())
 }
+
+/// Each reservation event of a segment's stream, in order, as (jti, type): a `reserve` or
+/// `confirm` entry names a batch's reservations (`jti` joined by line breaks, in order), a
+/// `release` one; other entries (late acceptances, restocks, recounts) are left out.
+#[allow(dead_code)]
+pub fn reservation_events(conn: &mut redis::Connection, stream: &str) -> Vec<(String, String)> {
+    let reply: redis::streams::StreamRangeReply = redis::cmd("XRANGE")
+        .arg(stream)
+        .arg("-")
+        .arg("+")
+        .query(conn)
+        .unwrap();
+    let mut out = Vec::new();
+    for entry in reply.ids {
+        let field = |name: &str| entry.get::<String>(name).unwrap_or_default();
+        let kind = field("type");
+        if matches!(kind.as_str(), "reserve" | "confirm" | "release") {
+            for jti in field("jti").split('\n') {
+                out.push((jti.to_owned(), kind.clone()));
+            }
+        }
+    }
+    out
+}
