@@ -3,7 +3,7 @@
 # Run: docker run -p 8080:8080 -p 9091:9091 -v $PWD/gateway.yaml:/etc/flashgate/gateway.yaml:ro \
 #        -e FLASHGATE_SIGNING_SECRET=... -e FLASHGATE_ADMIN_TOKEN=... flashgate
 # (the configuration's listeners must bind 0.0.0.0 inside the container, and admin.listen on a
-# non-loopback address needs admin.token_env; see README "Container image and systemd unit").
+# non-loopback address needs admin.token_env; see docs/operating.md, "Container image and systemd unit").
 
 FROM rust:1.95-bookworm AS build
 # cmake: Pingora's build.

@@ -41,6 +41,10 @@ enum Command {
         #[arg(long)]
         live: bool,
     },
+    /// Print the configuration file's JSON Schema (draft 2020-12), generated from the types the
+    /// gateway parses it with: point an editor's YAML language server at it
+    /// (`# yaml-language-server: $schema=flashgate.schema.json`) to see a typo as it is typed.
+    Schema,
     /// Print the stock ledger per activity and version; exit 1 on any drift. Needs only the
     /// configuration file and Redis, not the gateway's secrets.
     Reconcile {
@@ -117,6 +121,10 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Check { config, live } => check(&config, live),
+        Command::Schema => {
+            print!("{}", flashgate::config::schema::json_schema_text());
+            ExitCode::SUCCESS
+        }
         Command::Reconcile {
             config,
             activity,

@@ -230,3 +230,115 @@ fn a_pages_dir_replaces_the_templates_it_holds_and_titles_are_kept() {
     assert_eq!(act.success_url.as_deref(), Some("/orders/{jti}"));
     assert_eq!(pages.activity("other").title, None);
 }
+
+/// `flashgate schema` as the binary prints it, and a validator of draft 2020-12 for it.
+fn printed_schema() -> (serde_json::Value, jsonschema::Validator) {
+    let out = run_bounded(
+        "flashgate schema",
+        std::process::Command::new(env!("CARGO_BIN_EXE_flashgate")).arg("schema"),
+        std::time::Duration::from_secs(30),
+    );
+    assert!(out.status.success(), "{out:?}");
+    let schema: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        schema["$schema"], "https://json-schema.org/draft/2020-12/schema",
+        "draft 2020-12"
+    );
+    let validator = jsonschema::draft202012::new(&schema).expect("a valid schema");
+    (schema, validator)
+}
+
+fn yaml_as_json(text: &str) -> serde_json::Value {
+    serde_yaml::from_str(text).unwrap()
+}
+
+/// Every YAML file in the repository the gateway accepts as its configuration validates against
+/// the schema (gateway.yaml, the contract's example, every valid fixture), and every key of the
+/// schema has its type and description.
+#[test]
+fn every_configuration_the_gateway_accepts_validates_against_the_schema() {
+    let (schema, validator) = printed_schema();
+    let mut accepted = Vec::new();
+    let mut dirs = vec![repo_path(".")];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            if path.is_dir() {
+                if !name.starts_with('.') && !name.starts_with("target") {
+                    dirs.push(path);
+                }
+            } else if name.ends_with(".yaml") || name.ends_with(".yml") {
+                let text = std::fs::read_to_string(&path).unwrap();
+                if Settings::from_yaml(&text, path.parent().unwrap(), &secrets).is_ok() {
+                    let errors: Vec<String> = validator
+                        .iter_errors(&yaml_as_json(&text))
+                        .map(|e| format!("{} at {}", e, e.instance_path))
+                        .collect();
+                    assert!(errors.is_empty(), "{}: {errors:#?}", path.display());
+                    accepted.push(name);
+                }
+            }
+        }
+    }
+    for shipped in [
+        "gateway.yaml",
+        "contract.example.yaml",
+        "eddsa.yaml",
+        "cluster.yaml",
+    ] {
+        assert!(accepted.iter().any(|a| a == shipped), "{accepted:?}");
+    }
+    // Every key described, with a type (or a reference to one).
+    let defs = schema["$defs"].as_object().unwrap();
+    for (name, def) in defs
+        .iter()
+        .map(|(k, v)| (k.as_str(), v))
+        .chain([("FileConfig", &schema)])
+    {
+        for (key, prop) in def["properties"].as_object().into_iter().flatten() {
+            assert!(
+                prop.get("description").is_some(),
+                "{name}.{key} has no description"
+            );
+        }
+    }
+}
+
+/// Every bad configuration whose refusal is a shape error (a key the gateway does not know, a
+/// value of the wrong type, a required key missing, a value outside an enumeration) is refused
+/// by the schema too: an editor shows it before `flashgate check` runs.
+#[test]
+fn the_schema_refuses_every_shape_error() {
+    let (_, validator) = printed_schema();
+    let shape = [
+        "unknown field",
+        "invalid type",
+        "missing field",
+        "unknown variant",
+    ];
+    let mut refused = 0;
+    for case in bad_yaml::BAD {
+        let message = load_bad(case.name).unwrap_err().to_string();
+        if shape.iter().any(|s| message.contains(s)) {
+            assert!(
+                !validator.is_valid(&yaml_as_json(&patched(case.name))),
+                "{}: the gateway refuses it ({message}), the schema accepts it",
+                case.name
+            );
+            refused += 1;
+        }
+    }
+    assert!(refused >= 15, "only {refused} shape errors");
+    // A typo anywhere, as an SRE makes one at 9:58.
+    let text = std::fs::read_to_string(repo_path("gateway.yaml")).unwrap();
+    for (from, to) in [
+        ("per_user_limit:", "per_user_limt:"),
+        ("timeout_ms:", "timeout_msec:"),
+        ("listen:", "lisen:"),
+    ] {
+        let typo = text.replacen(from, to, 1);
+        assert_ne!(typo, text, "{from}");
+        assert!(!validator.is_valid(&yaml_as_json(&typo)), "{to} accepted");
+    }
+}

@@ -458,8 +458,8 @@ const LONG_FUNCTIONS: &[(&str, usize)] = &[];
 fn function_lengths() -> Vec<(String, usize)> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut out = Vec::new();
-    // Test-only code (unit-test files, the in-process fakes) is left out.
-    let test_only = |s: &Source| s.module.iter().any(|m| m == "tests" || m == "fake");
+    // Unit-test files are left out (the in-process fakes are held to it too: issue 38).
+    let test_only = |s: &Source| s.module.iter().any(|m| m == "tests");
     for s in sources().into_iter().filter(|s| !test_only(s)) {
         let rel = s
             .path

@@ -3,10 +3,11 @@
 //! configuration and for each request alike.
 
 use super::ConfigError;
+use schemars::JsonSchema;
 use serde::Deserialize;
 
 /// `server.cors` as written.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CorsSection {
     /// Origins (`scheme://host[:port]`, no path) whose pages may call the sale routes and

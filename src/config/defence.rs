@@ -2,11 +2,12 @@
 //! ticket, a verifiable draw), read from YAML and validated into runtime settings.
 
 use super::ConfigError;
+use schemars::JsonSchema;
 use serde::Deserialize;
 use std::time::Duration;
 
 /// `activities[].queue.challenge`: a proof of work (the ALTCHA scheme) before a ticket.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ChallengeSection {
     /// The largest secret number a challenge hides: a solver tries on average half of it

@@ -13,6 +13,7 @@ mod naming;
 pub mod pages;
 mod rate;
 pub mod route;
+pub mod schema;
 mod scope;
 mod settings;
 pub mod transition;

@@ -3,13 +3,14 @@
 //! reload refuse a template that does not parse, and the running configuration stays).
 
 use super::ConfigError;
+use schemars::JsonSchema;
 use serde::Deserialize;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// `pages:` as written.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PagesSection {
     /// A directory whose `waiting.html` and `refusal.html` (either or both) replace the

@@ -1,10 +1,11 @@
 //! `rate_limits.per_user.scope` and `rate_limits.per_ip.scope`: whether a bucket is each
 //! gateway's own or one for the whole fleet (see `crate::admission::fleet_limit`).
 
+use schemars::JsonSchema;
 use serde::Deserialize;
 
 /// Who shares a token bucket.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Scope {
     /// Each gateway its own bucket: N gateways allow N times the rate.

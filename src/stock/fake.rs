@@ -313,86 +313,10 @@ impl FakeStore {
         let now = self.now_ms();
         let mut state = self.state.lock();
         let part = state.parts.entry(segment.tag()).or_default();
-        if part.meta.versions.is_empty() && part.stock.is_empty() {
-            return ReserveOutcome::NoStockKey;
-        }
-        if let Some((id, units)) = call.deposit {
-            if deposit(part, call.version, id, units) == Deposit::Refused {
-                return ReserveOutcome::DepositRefused { damaged: false };
-            }
-        }
         let idem = call.idempotency_key.map(|k| format!("{}\n{k}", call.user));
-        if let Some(outcome) = idem.as_ref().and_then(|f| replay(part, f, call, now)) {
-            return outcome;
-        }
-        if call.replay_only {
-            return ReserveOutcome::NotReplayed;
-        }
-        let Some(&stock) = part.stock.get(&call.version) else {
-            return ReserveOutcome::NoStockKey;
-        };
-        let held = part.users.get(call.user).copied().unwrap_or(0);
-        let qty = u64::from(call.qty);
-        if held + qty > u64::from(call.per_user_limit) {
-            return ReserveOutcome::LimitExceeded { held };
-        }
-        if stock < qty as i64 {
-            return ReserveOutcome::Insufficient {
-                remaining: stock as u64,
-            };
-        }
-        if (now as i64) < call.hours.opens_ms {
-            return ReserveOutcome::NotStarted;
-        }
-        if (now as i64) >= call.hours.closes_ms {
-            return ReserveOutcome::Ended;
-        }
-        if part.records.contains_key(call.reservation_id) {
-            return ReserveOutcome::DuplicateId;
-        }
-        let deadline = now + call.hold.as_millis() as u64;
-        let busy = now + call.in_flight.as_millis() as u64;
-        let record = ReservationRecord {
-            state: RecordState::Pending,
-            user: call.user.to_owned(),
-            qty,
-            ver: call.version,
-            created_ms: Some(now),
-            deadline_ms: Some(deadline),
-            done_ms: None,
-            reason: None,
-            replayed: false,
-            returned: None,
-            tombstone: false,
-            accepted_late: false,
-            fence: 1,
-        };
-        let id = call.reservation_id.to_owned();
-        part.records.insert(
-            id.clone(),
-            Rec {
-                record,
-                prior: 0,
-                busy,
-            },
-        );
-        let remaining = stock - qty as i64;
-        part.stock.insert(call.version, remaining);
-        *part.users.entry(call.user.to_owned()).or_default() += qty;
-        part.ledgers
-            .entry(call.version)
-            .or_insert(empty_row(call.version))
-            .pending += qty as i64;
-        let due = part.due.entry(call.version).or_default();
-        due.insert(id.clone(), deadline.max(busy));
-        if let Some(field) = idem {
-            part.idem.insert(field, id);
-        }
-        ReserveOutcome::Reserved {
-            remaining: remaining as u64,
-            created_ms: now,
-            deadline_ms: deadline,
-            fence: 1,
+        match judge(part, call, idem.as_deref(), now) {
+            Ok(stock) => take(part, call, idem, now, stock),
+            Err(outcome) => outcome,
         }
     }
 
@@ -431,6 +355,110 @@ impl FakeStore {
         };
         part.transfers.insert(transfer_id.to_owned(), transfer);
         take
+    }
+}
+
+/// The reserve script's judgement of one purchase, in its order (a deposit first, a replay,
+/// the stock, the buyer's limit, the sale's hours, the id): the version's stock when it may take
+/// it, else the answer.
+fn judge(
+    part: &mut Part,
+    call: &ReserveCall<'_>,
+    idem: Option<&str>,
+    now: u64,
+) -> Result<i64, ReserveOutcome> {
+    if part.meta.versions.is_empty() && part.stock.is_empty() {
+        return Err(ReserveOutcome::NoStockKey);
+    }
+    if let Some((id, units)) = call.deposit {
+        if deposit(part, call.version, id, units) == Deposit::Refused {
+            return Err(ReserveOutcome::DepositRefused { damaged: false });
+        }
+    }
+    if let Some(outcome) = idem.and_then(|f| replay(part, f, call, now)) {
+        return Err(outcome);
+    }
+    if call.replay_only {
+        return Err(ReserveOutcome::NotReplayed);
+    }
+    let Some(&stock) = part.stock.get(&call.version) else {
+        return Err(ReserveOutcome::NoStockKey);
+    };
+    let held = part.users.get(call.user).copied().unwrap_or(0);
+    let qty = u64::from(call.qty);
+    if held + qty > u64::from(call.per_user_limit) {
+        return Err(ReserveOutcome::LimitExceeded { held });
+    }
+    if stock < qty as i64 {
+        return Err(ReserveOutcome::Insufficient {
+            remaining: stock as u64,
+        });
+    }
+    if (now as i64) < call.hours.opens_ms {
+        return Err(ReserveOutcome::NotStarted);
+    }
+    if (now as i64) >= call.hours.closes_ms {
+        return Err(ReserveOutcome::Ended);
+    }
+    if part.records.contains_key(call.reservation_id) {
+        return Err(ReserveOutcome::DuplicateId);
+    }
+    Ok(stock)
+}
+
+/// A new reservation taken from `stock` (judged above): its record, the stock, the buyer's
+/// units, the ledger's pending, its due time and its idempotency key.
+fn take(
+    part: &mut Part,
+    call: &ReserveCall<'_>,
+    idem: Option<String>,
+    now: u64,
+    stock: i64,
+) -> ReserveOutcome {
+    let qty = u64::from(call.qty);
+    let deadline = now + call.hold.as_millis() as u64;
+    let busy = now + call.in_flight.as_millis() as u64;
+    let record = ReservationRecord {
+        state: RecordState::Pending,
+        user: call.user.to_owned(),
+        qty,
+        ver: call.version,
+        created_ms: Some(now),
+        deadline_ms: Some(deadline),
+        done_ms: None,
+        reason: None,
+        replayed: false,
+        returned: None,
+        tombstone: false,
+        accepted_late: false,
+        fence: 1,
+    };
+    let id = call.reservation_id.to_owned();
+    part.records.insert(
+        id.clone(),
+        Rec {
+            record,
+            prior: 0,
+            busy,
+        },
+    );
+    let remaining = stock - qty as i64;
+    part.stock.insert(call.version, remaining);
+    *part.users.entry(call.user.to_owned()).or_default() += qty;
+    part.ledgers
+        .entry(call.version)
+        .or_insert(empty_row(call.version))
+        .pending += qty as i64;
+    let due = part.due.entry(call.version).or_default();
+    due.insert(id.clone(), deadline.max(busy));
+    if let Some(field) = idem {
+        part.idem.insert(field, id);
+    }
+    ReserveOutcome::Reserved {
+        remaining: remaining as u64,
+        created_ms: now,
+        deadline_ms: deadline,
+        fence: 1,
     }
 }
 

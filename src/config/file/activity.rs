@@ -1,15 +1,18 @@
 //! The YAML's activities, as written (see the parent module): each sale, its waiting room,
 //! and the policies it names.
 
+use schemars::JsonSchema;
 use serde::Deserialize;
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ActivitySection {
     /// Activity id as it appears in the sale route path (letters, digits, `-`, `_`).
+    #[schemars(length(min = 1, max = 64), regex(pattern = r"^[A-Za-z0-9_-]+$"))]
     pub id: String,
     /// Units on sale in this version (or `variants`, one stock each: exactly one of the two).
     #[serde(default)]
+    #[schemars(range(max = 9_007_199_254_740_991u64))]
     pub stock: Option<u64>,
     /// The sale's variants (sizes, colours), each with its own stock, instead of `stock`: one
     /// queue and one `per_user_limit` across them all. Adding or removing a variant, or changing
@@ -19,12 +22,16 @@ pub struct ActivitySection {
     /// Stock version: a new number starts a new stock key from `stock` (restock or correction).
     pub version: u64,
     /// Units one user may hold in this activity.
+    #[schemars(range(min = 1))]
     pub per_user_limit: u32,
     /// Most units one request may ask for.
+    #[schemars(range(min = 1))]
     pub max_per_request: u32,
     /// Sale opens (RFC 3339).
+    #[schemars(extend("format" = "date-time"))]
     pub starts_at: String,
     /// Sale closes (RFC 3339).
+    #[schemars(extend("format" = "date-time"))]
     pub ends_at: String,
     /// What confirms a reservation: `upstream` (a 2xx answer) or `explicit` (the admin API).
     #[serde(default)]
@@ -36,6 +43,7 @@ pub struct ActivitySection {
     /// Stock split across this many segments, each with its own hash tag (Redis Cluster spreads
     /// them over masters); every buyer has a home segment holding their units.
     #[serde(default = "default_segments")]
+    #[schemars(range(min = 1, max = 64))]
     pub segments: u32,
     /// When the stock store is down (or the breaker open): `reject` answers `unavailable`;
     /// `passthrough` forwards the request without a reservation, marked for the backend, at
@@ -56,13 +64,14 @@ pub struct ActivitySection {
 }
 
 /// `activities[].variants[]`: one variant of a drop.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct VariantSection {
     /// The variant's id, as a buyer names it (`?variant=42`, or `{variant}` in the path):
     /// letters, digits, `-`, `_`; unique within the activity.
     pub id: String,
     /// Units of this variant on sale in the activity's version.
+    #[schemars(range(max = 9_007_199_254_740_991u64))]
     pub stock: u64,
     /// Shown on the waiting page ("EU 42"); the id when absent.
     #[serde(default)]
@@ -70,10 +79,11 @@ pub struct VariantSection {
 }
 
 /// `activities[].queue`: the waiting room.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct QueueSection {
     /// Tickets admitted to the purchase per second, for all gateways together.
+    #[schemars(range(min = 1, max = 1_000_000))]
     pub admit_per_second: u32,
     /// Arrivals from here until `starts_at` are put in a random order at `starts_at` (RFC
     /// 3339); without it the queue opens at `starts_at`, first come, first served.
@@ -105,7 +115,7 @@ pub struct QueueSection {
 }
 
 /// What a sale request gets while the stock store cannot be asked.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum StoreFailurePolicy {
     /// Answer `unavailable` (503): nothing is sold without Redis.
@@ -116,7 +126,7 @@ pub enum StoreFailurePolicy {
 }
 
 /// What moves a reservation from pending to confirmed.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum ConfirmMode {
     /// A 2xx answer from the upstream confirms.

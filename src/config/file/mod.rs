@@ -3,6 +3,7 @@
 //! Nothing here is trusted: [`crate::config::validate`] turns it into [`crate::config::Settings`]. Every struct
 //! denies unknown fields so a typo is an error, not a silently ignored key.
 
+use schemars::JsonSchema;
 use serde::Deserialize;
 use std::path::PathBuf;
 
@@ -10,7 +11,7 @@ mod activity;
 pub use activity::*;
 
 /// The whole configuration file.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FileConfig {
     /// The public proxy listener.
@@ -42,7 +43,7 @@ pub struct FileConfig {
     pub pages: Option<crate::config::pages::PagesSection>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ServerSection {
     /// Address of the public listener, `host:port`.
@@ -63,6 +64,7 @@ pub struct ServerSection {
     /// Largest request body a sale route accepts (bytes, at most 65536); larger ones get
     /// `bad_request`. A sale request's body is read whole before any stock is taken.
     #[serde(default = "default_max_sale_body_bytes")]
+    #[schemars(range(max = 65536))]
     pub max_sale_body_bytes: u64,
     /// Longest a sale request's body may take to arrive, after its headers; past it the buyer
     /// gets `bad_request` and nothing was held for them (a slow body cannot hold stock or a slot).
@@ -100,7 +102,7 @@ pub struct ServerSection {
     pub cors: Option<crate::config::cors::CorsSection>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AdminSection {
     /// Address of the admin listener, `host:port`; loopback unless a token is configured.
@@ -111,7 +113,7 @@ pub struct AdminSection {
     pub token_env: Option<String>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UpstreamSection {
     /// Backend addresses, `host:port`; round robin over the healthy ones.
@@ -143,7 +145,7 @@ pub struct UpstreamSection {
     pub order_lookup: Option<OrderLookupSection>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct OrderLookupSection {
     /// Path of the backend's order lookup, with `{jti}` where the reservation id goes:
@@ -163,7 +165,7 @@ pub struct OrderLookupSection {
     pub give_up_after_secs: Option<u64>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RedisSection {
     /// A single Redis, e.g. `redis://127.0.0.1:6379/0`.
@@ -190,6 +192,7 @@ pub struct RedisSection {
     pub sweep_interval_ms: u64,
     /// Most reservations one sweep script call releases (1 to 1000; keeps each call short).
     #[serde(default = "default_sweep_batch")]
+    #[schemars(range(min = 1, max = 1000))]
     pub sweep_batch: u32,
     /// How often each instance checks the stock ledger and exports `flashgate_reconcile_drift`.
     #[serde(default = "default_reconcile_interval_ms")]
@@ -210,10 +213,11 @@ pub struct RedisSection {
     /// released and answered 503; with it covering every replica, a promoted replica sells
     /// again by itself (no reservation a gateway acknowledged can be missing from it).
     #[serde(default)]
+    #[schemars(range(max = 16))]
     pub ack_replicas: u32,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BreakerSection {
     /// Store calls failing in a row (errors or timeouts) that open the breaker.
@@ -233,14 +237,14 @@ impl Default for BreakerSection {
     }
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ClusterSection {
     /// Seed nodes, `host:port`; the rest of the cluster is discovered from them.
     pub nodes: Vec<String>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct IdentitySection {
     /// Request header carrying the buyer's user id (set by the auth layer in front).
@@ -255,7 +259,7 @@ pub struct IdentitySection {
     pub jwt: Option<JwtIdentitySection>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct JwtIdentitySection {
     /// Verification keys, chosen by the token's `kid`.
@@ -278,18 +282,20 @@ pub struct JwtIdentitySection {
 }
 
 /// Algorithms accepted for buyers' identity tokens.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
 pub enum IdentityAlgorithm {
     HS256,
     RS256,
     EdDSA,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct IdentityKeySection {
     /// The `kid` tokens signed with this key carry.
     pub kid: String,
+    /// How tokens with this `kid` are signed: `HS256` (a shared secret, `secret_env`), `RS256`
+    /// or `EdDSA` (a public key, `public_key_file`).
     pub algorithm: IdentityAlgorithm,
     /// HS256: environment variable holding the shared secret.
     #[serde(default)]
@@ -300,7 +306,7 @@ pub struct IdentityKeySection {
 }
 
 /// Signature algorithms for the reservation JWT.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
 pub enum SigningAlgorithm {
     /// HMAC-SHA256 with a shared secret from `secret_env`.
     HS256,
@@ -308,7 +314,7 @@ pub enum SigningAlgorithm {
     EdDSA,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SigningSection {
     /// Request header the upstream receives the signed reservation in.
@@ -331,7 +337,7 @@ pub struct SigningSection {
     pub previous_keys: Vec<PreviousKeySection>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PreviousKeySection {
     /// The `kid` those reservations carry.
@@ -340,7 +346,7 @@ pub struct PreviousKeySection {
     pub public_key_file: PathBuf,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RateLimitsSection {
     /// Token bucket per user id; absent means no per-user limit.
@@ -373,7 +379,7 @@ impl Default for RateLimitsSection {
     }
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BucketSection {
     /// Sustained requests per second (or give `per_minute` or `per_hour`: exactly one).
@@ -396,7 +402,7 @@ pub struct BucketSection {
     pub scope: crate::config::Scope,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SoldOutCacheSection {
     /// How long a learned "sold out" is answered locally before Redis is asked again.
@@ -412,7 +418,7 @@ impl Default for SoldOutCacheSection {
     }
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SaleRouteSection {
     /// HTTP method of the purchase request.

@@ -50,7 +50,7 @@ pub enum Refusal {
     MayEvict { id: String, policy: String },
     #[error(
         "activity {id}: its keys in Redis were written by an older flashgate (another key layout); \
-         finish that sale first, or sell under a new activity id (see README, Upgrading)"
+         finish that sale first, or sell under a new activity id (see docs/operating.md, Stock in Redis)"
     )]
     OldLayout { id: String },
     #[error(
