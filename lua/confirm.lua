@@ -184,7 +184,13 @@ end
 -- own between them: the entries keep the order of the ids (issue 37: an XADD an id).
 local run = {}
 local function flush()
-  if #run > 0 then
+  if #run == 1 then
+    -- One confirm (most calls under light load): its values as they are, nothing joined.
+    local rec = seen[run[1]]
+    redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[3], '*', 'type', 'confirm', 'jti', run[1],
+      'user', rec.user, 'qty', rec.qty, 'ver', ARGV[1], 'via', via, 'ts', now)
+    run = {}
+  elseif #run > 1 then
     local jtis, users, qtys = {}, {}, {}
     for i, jti in ipairs(run) do
       jtis[i], users[i], qtys[i] = jti, seen[jti].user, seen[jti].qty

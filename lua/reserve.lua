@@ -6,25 +6,29 @@
 -- A batch of one is the single reserve.
 --
 -- Writes are gathered: every item's record, pending entry and idempotency key, every buyer's
--- units, the stock, the ledger's pending and the batch's event are written once per batch, after
--- the last item is judged (a deposit's transfer book as it comes). Measured: Redis charges about
--- 1.5 us per write command a script makes on top of the command itself, and a reservation needs
--- six; gathered, a batch makes a fixed handful whatever its size. The batch's new reservations
--- are one event: one stream entry, `type reserve`, whose `jti`, `user` and `qty` are the items'
+-- units, the stock, the ledger's counts, a deposit's transfer book and the batch's event are
+-- written once per batch, after the last item is judged. Measured: Redis charges about 1.5 us
+-- per write command a script makes on top of the command itself, and a reservation needs six;
+-- gathered, a batch makes a fixed handful whatever its size. The batch's new reservations are
+-- one event: one stream entry, `type reserve`, whose `jti`, `user` and `qty` are the items'
 -- joined by a line break (a user id never holds one, src/admission/identity.rs; a batch of one is
 -- the entry a single reservation always was), in the order they were judged, with the batch's
 -- `ver` and `ts` (callgrind: an XADD an item was 17,000 instructions a reservation at batches of
--- 4). Nothing can fail between the first write and the last: every key written is of its type
+-- 4).
+--
+-- The batch lands whole or not at all. Nothing is written while the items are judged, so an
+-- error there (a hand-edited value that is no number) leaves nothing. Then the event is the
+-- first write (a stream made unwritable by hand, at its last possible id, fails the call there,
+-- before anything else), and nothing after it can fail: every other key written is of its type
 -- before anything is written (a key of another type, set by hand, refuses the batch as a damaged
--- segment, -6, with nothing changed), and Redis refuses a script for memory only at its first
--- write. So the batch lands whole or not at all. The types are known without a TYPE call each
--- where a call the batch needs anyway tells (issue 37: five TYPE calls were 27,000 instructions
--- a call): users, res and stock by the reads below (a read of a key of another type fails the
--- call before any write, as it always did), idem by its placeholder's HEXISTS (answered, not
--- raised), the ledger and the events by one TYPE each (which also says whether they exist),
--- pending by the batch's first write, its ZADD (answered, not raised: WRONGTYPE refuses the
--- batch, -6, before anything else is written), and received only when an item deposits (then
--- checked with pending up front, as a deposit writes as it comes).
+-- segment, -6, with nothing changed), the stock is an integer (else damaged too), and Redis
+-- refuses a script for memory only at its first write. The types are known without a TYPE call
+-- each where a call the batch needs anyway tells (issue 37: five TYPE calls were 27,000
+-- instructions a call): users, res and stock by the reads below (a read of a key of another
+-- type fails the call before any write), idem by its placeholder's HEXISTS (answered, not
+-- raised), the ledger, the events and pending by one TYPE each (the first two also say whether
+-- they exist), received only when an item deposits (the only batch that writes it). Not held:
+-- a ledger count edited by hand into no integer fails its HINCRBY midway (as it always did).
 --
 -- KEYS[1] stock of the version   KEYS[2] users (units held, all versions)   KEYS[3] res (records)
 -- KEYS[4] ledger of the version  KEYS[5] pending of the version (jti -> when due)
@@ -117,8 +121,7 @@ local function marked_hash(hash)
   return r == 1
 end
 
--- Whether an item deposits a transfer first (its writes come as it is judged: the keys it
--- writes are checked up front then, the batch's as it always was).
+-- Whether an item deposits a transfer first (the only batch that writes received).
 local deposits = false
 for base = FIRST_ITEM, #ARGV - ITEM_ARGS, ITEM_ARGS do
   if A[base + 7] ~= '' then
@@ -134,9 +137,11 @@ local events_type = prewarmed and type_of(EVENTS)
 -- The idempotency keys must still be there (a lost idem hash would sell a key's purchase twice).
 local whole = prewarmed and (ledger_type == 'none' or ledger_type == 'hash')
   and (events_type == 'none' or events_type == 'stream') and marked_hash(IDEM)
-  and (not deposits or (of_type(PENDING, 'zset') and of_type(RECEIVED, 'hash')))
+  and of_type(PENDING, 'zset') and (not deposits or of_type(RECEIVED, 'hash'))
 local left = prewarmed and redis.call('GET', STOCK)
 local stock_exists = left ~= nil and left ~= false
+-- A stock INCRBY would refuse ("7.0", "0x7": numbers to Lua) is a damaged segment.
+whole = whole and (not stock_exists or string.match(left, '^-?%d+$') ~= nil)
 left = tonumber(left or '0')
 local ledger_exists = ledger_type == 'hash'
 local events_exist = events_type == 'stream'
@@ -219,24 +224,34 @@ local function lane_of(jti)
 end
 
 -- deposit() of lib.lua, with the batch's view of the stock and the ledger.
+-- Its writes are gathered with the batch's (received_new, ledger_add).
+local received_new, ledger_add, ledger_fields = {}, {}, {}
+local function ledger_count(field, n)
+  if not ledger_add[field] then
+    ledger_add[field] = 0
+    ledger_fields[#ledger_fields + 1] = field
+  end
+  ledger_add[field] = ledger_add[field] + n
+end
 local function deposit_here(id, qty)
   if not marked(RECEIVED) then
     return -2
   end
-  if redis.call('HEXISTS', RECEIVED, id) == 1 then
+  if received_new[id] or redis.call('HEXISTS', RECEIVED, id) == 1 then
     return 0
   end
   if not ledger_exists then
     return -1
   end
-  redis.call('HSET', RECEIVED, id, qty)
-  redis.call('HINCRBY', LEDGER, 'moved_in', qty)
+  received_new[#received_new + 1] = id
+  received_new[id] = qty
+  ledger_count('moved_in', tonumber(qty))
   if stock_exists then
     left = left + tonumber(qty)
     stock_delta = stock_delta + tonumber(qty)
   else
-    redis.call('HINCRBY', LEDGER, 'retired', qty)
-    redis.call('HINCRBY', LEDGER, 'unsold_retired', qty)
+    ledger_count('retired', tonumber(qty))
+    ledger_count('unsold_retired', tonumber(qty))
   end
   return 1
 end
@@ -394,8 +409,15 @@ local function hset(key, fields)
     redis.call('HSET', key, unpack(fields))
   end
 end
--- The first write: the new reservations' pending entries, answered rather than raised, so that
--- pending of another type refuses the batch before anything is written (see the top).
+-- The first write: the batch's event (see the top).
+if events_exist and #ev_jti == 1 then
+  redis.call('XADD', EVENTS, 'MAXLEN', '~', MAXLEN, '*', 'type', 'reserve', 'jti', ev_jti[1],
+    'user', ev_user[1], 'qty', ev_qty[1], 'ver', VER, 'ts', fmt(clock))
+elseif events_exist and #ev_jti > 1 then
+  redis.call('XADD', EVENTS, 'MAXLEN', '~', MAXLEN, '*', 'type', 'reserve',
+    'jti', table.concat(ev_jti, '\n'), 'user', table.concat(ev_user, '\n'),
+    'qty', table.concat(ev_qty, '\n'), 'ver', VER, 'ts', fmt(clock))
+end
 local fields = {}
 for _, jti in ipairs(due_new) do
   -- Due at its deadline, or when its forward's trip surely ends if later (a replay in this
@@ -408,41 +430,27 @@ for _, jti in ipairs(due_new) do
   fields[#fields + 1] = due
   fields[#fields + 1] = jti
 end
-local moved = {}
-for jti, busy in pairs(due_moved) do
-  moved[#moved + 1] = busy
-  moved[#moved + 1] = jti
+if #fields > 0 then
+  redis.call('ZADD', PENDING, unpack(fields))
 end
-local function first_write(r)
-  if type(r) == 'table' and r.err then
-    if string.find(r.err, 'WRONGTYPE', 1, true) then
-      local damaged = {}
-      for _ = FIRST_ITEM, #ARGV - ITEM_ARGS, ITEM_ARGS do
-        damaged[#damaged + 1] = {-6, 0, 0}
-      end
-      damaged[#damaged + 1] = records
-      damaged[#damaged + 1] = life
-      return damaged
-    end
-    return r
-  end
+fields = {}
+for jti, busy in pairs(due_moved) do
+  fields[#fields + 1] = busy
+  fields[#fields + 1] = jti
 end
 if #fields > 0 then
-  local refused = first_write(redis.pcall('ZADD', PENDING, unpack(fields)))
-  if refused then
-    return refused
-  end
+  redis.call('ZADD', PENDING, 'XX', 'GT', unpack(fields))
 end
-if #moved > 0 then
-  local refused = first_write(redis.pcall('ZADD', PENDING, 'XX', 'GT', unpack(moved)))
-  if refused then
-    return refused
-  end
+fields = {}
+for _, id in ipairs(received_new) do
+  fields[#fields + 1] = id
+  fields[#fields + 1] = received_new[id]
 end
-if events_exist and #ev_jti > 0 then
-  redis.call('XADD', EVENTS, 'MAXLEN', '~', MAXLEN, '*', 'type', 'reserve',
-    'jti', table.concat(ev_jti, '\n'), 'user', table.concat(ev_user, '\n'),
-    'qty', table.concat(ev_qty, '\n'), 'ver', VER, 'ts', fmt(clock))
+if #fields > 0 then
+  redis.call('HSET', RECEIVED, unpack(fields))
+end
+for _, field in ipairs(ledger_fields) do
+  redis.call('HINCRBY', LEDGER, field, ledger_add[field])
 end
 if stock_delta ~= 0 then
   redis.call('INCRBY', STOCK, stock_delta)

@@ -23,6 +23,7 @@ enum Command {
     /// a change of the file) reloads the configuration; SIGQUIT hands the listeners to a new
     /// binary started with `--upgrade`, then drains.
     Serve {
+        /// The configuration file (YAML; see docs/configuration.md).
         #[arg(long)]
         config: PathBuf,
         /// Take the listening sockets over from the gateway running with this configuration
@@ -34,6 +35,7 @@ enum Command {
     /// Validate a configuration file: exit 0 if valid, else name the offending key. Needs no
     /// secrets (unset ones are named as warnings).
     Check {
+        /// The configuration file (YAML; see docs/configuration.md).
         #[arg(long)]
         config: PathBuf,
         /// Also read Redis and refuse what a reload would refuse against its record (an older
@@ -48,6 +50,7 @@ enum Command {
     /// Print the stock ledger per activity and version; exit 1 on any drift. Needs only the
     /// configuration file and Redis, not the gateway's secrets.
     Reconcile {
+        /// The configuration file (YAML; see docs/configuration.md).
         #[arg(long)]
         config: PathBuf,
         /// Only this activity.
@@ -68,6 +71,7 @@ enum Command {
     /// released, pending and restocked; buyers queued, admitted, bought and no-shows; waits;
     /// challenges; the draw; per variant. Needs only the configuration file and Redis.
     Report {
+        /// The configuration file (YAML; see docs/configuration.md).
         #[arg(long)]
         config: PathBuf,
         #[arg(long)]
@@ -90,6 +94,7 @@ enum Command {
     /// recorded arrivals, check the seed against its commitment and the places the gateways
     /// admitted tickets at; print `match` (exit 0) or what differs (exit 1).
     Draw {
+        /// The configuration file (YAML; see docs/configuration.md).
         #[arg(long)]
         config: PathBuf,
         #[arg(long)]

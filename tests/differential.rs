@@ -806,3 +806,65 @@ async fn a_runtime_error_mid_batch_writes_nothing_not_even_an_event() {
         "{events:?}"
     );
 }
+
+/// Review finding (issue 37, present since the writes were gathered): a deposit wrote its
+/// transfer book and the ledger's `moved_in` as it was judged, the stock with the rest; a later
+/// item failing (a non-number in `users`, a hand edit) left the transfer received and counted,
+/// its units never in the stock, and the transfer spent. Now a deposit's writes wait with the
+/// batch's: nothing is written.
+#[tokio::test]
+async fn regression_a_deposit_then_an_error_midway_writes_nothing() {
+    let redis = RedisServer::start();
+    let st = stock_store(redis.url(), vec![], Duration::from_millis(2000));
+    let mut conn = redis.conn();
+    segments::prewarm(&st, &act("D", 1, 5))
+        .await
+        .unwrap()
+        .unwrap();
+    let _: () = redis::cmd("HSET")
+        .arg("fg:{D}:users")
+        .arg("bad")
+        .arg("x")
+        .query(&mut conn)
+        .unwrap();
+    let before = dump(&mut conn, "D", 1).0;
+    let mut first = item("u1", 1, "r1");
+    first.transfer = Some(("t1".into(), 3));
+    let err = call_new(&mut conn, "D", 1, &[first, item("bad", 1, "r2")]);
+    assert!(err.is_err(), "{err:?}");
+    assert_eq!(dump(&mut conn, "D", 1).0, before, "nothing written");
+}
+
+/// Review finding (issue 37): a stock Lua reads as a number but INCRBY refuses ("7.0", set by
+/// hand) failed the call after the pending entry and the event were written. It is a damaged
+/// segment now: -6 for every item, nothing written.
+#[tokio::test]
+async fn regression_a_stock_that_is_no_integer_refuses_the_batch_whole() {
+    let redis = RedisServer::start();
+    let st = stock_store(redis.url(), vec![], Duration::from_millis(2000));
+    let mut conn = redis.conn();
+    segments::prewarm(&st, &act("S", 1, 5))
+        .await
+        .unwrap()
+        .unwrap();
+    let _: () = redis::cmd("SET")
+        .arg("fg:{S}:v1:stock")
+        .arg("7.0")
+        .query(&mut conn)
+        .unwrap();
+    let before = dump(&mut conn, "S", 1).0;
+    let reply = call_new(
+        &mut conn,
+        "S",
+        1,
+        &[item("u1", 1, "r1"), item("u2", 1, "r2")],
+    );
+    let Ok(Value::Array(replies)) = reply else {
+        panic!("{reply:?}")
+    };
+    assert!(
+        replies[..2].iter().all(|r| norm_reply(r)[0] == "-6"),
+        "{replies:?}"
+    );
+    assert_eq!(dump(&mut conn, "S", 1).0, before, "nothing written");
+}

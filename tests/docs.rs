@@ -242,6 +242,26 @@ fn every_command_shown_exists_and_the_offline_ones_run() {
             let flag = flag.split('=').next().unwrap();
             assert!(help.contains(flag), "{at}: {sub} takes no {flag}");
         }
+        // A full command line (one with flags) carries every flag the subcommand requires (its
+        // usage line's flags outside brackets); a bare `flashgate reconcile` names the command.
+        if words.iter().any(|w| w.starts_with("--")) {
+            let usage = help.lines().find(|l| l.starts_with("Usage:")).unwrap();
+            let mut depth = 0;
+            let outside: String = usage
+                .chars()
+                .filter(|c| {
+                    depth += match c {
+                        '[' => 1,
+                        ']' => -1,
+                        _ => 0,
+                    };
+                    depth == 0 && *c != ']'
+                })
+                .collect();
+            for required in outside.split_whitespace().filter(|w| w.starts_with("--")) {
+                assert!(words.contains(&required), "{at}: {sub} requires {required}");
+            }
+        }
         let offline = matches!(sub, "check" | "schema") && !line.contains("--live");
         let placeholder = line.contains("FILE") || line.contains('<') || line.contains("ID");
         if *in_block && offline && !placeholder {

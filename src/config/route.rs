@@ -54,13 +54,19 @@ impl SaleRoute {
         quantity_query: &str,
         variant_query: Option<&str>,
     ) -> Result<SaleRoute, (&'static str, String)> {
+        // The methods of RFC 9110 and PATCH: a typo ("PSOT") would be a route no buyer's request
+        // matches, every purchase passed through without a reservation.
+        const KNOWN: [&str; 7] = ["GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "PATCH"];
         let method = Method::from_bytes(method.as_bytes())
             .ok()
-            .filter(|m| m.as_str().bytes().all(|b| b.is_ascii_uppercase()))
+            .filter(|m| KNOWN.contains(&m.as_str()))
             .ok_or_else(|| {
                 (
                     "method",
-                    format!("{method:?} is not an upper-case HTTP method"),
+                    format!(
+                        "{method:?} is not an upper-case HTTP method (one of {})",
+                        KNOWN.join(", ")
+                    ),
                 )
             })?;
         let segments = path_segments(path)?;

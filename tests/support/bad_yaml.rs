@@ -77,6 +77,11 @@ pub const BAD: &[Bad] = &[
         expect: "sale_routes[0].method",
     },
     Bad {
+        name: "typo-route-method",
+        patch: &[("sale_routes.0.method", Some("\"PSOT\""))],
+        expect: "sale_routes[0].method: \"PSOT\" is not an upper-case HTTP method (one of GET, HEAD, POST, PUT, DELETE, OPTIONS, PATCH)",
+    },
+    Bad {
         name: "bad-signing-header",
         patch: &[("signing.header", Some("\"\""))],
         expect: "signing.header",

@@ -2,7 +2,7 @@
 //! and the policies it names.
 
 use schemars::JsonSchema;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -96,26 +96,27 @@ pub struct QueueSection {
     /// A new arrival is told it is very likely too late when the places ahead of it exceed the
     /// units left times this (room for buyers ahead who do not buy).
     #[serde(default = "default_too_late_factor")]
+    #[schemars(range(min = 1.0))]
     pub too_late_factor: f64,
     /// Where the waiting page sends a browser whose turn came (the shop's checkout page); by
     /// default the page submits the purchase itself.
     #[serde(default)]
     pub landing_url: Option<String>,
-    /// A proof of work before a ticket (see `config::defence`).
+    /// A proof of work before a ticket: a bot pays for each place it takes.
     #[serde(default)]
     pub challenge: Option<crate::config::defence::ChallengeSection>,
     /// Publish a commitment to the pre-queue draw's seed from `opens_at` and the seed from
     /// `starts_at`, so anyone can check the draw.
     #[serde(default)]
     pub draw: bool,
-    /// Seconds without a poll after which a ticket gives its turn away (`config::live_queue`).
+    /// Seconds without a poll after which a ticket gives its turn away.
     pub skip_absent_after_secs: Option<u64>,
-    /// Most admitted buyers who have not bought yet, fleet-wide (`config::live_queue`).
+    /// Most admitted buyers who have not bought yet, fleet-wide.
     pub max_active: Option<u32>,
 }
 
 /// What a sale request gets while the stock store cannot be asked.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum StoreFailurePolicy {
     /// Answer `unavailable` (503): nothing is sold without Redis.
@@ -126,7 +127,7 @@ pub enum StoreFailurePolicy {
 }
 
 /// What moves a reservation from pending to confirmed.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum ConfirmMode {
     /// A 2xx answer from the upstream confirms.

@@ -38,7 +38,7 @@ pub struct FileConfig {
     /// The flash-sale activities.
     #[serde(default)]
     pub activities: Vec<ActivitySection>,
-    /// The buyer's pages: shop name, templates (see `super::pages`).
+    /// The buyer's pages: the shop's name and link, templates of your own.
     #[serde(default)]
     pub pages: Option<crate::config::pages::PagesSection>,
 }
@@ -50,6 +50,7 @@ pub struct ServerSection {
     pub listen: String,
     /// Worker threads of the proxy (match the machine's cores).
     #[serde(default = "default_threads")]
+    #[schemars(range(min = 1))]
     pub threads: usize,
     /// On SIGTERM (or after a SIGQUIT hand-over): seconds in-flight requests get to finish;
     /// the process exits after it. Listeners close at once; sale requests still arriving on
@@ -117,6 +118,7 @@ pub struct AdminSection {
 #[serde(deny_unknown_fields)]
 pub struct UpstreamSection {
     /// Backend addresses, `host:port`; round robin over the healthy ones.
+    #[schemars(length(min = 1))]
     pub addresses: Vec<String>,
     /// TCP connect timeout to a backend.
     #[serde(default = "default_connect_timeout_ms")]
@@ -176,6 +178,7 @@ pub struct RedisSection {
     pub cluster: Option<ClusterSection>,
     /// Budget for one stock-store call (connect, script, reply); past it the buyer gets 503.
     #[serde(default = "default_redis_timeout_ms")]
+    #[schemars(range(min = 1))]
     pub timeout_ms: u64,
     /// Prefix of every key flashgate writes.
     #[serde(default = "default_key_prefix")]
@@ -330,6 +333,7 @@ pub struct SigningSection {
     #[serde(default)]
     pub private_key_file: Option<PathBuf>,
     /// Lifetime of a reservation token: `exp = iat + ttl_secs`.
+    #[schemars(range(min = 1))]
     pub ttl_secs: u64,
     /// EdDSA public keys that signed earlier reservations (after a rotation), published with the
     /// active one at `/.well-known/jwks.json` until their reservations have expired.
