@@ -90,11 +90,17 @@ async fn reopening_a_sale_after_its_keys_expired_needs_a_new_version() {
     bob.assert_answer(503, "unavailable");
     let replay = gw.buy_keyed("1001", "alice", "k-1").await;
     assert_eq!(replay.status, 503, "alice's replay is not told sold_out");
-    let logs = gw.logs();
-    assert!(
-        logs.contains("activity 1001: version 1 was on sale before")
-            && logs.contains("raise version above 1"),
-        "{logs}"
+    // The refusal's log line comes from the reload's prewarm, which may land after the first
+    // answer (the fence's check, each second, can refuse the purchase first: keys lost).
+    wait_for(
+        "the refusal naming the version and what to do",
+        Duration::from_secs(10),
+        || {
+            let logs = gw.logs();
+            (logs.contains("activity 1001: version 1 was on sale before")
+                && logs.contains("raise version above 1"))
+            .then_some(())
+        },
     );
     let floor: String = redis::cmd("GET")
         .arg("fg:{1001}:floor")
