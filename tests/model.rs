@@ -2976,3 +2976,62 @@ fn regression_a_resume_after_an_emptied_store_a_segment_change_and_expiry() {
         Op::Resume { inst: 0 },
     ]);
 }
+
+/// Found by the generator in issue 37's CI run (shrunk), present before issue 37's scripts
+/// (replayed with d38da65's reserve.lua and confirm.lua: the same failure): a records hash
+/// evicted, a recount, a snapshot, a batch sold in the recount's life, the store back to that
+/// snapshot, a lost reply, and a batch: the model and the system agree at every step, and 8
+/// units of a 6-unit stock end up the buyers'. The store going back after a recount is not
+/// caught here (a hole in the design both share, not yet found). Kept, ignored, until fixed.
+#[test]
+#[ignore = "open: sold twice after an eviction, a recount and a store back to a snapshot of the recount's life"]
+fn regression_a_store_back_to_a_snapshot_after_a_recount_sells_nothing_twice() {
+    replay(vec![
+        Op::Reserve {
+            inst: 0,
+            act: 0,
+            user: 1,
+            qty: 1,
+            key: Some(0),
+        },
+        Op::Snapshot,
+        Op::Reserve {
+            inst: 0,
+            act: 1,
+            user: 1,
+            qty: 1,
+            key: None,
+        },
+        Op::Batch {
+            inst: 0,
+            act: 0,
+            items: vec![(0, 1, None), (0, 1, None)],
+        },
+        Op::Forget {
+            how: Forget::Evicted(Lost::Res),
+        },
+        Op::Recount {
+            inst: 0,
+            remaining: 2,
+        },
+        Op::Snapshot,
+        Op::Batch {
+            inst: 0,
+            act: 0,
+            items: vec![
+                (3, 2, None),
+                (2, 1, None),
+                (0, 1, None),
+                (2, 1, Some(0)),
+                (0, 1, None),
+            ],
+        },
+        Op::Forget { how: Forget::Older },
+        Op::LostReply { handle: 2 },
+        Op::Batch {
+            inst: 0,
+            act: 0,
+            items: vec![(2, 1, Some(0)), (1, 1, Some(0))],
+        },
+    ]);
+}
