@@ -182,28 +182,16 @@ end
 -- Confirms in a row are one entry (`jti`, `user` and `qty` joined by a line break, as reserve's;
 -- their `ver` is the call's: another version's id is refused, -2), a late acceptance one of its
 -- own between them: the entries keep the order of the ids (issue 37: an XADD an id).
-local run = {}
+local run_jti, run_user, run_qty = {}, {}, {}
 local function flush()
-  if #run == 1 then
-    -- One confirm (most calls under light load): its values as they are, nothing joined.
-    local rec = seen[run[1]]
-    redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[3], '*', 'type', 'confirm', 'jti', run[1],
-      'user', rec.user, 'qty', rec.qty, 'ver', ARGV[1], 'via', via, 'ts', now)
-    run = {}
-  elseif #run > 1 then
-    local jtis, users, qtys = {}, {}, {}
-    for i, jti in ipairs(run) do
-      jtis[i], users[i], qtys[i] = jti, seen[jti].user, seen[jti].qty
-    end
-    redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[3], '*', 'type', 'confirm',
-      'jti', table.concat(jtis, '\n'), 'user', table.concat(users, '\n'),
-      'qty', table.concat(qtys, '\n'), 'ver', ARGV[1], 'via', via, 'ts', now)
-    run = {}
-  end
+  emit_batch(KEYS[4], ARGV[3], 'confirm', run_jti, run_user, run_qty, 'ver', ARGV[1],
+    'via', via, 'ts', now)
+  run_jti, run_user, run_qty = {}, {}, {}
 end
 for _, e in ipairs(events) do
   if type(e) == 'string' then
-    run[#run + 1] = e
+    local n = #run_jti + 1
+    run_jti[n], run_user[n], run_qty[n] = e, seen[e].user, seen[e].qty
   else
     flush()
     redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[3], '*', unpack(e))

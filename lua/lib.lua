@@ -185,6 +185,20 @@ local function emit(events, maxlen, ...)
   end
 end
 
+-- Appends one entry of `kind` naming several reservations: their `jti`, `user` and `qty`
+-- joined by a line break, in order (one reservation: its values as they are), then the entry's
+-- other fields (...). The caller knows the stream exists (a batch asks once). Nothing for none.
+local function emit_batch(events, maxlen, kind, jtis, users, qtys, ...)
+  if #jtis == 1 then
+    redis.call('XADD', events, 'MAXLEN', '~', maxlen, '*', 'type', kind, 'jti', jtis[1],
+      'user', users[1], 'qty', qtys[1], ...)
+  elseif #jtis > 1 then
+    redis.call('XADD', events, 'MAXLEN', '~', maxlen, '*', 'type', kind,
+      'jti', table.concat(jtis, '\n'), 'user', table.concat(users, '\n'),
+      'qty', table.concat(qtys, '\n'), ...)
+  end
+end
+
 -- Moves a pending or confirmed reservation to released: the user's units come back, and the
 -- units go back to their version's stock if that version is still on sale here (its stock key
 -- exists), else are counted retired (stock is never created from nothing, and a retired version

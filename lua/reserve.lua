@@ -410,13 +410,8 @@ local function hset(key, fields)
   end
 end
 -- The first write: the batch's event (see the top).
-if events_exist and #ev_jti == 1 then
-  redis.call('XADD', EVENTS, 'MAXLEN', '~', MAXLEN, '*', 'type', 'reserve', 'jti', ev_jti[1],
-    'user', ev_user[1], 'qty', ev_qty[1], 'ver', VER, 'ts', fmt(clock))
-elseif events_exist and #ev_jti > 1 then
-  redis.call('XADD', EVENTS, 'MAXLEN', '~', MAXLEN, '*', 'type', 'reserve',
-    'jti', table.concat(ev_jti, '\n'), 'user', table.concat(ev_user, '\n'),
-    'qty', table.concat(ev_qty, '\n'), 'ver', VER, 'ts', fmt(clock))
+if events_exist and #ev_jti > 0 then
+  emit_batch(EVENTS, MAXLEN, 'reserve', ev_jti, ev_user, ev_qty, 'ver', VER, 'ts', fmt(clock))
 end
 local fields = {}
 for _, jti in ipairs(due_new) do

@@ -297,17 +297,6 @@ fn every_command_shown_exists_and_the_offline_ones_run() {
     assert!(ran >= 2, "ran {ran} of {lines:?}");
 }
 
-/// `flashgate schema` as the binary prints it.
-fn printed_schema() -> String {
-    let out = run_bounded(
-        "flashgate schema",
-        flashgate().arg("schema"),
-        Duration::from_secs(30),
-    );
-    assert!(out.status.success(), "{out:?}");
-    String::from_utf8(out.stdout).unwrap()
-}
-
 /// Every key path of a schema (`a.b`, list items as `a[].b`).
 fn key_paths(schema: &serde_json::Value) -> BTreeSet<String> {
     fn walk(
@@ -359,7 +348,7 @@ fn key_paths(schema: &serde_json::Value) -> BTreeSet<String> {
 /// key the gateway no longer reads, fails here.
 #[test]
 fn the_configuration_reference_lists_exactly_the_schemas_keys() {
-    let schema: serde_json::Value = serde_json::from_str(&printed_schema()).unwrap();
+    let schema: serde_json::Value = serde_json::from_str(&printed_schema_text()).unwrap();
     let keys = key_paths(&schema);
     let doc = std::fs::read_to_string(repo_path("docs/configuration.md")).unwrap();
     let rows: BTreeSet<String> = doc
@@ -382,7 +371,7 @@ fn the_configuration_reference_lists_exactly_the_schemas_keys() {
 /// binary prints. `FLASHGATE_UPDATE_SCHEMA=1` writes it.
 #[test]
 fn the_committed_schema_is_the_binarys() {
-    let printed = printed_schema();
+    let printed = printed_schema_text();
     let path = repo_path("docs/gateway.schema.json");
     if std::env::var_os("FLASHGATE_UPDATE_SCHEMA").is_some() {
         std::fs::write(&path, &printed).unwrap();

@@ -1440,3 +1440,16 @@ pub fn reservation_events(conn: &mut redis::Connection, stream: &str) -> Vec<(St
     }
     out
 }
+
+/// `flashgate schema` as the binary prints it (tests/config.rs validates with it, tests/docs.rs
+/// compares the committed copy and the reference's keys).
+#[allow(dead_code)]
+pub fn printed_schema_text() -> String {
+    let out = run_bounded(
+        "flashgate schema",
+        Command::new(env!("CARGO_BIN_EXE_flashgate")).arg("schema"),
+        Duration::from_secs(30),
+    );
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8(out.stdout).unwrap()
+}
