@@ -177,6 +177,19 @@ local function went_back(count, life, most, seen_life)
   return older(life, seen_life) or (life == seen_life and count < most)
 end
 
+-- Whether a segment's records are of a life newer than the one the caller saw (seen_life), which
+-- no operator's recount and no newer version put on sale over a loss started (the `life` field of
+-- the segment's known hash, KEYS `known`): the store forgot everything it held and its records were
+-- made again (an emptied or flushed Redis whose stock another gateway, with nothing in memory,
+-- created again from its configuration). A gateway that saw the older life is refused there at its
+-- next call, not at its next master check. One HGET, only when the lives differ. A newer life that
+-- is legitimate but unnamed (a newer version after the sale's keys expired) is refused until the
+-- master check, which judges it with the versions, tells the gateway (it adopts the life).
+local function renewed_unseen(life, seen_life, known)
+  return seen_life ~= '' and life ~= '' and older(seen_life, life)
+    and redis.call('HGET', known, 'life') ~= life
+end
+
 -- Appends an event to the segment's stream, capped at about maxlen entries. A stream that is
 -- gone is not re-created here (it would have no expiry): prewarm reports the segment damaged.
 local function emit(events, maxlen, ...)

@@ -34,10 +34,14 @@
 -- KEYS[4] ledger of the version  KEYS[5] pending of the version (jti -> when due)
 -- KEYS[6] idem (user "\n" Idempotency-Key -> jti)   KEYS[7] events   KEYS[8] received transfers
 -- KEYS[9] the segment's master record (the failover fence, see master_holds in lib.lua)
+-- KEYS[10] known (what the gateways know the segment must hold, see master.lua): read only when
+-- the records' life is newer than the one the gateway saw (renewed_unseen in lib.lua)
 -- ARGV[1] version   ARGV[2] stream cap   ARGV[3] the master identity the gateway last saw
 -- accepted here ('' if none)   ARGV[4] the most reservation records the gateway saw the segment
 -- hold when it acknowledged a sale here ('0' none), ARGV[5] of which life (see records_of in
--- lib.lua); then 12 per item, item i's a[j] = ARGV[5 + 12(i-1) + j]:
+-- lib.lua), ARGV[6] the newest version of a sale the gateway acknowledged in that life ('0'
+-- none): together, the gateway's fencing token (what it knows of the store's life); then 12 per
+-- item, item i's a[j] = ARGV[6 + 12(i-1) + j]:
 -- a[1] user   a[2] qty (>= 1)   a[3] per-user limit (units)   a[4] reservation id (jti)
 -- a[5] hold (ms)   a[6] idempotency field ('' for none)
 -- a[7] transfer id to deposit first ('' for none)   a[8] its units
@@ -76,7 +80,12 @@
 --                                    accepted under (a replica promoted, a restart under a new
 --                                    replication id), or the segment holds fewer records than
 --                                    the gateway saw it hold (the store went back: an older
---                                    snapshot, an emptied Redis): nothing changed, every item
+--                                    snapshot, an emptied Redis), or its records are of a
+--                                    newer life the gateway did not see begin and no recount
+--                                    or newer version started (the store was emptied and its
+--                                    stock made again: marked lost here, for every gateway, when
+--                                    the gateway sold this version in the life it saw): nothing
+--                                    else changed, every item
 -- {-14, 0, 0}                        the key's reservation is another variant's (its id names
 --                                    another lane, see lane_of): this request is not its retry;
 --                                    nothing changed
@@ -92,13 +101,30 @@
 -- Numbers are compared with tonumber: as strings "10" < "9".
 
 local A, VER, MAXLEN = ARGV, ARGV[1], ARGV[2]
-local ITEM_ARGS, FIRST_ITEM = 12, 5
+local ITEM_ARGS, FIRST_ITEM = 12, 6
 local STOCK, USERS, RES, LEDGER, PENDING, IDEM, EVENTS, RECEIVED =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 
--- The failover fence, and whether the store went back, before anything is read or written.
+-- The failover fence, and whether the store went back or was made again, before anything is
+-- read or written.
 local records, life = records_of(RES)
-if not master_holds(KEYS[9], ARGV[3]) or went_back(records, life, tonumber(ARGV[4]), ARGV[5]) then
+-- A version this gateway sold in the life it saw, made again in another: the store forgot what
+-- it sold. (A newer version than the gateway sold there is another sale: taken.)
+local renewed = tonumber(VER) <= tonumber(ARGV[6]) and renewed_unseen(life, ARGV[5], KEYS[10])
+if renewed then
+  -- Marked lost as the master check would (lua/master.lua), so that every
+  -- gateway's next reserve here is refused too (the one that made it again included), with the
+  -- expiry prewarm gave the stock (a segment without it is left to the master check).
+  local at = redis.call('EXPIRETIME', STOCK)
+  if at > 0 then
+    redis.call('SET', KEYS[9], 'lost', 'EXAT', at)
+    redis.call('HSETNX', KEYS[10], 'lost', VER .. '|keys_lost|' .. int(records) .. '|'
+      .. ARGV[4] .. '|' .. int(now_ms()))
+    extend(KEYS[10], at)
+  end
+end
+if renewed or not master_holds(KEYS[9], ARGV[3])
+    or went_back(records, life, tonumber(ARGV[4]), ARGV[5]) then
   local fenced = {}
   for _ = FIRST_ITEM, #ARGV - ITEM_ARGS, ITEM_ARGS do
     fenced[#fenced + 1] = {-13, 0, 0}

@@ -71,18 +71,22 @@ fn keys(act: &str, ver: u64) -> Vec<String> {
         format!("{b}:idem"),
         format!("{b}:events"),
         format!("{b}:received"),
-        // The failover fence's record (today's script only; never written by it).
+        // The failover fence's record and what the gateways know of the segment (today's
+        // script only; never written by it here).
         format!("{b}:master"),
+        format!("{b}:known"),
     ]
 }
 
 /// Today's script's arguments: the old one's, with the master the gateway saw (none) third,
-/// and the records it saw the segment hold (none) and their life fourth and fifth.
+/// the records it saw the segment hold (none), their life and the version it sold in it
+/// fourth to sixth.
 fn new_args(ver: u64, items: &[Item]) -> Vec<String> {
     let mut a = args(ver, items);
     a.insert(2, String::new());
     a.insert(3, "0".to_owned());
     a.insert(4, String::new());
+    a.insert(5, "0".to_owned());
     a
 }
 

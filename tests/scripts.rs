@@ -2512,7 +2512,7 @@ async fn regression_a_nan_hold_does_not_stop_a_batch_midway() {
     for key in &keys {
         cmd.arg(key);
     }
-    cmd.arg(1).arg(100_000).arg("").arg(0).arg("");
+    cmd.arg(1).arg(100_000).arg("").arg(0).arg("").arg(0);
     for (user, id, hold) in [("u1", "j1", "900000"), ("u2", "j2", "nan")] {
         cmd.arg(user)
             .arg(1)

@@ -233,6 +233,7 @@ impl Failover {
                     .write()
                     .insert(record.to_owned(), verdict.current.clone());
                 self.fenced.write().remove(record);
+                self.watermark(record).adopt(&verdict.life, verdict.held);
             }
         }
     }

@@ -32,7 +32,7 @@ const KEPT_LANES: usize = 1024;
 /// rather than once per reserve.
 pub(crate) struct Batches {
     calls: Batcher<Lane, Item, Answer>,
-    keys: parking_lot::RwLock<std::collections::HashMap<Lane, Arc<[String; 9]>>>,
+    keys: parking_lot::RwLock<std::collections::HashMap<Lane, Arc<[String; 10]>>>,
 }
 
 impl Batches {
@@ -49,7 +49,7 @@ impl Batches {
         layout: &super::super::KeyLayout,
         segment: Segment<'_>,
         version: u64,
-    ) -> (Lane, Arc<[String; 9]>) {
+    ) -> (Lane, Arc<[String; 10]>) {
         let shape = segment.layout();
         let lane = (
             shape.lane().clone(),
@@ -109,7 +109,7 @@ impl Item {
 }
 
 impl SegmentKeys {
-    pub fn for_reserve(&self, version: u64) -> [String; 9] {
+    pub fn for_reserve(&self, version: u64) -> [String; 10] {
         [
             self.stock(version),
             self.users(),
@@ -120,6 +120,7 @@ impl SegmentKeys {
             self.events(),
             self.received(),
             self.master(),
+            self.known(),
         ]
     }
 }
@@ -365,13 +366,13 @@ impl StockStore {
     /// order; a failed call's error goes to every item (each may have landed).
     async fn reserve_batch(
         &self,
-        keys: &[String; 9],
+        keys: &[String; 10],
         version: u64,
         items: Vec<Item>,
     ) -> Vec<Answer> {
         let n = items.len();
         let mark = self.failover.watermark(&keys[8]);
-        let (most, life) = mark.seen();
+        let (most, life, seen_version) = mark.token();
         let mut call = super::super::client::evalsha(&super::RESERVE, keys.len());
         for key in keys.iter() {
             call.arg(key);
@@ -380,7 +381,8 @@ impl StockStore {
             .arg(self.events_maxlen)
             .arg(self.failover.expected(&keys[8]))
             .arg(most)
-            .arg(life);
+            .arg(life)
+            .arg(seen_version);
         for item in &items {
             call.arg(&item.user)
                 .arg(item.qty)

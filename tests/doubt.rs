@@ -1,0 +1,122 @@
+//! In doubt, hold (issue 45), in the scripts, against a real redis-server, through the library's
+//! StockStore (the calls the gateway makes): a unit goes back on sale only with proof that no
+//! order holds it. Two `StockStore`s on one Redis are two gateways (each with its own memory of
+//! what it saw).
+
+#[path = "support/mod.rs"]
+mod support;
+
+use flashgate::config::{Activity, ConfirmMode};
+use flashgate::stock::segments;
+use flashgate::stock::{Layout, ReserveCall, ReserveOutcome, SaleHours, StockStore};
+use std::time::Duration;
+use support::*;
+
+fn activity(id: &str, stock: u64) -> Activity {
+    store_activity(
+        id,
+        stock,
+        1,
+        5,
+        ConfirmMode::Upstream,
+        Duration::from_secs(900),
+    )
+}
+
+/// A gateway: a store with a memory of its own.
+fn gateway(redis: &RedisServer) -> StockStore {
+    stock_store(redis.url(), vec![], Duration::from_millis(1000))
+}
+
+fn call<'a>(a: &Activity, user: &'a str, id: &'a str) -> ReserveCall<'a> {
+    ReserveCall {
+        user,
+        qty: 1,
+        per_user_limit: a.per_user_limit.get(),
+        version: a.version,
+        reservation_id: id,
+        hold: a.hold,
+        idempotency_key: None,
+        deposit: None,
+        in_flight: Duration::ZERO,
+        replay_only: false,
+        hours: SaleHours::of(a),
+    }
+}
+
+async fn reserve(s: &StockStore, a: &Activity, user: &str, id: &str) -> ReserveOutcome {
+    let l = Layout::of(a);
+    s.reserve(l.segment(0).unwrap(), &call(a, user, id))
+        .await
+        .unwrap()
+}
+
+fn flushall(redis: &RedisServer) {
+    let _: () = redis::cmd("FLUSHALL").query(&mut redis.conn()).unwrap();
+}
+
+/// Case 1 of issue 45: Redis emptied, and a gateway with nothing in memory starts and makes the
+/// stock again from its configuration. The gateway that saw the sale is refused at its next
+/// reserve (its fencing token names a life of the records the store no longer has), not at its
+/// next periodic check; and that refusal marks the segment lost, so the gateway that made the
+/// stock again is refused from its next call too.
+#[tokio::test]
+async fn a_store_made_again_under_a_gateway_that_saw_the_sale_is_refused_at_its_next_call() {
+    let redis = RedisServer::start();
+    let a = activity("1001", 10);
+    let saw = gateway(&redis);
+    segments::prewarm(&saw, &a).await.unwrap().unwrap();
+    assert_eq!(saw.check_master(&a).await.unwrap().fence, None);
+    for (user, id) in [("u1", "r1"), ("u2", "r2")] {
+        assert!(matches!(
+            reserve(&saw, &a, user, id).await,
+            ReserveOutcome::Reserved { .. }
+        ));
+    }
+    flushall(&redis);
+    let fresh = gateway(&redis);
+    segments::prewarm(&fresh, &a).await.unwrap().unwrap();
+    // Nothing periodic runs in between: the very next reserve of the gateway that saw the sale.
+    assert_eq!(
+        reserve(&saw, &a, "u3", "r3").await,
+        ReserveOutcome::Fenced,
+        "the gateway that saw the sale takes nothing from a stock made again"
+    );
+    let record: String = redis::cmd("GET")
+        .arg(saw.keys().of(Layout::of(&a).segment(0).unwrap()).master())
+        .query(&mut redis.conn())
+        .unwrap();
+    assert_eq!(record, "lost", "marked for every gateway");
+    assert_eq!(
+        reserve(&fresh, &a, "u4", "r4").await,
+        ReserveOutcome::Fenced,
+        "the gateway that made it again is refused at its next call"
+    );
+    let fence = fresh.check_master(&a).await.unwrap().fence.expect("fenced");
+    assert_eq!(fence.lost.as_deref(), Some("keys_lost"));
+}
+
+/// The token does not refuse what the master check accepts: a newer version put on sale after
+/// the sale's keys are gone (a new sale) sells to the gateway that saw the old one.
+#[tokio::test]
+async fn a_newer_version_in_a_new_life_sells_to_the_gateway_that_saw_the_old_one() {
+    let redis = RedisServer::start();
+    let a = activity("1001", 10);
+    let saw = gateway(&redis);
+    segments::prewarm(&saw, &a).await.unwrap().unwrap();
+    assert!(matches!(
+        reserve(&saw, &a, "u1", "r1").await,
+        ReserveOutcome::Reserved { .. }
+    ));
+    flushall(&redis);
+    let v2 = Activity {
+        version: 2,
+        ..a.clone()
+    };
+    let fresh = gateway(&redis);
+    segments::prewarm(&fresh, &v2).await.unwrap().unwrap();
+    assert!(matches!(
+        reserve(&saw, &v2, "u2", "r2").await,
+        ReserveOutcome::Reserved { .. }
+    ));
+}
