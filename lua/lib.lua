@@ -21,6 +21,10 @@
 --   x  released units were retired (their version is no longer on sale here)
 --   t  tombstone of an abandoned id that never reserved anything
 --   l  the backend accepted it after it was released (counted once as late_accepted)
+--   d  held in doubt: pending when a store event made what the store holds uncertain (a
+--      fence or a loss an operator resumed, lua/doubt.lua); its hold's expiry never releases
+--      it (only the backend's failure reported by its own request, a confirm, an admin release
+--      or the order lookup's "no order" end it)
 --   f  the record has the fence fields (every record written since they exist; a record an
 --      older flashgate wrote has none: read as 0|0|0)
 -- The fence: a release decided away from the request that owns the reservation (an order
@@ -45,6 +49,10 @@
 -- late_accepted counts units the backend accepted after their reservation was released (a fact
 -- of a sale, never 'clean'): each was covered by taking a unit of the version's stock (a
 -- confirmed cover record, counted in confirmed) or, with none left, counted oversold.
+
+-- The pending score of a reservation held in doubt (flag d): never due for expiry (below the
+-- placeholder's +inf, above any time). See lua/doubt.lua.
+local HELD = '9007199254740991'
 
 -- How long a tombstone written into a segment that was never prewarmed keeps its hash.
 local ABANDONED_TTL_SECS = 86400

@@ -22,13 +22,18 @@
 --           life      the life of the records a recount or a newer version put on sale over a
 --                     loss started (recount.lua, prewarm.lua): the only lives that may follow
 --                     one a gateway saw while the sale goes on
+--           orders    when `flashgate reconcile --orders` last found nothing of the activity's
+--                     orders missing or in doubt (Redis ms, ARGV[3] 'orders'): a plain resume
+--                     of a fence needs one since the fence began
 -- KEYS[3] res: the segment's reservation records (a hash only ever grown within a life, so
 --         its length counts what the segment must hold)   KEYS[4] meta (the version on sale)
 -- ARGV[1] the identity this gateway last saw accepted here ('' if none)
 -- ARGV[2] expire-at (unix s)
 -- ARGV[3] '' check, 'accept' (an operator's resume), 'lost:<reason>[:<recount stamp>]' (a
 --         gateway found the segment's keys lost: marked whatever else holds, unless it names
---         the recount stamp it read with what it found and the segment was recounted since)
+--         the recount stamp it read with what it found and the segment was recounted since),
+--         'orders' (reconcile --orders found nothing missing or in doubt: recorded, nothing
+--         else)
 -- ARGV[4] the most records this gateway saw the segment hold when it acknowledged a sale,
 -- ARGV[5] of which life
 -- ARGV[6] the persistence of the master answering, as this gateway read it just now
@@ -46,6 +51,11 @@
 --   'lost'      the segment holds less than was sold (detail: the reason): only a recount or a
 --               newer version lifts it; a plain accept is refused
 --   'accepted'  ARGV[3] accept: recorded now
+--   'unchecked' ARGV[3] accept of a fence (a promoted replica, a restart that was not durable:
+--               either may have lost acknowledged sales) before `reconcile --orders` found
+--               nothing missing since the fence began: refused, nothing accepted (in doubt,
+--               hold); the operator runs it, or resumes with a count
+--   'checked'   ARGV[3] orders: recorded
 --   'lifted'    a fence lifted by a rule (detail: durable_restart, replicas_acknowledged or
 --               same_process)
 -- held: the records the segment holds now, life: theirs.
@@ -61,7 +71,7 @@ local info = redis.call('INFO', 'replication')
 local current = replid_in(info)
 local recorded = redis.call('GET', RECORD)
 local k = redis.call('HMGET', KNOWN, 'hw', 'persist', 'fenced_at', 'lost', 'recount', 'life',
-  'run')
+  'run', 'orders')
 local persist, fenced_at, lost = k[2], tonumber(k[3] or ''), k[4]
 local held, life = records_of(RES)
 local now = now_ms()
@@ -190,6 +200,16 @@ local function lift_rule()
   return nil
 end
 
+if mode == 'orders' then
+  -- A fence standing now began no later than this check (a plain resume compares the two).
+  if recorded and recorded ~= current and not fenced_at then
+    redis.call('HSET', KNOWN, 'fenced_at', int(now))
+  end
+  redis.call('HSET', KNOWN, 'orders', int(now))
+  extend(KNOWN, expire_at)
+  return reply('checked')
+end
+
 local marking, since = string.match(mode, '^lost:([^:]+):?(%d*)$')
 -- A recount since the finder read what it found (its stamp differs): what it found is stale.
 local recount_at = string.match(k[5] or '', '|(%d+)$') or '0'
@@ -212,6 +232,18 @@ if gone or renewed() then
   return mark_lost('keys_lost')
 end
 if mode == 'accept' then
+  -- In doubt, hold: a fence no rule lifted may hide sales the replaced master acknowledged
+  -- (a promoted replica, a restart that was not durable). Accepted only once the backend's
+  -- orders were found whole since it began.
+  local stands = (recorded and recorded ~= current)
+    or (not recorded and expected ~= '' and expected ~= current)
+  if stands then
+    write_back()
+    local checked = tonumber(k[8] or '')
+    if not checked or checked < fenced_at then
+      return reply('unchecked')
+    end
+  end
   redis.call('SET', RECORD, current)
   extend(RECORD, expire_at)
   if fenced_at then

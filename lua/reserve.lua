@@ -109,13 +109,15 @@ local STOCK, USERS, RES, LEDGER, PENDING, IDEM, EVENTS, RECEIVED =
 -- read or written.
 local records, life = records_of(RES)
 -- A version this gateway sold in the life it saw, made again in another: the store forgot what
--- it sold. (A newer version than the gateway sold there is another sale: taken.)
-local renewed = tonumber(VER) <= tonumber(ARGV[6]) and renewed_unseen(life, ARGV[5], KEYS[10])
-if renewed then
-  -- Marked lost as the master check would (lua/master.lua), so that every
-  -- gateway's next reserve here is refused too (the one that made it again included), with the
-  -- expiry prewarm gave the stock (a segment without it is left to the master check).
+-- it sold. (A newer version than the gateway sold there is another sale: taken; a version whose
+-- stock is gone is not on sale here, and is answered as such below.)
+local renewed = false
+if tonumber(VER) <= tonumber(ARGV[6]) and renewed_unseen(life, ARGV[5], KEYS[10]) then
   local at = redis.call('EXPIRETIME', STOCK)
+  renewed = at ~= -2
+  -- Marked lost as the master check would (lua/master.lua), so that every gateway's next
+  -- reserve here is refused too (the one that made it again included), with the expiry
+  -- prewarm gave the stock (a stock without one is left to the master check).
   if at > 0 then
     redis.call('SET', KEYS[9], 'lost', 'EXAT', at)
     redis.call('HSETNX', KEYS[10], 'lost', VER .. '|keys_lost|' .. int(records) .. '|'

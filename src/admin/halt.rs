@@ -9,7 +9,7 @@
 use super::restock::{bad_request, read_body};
 use super::{error, json_response, AdminApp};
 use crate::config::Activity;
-use crate::stock::failover::Resumed;
+use crate::stock::failover::{Fence, Resumed};
 use crate::stock::segments::RecountError;
 use crate::stock::StoreError;
 use http::{Response, StatusCode};
@@ -68,6 +68,9 @@ impl AdminApp {
                 Ok(Resumed::Accepted) => {}
                 Ok(Resumed::Lost(fence)) => {
                     lost.get_or_insert((lane.clone(), fence));
+                }
+                Ok(Resumed::Unchecked(fence)) => {
+                    return unchecked(activity, lane, &fence);
                 }
                 Err(e) => return self.answer_stop(activity, Err(e)).await,
             }
@@ -169,6 +172,30 @@ impl AdminApp {
             ),
         }
     }
+}
+
+/// 409 `orders_unchecked`: a plain resume of a fence that may hide acknowledged sales (a promoted
+/// replica, a restart that was not durable) before `flashgate reconcile --orders` found the
+/// backend's orders whole since it began. Says what to run.
+fn unchecked(activity: &Activity, lane: &Activity, fence: &Fence) -> Response<Vec<u8>> {
+    let variant_field = lane
+        .variant
+        .as_ref()
+        .map(|v| format!(", \"variant\": \"{v}\""))
+        .unwrap_or_default();
+    error(
+        StatusCode::CONFLICT,
+        "orders_unchecked",
+        &format!(
+            "segment {} of {} is fenced (its Redis master changed: {} recorded, {} answering) \
+             and may have lost sales the old master acknowledged; in doubt it stays fenced. \
+             Check the backend's orders first: flashgate reconcile --config <gateway.yaml> \
+             --activity {} --orders <file of the orders' jti, one per line> (exit 0: nothing \
+             missing; then resume again), or resume with the counted remaining stock: \
+             {{\"remaining\": N{variant_field}}}",
+            fence.segment, lane.lane, fence.recorded, fence.current, activity.id
+        ),
+    )
 }
 
 /// `N` of `{"remaining": N}` (a whole number from 0 to 2^53 - 1), `None` for no body or `{}`.

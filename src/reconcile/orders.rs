@@ -21,6 +21,10 @@ pub struct OrdersReport {
     /// Still held: confirm them (`--confirm-pending`, or the admin API) or they return to
     /// stock at their deadline and are sold again.
     pub pending: Vec<String>,
+    /// Pending in a store that went through an event that may have lost sales (held in doubt,
+    /// or its segment fenced or lost now): the backend has the order, so its unit must not
+    /// return to stock; `--confirm-pending` confirms them.
+    pub in_doubt: Vec<String>,
     /// Given back to stock after the backend took them.
     pub released: Vec<String>,
     /// No record: Redis forgot the sale.
@@ -31,20 +35,21 @@ pub struct OrdersReport {
 }
 
 impl OrdersReport {
-    /// Nothing the backend sold is back in stock or unknown.
+    /// Nothing the backend sold is back in stock, unknown, or pending in doubt.
     pub fn clean(&self) -> bool {
-        self.released.is_empty() && self.unknown.is_empty()
+        self.released.is_empty() && self.unknown.is_empty() && self.in_doubt.is_empty()
     }
 
     pub fn table(&self) -> String {
         let mut out = String::new();
         let _ = writeln!(
             out,
-            "orders of {}: {} confirmed ({} just now), {} pending, {} released after the sale, {} unknown to Redis; {} of other activities left out",
+            "orders of {}: {} confirmed ({} just now), {} pending, {} in doubt, {} released after the sale, {} unknown to Redis; {} of other activities left out",
             self.activity,
             self.confirmed.len(),
             self.confirmed_now.len(),
             self.pending.len(),
+            self.in_doubt.len(),
             self.released.len(),
             self.unknown.len(),
             self.elsewhere.len()
@@ -54,6 +59,11 @@ impl OrdersReport {
             (
                 "pending (confirm it, or it returns to stock at its deadline)",
                 &self.pending,
+            ),
+            (
+                "in doubt (pending through a Redis failover, restart or loss: confirm it with \
+                 --confirm-pending)",
+                &self.in_doubt,
             ),
             (
                 "released after the sale (its unit is back in stock)",
@@ -124,8 +134,15 @@ pub async fn compare_orders(
                 _ => state,
             };
         }
+        let doubtful = match (state, record.as_ref(), segment) {
+            (Some(RecordState::Pending), Some(record), Some(segment)) => {
+                record.in_doubt || store.known(segment).await?.in_doubt()
+            }
+            _ => false,
+        };
         let list = match state {
             Some(RecordState::Confirmed) => &mut report.confirmed,
+            Some(RecordState::Pending) if doubtful => &mut report.in_doubt,
             Some(RecordState::Pending) => &mut report.pending,
             Some(RecordState::Released) => &mut report.released,
             None => &mut report.unknown,
@@ -171,6 +188,13 @@ pub fn run_orders_cli(
             }
         }
         report.unknown = forgotten;
+        if report.clean() {
+            // Nothing missing or in doubt: recorded in Redis, so that a plain resume of a
+            // fence (on any gateway, restarted or not) may accept the master answering now.
+            for lane in &lanes {
+                store.orders_checked(lane).await?;
+            }
+        }
         Ok(report)
     })
 }

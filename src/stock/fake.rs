@@ -431,6 +431,7 @@ fn take(
         returned: None,
         tombstone: false,
         accepted_late: false,
+        in_doubt: false,
         fence: 1,
     };
     let id = call.reservation_id.to_owned();

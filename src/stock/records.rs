@@ -138,6 +138,9 @@ pub struct ReservationRecord {
     pub tombstone: bool,
     /// Released, and then the backend accepted it anyway (counted once in the ledger).
     pub accepted_late: bool,
+    /// Held in doubt (flag `d`, `lua/doubt.lua`): pending when an operator resumed its segment
+    /// after a fence or a loss; its hold's expiry never releases it.
+    pub in_doubt: bool,
     /// Its fence: moved by every forward and every hand-out to an order lookup.
     pub fence: u64,
 }
@@ -195,6 +198,7 @@ impl ReservationRecord {
             },
             tombstone: flags.contains('t'),
             accepted_late: flags.contains('l'),
+            in_doubt: flags.contains('d'),
             fence,
         })
     }

@@ -463,14 +463,24 @@ async fn a_master_restarted_with_a_new_replication_id_fences() {
     );
     gw.metrics_when(|m| fenced_gauge(m) == Some(1)).await;
     // The first admin call after the restart works: the connection the restart broke is opened
-    // again and the resume (idempotent) retried, never answered with the broken pipe.
+    // again and the resume (idempotent) retried, never answered with the broken pipe. In doubt,
+    // hold: a restart that was not durable may have lost acknowledged sales, so the plain
+    // resume is refused until the backend's orders were checked since the fence (issue 45).
     let r = gw.admin_post("/v1/activities/1001/resume").await;
     assert_eq!(
-        r.status,
-        200,
+        (r.status, r.code()),
+        (409, "orders_unchecked".into()),
         "the first resume after the restart: {}",
         r.text()
     );
+    assert!(
+        r.text().contains("reconcile"),
+        "says what to run: {}",
+        r.text()
+    );
+    let (code, report) = gw.reconcile_orders("1001", &upstream.orders().await, false);
+    assert_eq!(code, 0, "nothing missing: {report}");
+    resume(&gw).await;
     buys_again(&gw, "bob").await;
 }
 
@@ -482,7 +492,7 @@ async fn a_master_restarted_with_a_new_replication_id_fences() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fenced_activity_stands_its_waiting_room_until_resumed() {
     use crate::queue_support::{poll, queued, take_ticket};
-    let (redis, _up, config) = backends(vec![queued("1001", 10, Queue::admit(1))]);
+    let (redis, up, config) = backends(vec![queued("1001", 10, Queue::admit(1))]);
     let gw = GatewayProc::start(config);
     let (ticket, _) = take_ticket(&gw, "1001", "w0").await;
     wait_for("the identity recorded", Duration::from_secs(20), || {
@@ -534,6 +544,9 @@ async fn a_fenced_activity_stands_its_waiting_room_until_resumed() {
         "{}",
         r.text()
     );
+    // In doubt, hold: the backend's orders checked since the fence, then the plain resume.
+    let (code, report) = gw.reconcile_orders("1001", &up.orders().await, false);
+    assert_eq!(code, 0, "nothing missing: {report}");
     resume(&gw).await;
     let p = wait_for_async("the queue to run again", Duration::from_secs(5), || async {
         let p = poll(&gw, "1001", "w0", &ticket).await;

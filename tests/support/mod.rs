@@ -1062,6 +1062,34 @@ impl GatewayProc {
         (code, format!("{out}{err}"))
     }
 
+    /// `flashgate reconcile --activity ACT --orders FILE` with `orders` (the jti of the backend's
+    /// orders) in FILE, `--confirm-pending` if asked: (exit code, report).
+    pub fn reconcile_orders(
+        &self,
+        activity: &str,
+        orders: &[String],
+        confirm_pending: bool,
+    ) -> (i32, String) {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("orders.txt");
+        std::fs::write(&file, orders.join("\n")).unwrap();
+        let config = self.config_path();
+        let mut args = vec![
+            "reconcile",
+            "--config",
+            config.to_str().unwrap(),
+            "--activity",
+            activity,
+            "--orders",
+            file.to_str().unwrap(),
+        ];
+        if confirm_pending {
+            args.push("--confirm-pending");
+        }
+        let (code, out, err) = run_cli(&args, &[]);
+        (code, format!("{out}{err}"))
+    }
+
     /// Asserts that `flashgate reconcile` finds Redis clean (exit 0); its table.
     pub fn reconcile_clean(&self) -> String {
         let (code, table) = self.reconcile();

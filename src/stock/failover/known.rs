@@ -17,12 +17,21 @@ pub struct Known {
     pub lost: Option<(String, u64)>,
     /// The operator's count of the last recount, if any.
     pub recount: Option<u64>,
+    /// When a gateway first saw the fence standing now (Redis ms), if one stands: no resume,
+    /// recount or rule lifted it yet.
+    pub fenced_at: Option<u64>,
     /// Hashes of the segment (made: its meta exists) that lost their placeholder, so lost
     /// entries too (evicted, deleted, removed by hand): `res`, `users`.
     pub unmarked: Vec<&'static str>,
 }
 
 impl Known {
+    /// Whether a store event left what the segment holds in doubt and no one settled it yet:
+    /// it is fenced or lost now. What is pending there may be a sale the store forgot.
+    pub fn in_doubt(&self) -> bool {
+        self.fenced_at.is_some() || self.lost.is_some() || self.record.as_deref() == Some("lost")
+    }
+
     /// Reservation records some gateway saw that the segment no longer holds.
     pub fn behind_by(&self) -> u64 {
         self.seen.saturating_sub(self.held)
@@ -90,6 +99,7 @@ impl StockStore {
             recount: field("recount")
                 .and_then(|r| r.split('|').next())
                 .and_then(|n| n.parse().ok()),
+            fenced_at: field("fenced_at").and_then(|at| at.parse().ok()),
             unmarked,
         })
     }

@@ -264,6 +264,9 @@ pub enum Resumed {
     Accepted,
     /// A segment holds less than was sold: nothing accepted (a recount is needed).
     Lost(Fence),
+    /// A segment is fenced and `flashgate reconcile --orders` has not found the backend's
+    /// orders whole since the fence began: nothing accepted (run it, or resume with a count).
+    Unchecked(Fence),
 }
 
 impl StockStore {
@@ -410,6 +413,7 @@ impl StockStore {
     /// are the ones Redis recorded (a configuration with another count sells nothing anyway).
     pub async fn accept_master(&self, activity: &Activity) -> Result<Resumed, StoreError> {
         let layout = super::segments::recorded_layout(self, activity).await?;
+        let mut fenced = Vec::new();
         for segment in layout.segments() {
             let verdict = self
                 .master_call(segment, activity, MasterCall::Check)
@@ -419,10 +423,19 @@ impl StockStore {
                 self.show(activity, Some(fence.clone()));
                 return Ok(Resumed::Lost(fence));
             }
+            if verdict.verdict == "fenced" {
+                fenced.push(segment.index());
+            }
         }
         let mut changed = false;
         for segment in layout.segments() {
             let record = self.keys.of(segment).master();
+            if fenced.contains(&segment.index()) {
+                // In doubt, hold: what is pending under the fence may be a sale the replaced
+                // master confirmed; its expiry proves nothing (held before the accept: a sweep
+                // runs again once the fence is gone).
+                self.hold_pending_in_doubt(activity, segment).await?;
+            }
             let seen = self.seen(segment, true).await;
             let verdict = self
                 .master(segment, activity, &seen, MasterCall::Accept)
@@ -433,6 +446,11 @@ impl StockStore {
                 let fence = self.fence_of(segment, &verdict);
                 self.show(activity, Some(fence.clone()));
                 return Ok(Resumed::Lost(fence));
+            }
+            if verdict.verdict == "unchecked" {
+                let fence = self.fence_of(segment, &verdict);
+                self.show(activity, Some(fence.clone()));
+                return Ok(Resumed::Unchecked(fence));
             }
             if verdict.recorded != verdict.current {
                 changed = true;
@@ -447,6 +465,38 @@ impl StockStore {
         }
         self.show(activity, None);
         Ok(Resumed::Accepted)
+    }
+
+    /// Holds in doubt every reservation pending in `segment` of `activity`, of every version the
+    /// segment had (`lua/doubt.lua`). Returns how many it held.
+    pub async fn hold_pending_in_doubt(
+        &self,
+        activity: &Activity,
+        segment: Segment<'_>,
+    ) -> Result<u64, StoreError> {
+        let mut held = 0;
+        for version in self.meta(segment).await?.versions {
+            held += self.hold_in_doubt(segment, version).await?;
+        }
+        if held > 0 {
+            tracing::warn!(activity = %activity.id, segment = segment.index(), held,
+                "reservations pending through a fence or a loss are held in doubt: their hold's \
+                 expiry will not release them (confirm or release each, or reconcile --orders \
+                 --confirm-pending)");
+        }
+        Ok(held)
+    }
+
+    /// `flashgate reconcile --orders` found nothing of `activity`'s orders missing or in doubt:
+    /// recorded in every segment (a plain resume of a fence needs it since the fence began).
+    pub async fn orders_checked(&self, activity: &Activity) -> Result<(), StoreError> {
+        let layout = super::segments::recorded_layout(self, activity).await?;
+        for segment in layout.segments() {
+            let seen = self.seen(segment, false).await;
+            self.master(segment, activity, &seen, MasterCall::Orders)
+                .await?;
+        }
+        Ok(())
     }
 
     /// The operator's count of the last recount of `activity` (segment 0's record), if any.

@@ -419,6 +419,7 @@ fn tombstone(version: u64, now: u64, reason: ReleaseReason) -> ReservationRecord
         returned: None,
         tombstone: true,
         accepted_late: false,
+        in_doubt: false,
         fence: 0,
     }
 }
@@ -451,6 +452,7 @@ fn accepted_late(part: &mut Part, id: &str, now: u64) -> ConfirmOutcome {
                 returned: None,
                 tombstone: false,
                 accepted_late: false,
+                in_doubt: false,
                 fence: 0,
             };
             part.records.insert(

@@ -21,12 +21,16 @@ pub enum MasterCall {
         reason: &'static str,
         since: Option<u64>,
     },
+    /// `flashgate reconcile --orders` found nothing of the activity's orders missing or in
+    /// doubt: recorded (a plain resume of a fence needs it, see `lua/master.lua`).
+    Orders,
 }
 
 /// The script's answer.
 #[derive(Debug, Clone)]
 pub struct Verdict {
-    /// `ok`, `armed`, `fenced`, `lost`, `accepted` or `lifted` (see lua/master.lua).
+    /// `ok`, `armed`, `fenced`, `lost`, `accepted`, `unchecked`, `checked` or `lifted` (see
+    /// lua/master.lua).
     pub verdict: String,
     /// The identity of the master answering now.
     pub current: String,
@@ -67,6 +71,7 @@ impl StockStore {
         let mode = match call {
             MasterCall::Check => String::new(),
             MasterCall::Accept => "accept".to_owned(),
+            MasterCall::Orders => "orders".to_owned(),
             MasterCall::Lost {
                 reason,
                 since: None,

@@ -8,6 +8,7 @@ pub mod acknowledge;
 pub mod claim;
 pub mod confirm;
 pub mod deposit;
+pub mod doubt;
 pub mod due;
 pub mod halt;
 pub mod ledger;
@@ -48,6 +49,7 @@ script!(ACKNOWLEDGE, "../../../lua/acknowledge.lua");
 script!(DUE, "../../../lua/due.lua");
 script!(TOKENS, "../../../lua/tokens.lua");
 script!(RECOUNT, "../../../lua/recount.lua");
+script!(DOUBT, "../../../lua/doubt.lua");
 
 /// The waiting room's shared Lua, prepended (after `lib.lua`) to its scripts.
 const QUEUE_LIB: &str = include_str!("../../../lua/queue_lib.lua");
@@ -67,7 +69,7 @@ queue_script!(HALT, "../../../lua/halt.lua");
 queue_script!(QUEUE_PLACE, "../../../lua/queue_place.lua");
 
 /// Every script, for loading them up front (readiness).
-pub(super) fn all() -> [&'static Script; 21] {
+pub(super) fn all() -> [&'static Script; 22] {
     [
         &RESERVE,
         &RESTOCK,
@@ -90,5 +92,6 @@ pub(super) fn all() -> [&'static Script; 21] {
         &QUEUE_PLACE,
         &MASTER,
         &RECOUNT,
+        &DOUBT,
     ]
 }

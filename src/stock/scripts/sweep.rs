@@ -8,7 +8,7 @@ use redis::Value;
 use std::time::Duration;
 
 impl SegmentKeys {
-    pub fn for_sweep(&self, version: u64) -> [String; 6] {
+    pub fn for_sweep(&self, version: u64) -> [String; 8] {
         [
             self.pending(version),
             self.reservations(),
@@ -16,6 +16,8 @@ impl SegmentKeys {
             self.stock(version),
             self.ledger(version),
             self.events(),
+            self.master(),
+            self.known(),
         ]
     }
 }
@@ -75,6 +77,9 @@ impl StockStore {
     /// Handles up to `batch` pending reservations of one version whose time has come: released
     /// as expired, or, with a `lookup`, handed out to ask the backend about (and due again after
     /// its lease unless settled meanwhile; released as expired once past its give-up time).
+    /// In doubt, hold: nothing at all while the segment is fenced or lost for this gateway (its
+    /// fencing token, as a reserve's), and a reservation held in doubt is never released by
+    /// expiry (see `lua/sweep.lua`).
     pub async fn sweep(
         &self,
         segment: Segment<'_>,
@@ -83,7 +88,10 @@ impl StockStore {
         lookup: Option<LookupLease>,
     ) -> Result<SweepOutcome, StoreError> {
         let mut invocation = super::SWEEP.prepare_invoke();
-        for key in self.keys.of(segment).for_sweep(version) {
+        let keys = self.keys.of(segment).for_sweep(version);
+        let expected = self.failover.expected(&keys[6]);
+        let (most, life) = self.failover.watermark(&keys[6]).seen();
+        for key in keys {
             invocation.key(key);
         }
         invocation
@@ -94,7 +102,10 @@ impl StockStore {
                 lookup
                     .and_then(|l| l.give_up_after)
                     .map_or(0, |g| g.as_millis().max(1) as u64),
-            );
+            )
+            .arg(expected)
+            .arg(most)
+            .arg(life);
         let reply: Vec<Value> = self
             .eval(ScriptName::Sweep, StoreOp::Sweep, &invocation)
             .await?;

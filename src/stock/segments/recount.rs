@@ -99,6 +99,9 @@ pub async fn recount(
             0
         };
         let share = layout.share(activity.stock, segment.index());
+        // In doubt, hold: what is still pending in a store that forgot what it sold may be a
+        // sale the backend took; its expiry is no proof (held before the count lifts the loss).
+        store.hold_pending_in_doubt(activity, segment).await?;
         let outcome = store
             .recount_segment(
                 segment,
