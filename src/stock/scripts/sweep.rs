@@ -2,6 +2,7 @@
 //! keys (in the order the script declares them), its arguments and its reply, in one place; the
 //! script itself is in the registry (`super`).
 
+use super::super::failover::unacked::FateWrite;
 use super::super::records::{int, string};
 use super::super::{ScriptName, Segment, SegmentKeys, StockStore, StoreError, StoreOp};
 use redis::Value;
@@ -75,6 +76,7 @@ impl StockStore {
     /// Handles up to `batch` pending reservations of one version whose time has come: released
     /// as expired, or, with a `lookup`, handed out to ask the backend about (and due again after
     /// its lease unless settled meanwhile; released as expired once past its give-up time).
+    /// With `redis.ack_replicas`, followed by its `WAIT` (see `failover::unacked`).
     pub async fn sweep(
         &self,
         segment: Segment<'_>,
@@ -82,12 +84,12 @@ impl StockStore {
         batch: u32,
         lookup: Option<LookupLease>,
     ) -> Result<SweepOutcome, StoreError> {
-        let mut invocation = super::SWEEP.prepare_invoke();
-        for key in self.keys.of(segment).for_sweep(version) {
-            invocation.key(key);
+        let keys = self.keys.of(segment).for_sweep(version);
+        let mut cmd = super::super::client::evalsha(&super::SWEEP, keys.len());
+        for key in &keys {
+            cmd.arg(key);
         }
-        invocation
-            .arg(batch)
+        cmd.arg(batch)
             .arg(self.events_maxlen)
             .arg(lookup.map_or(0, |l| l.lease.as_millis().max(1) as u64))
             .arg(
@@ -96,7 +98,23 @@ impl StockStore {
                     .map_or(0, |g| g.as_millis().max(1) as u64),
             );
         let reply: Vec<Value> = self
-            .eval(ScriptName::Sweep, StoreOp::Sweep, &invocation)
+            .fate_call(
+                segment,
+                ScriptName::Sweep,
+                &super::SWEEP,
+                StoreOp::Sweep,
+                &cmd,
+                // Kept when it released units. A sweep whose answer was lost is not: an expiry
+                // the replica never got is made again there by its own sweep (the hold expired
+                // there too), and no reserve acknowledged after it could miss it (replication
+                // is in order).
+                |reply: Option<&Vec<Value>>| {
+                    reply
+                        .and_then(|r| int(r.first()))
+                        .is_some_and(|released| released > 0)
+                        .then_some(FateWrite::Sweep)
+                },
+            )
             .await?;
         SweepOutcome::parse(&reply).ok_or_else(|| StoreError::protocol(ScriptName::Sweep, reply))
     }
