@@ -18,6 +18,8 @@
 --                     less than was sold (reason behind or keys_lost)
 --           lifted    '<reason>|<at>': the last fence a rule lifted
 --           recount   '<units>|<at>': the last recount (recount.lua)
+--           unacked   when a gateway last reported a fate write not acknowledged by its
+--                     replicas (Redis ms, ARGV[11])
 --           run       the run_id (INFO server) of the process the master was accepted under
 --           life      the life of the records a recount or a newer version put on sale over a
 --                     loss started (recount.lua, prewarm.lua): the only lives that may follow
@@ -43,6 +45,11 @@
 --         written back what it saw by then
 -- ARGV[9] the version this gateway sells (a loss names the version on sale, else this one)
 -- ARGV[10] the newest version of a sale this gateway acknowledged in the life of ARGV[5]
+-- ARGV[11] '1' while this gateway holds a write deciding units' fate (a confirm, a release, a
+--          sweep's expiry) that fewer than its redis.ack_replicas replicas acknowledged, or
+--          whose answer was lost ('' none): recorded in known as `unacked`, the latest such
+--          report (Redis ms); replicas_acknowledged then lifts no fence begun within settle_ms
+--          after it (see lift_rule)
 --
 -- Returns {verdict, current, recorded, held, life, detail}: verdict
 --   'ok'        the record is this master's
@@ -66,6 +73,7 @@ local seen, seen_life = tonumber(ARGV[4]) or 0, ARGV[5]
 local persistence, ack_replicas = ARGV[6], tonumber(ARGV[7]) or 0
 local settle_ms, version = tonumber(ARGV[8]) or 0, ARGV[9]
 local seen_version = tonumber(ARGV[10]) or 0
+local unacked_now = ARGV[11] == '1'
 
 local info = redis.call('INFO', 'replication')
 local current = replid_in(info)
@@ -75,6 +83,12 @@ local k = redis.call('HMGET', KNOWN, 'hw', 'persist', 'fenced_at', 'lost', 'reco
 local persist, fenced_at, lost = k[2], tonumber(k[3] or ''), k[4]
 local held, life = records_of(RES)
 local now = now_ms()
+-- A gateway holds a fate write its replicas did not acknowledge: said beside the segment, on
+-- every path (a fence begun after it must not lift by replicas_acknowledged).
+if unacked_now then
+  redis.call('HSET', KNOWN, 'unacked', int(now))
+  extend(KNOWN, expire_at)
+end
 
 -- What every gateway saw of this life of the records, together (a count of another life says
 -- nothing of this one).
@@ -173,7 +187,10 @@ end
 --     master_replid2), having run with appendonly yes and appendfsync always as recorded (it
 --     acknowledged nothing it had not written to disk);
 --   replicas_acknowledged: a promoted replica of the recorded master, while every gateway waits
---     for at least as many replicas as that master ever had connected (redis.ack_replicas);
+--     for at least as many replicas as that master ever had connected (redis.ack_replicas), and
+--     no gateway reported a fate write its replicas did not acknowledge (`unacked`) since the
+--     fence began or within settle_ms before it (a confirm the replica never got would leave
+--     the unit pending there, to expire and sell again);
 --   same_process: the very process the master was accepted under (its run_id), never a replica
 --     since (master_replid2 unset): Redis gave itself a new replication id without losing
 --     anything (its first replica attached, and it made a backlog under a new id).
@@ -194,7 +211,9 @@ local function lift_rule()
     return 'durable_restart'
   end
   replicas = tonumber(replicas)
-  if replid2 == recorded and replicas >= 1 and ack_replicas >= replicas then
+  local unacked = tonumber(redis.call('HGET', KNOWN, 'unacked') or '')
+  if replid2 == recorded and replicas >= 1 and ack_replicas >= replicas
+      and not (unacked and unacked >= fenced_at - settle_ms) then
     return 'replicas_acknowledged'
   end
   return nil

@@ -180,6 +180,10 @@ metrics! {
     /// Failed or timed-out stock-store calls, by operation.
     redis_errors: IntCounterVec = "flashgate_redis_errors_total" ["op"],
         "Stock-store calls that failed or timed out, by operation.";
+    /// Fate writes (confirm, release, sweep) `redis.ack_replicas` replicas did not acknowledge
+    /// in time, or whose answer was lost: kept and sent again by the gateway.
+    unacknowledged_writes: IntCounterVec = "flashgate_redis_unacknowledged_writes_total" ["script"],
+        "Writes deciding units' fate (confirm, release, sweep) that fewer than redis.ack_replicas replicas acknowledged in time, or whose answer was lost: kept and sent again; while any is kept, a promoted replica stays fenced until an operator resumes it.";
     /// Versions put on sale by prewarm (per segment).
     stock_keys_created: IntCounterVec = "flashgate_stock_keys_created_total" ["activity"],
         "Stock versions created by prewarm (stock key and ledger, created once).";

@@ -2660,3 +2660,130 @@ async fn the_documented_event_consumer_makes_each_order_once() {
     ];
     assert_eq!(calls, want);
 }
+
+/// Issue 45: `replicas_acknowledged` (lua/master.lua's `lift_rule`) lifts no fence while a
+/// gateway reported a fate write (confirm, release, sweep) its `redis.ack_replicas` replicas
+/// did not acknowledge (ARGV[11], recorded as `unacked`) since the fence began or within the
+/// settle period before it: the promoted replica may lack that write (a confirmed sale still
+/// pending there, to expire and sell again). An older report says nothing of this fence.
+#[tokio::test]
+async fn an_unacknowledged_fate_write_vetoes_the_replicas_acknowledged_lift() {
+    let master = RedisServer::start();
+    let replica = RedisServer::start();
+    let port = master
+        .url()
+        .trim_end_matches("/0")
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .to_owned();
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("127.0.0.1")
+        .arg(&port)
+        .query(&mut replica.conn())
+        .unwrap();
+    wait_for("the replica to sync", Duration::from_secs(20), || {
+        (replication_field(&replica, "master_link_status") == "up").then_some(())
+    });
+    let old_id = replication_field(&master, "master_replid");
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("NO")
+        .arg("ONE")
+        .query(&mut replica.conn())
+        .unwrap();
+    assert_eq!(replication_field(&replica, "master_replid2"), old_id);
+    // The promoted replica holds the old master's record, its persistence with one replica,
+    // one reservation record, and a fence first seen 10 s ago.
+    let (record, known, res, meta) = ("fg:{9}:master", "fg:{9}:known", "fg:{9}:res", "fg:{9}:meta");
+    let now = redis_time_ms(&replica);
+    let fenced_at = now - 10_000;
+    let settle = 1_500u64;
+    let mut c = replica.conn();
+    let _: () = redis::cmd("SET")
+        .arg(record)
+        .arg(&old_id)
+        .query(&mut c)
+        .unwrap();
+    let _: () = redis::cmd("HSET")
+        .arg(res)
+        .arg("")
+        .arg("1700000000000000")
+        .arg("r1")
+        .arg("pending")
+        .query(&mut c)
+        .unwrap();
+    let _: () = redis::cmd("HSET")
+        .arg(known)
+        .arg("persist")
+        .arg(format!("{old_id}|no|everysec|1"))
+        .arg("fenced_at")
+        .arg(fenced_at)
+        .query(&mut c)
+        .unwrap();
+    let source = format!(
+        "{}\n{}",
+        include_str!("../lua/lib.lua"),
+        include_str!("../lua/master.lua")
+    );
+    let check = |unacked: &str| {
+        let reply: Vec<String> = redis::cmd("EVAL")
+            .arg(&source)
+            .arg(4)
+            .arg(record)
+            .arg(known)
+            .arg(res)
+            .arg(meta)
+            .arg("")
+            .arg(now / 1000 + 3600)
+            .arg("")
+            .arg(0)
+            .arg("")
+            .arg("no|everysec")
+            .arg(1)
+            .arg(settle)
+            .arg(1)
+            .arg(0)
+            .arg(unacked)
+            .query(&mut replica.conn())
+            .unwrap();
+        (reply[0].clone(), reply[5].clone())
+    };
+    let unacked_field = || {
+        redis::cmd("HGET")
+            .arg(known)
+            .arg("unacked")
+            .query::<Option<u64>>(&mut replica.conn())
+            .unwrap()
+    };
+    let set_unacked = |at: u64| {
+        let _: () = redis::cmd("HSET")
+            .arg(known)
+            .arg("unacked")
+            .arg(at)
+            .query(&mut replica.conn())
+            .unwrap();
+    };
+    // A gateway holding an unacknowledged write says so: recorded, and the fence stands.
+    assert_eq!(check("1").0, "fenced");
+    let reported = unacked_field().expect("the report recorded");
+    assert!(reported >= now, "{reported} {now}");
+    // Its report stands for this fence after it stopped holding any.
+    assert_eq!(check("").0, "fenced");
+    // A report within the settle period before the fence vetoes too (the write may have been
+    // the last the old master took).
+    set_unacked(fenced_at - settle);
+    assert_eq!(check("").0, "fenced");
+    // An older report is of the time before: the rule lifts the fence.
+    set_unacked(fenced_at - settle - 1);
+    assert_eq!(
+        check(""),
+        ("lifted".to_owned(), "replicas_acknowledged".to_owned())
+    );
+    assert_eq!(
+        redis::cmd("GET")
+            .arg(record)
+            .query::<String>(&mut replica.conn())
+            .unwrap(),
+        replication_field(&replica, "master_replid")
+    );
+}

@@ -593,6 +593,18 @@ async fn a_promoted_replica_every_winner_reached_sells_on_by_itself() {
         assert_eq!(r.status, 200, "{}", r.text());
         sold += 1;
     }
+    // Every fate write acknowledged before the promotion: the winners' confirms too (sent after
+    // each answer, each followed by its WAIT).
+    gw.wait_metric(
+        "flashgate_reservations_confirmed_total{activity=\"1001\",via=\"upstream\"}",
+        sold as f64,
+    )
+    .await;
+    let metrics = gw.metrics().await;
+    assert!(
+        !metrics.contains("flashgate_redis_unacknowledged_writes_total{"),
+        "{metrics}"
+    );
     let _: () = redis::cmd("REPLICAOF")
         .arg("NO")
         .arg("ONE")
@@ -670,4 +682,173 @@ async fn a_masters_first_replica_stops_the_sale_only_for_a_moment() {
         .await;
     buys_again(&gw, "bob").await;
     gw.reconcile_clean();
+}
+
+/// Issue 45: `redis.ack_replicas: 1` with `confirm: upstream`: the winners' reserves reached the
+/// replica, then the link stalls before their confirms do (the backend took the orders; each
+/// confirm's WAIT falls short, so the gateway keeps it, sends it again, and says so in every
+/// check). The master dies and the replica is promoted: it holds every reservation, but not
+/// every confirm, so `replicas_acknowledged` must not lift its fence (else the holds expire there
+/// and the units sell again: more orders than stock), even once a replica is attached to it and
+/// the kept confirms were acknowledged there. Nothing is sold beyond the stock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_promoted_replica_missing_confirms_stays_fenced() {
+    const WINNERS: usize = 5;
+    let mut master = RedisServer::start();
+    let replica = RedisServer::start();
+    let link = Forwarder::start(addr_of(&master)).await;
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("127.0.0.1")
+        .arg(link.addr.port())
+        .query(&mut replica.conn())
+        .unwrap();
+    wait_for("the replica to sync", Duration::from_secs(20), || {
+        (info(&replica, "master_link_status") == "up").then_some(())
+    });
+    let vip = Forwarder::start(addr_of(&master)).await;
+    let upstream = Upstream::start();
+    let activity = TestActivity::open("1001", WINNERS as u64).hold_secs(4);
+    let mut config = TestConfig::new(&master, &upstream, vec![activity])
+        .set("/redis/ack_replicas", serde_json::json!(1));
+    config.redis_url = format!("redis://{}/0", vip.addr);
+    config.per_user = None;
+    let gw = Arc::new(GatewayProc::start(config));
+    wait_for("one replica recorded", Duration::from_secs(20), || {
+        redis::cmd("HGET")
+            .arg("fg:{1001}:known")
+            .arg("persist")
+            .query::<Option<String>>(&mut master.conn())
+            .unwrap()
+            .filter(|p| p.ends_with("|1"))
+    });
+    // The backend takes each order after 2 s: the reserves are acknowledged (on the replica)
+    // before the link stalls, the confirms come after.
+    upstream.mode("status=200&delay_ms=2000").await;
+    let buyers: Vec<_> = (0..WINNERS)
+        .map(|u| {
+            let gw = gw.clone();
+            tokio::spawn(async move { gw.buy("1001", &format!("w{u}"), None).await })
+        })
+        .collect();
+    let pending_on = |r: &RedisServer| {
+        records(r)
+            .values()
+            .filter(|v| v.starts_with("pending|"))
+            .count()
+    };
+    wait_for(
+        "every reservation on the replica",
+        Duration::from_secs(20),
+        || (pending_on(&replica) == WINNERS).then_some(()),
+    );
+    link.stall(true);
+    let mut won = Vec::new();
+    for b in buyers {
+        let r = b.await.unwrap();
+        // What the buyer gets does not change: the backend took the order.
+        assert_eq!(r.status, 200, "{}", r.text());
+        won.push(r.reservation_id());
+    }
+    gw.wait_metric_at_least(
+        "flashgate_redis_unacknowledged_writes_total{script=\"confirm\"}",
+        1.0,
+    )
+    .await;
+    // Confirmed on the master, pending on the replica (the stalled link).
+    wait_for(
+        "the confirms on the master",
+        Duration::from_secs(10),
+        || {
+            (records(&master)
+                .values()
+                .filter(|v| v.starts_with("confirmed|"))
+                .count()
+                == WINNERS)
+                .then_some(())
+        },
+    );
+    assert_eq!(pending_on(&replica), WINNERS);
+    // The master dies; the replica is promoted and the gateway's address moved to it.
+    master.kill();
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("NO")
+        .arg("ONE")
+        .query(&mut replica.conn())
+        .unwrap();
+    vip.move_to(addr_of(&replica));
+    gw.metrics_when(|m| fenced_gauge(m) == Some(1)).await;
+    // A replica attached to the new master: the kept confirms, sent again, are acknowledged.
+    let spare = RedisServer::start();
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("127.0.0.1")
+        .arg(addr_of(&replica).port())
+        .query(&mut spare.conn())
+        .unwrap();
+    wait_for("the new replica to sync", Duration::from_secs(20), || {
+        (info(&spare, "master_link_status") == "up").then_some(())
+    });
+    wait_for(
+        "the kept confirms sent again to the new master",
+        Duration::from_secs(20),
+        || (pending_on(&replica) == 0).then_some(()),
+    );
+    // The settle period and two checks past the fence's start, and the holds' expiry (Redis's
+    // clock): still fenced, lifted by no rule.
+    let redis_ms = || {
+        let (s, us): (u64, u64) = redis::cmd("TIME").query(&mut replica.conn()).unwrap();
+        s * 1000 + us / 1000
+    };
+    let fenced_at: u64 = wait_for(
+        "the fence's start recorded",
+        Duration::from_secs(10),
+        || {
+            redis::cmd("HGET")
+                .arg("fg:{1001}:known")
+                .arg("fenced_at")
+                .query::<Option<u64>>(&mut replica.conn())
+                .unwrap()
+        },
+    );
+    let until = fenced_at + 1_500 + 2_000 + 4_000;
+    wait_for(
+        "the settle period, two checks and the holds",
+        Duration::from_secs(30),
+        || (redis_ms() >= until).then_some(()),
+    );
+    let metrics = gw.metrics().await;
+    assert!(
+        metrics.contains("flashgate_fence_lifted_total{reason=\"replicas_acknowledged\"} 0\n"),
+        "{metrics}"
+    );
+    assert_eq!(fenced_gauge(&metrics), Some(1));
+    let view = gw.activity_view("1001").await;
+    assert!(!view["fenced"].is_null(), "{view}");
+    let known: std::collections::HashMap<String, String> = redis::cmd("HGETALL")
+        .arg("fg:{1001}:known")
+        .query(&mut replica.conn())
+        .unwrap();
+    assert!(
+        known.get("unacked").and_then(|u| u.parse::<u64>().ok()) >= Some(fenced_at),
+        "{known:?}"
+    );
+    // More buyers: nothing sold, and the backend never took more orders than the stock.
+    for u in 0..10 {
+        let r = gw.buy("1001", &format!("late-{u}"), None).await;
+        assert_eq!(r.status, 503, "{}", r.text());
+    }
+    let orders = upstream.orders().await;
+    assert_eq!(orders.len(), WINNERS, "{orders:?}");
+    for id in &won {
+        assert!(
+            records(&replica)[id].starts_with("confirmed|"),
+            "{id}: {:?}",
+            records(&replica)[id]
+        );
+    }
+    eprintln!(
+        "promoted replica missing {WINNERS} confirms (ack_replicas 1): fenced {} ms after the \
+         fence began, not lifted by replicas_acknowledged; {} orders for {WINNERS} units",
+        redis_ms() - fenced_at,
+        orders.len()
+    );
 }

@@ -211,10 +211,15 @@ pub struct RedisSection {
     /// selling (`/readyz` 503 naming the policy) unless this says the risk is taken.
     #[serde(default)]
     pub allow_eviction: bool,
-    /// Replicas each winner's reservation must reach before the winner is answered (Redis
-    /// `WAIT`): 0 (default) waits for none. A batch not acknowledged within `timeout_ms` is
-    /// released and answered 503; with it covering every replica, a promoted replica sells
-    /// again by itself (no reservation a gateway acknowledged can be missing from it).
+    /// Replicas each write deciding a unit's fate must reach (Redis `WAIT`): the winner's
+    /// reservation before the winner is answered, and every confirm, release and expiry. 0
+    /// (default) waits for none. A reserve batch not acknowledged within `timeout_ms` is
+    /// released and answered 503; a confirm or release not acknowledged changes nothing for
+    /// the buyer (the backend took the order) but is logged, counted
+    /// (`flashgate_redis_unacknowledged_writes_total`) and sent again until acknowledged. With
+    /// it covering every replica, a promoted replica sells again by itself only when no
+    /// gateway reported such a write since its fence began (in memory: a gateway restarted
+    /// meanwhile forgets its own).
     #[serde(default)]
     #[schemars(range(max = 16))]
     pub ack_replicas: u32,

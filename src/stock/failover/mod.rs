@@ -23,7 +23,8 @@
 //!   `appendonly yes` and `appendfsync always` as the gateways last read it: it acknowledged
 //!   nothing it had not written to disk) or `replicas_acknowledged` (a promoted replica, while
 //!   `redis.ack_replicas` covers every replica the old master had: every winner was on it before
-//!   it was answered), or `same_process` (the very process the master was accepted under, by
+//!   it was answered, and no gateway reported a confirm, release or expiry the replicas did not
+//!   acknowledge since the fence began, see [`unacked`]), or `same_process` (the very process the master was accepted under, by
 //!   its run_id, and no replica since: Redis gave itself a new replication id, as it does when
 //!   its first replica attaches). Any other fence stays until an operator's resume, as before.
 //!
@@ -42,6 +43,7 @@
 //! admin view, the rules, and to answer `unavailable` without asking Redis.
 
 pub mod known;
+pub mod unacked;
 pub mod watermark;
 
 use super::scripts::master::{MasterCall, Seen, Verdict};
@@ -147,6 +149,8 @@ pub struct Failover {
     on_sale: RwLock<HashMap<Sold, Vec<u64>>>,
     /// The last fence lifted per activity.
     lifted: RwLock<HashMap<Arc<str>, Lifted>>,
+    /// Fate writes `redis.ack_replicas` replicas did not acknowledge, per master record.
+    unacked: unacked::Unacked,
 }
 
 /// An activity's version (the key of what was seen on sale).
@@ -302,6 +306,7 @@ impl StockStore {
             } else {
                 String::new()
             },
+            unacked: self.failover.unacked.holds(&record),
         }
     }
 
@@ -313,14 +318,28 @@ impl StockStore {
         call: MasterCall,
     ) -> Result<Verdict, StoreError> {
         let record = self.keys.of(segment).master();
-        let seen = self
-            .seen(
-                segment,
-                matches!(call, MasterCall::Check | MasterCall::Accept),
-            )
+        // A check first sends again every unacknowledged fate write of the segment; its call
+        // then says this gateway holds some (`unacked`), and its WAIT covers them.
+        let check = matches!(call, MasterCall::Check);
+        let answered = if check {
+            self.resend_unacked(segment).await
+        } else {
+            Vec::new()
+        };
+        let mut seen = self
+            .seen(segment, check || matches!(call, MasterCall::Accept))
             .await;
+        seen.unacked |= !answered.is_empty();
         let accepts = self.failover.accepts();
-        let verdict = self.master(segment, activity, &seen, call).await?;
+        let wait = check && seen.unacked;
+        let verdict = match self.master(segment, activity, &seen, call, wait).await {
+            Ok(verdict) => verdict,
+            Err(e) => {
+                self.after_check(segment, answered, None);
+                return Err(e);
+            }
+        };
+        self.after_check(segment, answered, verdict.acknowledged);
         self.failover.saw(&record, &verdict, accepts);
         Ok(verdict)
     }
@@ -438,7 +457,7 @@ impl StockStore {
             }
             let seen = self.seen(segment, true).await;
             let verdict = self
-                .master(segment, activity, &seen, MasterCall::Accept)
+                .master(segment, activity, &seen, MasterCall::Accept, false)
                 .await?;
             // Checks that read before this accept say nothing after it.
             let accepts = self.failover.accepts.fetch_add(1, Ordering::SeqCst) + 1;

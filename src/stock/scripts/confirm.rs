@@ -2,6 +2,7 @@
 //! the order the script declares them), its arguments and its reply, in one place; the script
 //! itself is in the registry (`super`).
 
+use super::super::failover::unacked::FateWrite;
 use super::super::{
     ConfirmedVia, ScriptName, Segment, SegmentKeys, StockStore, StoreError, StoreOp,
 };
@@ -70,6 +71,8 @@ impl ConfirmOutcome {
 impl StockStore {
     /// Moves pending reservations of one version to confirmed, each exactly once; one outcome
     /// per id, in order. The caller keeps batches small (one script call confirms them all).
+    /// With `redis.ack_replicas`, followed by its `WAIT`; a confirm not acknowledged is kept
+    /// and sent again (see `failover::unacked`), its outcomes returned all the same.
     pub async fn confirm(
         &self,
         segment: Segment<'_>,
@@ -77,21 +80,24 @@ impl StockStore {
         reservation_ids: &[&str],
         via: ConfirmedVia,
     ) -> Result<Vec<ConfirmOutcome>, StoreError> {
-        let mut invocation = super::CONFIRM.prepare_invoke();
-        for key in self.keys.of(segment).for_confirm(version) {
-            invocation.key(key);
-        }
-        invocation
-            .arg(version)
-            .arg(via.as_str())
-            .arg(self.events_maxlen);
-        for id in reservation_ids {
-            invocation.arg(*id);
-        }
+        let cmd = self.confirm_cmd(segment, version, reservation_ids, via);
         self.redis
             .observe_batch(ScriptName::Confirm, reservation_ids.len());
         let reply: Vec<i64> = self
-            .eval(ScriptName::Confirm, StoreOp::Confirm, &invocation)
+            .fate_call(
+                segment,
+                ScriptName::Confirm,
+                &super::CONFIRM,
+                StoreOp::Confirm,
+                &cmd,
+                |_| {
+                    Some(FateWrite::Confirm {
+                        version,
+                        ids: reservation_ids.iter().map(|id| (*id).to_owned()).collect(),
+                        via,
+                    })
+                },
+            )
             .await?;
         let outcomes: Option<Vec<ConfirmOutcome>> =
             reply.iter().map(|&r| ConfirmOutcome::parse(r)).collect();
@@ -99,5 +105,42 @@ impl StockStore {
             Some(o) if o.len() == reservation_ids.len() => Ok(o),
             _ => Err(StoreError::protocol(ScriptName::Confirm, reply)),
         }
+    }
+
+    /// The confirm sent again (an unacknowledged one, by the master check): no `WAIT`, not kept
+    /// again (the check keeps it until its own `WAIT` covers it).
+    pub(in crate::stock) async fn confirm_again(
+        &self,
+        segment: Segment<'_>,
+        version: u64,
+        reservation_ids: &[&str],
+        via: ConfirmedVia,
+    ) -> Result<Vec<i64>, StoreError> {
+        let cmd = self.confirm_cmd(segment, version, reservation_ids, via);
+        self.redis
+            .once_more(true, || {
+                self.redis
+                    .eval_cmd(ScriptName::Confirm, &super::CONFIRM, StoreOp::Confirm, &cmd)
+            })
+            .await
+    }
+
+    fn confirm_cmd(
+        &self,
+        segment: Segment<'_>,
+        version: u64,
+        reservation_ids: &[&str],
+        via: ConfirmedVia,
+    ) -> redis::Cmd {
+        let keys = self.keys.of(segment).for_confirm(version);
+        let mut cmd = super::super::client::evalsha(&super::CONFIRM, keys.len());
+        for key in &keys {
+            cmd.arg(key);
+        }
+        cmd.arg(version).arg(via.as_str()).arg(self.events_maxlen);
+        for id in reservation_ids {
+            cmd.arg(*id);
+        }
+        cmd
     }
 }

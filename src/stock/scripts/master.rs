@@ -42,6 +42,9 @@ pub struct Verdict {
     pub life: String,
     /// Why it is lost, or the rule that lifted it.
     pub detail: String,
+    /// The replicas the `WAIT` after the call saw, when it waited (see `wait` of
+    /// [`StockStore::master`]).
+    pub acknowledged: Option<u32>,
 }
 
 /// What this gateway passes: what it saw the segment hold, and the master's persistence.
@@ -56,16 +59,22 @@ pub struct Seen {
     pub version: u64,
     /// `<appendonly>|<appendfsync>` of the master answering, as read just now ('' unknown).
     pub persistence: String,
+    /// This gateway holds a fate write of the segment `redis.ack_replicas` replicas did not
+    /// acknowledge (see `failover::unacked`).
+    pub unacked: bool,
 }
 
 impl StockStore {
-    /// Calls `lua/master.lua` for `segment` of `activity`.
+    /// Calls `lua/master.lua` for `segment` of `activity`; with `wait` (and
+    /// `redis.ack_replicas`), followed by its `WAIT` on the same connection (the replicas it saw
+    /// come back in [`Verdict::acknowledged`]).
     pub(in crate::stock) async fn master(
         &self,
         segment: Segment<'_>,
         activity: &Activity,
         seen: &Seen,
         call: MasterCall,
+        wait: bool,
     ) -> Result<Verdict, StoreError> {
         let keys = self.keys.of(segment);
         let mode = match call {
@@ -81,12 +90,11 @@ impl StockStore {
                 since: Some(at),
             } => format!("lost:{reason}:{at}"),
         };
-        let mut invocation = super::MASTER.prepare_invoke();
-        invocation
-            .key(keys.master())
-            .key(keys.known())
-            .key(keys.reservations())
-            .key(keys.meta())
+        let mut cmd = super::super::client::evalsha(&super::MASTER, 4);
+        cmd.arg(keys.master())
+            .arg(keys.known())
+            .arg(keys.reservations())
+            .arg(keys.meta())
             .arg(&seen.expected)
             .arg(self.expire_at(activity))
             .arg(mode)
@@ -96,10 +104,32 @@ impl StockStore {
             .arg(self.ack_replicas)
             .arg(super::super::failover::FENCE_SETTLE.as_millis() as u64)
             .arg(activity.version)
-            .arg(seen.version);
-        let reply: Vec<String> = self
-            .eval(ScriptName::Master, StoreOp::Master, &invocation)
-            .await?;
+            .arg(seen.version)
+            .arg(if seen.unacked { "1" } else { "" });
+        let (script, op) = (ScriptName::Master, StoreOp::Master);
+        let (reply, acknowledged): (Vec<String>, Option<u32>) = if wait && self.ack_replicas > 0 {
+            // The call writes (`unacked`): the WAIT after it covers every write before it.
+            let (reply, acked) = self
+                .redis
+                .eval_cmd_acknowledged(
+                    script,
+                    &super::MASTER,
+                    op,
+                    &cmd,
+                    self.ack_replicas,
+                    self.ack_wait_ms(),
+                )
+                .await?;
+            (reply, Some(acked))
+        } else {
+            let reply = self
+                .redis
+                .once_more(true, || {
+                    self.redis.eval_cmd(script, &super::MASTER, op, &cmd)
+                })
+                .await?;
+            (reply, None)
+        };
         match <[String; 6]>::try_from(reply) {
             Ok([verdict, current, recorded, held, life, detail]) => Ok(Verdict {
                 verdict,
@@ -108,6 +138,7 @@ impl StockStore {
                 held: held.parse().unwrap_or(0),
                 life,
                 detail,
+                acknowledged,
             }),
             Err(reply) => Err(StoreError::protocol(ScriptName::Master, reply)),
         }

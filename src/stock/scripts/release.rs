@@ -2,6 +2,7 @@
 //! keys (in the order the script declares them), its arguments and its reply, in one place; the
 //! script itself is in the registry (`super`).
 
+use super::super::failover::unacked::FateWrite;
 use super::super::{
     ReleaseReason, ScriptName, Segment, SegmentKeys, StockStore, StoreError, StoreOp,
 };
@@ -97,7 +98,9 @@ impl ReleaseOutcome {
 
 impl StockStore {
     /// Gives a reservation's units back to its version's stock (or retires them) and to its
-    /// user, exactly once, as far as `mode` allows (see [`ReleaseMode`]).
+    /// user, exactly once, as far as `mode` allows (see [`ReleaseMode`]). With
+    /// `redis.ack_replicas`, followed by its `WAIT`; a release not acknowledged is kept and
+    /// sent again (see `failover::unacked`), its outcome returned all the same.
     pub async fn release(
         &self,
         segment: Segment<'_>,
@@ -106,21 +109,66 @@ impl StockStore {
         mode: ReleaseMode,
         reason: ReleaseReason,
     ) -> Result<ReleaseOutcome, StoreError> {
-        let mut invocation = super::RELEASE.prepare_invoke();
-        for key in self.keys.of(segment).for_release(version) {
-            invocation.key(key);
+        let cmd = self.release_cmd(segment, version, reservation_id, mode, reason);
+        let reply: Vec<i64> = self
+            .fate_call(
+                segment,
+                ScriptName::Release,
+                &super::RELEASE,
+                StoreOp::Release,
+                &cmd,
+                |_| {
+                    Some(FateWrite::Release {
+                        version,
+                        id: reservation_id.to_owned(),
+                        mode,
+                        reason,
+                    })
+                },
+            )
+            .await?;
+        ReleaseOutcome::parse(&reply)
+            .ok_or_else(|| StoreError::protocol(ScriptName::Release, reply))
+    }
+
+    /// The release sent again (an unacknowledged one, by the master check): no `WAIT`, not
+    /// kept again (the check keeps it until its own `WAIT` covers it).
+    pub(in crate::stock) async fn release_again(
+        &self,
+        segment: Segment<'_>,
+        version: u64,
+        reservation_id: &str,
+        mode: ReleaseMode,
+        reason: ReleaseReason,
+    ) -> Result<Vec<i64>, StoreError> {
+        let cmd = self.release_cmd(segment, version, reservation_id, mode, reason);
+        self.redis
+            .once_more(true, || {
+                self.redis
+                    .eval_cmd(ScriptName::Release, &super::RELEASE, StoreOp::Release, &cmd)
+            })
+            .await
+    }
+
+    fn release_cmd(
+        &self,
+        segment: Segment<'_>,
+        version: u64,
+        reservation_id: &str,
+        mode: ReleaseMode,
+        reason: ReleaseReason,
+    ) -> redis::Cmd {
+        let keys = self.keys.of(segment).for_release(version);
+        let mut cmd = super::super::client::evalsha(&super::RELEASE, keys.len());
+        for key in &keys {
+            cmd.arg(key);
         }
-        invocation
-            .arg(reservation_id)
+        cmd.arg(reservation_id)
             .arg(version)
             .arg(reason.as_str())
             .arg(mode.as_str())
             .arg(self.events_maxlen)
             .arg(mode.fence().map(|f| f.to_string()).unwrap_or_default());
-        let reply: Vec<i64> = self
-            .eval(ScriptName::Release, StoreOp::Release, &invocation)
-            .await?;
-        ReleaseOutcome::parse(&reply)
-            .ok_or_else(|| StoreError::protocol(ScriptName::Release, reply))
+        cmd
     }
 }

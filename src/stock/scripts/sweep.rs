@@ -2,6 +2,7 @@
 //! keys (in the order the script declares them), its arguments and its reply, in one place; the
 //! script itself is in the registry (`super`).
 
+use super::super::failover::unacked::FateWrite;
 use super::super::records::{int, string};
 use super::super::{ScriptName, Segment, SegmentKeys, StockStore, StoreError, StoreOp};
 use redis::Value;
@@ -80,6 +81,7 @@ impl StockStore {
     /// In doubt, hold: nothing at all while the segment is fenced or lost for this gateway (its
     /// fencing token, as a reserve's), and a reservation held in doubt is never released by
     /// expiry (see `lua/sweep.lua`).
+    /// With `redis.ack_replicas`, followed by its `WAIT` (see `failover::unacked`).
     pub async fn sweep(
         &self,
         segment: Segment<'_>,
@@ -87,15 +89,14 @@ impl StockStore {
         batch: u32,
         lookup: Option<LookupLease>,
     ) -> Result<SweepOutcome, StoreError> {
-        let mut invocation = super::SWEEP.prepare_invoke();
         let keys = self.keys.of(segment).for_sweep(version);
         let expected = self.failover.expected(&keys[6]);
         let (most, life) = self.failover.watermark(&keys[6]).seen();
-        for key in keys {
-            invocation.key(key);
+        let mut cmd = super::super::client::evalsha(&super::SWEEP, keys.len());
+        for key in &keys {
+            cmd.arg(key);
         }
-        invocation
-            .arg(batch)
+        cmd.arg(batch)
             .arg(self.events_maxlen)
             .arg(lookup.map_or(0, |l| l.lease.as_millis().max(1) as u64))
             .arg(
@@ -107,7 +108,23 @@ impl StockStore {
             .arg(most)
             .arg(life);
         let reply: Vec<Value> = self
-            .eval(ScriptName::Sweep, StoreOp::Sweep, &invocation)
+            .fate_call(
+                segment,
+                ScriptName::Sweep,
+                &super::SWEEP,
+                StoreOp::Sweep,
+                &cmd,
+                // Kept when it released units. A sweep whose answer was lost is not: an expiry
+                // the replica never got is made again there by its own sweep (the hold expired
+                // there too), and no reserve acknowledged after it could miss it (replication
+                // is in order).
+                |reply: Option<&Vec<Value>>| {
+                    reply
+                        .and_then(|r| int(r.first()))
+                        .is_some_and(|released| released > 0)
+                        .then_some(FateWrite::Sweep)
+                },
+            )
             .await?;
         SweepOutcome::parse(&reply).ok_or_else(|| StoreError::protocol(ScriptName::Sweep, reply))
     }
