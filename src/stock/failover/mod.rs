@@ -448,13 +448,6 @@ impl StockStore {
         Ok(Resumed::Accepted)
     }
 
-    /// The operator's count of the last recount of `activity` (segment 0's record), if any.
-    pub async fn last_recount(&self, activity: &Activity) -> Result<Option<u64>, StoreError> {
-        let layout = super::segments::recorded_layout(self, activity).await?;
-        let first = layout.segment(0).expect("every layout has a segment 0");
-        Ok(self.known(first).await?.recount)
-    }
-
     /// After a recount: every segment's record now names the master answering (recount.lua).
     pub(in crate::stock) fn recounted(&self, activity: &Activity) {
         self.failover.accepts.fetch_add(1, Ordering::SeqCst);
