@@ -2699,7 +2699,10 @@ async fn a_recount_is_set_once() {
         .unwrap();
     assert!(stamp_before.0.is_some(), "marked lost");
 
-    let (first, second) = tokio::join!(segments::recount(&s, &a, 8), segments::recount(&s, &a, 5));
+    let (first, second) = tokio::join!(
+        segments::recount(&s, &a, 8, segments::Settles::Loss),
+        segments::recount(&s, &a, 5)
+    );
     let (done, refused) = match (first, second) {
         (Ok(done), Err(e)) | (Err(e), Ok(done)) => (done, e),
         other => panic!("exactly one recount sets the count: {other:?}"),
@@ -2721,7 +2724,9 @@ async fn a_recount_is_set_once() {
     assert!(left(reserve(&s, &a, "u2", 1, "r2").await).is_some());
     let before = recount_view(&redis);
     for count in [set, 3, 0] {
-        let refused = segments::recount(&s, &a, count).await.unwrap_err();
+        let refused = segments::recount(&s, &a, count, segments::Settles::Loss)
+            .await
+            .unwrap_err();
         assert!(
             matches!(refused, RecountError::NothingLost { .. }),
             "{count}: {refused:?}"
@@ -2814,7 +2819,9 @@ async fn a_deleted_ledger_is_refused_and_repaired_by_a_recount() {
     ));
 
     // The count: 10 less the 3 the records hold.
-    let done = segments::recount(&s, &a, 7).await.unwrap();
+    let done = segments::recount(&s, &a, 7, segments::Settles::Loss)
+        .await
+        .unwrap();
     assert_eq!(done.remaining, 7);
     let row = ledger(&s, &a, 1).await;
     assert!(row.ledger, "made again");

@@ -111,7 +111,7 @@ impl AdminApp {
         if let Err(e) = self.gw.store.check_master(lane).await {
             return self.answer_stop(activity, Err(e)).await;
         }
-        let done = match self.gw.lifecycle.recount(lane, units).await {
+        let done = match self.gw.lifecycle.recount_once(lane, units).await {
             Ok(_) => self.lift_if_whole(activity).await,
             Err(RecountError::Store(e)) => Err(e),
             Err(e @ (RecountError::TooMany { .. } | RecountError::HeldStill { .. })) => {

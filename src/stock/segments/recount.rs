@@ -109,11 +109,23 @@ pub struct Recounted {
     pub moved: i64,
 }
 
+/// What a recount may settle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settles {
+    /// Only a loss Redis carries now (a segment lost or fenced, or the version's keys gone):
+    /// refused ([`RecountError::NothingLost`]) when there is none. The admin API's recount.
+    Loss,
+    /// Whatever Redis holds (a library caller that judged the loss itself: the model test);
+    /// still claimed and stamp-checked, so two recounts that read the same state set once.
+    Anything,
+}
+
 /// Sets `activity`'s version on sale to `remaining` units (see the module doc).
 pub async fn recount(
     store: &StockStore,
     activity: &Activity,
     remaining: u64,
+    settles: Settles,
 ) -> Result<Recounted, RecountError> {
     let expire_at = store.expire_at(activity);
     let layout = recorded_layout(store, activity).await?;
@@ -127,14 +139,25 @@ pub async fn recount(
         lost |= stamp.is_loss();
         stamps.push(stamp.stamp());
     }
-    let gone = keys_gone(store, activity, expire_at).await?;
-    if !lost && !gone {
-        return Err(RecountError::NothingLost {
-            activity: activity.id.to_string(),
-        });
+    // Another version on sale refuses before the version's claim is asked (a refused recount
+    // moves nothing, the version floor neither); the script checks again, atomically.
+    check_on_sale(store, activity, &layout).await?;
+    // Nothing lost: a recount of a loss already settled (read after it was) is refused before
+    // the count is judged (whatever it is, the answer is the same).
+    let mut gone = None;
+    if !lost && settles == Settles::Loss {
+        if !keys_gone(store, activity, expire_at).await? {
+            return Err(RecountError::NothingLost {
+                activity: activity.id.to_string(),
+            });
+        }
+        gone = Some(true);
     }
     check_count(store, activity, &layout, remaining).await?;
-    check_on_sale(store, activity, &layout).await?;
+    let gone = match gone {
+        Some(gone) => gone,
+        None => keys_gone(store, activity, expire_at).await?,
+    };
     if !store
         .claim_recount(&layout, activity.version, &stamps, remaining, expire_at)
         .await?
