@@ -2701,7 +2701,7 @@ async fn a_recount_is_set_once() {
 
     let (first, second) = tokio::join!(
         segments::recount(&s, &a, 8, segments::Settles::Loss),
-        segments::recount(&s, &a, 5)
+        segments::recount(&s, &a, 5, segments::Settles::Loss)
     );
     let (done, refused) = match (first, second) {
         (Ok(done), Err(e)) | (Err(e), Ok(done)) => (done, e),
