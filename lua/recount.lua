@@ -28,18 +28,37 @@
 -- ARGV[5] stream cap   ARGV[6] the operator's count for the whole activity (recorded)
 -- ARGV[7] the newest life of the segment's records the calling gateway saw ('' none): the new
 -- life starts after it and after any life the known hash names (see new_life in lib.lua)
--- ARGV[8..] the other versions
+-- ARGV[8] the loss stamp the caller read before it took the activity's recount claim
+-- (src/stock/scripts/recount.rs: known's `lost`, `fenced_at` and `recount`, joined by '/'):
+-- a recount settles the loss it read, once. Every recount writes a new `recount` stamp, so a
+-- second recount that read the segment before the first ran is refused here, atomically.
+-- ARGV[9..] the other versions
 --
 -- Returns {1, life, remaining, moved, birth}: birth = when the version went on sale here (unix
 -- ms: kept if the meta still knew, else now); moved = what this recount added to the version's
 -- `recounted` (units taken off sale; negative: put on sale); {-2, current}: a newer version is
 -- on sale here; {-3, current}: another version is on sale here (the configured one never was);
 -- {-4, ''}: a variant's lane whose buyers' units (the activity's, shared by its variants) are
--- lost: a count of one variant cannot rebuild them (nothing changed).
+-- lost: a count of one variant cannot rebuild them (nothing changed); {-5, stamp}: the segment
+-- no longer carries the loss stamp the caller read (recounted since, or another loss found):
+-- nothing changed.
+--
+-- A version's ledger that is gone while its stock is there (deleted by hand, or lost: the
+-- reserve refuses the segment as damaged, -6, and the prewarm marks it lost) is made again
+-- with `initial` = the share, and its counts are taken from the records the segment holds, as
+-- when the records are suspect, so the ledger balances and its pending matches the records.
 
 local META, STOCK, LEDGER, PENDING, USERS, RES, IDEM, EVENTS, TRANSFERS, RECEIVED, ACKED, KNOWN,
   RECORD = unpack(KEYS, 1, 13)
 local version, units, share, expire_at = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
+local OTHER_VERSIONS = 9
+
+-- The loss the caller read, still the one this segment carries?
+local k = redis.call('HMGET', KNOWN, 'lost', 'fenced_at', 'recount')
+local stamp = (k[1] or '') .. '/' .. (k[2] or '') .. '/' .. (k[3] or '')
+if stamp ~= ARGV[8] then
+  return {-5, stamp}
+end
 
 local current = redis.call('HGET', META, 'current')
 if current and tonumber(current) > tonumber(version) then
@@ -52,6 +71,9 @@ local now = now_ms()
 
 -- What the records still held say, per version: {pending, confirmed, released, retired}.
 local suspect = not marked(RES)
+-- The version's ledger gone (its stock there or not): made again below, counted from the
+-- records.
+local ledger_lost = redis.call('EXISTS', LEDGER) == 0
 local users_lost = not marked(USERS)
 -- A variant's lane shares the buyers' units with the activity's other variants (USERS is not
 -- under this lane's base, see src/stock/keys.rs): rebuilt from this lane's records alone, it
@@ -72,7 +94,7 @@ if users_lost then
     end
   end
 end
-if suspect then
+if suspect or ledger_lost then
   local all = redis.call('HGETALL', RES)
   for i = 1, #all, 2 do
     local r = all[i] ~= '' and decode(all[i + 1])
@@ -116,11 +138,11 @@ end
 
 -- Counts the ledger of version `ver` again from the records (when they are suspect), and sets
 -- its `recounted` to what balances it with `left` units in stock. Returns what it moved.
-local function rebalance(ledger, ver, left)
+local function rebalance(ledger, ver, left, made)
   if redis.call('EXISTS', ledger) == 0 then
     return 0
   end
-  if suspect then
+  if suspect or made then
     local c = counted[ver] or {0, 0, 0, 0}
     local unsold = tonumber(redis.call('HGET', ledger, 'unsold_retired') or '0')
     redis.call('HSET', ledger, 'pending', int(c[1]), 'confirmed', int(c[2]), 'released',
@@ -138,15 +160,22 @@ local function rebalance(ledger, ver, left)
 end
 
 for i = 14, #KEYS do
-  rebalance(KEYS[i], ARGV[i - 6], 0)
+  rebalance(KEYS[i], ARGV[OTHER_VERSIONS + i - 14], 0, false)
 end
 local was = tonumber(redis.call('GET', STOCK) or '0')
-local moved = rebalance(LEDGER, version, units)
+local moved = rebalance(LEDGER, version, units, ledger_lost)
 redis.call('SET', STOCK, int(units))
 redis.call('HSET', META, 'current', version)
 redis.call('HSETNX', META, 'v:' .. version, int(now))
 redis.call('HDEL', KNOWN, 'lost', 'hw', 'fenced_at')
-redis.call('HSET', KNOWN, 'recount', ARGV[6] .. '|' .. int(now), 'life', life)
+-- The recount stamp: always a new one (later than the last, even within one ms), so the loss
+-- stamp a second recount read before this one never matches again.
+local at = now
+local last_at = tonumber(string.match(k[3] or '', '|(%d+)$') or '')
+if last_at and last_at >= at then
+  at = last_at + 1
+end
+redis.call('HSET', KNOWN, 'recount', ARGV[6] .. '|' .. int(at), 'life', life)
 redis.call('SET', RECORD, replid_in(redis.call('INFO', 'replication')))
 redis.call('XADD', EVENTS, 'MAXLEN', '~', ARGV[5], '*', 'type', 'recount', 'ver', version,
   'remaining', int(units), 'was', int(was), 'recounted', int(moved), 'ts', int(now))

@@ -67,7 +67,8 @@
 --  {-4, remaining, held}             reservation id already used (never overwrite a record)
 --  {-5, 0, 0}                        the key's reservation is pending past its hold deadline: it
 --                                    is being settled (expiry or order lookup), never replayed
---  {-6, 0, 0}                        the segment lost a key it had (users or res): refused
+--  {-6, 0, 0}                        the segment lost a key it had (users, res, idem, or the
+--                                    ledger of a version whose stock is there): refused
 --  {-7, code, 0}                     the transfer to deposit first could not land (deposit's
 --                                    code: -1 no ledger of its version, -2 received book lost);
 --                                    nothing changed, the transfer stays in flight
@@ -170,6 +171,10 @@ local left = prewarmed and redis.call('GET', STOCK)
 local stock_exists = left ~= nil and left ~= false
 -- A stock INCRBY would refuse ("7.0", "0x7": numbers to Lua) is a damaged segment.
 whole = whole and (not stock_exists or string.match(left, '^-?%d+$') ~= nil)
+-- The version's stock without its ledger (deleted, or lost): damaged too, so the counts below
+-- never make the ledger again without its `initial` (a drift no resume could mend); the
+-- prewarm marks the segment lost and an operator's recount makes the ledger again.
+whole = whole and (not stock_exists or ledger_type == 'hash')
 left = tonumber(left or '0')
 local ledger_exists = ledger_type == 'hash'
 local events_exist = events_type == 'stream'
@@ -389,8 +394,8 @@ local function reserve(b)
   h = h + qty
   held[A[b + 1]], held_dirty[A[b + 1]] = h, true
   pending_units = pending_units + qty
-  -- Its ledger count (written below) makes the version's ledger if it was lost, as a separate
-  -- call's would have before a deposit after it.
+  -- The ledger exists (a stock without it is damaged, above): a deposit after this item sees
+  -- it, as a separate call's would.
   ledger_exists = true
   if A[b + 6] ~= '' then
     if not idem_new[A[b + 6]] then

@@ -2787,3 +2787,203 @@ async fn an_unacknowledged_fate_write_vetoes_the_replicas_acknowledged_lift() {
         replication_field(&replica, "master_replid")
     );
 }
+
+/// What a recount may change in segment 0 of activity 1001, read by hand: the stock, the
+/// ledger, the events, the known hash and the records.
+fn recount_view(redis: &RedisServer) -> Vec<String> {
+    let mut conn = redis.conn();
+    let stock: Option<String> = redis::cmd("GET")
+        .arg("fg:{1001}:v1:stock")
+        .query(&mut conn)
+        .unwrap();
+    let mut view = vec![format!("stock {stock:?}")];
+    for (kind, key) in [
+        ("ledger", "fg:{1001}:v1:ledger"),
+        ("known", "fg:{1001}:known"),
+        ("res", "fg:{1001}:res"),
+    ] {
+        let mut all: Vec<(String, String)> =
+            redis::cmd("HGETALL").arg(key).query(&mut conn).unwrap();
+        all.sort();
+        view.push(format!("{kind} {all:?}"));
+    }
+    let events: u64 = redis::cmd("XLEN")
+        .arg("fg:{1001}:events")
+        .query(&mut conn)
+        .unwrap();
+    view.push(format!("events {events}"));
+    view
+}
+
+/// Issue 45 item 4: a recount is set once. Two recounts of the same loss at once: one sets
+/// it, the other is refused before it changes anything; once it sells, a recount of the same
+/// loss (the same count or another) is refused and changes nothing.
+#[tokio::test]
+async fn a_recount_is_set_once() {
+    use flashgate::stock::segments::RecountError;
+    let redis = RedisServer::start();
+    let s = store(redis.url(), 1000);
+    let a = activity("1001", 10, 1, 3);
+    prewarm(&s, &a).await;
+    assert!(left(reserve(&s, &a, "u1", 2, "r1").await).is_some());
+    let l = Layout::of(&a);
+    s.mark_lost(&a, one(&l), "keys_lost", None).await.unwrap();
+    let stamp_before: (Option<String>, Option<String>) = redis::cmd("HMGET")
+        .arg("fg:{1001}:known")
+        .arg("lost")
+        .arg("recount")
+        .query(&mut redis.conn())
+        .unwrap();
+    assert!(stamp_before.0.is_some(), "marked lost");
+
+    let (first, second) = tokio::join!(
+        segments::recount(&s, &a, 8, segments::Settles::Loss),
+        segments::recount(&s, &a, 5, segments::Settles::Loss)
+    );
+    let (done, refused) = match (first, second) {
+        (Ok(done), Err(e)) | (Err(e), Ok(done)) => (done, e),
+        other => panic!("exactly one recount sets the count: {other:?}"),
+    };
+    assert!(
+        matches!(
+            refused,
+            RecountError::AlreadyRecounted { .. } | RecountError::NothingLost { .. }
+        ),
+        "{refused:?}"
+    );
+    let set = done.remaining;
+    assert!(set == 8 || set == 5, "{done:?}");
+    assert_eq!(remaining(&s, &a).await, Some(set as i64));
+    let row = ledger(&s, &a, 1).await;
+    assert_eq!(row.drift(), 0, "{row:?}");
+
+    // It sells again; a recount of the same loss, later, with the same count or another.
+    assert!(left(reserve(&s, &a, "u2", 1, "r2").await).is_some());
+    let before = recount_view(&redis);
+    for count in [set, 3, 0] {
+        let refused = segments::recount(&s, &a, count, segments::Settles::Loss)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(refused, RecountError::NothingLost { .. }),
+            "{count}: {refused:?}"
+        );
+        assert_eq!(recount_view(&redis), before, "{count}: nothing changed");
+    }
+
+    // The script's own check: a recount carrying the loss stamp read before the first one
+    // (its claim lost, say) is refused there, atomically, and changes nothing.
+    let keys = s.keys().of(one(&l)).for_recount(1);
+    let source = format!(
+        "{}\n{}",
+        include_str!("../lua/lib.lua"),
+        include_str!("../lua/recount.lua")
+    );
+    let stale = format!(
+        "{}//{}",
+        stamp_before.0.unwrap_or_default(),
+        stamp_before.1.unwrap_or_default()
+    );
+    let mut cmd = redis::cmd("EVAL");
+    cmd.arg(&source).arg(keys.len());
+    for key in &keys {
+        cmd.arg(key);
+    }
+    cmd.arg(1)
+        .arg(10)
+        .arg(10)
+        .arg(4_070_908_800u64)
+        .arg(1000)
+        .arg(10)
+        .arg("")
+        .arg(&stale);
+    let reply: Vec<redis::Value> = cmd.query(&mut redis.conn()).unwrap();
+    assert_eq!(reply.first(), Some(&redis::Value::Int(-5)), "{reply:?}");
+    assert_eq!(
+        recount_view(&redis),
+        before,
+        "the stale recount changed nothing"
+    );
+    let row = ledger(&s, &a, 1).await;
+    assert_eq!(row.drift(), 0, "{row:?}");
+    assert_eq!(row.remaining, set as i64 - 1);
+}
+
+/// Issue 45: a deleted ledger is detected (the reserve refuses the segment as damaged and
+/// never makes the ledger again half; the prewarm marks the segment lost, keys_lost, and a
+/// plain resume is refused) and repaired by a recount: the ledger made again balances, its
+/// pending matches the records, and sales after it keep it balanced.
+#[tokio::test]
+async fn a_deleted_ledger_is_refused_and_repaired_by_a_recount() {
+    use flashgate::stock::failover::Resumed;
+    let redis = RedisServer::start();
+    let s = store(redis.url(), 1000);
+    let a = activity("1001", 10, 1, 3);
+    prewarm(&s, &a).await;
+    assert!(left(reserve(&s, &a, "u1", 2, "r1").await).is_some());
+    assert!(left(reserve(&s, &a, "u2", 1, "r2").await).is_some());
+    assert!(matches!(
+        confirm(&s, &a, 1, "r2").await,
+        ConfirmOutcome::Confirmed
+    ));
+    redis.del(&["fg:{1001}:v1:ledger"]);
+
+    assert_eq!(
+        reserve(&s, &a, "u3", 1, "r3").await,
+        ReserveOutcome::Damaged
+    );
+    let exists: i64 = redis::cmd("EXISTS")
+        .arg("fg:{1001}:v1:ledger")
+        .query(&mut redis.conn())
+        .unwrap();
+    assert_eq!(exists, 0, "the reserve never makes the ledger again half");
+    assert_eq!(remaining(&s, &a).await, Some(7), "nothing taken");
+
+    assert!(matches!(
+        segments::prewarm(&s, &a).await.unwrap(),
+        Err(Refusal::Damaged { .. })
+    ));
+    let l = Layout::of(&a);
+    let known = s.known(one(&l)).await.unwrap();
+    assert_eq!(
+        known.lost.as_ref().map(|(reason, _)| reason.as_str()),
+        Some("keys_lost"),
+        "{known:?}"
+    );
+    assert!(matches!(
+        s.accept_master(&a).await.unwrap(),
+        Resumed::Lost(_)
+    ));
+
+    // The count: 10 less the 3 the records hold.
+    let done = segments::recount(&s, &a, 7, segments::Settles::Loss)
+        .await
+        .unwrap();
+    assert_eq!(done.remaining, 7);
+    let row = ledger(&s, &a, 1).await;
+    assert!(row.ledger, "made again");
+    assert_eq!(row.initial, 10, "{row:?}");
+    assert_eq!(
+        (row.pending, row.confirmed),
+        (2, 1),
+        "counted from the records"
+    );
+    assert_eq!(row.pending_reservations, 1, "r1, of 2 units: {row:?}");
+    assert_eq!(row.drift(), 0, "{row:?}");
+    assert_eq!(row.recounted, 0, "{row:?}");
+
+    // Sales go on, balanced.
+    assert!(left(reserve(&s, &a, "u3", 1, "r3").await).is_some());
+    assert!(matches!(
+        confirm(&s, &a, 1, "r1").await,
+        ConfirmOutcome::Confirmed
+    ));
+    assert!(matches!(
+        release(&s, &a, 1, "r3", ReleaseMode::Owner).await,
+        ReleaseOutcome::Released { .. }
+    ));
+    let row = ledger(&s, &a, 1).await;
+    assert_eq!(row.drift(), 0, "{row:?}");
+    assert_eq!((row.remaining, row.pending, row.confirmed), (7, 0, 3));
+    assert_eq!(s.known(one(&l)).await.unwrap().lost, None);
+}

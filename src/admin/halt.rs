@@ -103,43 +103,31 @@ impl AdminApp {
     }
 
     /// A resume with the operator's count: set once, while the activity is fenced, lost, or
-    /// refused for lost keys; then the halt is lifted. The same count sent again once it sells
-    /// answers 200 and changes nothing (a retry of a call whose answer was lost).
+    /// refused for lost keys, as Redis says (never this gateway's memory: another gateway's
+    /// recount may have settled the loss); then the halt is lifted. A second recount of the
+    /// same loss, from any gateway, at any moment, answers 409 and changes nothing:
+    /// `already_recounted` (it read the loss before the first settled it) or `selling` (read
+    /// after); `loss_changed` when a segment's loss changed between its read and its recount.
     /// `lane` is the stock lane recounted: the activity, or the variant named.
     async fn recount(&self, activity: &Activity, lane: &Activity, units: u64) -> Response<Vec<u8>> {
-        let store = &self.gw.store;
-        let stopped = match store.check_master(lane).await {
-            Ok(checked) => {
-                checked.fence.is_some()
-                    || self
-                        .gw
-                        .lifecycle
-                        .state()
-                        .refusal(&lane.lane)
-                        .is_some_and(|r| r.store_forgot() && r.applies_to(lane))
-            }
-            Err(e) => return self.answer_stop(activity, Err(e)).await,
-        };
-        if !stopped {
-            return match store.last_recount(lane).await {
-                Ok(Some(last)) if last == units => self.answer_stop(activity, Ok(())).await,
-                Ok(_) => error(
-                    StatusCode::CONFLICT,
-                    "selling",
-                    &format!(
-                        "{} is selling from what Redis holds (not fenced, nothing lost): there \
-                         is nothing to recount; to add units, restock",
-                        activity.id
-                    ),
-                ),
-                Err(e) => self.answer_stop(activity, Err(e)).await,
-            };
+        // This gateway's check first: a fence it sees is written (fenced_at) or marked lost.
+        if let Err(e) = self.gw.store.check_master(lane).await {
+            return self.answer_stop(activity, Err(e)).await;
         }
-        let done = match self.gw.lifecycle.recount(lane, units).await {
+        let done = match self.gw.lifecycle.recount_once(lane, units).await {
             Ok(_) => self.lift_if_whole(activity).await,
             Err(RecountError::Store(e)) => Err(e),
             Err(e @ (RecountError::TooMany { .. } | RecountError::HeldStill { .. })) => {
                 return bad_request(&e.to_string())
+            }
+            Err(e @ RecountError::NothingLost { .. }) => {
+                return error(StatusCode::CONFLICT, "selling", &e.to_string())
+            }
+            Err(e @ RecountError::AlreadyRecounted { .. }) => {
+                return error(StatusCode::CONFLICT, "already_recounted", &e.to_string())
+            }
+            Err(e @ RecountError::LossChanged { .. }) => {
+                return error(StatusCode::CONFLICT, "loss_changed", &e.to_string())
             }
             Err(e) => return error(StatusCode::CONFLICT, "not_on_sale", &e.to_string()),
         };

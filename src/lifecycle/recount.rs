@@ -3,7 +3,7 @@
 
 use super::Lifecycle;
 use crate::config::Activity;
-use crate::stock::segments::{self, RecountError, Recounted};
+use crate::stock::segments::{self, RecountError, Recounted, Settles};
 use crate::stock::StockStore;
 
 impl Lifecycle<StockStore> {
@@ -15,7 +15,29 @@ impl Lifecycle<StockStore> {
         activity: &Activity,
         remaining: u64,
     ) -> Result<Recounted, RecountError> {
-        let done = segments::recount(&self.store, activity, remaining).await?;
+        self.recount_settling(activity, remaining, Settles::Anything)
+            .await
+    }
+
+    /// [`Self::recount`] of the loss Redis carries now, set once (the admin API's): refused
+    /// when Redis carries none (`RecountError::NothingLost`), or when another recount claimed
+    /// the same loss (`RecountError::AlreadyRecounted`); see `stock::segments::recount`.
+    pub async fn recount_once(
+        &self,
+        activity: &Activity,
+        remaining: u64,
+    ) -> Result<Recounted, RecountError> {
+        self.recount_settling(activity, remaining, Settles::Loss)
+            .await
+    }
+
+    async fn recount_settling(
+        &self,
+        activity: &Activity,
+        remaining: u64,
+        settles: Settles,
+    ) -> Result<Recounted, RecountError> {
+        let done = segments::recount(&self.store, activity, remaining, settles).await?;
         if !activity.is_segmented() {
             self.units_left(
                 &activity.id,

@@ -32,6 +32,9 @@
 //! <p>:{<tag>}:known         hash    what the gateways know the segment must hold: the most
 //!                                   records seen, the records' epoch, the accepted master's
 //!                                   persistence, a loss found, the last lift and recount
+//! <p>:{<act>}:v<n>:recount:<s>:<stamp>
+//!                           string  a recount's claim on the loss segment s carried (stamp:
+//!                                   its known's lost/fenced_at/recount): the operator's count
 //! <p>:{<act>}:variants      hash    a drop's variants each version was first put on sale with
 //!                                   (version -> ids), shared by its variants' lanes
 //! <p>:{<act>}:floor         string  the newest version ever claimed: the one key that never
@@ -225,6 +228,12 @@ impl SegmentKeys {
     }
     pub fn acknowledged(&self) -> String {
         self.key("acked")
+    }
+    /// On the base tag: a recount's claim on the loss `stamp` segment `segment` carried when
+    /// it was read (`src/stock/segments/recount.rs`): a second recount of the same loss finds
+    /// it taken. Expires with the activity's keys.
+    pub fn recount_claim(&self, version: u64, segment: u32, stamp: &str) -> String {
+        format!("{}:v{version}:recount:{segment}:{stamp}", self.base)
     }
     /// On the base tag, shared by a drop's variants: the variants each version was first put
     /// on sale with (version -> comma-separated ids; see `lua/claim.lua`).

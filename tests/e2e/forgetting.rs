@@ -2,6 +2,8 @@
 //! flushed, gone back to an older snapshot, or missing a key sells nothing twice: buyers get 503
 //! `unavailable`, `flashgate reconcile` exits non-zero naming the activity, a plain resume
 //! answers 409 `store_lost_sales`, and a resume with the SRE's count sells exactly that many.
+//! A recount is set once: the same count sent again (to any gateway, at any moment) answers
+//! 409 and changes nothing (issue 45).
 //! A durable restart that lost nothing sells on by itself; a restart that may have lost writes
 //! (`everysec`) waits for an operator; a Redis that may evict keys is not sold on.
 
@@ -109,6 +111,11 @@ async fn sells_nothing_until_recounted(gw: &GatewayProc, left: usize) {
     assert_eq!(status, 400, "{text}");
     let (status, _, text) = resume(gw, &format!("{{\"remaining\": {left}}}")).await;
     assert_eq!(status, 200, "{text}");
+    // Set once: the same count again (a retry whose answer was lost), or another, is refused.
+    for again in [left, left.saturating_sub(1)] {
+        let (status, code, text) = resume(gw, &format!("{{\"remaining\": {again}}}")).await;
+        assert_eq!((status, code.as_str()), (409, "selling"), "{again}: {text}");
+    }
     assert_eq!(sell_out(gw, 200).await, left, "the count, exactly");
     let table = gw.reconcile_clean();
     assert!(table.contains("recount"), "{table}");
@@ -134,6 +141,66 @@ async fn a_flushed_store_sells_nothing_twice() {
     assert_eq!(burst(&gw, 0, 3).await, 3);
     let _: () = redis::cmd("FLUSHALL").query(&mut redis.conn()).unwrap();
     sells_nothing_until_recounted(&gw, STOCK as usize - 3).await;
+}
+
+/// Issue 45 item 4: the same count sent to two gateways at the same moment (two operators, or
+/// one operator's retry through another gateway): exactly one sets it (200), the other is
+/// refused (409) and changes nothing; then exactly the count sells, and the backend's orders
+/// never exceed the stock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_recounts_at_once_set_the_count_once() {
+    let redis = RedisServer::start();
+    let upstream = Upstream::start();
+    let gw = gateway(&redis, &upstream);
+    let gw2 = gateway(&redis, &upstream);
+    assert_eq!(burst(&gw, 0, 2).await, 2);
+    assert_eq!(burst(&gw2, 2, 3).await, 1);
+    let _: () = redis::cmd("FLUSHALL").query(&mut redis.conn()).unwrap();
+    for g in [&gw, &gw2] {
+        wait_for_async("the loss found", Duration::from_secs(10), || async {
+            g.activity_view("1001").await["fenced"]["lost"]
+                .as_str()
+                .map(str::to_owned)
+        })
+        .await;
+    }
+    let left = STOCK as usize - 3;
+    let body = format!("{{\"remaining\": {left}}}");
+    let barrier = tokio::sync::Barrier::new(2);
+    let (a, b) = tokio::join!(
+        resume_released(&gw, &barrier, &body),
+        resume_released(&gw2, &barrier, &body)
+    );
+    let mut statuses = [a.0, b.0];
+    statuses.sort_unstable();
+    assert_eq!(
+        statuses,
+        [200, 409],
+        "exactly one sets the count: {a:?} {b:?}"
+    );
+    let refused = if a.0 == 409 { &a } else { &b };
+    assert!(
+        matches!(refused.1.as_str(), "already_recounted" | "selling"),
+        "{refused:?}"
+    );
+    // Exactly the count sells, through either gateway.
+    let sold = sell_out(&gw, 200).await + sell_out(&gw2, 400).await;
+    assert_eq!(sold, left, "the count, exactly, once");
+    let orders = upstream.orders().await.len();
+    assert_eq!(orders, 3 + left, "the backend's orders");
+    assert!(orders as u64 <= STOCK, "{orders} orders for {STOCK}");
+    let table = gw.reconcile_clean();
+    assert!(table.contains("recount"), "{table}");
+}
+
+/// A recount's resume sent once `barrier` releases it (the other call's with it).
+async fn resume_released(
+    gw: &GatewayProc,
+    barrier: &tokio::sync::Barrier,
+    body: &str,
+) -> (u16, String, String) {
+    barrier.wait().await;
+    resume(gw, body).await
 }
 
 /// A gateway started after the flush, with nothing in memory, makes the stock again from its

@@ -512,17 +512,10 @@ impl StockStore {
         let layout = super::segments::recorded_layout(self, activity).await?;
         for segment in layout.segments() {
             let seen = self.seen(segment, false).await;
-            self.master(segment, activity, &seen, MasterCall::Orders)
+            self.master(segment, activity, &seen, MasterCall::Orders, false)
                 .await?;
         }
         Ok(())
-    }
-
-    /// The operator's count of the last recount of `activity` (segment 0's record), if any.
-    pub async fn last_recount(&self, activity: &Activity) -> Result<Option<u64>, StoreError> {
-        let layout = super::segments::recorded_layout(self, activity).await?;
-        let first = layout.segment(0).expect("every layout has a segment 0");
-        Ok(self.known(first).await?.recount)
     }
 
     /// After a recount: every segment's record now names the master answering (recount.lua).

@@ -3,8 +3,39 @@
 //! arguments and its reply, in one place; the script itself is in the registry (`super`).
 
 use super::super::records::{int, string};
-use super::super::{ScriptName, Segment, SegmentKeys, StockStore, StoreError, StoreOp};
+use super::super::{Layout, ScriptName, Segment, SegmentKeys, StockStore, StoreError, StoreOp};
 use redis::Value;
+
+/// The loss a segment carries, as its `known` hash says (`lua/master.lua`): what a recount
+/// settles. Every recount writes a new `recount` stamp, so the stamp a recount read is never
+/// carried again once any recount ran there.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LossStamp {
+    /// `lost`: '<version>|<reason>|<held>|<hw>|<at>', if the segment was found lost.
+    pub lost: Option<String>,
+    /// `fenced_at`: when a gateway first saw the current fence (Redis ms), if fenced.
+    pub fenced_at: Option<String>,
+    /// `recount`: '<units>|<at>' of the last recount, if any.
+    pub recount: Option<String>,
+}
+
+impl LossStamp {
+    /// Whether the segment is lost or fenced (a recount has something to settle here).
+    pub fn is_loss(&self) -> bool {
+        self.lost.is_some() || self.fenced_at.is_some()
+    }
+
+    /// The stamp as `recount.lua` compares it: the three fields joined by '/'.
+    pub fn stamp(&self) -> String {
+        let field = |f: &Option<String>| f.clone().unwrap_or_default();
+        format!(
+            "{}/{}/{}",
+            field(&self.lost),
+            field(&self.fenced_at),
+            field(&self.recount)
+        )
+    }
+}
 
 impl SegmentKeys {
     /// `recount.lua`: the segment's keys (also the first 13 of `prewarm.lua`'s, in this order).
@@ -28,7 +59,7 @@ impl SegmentKeys {
 }
 
 /// What a recount did in one segment.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SegmentRecount {
     /// The segment sells `remaining` from now; `moved` units went into the ledger's
     /// `recounted` (taken off sale; negative: put on sale); the version went on sale here at
@@ -43,12 +74,74 @@ pub enum SegmentRecount {
     /// A variant's lane whose buyers' units (shared by the activity's variants) are lost: one
     /// variant's records cannot rebuild them; nothing changed.
     SharedUnitsLost,
+    /// The segment no longer carries the loss stamp the caller read (`now`: the one it does):
+    /// recounted since, or another loss found; nothing changed.
+    StampChanged { now: String },
 }
 
 impl StockStore {
+    /// The loss `segment` carries now (one HMGET of its `known` hash).
+    pub(in crate::stock) async fn loss_stamp(
+        &self,
+        segment: Segment<'_>,
+    ) -> Result<LossStamp, StoreError> {
+        let (lost, fenced_at, recount) = self
+            .query(
+                StoreOp::Read,
+                redis::cmd("HMGET")
+                    .arg(self.keys.of(segment).known())
+                    .arg("lost")
+                    .arg("fenced_at")
+                    .arg("recount"),
+            )
+            .await?;
+        Ok(LossStamp {
+            lost,
+            fenced_at,
+            recount,
+        })
+    }
+
+    /// Takes the activity-wide claim of a recount of `version` on the losses `stamps` (one per
+    /// segment of `layout`, in order), atomically: one key per segment and stamp on the base
+    /// tag, all set or none (MSETNX in MULTI/EXEC, with their expiry). `false`: another recount
+    /// already claimed one of them (the same loss, read before or while it was settled).
+    /// Never sent twice (a retry of a claim whose answer was lost would find its own).
+    pub(in crate::stock) async fn claim_recount(
+        &self,
+        layout: &Layout,
+        version: u64,
+        stamps: &[String],
+        count: u64,
+        expire_at: u64,
+    ) -> Result<bool, StoreError> {
+        let base = self.keys.base(layout);
+        let keys: Vec<String> = stamps
+            .iter()
+            .zip(0u32..)
+            .map(|(stamp, index)| base.recount_claim(version, index, stamp))
+            .collect();
+        let mut pipe = redis::pipe();
+        pipe.atomic();
+        let set = pipe.cmd("MSETNX");
+        for key in &keys {
+            set.arg(key).arg(count);
+        }
+        for key in &keys {
+            pipe.cmd("EXPIREAT").arg(key).arg(expire_at).ignore();
+        }
+        let (taken,): (i64,) = self
+            .redis
+            .pipeline(StoreOp::Recount, self.timeout(), &pipe, None)
+            .await?;
+        Ok(taken == 1)
+    }
+
     /// Sets `version`'s remaining stock in `segment` to `units` (see `lua/recount.lua`); `share`
     /// is the segment's configured share (a ledger made again starts from it), `count` the
-    /// operator's count for the whole activity (recorded).
+    /// operator's count for the whole activity (recorded), `stamp` the loss stamp the caller
+    /// read there ([`LossStamp::stamp`]): refused if the segment carries another now.
+    #[allow(clippy::too_many_arguments)]
     pub(in crate::stock) async fn recount_segment(
         &self,
         segment: Segment<'_>,
@@ -56,6 +149,7 @@ impl StockStore {
         units: u64,
         share: u64,
         count: u64,
+        stamp: &str,
         expire_at: u64,
     ) -> Result<SegmentRecount, StoreError> {
         let keys = self.keys.of(segment);
@@ -80,7 +174,8 @@ impl StockStore {
             .arg(expire_at)
             .arg(self.events_maxlen)
             .arg(count)
-            .arg(self.failover.watermark(&keys.master()).seen().1);
+            .arg(self.failover.watermark(&keys.master()).seen().1)
+            .arg(stamp);
         for other in others {
             invocation.arg(other);
         }
@@ -103,6 +198,7 @@ impl StockStore {
             },
             Some(-2 | -3) => other(),
             Some(-4) => Some(SegmentRecount::SharedUnitsLost),
+            Some(-5) => string(reply.get(1)).map(|now| SegmentRecount::StampChanged { now }),
             _ => None,
         };
         outcome.ok_or_else(|| StoreError::protocol(ScriptName::Recount, reply))

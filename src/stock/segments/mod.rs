@@ -14,7 +14,7 @@ use crate::config::Activity;
 mod recount;
 mod reserve;
 
-pub use recount::{recount, RecountError, Recounted};
+pub use recount::{recount, RecountError, Recounted, Settles};
 pub use reserve::{
     deposit_and_reserve, reserve, standing, Purchase, Reserve, ReserveFailed, Reserving, Standing,
 };

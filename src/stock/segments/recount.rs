@@ -4,6 +4,18 @@
 //! (`POST /v1/activities/{act}/resume` with `{"remaining": N}`). The count is documented as the
 //! configured stock less the backend's orders (`flashgate reconcile --orders` lists them).
 //!
+//! A recount is set once: it settles the loss it read in Redis (each segment's loss stamp:
+//! its `known` hash's `lost`, `fenced_at` and last `recount`, or keys gone altogether), never
+//! what this gateway remembers (another gateway's recount may have settled it). Before any
+//! segment is touched it takes an activity-wide claim on those stamps (one MSETNX on the base
+//! tag, [`StockStore::claim_recount`]): a second recount of the same loss, from any gateway, at
+//! any moment, is refused there ([`RecountError::AlreadyRecounted`]) or, read once the first
+//! settled it, finds nothing lost ([`RecountError::NothingLost`]); and `lua/recount.lua`
+//! refuses, atomically, a segment that no longer carries the stamp read (every recount writes a
+//! new one). Approximation: a claim taken whose recount never ran (the store's answer lost
+//! between the two) holds the loss: a second recount of it is refused all the same (in doubt,
+//! hold); a newer version sells afresh.
+//!
 //! The units go to segment 0 (the other segments' buyers pull them as they would a restock's),
 //! less the units still in flight between segments (given, not yet received: they land on top).
 //! Each segment's ledger takes the difference in `recounted` (`lua/recount.lua`).
@@ -64,6 +76,28 @@ pub enum RecountError {
          sell under a new activity id"
     )]
     SharedUnitsLost { activity: String },
+    /// Redis holds no loss of the activity to settle: not fenced, not lost, its keys not gone.
+    #[error(
+        "{activity} is selling from what Redis holds (not fenced, nothing lost, its keys not \
+         gone): there is nothing to recount. A recount is set once: a second count of a loss \
+         already settled (by this gateway or another) changes nothing; to add units, restock"
+    )]
+    NothingLost { activity: String },
+    /// Another recount already claimed the loss this one read (the same loss: set once).
+    #[error(
+        "a recount of this loss of {activity} was already taken (by this or another gateway, \
+         just now or before): a recount is set once, nothing changed; read the activity \
+         (GET /v1/activities/{activity}): if it sells, the count was set"
+    )]
+    AlreadyRecounted { activity: String },
+    /// A segment no longer carries the loss this recount read (recounted since by another, or
+    /// another loss found): nothing changed there.
+    #[error(
+        "segment {segment} of {activity} changed since this recount read it (recounted by \
+         another call, or another loss found): nothing changed there; read the activity (GET \
+         /v1/activities/{activity}) and, if it is still lost, count again"
+    )]
+    LossChanged { activity: String, segment: u32 },
 }
 
 /// What a recount did.
@@ -75,17 +109,64 @@ pub struct Recounted {
     pub moved: i64,
 }
 
+/// What a recount may settle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settles {
+    /// Only a loss Redis carries now (a segment lost or fenced, or the version's keys gone):
+    /// refused ([`RecountError::NothingLost`]) when there is none. The admin API's recount.
+    Loss,
+    /// Whatever Redis holds (a library caller that judged the loss itself: the model test);
+    /// still claimed and stamp-checked, so two recounts that read the same state set once.
+    Anything,
+}
+
 /// Sets `activity`'s version on sale to `remaining` units (see the module doc).
 pub async fn recount(
     store: &StockStore,
     activity: &Activity,
     remaining: u64,
+    settles: Settles,
 ) -> Result<Recounted, RecountError> {
     let expire_at = store.expire_at(activity);
     let layout = recorded_layout(store, activity).await?;
-    check_count(store, activity, &layout, remaining).await?;
+    // The loss, read in Redis: the stamps first, then whether the keys are gone (a recount
+    // makes the keys again before it writes its stamps, so stamps read after another's recount
+    // come with keys found there).
+    let mut stamps = Vec::new();
+    let mut lost = false;
+    for segment in layout.segments() {
+        let stamp = store.loss_stamp(segment).await?;
+        lost |= stamp.is_loss();
+        stamps.push(stamp.stamp());
+    }
+    // Another version on sale refuses before the version's claim is asked (a refused recount
+    // moves nothing, the version floor neither); the script checks again, atomically.
     check_on_sale(store, activity, &layout).await?;
-    claim(store, activity, &layout, expire_at).await?;
+    // Nothing lost: a recount of a loss already settled (read after it was) is refused before
+    // the count is judged (whatever it is, the answer is the same).
+    let mut gone = None;
+    if !lost && settles == Settles::Loss {
+        if !keys_gone(store, activity, expire_at).await? {
+            return Err(RecountError::NothingLost {
+                activity: activity.id.to_string(),
+            });
+        }
+        gone = Some(true);
+    }
+    check_count(store, activity, &layout, remaining).await?;
+    let gone = match gone {
+        Some(gone) => gone,
+        None => keys_gone(store, activity, expire_at).await?,
+    };
+    if !store
+        .claim_recount(&layout, activity.version, &stamps, remaining, expire_at)
+        .await?
+    {
+        return Err(RecountError::AlreadyRecounted {
+            activity: activity.id.to_string(),
+        });
+    }
+    claim(store, activity, &layout, gone, expire_at).await?;
     let in_flight = in_flight(store, activity, &layout).await?;
     let mut done = Recounted {
         remaining: 0,
@@ -102,6 +183,7 @@ pub async fn recount(
         // In doubt, hold: what is still pending in a store that forgot what it sold may be a
         // sale the backend took; its expiry is no proof (held before the count lifts the loss).
         store.hold_pending_in_doubt(activity, segment).await?;
+        let stamp = &stamps[segment.index() as usize];
         let outcome = store
             .recount_segment(
                 segment,
@@ -109,6 +191,7 @@ pub async fn recount(
                 units,
                 share,
                 remaining,
+                stamp,
                 expire_at,
             )
             .await?;
@@ -129,6 +212,15 @@ pub async fn recount(
                 return Err(RecountError::SharedUnitsLost {
                     activity: activity.id.to_string(),
                 })
+            }
+            SegmentRecount::StampChanged { now } => {
+                tracing::warn!(activity = %activity.id, segment = segment.index(),
+                    read = %stamp, now = %now,
+                    "a recount was refused: the segment's loss changed since it was read");
+                return Err(RecountError::LossChanged {
+                    activity: activity.id.to_string(),
+                    segment: segment.index(),
+                });
             }
         }
         if layout.is_segmented() {
@@ -195,22 +287,33 @@ async fn check_on_sale(
     Ok(())
 }
 
-/// The claim on the version (a prewarm's), and the registry's record of the activity for the
-/// sweeps (so that its holds still run out once the configuration drops it).
+/// Whether the version's keys are gone (it was on sale, and its claim's record is gone): the
+/// very case a recount is for. The claim on the version (a prewarm's) otherwise; another
+/// refusal refuses the recount.
+async fn keys_gone(
+    store: &StockStore,
+    activity: &Activity,
+    expire_at: u64,
+) -> Result<bool, RecountError> {
+    match claimed(store, activity, &Layout::of(activity), expire_at).await? {
+        Ok(()) => Ok(false),
+        Err(Refusal::SoldBefore { .. }) => Ok(true),
+        Err(refusal) => Err(RecountError::Refused(refusal)),
+    }
+}
+
+/// Once the recount's claim is taken: the claim's record made again if the keys were gone
+/// (the operator's count puts the version on sale again), and the registry's record of the
+/// activity for the sweeps (so that its holds still run out once the configuration drops it).
 async fn claim(
     store: &StockStore,
     activity: &Activity,
     layout: &Layout,
+    gone: bool,
     expire_at: u64,
 ) -> Result<(), RecountError> {
-    match claimed(store, activity, &Layout::of(activity), expire_at).await? {
-        Ok(()) => {}
-        // The version was on sale and its keys are gone: the very case a recount is for (the
-        // operator's count puts it on sale again; the claim's record is made again here).
-        Err(Refusal::SoldBefore { .. }) => {
-            store.reclaim(layout, activity.version, expire_at).await?
-        }
-        Err(refusal) => return Err(RecountError::Refused(refusal)),
+    if gone {
+        store.reclaim(layout, activity.version, expire_at).await?;
     }
     store
         .register(&activity.lane, layout.count(), expire_at)
