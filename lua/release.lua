@@ -2,7 +2,8 @@
 -- (lib.lua is prepended: give_back.)
 --
 -- KEYS[1] res   KEYS[2] users   KEYS[3] stock of the version   KEYS[4] ledger of the version
--- KEYS[5] pending of the version   KEYS[6] events
+-- KEYS[5] pending of the version   KEYS[6] events   KEYS[7] the segment's master record
+-- KEYS[8] known (see lua/master.lua)
 -- ARGV[1] jti   ARGV[2] version the caller believes it belongs to   ARGV[3] reason
 -- ARGV[4] who asks:
 --   owner    the request that made the reservation failed: only from pending, and not once an
@@ -17,6 +18,12 @@
 --            the answer is then kept for later (due again at the deadline)
 --   admin    the backend or an operator cancels: from pending or confirmed
 -- ARGV[5] stream cap   ARGV[6] the fence (lookup only)
+-- ARGV[7] the master identity the gateway last saw accepted here ('' none)   ARGV[8] the most
+-- records it saw the segment hold   ARGV[9] of which life: the gateway's fencing token. An
+-- abandon writes no tombstone into a segment fenced, lost or gone back for it: a tombstone
+-- grows the records hash, and a store back to an older snapshot would then hold as many
+-- records as the gateway saw and pass for whole (issue 45's model finding: 8 units of a 6-unit
+-- stock). The reserve it would stop is refused there by the same token.
 --
 -- Returns {code, remaining}:
 --   1 released; remaining in its version, -1 if its units were retired
@@ -31,7 +38,10 @@
 local jti, mode = ARGV[1], ARGV[4]
 local raw = redis.call('HGET', KEYS[1], jti)
 if not raw then
-  if mode == 'abandon' then
+  local records, life = records_of(KEYS[1])
+  if mode == 'abandon' and master_holds(KEYS[7], ARGV[7])
+      and not went_back(records, life, tonumber(ARGV[8]), ARGV[9])
+      and not renewed_unseen(life, ARGV[9], KEYS[8]) then
     redis.call('HSET', KEYS[1], jti, encode({state = 'released', qty = '0', ver = ARGV[2],
       created = '', deadline = '', done = int(now_ms()), reason = ARGV[3], flags = 't',
       fence = '0', prior = '0', busy = '0', user = ''}))

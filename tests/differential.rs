@@ -398,6 +398,10 @@ async fn run_seed(
     let mut next_jti = 0u32;
     let mut log = Vec::new();
     let mut damaged = false;
+    // The version whose ledger was deleted (op 98): from then on the old script is no oracle
+    // for it (it made the ledger again without its `initial`, the drift issue 45 fixed); today's
+    // refuses the segment as damaged and takes nothing.
+    let mut ledger_gone: Option<u64> = None;
     for step in 0..steps {
         let roll = r.below(100);
         if roll < 60 {
@@ -460,8 +464,11 @@ async fn run_seed(
                 };
                 *CODES.lock().unwrap().entry(code).or_default() += 1;
             }
+            let oracle = ledger_gone.is_none();
             for (i, it) in items.iter().enumerate() {
-                if ra[i] != rb[i] || ra[i] != rc[i] {
+                let took = ra[i][0] == "1" || ra[i][0] == "2";
+                if ra[i] != rb[i] || (oracle && ra[i] != rc[i]) || (ledger_gone == Some(v) && took)
+                {
                     return Err(format!(
                         "seed {seed} step {step} item {i} {it:?}\n separate {:?}\n batched  {:?}\n old      {:?}\n{}",
                         ra[i],
@@ -548,6 +555,7 @@ async fn run_seed(
                     98 => {
                         if a == "A" {
                             damaged = true;
+                            ledger_gone = Some(ver);
                         }
                         let _: () = redis::cmd("DEL")
                             .arg(format!("fg:{{{a}}}:v{ver}:ledger"))
@@ -582,7 +590,7 @@ async fn run_seed(
             .chain(bc)
             .filter(|b| !(damaged && b.contains("ledger has no expiry")))
             .collect();
-        if da != db || da != dc || !bad.is_empty() {
+        if da != db || (ledger_gone.is_none() && da != dc) || !bad.is_empty() {
             let diff = |x: &str, y: &str| -> String {
                 x.lines()
                     .zip(y.lines())

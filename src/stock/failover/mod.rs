@@ -446,6 +446,22 @@ impl StockStore {
                 fenced.push(segment.index());
             }
         }
+        // In doubt, hold: a configured layout Redis no longer records (another gateway's
+        // change, the registry outliving an emptied store) may hold segments this gateway saw
+        // sell; one whose records are gone is lost too, and refuses the plain resume.
+        let configured = Layout::of(activity);
+        if configured.count() != layout.count() {
+            for segment in configured.segments() {
+                let verdict = self
+                    .master_call(segment, activity, MasterCall::Check)
+                    .await?;
+                if verdict.verdict == "lost" {
+                    let fence = self.fence_of(segment, &verdict);
+                    self.show(activity, Some(fence.clone()));
+                    return Ok(Resumed::Lost(fence));
+                }
+            }
+        }
         let mut changed = false;
         for segment in layout.segments() {
             let record = self.keys.of(segment).master();

@@ -8,7 +8,7 @@ use super::super::{
 };
 
 impl SegmentKeys {
-    pub fn for_release(&self, version: u64) -> [String; 6] {
+    pub fn for_release(&self, version: u64) -> [String; 8] {
         [
             self.reservations(),
             self.users(),
@@ -16,6 +16,8 @@ impl SegmentKeys {
             self.ledger(version),
             self.pending(version),
             self.events(),
+            self.master(),
+            self.known(),
         ]
     }
 }
@@ -159,6 +161,8 @@ impl StockStore {
         reason: ReleaseReason,
     ) -> redis::Cmd {
         let keys = self.keys.of(segment).for_release(version);
+        let expected = self.failover.expected(&keys[6]);
+        let (most, life) = self.failover.watermark(&keys[6]).seen();
         let mut cmd = super::super::client::evalsha(&super::RELEASE, keys.len());
         for key in &keys {
             cmd.arg(key);
@@ -168,7 +172,10 @@ impl StockStore {
             .arg(reason.as_str())
             .arg(mode.as_str())
             .arg(self.events_maxlen)
-            .arg(mode.fence().map(|f| f.to_string()).unwrap_or_default());
+            .arg(mode.fence().map(|f| f.to_string()).unwrap_or_default())
+            .arg(expected)
+            .arg(most)
+            .arg(life);
         cmd
     }
 }

@@ -167,7 +167,31 @@ pub async fn recount(
         });
     }
     claim(store, activity, &layout, gone, expire_at).await?;
-    let in_flight = in_flight(store, activity, &layout).await?;
+    let (done, births) =
+        set_counts(store, activity, &layout, remaining, &stamps, expire_at).await?;
+    // On sale from now: if the store forgets it again, it is never made from the YAML.
+    store
+        .failover()
+        .saw_on_sale(&activity.lane, activity.version, births);
+    store.recounted(activity);
+    tracing::warn!(activity = %activity.id, version = activity.version, count = remaining,
+        on_sale = done.remaining, taken_off = done.moved,
+        "the operator's count of the remaining stock was set (recount): the activity sells again");
+    Ok(done)
+}
+
+/// Sets the count in every segment (the units in segment 0, less what is in flight between
+/// segments), each under the loss stamp read for it, holding what is pending in doubt first.
+/// Returns what was set and when the version went on sale in each segment.
+async fn set_counts(
+    store: &StockStore,
+    activity: &Activity,
+    layout: &Layout,
+    remaining: u64,
+    stamps: &[String],
+    expire_at: u64,
+) -> Result<(Recounted, Vec<u64>), RecountError> {
+    let in_flight = in_flight(store, activity, layout).await?;
     let mut done = Recounted {
         remaining: 0,
         moved: 0,
@@ -224,18 +248,10 @@ pub async fn recount(
             }
         }
         if layout.is_segmented() {
-            store.mark_made(&layout, segment.index()).await?;
+            store.mark_made(layout, segment.index()).await?;
         }
     }
-    // On sale from now: if the store forgets it again, it is never made from the YAML.
-    store
-        .failover()
-        .saw_on_sale(&activity.lane, activity.version, births);
-    store.recounted(activity);
-    tracing::warn!(activity = %activity.id, version = activity.version, count = remaining,
-        on_sale = done.remaining, taken_off = done.moved,
-        "the operator's count of the remaining stock was set (recount): the activity sells again");
-    Ok(done)
+    Ok((done, births))
 }
 
 /// Refuses a count the version cannot have left: more than it ever had, or more than it has
