@@ -190,9 +190,10 @@ end
 -- the segment's known hash, KEYS `known`): the store forgot everything it held and its records were
 -- made again (an emptied or flushed Redis whose stock another gateway, with nothing in memory,
 -- created again from its configuration). A gateway that saw the older life is refused there at its
--- next call, not at its next master check. One HGET, only when the lives differ. A newer life that
--- is legitimate but unnamed (a newer version after the sale's keys expired) is refused until the
--- master check, which judges it with the versions, tells the gateway (it adopts the life).
+-- next call, not at its next master check. One HGET, only when the lives differ. The reserve
+-- asks it only for a version the caller sold in the life it saw (a newer version, put on sale
+-- after the sale's keys expired, is another sale); the sweep and an abandon's tombstone hold
+-- back in any newer life the caller did not see begin, until its own sales tell it the life.
 local function renewed_unseen(life, seen_life, known)
   return seen_life ~= '' and life ~= '' and older(seen_life, life)
     and redis.call('HGET', known, 'life') ~= life

@@ -5,7 +5,8 @@
 --
 -- KEYS[1] the segment's master record: the identity (INFO replication's master_replid) of the
 --         master its stock was accepted under, or 'lost' (the store forgot what it sold: only a
---         recount, recount.lua, or a newer version lifts it)
+--         recount, recount.lua, or a newer version lifts it), or 'born' (made after its sale
+--         opened, on hold: see prewarm.lua)
 -- KEYS[2] known (hash): what the gateways know of the segment, kept beside it:
 --           hw        '<life>|<n>': the most records of a life any gateway saw it hold when it
 --                     acknowledged a sale (see records_of in lib.lua), written back by every
@@ -63,6 +64,8 @@
 --               nothing missing since the fence began: refused, nothing accepted (in doubt,
 --               hold); the operator runs it, or resumes with a count
 --   'checked'   ARGV[3] orders: recorded
+--   'born'      a stock made after its sale opened, still within its hold (see prewarm.lua):
+--               sells nothing yet; armed ('armed') once the hold passed
 --   'lifted'    a fence lifted by a rule (detail: durable_restart, replicas_acknowledged or
 --               same_process)
 -- held: the records the segment holds now, life: theirs.
@@ -219,9 +222,15 @@ local function lift_rule()
   return nil
 end
 
+-- Whether a fence stands for this caller: the record names another master, or none is recorded
+-- and the caller remembers another.
+local stands = (recorded and recorded ~= current)
+  or (not recorded and expected ~= '' and expected ~= current)
+
 if mode == 'orders' then
   -- A fence standing now began no later than this check (a plain resume compares the two).
-  if recorded and recorded ~= current and not fenced_at then
+  if stands and not fenced_at then
+    fenced_at = now
     redis.call('HSET', KNOWN, 'fenced_at', int(now))
   end
   redis.call('HSET', KNOWN, 'orders', int(now))
@@ -250,12 +259,24 @@ end
 if gone or renewed() then
   return mark_lost('keys_lost')
 end
+-- Born on hold (prewarm.lua: a stock made after its sale opened, in a segment that had none):
+-- armed once it stood settle_ms with no gateway finding it made again over what it sold (the
+-- checks above mark that lost first), or by an operator's resume.
+if recorded == 'born' then
+  local born = tonumber(redis.call('HGET', KNOWN, 'born') or '') or 0
+  if mode ~= 'accept' and now - born < settle_ms then
+    return reply('born')
+  end
+  redis.call('SET', RECORD, current)
+  extend(RECORD, expire_at)
+  redis.call('HDEL', KNOWN, 'born', 'fenced_at')
+  record_persistence()
+  return reply('armed')
+end
 if mode == 'accept' then
   -- In doubt, hold: a fence no rule lifted may hide sales the replaced master acknowledged
   -- (a promoted replica, a restart that was not durable). Accepted only once the backend's
   -- orders were found whole since it began.
-  local stands = (recorded and recorded ~= current)
-    or (not recorded and expected ~= '' and expected ~= current)
   if stands then
     write_back()
     local checked = tonumber(k[8] or '')

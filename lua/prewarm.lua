@@ -21,10 +21,19 @@
 --         '2': such a lane, and another variant's lane of the activity was put on sale before
 --         (so users and idem must exist: gone, they are lost, never made again here); '0' or
 --         '' otherwise
--- ARGV[9..] the other versions
+-- ARGV[9] when the sale opens (unix ms, Redis's clock; '' never: no hold)   ARGV[10] the birth
+--         hold (ms; 0 none): a version created here, in a segment that had none on sale, at or
+--         after its sale opened may be one a store that forgot it had sold (an emptied Redis, a
+--         gateway with nothing in memory making it again from its YAML). In doubt, hold: it is
+--         born fenced (the master record says `born`, known `born` = now) and sells only once
+--         it stood the hold (every live gateway's master check, each second, has looked by then:
+--         one that saw it sell finds the records made again and marks the segment lost;
+--         lua/master.lua arms it after the hold). Before the sale opens nothing can have sold.
+-- ARGV[11..] the other versions
 --
 -- Returns {code, version on sale here, when it went on sale here (unix ms; '' unknown), when
--- the segment was last recounted (unix ms; '' never)}: the version's birth in this segment is
+-- the segment was last recounted (unix ms; '' never), '1' when it was born on hold (ARGV[10])
+-- now, else ''}: the version's birth in this segment is
 -- what a gateway that saw it on sale remembers (a version made again, by a gateway that did
 -- not, is another birth: a loss, unless a recount made it)
 --   1 created: the version is on sale here (the one before it is retired: its units left are
@@ -49,7 +58,7 @@
 -- so extending ends_at mid-sale never lets the stock or its ledger vanish before the rest.
 
 local KNOWN, RECORD, OTHERS = KEYS[12], KEYS[13], 14
-local SHARED, SIBLINGS, FIRST_OTHER = ARGV[8] == '1' or ARGV[8] == '2', ARGV[8] == '2', 9
+local SHARED, SIBLINGS, FIRST_OTHER = ARGV[8] == '1' or ARGV[8] == '2', ARGV[8] == '2', 11
 -- When the segment was last recounted (every reply names it: a gateway marking the segment lost
 -- from this reply marks nothing if a recount came since, see master.lua).
 local recount = string.match(redis.call('HGET', KNOWN, 'recount') or '', '|(%d+)$') or ''
@@ -98,6 +107,7 @@ elseif marks < expected or not shared_kept or (current == version and not pendin
   return {-4, current, '', recount}
 end
 local code = 0
+local held = ''
 if current == version then
   if not has_stock then
     code = -1
@@ -150,7 +160,15 @@ else
     ledger[#ledger + 1] = field == 'initial' and ARGV[3] or '0'
   end
   redis.call('HSET', KEYS[3], unpack(ledger))
-  redis.call('HSET', KEYS[1], 'current', version, 'v:' .. version, int(now_ms()))
+  local born_on = current == '' and ARGV[9] ~= '' and tonumber(ARGV[10]) > 0
+  local now = now_ms()
+  redis.call('HSET', KEYS[1], 'current', version, 'v:' .. version, int(now))
+  if born_on and now >= tonumber(ARGV[9]) then
+    -- Born fenced (see ARGV[10]); its expiry is moved with every other key's below.
+    redis.call('SET', RECORD, 'born')
+    redis.call('HSET', KNOWN, 'born', int(now))
+    held = '1'
+  end
   code = 1
 end
 -- Placeholders keep keys in existence (an empty hash or set is removed), so that the scripts that
@@ -169,4 +187,4 @@ end
 for _, key in ipairs(KEYS) do
   extend(key, ARGV[4])
 end
-return {code, version, redis.call('HGET', KEYS[1], 'v:' .. version) or '', recount}
+return {code, version, redis.call('HGET', KEYS[1], 'v:' .. version) or '', recount, held}

@@ -75,11 +75,14 @@ pub async fn listen(
 ) {
     let client = store.client().clone();
     let channel = store.keys().news_channel();
+    // Listened on only to be seen alive by other gateways (a stock made after its sale opened
+    // waits for them: `stock::StockStore::other_gateways_alive`).
+    let presence = store.presence_channel();
     let mut backoff = Duration::from_millis(100);
     loop {
         let subscribed = async {
             let mut pubsub = client.get_async_pubsub().await?;
-            pubsub.subscribe(&channel).await?;
+            pubsub.subscribe(&[&channel, &presence]).await?;
             Ok::<_, redis::RedisError>(pubsub)
         };
         let session = tokio::select! {

@@ -120,3 +120,56 @@ async fn a_newer_version_in_a_new_life_sells_to_the_gateway_that_saw_the_old_one
         ReserveOutcome::Reserved { .. }
     ));
 }
+
+/// Case 1 of issue 45, the gateway that makes the stock again: a stock made after its sale
+/// opened, in a segment that had none, while another gateway is alive, is born on hold
+/// (`lua/prewarm.lua`): it sells only once the hold passed and a master check armed it, so that
+/// every live gateway that saw it sell looks first. One that did finds it made again and marks it lost: the new gateway never sells
+/// from it, even while the old one sends no buyer at all.
+#[tokio::test]
+async fn a_stock_made_after_its_sale_opened_waits_for_the_gateways_that_saw_it_sell() {
+    use flashgate::stock::failover::FENCE_SETTLE;
+    let redis = RedisServer::start();
+    let a = activity("1001", 10);
+    let saw = gateway(&redis).with_birth_hold(FENCE_SETTLE);
+    // Alone on this Redis, the first gateway makes the stock with no hold: nobody could object.
+    segments::prewarm(&saw, &a).await.unwrap().unwrap();
+    assert!(!saw.failover().on_birth_hold(&a.lane));
+    // Alive from now on (its news listener listens on its presence channel).
+    let mut presence = redis::Client::open(redis.url())
+        .unwrap()
+        .get_async_pubsub()
+        .await
+        .unwrap();
+    presence.subscribe(saw.presence_channel()).await.unwrap();
+    for u in 1..=6 {
+        let (user, id) = (format!("u{u}"), format!("r{u}"));
+        assert!(matches!(
+            reserve(&saw, &a, &user, &id).await,
+            ReserveOutcome::Reserved { .. }
+        ));
+    }
+    flushall(&redis);
+    let fresh = gateway(&redis).with_birth_hold(FENCE_SETTLE);
+    segments::prewarm(&fresh, &a).await.unwrap().unwrap();
+    assert_eq!(
+        reserve(&fresh, &a, "v1", "s1").await,
+        ReserveOutcome::Fenced,
+        "made again while another gateway is alive: on hold"
+    );
+    assert!(fresh.failover().on_birth_hold(&a.lane));
+    // The gateway that saw the sale looks (its periodic check; no buyer at all).
+    let fence = saw.check_master(&a).await.unwrap().fence.expect("fenced");
+    assert_eq!(fence.lost.as_deref(), Some("keys_lost"));
+    // Past the hold, the new gateway still sells nothing: the loss stands until a recount.
+    let deadline = std::time::Instant::now() + FENCE_SETTLE * 2;
+    while std::time::Instant::now() < deadline {
+        let checked = fresh.check_master(&a).await.unwrap();
+        assert!(checked.fence.is_some(), "lost, never armed");
+        assert_eq!(
+            reserve(&fresh, &a, "v2", "s2").await,
+            ReserveOutcome::Fenced
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

@@ -32,6 +32,7 @@ fn store_with_ttl(url: String, ttl_after_end: Duration) -> StockStore {
         std::sync::Arc::new(flashgate::metrics::Metrics::new()),
     )
     .unwrap()
+    .with_birth_hold(Duration::ZERO)
 }
 
 fn activity(id: &str, stock: u64, version: u64) -> Activity {

@@ -216,6 +216,16 @@ impl AdminApp {
                     StatusCode::SERVICE_UNAVAILABLE,
                     &json!({"ready": false, "reason": "the activities' halts are not read yet"}),
                 ),
+                Ok(()) if self.birth_holds().next().is_some() => json_response(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    &json!({
+                        "ready": false,
+                        "reason": "stock made after its sale opened waits 1.5 s before it \
+                                   sells, so that a gateway that saw it sell can say the store \
+                                   forgot it (in doubt, hold)",
+                        "held": self.birth_holds().collect::<Vec<_>>(),
+                    }),
+                ),
                 Ok(()) => match self.refused_activities() {
                     refused if refused.is_empty() => {
                         json_response(StatusCode::OK, &json!({"ready": true}))
@@ -257,6 +267,19 @@ impl AdminApp {
             refused.push((lane.id.to_string(), json!(why)));
         }
         refused
+    }
+
+    /// The configured stock lanes on their birth hold (`lua/prewarm.lua`), by name.
+    fn birth_holds(&self) -> impl Iterator<Item = String> {
+        let settings = self.gw.settings();
+        let store = &self.gw.store;
+        settings
+            .activities
+            .lanes()
+            .filter(|lane| store.failover().on_birth_hold(&lane.lane))
+            .map(|lane| lane.lane.to_string())
+            .collect::<Vec<_>>()
+            .into_iter()
     }
 
     /// Whether the proxy's listener takes connections: Pingora starts the services one after

@@ -121,6 +121,12 @@ impl KeyLayout {
     pub fn news_channel(&self) -> String {
         format!("{}:news", self.prefix)
     }
+
+    /// The channel a gateway process listens on only to be seen (`PUBSUB CHANNELS`): every live
+    /// gateway has one, named by its presence id (see `StockStore::presence`).
+    pub fn presence_channel(&self, presence: &str) -> String {
+        format!("{}:presence:{presence}", self.prefix)
+    }
 }
 
 impl SegmentKeys {

@@ -198,6 +198,13 @@ pub struct StockStore {
     standings: Standings,
     /// The failover fence: the masters this process saw accepted, and what is fenced.
     failover: failover::Failover,
+    /// How long a stock made after its sale opened, in a segment that had none, is held before
+    /// it sells ([`failover::FENCE_SETTLE`]: every live gateway's check looks by then; see
+    /// `lua/prewarm.lua`).
+    birth_hold: Duration,
+    /// This process's presence id: the news listener also listens on its presence channel, so
+    /// that other gateways can see it is alive (`KeyLayout::presence_channel`).
+    presence: String,
 }
 
 type Standings =
@@ -218,7 +225,39 @@ impl StockStore {
             token_batches: scripts::tokens::TokenBatches::new(scripts::tokens::MAX_TOKEN_BATCH),
             standings: Standings::default(),
             failover: failover::Failover::default(),
+            birth_hold: failover::FENCE_SETTLE,
+            presence: uuid::Uuid::new_v4().simple().to_string(),
         })
+    }
+
+    /// This process's presence channel (see the field).
+    pub fn presence_channel(&self) -> String {
+        self.keys.presence_channel(&self.presence)
+    }
+
+    /// Whether another gateway process is alive on this Redis: one listens on a presence
+    /// channel other than this process's (`PUBSUB CHANNELS`, one call). Approximations: on
+    /// Redis Cluster only the subscriptions of the node asked are seen, and a gateway whose
+    /// subscription is being opened again at that moment (after Redis restarted) is not.
+    pub(crate) async fn other_gateways_alive(&self) -> Result<bool, StoreError> {
+        let own = self.presence_channel();
+        let channels: Vec<String> = self
+            .query(
+                StoreOp::Read,
+                redis::cmd("PUBSUB")
+                    .arg("CHANNELS")
+                    .arg(self.keys.presence_channel("*")),
+            )
+            .await?;
+        Ok(channels.iter().any(|c| *c != own))
+    }
+
+    /// Test seam: the birth hold (see the field; `Duration::ZERO`: none), for tests that drive
+    /// the scripts without a gateway's periodic checks to lift it.
+    #[doc(hidden)]
+    pub fn with_birth_hold(mut self, hold: Duration) -> Self {
+        self.birth_hold = hold;
+        self
     }
 
     /// Redis's clock as last read (see [`clock`]).

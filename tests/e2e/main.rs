@@ -13,6 +13,7 @@ mod cors;
 mod decisions;
 mod defence;
 mod door;
+mod doubt;
 mod edge;
 mod failover;
 mod failures;

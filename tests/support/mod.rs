@@ -66,7 +66,11 @@ pub fn stock_store(
         ack_replicas: 0,
     };
     let metrics = std::sync::Arc::new(flashgate::metrics::Metrics::new());
-    flashgate::stock::StockStore::new(&settings, metrics).unwrap()
+    // No birth hold: these tests drive the scripts without a gateway's periodic master checks
+    // (the gateway binary holds; tests/doubt.rs and tests/e2e show the hold).
+    flashgate::stock::StockStore::new(&settings, metrics)
+        .unwrap()
+        .with_birth_hold(Duration::ZERO)
 }
 
 pub const SIGNING_SECRET: &str = "test-signing-secret-0123456789abcdef";

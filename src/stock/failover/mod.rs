@@ -151,6 +151,9 @@ pub struct Failover {
     lifted: RwLock<HashMap<Arc<str>, Lifted>>,
     /// Fate writes `redis.ack_replicas` replicas did not acknowledge, per master record.
     unacked: unacked::Unacked,
+    /// Stock lanes born on hold (made after their sale opened, `lua/prewarm.lua`), until a
+    /// check finds them armed.
+    birth_holds: RwLock<HashSet<Arc<str>>>,
 }
 
 /// An activity's version (the key of what was seen on sale).
@@ -201,6 +204,16 @@ impl Failover {
             .contains_key(&(activity.clone(), version))
     }
 
+    /// `lane`'s stock was born on hold here (prewarm): not ready to sell until a check arms it.
+    pub(in crate::stock) fn birth_held(&self, lane: &Arc<str>) {
+        self.birth_holds.write().insert(lane.clone());
+    }
+
+    /// Whether `lane`'s stock is on its birth hold (as this process last saw it).
+    pub fn on_birth_hold(&self, lane: &str) -> bool {
+        self.birth_holds.read().contains(lane)
+    }
+
     /// The newest version of `activity` this process saw on sale.
     pub fn newest_on_sale(&self, activity: &Arc<str>) -> Option<u64> {
         self.on_sale
@@ -237,7 +250,6 @@ impl Failover {
                     .write()
                     .insert(record.to_owned(), verdict.current.clone());
                 self.fenced.write().remove(record);
-                self.watermark(record).adopt(&verdict.life, verdict.held);
             }
         }
     }
@@ -349,10 +361,20 @@ impl StockStore {
     pub async fn check_master(&self, activity: &Activity) -> Result<Checked, StoreError> {
         let accepts = self.failover.accepts();
         let mut checked = Checked::default();
+        let mut born = false;
         for segment in Layout::of(activity).segments() {
             let verdict = self
                 .master_call(segment, activity, MasterCall::Check)
                 .await?;
+            if matches!(verdict.verdict.as_str(), "fenced" | "lost") {
+                // In doubt, hold: what is pending under a fence may be a sale whose confirm the
+                // store lost (a snapshot, a restart, a replica): held before any rule or
+                // operator lifts the fence (the sweep does nothing while it stands), so that
+                // its expiry never puts the unit on sale again. Held ones are parked: a call
+                // after the first finds nothing to do.
+                self.hold_pending_in_doubt(activity, segment).await?;
+            }
+            born |= verdict.verdict == "born";
             match verdict.verdict.as_str() {
                 "fenced" | "lost" if checked.fence.is_none() => {
                     checked.fence = Some(self.fence_of(segment, &verdict));
@@ -373,6 +395,11 @@ impl StockStore {
         }
         if self.failover.accepts() == accepts {
             self.show(activity, checked.fence.clone());
+        }
+        if born {
+            self.failover.birth_held(&activity.lane);
+        } else {
+            self.failover.birth_holds.write().remove(&activity.lane);
         }
         Ok(checked)
     }

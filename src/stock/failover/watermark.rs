@@ -42,23 +42,6 @@ impl Watermark {
         }
     }
 
-    /// The master check (`lua/master.lua`) judged the segment sound holding `held` records of
-    /// `life`: a newer life than the one kept is adopted (with no sale of it acknowledged yet),
-    /// so that the reserve, which refuses a newer life this process did not see begin
-    /// (`renewed_unseen` in `lua/lib.lua`), takes one the check accepted (a newer version put
-    /// on sale after the sale's keys expired). The check refuses, and marks lost, a newer life
-    /// made again over a version this process sold in the life it saw.
-    pub fn adopt(&self, life: &str, held: u64) {
-        let mut mark = self.0.lock();
-        if !life.is_empty() && older(&mark.life, life) {
-            *mark = Mark {
-                life: life.to_owned(),
-                most: held,
-                version: 0,
-            };
-        }
-    }
-
     /// The newest version of a sale acknowledged in the life [`Self::seen`] names (0: none).
     pub fn version(&self) -> u64 {
         self.0.lock().version

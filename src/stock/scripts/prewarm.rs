@@ -29,6 +29,10 @@ const PREWARM_ATTEMPTS: usize = 4;
 pub struct Birth {
     pub born: u64,
     pub recounted: u64,
+    /// Created just now after its sale opened, in a segment that had nothing on sale: born on
+    /// hold (sells once the hold passed and no gateway that saw it sell objected, see
+    /// `lua/prewarm.lua`).
+    pub on_hold: bool,
 }
 
 /// What prewarm found in one segment.
@@ -63,6 +67,9 @@ pub struct Past {
     pub seen_on_sale: bool,
     /// Its buyers' units and idempotency keys are shared with other lanes.
     pub shared: SharedKeys,
+    /// When the sale opens (unix ms, Redis's clock; `i64::MIN`: no bound): a version created at
+    /// or after it, in a segment that had none on sale, is born on hold.
+    pub opens_ms: i64,
 }
 
 /// Whether a segment's buyers' units and idempotency keys are shared with other stock lanes
@@ -97,8 +104,19 @@ impl StockStore {
             made_before,
             seen_on_sale,
             shared,
+            opens_ms,
         } = past;
         let mut meta = self.meta(segment).await?;
+        // The birth hold only matters where a version may be created in a segment that has none
+        // on sale, and only while another gateway is alive to object (see lua/prewarm.lua).
+        let hold = if self.birth_hold.is_zero()
+            || meta.current.is_some()
+            || !self.other_gateways_alive().await?
+        {
+            0
+        } else {
+            self.birth_hold.as_millis() as u64
+        };
         for _ in 0..PREWARM_ATTEMPTS {
             let others: Vec<u64> = meta
                 .versions
@@ -130,7 +148,13 @@ impl StockStore {
                     SharedKeys::No => "0",
                     SharedKeys::First => "1",
                     SharedKeys::AfterSiblings => "2",
-                });
+                })
+                .arg(if opens_ms == i64::MIN {
+                    String::new()
+                } else {
+                    opens_ms.max(0).to_string()
+                })
+                .arg(hold);
             for v in &others {
                 invocation.arg(*v);
             }
@@ -142,6 +166,7 @@ impl StockStore {
             let birth = Birth {
                 born: ms(2),
                 recounted: ms(3),
+                on_hold: string(reply.get(4)).as_deref() == Some("1"),
             };
             let outcome = match int(reply.first()) {
                 Some(1) => PrewarmOutcome::Created(birth),

@@ -165,16 +165,20 @@ pub async fn prewarm(
                 .failover()
                 .was_on_sale(&activity.lane, activity.version),
             shared,
+            opens_ms: super::SaleHours::of(activity).opens_ms,
         };
         let birth = match prewarm_segment(store, activity, segment, expire_at, past).await? {
             Ok(Some(birth)) => birth,
             Ok(None) => {
                 report.stock_key_removed.push(segment.index());
-                (0, false)
+                (0, false, false)
             }
             Err(refusal) => return Ok(Err(refusal)),
         };
         report.created += u32::from(birth.1);
+        if birth.2 {
+            store.failover().birth_held(&activity.lane);
+        }
         births.push(birth.0);
         let left = store.remaining(segment, activity.version).await?;
         report.remaining = report.remaining.zip(left).map(|(t, l)| t + l);
@@ -205,15 +209,16 @@ async fn shared_keys(store: &StockStore, activity: &Activity) -> Result<SharedKe
     Ok(SharedKeys::First)
 }
 
-/// One segment of [`prewarm`]: the version's birth there and whether it was created just now,
-/// `None` when its stock key is gone (not created again), or the refusal.
+/// One segment of [`prewarm`]: the version's birth there, whether it was created just now and
+/// whether it was born on hold, `None` when its stock key is gone (not created again), or the
+/// refusal.
 async fn prewarm_segment(
     store: &StockStore,
     activity: &Activity,
     segment: Segment<'_>,
     expire_at: u64,
     past: Past,
-) -> Result<Result<Option<(u64, bool)>, Refusal>, StoreError> {
+) -> Result<Result<Option<(u64, bool, bool)>, Refusal>, StoreError> {
     let layout = segment.layout();
     let id = || activity.id.to_string();
     if let Some(refusal) = older_than_seen(store, activity, segment).await? {
@@ -268,8 +273,8 @@ async fn prewarm_segment(
         {
             Err(lost_refusal())
         }
-        PrewarmOutcome::Created(b) => Ok(Some((b.born, true))),
-        PrewarmOutcome::Exists(b) => Ok(Some((b.born, false))),
+        PrewarmOutcome::Created(b) => Ok(Some((b.born, true, b.on_hold))),
+        PrewarmOutcome::Exists(b) => Ok(Some((b.born, false, false))),
         PrewarmOutcome::StockKeyRemoved => Ok(None),
         PrewarmOutcome::Damaged => Err(Refusal::Damaged {
             id: id(),
