@@ -1394,7 +1394,13 @@ impl ReferenceStateMachine for Model {
                     && state.acts[0].damaged.is_none()
                     && state.acts[0].current.is_some()
             }
-            Op::Forget { how: Forget::Older } => state.snapshot.is_some(),
+            // The store going back is modelled in the unsegmented layout only (the model fences
+            // no other: a segmented segment gone back is refused by the system, safely, where
+            // the model would sell; found while issue 45 was built).
+            Op::Forget { how: Forget::Older } => state.snapshot.as_ref().is_some_and(|snap| {
+                snap.0.segments.is_none_or(|s| s == 1)
+                    && state.acts[0].segments.is_none_or(|s| s == 1)
+            }),
             Op::Resume { inst } | Op::Recount { inst, .. } => state.operable(*inst),
             Op::Batch { inst, act, .. } => state.batchable(*inst, *act),
             Op::LookupAnswer { lookup, answer } => state.lookups.get(*lookup).is_some_and(|l| {
