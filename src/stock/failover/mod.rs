@@ -42,6 +42,7 @@
 //! `CONFIG GET` and one script call per segment), for the gauge `flashgate_activity_fenced`, the
 //! admin view, the rules, and to answer `unavailable` without asking Redis.
 
+pub mod doubt;
 pub mod known;
 pub mod unacked;
 pub mod watermark;
@@ -527,38 +528,6 @@ impl StockStore {
         }
         self.show(activity, None);
         Ok(Resumed::Accepted)
-    }
-
-    /// Holds in doubt every reservation pending in `segment` of `activity`, of every version the
-    /// segment had (`lua/doubt.lua`). Returns how many it held.
-    pub async fn hold_pending_in_doubt(
-        &self,
-        activity: &Activity,
-        segment: Segment<'_>,
-    ) -> Result<u64, StoreError> {
-        let mut held = 0;
-        for version in self.meta(segment).await?.versions {
-            held += self.hold_in_doubt(segment, version).await?;
-        }
-        if held > 0 {
-            tracing::warn!(activity = %activity.id, segment = segment.index(), held,
-                "reservations pending through a fence or a loss are held in doubt: their hold's \
-                 expiry will not release them (confirm or release each, or reconcile --orders \
-                 --confirm-pending)");
-        }
-        Ok(held)
-    }
-
-    /// `flashgate reconcile --orders` found nothing of `activity`'s orders missing or in doubt:
-    /// recorded in every segment (a plain resume of a fence needs it since the fence began).
-    pub async fn orders_checked(&self, activity: &Activity) -> Result<(), StoreError> {
-        let layout = super::segments::recorded_layout(self, activity).await?;
-        for segment in layout.segments() {
-            let seen = self.seen(segment, false).await;
-            self.master(segment, activity, &seen, MasterCall::Orders, false)
-                .await?;
-        }
-        Ok(())
     }
 
     /// After a recount: every segment's record now names the master answering (recount.lua).

@@ -107,16 +107,7 @@ impl StockStore {
             opens_ms,
         } = past;
         let mut meta = self.meta(segment).await?;
-        // The birth hold only matters where a version may be created in a segment that has none
-        // on sale, and only while another gateway is alive to object (see lua/prewarm.lua).
-        let hold = if self.birth_hold.is_zero()
-            || meta.current.is_some()
-            || !self.other_gateways_alive().await?
-        {
-            0
-        } else {
-            self.birth_hold.as_millis() as u64
-        };
+        let hold = self.birth_hold_for(meta.current).await?;
         for _ in 0..PREWARM_ATTEMPTS {
             let others: Vec<u64> = meta
                 .versions
@@ -161,33 +152,51 @@ impl StockStore {
             let reply: Vec<Value> = self
                 .eval(ScriptName::Prewarm, StoreOp::Prewarm, &invocation)
                 .await?;
-            let current = string(reply.get(1)).and_then(|c| c.parse::<u64>().ok());
-            let ms = |i: usize| int(reply.get(i)).map_or(0, |b| b.max(0) as u64);
-            let birth = Birth {
-                born: ms(2),
-                recounted: ms(3),
-                on_hold: string(reply.get(4)).as_deref() == Some("1"),
-            };
-            let outcome = match int(reply.first()) {
-                Some(1) => PrewarmOutcome::Created(birth),
-                Some(0) => PrewarmOutcome::Exists(birth),
-                Some(-4) => PrewarmOutcome::Damaged,
-                Some(-5) => PrewarmOutcome::Lost,
-                Some(-1) => PrewarmOutcome::StockKeyRemoved,
-                Some(-2) => PrewarmOutcome::Older {
-                    current: current.unwrap_or(0),
-                },
-                Some(-3) => {
-                    meta = self.meta(segment).await?;
-                    continue;
-                }
-                _ => return Err(StoreError::protocol(ScriptName::Prewarm, reply)),
-            };
-            return Ok((outcome, birth.recounted));
+            match outcome_of(&reply) {
+                Some(Some(outcome)) => return Ok(outcome),
+                // What is on sale changed since it was read: read again.
+                Some(None) => meta = self.meta(segment).await?,
+                None => return Err(StoreError::protocol(ScriptName::Prewarm, reply)),
+            }
         }
         Err(StoreError::protocol(
             ScriptName::Prewarm,
             "what is on sale kept changing while prewarming",
         ))
     }
+
+    /// The birth hold to ask for (ms; 0 none): it only matters where a version may be created
+    /// in a segment that has none on sale (`current`), and only while another gateway is alive
+    /// to object (see `lua/prewarm.lua`).
+    async fn birth_hold_for(&self, current: Option<u64>) -> Result<u64, StoreError> {
+        if self.birth_hold.is_zero() || current.is_some() || !self.other_gateways_alive().await? {
+            return Ok(0);
+        }
+        Ok(self.birth_hold.as_millis() as u64)
+    }
+}
+
+/// The script's reply: the outcome and when the segment was last recounted; `Some(None)` when
+/// what is on sale changed since the caller read it (-3); `None` for a reply it cannot read.
+fn outcome_of(reply: &[Value]) -> Option<Option<(PrewarmOutcome, u64)>> {
+    let current = string(reply.get(1)).and_then(|c| c.parse::<u64>().ok());
+    let ms = |i: usize| int(reply.get(i)).map_or(0, |b| b.max(0) as u64);
+    let birth = Birth {
+        born: ms(2),
+        recounted: ms(3),
+        on_hold: string(reply.get(4)).as_deref() == Some("1"),
+    };
+    let outcome = match int(reply.first())? {
+        1 => PrewarmOutcome::Created(birth),
+        0 => PrewarmOutcome::Exists(birth),
+        -4 => PrewarmOutcome::Damaged,
+        -5 => PrewarmOutcome::Lost,
+        -1 => PrewarmOutcome::StockKeyRemoved,
+        -2 => PrewarmOutcome::Older {
+            current: current.unwrap_or(0),
+        },
+        -3 => return Some(None),
+        _ => return None,
+    };
+    Some(Some((outcome, birth.recounted)))
 }
