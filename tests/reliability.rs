@@ -360,25 +360,8 @@ fn reconcile_orders(
     kept: &[Sale],
     confirm_pending: bool,
 ) -> (i32, String) {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("orders.txt");
-    let ids: String = kept.iter().map(|s| format!("{}\n", s.jti)).collect();
-    std::fs::write(&path, ids).unwrap();
-    let config = gw.config_path();
-    let mut args = vec![
-        "reconcile",
-        "--config",
-        config.to_str().unwrap(),
-        "--activity",
-        activity,
-        "--orders",
-        path.to_str().unwrap(),
-    ];
-    if confirm_pending {
-        args.push("--confirm-pending");
-    }
-    let (code, out, err) = run_cli(&args, &[]);
-    (code, format!("{out}{err}"))
+    let ids: Vec<String> = kept.iter().map(|s| s.jti.clone()).collect();
+    gw.reconcile_orders(activity, &ids, confirm_pending)
 }
 
 /// The end of the summary `reconcile --orders` prints for these counts.

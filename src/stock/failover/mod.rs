@@ -454,12 +454,13 @@ impl StockStore {
         Ok(())
     }
 
-    /// Accepts the masters answering now for every segment of `activity` (an operator's
-    /// resume, once the backend's orders were reconciled): it sells again, on every gateway
-    /// within one check. Refused, with nothing accepted, while a segment is lost. The segments
-    /// are the ones Redis recorded (a configuration with another count sells nothing anyway).
-    pub async fn accept_master(&self, activity: &Activity) -> Result<Resumed, StoreError> {
-        let layout = super::segments::recorded_layout(self, activity).await?;
+    /// Checks every segment of `layout`: the indexes of those fenced, or the first one lost
+    /// (shown; a plain resume is refused).
+    async fn check_all(
+        &self,
+        activity: &Activity,
+        layout: &Layout,
+    ) -> Result<Result<Vec<u32>, Fence>, StoreError> {
         let mut fenced = Vec::new();
         for segment in layout.segments() {
             let verdict = self
@@ -468,26 +469,32 @@ impl StockStore {
             if verdict.verdict == "lost" {
                 let fence = self.fence_of(segment, &verdict);
                 self.show(activity, Some(fence.clone()));
-                return Ok(Resumed::Lost(fence));
+                return Ok(Err(fence));
             }
             if verdict.verdict == "fenced" {
                 fenced.push(segment.index());
             }
         }
+        Ok(Ok(fenced))
+    }
+
+    /// Accepts the masters answering now for every segment of `activity` (an operator's
+    /// resume, once the backend's orders were reconciled): it sells again, on every gateway
+    /// within one check. Refused, with nothing accepted, while a segment is lost. The segments
+    /// are the ones Redis recorded (a configuration with another count sells nothing anyway).
+    pub async fn accept_master(&self, activity: &Activity) -> Result<Resumed, StoreError> {
+        let layout = super::segments::recorded_layout(self, activity).await?;
+        let fenced = match self.check_all(activity, &layout).await? {
+            Ok(fenced) => fenced,
+            Err(lost) => return Ok(Resumed::Lost(lost)),
+        };
         // In doubt, hold: a configured layout Redis no longer records (another gateway's
         // change, the registry outliving an emptied store) may hold segments this gateway saw
         // sell; one whose records are gone is lost too, and refuses the plain resume.
         let configured = Layout::of(activity);
         if configured.count() != layout.count() {
-            for segment in configured.segments() {
-                let verdict = self
-                    .master_call(segment, activity, MasterCall::Check)
-                    .await?;
-                if verdict.verdict == "lost" {
-                    let fence = self.fence_of(segment, &verdict);
-                    self.show(activity, Some(fence.clone()));
-                    return Ok(Resumed::Lost(fence));
-                }
+            if let Err(lost) = self.check_all(activity, &configured).await? {
+                return Ok(Resumed::Lost(lost));
             }
         }
         let mut changed = false;
