@@ -51,6 +51,10 @@
 --          whose answer was lost ('' none): recorded in known as `unacked`, the latest such
 --          report (Redis ms); replicas_acknowledged then lifts no fence begun within settle_ms
 --          after it (see lift_rule)
+-- ARGV[12] when this gateway saw version ARGV[9] go on sale in this segment (unix ms, the
+--          meta's `v:<version>` it read then; 0 it did not): the meta naming another birth of
+--          it, with no recount since, is a stock made again after the store forgot it (by a
+--          gateway that never saw it on sale), whether or not this gateway sold any of it
 --
 -- Returns {verdict, current, recorded, held, life, detail}: verdict
 --   'ok'        the record is this master's
@@ -77,6 +81,7 @@ local persistence, ack_replicas = ARGV[6], tonumber(ARGV[7]) or 0
 local settle_ms, version = tonumber(ARGV[8]) or 0, ARGV[9]
 local seen_version = tonumber(ARGV[10]) or 0
 local unacked_now = ARGV[11] == '1'
+local remembered_birth = tonumber(ARGV[12]) or 0
 
 local info = redis.call('INFO', 'replication')
 local current = replid_in(info)
@@ -117,6 +122,21 @@ local function renewed()
   end
   local on_sale = tonumber(redis.call('HGET', KEYS[4], 'current') or '') or 0
   return on_sale <= seen_version
+end
+
+-- Or the version this gateway saw go on sale here was born again since (the meta's birth of it
+-- is another), and no recount started that: made again from a YAML over what was sold of it,
+-- even if this gateway sold none of it itself (what it saw on sale is enough).
+local function born_again()
+  if remembered_birth == 0 or now >= tonumber(expire_at) * 1000 then
+    return false
+  end
+  local born = tonumber(redis.call('HGET', KEYS[4], 'v:' .. version) or '')
+  if not born or born == remembered_birth then
+    return false
+  end
+  local recounted = tonumber(string.match(k[5] or '', '|(%d+)$') or '0') or 0
+  return recounted < born
 end
 
 local function reply(verdict, detail)
@@ -256,7 +276,7 @@ end
 if held < most or back then
   return mark_lost('behind')
 end
-if gone or renewed() then
+if gone or renewed() or born_again() then
   return mark_lost('keys_lost')
 end
 -- Born on hold (prewarm.lua: a stock made after its sale opened, in a segment that had none):

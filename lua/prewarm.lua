@@ -29,6 +29,8 @@
 --         it stood the hold (every live gateway's master check, each second, has looked by then:
 --         one that saw it sell finds the records made again and marks the segment lost;
 --         lua/master.lua arms it after the hold). Before the sale opens nothing can have sold.
+--         A stock not born on hold is accepted under the master answering now (its master
+--         record set, if none): a failover before any gateway's check armed it is fenced too.
 -- ARGV[11..] the other versions
 --
 -- Returns {code, version on sale here, when it went on sale here (unix ms; '' unknown), when
@@ -168,6 +170,10 @@ else
     redis.call('SET', RECORD, 'born')
     redis.call('HSET', KNOWN, 'born', int(now))
     held = '1'
+  elseif redis.call('EXISTS', RECORD) == 0 then
+    -- Accepted under the master answering now, from its first unit: a failover before any
+    -- gateway's check armed it (master.lua, within a second) is fenced all the same.
+    redis.call('SET', RECORD, replid_in(redis.call('INFO', 'replication')))
   end
   code = 1
 end

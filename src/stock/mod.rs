@@ -202,6 +202,8 @@ pub struct StockStore {
     /// it sells ([`failover::FENCE_SETTLE`]: every live gateway's check looks by then; see
     /// `lua/prewarm.lua`).
     birth_hold: Duration,
+    /// How long a fence stands before a rule may lift it ([`failover::FENCE_SETTLE`]).
+    fence_settle: Duration,
     /// This process's presence id: the news listener also listens on its presence channel, so
     /// that other gateways can see it is alive (`KeyLayout::presence_channel`).
     presence: String,
@@ -226,6 +228,7 @@ impl StockStore {
             standings: Standings::default(),
             failover: failover::Failover::default(),
             birth_hold: failover::FENCE_SETTLE,
+            fence_settle: failover::FENCE_SETTLE,
             presence: uuid::Uuid::new_v4().simple().to_string(),
         })
     }
@@ -250,6 +253,14 @@ impl StockStore {
             )
             .await?;
         Ok(channels.iter().any(|c| *c != own))
+    }
+
+    /// Test seam: how long a fence stands before a rule may lift it (see the field), for tests
+    /// that stand for the time passing with one check (`Duration::ZERO`: at once).
+    #[doc(hidden)]
+    pub fn with_fence_settle(mut self, settle: Duration) -> Self {
+        self.fence_settle = settle;
+        self
     }
 
     /// Test seam: the birth hold (see the field; `Duration::ZERO`: none), for tests that drive

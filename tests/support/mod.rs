@@ -12,6 +12,7 @@ use tempfile::TempDir;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+pub mod pipeline;
 mod test_config;
 pub use test_config::*;
 

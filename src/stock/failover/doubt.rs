@@ -33,7 +33,7 @@ impl StockStore {
     pub async fn orders_checked(&self, activity: &Activity) -> Result<(), StoreError> {
         let layout = super::super::segments::recorded_layout(self, activity).await?;
         for segment in layout.segments() {
-            let seen = self.seen(segment, false).await;
+            let seen = self.seen(segment, activity, false).await;
             self.master(segment, activity, &seen, MasterCall::Orders, false)
                 .await?;
         }

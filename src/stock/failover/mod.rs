@@ -304,8 +304,8 @@ impl StockStore {
             .any(|s| fenced.contains(&self.keys.of(s).master()))
     }
 
-    /// What this process passes to the master script for `segment`.
-    async fn seen(&self, segment: Segment<'_>, persistence: bool) -> Seen {
+    /// What this process passes to the master script for `segment` of `activity`.
+    async fn seen(&self, segment: Segment<'_>, activity: &Activity, persistence: bool) -> Seen {
         let record = self.keys.of(segment).master();
         let mark = self.failover.watermark(&record);
         let (most, life) = mark.seen();
@@ -320,6 +320,9 @@ impl StockStore {
                 String::new()
             },
             unacked: self.failover.unacked.holds(&record),
+            born: self
+                .failover
+                .born(&activity.lane, activity.version, segment.index()),
         }
     }
 
@@ -340,7 +343,11 @@ impl StockStore {
             Vec::new()
         };
         let mut seen = self
-            .seen(segment, check || matches!(call, MasterCall::Accept))
+            .seen(
+                segment,
+                activity,
+                check || matches!(call, MasterCall::Accept),
+            )
             .await;
         seen.unacked |= !answered.is_empty();
         let accepts = self.failover.accepts();
@@ -506,7 +513,7 @@ impl StockStore {
                 // runs again once the fence is gone).
                 self.hold_pending_in_doubt(activity, segment).await?;
             }
-            let seen = self.seen(segment, true).await;
+            let seen = self.seen(segment, activity, true).await;
             let verdict = self
                 .master(segment, activity, &seen, MasterCall::Accept, false)
                 .await?;

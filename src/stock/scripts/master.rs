@@ -62,6 +62,9 @@ pub struct Seen {
     /// This gateway holds a fate write of the segment `redis.ack_replicas` replicas did not
     /// acknowledge (see `failover::unacked`).
     pub unacked: bool,
+    /// When this gateway saw the version it sells go on sale in the segment (unix ms, Redis's
+    /// clock; 0: it did not): the store holding another birth of it made it again.
+    pub born: u64,
 }
 
 impl StockStore {
@@ -102,10 +105,11 @@ impl StockStore {
             .arg(&seen.life)
             .arg(&seen.persistence)
             .arg(self.ack_replicas)
-            .arg(super::super::failover::FENCE_SETTLE.as_millis() as u64)
+            .arg(self.fence_settle.as_millis() as u64)
             .arg(activity.version)
             .arg(seen.version)
-            .arg(if seen.unacked { "1" } else { "" });
+            .arg(if seen.unacked { "1" } else { "" })
+            .arg(seen.born);
         let (script, op) = (ScriptName::Master, StoreOp::Master);
         let (reply, acknowledged): (Vec<String>, Option<u32>) = if wait && self.ack_replicas > 0 {
             // The call writes (`unacked`): the WAIT after it covers every write before it.

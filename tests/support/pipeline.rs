@@ -1,0 +1,126 @@
+//! One gateway's in-process parts, as the server assembles them (live configuration, admission,
+//! lifecycle), and one purchase through the gateway's own pipeline: for the model tests, which
+//! drive the real code against a real redis-server without the HTTP layer in between.
+
+use flashgate::admission::target::Target;
+use flashgate::admission::{sale_route, Admission};
+use flashgate::config::{Activity, Settings};
+use flashgate::lifecycle::{Lifecycle, SaleState};
+use flashgate::live::{Generation, Live};
+use flashgate::metrics::Metrics;
+use flashgate::purchase::{self, Attempt, Buffered, NoQueues, Parts, Verdict};
+use flashgate::reservation::Reservation;
+use flashgate::stock::breaker::Breaker;
+use flashgate::stock::StockStore;
+use flashgate::upstream::Upstreams;
+use pingora::http::RequestHeader;
+use std::sync::Arc;
+
+/// One gateway instance's in-process parts.
+pub struct Instance {
+    pub live: Live,
+    pub admission: Admission,
+    pub lifecycle: Arc<Lifecycle>,
+}
+
+impl Instance {
+    /// `marks`: whose sold-out marks this instance shares (as if news reached it at once); its
+    /// refusals are its own, as a separate process's are. Reads every halt once first, as the
+    /// server does before it serves.
+    pub async fn new(settings: Arc<Settings>, marks: &SaleState, store: &Arc<StockStore>) -> Self {
+        let metrics = Arc::new(Metrics::new());
+        let live = Live::new(Generation::build(settings.clone(), None));
+        let (upstreams, _health) = Upstreams::new(&settings.upstream).unwrap();
+        let lifecycle = Arc::new(Lifecycle::new(
+            live.clone(),
+            store.clone(),
+            metrics.clone(),
+            Arc::new(marks.sharing_marks()),
+            Arc::new(upstreams),
+        ));
+        lifecycle.refresh_halts(&settings).await;
+        assert!(lifecycle.state().halts_read(), "the halts were read");
+        let admission = Admission::new(
+            Arc::new(lifecycle.clone()),
+            metrics.clone(),
+            Arc::new(Breaker::new(metrics)),
+        );
+        Instance {
+            live,
+            admission,
+            lifecycle,
+        }
+    }
+
+    /// Activity `id` as this instance's configuration has it.
+    pub fn activity(&self, id: &str) -> Arc<Activity> {
+        self.live
+            .settings()
+            .activities
+            .get(id)
+            .expect("configured")
+            .clone()
+    }
+
+    /// Publishes `settings` as the next generation (a reload, or the same configuration with
+    /// another option for one call).
+    pub fn publish(&self, settings: Arc<Settings>) {
+        let next = Generation::build(settings, Some(&self.live.current()));
+        self.live.publish(next);
+    }
+}
+
+/// One purchase of `qty` units of `activity` by `user` on `instance`, through the gateway's
+/// pipeline, on the sale route `POST /buy/{activity}`; with `key` an `Idempotency-Key`, with
+/// `id` the reservation id an abandon used first. The decision's code, and the reservation
+/// for `admitted`.
+pub async fn purchase(
+    instance: &Instance,
+    activity: &str,
+    user: &str,
+    qty: u64,
+    key: Option<&str>,
+    id: Option<&str>,
+) -> (&'static str, Option<Reservation>) {
+    let generation = instance.live.current();
+    let mut req = RequestHeader::build(
+        "POST",
+        format!("/buy/{activity}?qty={qty}").as_bytes(),
+        None,
+    )
+    .unwrap();
+    req.insert_header("x-user-id", user).unwrap();
+    if let Some(k) = key {
+        req.insert_header("idempotency-key", k).unwrap();
+    }
+    let target = Target::of(&req.method, req.raw_path());
+    let Some((route, raw)) = sale_route(&generation.settings, &target) else {
+        panic!("a sale route");
+    };
+    let uri: http::Uri = req.uri.clone();
+    let asked = purchase::Asked {
+        route,
+        activity: raw,
+        target: &target,
+        canonical: (&http::Method::POST, &uri),
+    };
+    let mut exchange = Buffered {
+        header: req.clone(),
+        peer: None,
+        body: Default::default(),
+    };
+    let parts = Parts {
+        rules: generation.rules(),
+        admission: &instance.admission,
+        room: &NoQueues,
+    };
+    let mut attempt = Attempt::new(asked, &mut exchange, instance.admission.now());
+    // A reserve whose id was abandoned first: the same path, with that id.
+    attempt.reservation_id = id.map(str::to_owned);
+    match purchase::run(parts, &mut attempt).await {
+        Verdict::Reserved(r) => ("admitted", Some(r)),
+        Verdict::Passthrough => ("passthrough", None),
+        Verdict::Queue(_) => ("queued", None),
+        Verdict::Refuse(decision) => (decision.code(), None),
+    }
+}
