@@ -67,6 +67,8 @@
 --               either may have lost acknowledged sales) before `reconcile --orders` found
 --               nothing missing since the fence began: refused, nothing accepted (in doubt,
 --               hold); the operator runs it, or resumes with a count
+--   'settling'  ARGV[3] accept of a fence that began less than ARGV[8] ago (detail: the ms left):
+--               nothing accepted; asked again once it stood that long
 --   'checked'   ARGV[3] orders: recorded
 --   'born'      a stock made after its sale opened, still within its hold (see prewarm.lua):
 --               sells nothing yet; armed ('armed') once the hold passed
@@ -299,6 +301,12 @@ if mode == 'accept' then
   -- orders were found whole since it began.
   if stands then
     write_back()
+    -- Every live gateway writes back what it saw within settle_ms of the fence (each checks
+    -- every second): accepted before then, a count only another gateway holds (a store gone
+    -- back under sales made through that one) would be missed. The caller waits and asks again.
+    if now - fenced_at < settle_ms then
+      return reply('settling', int(settle_ms - (now - fenced_at)))
+    end
     local checked = tonumber(k[8] or '')
     if not checked or checked < fenced_at then
       return reply('unchecked')

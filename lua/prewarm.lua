@@ -174,6 +174,12 @@ else
     -- Accepted under the master answering now, from its first unit: a failover before any
     -- gateway's check armed it (master.lua, within a second) is fenced all the same.
     redis.call('SET', RECORD, replid_in(redis.call('INFO', 'replication')))
+    -- And the process it is (master.lua's same_process rule: the replication id a first
+    -- replica's sync gives this very process lifts the fence by itself).
+    local run = string.match(redis.call('INFO', 'server'), 'run_id:(%w+)')
+    if run then
+      redis.call('HSET', KNOWN, 'run', run)
+    end
   end
   code = 1
 end

@@ -173,3 +173,55 @@ async fn a_stock_made_after_its_sale_opened_waits_for_the_gateways_that_saw_it_s
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+/// Found by the adversarial review of the prewarm recording the master: a stock made on a
+/// master with no replica yet, whose first replica's sync then gives it a new replication id
+/// (Redis does so) before any gateway's check ran. The very same process answers: the
+/// `same_process` rule lifts the fence by itself once it stood its settle window (the prewarm
+/// records the process beside the master), as it did when a check recorded the master first.
+#[tokio::test]
+async fn a_first_replica_after_the_prewarm_lifts_by_itself() {
+    let master = RedisServer::start();
+    let replica = RedisServer::start();
+    let store = gateway(&master);
+    let mut act = activity("firstsync", 5);
+    act.starts_at = chrono::Utc::now() + chrono::Duration::hours(1);
+    segments::prewarm(&store, &act).await.unwrap().unwrap();
+    let replid = |server: &RedisServer| -> String {
+        let info: String = redis::cmd("INFO")
+            .arg("replication")
+            .query(&mut server.conn())
+            .unwrap();
+        info.lines()
+            .find_map(|l| l.strip_prefix("master_replid:"))
+            .unwrap()
+            .trim()
+            .to_owned()
+    };
+    let before = replid(&master);
+    redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("repl-diskless-sync-delay")
+        .arg(0)
+        .query::<()>(&mut master.conn())
+        .unwrap();
+    redis::cmd("REPLICAOF")
+        .arg("127.0.0.1")
+        .arg(master.port)
+        .query::<()>(&mut replica.conn())
+        .unwrap();
+    wait_for("the replica's first sync", Duration::from_secs(20), || {
+        (replid(&master) != before).then_some(())
+    });
+    assert!(
+        store.check_master(&act).await.unwrap().fence.is_some(),
+        "another replication id: fenced"
+    );
+    let settled = master.time_ms() + flashgate::stock::failover::FENCE_SETTLE.as_millis() as u64;
+    master.wait_time_past("the fence to settle", settled + 50);
+    let checked = store.check_master(&act).await.unwrap();
+    assert!(
+        checked.fence.is_none(),
+        "lifted by same_process: {checked:?}"
+    );
+}

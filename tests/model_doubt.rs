@@ -606,6 +606,11 @@ impl System {
     /// The runbook after a fence: `reconcile --orders` with the backend's orders, with
     /// `--confirm-pending` when it names some in doubt, then the plain resume.
     fn resume(&mut self, gw: usize) {
+        // A resume accepts a fence only once it stood its settle window (it waits), within
+        // which every live gateway's check wrote back what it saw.
+        for gateway in &self.gateways {
+            gateway.check();
+        }
         let orders: String = self.orders.keys().map(|id| format!("{id}\n")).collect();
         let report = flashgate::reconcile::run_orders_cli(operator_settings(), ACT, &orders, false);
         if report.is_ok_and(|r| !r.in_doubt.is_empty()) {
@@ -919,6 +924,27 @@ fn an_unacknowledged_confirm_on_a_promoted_replica_is_not_sold_again() {
         Op::Promote,
         Op::HoldRunsOut { n: 2 },
         Op::Sweep { gw: 0 },
+        buy(0, 1, 2),
+    ]);
+}
+
+/// Found by the generator on the pinned seed (shrunk): a winner made through one gateway after
+/// a snapshot, Redis restarted from the snapshot, and the other gateway (which never saw that
+/// winner) resumed at once: the runbook's `reconcile --orders` was clean (the winner was still
+/// at the backend), and the plain resume accepted the store before the gateway that saw it sell
+/// had written back what it saw: 7 units out of 5. A resume now accepts a fence only once it
+/// stood its settle window (it waits), within which every live gateway's check writes back.
+#[test]
+fn a_resume_waits_for_every_gateway_to_say_what_it_saw() {
+    replay(vec![
+        buy(0, 2, 2),
+        buy(0, 3, 1),
+        Op::Snapshot,
+        buy(1, 1, 2),
+        Op::Partition,
+        Op::Older,
+        Op::Resume { gw: 0 },
+        Op::Heal,
         buy(0, 1, 2),
     ]);
 }

@@ -513,10 +513,24 @@ impl StockStore {
                 // runs again once the fence is gone).
                 self.hold_pending_in_doubt(activity, segment).await?;
             }
-            let seen = self.seen(segment, activity, true).await;
-            let verdict = self
-                .master(segment, activity, &seen, MasterCall::Accept, false)
-                .await?;
+            // A fence younger than its settle window is accepted once it stood that long:
+            // every live gateway has written back what it saw by then (lua/master.lua).
+            let mut verdict;
+            loop {
+                let seen = self.seen(segment, activity, true).await;
+                verdict = self
+                    .master(segment, activity, &seen, MasterCall::Accept, false)
+                    .await?;
+                if verdict.verdict != "settling" {
+                    break;
+                }
+                let left = verdict
+                    .detail
+                    .parse::<u64>()
+                    .unwrap_or(0)
+                    .min(u64::try_from(self.fence_settle.as_millis()).unwrap_or(u64::MAX));
+                tokio::time::sleep(Duration::from_millis(left + 10)).await;
+            }
             // Checks that read before this accept say nothing after it.
             let accepts = self.failover.accepts.fetch_add(1, Ordering::SeqCst) + 1;
             if verdict.verdict == "lost" {
