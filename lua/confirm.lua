@@ -139,7 +139,8 @@ end
 local raw = sliced('HMGET', KEYS[1], ids)
 -- The confirmed records to write at the end, in order.
 local written, confirmed_ids = {}, {}
-local confirmed_units = 0
+-- Units confirmed, and the part of them held in doubt (flag d: no longer, see lib.lua).
+local confirmed_units, doubt_units = 0, 0
 for i, jti in ipairs(ids) do
   local rec = seen[jti]
   if rec == nil then
@@ -166,6 +167,9 @@ for i, jti in ipairs(ids) do
     written[#written + 1] = encode(rec)
     confirmed_ids[#confirmed_ids + 1] = jti
     confirmed_units = confirmed_units + tonumber(rec.qty)
+    if flagged(rec, 'd') then
+      doubt_units = doubt_units + tonumber(rec.qty)
+    end
     event(jti)
     code = 1
   end
@@ -176,6 +180,9 @@ if #confirmed_ids > 0 then
   if has_ledger then
     redis.call('HINCRBY', KEYS[2], 'pending', int(-confirmed_units))
     redis.call('HINCRBY', KEYS[2], 'confirmed', int(confirmed_units))
+    if doubt_units > 0 then
+      redis.call('HINCRBY', KEYS[2], 'held_in_doubt', int(-doubt_units))
+    end
   end
   sliced('ZREM', KEYS[3], confirmed_ids)
 end

@@ -9,10 +9,14 @@
 --
 -- O(pending of the version): an operator's call, made while the segment sells nothing.
 --
--- KEYS[1] pending of the version   KEYS[2] res
+-- The version's ledger counts the units newly held in its held_in_doubt (see lib.lua), if it
+-- has a ledger (a ledger that is gone is not made here: a recount makes it again, counted from
+-- the records).
+--
+-- KEYS[1] pending of the version   KEYS[2] res   KEYS[3] ledger of the version
 -- Returns the reservations held (newly flagged).
 
-local held = 0
+local held, units = 0, 0
 for _, jti in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. HELD)) do
   local rec = jti ~= '' and decode(redis.call('HGET', KEYS[2], jti))
   if rec and rec.state == 'pending' and not flagged(rec, 'd') then
@@ -20,6 +24,10 @@ for _, jti in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. HELD)) 
     redis.call('HSET', KEYS[2], jti, encode(rec))
     redis.call('ZADD', KEYS[1], 'XX', HELD, jti)
     held = held + 1
+    units = units + tonumber(rec.qty)
   end
+end
+if units > 0 and redis.call('EXISTS', KEYS[3]) == 1 then
+  redis.call('HINCRBY', KEYS[3], 'held_in_doubt', units)
 end
 return held

@@ -4,7 +4,7 @@
 -- KEYS[1] stock   KEYS[2] ledger   KEYS[3] pending
 -- Returns {stock key exists (0/1), remaining, then LEDGER_FIELDS in order (initial, pending,
 --          confirmed, released, retired, moved_in, moved_out, unsold_retired, late_accepted,
---          oversold, restocked, recounted), ledger exists (0/1),
+--          oversold, restocked, recounted, held_in_doubt), ledger exists (0/1),
 --          pending reservations}
 
 local stock = redis.call('GET', KEYS[1])

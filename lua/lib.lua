@@ -49,6 +49,12 @@
 -- late_accepted counts units the backend accepted after their reservation was released (a fact
 -- of a sale, never 'clean'): each was covered by taking a unit of the version's stock (a
 -- confirmed cover record, counted in confirmed) or, with none left, counted oversold.
+-- held_in_doubt counts the units of the version's reservations pending and held in doubt (flag
+-- d): a part of pending, never a term of the balance. It moves where a reservation gets d
+-- (doubt.lua, +qty) and where a flagged one stops being pending (a confirm, confirm.lua; a
+-- release, give_back: -qty), and a recount that counts pending again from the records counts it
+-- again too; so it always equals the sum over the records, and reading it is one HMGET field
+-- (the admin view, flashgate_units_held_in_doubt), never a scan.
 
 -- The pending score of a reservation held in doubt (flag d): never due for expiry (below the
 -- placeholder's +inf, above any time). See lua/doubt.lua.
@@ -58,7 +64,8 @@ local HELD = '9007199254740991'
 local ABANDONED_TTL_SECS = 86400
 
 local LEDGER_FIELDS = {'initial', 'pending', 'confirmed', 'released', 'retired', 'moved_in',
-  'moved_out', 'unsold_retired', 'late_accepted', 'oversold', 'restocked', 'recounted'}
+  'moved_out', 'unsold_retired', 'late_accepted', 'oversold', 'restocked', 'recounted',
+  'held_in_doubt'}
 
 local function now_ms()
   local t = redis.call('TIME')
@@ -237,6 +244,9 @@ local function give_back(k, jti, rec, now, reason)
   if has_ledger then
     redis.call('HINCRBY', k.ledger, from, -qty)
     redis.call('HINCRBY', k.ledger, 'released', qty)
+    if from == 'pending' and flagged(rec, 'd') then
+      redis.call('HINCRBY', k.ledger, 'held_in_doubt', -qty)
+    end
   end
   local remaining = -1
   if redis.call('EXISTS', k.stock) == 1 then

@@ -7,9 +7,9 @@
 -- placeholders, the event stream, the version's ledger (initial: the configured share), the
 -- meta's record of the version on sale. A records hash that lost its placeholder (the hash
 -- itself gone, or the field removed) can no longer be trusted to match the ledgers: each
--- ledger's pending, confirmed, released and retired are counted again from the records it
--- still holds (O(records): an operator's call, made while the segment sells nothing). Every
--- ledger's `recounted` then takes the difference, so that
+-- ledger's pending, confirmed, released, retired and held_in_doubt are counted again from the
+-- records it still holds (O(records): an operator's call, made while the segment sells
+-- nothing). Every ledger's `recounted` then takes the difference, so that
 --   initial + moved_in - moved_out + restocked ==
 --     remaining + pending + confirmed + retired + recounted
 -- holds again, and the event `recount` says by how much the version's moved. The segment's
@@ -69,7 +69,8 @@ if current and current ~= version then
 end
 local now = now_ms()
 
--- What the records still held say, per version: {pending, confirmed, released, retired}.
+-- What the records still held say, per version: {pending, confirmed, released, retired,
+-- held_in_doubt}.
 local suspect = not marked(RES)
 -- The version's ledger gone (its stock there or not): made again below, counted from the
 -- records.
@@ -99,10 +100,13 @@ if suspect or ledger_lost then
   for i = 1, #all, 2 do
     local r = all[i] ~= '' and decode(all[i + 1])
     if r and not flagged(r, 't') then
-      local c = counted[r.ver] or {0, 0, 0, 0}
+      local c = counted[r.ver] or {0, 0, 0, 0, 0}
       local q = tonumber(r.qty)
       if r.state == 'pending' then
         c[1] = c[1] + q
+        if flagged(r, 'd') then
+          c[5] = c[5] + q
+        end
       elseif r.state == 'confirmed' then
         c[2] = c[2] + q
       else
@@ -143,10 +147,10 @@ local function rebalance(ledger, ver, left, made)
     return 0
   end
   if suspect or made then
-    local c = counted[ver] or {0, 0, 0, 0}
+    local c = counted[ver] or {0, 0, 0, 0, 0}
     local unsold = tonumber(redis.call('HGET', ledger, 'unsold_retired') or '0')
     redis.call('HSET', ledger, 'pending', int(c[1]), 'confirmed', int(c[2]), 'released',
-      int(c[3]), 'retired', int(unsold + c[4]))
+      int(c[3]), 'retired', int(unsold + c[4]), 'held_in_doubt', int(c[5]))
   end
   local l = redis.call('HMGET', ledger, 'initial', 'moved_in', 'moved_out', 'restocked',
     'pending', 'confirmed', 'retired', 'recounted')

@@ -210,6 +210,11 @@ metrics! {
     /// Units not accounted for, summed over versions and segments.
     reconcile_drift: IntGaugeVec = "flashgate_reconcile_drift" ["activity"],
         "Units not accounted for: initial - (remaining + pending + confirmed + retired), summed over versions.";
+    /// Units pending and held in doubt (the ledgers' `held_in_doubt`), summed over versions,
+    /// segments and variants: off sale until a confirm, a release or the order lookup settles
+    /// them. Refreshed with `flashgate_reconcile_drift`, from the same ledger reads.
+    units_held_in_doubt: IntGaugeVec = "flashgate_units_held_in_doubt" ["activity"],
+        "Units of reservations pending and held in doubt (pending through a Redis fence or loss: their hold's expiry never releases them), summed over versions, segments and variants; off sale until confirmed, released or settled by the order lookup (reconcile --orders --confirm-pending).";
     /// Configuration reloads, by result.
     config_reloads: IntCounterVec = "flashgate_config_reloads_total" ["result"],
         "Configuration reloads, by result (applied, or refused and the running configuration kept).";
@@ -362,6 +367,7 @@ mod tests {
         for family in [
             &metrics.stock_remaining,
             &metrics.reconcile_drift,
+            &metrics.units_held_in_doubt,
             &metrics.breaker_state,
             &metrics.breaker_mode,
             &metrics.activity_refused,

@@ -105,6 +105,7 @@ pub fn preset_activity_series(metrics: &Metrics, activity: &str, has_queue: bool
     metrics.stock_keys_created.with_label_values(&[activity]);
     metrics.reservations_retired.with_label_values(&[activity]);
     metrics.reconcile_drift.with_label_values(&[activity]);
+    metrics.units_held_in_doubt.with_label_values(&[activity]);
     metrics.activity_refused.with_label_values(&[activity]);
     metrics.activity_fenced.with_label_values(&[activity]);
     metrics.restocked_units.with_label_values(&[activity]);
@@ -135,6 +136,7 @@ mod tests {
             r#"flashgate_order_lookups_total{activity="1001",result="unanswered"} 0"#,
             r#"flashgate_upstream_responses_total{class="error"} 0"#,
             r#"flashgate_stock_remaining{activity="1001"} 0"#,
+            r#"flashgate_units_held_in_doubt{activity="1001"} 0"#,
             r#"flashgate_redis_errors_total{op="transfer"} 0"#,
             "flashgate_config_generation 1",
             r#"flashgate_queue_tickets_total{activity="1001"} 0"#,

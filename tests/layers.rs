@@ -362,6 +362,12 @@ const OWNED: &[(&str, &[&str])] = &[
         ".stock_remaining",
         &["lifecycle/mod.rs", "metrics.rs", "series.rs"],
     ),
+    // Units held in doubt of an activity: the lifecycle's periodic ledger check reads the
+    // ledgers' counter (the scripts keep it) and sets the gauge, beside the drift.
+    (
+        ".units_held_in_doubt",
+        &["lifecycle/sweep.rs", "metrics.rs", "series.rs"],
+    ),
     // Reservations held by requests: the guards count them, the drain waits on the count, the
     // gauge is derived from it (the composition root hands the gauge to its owner).
     (

@@ -407,6 +407,8 @@ impl AdminApp {
             "stock": activity.stock,
             "remaining": remaining,
             "pending": field(|r| r.pending),
+            // The part of `pending` held in doubt (see `LedgerRow::held_in_doubt`).
+            "held_in_doubt": field(|r| r.held_in_doubt),
             "confirmed": field(|r| r.confirmed),
             "released": field(|r| r.released),
             "retired": field(|r| r.retired),
@@ -437,6 +439,7 @@ impl AdminApp {
                 "initial": r.initial,
                 "remaining": r.stock_key.then_some(r.remaining),
                 "pending": r.pending,
+                "held_in_doubt": r.held_in_doubt,
                 "confirmed": r.confirmed,
                 "released": r.released,
                 "retired": r.retired,

@@ -67,6 +67,7 @@ pub(super) fn variants_view(activity: &Activity, lanes: Vec<Value>) -> Value {
     for field in [
         "remaining",
         "pending",
+        "held_in_doubt",
         "confirmed",
         "released",
         "retired",
@@ -100,6 +101,7 @@ pub(super) fn variants_view(activity: &Activity, lanes: Vec<Value>) -> Value {
                     "stock": v.stock,
                     "remaining": l["remaining"],
                     "pending": l["pending"],
+                    "held_in_doubt": l["held_in_doubt"],
                     "confirmed": l["confirmed"],
                     "released": l["released"],
                     "retired": l["retired"],

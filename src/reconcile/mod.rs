@@ -2,8 +2,8 @@
 //! for. Two independent checks on one atomic snapshot (MULTI/EXEC) of Redis:
 //!
 //! 1. the ledger balances: `initial + restocked == remaining + pending + confirmed + retired`;
-//! 2. the ledger agrees with the reservation records: its pending, confirmed, released and
-//!    retired units equal the sums over the records of that version.
+//! 2. the ledger agrees with the reservation records: its pending, confirmed, released,
+//!    retired and held-in-doubt units equal the sums over the records of that version.
 //!
 //! The snapshot reads every reservation record of an activity, O(reservations): an operator
 //! command, not something the request path does (the gateway's periodic check is check 1 only).
@@ -33,6 +33,8 @@ pub struct VersionReport {
     pub records_confirmed: i64,
     pub records_released: i64,
     pub records_retired: i64,
+    /// Pending and held in doubt (flag `d`).
+    pub records_held_in_doubt: i64,
 }
 
 impl VersionReport {
@@ -44,6 +46,7 @@ impl VersionReport {
             records_confirmed: 0,
             records_released: 0,
             records_retired: 0,
+            records_held_in_doubt: 0,
         };
         for r in records
             .iter()
@@ -51,7 +54,12 @@ impl VersionReport {
         {
             let qty = r.qty as i64;
             match r.state {
-                RecordState::Pending => report.records_pending += qty,
+                RecordState::Pending => {
+                    report.records_pending += qty;
+                    if r.in_doubt {
+                        report.records_held_in_doubt += qty;
+                    }
+                }
                 RecordState::Confirmed => report.records_confirmed += qty,
                 RecordState::Released => {
                     report.records_released += qty;
@@ -75,11 +83,13 @@ impl VersionReport {
             self.ledger.confirmed,
             self.ledger.released,
             self.ledger.retired - self.ledger.unsold_retired,
+            self.ledger.held_in_doubt,
         ) == (
             self.records_pending,
             self.records_confirmed,
             self.records_released,
             self.records_retired,
+            self.records_held_in_doubt,
         )
     }
 
@@ -144,8 +154,14 @@ impl Report {
                 "ok".to_owned()
             } else {
                 format!(
-                    "MISMATCH (records: pending {} confirmed {} released {} retired {})",
-                    v.records_pending, v.records_confirmed, v.records_released, v.records_retired
+                    "MISMATCH (records: pending {} confirmed {} released {} retired {} held in \
+                     doubt {}; ledger: held in doubt {})",
+                    v.records_pending,
+                    v.records_confirmed,
+                    v.records_released,
+                    v.records_retired,
+                    v.records_held_in_doubt,
+                    v.ledger.held_in_doubt
                 )
             };
             let _ = writeln!(

@@ -102,6 +102,7 @@ fn empty_row(version: u64) -> LedgerRow {
         oversold: 0,
         restocked: 0,
         recounted: 0,
+        held_in_doubt: 0,
         ledger: false,
         pending_reservations: 0,
     }

@@ -206,7 +206,7 @@ impl ReservationRecord {
 
 /// The ledger fields as `lua/lib.lua`'s LEDGER_FIELDS lists them (the ledger script answers in
 /// this order; a test keeps the two lists equal).
-pub const LEDGER_FIELDS: [&str; 12] = [
+pub const LEDGER_FIELDS: [&str; 13] = [
     "initial",
     "pending",
     "confirmed",
@@ -219,6 +219,7 @@ pub const LEDGER_FIELDS: [&str; 12] = [
     "oversold",
     "restocked",
     "recounted",
+    "held_in_doubt",
 ];
 
 /// One stock version's ledger in one segment, read atomically with its stock key.
@@ -248,6 +249,12 @@ pub struct LedgerRow {
     /// Units an operator's count took off sale (negative: put on sale) after the store forgot
     /// what it sold (`POST .../resume` with `{"remaining": N}`, `lua/recount.lua`).
     pub recounted: i64,
+    /// The part of `pending` held in doubt (flag `d`, `lua/doubt.lua`): units, not
+    /// reservations (a reservation of 3 units counts 3), of this version's reservations still
+    /// pending whose hold's expiry will not release them. A counter the scripts keep (see
+    /// `lua/lib.lua`), equal to the sum over the records (`flashgate reconcile` checks it), read
+    /// without a scan; not a term of [`LedgerRow::drift`].
+    pub held_in_doubt: i64,
     pub ledger: bool,
     pub pending_reservations: i64,
 }
@@ -256,7 +263,7 @@ impl LedgerRow {
     /// Parses the ledger script's answer (see `lua/ledger.lua`).
     pub(super) fn parse(version: u64, r: &[i64]) -> Option<Self> {
         match *r {
-            [stock_key, remaining, initial, pending, confirmed, released, retired, moved_in, moved_out, unsold_retired, late_accepted, oversold, restocked, recounted, ledger, pending_reservations] => {
+            [stock_key, remaining, initial, pending, confirmed, released, retired, moved_in, moved_out, unsold_retired, late_accepted, oversold, restocked, recounted, held_in_doubt, ledger, pending_reservations] => {
                 Some(LedgerRow {
                     version,
                     stock_key: stock_key == 1,
@@ -273,6 +280,7 @@ impl LedgerRow {
                     oversold,
                     restocked,
                     recounted,
+                    held_in_doubt,
                     ledger: ledger == 1,
                     pending_reservations,
                 })
@@ -300,6 +308,7 @@ impl LedgerRow {
             oversold: t.oversold + r.oversold,
             restocked: t.restocked + r.restocked,
             recounted: t.recounted + r.recounted,
+            held_in_doubt: t.held_in_doubt + r.held_in_doubt,
             ledger: t.ledger || r.ledger,
             pending_reservations: t.pending_reservations + r.pending_reservations,
         }))
@@ -349,6 +358,7 @@ mod tests {
             oversold: 0,
             restocked: 0,
             recounted: 0,
+            held_in_doubt: 2,
             ledger: true,
             pending_reservations: 6,
         }

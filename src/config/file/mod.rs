@@ -197,7 +197,8 @@ pub struct RedisSection {
     #[serde(default = "default_sweep_batch")]
     #[schemars(range(min = 1, max = 1000))]
     pub sweep_batch: u32,
-    /// How often each instance checks the stock ledger and exports `flashgate_reconcile_drift`.
+    /// How often each instance checks the stock ledger and exports `flashgate_reconcile_drift`
+    /// and `flashgate_units_held_in_doubt`.
     #[serde(default = "default_reconcile_interval_ms")]
     pub reconcile_interval_ms: u64,
     /// Approximate cap on entries of each activity's event stream (XADD MAXLEN ~).

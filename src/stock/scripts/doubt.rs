@@ -6,14 +6,19 @@
 use super::super::{ScriptName, Segment, SegmentKeys, StockStore, StoreError, StoreOp};
 
 impl SegmentKeys {
-    pub fn for_doubt(&self, version: u64) -> [String; 2] {
-        [self.pending(version), self.reservations()]
+    pub fn for_doubt(&self, version: u64) -> [String; 3] {
+        [
+            self.pending(version),
+            self.reservations(),
+            self.ledger(version),
+        ]
     }
 }
 
 impl StockStore {
     /// Holds in doubt the reservations of `version` still pending in `segment` (flag `d`: never
-    /// released by their hold's expiry, see `lua/doubt.lua`). Returns how many it held.
+    /// released by their hold's expiry, see `lua/doubt.lua`), counting their units in the
+    /// version's ledger (`held_in_doubt`). Returns how many it held.
     pub async fn hold_in_doubt(
         &self,
         segment: Segment<'_>,
