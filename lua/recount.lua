@@ -179,6 +179,13 @@ local last_at = tonumber(string.match(k[3] or '', '|(%d+)$') or '')
 if last_at and last_at >= at then
   at = last_at + 1
 end
+-- And never older than the version's birth it settles: a birth stamped by a master whose clock
+-- ran ahead (before a failover, or an NTP step back) would otherwise still read as made again
+-- after this recount (master.lua's born_again, the prewarm's check), and the loss would stand.
+local birth = tonumber(redis.call('HGET', META, 'v:' .. version) or '')
+if birth and birth >= at then
+  at = birth + 1
+end
 redis.call('HSET', KNOWN, 'recount', ARGV[6] .. '|' .. int(at), 'life', life)
 redis.call('SET', RECORD, replid_in(redis.call('INFO', 'replication')))
 redis.call('XADD', EVENTS, 'MAXLEN', '~', ARGV[5], '*', 'type', 'recount', 'ver', version,

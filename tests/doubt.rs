@@ -225,3 +225,46 @@ async fn a_first_replica_after_the_prewarm_lifts_by_itself() {
         "lifted by same_process: {checked:?}"
     );
 }
+
+/// Found by the adversarial review of the master check's birth: a stock made again on a master
+/// whose clock ran ahead of the one the operator's recount then runs on (here: its birth moved
+/// a minute ahead). The recount's stamp is never older than the birth it settles, so the
+/// gateway that remembers the first birth does not mark the recounted segment lost again.
+#[tokio::test]
+async fn a_recount_settles_a_birth_stamped_by_a_clock_ahead() {
+    let master = RedisServer::start();
+    let act = activity("skewed", 5);
+    let seen = gateway(&master);
+    segments::prewarm(&seen, &act).await.unwrap().unwrap();
+    seen.check_master(&act).await.unwrap();
+    redis::cmd("FLUSHALL")
+        .query::<()>(&mut master.conn())
+        .unwrap();
+    let fresh = gateway(&master);
+    segments::prewarm(&fresh, &act).await.unwrap().unwrap();
+    let meta = "fg:{skewed}:meta";
+    let born: u64 = redis::cmd("HGET")
+        .arg(meta)
+        .arg("v:1")
+        .query(&mut master.conn())
+        .unwrap();
+    redis::cmd("HSET")
+        .arg(meta)
+        .arg("v:1")
+        .arg(born + 60_000)
+        .query::<()>(&mut master.conn())
+        .unwrap();
+    assert!(
+        seen.check_master(&act).await.unwrap().fence.is_some(),
+        "made again under the gateway that saw it on sale: lost"
+    );
+    let operator = gateway(&master);
+    segments::recount(&operator, &act, 5, segments::Settles::Loss)
+        .await
+        .unwrap();
+    let checked = seen.check_master(&act).await.unwrap();
+    assert!(
+        checked.fence.is_none(),
+        "the recount settled it: {checked:?}"
+    );
+}
