@@ -626,8 +626,11 @@ impl Model {
                 }
             }
             act.current = Some(c.version);
-            // Accepted under the master answering now from its first unit (lua/prewarm.lua).
-            act.record.get_or_insert(self.replid);
+            // Accepted under the master answering now from its first unit (lua/prewarm.lua);
+            // the model follows the fence of the unsegmented layout's segment only.
+            if a == 0 && c.segments == 1 {
+                act.record.get_or_insert(self.replid);
+            }
             self.lives += 1;
             act.births.insert(c.version, self.lives);
             act.versions.insert(
@@ -2312,30 +2315,35 @@ impl StateMachineTest for System {
                 sys.instances[inst].apply(&model.conf[inst]);
             }
             Op::RestartRedis => {
-                // The split activity's segments were accepted under the master at their making
+                // The layouts whose fence the model does not follow (the split activity's, and
+                // the unsegmented one's when reconfigured to segments) were accepted under the master at their making
                 // (lua/prewarm.lua): a gateway's check before the restart recorded its
                 // persistence, and one after the settle window (none here, see `init_test`)
                 // lifts the fence by the durable_restart rule: a third gateway's, whose memory
-                // the model does not follow. (The unsegmented activity's fence is the model's:
-                // it stands until an operator's resume.)
-                let split =
-                    model.acts[1]
-                        .segments
-                        .zip(model.acts[1].current)
-                        .map(|(segments, version)| {
-                            let conf: Conf = [
-                                None,
-                                Some(ActConf {
-                                    segments,
-                                    version,
-                                    ..ActConf::first(1)
-                                }),
-                            ];
+                // the model does not follow. (The unsegmented activity's one segment's fence is the
+                // model's: it stands until an operator's resume.)
+                let segmented: Vec<Arc<Settings>> = (0..2)
+                    .filter_map(|a| {
+                        let act = &model.acts[a];
+                        let (segments, version) = act.segments.zip(act.current)?;
+                        (a == 1 || segments > 1).then(|| {
+                            let mut conf: Conf = [None, None];
+                            conf[a] = Some(ActConf {
+                                segments,
+                                version,
+                                ..ActConf::first(a)
+                            });
                             settings(&conf, false)
-                        });
-                let split = split.as_ref().map(|s| s.activities.get(ACTS[1].0).unwrap());
-                if let Some(split) = split {
-                    block_on(sys.checker.check_master(split)).unwrap();
+                        })
+                    })
+                    .collect();
+                let layouts = || {
+                    segmented
+                        .iter()
+                        .flat_map(|s| s.activities.iter().cloned().collect::<Vec<_>>())
+                };
+                for activity in layouts() {
+                    block_on(sys.checker.check_master(&activity)).unwrap();
                 }
                 w.redis.lock().unwrap().restart();
                 *w.conn.lock().unwrap() = None;
@@ -2344,8 +2352,8 @@ impl StateMachineTest for System {
                     Duration::from_secs(20),
                     || async { sys.store.ready().await.ok() },
                 ));
-                if let Some(split) = split {
-                    let checked = block_on(sys.checker.check_master(split)).unwrap();
+                for activity in layouts() {
+                    let checked = block_on(sys.checker.check_master(&activity)).unwrap();
                     assert!(
                         checked.fence.is_none(),
                         "a durable restart is lifted: {checked:?}"
