@@ -187,18 +187,7 @@ async fn a_first_replica_after_the_prewarm_lifts_by_itself() {
     let mut act = activity("firstsync", 5);
     act.starts_at = chrono::Utc::now() + chrono::Duration::hours(1);
     segments::prewarm(&store, &act).await.unwrap().unwrap();
-    let replid = |server: &RedisServer| -> String {
-        let info: String = redis::cmd("INFO")
-            .arg("replication")
-            .query(&mut server.conn())
-            .unwrap();
-        info.lines()
-            .find_map(|l| l.strip_prefix("master_replid:"))
-            .unwrap()
-            .trim()
-            .to_owned()
-    };
-    let before = replid(&master);
+    let before = master.replication("master_replid");
     redis::cmd("CONFIG")
         .arg("SET")
         .arg("repl-diskless-sync-delay")
@@ -211,7 +200,7 @@ async fn a_first_replica_after_the_prewarm_lifts_by_itself() {
         .query::<()>(&mut replica.conn())
         .unwrap();
     wait_for("the replica's first sync", Duration::from_secs(20), || {
-        (replid(&master) != before).then_some(())
+        (master.replication("master_replid") != before).then_some(())
     });
     assert!(
         store.check_master(&act).await.unwrap().fence.is_some(),

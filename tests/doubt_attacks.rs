@@ -12,18 +12,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use support::*;
 
-fn info(redis: &RedisServer, field: &str) -> String {
-    let info: String = redis::cmd("INFO")
-        .arg("replication")
-        .query(&mut redis.conn())
-        .unwrap();
-    info.lines()
-        .find_map(|l| l.strip_prefix(&format!("{field}:")))
-        .unwrap_or_default()
-        .trim()
-        .to_owned()
-}
-
 fn records(redis: &RedisServer) -> std::collections::HashMap<String, String> {
     redis::cmd("HGETALL")
         .arg("fg:{1001}:res")
@@ -86,7 +74,7 @@ async fn rdb_restart_with_a_replica_is_taken_for_a_promotion() {
         .query(&mut replica.conn())
         .unwrap();
     wait_for("the replica to sync", Duration::from_secs(20), || {
-        (info(&replica, "master_link_status") == "up").then_some(())
+        (replica.replication("master_link_status") == "up").then_some(())
     });
     let upstream = Upstream::start();
     let activity = TestActivity::open("1001", STOCK as u64).hold_secs(3);
@@ -100,7 +88,7 @@ async fn rdb_restart_with_a_replica_is_taken_for_a_promotion() {
             .filter(|p| p.ends_with("|1"))
             .cloned()
     });
-    let recorded_id = info(&master, "master_replid");
+    let recorded_id = master.replication("master_replid");
     // The backend takes each order after 2 s.
     upstream.mode("status=200&delay_ms=2000").await;
     let buyers: Vec<_> = (0..STOCK)
@@ -135,10 +123,10 @@ async fn rdb_restart_with_a_replica_is_taken_for_a_promotion() {
     // The master crashes and comes back from its RDB (the snapshot: winners pending).
     master.kill();
     master.restart();
-    let replid2 = info(&master, "master_replid2");
+    let replid2 = master.replication("master_replid2");
     eprintln!(
         "restarted master: replid {} replid2 {replid2} (recorded {recorded_id}); pending {}",
-        info(&master, "master_replid"),
+        master.replication("master_replid"),
         count_state(&master, "pending")
     );
 
@@ -172,7 +160,7 @@ async fn rdb_restart_with_a_replica_is_taken_for_a_promotion() {
     eprintln!(
         "known after: {:?}; replicas now {}",
         known(&master),
-        info(&master, "connected_slaves")
+        master.replication("connected_slaves")
     );
     let m = gw.metrics().await;
     for l in m

@@ -302,18 +302,6 @@ fn run(server: &RedisServer, cmd: &mut redis::Cmd) {
         .unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
 }
 
-fn replication(server: &RedisServer, field: &str) -> String {
-    let info: String = redis::cmd("INFO")
-        .arg("replication")
-        .query(&mut server.conn())
-        .unwrap();
-    info.lines()
-        .find_map(|l| l.strip_prefix(&format!("{field}:")))
-        .unwrap_or_default()
-        .trim()
-        .to_owned()
-}
-
 /// `replica` replicates `master`, once its first sync is done.
 fn attach(replica: &RedisServer, master: &RedisServer) {
     run(
@@ -328,8 +316,8 @@ fn attach(replica: &RedisServer, master: &RedisServer) {
         redis::cmd("REPLICAOF").arg("127.0.0.1").arg(master.port),
     );
     wait_for("the replica to sync", Duration::from_secs(20), || {
-        (replication(replica, "master_link_status") == "up"
-            && replication(replica, "master_sync_in_progress") == "0")
+        (replica.replication("master_link_status") == "up"
+            && replica.replication("master_sync_in_progress") == "0")
             .then_some(())
     });
 }
@@ -756,8 +744,8 @@ impl StateMachineTest for System {
                         .unwrap();
                     eprintln!(
                         "promoted: replid {} replid2 {} record {record:?}",
-                        replication(&master, "master_replid"),
-                        replication(&master, "master_replid2")
+                        master.replication("master_replid"),
+                        master.replication("master_replid2")
                     );
                 }
                 sys.partitioned = false;

@@ -118,18 +118,6 @@ fn addr_of(redis: &RedisServer) -> SocketAddr {
     hostport.parse().unwrap()
 }
 
-fn info(redis: &RedisServer, field: &str) -> String {
-    let info: String = redis::cmd("INFO")
-        .arg("replication")
-        .query(&mut redis.conn())
-        .unwrap();
-    info.lines()
-        .find_map(|l| l.strip_prefix(&format!("{field}:")))
-        .unwrap_or_default()
-        .trim()
-        .to_owned()
-}
-
 /// The activity's reservation records (id -> record).
 fn records(redis: &RedisServer) -> std::collections::HashMap<String, String> {
     redis::cmd("HGETALL")
@@ -199,7 +187,7 @@ async fn a_promoted_replica_sells_nothing_until_resumed() {
         .query(&mut replica.conn())
         .unwrap();
     wait_for("the replica to sync", Duration::from_secs(20), || {
-        (info(&replica, "master_link_status") == "up").then_some(())
+        (replica.replication("master_link_status") == "up").then_some(())
     });
     // The gateway reaches Redis through an address moved to the promoted replica.
     let vip = Forwarder::start(addr_of(&master)).await;
@@ -210,7 +198,7 @@ async fn a_promoted_replica_sells_nothing_until_resumed() {
     config.per_user = None;
     let gw = Arc::new(GatewayProc::start(config.clone()));
     let record = "fg:{1001}:master";
-    let old_id = info(&master, "master_replid");
+    let old_id = master.replication("master_replid");
     wait_for(
         "the master's identity recorded on both",
         Duration::from_secs(20),
@@ -269,7 +257,7 @@ async fn a_promoted_replica_sells_nothing_until_resumed() {
         .arg("ONE")
         .query(&mut replica.conn())
         .unwrap();
-    let new_id = info(&replica, "master_replid");
+    let new_id = replica.replication("master_replid");
     assert_ne!(
         new_id, old_id,
         "a promoted replica takes a new replication id"
@@ -427,7 +415,7 @@ fn recorded_gateway(redis: &RedisServer, upstream: &Upstream) -> (GatewayProc, S
     let mut config = TestConfig::new(redis, upstream, vec![TestActivity::open("1001", 100)]);
     config.per_user = None;
     let gw = GatewayProc::start(config);
-    let before = info(redis, "master_replid");
+    let before = redis.replication("master_replid");
     wait_for("the identity recorded", Duration::from_secs(20), || {
         redis::cmd("GET")
             .arg("fg:{1001}:master")
@@ -449,7 +437,7 @@ async fn a_master_restarted_with_a_new_replication_id_fences() {
     // Written to the AOF (everysec) before the crash, so the record survives it.
     redis.rewrite_aof();
     redis.restart();
-    let after = info(&redis, "master_replid");
+    let after = redis.replication("master_replid");
     assert_ne!(
         after, before,
         "a crashed master comes back under a new replication id"
@@ -569,7 +557,7 @@ async fn a_promoted_replica_every_winner_reached_sells_on_by_itself() {
         .query(&mut replica.conn())
         .unwrap();
     wait_for("the replica to sync", Duration::from_secs(20), || {
-        (info(&replica, "master_link_status") == "up").then_some(())
+        (replica.replication("master_link_status") == "up").then_some(())
     });
     let vip = Forwarder::start(addr_of(&master)).await;
     let upstream = Upstream::start();
@@ -624,8 +612,8 @@ async fn a_promoted_replica_every_winner_reached_sells_on_by_itself() {
     // could acknowledge yet, and that (rightly, in doubt) keeps the fence for an operator
     // (seen under load: `unacked` after `fenced_at`).
     wait_for("the old master to follow", Duration::from_secs(20), || {
-        (info(&master, "master_link_status") == "up"
-            && info(&master, "master_sync_in_progress") == "0")
+        (master.replication("master_link_status") == "up"
+            && master.replication("master_sync_in_progress") == "0")
             .then_some(())
     });
     let mut u = 0;
@@ -638,7 +626,7 @@ async fn a_promoted_replica_every_winner_reached_sells_on_by_itself() {
             panic!(
                 "selling resumes by itself: {} {known:?} {}",
                 gw.activity_view("1001").await,
-                info(&replica, "master_replid2")
+                replica.replication("master_replid2")
             );
         }
         let r = gw.buy("1001", &format!("after-{u}"), None).await;
@@ -683,7 +671,7 @@ async fn a_masters_first_replica_stops_the_sale_only_for_a_moment() {
         .query(&mut replica.conn())
         .unwrap();
     wait_for("a new replication id", Duration::from_secs(20), || {
-        (info(&redis, "master_replid") != before).then_some(())
+        (redis.replication("master_replid") != before).then_some(())
     });
     // Fenced meanwhile (a new id is all the gateway sees), never sold twice.
     gw.metrics_when(|m| fenced_gauge(m) == Some(1)).await;
@@ -712,7 +700,7 @@ async fn a_promoted_replica_missing_confirms_stays_fenced() {
         .query(&mut replica.conn())
         .unwrap();
     wait_for("the replica to sync", Duration::from_secs(20), || {
-        (info(&replica, "master_link_status") == "up").then_some(())
+        (replica.replication("master_link_status") == "up").then_some(())
     });
     let vip = Forwarder::start(addr_of(&master)).await;
     let upstream = Upstream::start();
@@ -794,7 +782,7 @@ async fn a_promoted_replica_missing_confirms_stays_fenced() {
         .query(&mut spare.conn())
         .unwrap();
     wait_for("the new replica to sync", Duration::from_secs(20), || {
-        (info(&spare, "master_link_status") == "up").then_some(())
+        (spare.replication("master_link_status") == "up").then_some(())
     });
     wait_for(
         "the kept confirms sent again to the new master",

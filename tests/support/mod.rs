@@ -334,6 +334,19 @@ rm -rf -- "$2""#;
         format!("redis://127.0.0.1:{}/0", self.port)
     }
 
+    /// A field of the server's `INFO replication` ('' when absent).
+    pub fn replication(&self, field: &str) -> String {
+        let info: String = redis::cmd("INFO")
+            .arg("replication")
+            .query(&mut self.conn())
+            .unwrap();
+        info.lines()
+            .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+            .unwrap_or_default()
+            .trim()
+            .to_owned()
+    }
+
     /// Script calls (EVAL and EVALSHA) Redis ran so far (`INFO commandstats`).
     pub fn script_calls(&self) -> u64 {
         let info: String = redis::cmd("INFO")
