@@ -31,7 +31,11 @@
 --         lua/master.lua arms it after the hold). Before the sale opens nothing can have sold.
 --         A stock not born on hold is accepted under the master answering now (its master
 --         record set, if none): a failover before any gateway's check armed it is fenced too.
--- ARGV[11..] the other versions
+-- ARGV[11] the birth hold applies only while Redis's uptime is under this many seconds ('':
+--         always). A gateway passes it when it sees no other gateway alive: a Redis that
+--         restarted (empty) just now dropped every gateway's subscription, and one that saw the
+--         sale may not have subscribed again yet (`StockStore::other_gateways_alive`); in doubt, hold.
+-- ARGV[12..] the other versions
 --
 -- Returns {code, version on sale here, when it went on sale here (unix ms; '' unknown), when
 -- the segment was last recounted (unix ms; '' never), '1' when it was born on hold (ARGV[10])
@@ -60,7 +64,7 @@
 -- so extending ends_at mid-sale never lets the stock or its ledger vanish before the rest.
 
 local KNOWN, RECORD, OTHERS = KEYS[12], KEYS[13], 14
-local SHARED, SIBLINGS, FIRST_OTHER = ARGV[8] == '1' or ARGV[8] == '2', ARGV[8] == '2', 11
+local SHARED, SIBLINGS, FIRST_OTHER = ARGV[8] == '1' or ARGV[8] == '2', ARGV[8] == '2', 12
 -- When the segment was last recounted (every reply names it: a gateway marking the segment lost
 -- from this reply marks nothing if a recount came since, see master.lua).
 local recount = string.match(redis.call('HGET', KNOWN, 'recount') or '', '|(%d+)$') or ''
@@ -163,6 +167,8 @@ else
   end
   redis.call('HSET', KEYS[3], unpack(ledger))
   local born_on = current == '' and ARGV[9] ~= '' and tonumber(ARGV[10]) > 0
+    and (ARGV[11] == '' or tonumber(string.match(redis.call('INFO', 'server'),
+      'uptime_in_seconds:(%d+)') or '0') < tonumber(ARGV[11]))
   local now = now_ms()
   redis.call('HSET', KEYS[1], 'current', version, 'v:' .. version, int(now))
   if born_on and now >= tonumber(ARGV[9]) then

@@ -70,6 +70,7 @@ impl Maintenance {
         if let Err(e) = gw.store.read_clock().await {
             tracing::warn!(error = %e, "Redis's clock not read");
         }
+        let mut answered = true;
         // Each stock lane: an activity, or each variant of one.
         for activity in gw.settings().activities.lanes() {
             let window = activity.window_at(gw.store.clock().now());
@@ -88,6 +89,7 @@ impl Maintenance {
                 Ok(p) => p,
                 Err(e) => {
                     tracing::warn!(activity = %activity.id, error = %e, "prewarm failed");
+                    answered = false;
                     continue;
                 }
             };
@@ -98,6 +100,9 @@ impl Maintenance {
                     self.report(activity, window, &report);
                 }
             }
+        }
+        if answered {
+            gw.lifecycle.prewarmed_every_lane();
         }
     }
 

@@ -116,7 +116,7 @@ pub async fn listen(
             _ = shutdown.changed() => return,
             _ = tokio::time::sleep(backoff) => {}
         }
-        backoff = (backoff * 2).min(Duration::from_secs(5));
+        backoff = (backoff * 2).min(crate::stock::RESUBSCRIBE_MAX);
     }
 }
 

@@ -131,8 +131,11 @@ async fn a_stock_made_after_its_sale_opened_waits_for_the_gateways_that_saw_it_s
     use flashgate::stock::failover::FENCE_SETTLE;
     let redis = RedisServer::start();
     let a = activity("1001", 10);
-    let saw = gateway(&redis).with_birth_hold(FENCE_SETTLE);
-    // Alone on this Redis, the first gateway makes the stock with no hold: nobody could object.
+    // Alone on this Redis (and it long up: no gateway is about to subscribe again), the first
+    // gateway makes the stock with no hold: nobody could object.
+    let saw = gateway(&redis)
+        .with_birth_hold(FENCE_SETTLE)
+        .with_presence_return(Duration::ZERO);
     segments::prewarm(&saw, &a).await.unwrap().unwrap();
     assert!(!saw.failover().on_birth_hold(&a.lane));
     // Alive from now on (its news listener listens on its presence channel).
@@ -172,6 +175,35 @@ async fn a_stock_made_after_its_sale_opened_waits_for_the_gateways_that_saw_it_s
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// The presence window: Redis restarted empty drops every gateway's subscription, so for a
+/// moment the gateway that saw the sale is not seen alive (its listener subscribes again within
+/// `RESUBSCRIBE_MAX`). A gateway that makes the stock again then, seeing no other, still holds
+/// it at birth: Redis started too recently for its silence to prove anything.
+#[tokio::test]
+async fn a_stock_made_on_a_redis_just_started_waits_though_no_gateway_is_seen() {
+    use flashgate::stock::failover::FENCE_SETTLE;
+    let redis = RedisServer::start();
+    let a = activity("1001", 10);
+    let fresh = gateway(&redis).with_birth_hold(FENCE_SETTLE);
+    segments::prewarm(&fresh, &a).await.unwrap().unwrap();
+    assert!(
+        fresh.failover().on_birth_hold(&a.lane),
+        "Redis up for less than PRESENCE_RETURN: on hold"
+    );
+    assert_eq!(
+        reserve(&fresh, &a, "v1", "s1").await,
+        ReserveOutcome::Fenced
+    );
+    // The hold is the same as with a gateway seen: it stands, then a check arms it.
+    let settled = redis.time_ms() + FENCE_SETTLE.as_millis() as u64;
+    redis.wait_time_past("the birth hold", settled + 50);
+    assert!(fresh.check_master(&a).await.unwrap().fence.is_none());
+    assert!(matches!(
+        reserve(&fresh, &a, "v1", "s1").await,
+        ReserveOutcome::Reserved { .. }
+    ));
 }
 
 /// Found by the adversarial review of the prewarm recording the master: a stock made on a

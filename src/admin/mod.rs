@@ -216,6 +216,10 @@ impl AdminApp {
                     StatusCode::SERVICE_UNAVAILABLE,
                     &json!({"ready": false, "reason": "the activities' halts are not read yet"}),
                 ),
+                Ok(()) if !self.gw.lifecycle.state().stock_made() => json_response(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    &json!({"ready": false, "reason": "the stock is not prewarmed yet"}),
+                ),
                 Ok(()) if self.birth_holds().next().is_some() => json_response(
                     StatusCode::SERVICE_UNAVAILABLE,
                     &json!({

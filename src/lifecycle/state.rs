@@ -25,6 +25,10 @@ pub struct SaleState {
     refused: Refusals,
     /// Activities halted for the whole fleet (see [`super::halt`]).
     pub(super) halts: super::halt::Halts,
+    /// Whether a prewarm pass answered for every configured stock lane once (readiness waits
+    /// for it: a stock it makes may be born on hold, and a gateway taking buyers before it knows
+    /// would answer them `unavailable`).
+    stock_made: std::sync::atomic::AtomicBool,
 }
 
 impl SaleState {
@@ -35,6 +39,7 @@ impl SaleState {
             sold_out: self.sold_out.clone(),
             refused: Refusals::default(),
             halts: Default::default(),
+            stock_made: Default::default(),
         }
     }
 
@@ -58,6 +63,11 @@ impl SaleState {
     /// Whether every configured activity's halt was read once (readiness waits for it).
     pub fn halts_read(&self) -> bool {
         self.halts.read_once()
+    }
+
+    /// Whether every configured stock lane was prewarmed once (see the field).
+    pub fn stock_made(&self) -> bool {
+        self.stock_made.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Whether the activity, as configured now, is refused (a refusal of another version or
@@ -101,6 +111,13 @@ impl<S: LifecycleStore> Lifecycle<S> {
     /// Redis's record refuses the stock lane's configuration (`Some`), or no longer does:
     /// told once per change, and kept in `flashgate_activity_refused` (of the activity: 1 while
     /// any lane of it is refused). `activity` is the lane's name (`Activity::lane`).
+    /// A prewarm pass answered for every configured stock lane (on sale or refused).
+    pub fn prewarmed_every_lane(&self) {
+        self.state
+            .stock_made
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
     pub fn refused(&self, activity: &Arc<str>, refusal: Option<Refusal>) {
         let before = self.state.refused.get(activity);
         match (&before, &refusal) {

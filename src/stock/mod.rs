@@ -204,10 +204,22 @@ pub struct StockStore {
     birth_hold: Duration,
     /// How long a fence stands before a rule may lift it ([`failover::FENCE_SETTLE`]).
     fence_settle: Duration,
+    /// How long after Redis started every gateway is taken as possibly alive, seen or not
+    /// ([`PRESENCE_RETURN`]).
+    presence_return: Duration,
     /// This process's presence id: the news listener also listens on its presence channel, so
     /// that other gateways can see it is alive (`KeyLayout::presence_channel`).
     presence: String,
 }
+
+/// The longest a gateway's news listener waits before it subscribes again after its subscription
+/// broke (a Redis restarted): its presence is seen again within this of Redis answering.
+pub const RESUBSCRIBE_MAX: Duration = Duration::from_secs(2);
+
+/// How long after Redis started a gateway that sees no other one alive still takes them as
+/// possibly alive ([`RESUBSCRIBE_MAX`] and the time to connect and subscribe, whole seconds as
+/// Redis counts its uptime).
+pub const PRESENCE_RETURN: Duration = Duration::from_secs(4);
 
 type Standings =
     crate::coalesce::SingleFlight<(Arc<str>, u64), Result<segments::Standing, Arc<StoreError>>>;
@@ -229,6 +241,7 @@ impl StockStore {
             failover: failover::Failover::default(),
             birth_hold: failover::FENCE_SETTLE,
             fence_settle: failover::FENCE_SETTLE,
+            presence_return: PRESENCE_RETURN,
             presence: uuid::Uuid::new_v4().simple().to_string(),
         })
     }
@@ -241,7 +254,12 @@ impl StockStore {
     /// Whether another gateway process is alive on this Redis: one listens on a presence
     /// channel other than this process's (`PUBSUB CHANNELS`, one call). Approximations: on
     /// Redis Cluster only the subscriptions of the node asked are seen, and a gateway whose
-    /// subscription is being opened again at that moment (after Redis restarted) is not.
+    /// subscription is being opened again at that moment (after Redis restarted) is not: its
+    /// listener tries again within [`RESUBSCRIBE_MAX`], so a Redis up for less than
+    /// [`PRESENCE_RETURN`] is taken as one whose gateways may not be back yet (`lua/prewarm.lua`
+    /// reads its uptime where the stock is made). A Redis that restarted into an older or empty
+    /// store long before (no gateway ran meanwhile) is not covered by this; its gateways' own
+    /// memory of the sale is (the fencing token on every reserve).
     pub(crate) async fn other_gateways_alive(&self) -> Result<bool, StoreError> {
         let own = self.presence_channel();
         let channels: Vec<String> = self
@@ -260,6 +278,15 @@ impl StockStore {
     #[doc(hidden)]
     pub fn with_fence_settle(mut self, settle: Duration) -> Self {
         self.fence_settle = settle;
+        self
+    }
+
+    /// Test seam: how long after Redis started a gateway that sees no other one takes them as
+    /// possibly alive (see the field; `Duration::ZERO`: never), for tests of a lone gateway
+    /// on a Redis they just started.
+    #[doc(hidden)]
+    pub fn with_presence_return(mut self, window: Duration) -> Self {
+        self.presence_return = window;
         self
     }
 

@@ -80,7 +80,18 @@ async fn a_reload_changes_a_limit_mid_burst_and_adds_an_activity() {
         20,
         "the new limit admits the burst: {second:?}"
     );
-    assert_eq!(gw.buy("2002", "c", None).await.status, 200);
+    // Made after its sale opened on a Redis just started: born on hold for 1.5 s (a gateway
+    // whose subscription a restart dropped may have seen it sell), `unavailable` meanwhile.
+    let bought = wait_for_async(
+        "the new activity on sale",
+        Duration::from_secs(10),
+        || async {
+            let r = gw.buy("2002", "c", None).await;
+            (r.status != 503).then_some(r.status)
+        },
+    )
+    .await;
+    assert_eq!(bought, 200);
     let view = gw.admin_get("/v1/activities/2002").await;
     assert_eq!(view.json()["remaining"], 9);
 

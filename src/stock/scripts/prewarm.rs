@@ -107,7 +107,7 @@ impl StockStore {
             opens_ms,
         } = past;
         let mut meta = self.meta(segment).await?;
-        let hold = self.birth_hold_for(meta.current).await?;
+        let (hold, hold_under_uptime) = self.birth_hold_for(meta.current).await?;
         for _ in 0..PREWARM_ATTEMPTS {
             let others: Vec<u64> = meta
                 .versions
@@ -145,7 +145,8 @@ impl StockStore {
                 } else {
                     opens_ms.max(0).to_string()
                 })
-                .arg(hold);
+                .arg(hold)
+                .arg(&hold_under_uptime);
             for v in &others {
                 invocation.arg(*v);
             }
@@ -165,14 +166,23 @@ impl StockStore {
         ))
     }
 
-    /// The birth hold to ask for (ms; 0 none): it only matters where a version may be created
-    /// in a segment that has none on sale (`current`), and only while another gateway is alive
-    /// to object (see `lua/prewarm.lua`).
-    async fn birth_hold_for(&self, current: Option<u64>) -> Result<u64, StoreError> {
-        if self.birth_hold.is_zero() || current.is_some() || !self.other_gateways_alive().await? {
-            return Ok(0);
+    /// The birth hold to ask for (ms; 0 none) and the uptime (s; '' any) under which Redis must
+    /// be for it to apply: it only matters where a version may be created in a segment that has
+    /// none on sale (`current`), and only while another gateway may be alive to object: one is
+    /// seen, or Redis started too recently for every one to be seen again (see
+    /// [`StockStore::other_gateways_alive`] and `lua/prewarm.lua`).
+    async fn birth_hold_for(&self, current: Option<u64>) -> Result<(u64, String), StoreError> {
+        if self.birth_hold.is_zero() || current.is_some() {
+            return Ok((0, String::new()));
         }
-        Ok(self.birth_hold.as_millis() as u64)
+        let hold = self.birth_hold.as_millis() as u64;
+        if self.other_gateways_alive().await? {
+            return Ok((hold, String::new()));
+        }
+        if self.presence_return.is_zero() {
+            return Ok((0, String::new()));
+        }
+        Ok((hold, self.presence_return.as_secs().max(1).to_string()))
     }
 }
 
