@@ -661,12 +661,28 @@ impl Model {
     fn lost_found(&mut self, inst: usize, a: usize, c: &ActConf) -> bool {
         let act = &mut self.acts[a];
         if act.lost.is_none() {
-            act.lost = Some(act.current.unwrap_or(c.version));
+            // Stamped with the version on sale, or the caller's when a newer one is on sale in
+            // another layout (a stale configuration's layout: the newer version sells in its
+            // own, which the mark does not touch).
+            let elsewhere = act.segments.is_some_and(|s| s != c.segments);
+            act.lost = Some(match act.current {
+                Some(current) if current > c.version && elsewhere => c.version,
+                current => current.unwrap_or(c.version),
+            });
         }
         act.record = None;
         self.store.fenced = true;
         self.refused[inst][a] = true;
         false
+    }
+
+    /// Whether the unsegmented activity's loss stands for the version on sale: a newer version
+    /// on sale than the one marked sells afresh (in its own layout), and neither resume nor
+    /// reconcile of it names the older version's mark.
+    fn lost_stands(&self) -> bool {
+        let act = &self.acts[0];
+        act.lost
+            .is_some_and(|stamp| act.current.is_none_or(|current| current <= stamp))
     }
 
     /// Whether the master script lets a call take stock in the unsegmented activity's segment
@@ -1072,7 +1088,7 @@ impl Model {
     /// is accepted.
     fn resume(&mut self, inst: usize) -> Expect {
         let c = self.conf[inst][0].clone().expect("operable");
-        if self.acts[0].lost.is_some() {
+        if self.lost_stands() {
             self.store.fenced = true;
             return Expect::Admin("lost");
         }
@@ -2472,8 +2488,10 @@ impl StateMachineTest for System {
             ))
             .unwrap();
             let late = act.versions.values().any(|v| v.late > 0);
-            // A segment marked lost is never clean (reconcile names it), until recounted.
-            let lost = act.lost.is_some();
+            // A segment marked lost is never clean (reconcile names it), until recounted; a
+            // mark a newer version on sale left behind (a stale configuration's resume marked
+            // its own layout) is not the recorded layout's to name.
+            let lost = a == 0 && model.lost_stands() || a != 0 && act.lost.is_some();
             let forgot = act.forgot_records;
             // A hash that lost its placeholder is named (DAMAGED) until a recount.
             let damaged = act.damaged.is_some();
@@ -2980,6 +2998,54 @@ fn regression_a_recount_after_an_evicted_records_hash_survives_a_restart() {
         },
         Op::RestartRedis,
         Op::Resume { inst: 0 },
+    ]);
+}
+
+/// Found by the generator (seed 4242, shrunk): version 1 sold in one segment and its keys
+/// expired; the other gateway's YAML moved to version 2 in three segments and sold; a plain
+/// resume on the gateway still configured with version 1 in one segment checks that layout,
+/// finds its records gone and answers 409 lost (in doubt, hold), marking the layout Redis no
+/// longer records. `flashgate reconcile` reads the recorded one (clean): the model expected
+/// the mark named there. Nothing sold twice; the model now keeps the mark to its layout.
+#[test]
+fn regression_a_stale_resume_marks_a_layout_reconcile_does_not_read() {
+    replay(vec![
+        Op::Prewarm { inst: 0 },
+        Op::Batch {
+            inst: 0,
+            act: 0,
+            items: vec![(0, 1, None), (0, 1, None)],
+        },
+        Op::Expire { act: 0 },
+        Op::Reconfigure {
+            inst: 1,
+            act: 0,
+            change: Change::Segments(3),
+        },
+        Op::Reconfigure {
+            inst: 1,
+            act: 0,
+            change: Change::Bump,
+        },
+        reserve(1, 0, 0, None),
+        Op::Resume { inst: 0 },
+    ]);
+}
+
+/// Found by the generator (seed 777, shrunk) against the first model of the stale layout's
+/// mark: a stale configuration's resume marks the very layout the newer version sells in (the
+/// segment count unchanged), and that loss stands for it: reconcile names it.
+#[test]
+fn regression_a_stale_resume_on_the_same_layout_marks_the_version_on_sale() {
+    replay(vec![
+        Op::Reconfigure {
+            inst: 0,
+            act: 0,
+            change: Change::Bump,
+        },
+        reserve(0, 0, 0, None),
+        Op::Damage { lost: Lost::Res },
+        Op::Resume { inst: 1 },
     ]);
 }
 
