@@ -70,7 +70,6 @@ impl Maintenance {
         if let Err(e) = gw.store.read_clock().await {
             tracing::warn!(error = %e, "Redis's clock not read");
         }
-        let mut answered = true;
         // Each stock lane: an activity, or each variant of one.
         for activity in gw.settings().activities.lanes() {
             let window = activity.window_at(gw.store.clock().now());
@@ -89,7 +88,6 @@ impl Maintenance {
                 Ok(p) => p,
                 Err(e) => {
                     tracing::warn!(activity = %activity.id, error = %e, "prewarm failed");
-                    answered = false;
                     continue;
                 }
             };
@@ -101,9 +99,9 @@ impl Maintenance {
                 }
             }
         }
-        if answered {
-            gw.lifecycle.prewarmed_every_lane();
-        }
+        // Once a pass ran, whatever each activity's answer: one activity's error must not keep
+        // the gateway unready for the others (that activity's buyers get `unavailable`).
+        gw.lifecycle.prewarmed_every_lane();
     }
 
     /// Checks every activity's Redis masters against the ones its stock was accepted under (the

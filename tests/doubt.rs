@@ -24,6 +24,18 @@ fn activity(id: &str, stock: u64) -> Activity {
 }
 
 /// A gateway: a store with a memory of its own.
+/// Subscribes `store`'s presence channel, as its news listener does: the gateway is seen alive
+/// while the returned subscription lives.
+async fn alive(redis: &RedisServer, store: &StockStore) -> redis::aio::PubSub {
+    let mut presence = redis::Client::open(redis.url())
+        .unwrap()
+        .get_async_pubsub()
+        .await
+        .unwrap();
+    presence.subscribe(store.presence_channel()).await.unwrap();
+    presence
+}
+
 fn gateway(redis: &RedisServer) -> StockStore {
     stock_store(redis.url(), vec![], Duration::from_millis(1000))
 }
@@ -132,19 +144,15 @@ async fn a_stock_made_after_its_sale_opened_waits_for_the_gateways_that_saw_it_s
     let redis = RedisServer::start();
     let a = activity("1001", 10);
     // Alone on this Redis (and it long up: no gateway is about to subscribe again), the first
-    // gateway makes the stock with no hold: nobody could object.
+    // gateway, seeing its own presence and no other, makes the stock with no hold: nobody
+    // could object.
     let saw = gateway(&redis)
         .with_birth_hold(FENCE_SETTLE)
         .with_presence_return(Duration::ZERO);
+    // Alive (its news listener listens on its presence channel).
+    let _presence = alive(&redis, &saw).await;
     segments::prewarm(&saw, &a).await.unwrap().unwrap();
     assert!(!saw.failover().on_birth_hold(&a.lane));
-    // Alive from now on (its news listener listens on its presence channel).
-    let mut presence = redis::Client::open(redis.url())
-        .unwrap()
-        .get_async_pubsub()
-        .await
-        .unwrap();
-    presence.subscribe(saw.presence_channel()).await.unwrap();
     for u in 1..=6 {
         let (user, id) = (format!("u{u}"), format!("r{u}"));
         assert!(matches!(
@@ -187,6 +195,8 @@ async fn a_stock_made_on_a_redis_just_started_waits_though_no_gateway_is_seen() 
     let redis = RedisServer::start();
     let a = activity("1001", 10);
     let fresh = gateway(&redis).with_birth_hold(FENCE_SETTLE);
+    // It sees itself (its listener subscribed) and nobody else.
+    let _presence = alive(&redis, &fresh).await;
     segments::prewarm(&fresh, &a).await.unwrap().unwrap();
     assert!(
         fresh.failover().on_birth_hold(&a.lane),
@@ -204,6 +214,25 @@ async fn a_stock_made_on_a_redis_just_started_waits_though_no_gateway_is_seen() 
         reserve(&fresh, &a, "v1", "s1").await,
         ReserveOutcome::Reserved { .. }
     ));
+}
+
+/// A gateway that cannot see its own presence (its listener not subscribed yet, or refused: a
+/// Redis ACL user without channel rights refuses every gateway alike) takes seeing nobody as
+/// proof of nothing: the stock is held at birth, however long Redis has been up.
+#[tokio::test]
+async fn a_gateway_that_cannot_see_itself_holds_the_stock_it_makes() {
+    use flashgate::stock::failover::FENCE_SETTLE;
+    let redis = RedisServer::start();
+    let a = activity("1001", 10);
+    let blind = gateway(&redis)
+        .with_birth_hold(FENCE_SETTLE)
+        .with_presence_return(Duration::ZERO);
+    segments::prewarm(&blind, &a).await.unwrap().unwrap();
+    assert!(blind.failover().on_birth_hold(&a.lane));
+    assert_eq!(
+        reserve(&blind, &a, "v1", "s1").await,
+        ReserveOutcome::Fenced
+    );
 }
 
 /// Found by the adversarial review of the prewarm recording the master: a stock made on a

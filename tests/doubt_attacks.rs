@@ -391,3 +391,78 @@ async fn durable_restart_trusts_a_config_the_restart_did_not_use() {
         "SOLD TWICE: {orders} orders for {STOCK} units"
     );
 }
+
+/// Redis's uptime (s).
+fn uptime(redis: &RedisServer) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("server")
+        .query(&mut redis.conn())
+        .unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("uptime_in_seconds:"))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("uptime_in_seconds")
+}
+
+/// A Redis 7 ACL user for the gateways, made the ordinary way (`ACL SETUSER gw on >pw ~* +@all`):
+/// Redis 7's default `acl-pubsub-default resetchannels` gives it no channel, so every gateway's
+/// news listener is refused its SUBSCRIBE (NOPERM) and no presence is ever seen.
+fn acl_user_without_channels(redis: &RedisServer) -> String {
+    let _: () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("gw")
+        .arg("on")
+        .arg(">pw")
+        .arg("~*")
+        .arg("+@all")
+        .query(&mut redis.conn())
+        .unwrap();
+    format!("redis://gw:pw@127.0.0.1:{}/0", redis.port)
+}
+
+/// ATTACK 4 (the review of the presence window). The gateways' Redis user has no pub/sub
+/// channel, so no gateway is ever seen alive; on a Redis up for longer than the uptime window,
+/// the store flushed mid-sale, a gateway started then made the stock again and sold at once
+/// (16 orders for 10). A gateway that cannot see its own presence takes the silence as proof of
+/// nothing: it holds the stock at birth, and the old gateway's check marks it lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acl_without_channels_then_flush_and_a_fresh_gateway() {
+    const STOCK: u64 = 10;
+    let redis = RedisServer::start();
+    let upstream = Upstream::start();
+    let url = acl_user_without_channels(&redis);
+    let gateway_at = |url: String| {
+        let mut config =
+            TestConfig::at(url, upstream.addr, vec![TestActivity::open("1001", STOCK)]);
+        config.per_user = None;
+        GatewayProc::start(config)
+    };
+    let old = gateway_at(url.clone());
+    let (a, b) = rounds(&old, &old, 3, Duration::from_millis(1), "pre").await;
+    assert_eq!(a + b, 6);
+    let seen: Vec<String> = redis::cmd("PUBSUB")
+        .arg("CHANNELS")
+        .arg("*presence*")
+        .query(&mut redis.conn())
+        .unwrap();
+    assert!(seen.is_empty(), "the listener cannot subscribe: {seen:?}");
+    // Redis long up: the uptime window (PRESENCE_RETURN) does not apply.
+    let up = uptime(&redis).min(5);
+    redis.wait_time_past("Redis up 5 s", redis.time_ms() + (5 - up) * 1000);
+    let _: () = redis::cmd("FLUSHALL").query(&mut redis.conn()).unwrap();
+    let flushed = Instant::now();
+    let fresh = gateway_at(url);
+    let ready = flushed.elapsed().as_millis();
+    let (x, y) = rounds(&fresh, &fresh, 2, Duration::from_secs(3), "post").await;
+    let orders = upstream.orders().await.len();
+    eprintln!(
+        "ATTACK 4 (ACL without channels, flush, fresh ready {ready} ms after): fresh sold {}; \
+         backend orders {orders} for stock {STOCK}; view {}",
+        x + y,
+        fresh.activity_view("1001").await["fenced"]
+    );
+    assert!(
+        orders as u64 <= STOCK,
+        "SOLD TWICE: {orders} orders for {STOCK}"
+    );
+}

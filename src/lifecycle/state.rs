@@ -25,8 +25,8 @@ pub struct SaleState {
     refused: Refusals,
     /// Activities halted for the whole fleet (see [`super::halt`]).
     pub(super) halts: super::halt::Halts,
-    /// Whether a prewarm pass answered for every configured stock lane once (readiness waits
-    /// for it: a stock it makes may be born on hold, and a gateway taking buyers before it knows
+    /// Whether a prewarm pass ran once over every configured stock lane (readiness waits for
+    /// it: a stock it makes may be born on hold, and a gateway taking buyers before it knows
     /// would answer them `unavailable`).
     stock_made: std::sync::atomic::AtomicBool,
 }
@@ -65,7 +65,7 @@ impl SaleState {
         self.halts.read_once()
     }
 
-    /// Whether every configured stock lane was prewarmed once (see the field).
+    /// Whether a prewarm pass ran once over every configured stock lane (see the field).
     pub fn stock_made(&self) -> bool {
         self.stock_made.load(std::sync::atomic::Ordering::Relaxed)
     }
@@ -111,7 +111,8 @@ impl<S: LifecycleStore> Lifecycle<S> {
     /// Redis's record refuses the stock lane's configuration (`Some`), or no longer does:
     /// told once per change, and kept in `flashgate_activity_refused` (of the activity: 1 while
     /// any lane of it is refused). `activity` is the lane's name (`Activity::lane`).
-    /// A prewarm pass answered for every configured stock lane (on sale or refused).
+    /// A prewarm pass ran over every configured stock lane (each on sale, refused, or failed
+    /// and tried again at the next pass).
     pub fn prewarmed_every_lane(&self) {
         self.state
             .stock_made

@@ -251,15 +251,17 @@ impl StockStore {
         self.keys.presence_channel(&self.presence)
     }
 
-    /// Whether another gateway process is alive on this Redis: one listens on a presence
-    /// channel other than this process's (`PUBSUB CHANNELS`, one call). Approximations: on
+    /// Whether another gateway process may be alive on this Redis: one listens on a presence
+    /// channel other than this process's (`PUBSUB CHANNELS`, one call), or this process's own
+    /// is not seen either, so the silence proves nothing (its listener not subscribed yet at
+    /// start-up, or refused: a Redis 7 ACL user without channel rights, whose default
+    /// `acl-pubsub-default resetchannels` refuses every gateway alike). Approximations: on
     /// Redis Cluster only the subscriptions of the node asked are seen, and a gateway whose
     /// subscription is being opened again at that moment (after Redis restarted) is not: its
     /// listener tries again within [`RESUBSCRIBE_MAX`], so a Redis up for less than
     /// [`PRESENCE_RETURN`] is taken as one whose gateways may not be back yet (`lua/prewarm.lua`
-    /// reads its uptime where the stock is made). A Redis that restarted into an older or empty
-    /// store long before (no gateway ran meanwhile) is not covered by this; its gateways' own
-    /// memory of the sale is (the fencing token on every reserve).
+    /// reads its uptime where the stock is made). A gateway that cannot reach Redis at all
+    /// (partitioned, its connections not yet given up) is not seen, and cannot object.
     pub(crate) async fn other_gateways_alive(&self) -> Result<bool, StoreError> {
         let own = self.presence_channel();
         let channels: Vec<String> = self
@@ -270,7 +272,7 @@ impl StockStore {
                     .arg(self.keys.presence_channel("*")),
             )
             .await?;
-        Ok(channels.iter().any(|c| *c != own))
+        Ok(channels.iter().any(|c| *c != own) || !channels.contains(&own))
     }
 
     /// Test seam: how long a fence stands before a rule may lift it (see the field), for tests
