@@ -4,7 +4,8 @@
 //! Approximation: when the writer's buffer is full (a burst faster than stdout drains), lines
 //! are dropped rather than stalling requests; metrics still count every decision.
 
-use crate::admission::{Decision, SaleFacts};
+use crate::admission::SaleFacts;
+use crate::decision::Decision;
 use crate::reservation::Reservation;
 use crate::stock::ReleaseReason;
 use pingora::Error;

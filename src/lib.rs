@@ -8,6 +8,7 @@ pub mod admission;
 pub mod catalogue;
 pub mod coalesce;
 pub mod config;
+pub mod decision;
 pub mod decision_log;
 pub mod front;
 pub mod gateway;

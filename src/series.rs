@@ -2,7 +2,8 @@
 //! dashboards and alerts see a flat line instead of no data): the process-wide ones at start,
 //! an activity's when it is configured (at start, or by a reload that adds it).
 
-use crate::admission::{Code, LimitKind, LimitMode, PassthroughOutcome};
+use crate::admission::{LimitKind, LimitMode, PassthroughOutcome};
+use crate::decision::Code;
 use crate::metrics::Metrics;
 use crate::stock::{ConfirmedVia, ReleaseReason, ScriptName, StoreOp};
 use crate::upstream::lookup::Answer;

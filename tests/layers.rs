@@ -188,6 +188,7 @@ fn lower_layers_import_nothing_above_them() {
     let allowed: &[(&str, &[&str])] = &[
         ("config", &[]),
         ("catalogue", &[]),
+        ("decision", &["catalogue"]),
         ("metrics", &[]),
         ("coalesce", &[]),
         ("header_names", &[]),
@@ -218,6 +219,7 @@ fn lower_layers_import_nothing_above_them() {
             &[
                 "admission",
                 "config",
+                "decision",
                 "header_names",
                 "metrics",
                 "reservation",
@@ -228,10 +230,10 @@ fn lower_layers_import_nothing_above_them() {
         (
             "waiting",
             &[
-                "admission",
                 "catalogue",
                 "coalesce",
                 "config",
+                "decision",
                 "metrics",
                 "stock",
             ],
@@ -245,6 +247,7 @@ fn lower_layers_import_nothing_above_them() {
             &[
                 "catalogue",
                 "config",
+                "decision",
                 "metrics",
                 "header_names",
                 "reservation",

@@ -5,7 +5,6 @@
 //! `on_store_failure` decides: `unavailable`, or forwarded unreserved (marked) under the
 //! instance-wide passthrough cap.
 
-pub mod decision;
 pub mod fleet_limit;
 pub mod identity;
 pub mod policy;
@@ -14,11 +13,11 @@ pub mod request;
 pub mod route;
 pub mod target;
 
-pub use decision::{BadRequest, Code, Decision, Reply};
 pub use policy::{LimitKind, LimitMode, PassthroughOutcome, Policy};
 pub use request::{body_quantity, idempotency_key, quantity, variant, IDEMPOTENCY_HEADER};
 
 use crate::config::{Activity, SaleRoute, Settings, StoreFailurePolicy};
+use crate::decision::{BadRequest, Decision};
 use crate::metrics::Metrics;
 use crate::reservation::Reservation;
 use crate::stock::breaker::{Breaker, Pass};

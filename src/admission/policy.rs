@@ -4,8 +4,8 @@
 use super::fleet_limit::FleetBuckets;
 use super::identity::Identifier;
 use super::rate_limit::KeyedRateLimiter;
-use super::Decision;
 use crate::config::{Bucket, Scope, Settings};
+use crate::decision::Decision;
 use crate::metrics::Metrics;
 use http::HeaderMap;
 use std::net::IpAddr;

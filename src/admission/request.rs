@@ -2,7 +2,7 @@
 //! backend might read it from) and the `Idempotency-Key`.
 
 use super::target::lenient_name;
-use super::BadRequest;
+use crate::decision::BadRequest;
 use http::HeaderMap;
 use std::num::NonZeroU32;
 

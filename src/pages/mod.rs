@@ -8,9 +8,9 @@
 
 pub mod negotiate;
 
-use crate::admission::Reply as DecisionReply;
 use crate::catalogue::{Label, Lang};
 use crate::config::{ActivityPage, PagesSettings};
+use crate::decision::Reply as DecisionReply;
 use crate::waiting::page::{self as queue_page, Landing, POLL_PREFIX, VARIANT_SLOT};
 use crate::waiting::view::Status;
 use crate::waiting::Answer;

@@ -2,8 +2,8 @@
 //! browser makes of the pages is tested in Chromium (tests/e2e/pages.rs).
 
 use super::*;
-use crate::admission::Decision;
 use crate::config::ActivityPage;
+use crate::decision::Decision;
 
 fn answer(status: Status) -> Answer {
     Answer {

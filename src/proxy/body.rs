@@ -1,8 +1,8 @@
 //! What the proxy reads from a sale request before admission takes stock: its size against the
 //! limits, its whole body (within a deadline), and the canonical target it is forwarded as.
 
-use crate::admission::BadRequest;
 use crate::config::{SaleRoute, ServerSettings};
+use crate::decision::BadRequest;
 use pingora::http::RequestHeader;
 use pingora::proxy::Session;
 

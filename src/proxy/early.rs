@@ -13,7 +13,8 @@
 use super::sale::Asked;
 use super::{activity_label, headers, record_sale, respond, FlashProxy, RequestCtx};
 use crate::admission::target::Target;
-use crate::admission::{route, BadRequest, Decision, Routed, SaleFacts};
+use crate::admission::{route, Routed, SaleFacts};
+use crate::decision::{BadRequest, Decision};
 use crate::live::Generation;
 use crate::pages::Client;
 use crate::purchase::{Exchange, Verdict};

@@ -245,7 +245,7 @@ impl FlashProxy {
         &self,
         ctx: &mut RequestCtx,
         exchange: Exchange,
-    ) -> Option<crate::admission::Decision> {
+    ) -> Option<crate::decision::Decision> {
         let reservation = ctx.reservation.clone()?;
         let activity = ctx.sale.as_ref().and_then(|f| f.activity.clone())?;
         let settings = &ctx.generation.settings;

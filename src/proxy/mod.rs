@@ -16,7 +16,8 @@ mod won;
 
 use crate::admission::target::Target;
 use crate::admission::Admission;
-use crate::admission::{route, BadRequest, Decision, EdgeRefusal, Routed, SaleFacts};
+use crate::admission::{route, EdgeRefusal, Routed, SaleFacts};
+use crate::decision::{BadRequest, Decision};
 use crate::decision_log;
 use crate::lifecycle::Lifecycle;
 use crate::live::{Generation, Live};

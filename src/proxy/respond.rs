@@ -1,6 +1,6 @@
 //! Answers the gateway writes itself.
 
-use crate::admission::Decision;
+use crate::decision::Decision;
 use crate::pages::{Client, Pages, Sale, Waiting};
 use crate::waiting::page::{self, Queued};
 use bytes::Bytes;

@@ -5,8 +5,9 @@
 use super::body::{canonical_uri, oversized, read_body};
 use super::{refuse, settle, FlashProxy, RequestCtx};
 use crate::admission::target::Target;
-use crate::admission::{BadRequest, Decision, SaleFacts};
+use crate::admission::SaleFacts;
 use crate::config::SaleRoute;
+use crate::decision::{BadRequest, Decision};
 use crate::live::Generation;
 use crate::purchase::{self, Attempt, Exchange, Parts, Verdict};
 use crate::reservation::Reservation;
@@ -250,7 +251,7 @@ impl FlashProxy {
                         .release(ctx.sale.as_ref(), reservation, ReleaseReason::QueueTimeout)
                         .await;
                 }
-                Err(Decision::Queued {
+                Err(Decision::UpstreamBusy {
                     position: turned_away.position,
                     estimated_wait: turned_away.estimated_wait,
                 })

@@ -1,7 +1,7 @@
 //! What the backend's answer to a purchase holding stock (or the lack of one) does to its
 //! reservation: a pure decision, so every case is unit-tested without a socket.
 
-use crate::admission::Decision;
+use crate::decision::Decision;
 use crate::stock::ReleaseReason;
 
 /// Where a purchase holding stock stands: a state machine that only moves forward.

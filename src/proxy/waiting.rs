@@ -3,8 +3,9 @@
 
 use super::{peer_ip, respond, FlashProxy, RequestCtx};
 use crate::admission::target::Target;
-use crate::admission::{Decision, LimitKind};
+use crate::admission::LimitKind;
 use crate::config::{Activity, Settings};
+use crate::decision::Decision;
 use crate::purchase::{presented, solution};
 use crate::waiting::page::{self, Landing};
 use crate::waiting::Presented;

@@ -18,8 +18,9 @@ pub mod gates;
 mod tests;
 
 use crate::admission::target::Target;
-use crate::admission::{Admission, BadRequest, Decision, Rules, SaleFacts};
+use crate::admission::{Admission, Rules, SaleFacts};
 use crate::config::{Activity, SaleRoute};
+use crate::decision::{BadRequest, Decision};
 use crate::reservation::Reservation;
 use crate::waiting::page::Queued as Reply;
 use chrono::{DateTime, Utc};

@@ -5,8 +5,8 @@
 use super::store::QueueStore;
 use super::view::Status;
 use super::{Answer, WaitingRoom};
-use crate::admission::Decision;
 use crate::config::Activity;
+use crate::decision::Decision;
 
 impl<S: QueueStore> WaitingRoom<S> {
     /// Whether a buyer about to be told `sold_out` bought after all, through another gateway

@@ -5,8 +5,8 @@
 use super::store::{self, QueueStore};
 use super::ticket::Ticket;
 use super::{challenge, draw, WaitingRoom};
-use crate::admission::Decision;
 use crate::config::{Activity, QueueSettings};
+use crate::decision::Decision;
 
 crate::label_enum! {
     /// What became of a proof-of-work challenge, as the `outcome` label of

@@ -8,9 +8,9 @@ use super::store::{self, Ask, Fresh, Issued, QueueStore};
 use super::ticket::{self, Ticket};
 use super::view::View;
 use super::WaitingRoom;
-use crate::admission::Decision;
 use crate::coalesce::Batcher;
 use crate::config::{Activity, QueueSettings};
+use crate::decision::Decision;
 use crate::stock::StoreError;
 use std::sync::Arc;
 

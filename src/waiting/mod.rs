@@ -29,8 +29,8 @@ pub mod store;
 pub mod ticket;
 pub mod view;
 
-use crate::admission::Decision;
 use crate::config::{Activity, QueueSettings, Settings};
+use crate::decision::Decision;
 use crate::metrics::Metrics;
 use crate::stock::{StockStore, StoreError};
 use moka::sync::Cache;

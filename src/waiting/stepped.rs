@@ -21,8 +21,8 @@ use super::store::{Fate, QueueStore, Touch};
 use super::ticket::Ticket;
 use super::view::Status;
 use super::WaitingRoom;
-use crate::admission::Decision;
 use crate::config::{Activity, QueueSettings};
+use crate::decision::Decision;
 
 impl<S: QueueStore> WaitingRoom<S> {
     /// What a ticket of a stepped queue is told, `status` being what the view alone says; a

@@ -4,7 +4,7 @@
 //! its buyer's (as outside the sale's hours): a retry with its `Idempotency-Key` goes on replay
 //! only (no ticket is given meanwhile), and gets its reservation back or `unavailable`.
 
-use crate::admission::Decision;
+use crate::decision::Decision;
 use crate::purchase::{Attempt, Gate, HeldBack, Parts, Step};
 
 pub struct Halt;

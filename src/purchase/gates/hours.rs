@@ -3,8 +3,8 @@
 //! retry with its `Idempotency-Key` goes on replay only, and gets its reservation back or this
 //! refusal. An open waiting room takes arrivals before the start (and gives them tickets).
 
-use crate::admission::Decision;
 use crate::config::SaleWindow;
+use crate::decision::Decision;
 use crate::purchase::{Attempt, Gate, HeldBack, Parts, Step};
 
 pub struct Hours;

@@ -20,8 +20,8 @@ impl Gate for Reserve {
         }
         if attempt.activity().has_variants() && attempt.activity().variant.is_none() {
             // An arrival at a drop's waiting room named no variant: its turn needs one.
-            let missing = crate::admission::BadRequest::VariantMissing;
-            return Step::refuse(crate::admission::Decision::BadRequest(missing));
+            let missing = crate::decision::BadRequest::VariantMissing;
+            return Step::refuse(crate::decision::Decision::BadRequest(missing));
         }
         let held_back = attempt.held_back.take();
         let take = Take {
@@ -41,7 +41,7 @@ impl Gate for Reserve {
             (Ok(Admitted::Passthrough), _) => Verdict::Passthrough,
             (Ok(Admitted::NotReplayed), Some(held_back)) => held_back.verdict(),
             (Ok(Admitted::NotReplayed), None) => {
-                Verdict::Refuse(crate::admission::Decision::Unavailable)
+                Verdict::Refuse(crate::decision::Decision::Unavailable)
             }
             (Err(decision), _) => Verdict::Refuse(decision),
         })

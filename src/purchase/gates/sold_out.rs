@@ -2,7 +2,7 @@
 //! reservation already: only Redis can say, so it is never answered from the mark (the
 //! activity's bucket still caps such calls).
 
-use crate::admission::Decision;
+use crate::decision::Decision;
 use crate::purchase::{Attempt, Gate, Parts, Step};
 
 pub struct SoldOut;

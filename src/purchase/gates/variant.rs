@@ -5,7 +5,8 @@
 //! room lets an arrival that names none take its place; the reserve refuses it.
 
 use crate::admission::route::path_variant;
-use crate::admission::{variant, BadRequest, Decision};
+use crate::admission::variant;
+use crate::decision::{BadRequest, Decision};
 use crate::purchase::{Attempt, Gate, Parts, Step};
 
 pub struct Variant;

@@ -4,8 +4,8 @@
 //! if it won one (a buyer retrying a purchase they made at their turn), else the room's answer
 //! is given.
 
-use crate::admission::Decision;
 use crate::config::{Activity, Settings};
+use crate::decision::Decision;
 use crate::header_names::{cookie, QUEUE_SOLUTION, QUEUE_TICKET};
 use crate::purchase::{Attempt, Gate, HeldBack, Parts, Step, Verdict};
 use crate::waiting::page::{self, Landing, TICKET_COOKIE};

@@ -111,8 +111,9 @@ pub enum Decision {
     /// The store is down and the activity forwards unreserved (`on_store_failure:
     /// passthrough`); the backend answers.
     Passthrough,
-    /// Turned away by the upstream-protection queue; the reservation was released.
-    Queued {
+    /// Turned away by the upstream-protection queue (the backend is busy); the reservation was
+    /// released. Answered 503 `unavailable`, unlike the waiting room's [`Decision::Waiting`].
+    UpstreamBusy {
         position: u64,
         estimated_wait: Duration,
     },
@@ -186,7 +187,7 @@ impl Decision {
                 M::Halted,
                 Some(HALTED_RETRY_AFTER_SECS),
             ),
-            Decision::Queued { estimated_wait, .. } => (
+            Decision::UpstreamBusy { estimated_wait, .. } => (
                 S::SERVICE_UNAVAILABLE,
                 C::Unavailable,
                 M::BusyQueue,
@@ -211,7 +212,7 @@ impl Decision {
     /// The upstream-protection queue's place: (position, estimated wait in ms).
     fn queue_place(&self) -> Option<(u64, u64)> {
         match *self {
-            Decision::Queued {
+            Decision::UpstreamBusy {
                 position,
                 estimated_wait,
             } => Some((position, estimated_wait.as_millis() as u64)),
@@ -283,7 +284,7 @@ mod tests {
             (Decision::ShuttingDown, 503, "unavailable"),
             (Decision::Halted, 503, "unavailable"),
             (
-                Decision::Queued {
+                Decision::UpstreamBusy {
                     position: 7,
                     estimated_wait: Duration::from_millis(1500),
                 },
@@ -326,7 +327,7 @@ mod tests {
         assert_eq!(v["code"], "sold_out");
         assert!(v["message"].is_string());
         assert!(v.get("queue_position").is_none());
-        let queued = Decision::Queued {
+        let queued = Decision::UpstreamBusy {
             position: 1234,
             estimated_wait: Duration::from_millis(15_200),
         }
@@ -352,7 +353,7 @@ mod tests {
             Decision::SoldOut,
             Decision::LimitExceeded,
             Decision::Unavailable,
-            Decision::Queued {
+            Decision::UpstreamBusy {
                 position: 3,
                 estimated_wait: Duration::from_secs(2),
             },
