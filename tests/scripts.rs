@@ -58,6 +58,36 @@ fn call<'a>(a: &Activity, user: &'a str, qty: u32, id: &'a str) -> ReserveCall<'
     }
 }
 
+/// A test's own redis-server and a stock store on it (read through it as a `StockStore`).
+struct Fixture {
+    redis: RedisServer,
+    store: StockStore,
+}
+
+impl Fixture {
+    /// A fresh redis-server and a store on it (a 1 s timeout), nothing on sale.
+    fn start() -> Fixture {
+        let redis = RedisServer::start();
+        let store = store(redis.url(), 1000);
+        Fixture { redis, store }
+    }
+
+    /// As [`Fixture::start`], with `a` put on sale.
+    async fn on_sale(a: &Activity) -> Fixture {
+        let f = Fixture::start();
+        prewarm(&f.store, a).await;
+        f
+    }
+}
+
+impl std::ops::Deref for Fixture {
+    type Target = StockStore;
+
+    fn deref(&self) -> &StockStore {
+        &self.store
+    }
+}
+
 async fn prewarm(s: &StockStore, a: &Activity) -> segments::Prewarmed {
     segments::prewarm(s, a).await.unwrap().unwrap()
 }
@@ -148,8 +178,7 @@ fn redis_time_ms(redis: &RedisServer) -> u64 {
 
 #[tokio::test]
 async fn reserve_return_codes() {
-    let redis = RedisServer::start();
-    let s = store(redis.url(), 1000);
+    let s = Fixture::start();
     let a = activity("1001", 3, 1, 3);
 
     assert_eq!(
@@ -190,10 +219,10 @@ async fn reserve_return_codes() {
         900_000,
         "hold from the configuration"
     );
-    assert!(rec.created_ms.unwrap().abs_diff(redis_time_ms(&redis)) < 5_000);
+    assert!(rec.created_ms.unwrap().abs_diff(redis_time_ms(&s.redis)) < 5_000);
     // Every key expires a day after the sale ends, from the first reserve on, but the floor
     // (the newest version ever claimed: a few bytes per activity, for ever).
-    let mut conn = redis.conn();
+    let mut conn = s.redis.conn();
     let expected = a.ends_at.timestamp() + 86_400;
     let keys: Vec<String> = redis::cmd("KEYS").arg("fg:*").query(&mut conn).unwrap();
     assert!(keys.len() >= 10, "{keys:?}");
@@ -211,20 +240,16 @@ async fn reserve_return_codes() {
 
 #[tokio::test]
 async fn stock_is_compared_as_a_number() {
-    let redis = RedisServer::start();
-    let s = store(redis.url(), 1000);
     let a = activity("num", 10, 1, 9);
-    prewarm(&s, &a).await;
+    let s = Fixture::on_sale(&a).await;
     // As strings "10" < "9"; as numbers 10 >= 9.
     assert_eq!(left(reserve(&s, &a, "u", 9, "r").await), Some(1));
 }
 
 #[tokio::test]
 async fn release_return_codes_and_exactly_once() {
-    let redis = RedisServer::start();
-    let s = store(redis.url(), 1000);
     let a = activity("1001", 5, 2, 2);
-    prewarm(&s, &a).await;
+    let s = Fixture::on_sale(&a).await;
     assert!(matches!(
         reserve(&s, &a, "u1", 2, "r1").await,
         ReserveOutcome::Reserved { remaining: 3, .. }
@@ -265,10 +290,8 @@ async fn release_return_codes_and_exactly_once() {
 
 #[tokio::test]
 async fn only_an_admin_release_gives_back_a_confirmed_sale() {
-    let redis = RedisServer::start();
-    let s = store(redis.url(), 1000);
     let a = activity("1001", 5, 1, 1);
-    prewarm(&s, &a).await;
+    let s = Fixture::on_sale(&a).await;
     reserve(&s, &a, "u1", 1, "r1").await;
     assert_eq!(confirm(&s, &a, 1, "r1").await, ConfirmOutcome::Confirmed);
     for mode in [
@@ -292,12 +315,10 @@ async fn only_an_admin_release_gives_back_a_confirmed_sale() {
 
 #[tokio::test]
 async fn release_never_resurrects_a_removed_stock_key() {
-    let redis = RedisServer::start();
-    let s = store(redis.url(), 1000);
     let a = activity("1001", 5, 1, 1);
-    prewarm(&s, &a).await;
+    let s = Fixture::on_sale(&a).await;
     reserve(&s, &a, "u1", 1, "r1").await;
-    let mut conn = redis.conn();
+    let mut conn = s.redis.conn();
     let _: () = redis::cmd("DEL")
         .arg("fg:{1001}:v1:stock")
         .query(&mut conn)
@@ -329,10 +350,8 @@ async fn release_never_resurrects_a_removed_stock_key() {
 
 #[tokio::test]
 async fn abandoning_an_id_first_makes_a_late_reserve_impossible() {
-    let redis = RedisServer::start();
-    let s = store(redis.url(), 1000);
     let a = activity("1001", 5, 1, 1);
-    prewarm(&s, &a).await;
+    let s = Fixture::on_sale(&a).await;
     // The reserve "timed out" before reaching Redis: the abandon lands first.
     assert_eq!(
         release(&s, &a, 1, "late", ReleaseMode::Abandon).await,
@@ -355,10 +374,8 @@ async fn abandoning_an_id_first_makes_a_late_reserve_impossible() {
 async fn a_replayed_reservation_is_never_released_by_its_maker_nor_by_an_abandon() {
     // #12 defects 1 and 6: the request that made a reservation (or the background release of a
     // reserve whose reply was lost) must not give it back once a replay handed it on.
-    let redis = RedisServer::start();
-    let s = store(redis.url(), 1000);
     let a = activity("1001", 5, 1, 1);
-    prewarm(&s, &a).await;
+    let s = Fixture::on_sale(&a).await;
     let l = Layout::of(&a);
     let keyed = |id: &'static str| ReserveCall {
         idempotency_key: Some("k"),
@@ -419,7 +436,7 @@ async fn a_replayed_reservation_is_never_released_by_its_maker_nor_by_an_abandon
         release(&s, &a, 1, "r4", ReleaseMode::Lookup { fence: 2 }).await,
         ReleaseOutcome::TooEarly
     );
-    deadline_passed(&redis, "r4");
+    deadline_passed(&s.redis, "r4");
     assert!(matches!(
         release(&s, &a, 1, "r4", ReleaseMode::Lookup { fence: 2 }).await,
         ReleaseOutcome::Released { .. }
@@ -431,10 +448,8 @@ async fn a_replayed_reservation_is_never_released_by_its_maker_nor_by_an_abandon
 async fn a_reserve_landing_after_a_newer_attempt_with_the_same_key_replays_it() {
     // The first attempt's reply was lost and it reached Redis late: by then the retry with the
     // same key had reserved. The late reserve must not make a second reservation for the key.
-    let redis = RedisServer::start();
-    let s = store(redis.url(), 1000);
     let a = activity("1001", 5, 1, 2);
-    prewarm(&s, &a).await;
+    let s = Fixture::on_sale(&a).await;
     let l = Layout::of(&a);
     let keyed = |id: &'static str| ReserveCall {
         idempotency_key: Some("k"),
@@ -455,12 +470,11 @@ async fn a_reserve_landing_after_a_newer_attempt_with_the_same_key_replays_it() 
 
 #[tokio::test]
 async fn scripts_survive_script_flush() {
-    let redis = RedisServer::start();
-    let s = store(redis.url(), 1000);
+    let s = Fixture::start();
     let a = activity("1001", 5, 1, 1);
     s.ready().await.unwrap();
     prewarm(&s, &a).await;
-    let mut conn = redis.conn();
+    let mut conn = s.redis.conn();
     let _: () = redis::cmd("SCRIPT").arg("FLUSH").query(&mut conn).unwrap();
     // EVALSHA fails with NOSCRIPT; the store loads the script and retries.
     assert!(matches!(
@@ -493,10 +507,8 @@ async fn an_unreachable_store_fails_fast() {
 
 #[tokio::test]
 async fn confirm_return_codes_and_the_ledger() {
-    let redis = RedisServer::start();
-    let s = store(redis.url(), 1000);
     let a = activity("1001", 10, 1, 5);
-    prewarm(&s, &a).await;
+    let s = Fixture::on_sale(&a).await;
     reserve(&s, &a, "u1", 2, "r1").await;
     reserve(&s, &a, "u2", 3, "r2").await;
     assert_eq!(
@@ -746,8 +758,7 @@ async fn regression_a_confirm_batch_failing_midway_strands_no_reservation() {
 
 #[tokio::test]
 async fn sweep_releases_only_expired_pending_reservations_in_batches() {
-    let redis = RedisServer::start();
-    let s = store(redis.url(), 1000);
+    let s = Fixture::start();
     let mut a = activity("1001", 100, 1, 1);
     a.hold = Duration::ZERO; // already due when made (by Redis's clock)
     prewarm(&s, &a).await;
@@ -788,8 +799,7 @@ async fn sweep_releases_only_expired_pending_reservations_in_batches() {
 
 #[tokio::test]
 async fn a_sweep_with_an_order_lookup_hands_out_what_is_due_instead_of_releasing_it() {
-    let redis = RedisServer::start();
-    let s = store(redis.url(), 1000);
+    let s = Fixture::start();
     let mut a = activity("1001", 10, 1, 1);
     a.hold = Duration::ZERO;
     prewarm(&s, &a).await;
@@ -815,7 +825,7 @@ async fn a_sweep_with_an_order_lookup_hands_out_what_is_due_instead_of_releasing
     assert!(second.for_lookup.is_empty());
     assert_eq!(record(&s, &a, "r1").await.state, RecordState::Pending);
     // Past its give-up time an unanswered reservation is released as expired.
-    let mut conn = redis.conn();
+    let mut conn = s.redis.conn();
     let _: () = redis::cmd("ZADD")
         .arg("fg:{1001}:v1:pending")
         .arg(0)
@@ -832,10 +842,8 @@ async fn a_sweep_with_an_order_lookup_hands_out_what_is_due_instead_of_releasing
 
 #[tokio::test]
 async fn idempotency_key_replays_the_same_reservation() {
-    let redis = RedisServer::start();
-    let s = store(redis.url(), 1000);
     let a = activity("1001", 10, 1, 1);
-    prewarm(&s, &a).await;
+    let s = Fixture::on_sale(&a).await;
     let l = Layout::of(&a);
     let req = |id: &'static str, key: &'static str| ReserveCall {
         idempotency_key: Some(key),
@@ -881,10 +889,8 @@ async fn idempotency_key_replays_the_same_reservation() {
 
 #[tokio::test]
 async fn every_transition_appends_exactly_one_event() {
-    let redis = RedisServer::start();
-    let s = store(redis.url(), 1000);
     let a = activity("1001", 10, 1, 2);
-    prewarm(&s, &a).await;
+    let s = Fixture::on_sale(&a).await;
     reserve(&s, &a, "u1", 1, "r1").await;
     reserve(&s, &a, "u2", 2, "r2").await;
     confirm(&s, &a, 1, "r1").await;
@@ -893,7 +899,7 @@ async fn every_transition_appends_exactly_one_event() {
     release(&s, &a, 1, "r2", ReleaseMode::Owner).await; // no-op: no event
     reserve(&s, &a, "u3", 5, "refused").await; // refused: no event
 
-    let mut conn = redis.conn();
+    let mut conn = s.redis.conn();
     let entries: redis::streams::StreamRangeReply = redis::cmd("XRANGE")
         .arg("fg:{1001}:events")
         .arg("-")
@@ -929,8 +935,7 @@ async fn every_transition_appends_exactly_one_event() {
 
 #[tokio::test]
 async fn a_new_version_retires_the_old_one_and_late_releases_are_retired() {
-    let redis = RedisServer::start();
-    let s = store(redis.url(), 1000);
+    let s = Fixture::start();
     let v1 = activity("1001", 5, 1, 1);
     prewarm(&s, &v1).await;
     reserve(&s, &v1, "u1", 1, "r1").await;
@@ -964,8 +969,7 @@ async fn a_new_version_retires_the_old_one_and_late_releases_are_retired() {
 
 #[tokio::test]
 async fn an_older_configuration_never_puts_a_retired_version_back_on_sale() {
-    let redis = RedisServer::start();
-    let s = store(redis.url(), 1000);
+    let s = Fixture::start();
     prewarm(&s, &activity("1001", 5, 2, 1)).await;
     let old = activity("1001", 5, 1, 1);
     assert_eq!(
@@ -988,10 +992,8 @@ async fn an_older_configuration_never_puts_a_retired_version_back_on_sale() {
 
 #[tokio::test]
 async fn the_segment_count_is_fixed_for_the_life_of_the_keys() {
-    let redis = RedisServer::start();
-    let s = store(redis.url(), 1000);
     let a = activity("1001", 10, 1, 1);
-    prewarm(&s, &a).await;
+    let s = Fixture::on_sale(&a).await;
     reserve(&s, &a, "u1", 1, "r1").await;
     // Re-split into 4, even with a version bump: the users' units live in the one segment.
     for version in [1, 2] {
@@ -1018,8 +1020,7 @@ async fn the_segment_count_is_fixed_for_the_life_of_the_keys() {
 #[tokio::test]
 async fn versions_beyond_fifteen_digits_stay_exact() {
     // #12 defect 3: cjson wrote 123456789012345 as 1.2345678901234e+14, so nothing confirmed.
-    let redis = RedisServer::start();
-    let s = store(redis.url(), 1000);
+    let s = Fixture::start();
     let version = flashgate::config::MAX_EXACT_INTEGER;
     let a = activity("1001", 10, version, 2);
     prewarm(&s, &a).await;
@@ -1036,7 +1037,7 @@ async fn versions_beyond_fifteen_digits_stay_exact() {
     ));
     let row = ledger(&s, &a, version).await;
     assert_eq!((row.confirmed, row.released, row.drift()), (1, 1, 0));
-    let mut conn = redis.conn();
+    let mut conn = s.redis.conn();
     let entries: redis::streams::StreamRangeReply = redis::cmd("XRANGE")
         .arg("fg:{1001}:events")
         .arg("-")
@@ -1052,16 +1053,14 @@ async fn versions_beyond_fifteen_digits_stay_exact() {
 async fn extending_ends_at_extends_every_key_and_never_recreates_the_stock() {
     // #12 defect 2: the stock key and ledger kept the expiry set at prewarm and vanished
     // mid-sale after ends_at moved later; prewarm then created the whole stock again.
-    let redis = RedisServer::start();
-    let s = store(redis.url(), 1000);
     let mut a = activity("1001", 10, 1, 1);
-    prewarm(&s, &a).await;
+    let s = Fixture::on_sale(&a).await;
     reserve(&s, &a, "u1", 1, "r1").await;
     let before = a.ends_at.timestamp() + 86_400;
     a.ends_at += chrono::Duration::days(30);
     prewarm(&s, &a).await;
     let after = a.ends_at.timestamp() + 86_400;
-    let mut conn = redis.conn();
+    let mut conn = s.redis.conn();
     let keys: Vec<String> = redis::cmd("KEYS")
         .arg("fg:{1001}*")
         .query(&mut conn)
@@ -1093,8 +1092,7 @@ async fn extending_ends_at_extends_every_key_and_never_recreates_the_stock() {
 async fn a_stranded_transfer_lands_in_the_version_it_left() {
     // #12 defect 5: delivered into the receiver's current version, version 1 units went on sale
     // in version 2 (or made a ledger with no initial and no expiry).
-    let redis = RedisServer::start();
-    let s = store(redis.url(), 1000);
+    let s = Fixture::start();
     let v1 = Activity {
         segments: 2,
         ..activity("1001", 100, 1, 1)
@@ -1126,14 +1124,12 @@ async fn a_stranded_transfer_lands_in_the_version_it_left() {
 
 #[tokio::test]
 async fn the_reconcile_snapshot_survives_script_flush() {
-    let redis = RedisServer::start();
-    let s = store(redis.url(), 1000);
     let a = activity("1001", 5, 1, 1);
-    prewarm(&s, &a).await;
+    let s = Fixture::on_sale(&a).await;
     reserve(&s, &a, "u1", 1, "r1").await;
     let _: () = redis::cmd("SCRIPT")
         .arg("FLUSH")
-        .query(&mut redis.conn())
+        .query(&mut s.redis.conn())
         .unwrap();
     let l = Layout::of(&a);
     let snapshot = s.snapshot(one(&l), &[1]).await.unwrap();
@@ -1216,13 +1212,11 @@ async fn a_lost_meta_never_puts_a_version_on_sale_twice() {
 async fn an_unsegmented_activity_that_lost_its_meta_keeps_its_segment_count() {
     // Review 12b R1: the registry's record was judged stale because the only meta it checked
     // was the lost one; claiming two segments put the whole stock on sale again.
-    let redis = RedisServer::start();
-    let s = store(redis.url(), 1000);
     let one = activity("1001", 2, 1, 1);
-    prewarm(&s, &one).await;
+    let s = Fixture::on_sale(&one).await;
     reserve(&s, &one, "u1", 1, "r1").await;
     reserve(&s, &one, "u2", 1, "r2").await;
-    redis.del(&["fg:{1001}:meta"]);
+    s.redis.del(&["fg:{1001}:meta"]);
     let two = Activity {
         segments: 2,
         ..activity("1001", 2, 1, 1)
@@ -1236,7 +1230,7 @@ async fn an_unsegmented_activity_that_lost_its_meta_keeps_its_segment_count() {
         })
     );
     // Also without the registry's record: the base tag holds the segment itself.
-    redis.del(&["fg:activities"]);
+    s.redis.del(&["fg:activities"]);
     assert!(matches!(
         segments::prewarm(&s, &two).await.unwrap(),
         Err(Refusal::SegmentsFixed { first: 1, .. })
@@ -1276,8 +1270,7 @@ async fn a_damaged_segment_refuses_buyers_at_once_and_writes_no_key_without_an_e
 async fn a_lost_received_book_never_lets_a_transfer_land_twice() {
     // Review 12b R3: prewarm re-created a lost `received` empty, and the sweep then deposited a
     // transfer that had landed already: units from nothing.
-    let redis = RedisServer::start();
-    let s = store(redis.url(), 1000);
+    let s = Fixture::start();
     let a = Activity {
         segments: 2,
         ..activity("1001", 4, 1, 4)
@@ -1290,7 +1283,7 @@ async fn a_lost_received_book_never_lets_a_transfer_land_twice() {
         s.deposit(receiver, 1, "t1", 2).await.unwrap(),
         Deposit::Landed
     );
-    redis.del(&["fg:{1001~0/2}:received"]);
+    s.redis.del(&["fg:{1001~0/2}:received"]);
     assert_eq!(
         s.deposit(receiver, 1, "t1", 2).await.unwrap(),
         Deposit::Refused
@@ -1326,11 +1319,9 @@ async fn a_lost_received_book_never_lets_a_transfer_land_twice() {
 #[tokio::test]
 async fn a_lost_ledger_beside_its_stock_refuses_the_segment() {
     // Review 12b R2: a lost ledger was reported but sales went on, and reserve re-created it.
-    let redis = RedisServer::start();
-    let s = store(redis.url(), 1000);
     let a = activity("1001", 5, 1, 2);
-    prewarm(&s, &a).await;
-    redis.del(&["fg:{1001}:v1:ledger"]);
+    let s = Fixture::on_sale(&a).await;
+    s.redis.del(&["fg:{1001}:v1:ledger"]);
     assert!(matches!(
         segments::prewarm(&s, &a).await.unwrap(),
         Err(Refusal::Damaged { .. })
@@ -1340,8 +1331,7 @@ async fn a_lost_ledger_beside_its_stock_refuses_the_segment() {
 #[tokio::test]
 async fn an_abandon_into_a_segment_never_prewarmed_leaves_a_key_that_expires() {
     // Review 12b R9: the tombstone's hash had no expiry.
-    let redis = RedisServer::start();
-    let s = store(redis.url(), 1000);
+    let s = Fixture::start();
     let a = Activity {
         segments: 4,
         ..activity("1001", 8, 1, 1)
@@ -1360,7 +1350,7 @@ async fn an_abandon_into_a_segment_never_prewarmed_leaves_a_key_that_expires() {
     assert_eq!(outcome, ReleaseOutcome::Unknown);
     let ttl: i64 = redis::cmd("TTL")
         .arg("fg:{1001~3/4}:res")
-        .query(&mut redis.conn())
+        .query(&mut s.redis.conn())
         .unwrap();
     assert!(ttl > 0, "{ttl}");
     // The tombstone is not taken for a lost key: the segment goes on sale as new.
@@ -1371,8 +1361,7 @@ async fn an_abandon_into_a_segment_never_prewarmed_leaves_a_key_that_expires() {
 async fn a_reservation_is_never_due_while_its_request_may_be_at_the_backend() {
     // Review 12b R7: a hold shorter than a forwarded request may take was swept (or asked
     // about) while the backend still worked on it; a replay with little hold left likewise.
-    let redis = RedisServer::start();
-    let s = store(redis.url(), 1000);
+    let s = Fixture::start();
     let a = Activity {
         hold: Duration::from_millis(1),
         ..activity("1001", 5, 1, 2)
@@ -1393,7 +1382,7 @@ async fn a_reservation_is_never_due_while_its_request_may_be_at_the_backend() {
         redis::cmd("ZSCORE")
             .arg("fg:{1001}:v1:pending")
             .arg(id)
-            .query(&mut redis.conn())
+            .query(&mut s.redis.conn())
             .unwrap()
     };
     assert!(
@@ -1408,14 +1397,13 @@ async fn a_reservation_is_never_due_while_its_request_may_be_at_the_backend() {
 #[tokio::test]
 async fn the_registry_keeps_the_segment_count_when_the_base_meta_is_lost() {
     // Review 12 F1b: losing the base meta let another segment count be claimed.
-    let redis = RedisServer::start();
-    let s = store(redis.url(), 1000);
+    let s = Fixture::start();
     let four = Activity {
         segments: 4,
         ..activity("1001", 8, 1, 1)
     };
     prewarm(&s, &four).await;
-    redis.del(&["fg:{1001}:meta"]);
+    s.redis.del(&["fg:{1001}:meta"]);
     assert_eq!(
         segments::prewarm(&s, &activity("1001", 8, 1, 1))
             .await
@@ -1458,8 +1446,7 @@ async fn a_lost_key_refuses_the_activity_instead_of_trusting_it() {
 async fn a_replay_past_its_hold_deadline_is_refused_and_a_replay_signs_the_same_claims() {
     // Review 12 F3: a pending reservation was replayed whatever was left of its hold, and
     // re-signed with exp = now + ttl, long after the sweep could release it.
-    let redis = RedisServer::start();
-    let s = store(redis.url(), 1000);
+    let s = Fixture::start();
     let a = Activity {
         hold: Duration::from_millis(300),
         ..activity("1001", 5, 1, 1)
@@ -1490,7 +1477,7 @@ async fn a_replay_past_its_hold_deadline_is_refused_and_a_replay_signs_the_same_
     wait_for(
         "Redis's clock to pass the hold deadline",
         Duration::from_secs(5),
-        || (redis_time_ms(&redis) > deadline_ms).then_some(()),
+        || (redis_time_ms(&s.redis) > deadline_ms).then_some(()),
     );
     assert_eq!(
         s.reserve(one(&l), &keyed("r3")).await.unwrap(),
@@ -1502,8 +1489,7 @@ async fn a_replay_past_its_hold_deadline_is_refused_and_a_replay_signs_the_same_
 async fn transfer_halves_are_each_once_and_never_lose_units() {
     // Review 12 F7: a withdraw sent twice took units twice; a deposit into a version with no
     // ledger marked the transfer received and the units vanished.
-    let redis = RedisServer::start();
-    let s = store(redis.url(), 1000);
+    let s = Fixture::start();
     let a = Activity {
         segments: 2,
         ..activity("1001", 20, 1, 1)
@@ -1525,7 +1511,7 @@ async fn transfer_halves_are_each_once_and_never_lose_units() {
         "even once acknowledged"
     );
     assert_eq!(s.remaining(giver, 1).await.unwrap(), Some(7));
-    redis.del(&["fg:{1001~0/2}:v1:ledger"]);
+    s.redis.del(&["fg:{1001~0/2}:v1:ledger"]);
     assert_eq!(
         s.deposit(receiver, 1, "t1", 3).await.unwrap(),
         Deposit::Refused
@@ -1540,21 +1526,19 @@ async fn transfer_halves_are_each_once_and_never_lose_units() {
 async fn an_early_lookup_is_timed_by_redis_clock_and_only_ever_moves_earlier() {
     // Review 12b R6: the due time was the gateway's clock plus a delay; a gateway an hour slow
     // asked the backend at once, while it was still working on the order.
-    let redis = RedisServer::start();
-    let s = store(redis.url(), 1000);
     let a = activity("1001", 5, 1, 2);
-    prewarm(&s, &a).await;
+    let s = Fixture::on_sale(&a).await;
     reserve(&s, &a, "u1", 1, "r1").await;
     let l = Layout::of(&a);
     let score = || -> u64 {
         let score: f64 = redis::cmd("ZSCORE")
             .arg("fg:{1001}:v1:pending")
             .arg("r1")
-            .query(&mut redis.conn())
+            .query(&mut s.redis.conn())
             .unwrap();
         score as u64
     };
-    let before = redis_time_ms(&redis);
+    let before = redis_time_ms(&s.redis);
     s.due_in(one(&l), 1, "r1", 1, Duration::from_secs(10))
         .await
         .unwrap();
@@ -1572,7 +1556,7 @@ async fn an_early_lookup_is_timed_by_redis_clock_and_only_ever_moves_earlier() {
         .unwrap();
     let members: u64 = redis::cmd("ZCARD")
         .arg("fg:{1001}:v1:pending")
-        .query(&mut redis.conn())
+        .query(&mut s.redis.conn())
         .unwrap();
     assert_eq!(members, 2, "r1 and the placeholder: nothing added");
 }
@@ -1582,10 +1566,8 @@ async fn a_replay_only_reserve_answers_the_keys_reservation_and_takes_nothing_el
     // Review of #15, finding 3: a buyer the waiting room holds back (lapsed, or sold out for
     // everyone waiting) who retries a purchase made at their turn gets its reservation back;
     // any other key, or none, takes no stock.
-    let redis = RedisServer::start();
-    let s = store(redis.url(), 1000);
     let a = activity("1001", 5, 1, 1);
-    prewarm(&s, &a).await;
+    let s = Fixture::on_sale(&a).await;
     let l = Layout::of(&a);
     let keyed = |id: &'static str, key: &'static str, replay_only: bool| ReserveCall {
         idempotency_key: Some(key),
@@ -1686,8 +1668,7 @@ async fn a_segmented_reserve_outside_the_hours_pulls_units_home_and_loses_none()
     // Review of the sale hours: a home segment short of a 2-unit purchase pulls units from
     // the others (withdraw, then deposit with the reserve); the reserve is refused by Redis's
     // clock, the deposit stays, nothing is left in flight, every unit is still for sale.
-    let redis = RedisServer::start();
-    let s = store(redis.url(), 1000);
+    let s = Fixture::start();
     let open = Activity {
         segments: 4,
         ..activity("1001", 4, 1, 2)
@@ -1707,7 +1688,7 @@ async fn a_segmented_reserve_outside_the_hours_pulls_units_home_and_loses_none()
             let user = format!("u{i}");
             let id = format!("r-{label}-{i}");
             let outcome = segments::reserve(
-                &s,
+                &*s,
                 &a,
                 segments::Purchase {
                     user: &user,
@@ -1727,8 +1708,8 @@ async fn a_segmented_reserve_outside_the_hours_pulls_units_home_and_loses_none()
             };
             assert_eq!(outcome, expected, "{label} {i}");
         }
-        assert_eq!(segments::available(&s, &open).await.unwrap(), 4, "{label}");
-        let rows = segments::ledgers(&s, &Layout::of(&open)).await.unwrap();
+        assert_eq!(segments::available(&*s, &open).await.unwrap(), 4, "{label}");
+        let rows = segments::ledgers(&*s, &Layout::of(&open)).await.unwrap();
         let (moved_in, moved_out): (i64, i64) = rows
             .iter()
             .fold((0, 0), |(i, o), (_, r)| (i + r.moved_in, o + r.moved_out));
@@ -1745,10 +1726,8 @@ async fn a_segmented_reserve_outside_the_hours_pulls_units_home_and_loses_none()
 /// another forward of the reservation may still be at the backend.
 #[tokio::test]
 async fn an_early_lookup_never_overtakes_another_forward_in_flight() {
-    let redis = RedisServer::start();
-    let s = store(redis.url(), 1000);
     let a = activity("1001", 5, 1, 2);
-    prewarm(&s, &a).await;
+    let s = Fixture::on_sale(&a).await;
     let l = Layout::of(&a);
     let keyed = ReserveCall {
         idempotency_key: Some("k"),
@@ -1763,7 +1742,7 @@ async fn an_early_lookup_never_overtakes_another_forward_in_flight() {
         let score: f64 = redis::cmd("ZSCORE")
             .arg("fg:{1001}:v1:pending")
             .arg("r1")
-            .query(&mut redis.conn())
+            .query(&mut s.redis.conn())
             .unwrap();
         score as u64
     };
@@ -1784,7 +1763,7 @@ async fn an_early_lookup_never_overtakes_another_forward_in_flight() {
         .unwrap();
     assert_eq!(score(), due, "a stale forward moves nothing");
     // The retry ends without an answer: due, but not before the first forward's trip ends.
-    let now = redis_time_ms(&redis);
+    let now = redis_time_ms(&s.redis);
     s.due_in(one(&l), 1, "r1", second, Duration::ZERO)
         .await
         .unwrap();
@@ -1801,8 +1780,7 @@ async fn an_early_lookup_never_overtakes_another_forward_in_flight() {
 /// discarded. A second hand-out discards the first one's answer too.
 #[tokio::test]
 async fn a_lookup_answer_lands_only_under_the_fence_its_hand_out_set() {
-    let redis = RedisServer::start();
-    let s = store(redis.url(), 1000);
+    let s = Fixture::start();
     let mut a = activity("1001", 1, 1, 1);
     a.hold = Duration::ZERO;
     prewarm(&s, &a).await;
@@ -1823,7 +1801,7 @@ async fn a_lookup_answer_lands_only_under_the_fence_its_hand_out_set() {
         .arg("fg:{1001}:v1:pending")
         .arg(0)
         .arg("r1")
-        .query(&mut redis.conn())
+        .query(&mut s.redis.conn())
         .unwrap();
     let again = s.sweep(one(&l), 1, 10, Some(lease)).await.unwrap();
     let second = again.for_lookup[0].fence;
@@ -1835,7 +1813,7 @@ async fn a_lookup_answer_lands_only_under_the_fence_its_hand_out_set() {
     );
     // The buyer retries with the key while the second lookup is out (hold 0: the record's
     // deadline passed, so make it a fresh hold for the replay to be accepted).
-    set_deadline(&redis, "r1", redis_time_ms(&redis) + 600_000);
+    set_deadline(&s.redis, "r1", redis_time_ms(&s.redis) + 600_000);
     let retry = ReserveCall {
         reservation_id: "r2",
         ..keyed
@@ -1861,13 +1839,11 @@ async fn a_lookup_answer_lands_only_under_the_fence_its_hand_out_set() {
 /// never expires) still says it was on sale: it never sells again; a new version sells afresh.
 #[tokio::test]
 async fn a_version_whose_keys_expired_never_sells_again_but_a_new_one_does() {
-    let redis = RedisServer::start();
-    let s = store(redis.url(), 1000);
     let a = activity("1001", 1, 1, 1);
-    prewarm(&s, &a).await;
+    let s = Fixture::on_sale(&a).await;
     reserve(&s, &a, "alice", 1, "r1").await;
     // The retention passes: every key with an expiry goes.
-    let mut conn = redis.conn();
+    let mut conn = s.redis.conn();
     let keys: Vec<String> = redis::cmd("KEYS").arg("fg:*").query(&mut conn).unwrap();
     for key in keys {
         let ttl: i64 = redis::cmd("TTL").arg(&key).query(&mut conn).unwrap();
@@ -1917,10 +1893,8 @@ async fn a_version_whose_keys_expired_never_sells_again_but_a_new_one_does() {
 /// cover record for the same user), else counted oversold; once per reservation; never clean.
 #[tokio::test]
 async fn a_late_acceptance_is_covered_from_stock_or_counted_oversold() {
-    let redis = RedisServer::start();
-    let s = store(redis.url(), 1000);
     let a = activity("1001", 2, 1, 2);
-    prewarm(&s, &a).await;
+    let s = Fixture::on_sale(&a).await;
     let l = Layout::of(&a);
     // Cancelled by the backend (admin): a 2xx reported after that is no late acceptance.
     reserve(&s, &a, "carol", 1, "r0").await;
@@ -1981,7 +1955,7 @@ async fn a_late_acceptance_is_covered_from_stock_or_counted_oversold() {
         (row.remaining, row.late_accepted, row.oversold, row.drift()),
         (0, 2, 1, 0)
     );
-    let settings = store_settings_for(&redis, &a);
+    let settings = store_settings_for(&s.redis, &a);
     let report = flashgate::reconcile::reconcile(&settings, &s, Some("1001"))
         .await
         .unwrap();
@@ -1999,8 +1973,7 @@ async fn a_late_acceptance_is_covered_from_stock_or_counted_oversold() {
 /// that every acknowledged transfer arrived, saw nothing).
 #[tokio::test]
 async fn a_transfer_is_acknowledged_only_once_it_landed() {
-    let redis = RedisServer::start();
-    let s = store(redis.url(), 1000);
+    let s = Fixture::start();
     let a = Activity {
         segments: 2,
         ..activity("1001", 4, 1, 2)
@@ -2013,11 +1986,12 @@ async fn a_transfer_is_acknowledged_only_once_it_landed() {
     let _: () = redis::cmd("HDEL")
         .arg(s.keys().of(home).users())
         .arg("")
-        .query(&mut redis.conn())
+        .query(&mut s.redis.conn())
         .unwrap();
-    let outcome = segments::deposit_and_reserve(&s, giver, home, &call(&a, "u1", 1, "r1"), "t1", 1)
-        .await
-        .unwrap();
+    let outcome =
+        segments::deposit_and_reserve(&*s, giver, home, &call(&a, "u1", 1, "r1"), "t1", 1)
+            .await
+            .unwrap();
     assert_eq!(outcome, ReserveOutcome::Damaged);
     let (open, acked) = s.transfers_given(giver).await.unwrap();
     assert_eq!(
@@ -2031,9 +2005,9 @@ async fn a_transfer_is_acknowledged_only_once_it_landed() {
         .arg(2)
         .arg(s.keys().of(giver).transfers())
         .arg(s.keys().of(giver).acknowledged())
-        .query(&mut redis.conn())
+        .query(&mut s.redis.conn())
         .unwrap();
-    let settings = store_settings_for(&redis, &a);
+    let settings = store_settings_for(&s.redis, &a);
     let report = flashgate::reconcile::reconcile(&settings, &s, Some("1001"))
         .await
         .unwrap();
@@ -2078,14 +2052,13 @@ activities:
 /// its share. Once the base meta recorded the segment as made, it is refused as damaged.
 #[tokio::test]
 async fn a_segment_that_lost_every_key_is_refused_not_put_on_sale_again() {
-    let redis = RedisServer::start();
-    let s = store(redis.url(), 1000);
+    let s = Fixture::start();
     let a = Activity {
         segments: 2,
         ..activity("1001", 4, 1, 2)
     };
     prewarm(&s, &a).await;
-    let mut conn = redis.conn();
+    let mut conn = s.redis.conn();
     let keys: Vec<String> = redis::cmd("KEYS")
         .arg("fg:{1001~1/2}*")
         .query(&mut conn)
@@ -2136,8 +2109,7 @@ fn shape(outcome: ReserveOutcome) -> ReserveOutcome {
 
 #[tokio::test]
 async fn one_reserve_call_judges_a_batch_in_order_as_separate_calls_would() {
-    let redis = RedisServer::start();
-    let s = store(redis.url(), 1000);
+    let s = Fixture::start();
     // (user, qty, id, idempotency key, replay only): every outcome a batch item can have but
     // a deposit's, each depending on the items before it.
     let items: &[(&str, u32, &str, Option<&str>, bool)] = &[
@@ -2176,7 +2148,7 @@ async fn one_reserve_call_judges_a_batch_in_order_as_separate_calls_would() {
     let evalsha = || -> u64 {
         let info: String = redis::cmd("INFO")
             .arg("commandstats")
-            .query(&mut redis.conn())
+            .query(&mut s.redis.conn())
             .unwrap();
         info.lines()
             .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
@@ -2209,7 +2181,7 @@ async fn one_reserve_call_judges_a_batch_in_order_as_separate_calls_would() {
     let b_row = ledger(&s, &together, 1).await;
     assert_eq!(format!("{a_row:?}"), format!("{b_row:?}"));
     assert_eq!(remaining(&s, &together).await, Some(0));
-    let mut conn = redis.conn();
+    let mut conn = s.redis.conn();
     let events = |conn: &mut redis::Connection, act: &str| {
         reservation_events(conn, &format!("fg:{{{act}}}:events"))
     };
@@ -2249,8 +2221,7 @@ async fn a_sell_out_of_segmented_stock_costs_one_determination_not_one_per_buyer
     // a 6-segment activity is sold out made 240 calls (each: its reserve, 5 withdraws, 6
     // ledger reads). Now their reserves go in batches per home segment and one read of the
     // whole activity answers them all.
-    let redis = RedisServer::start();
-    let s = store(redis.url(), 1000);
+    let s = Fixture::start();
     let a = Activity {
         segments: 6,
         ..activity("1001", 6, 1, 1)
@@ -2260,7 +2231,7 @@ async fn a_sell_out_of_segmented_stock_costs_one_determination_not_one_per_buyer
         let user = format!("early{i}");
         let id = format!("e{i}");
         let outcome = segments::reserve(
-            &s,
+            &*s,
             &a,
             segments::Purchase {
                 user: &user,
@@ -2278,17 +2249,17 @@ async fn a_sell_out_of_segmented_stock_costs_one_determination_not_one_per_buyer
             "{outcome:?}"
         );
     }
-    assert_eq!(segments::available(&s, &a).await.unwrap(), 0);
+    assert_eq!(segments::available(&*s, &a).await.unwrap(), 0);
     let moved = |rows: Vec<(u32, flashgate::stock::LedgerRow)>| -> i64 {
         rows.iter().map(|(_, r)| r.moved_out).sum()
     };
-    let moved_before = moved(segments::ledgers(&s, &Layout::of(&a)).await.unwrap());
-    let before = script_calls(&redis);
+    let moved_before = moved(segments::ledgers(&*s, &Layout::of(&a)).await.unwrap());
+    let before = script_calls(&s.redis);
     let users: Vec<String> = (0..20).map(|i| format!("late{i}")).collect();
     let ids: Vec<String> = (0..20).map(|i| format!("l{i}")).collect();
     let outcomes = futures_util::future::join_all(users.iter().zip(&ids).map(|(user, id)| {
         segments::reserve(
-            &s,
+            &*s,
             &a,
             segments::Purchase {
                 user,
@@ -2301,14 +2272,14 @@ async fn a_sell_out_of_segmented_stock_costs_one_determination_not_one_per_buyer
         )
     }))
     .await;
-    let calls = script_calls(&redis) - before;
+    let calls = script_calls(&s.redis) - before;
     for outcome in outcomes {
         assert_eq!(outcome.unwrap(), segments::Reserve::SoldOut { left: 0 });
     }
     // At most two reserve calls per home segment (the first alone, the rest together), and
     // a determination or two (6 ledger reads each): nothing withdrawn.
     assert!(calls <= 12 + 2 * 6, "{calls} script calls for 20 buyers");
-    let rows = segments::ledgers(&s, &Layout::of(&a)).await.unwrap();
+    let rows = segments::ledgers(&*s, &Layout::of(&a)).await.unwrap();
     assert_eq!(moved(rows), moved_before, "nothing withdrawn");
 }
 
@@ -2318,8 +2289,7 @@ async fn a_sell_out_of_segmented_stock_costs_one_determination_not_one_per_buyer
 /// takes nothing, the check names it; accepting the master answering now sells again.
 #[tokio::test]
 async fn a_segment_recorded_under_another_master_takes_nothing() {
-    let redis = RedisServer::start();
-    let s = store(redis.url(), 1000);
+    let s = Fixture::start();
     let a = Activity {
         segments: 2,
         ..activity("1001", 10, 1, 5)
@@ -2328,11 +2298,11 @@ async fn a_segment_recorded_under_another_master_takes_nothing() {
     assert_eq!(s.check_master(&a).await.unwrap().fence, None, "armed");
     let layout = Layout::of(&a);
     let record = |i: u32| s.keys().of(layout.segment(i).unwrap()).master();
-    let replid = replication_field(&redis, "master_replid");
+    let replid = replication_field(&s.redis, "master_replid");
     for i in 0..2 {
         let recorded: String = redis::cmd("GET")
             .arg(record(i))
-            .query(&mut redis.conn())
+            .query(&mut s.redis.conn())
             .unwrap();
         assert_eq!(recorded, replid);
     }
@@ -2341,7 +2311,7 @@ async fn a_segment_recorded_under_another_master_takes_nothing() {
         let _: () = redis::cmd("SET")
             .arg(record(i))
             .arg(&other)
-            .query(&mut redis.conn())
+            .query(&mut s.redis.conn())
             .unwrap();
     }
     let stock_key = s.keys().of(layout.segment(0).unwrap()).stock(1);
@@ -2351,11 +2321,11 @@ async fn a_segment_recorded_under_another_master_takes_nothing() {
             .query(&mut redis.conn())
             .unwrap()
     };
-    let before = stock(&redis);
+    let before = stock(&s.redis);
     let seg0 = layout.segment(0).unwrap();
     let fenced = s.reserve(seg0, &call(&a, "u1", 1, "r1")).await.unwrap();
     assert_eq!(fenced, ReserveOutcome::Fenced);
-    assert_eq!(stock(&redis), before, "nothing taken");
+    assert_eq!(stock(&s.redis), before, "nothing taken");
     assert!(s.is_fenced(&a), "a fenced reserve is remembered at once");
     let giver = layout.segment(1).unwrap();
     let withdrawn = s.withdraw(giver, 1, "t1", 1, 0).await;
@@ -2406,18 +2376,16 @@ fn replication_field(redis: &RedisServer, name: &str) -> String {
 /// master's, as when the record was compared whole (review of the plain search).
 #[tokio::test]
 async fn a_record_that_only_contains_this_masters_identity_is_fenced() {
-    let redis = RedisServer::start();
-    let s = store(redis.url(), 1000);
     let a = activity("1001", 10, 1, 5);
-    prewarm(&s, &a).await;
+    let s = Fixture::on_sale(&a).await;
     assert_eq!(s.check_master(&a).await.unwrap().fence, None, "armed");
     let layout = Layout::of(&a);
     let record = s.keys().of(layout.segment(0).unwrap()).master();
     let replid: String = redis::cmd("GET")
         .arg(&record)
-        .query(&mut redis.conn())
+        .query(&mut s.redis.conn())
         .unwrap();
-    let replid2 = replication_field(&redis, "master_replid2");
+    let replid2 = replication_field(&s.redis, "master_replid2");
     for lookalike in [
         replid[..20].to_owned(),
         format!("{replid}\r\nmaster_replid2:{replid2}"),
@@ -2427,7 +2395,7 @@ async fn a_record_that_only_contains_this_masters_identity_is_fenced() {
         let _: () = redis::cmd("SET")
             .arg(&record)
             .arg(&lookalike)
-            .query(&mut redis.conn())
+            .query(&mut s.redis.conn())
             .unwrap();
         let fence = s.check_master(&a).await.unwrap().fence;
         assert!(fence.is_some(), "{lookalike:?} is not this master");
@@ -2435,7 +2403,7 @@ async fn a_record_that_only_contains_this_masters_identity_is_fenced() {
     let _: () = redis::cmd("SET")
         .arg(&record)
         .arg(&replid)
-        .query(&mut redis.conn())
+        .query(&mut s.redis.conn())
         .unwrap();
     assert_eq!(s.check_master(&a).await.unwrap().fence, None, "{replid}");
 }
@@ -2506,10 +2474,8 @@ async fn a_solution_expired_by_redis_or_of_another_epoch_is_spent_already() {
 /// and one event, as the script before the read-ahead did.
 #[tokio::test]
 async fn regression_a_nan_hold_does_not_stop_a_batch_midway() {
-    let redis = RedisServer::start();
-    let s = store(redis.url(), 1000);
     let a = activity("1001", 10, 1, 3);
-    prewarm(&s, &a).await;
+    let s = Fixture::on_sale(&a).await;
     let l = Layout::of(&a);
     let keys = s.keys().of(one(&l)).for_reserve(1);
     let source = format!(
@@ -2534,7 +2500,7 @@ async fn regression_a_nan_hold_does_not_stop_a_batch_midway() {
             .arg(0);
         cmd.arg(30_000).arg(0).arg(0).arg(4_070_908_800_000u64);
     }
-    let mut reply: Vec<redis::Value> = cmd.query(&mut redis.conn()).unwrap();
+    let mut reply: Vec<redis::Value> = cmd.query(&mut s.redis.conn()).unwrap();
     // Last: the records the segment holds (two reservations and the placeholder), and their
     // life.
     assert!(matches!(reply.pop(), Some(redis::Value::BulkString(_))));
@@ -2549,14 +2515,14 @@ async fn regression_a_nan_hold_does_not_stop_a_batch_midway() {
         let rec: Option<String> = redis::cmd("HGET")
             .arg(&keys[2])
             .arg(id)
-            .query(&mut redis.conn())
+            .query(&mut s.redis.conn())
             .unwrap();
         assert!(
             rec.is_some_and(|r| r.starts_with("pending|")),
             "{id}'s record"
         );
     }
-    let reserves = reservation_events(&mut redis.conn(), &keys[6])
+    let reserves = reservation_events(&mut s.redis.conn(), &keys[6])
         .iter()
         .filter(|(_, kind)| kind == "reserve")
         .count();
@@ -2570,10 +2536,8 @@ async fn regression_a_nan_hold_does_not_stop_a_batch_midway() {
 /// two and cancels the one released, in order.
 #[tokio::test]
 async fn the_documented_event_consumer_makes_each_order_once() {
-    let redis = RedisServer::start();
-    let s = store(redis.url(), 1000);
     let a = activity("1001", 10, 1, 1);
-    prewarm(&s, &a).await;
+    let s = Fixture::on_sale(&a).await;
     let l = Layout::of(&a);
     s.hold_reserves();
     let calls: Vec<ReserveCall<'static>> = (0..4)
@@ -2600,7 +2564,7 @@ async fn the_documented_event_consumer_makes_each_order_once() {
         .all(|o| matches!(o, Ok(ReserveOutcome::Reserved { .. }))));
     confirm_batch(&s, &a, &["r1", "r0"]).await.unwrap();
     release(&s, &a, 1, "r2", ReleaseMode::Owner).await;
-    let mut conn = redis.conn();
+    let mut conn = s.redis.conn();
     let entries: usize = redis::cmd("XLEN")
         .arg("fg:{1001}:events")
         .query(&mut conn)
@@ -2614,7 +2578,7 @@ async fn the_documented_event_consumer_makes_each_order_once() {
         .nth(1)
         .and_then(|rest| rest.split("\n```").next())
         .expect("docs/backends.md's event-consumer block");
-    let url = redis.url();
+    let url = s.redis.url();
     let port = url.rsplit(':').next().unwrap().trim_end_matches("/0");
     let dir = tempfile::tempdir().unwrap();
     let script = dir.path().join("consumer.py");
