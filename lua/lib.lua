@@ -199,8 +199,9 @@ end
 -- created again from its configuration). A gateway that saw the older life is refused there at its
 -- next call, not at its next master check. One HGET, only when the lives differ. The reserve
 -- asks it only for a version the caller sold in the life it saw (a newer version, put on sale
--- after the sale's keys expired, is another sale); the sweep and an abandon's tombstone hold
--- back in any newer life the caller did not see begin, until its own sales tell it the life.
+-- after the sale's keys expired, is another sale), and so does an abandon's tombstone (it holds
+-- back only where the reserve it stops is refused); the sweep holds back in any newer life the
+-- caller did not see begin, until its own sales tell it the life.
 local function renewed_unseen(life, seen_life, known)
   return seen_life ~= '' and life ~= '' and older(seen_life, life)
     and redis.call('HGET', known, 'life') ~= life

@@ -24,6 +24,11 @@
 -- grows the records hash, and a store back to an older snapshot would then hold as many
 -- records as the gateway saw and pass for whole (issue 45's model finding: 8 units of a 6-unit
 -- stock). The reserve it would stop is refused there by the same token.
+-- ARGV[10] the newest version of a sale the gateway acknowledged in that life (the token's
+-- last part; absent: any): in a newer life the gateway did not see begin, the tombstone is held
+-- back only for a version it sold there, which the reserve refuses too (lua/reserve.lua); a
+-- newer version's reserve is taken there, so its abandon's tombstone is written (else the late
+-- reserve takes a unit no request forwards, held until its hold runs out).
 --
 -- Returns {code, remaining}:
 --   1 released; remaining in its version, -1 if its units were retired
@@ -41,7 +46,8 @@ if not raw then
   local records, life = records_of(KEYS[1])
   if mode == 'abandon' and master_holds(KEYS[7], ARGV[7])
       and not went_back(records, life, tonumber(ARGV[8]), ARGV[9])
-      and not renewed_unseen(life, ARGV[9], KEYS[8]) then
+      and not (tonumber(ARGV[2]) <= (tonumber(ARGV[10] or '') or math.huge)
+        and renewed_unseen(life, ARGV[9], KEYS[8])) then
     redis.call('HSET', KEYS[1], jti, encode({state = 'released', qty = '0', ver = ARGV[2],
       created = '', deadline = '', done = int(now_ms()), reason = ARGV[3], flags = 't',
       fence = '0', prior = '0', busy = '0', user = ''}))

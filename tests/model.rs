@@ -3232,3 +3232,25 @@ fn regression_records_evicted_after_a_recount_are_lost() {
         Op::Resume { inst: 0 },
     ]);
 }
+
+/// Found by the generator (seed 31337, shrunk): a sale of the segmented activity, a version
+/// bump, the keys' expiry, a sale under the new version, then a reserve whose abandon landed
+/// first: the abandon's tombstone must stop it.
+#[test]
+fn regression_a_late_reserve_after_a_bump_and_expiry_takes_nothing() {
+    replay(vec![
+        reserve(0, 1, 0, None),
+        Op::Reconfigure {
+            inst: 0,
+            act: 1,
+            change: Change::Bump,
+        },
+        Op::Expire { act: 1 },
+        reserve(0, 1, 2, None),
+        Op::LateReserve {
+            inst: 0,
+            act: 1,
+            user: 0,
+        },
+    ]);
+}

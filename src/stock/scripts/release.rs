@@ -162,7 +162,7 @@ impl StockStore {
     ) -> redis::Cmd {
         let keys = self.keys.of(segment).for_release(version);
         let expected = self.failover.expected(&keys[6]);
-        let (most, life) = self.failover.watermark(&keys[6]).seen();
+        let (most, life, sold) = self.failover.watermark(&keys[6]).token();
         let mut cmd = super::super::client::evalsha(&super::RELEASE, keys.len());
         for key in &keys {
             cmd.arg(key);
@@ -175,7 +175,8 @@ impl StockStore {
             .arg(mode.fence().map(|f| f.to_string()).unwrap_or_default())
             .arg(expected)
             .arg(most)
-            .arg(life);
+            .arg(life)
+            .arg(sold);
         cmd
     }
 }
