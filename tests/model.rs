@@ -2651,21 +2651,8 @@ fn check_events(sys: &System, model: &Model, a: usize, events: &HashMap<String, 
     }
 }
 
-/// How many sequences to run: `PROPTEST_CASES`, else a CI-sized default.
-fn cases() -> u32 {
-    std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(300)
-}
-
 prop_state_machine! {
-    #![proptest_config(Config {
-        cases: cases(),
-        max_shrink_iters: 4096,
-        failure_persistence: Some(Box::new(proptest::test_runner::FileFailurePersistence::WithSource("proptest-regressions"))),
-        .. Config::default()
-    })]
+    #![proptest_config(support::generated::sequences(300, 4096))]
 
     #[test]
     fn the_lifecycle_keeps_every_invariant(sequential 1..40 => System);

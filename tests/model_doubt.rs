@@ -830,20 +830,8 @@ impl StateMachineTest for System {
     }
 }
 
-fn cases() -> u32 {
-    std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(40)
-}
-
 prop_state_machine! {
-    #![proptest_config(Config {
-        cases: cases(),
-        max_shrink_iters: 1024,
-        failure_persistence: Some(Box::new(proptest::test_runner::FileFailurePersistence::WithSource("proptest-regressions"))),
-        .. Config::default()
-    })]
+    #![proptest_config(support::generated::sequences(40, 1024))]
 
     #[test]
     fn no_store_failure_sells_a_unit_twice(sequential 1..50 => System);

@@ -18,7 +18,6 @@
 mod support;
 
 use proptest::prelude::*;
-use proptest::test_runner::Config;
 use std::collections::HashMap;
 use std::time::Duration;
 use support::*;
@@ -545,20 +544,8 @@ fn purchase(act: usize, user: usize, qty: u32, key: Option<u8>, variant: usize) 
     raw_request("POST", &path, &headers)
 }
 
-fn cases() -> u32 {
-    std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(3)
-}
-
 proptest! {
-    #![proptest_config(Config {
-        cases: cases(),
-        max_shrink_iters: 64,
-        failure_persistence: Some(Box::new(proptest::test_runner::FileFailurePersistence::WithSource("proptest-regressions"))),
-        .. Config::default()
-    })]
+    #![proptest_config(support::generated::sequences(3, 64))]
 
     #[test]
     fn two_gateways_over_http_keep_every_invariant(ops in proptest::collection::vec(op(), 10..40)) {

@@ -21,7 +21,6 @@ use flashgate::stock::{
     ReserveCall, ReserveOutcome, SaleHours, StockStore,
 };
 use proptest::prelude::*;
-use proptest::test_runner::Config;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -476,20 +475,8 @@ fn play(ops: &[Op]) {
     })
 }
 
-fn cases() -> u32 {
-    std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(24)
-}
-
 proptest! {
-    #![proptest_config(Config {
-        cases: cases(),
-        max_shrink_iters: 256,
-        failure_persistence: Some(Box::new(proptest::test_runner::FileFailurePersistence::WithSource("proptest-regressions"))),
-        .. Config::default()
-    })]
+    #![proptest_config(support::generated::sequences(24, 256))]
 
     #[test]
     fn a_drops_variants_keep_every_invariant(ops in proptest::collection::vec(op(), 1..40)) {

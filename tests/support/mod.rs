@@ -21,6 +21,7 @@ mod test_config;
 pub use test_config::*;
 
 mod gateway;
+pub mod generated;
 mod http;
 mod process;
 mod redis_server;
