@@ -188,7 +188,7 @@ if #confirmed_ids > 0 then
 end
 -- Confirms in a row are one entry (`jti`, `user` and `qty` joined by a line break, as reserve's;
 -- their `ver` is the call's: another version's id is refused, -2), a late acceptance one of its
--- own between them: the entries keep the order of the ids (issue 37: an XADD an id).
+-- own between them: the entries keep the order of the ids (an XADD an id).
 local run_jti, run_user, run_qty = {}, {}, {}
 local function flush()
   emit_batch(KEYS[4], ARGV[3], 'confirm', run_jti, run_user, run_qty, 'ver', ARGV[1],

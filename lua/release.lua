@@ -22,8 +22,7 @@
 -- records it saw the segment hold   ARGV[9] of which life: the gateway's fencing token. An
 -- abandon writes no tombstone into a segment fenced, lost or gone back for it: a tombstone
 -- grows the records hash, and a store back to an older snapshot would then hold as many
--- records as the gateway saw and pass for whole (issue 45's model finding: 8 units of a 6-unit
--- stock). The reserve it would stop is refused there by the same token.
+-- records as the gateway saw and pass for whole (8 units of a 6-unit stock sold). The reserve it would stop is refused there by the same token.
 -- ARGV[10] the newest version of a sale the gateway acknowledged in that life (the token's
 -- last part; absent: any): in a newer life the gateway did not see begin, the tombstone is held
 -- back only for a version it sold there, which the reserve refuses too (lua/reserve.lua); a

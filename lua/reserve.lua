@@ -23,7 +23,7 @@
 -- before anything is written (a key of another type, set by hand, refuses the batch as a damaged
 -- segment, -6, with nothing changed), the stock is an integer (else damaged too), and Redis
 -- refuses a script for memory only at its first write. The types are known without a TYPE call
--- each where a call the batch needs anyway tells (issue 37: five TYPE calls were 27,000
+-- each where a call the batch needs anyway tells (five TYPE calls were 27,000
 -- instructions a call): users, res and stock by the reads below (a read of a key of another
 -- type fails the call before any write), idem by its placeholder's HEXISTS (answered, not
 -- raised), the ledger, the events and pending by one TYPE each (the first two also say whether

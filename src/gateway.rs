@@ -86,7 +86,6 @@ impl Gateway {
         }
     }
 
-    /// The proxy: every request's way through the gateway.
     /// Reads every activity's halt once (see `crate::server`: before the proxy serves); whether
     /// every one was read.
     pub async fn read_halts(&self) -> bool {
@@ -94,6 +93,7 @@ impl Gateway {
         self.lifecycle.state().halts_read()
     }
 
+    /// The proxy: every request's way through the gateway.
     pub fn proxy(&self) -> FlashProxy {
         FlashProxy::new(ProxyParts {
             live: self.live.clone(),

@@ -113,7 +113,7 @@ static ALLOC: dhat::Alloc = dhat::Alloc;
 
 /// mimalloc, not glibc's malloc: memory freed on another thread than the one that allocated it
 /// (Pingora's tasks move between workers) made glibc's arena locks a fifth of the gateway's CPU.
-/// Measured with glibc, jemalloc and mimalloc in one run (BENCHMARKS.md, issue 23): mimalloc
+/// Measured with glibc, jemalloc and mimalloc in one run (BENCHMARKS.md): mimalloc
 /// spends the least CPU per winner. The `dhat-heap` build counts with dhat's allocator instead.
 #[cfg(not(feature = "dhat-heap"))]
 #[global_allocator]

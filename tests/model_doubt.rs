@@ -700,7 +700,14 @@ impl StateMachineTest for System {
             Op::Prewarm { gw } => sys.gw(gw).prewarm(),
             Op::Snapshot => {
                 let master = WORLD.master.lock().unwrap();
-                run(&master, &mut redis::cmd("SAVE"));
+                // A replica's full sync may be saving in the background: SAVE waits its turn.
+                wait_for("SAVE", Duration::from_secs(30), || {
+                    match redis::cmd("SAVE").query::<()>(&mut master.conn()) {
+                        Ok(()) => Some(()),
+                        Err(e) if e.to_string().contains("already in progress") => None,
+                        Err(e) => panic!("SAVE: {e}"),
+                    }
+                });
                 sys.snapshot = Some(std::fs::read(master.dir().join("dump.rdb")).unwrap());
             }
             Op::Older => {

@@ -7,7 +7,7 @@
 //! Approximation: the schema knows the file's shape, not its rules across keys (an activity's
 //! `ends_at` after its `starts_at`, a route's `{activity}`, secrets that must be set, addresses
 //! that must parse): a file the schema accepts can still be refused by `flashgate check`, never
-//! the other way round (tests/schema.rs checks every shipped and every valid fixture).
+//! the other way round (tests/config.rs checks every shipped and every valid fixture).
 
 use super::file::FileConfig;
 use schemars::generate::SchemaSettings;

@@ -434,7 +434,7 @@ mod tests {
     #[test]
     fn only_a_refused_connection_surely_ran_nothing() {
         // redis-rs's own response timeout reports an I/O error, not our Timeout: a reserve
-        // that timed out either way must be abandoned (found by the reliability suite).
+        // that timed out either way must be abandoned.
         assert!(io(std::io::ErrorKind::TimedOut).may_have_landed());
         assert!(io(std::io::ErrorKind::ConnectionReset).may_have_landed());
         assert!(io(std::io::ErrorKind::BrokenPipe).may_have_landed());

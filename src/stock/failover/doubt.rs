@@ -1,4 +1,4 @@
-//! In doubt, hold (issue 45): what the gateways do to keep a unit off sale without proof that no
+//! In doubt, hold: what the gateways do to keep a unit off sale without proof that no
 //! order holds it. Reservations pending through a fence or a loss are held in doubt
 //! (`lua/doubt.lua`: never released by their hold's expiry); a clean `reconcile --orders` is
 //! recorded in Redis, which a plain resume of a fence needs (`lua/master.lua`, mode `orders`).
