@@ -94,7 +94,6 @@ impl Upstreams {
         self.pick(settings)?.addr.as_inet().copied()
     }
 
-    /// The next healthy backend of `settings`, as a peer with its timeouts.
     /// A healthy backend's address (round robin), for the gateway's own connections
     /// (`super::wire`).
     pub fn address(&self, settings: &UpstreamSettings) -> Result<SocketAddr> {
@@ -105,6 +104,7 @@ impl Upstreams {
             })
     }
 
+    /// The next healthy backend of `settings`, as a peer with its timeouts.
     pub fn peer(&self, settings: &UpstreamSettings) -> Result<Box<HttpPeer>> {
         let backend = self.pick(settings).ok_or_else(|| {
             Error::explain(ErrorType::ConnectNoRoute, "no healthy upstream").into_up()
