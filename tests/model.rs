@@ -2073,6 +2073,238 @@ fn keys_of(act: usize) -> Vec<String> {
     with_conn(|conn| redis::cmd("KEYS").arg(pattern).query(conn).unwrap())
 }
 
+/// The steps of `apply` with more than a call or two, one per operation.
+impl System {
+    /// A reserve whose abandon landed first: the abandon, then the reserve, and its answer checked.
+    fn late_reserve(&mut self, model: &Model, op: &Op, inst: usize, act: usize, user: usize) {
+        // The abandon lands first: a tombstone under a fresh id, in the buyer's home.
+        let generation = self.instances[inst].live.current();
+        let code = match generation.settings.activities.get(ACTS[act].0) {
+            Some(activity) => {
+                let layout = Layout::of(activity);
+                let home = layout.home(USERS[user]);
+                let id = Reservation::id_in_segment(activity, home.index());
+                block_on(self.instances[inst].lifecycle.release(
+                    home,
+                    activity.version,
+                    &id,
+                    ReleaseMode::Abandon,
+                    ReleaseReason::StoreTimeout,
+                ))
+                .unwrap();
+                self.reserve(inst, act, user, 1, None, Some(&id)).0
+            }
+            None => "unknown_activity",
+        };
+        let Expect::Decision(want, _) = &model.expect else {
+            unreachable!()
+        };
+        assert_eq!(code, *want, "{op:?}");
+    }
+
+    /// A reserve whose reply was lost: admission abandons the id it made.
+    fn lost_reply(&self, handle: usize) {
+        // Admission abandons the id this request made (for a replay: one never used).
+        let h = &self.handles[handle];
+        let layout = Layout::of(&h.activity);
+        let segment = layout.segment(h.reservation.segment).unwrap();
+        let id = if h.reservation.owned {
+            h.reservation.id.clone()
+        } else {
+            Reservation::id_in_segment(&h.activity, h.reservation.segment)
+        };
+        block_on(self.instances[0].lifecycle.release(
+            segment,
+            h.activity.version,
+            &id,
+            ReleaseMode::Abandon,
+            ReleaseReason::StoreTimeout,
+        ))
+        .unwrap();
+    }
+
+    /// An admin confirm or release of a reservation by id, its answer checked.
+    fn admin_call(&self, model: &Model, op: &Op, inst: usize, res: usize) {
+        let generation = self.instances[inst].live.current();
+        let lifecycle = &self.instances[inst].lifecycle;
+        let answer = match generation
+            .settings
+            .activities
+            .get(ACTS[model.res[res].act].0)
+        {
+            None => "not_found",
+            Some(activity) => {
+                let jti = &self.jtis[res];
+                let outcome = if matches!(op, Op::AdminConfirm { .. }) {
+                    block_on(lifecycle.confirm_by_id(activity, jti))
+                } else {
+                    block_on(lifecycle.release_by_id(activity, jti))
+                };
+                match outcome.unwrap() {
+                    AdminOutcome::Done(_) => "done",
+                    AdminOutcome::Conflict(_) => "conflict",
+                    AdminOutcome::NotFound => "not_found",
+                }
+            }
+        };
+        assert_eq!(Expect::Admin(answer), model.expect, "{op:?}");
+    }
+
+    /// A pending reservation's hold runs out: its deadline and due time moved into the past.
+    fn hold_runs_out(&self, model: &Model, res: usize) {
+        let r = &model.res[res];
+        if !r.gone && r.state == St::Pending {
+            let layout = Layout::new(
+                Arc::from(ACTS[r.act].0),
+                model.acts[r.act].segments.unwrap(),
+            );
+            let segment = System::segment_of(&layout, &self.jtis[res]);
+            let keys = self.store.keys().of(segment);
+            let jti = &self.jtis[res];
+            with_conn(|conn| {
+                // Its deadline and every forward's trip end (in the record), and its
+                // due time (in the pending set): time passed beyond them all.
+                let raw: String = redis::cmd("HGET")
+                    .arg(keys.reservations())
+                    .arg(jti)
+                    .query(conn)
+                    .unwrap();
+                // state|qty|ver|created|deadline|done|reason|flags|fence|prior|busy|user
+                let mut fields: Vec<&str> = raw.splitn(12, '|').collect();
+                fields[4] = "1";
+                fields[9] = "0";
+                fields[10] = "0";
+                redis::cmd("HSET")
+                    .arg(keys.reservations())
+                    .arg(jti)
+                    .arg(fields.join("|"))
+                    .query::<()>(conn)
+                    .unwrap();
+                redis::cmd("ZADD")
+                    .arg(keys.pending(r.version))
+                    .arg("XX")
+                    .arg(0)
+                    .arg(jti)
+                    .query::<()>(conn)
+                    .unwrap()
+            });
+        }
+    }
+
+    /// Redis restarts durably; the fences of layouts the model does not follow are lifted.
+    fn restart_redis(&self, model: &Model) {
+        let w = &*WORLD;
+        // The layouts whose fence the model does not follow (the split activity's, and
+        // the unsegmented one's when reconfigured to segments) were accepted under the master at their making
+        // (lua/prewarm.lua): a gateway's check before the restart recorded its
+        // persistence, and one after the settle window (none here, see `init_test`)
+        // lifts the fence by the durable_restart rule: a third gateway's, whose memory
+        // the model does not follow. (The unsegmented activity's one segment's fence is the
+        // model's: it stands until an operator's resume.)
+        let segmented: Vec<Arc<Settings>> = (0..2)
+            .filter_map(|a| {
+                let act = &model.acts[a];
+                let (segments, version) = act.segments.zip(act.current)?;
+                (a == 1 || segments > 1).then(|| {
+                    let mut conf: Conf = [None, None];
+                    conf[a] = Some(ActConf {
+                        segments,
+                        version,
+                        ..ActConf::first(a)
+                    });
+                    settings(&conf, false)
+                })
+            })
+            .collect();
+        let layouts = || {
+            segmented
+                .iter()
+                .flat_map(|s| s.activities.iter().cloned().collect::<Vec<_>>())
+        };
+        for activity in layouts() {
+            block_on(self.checker.check_master(&activity)).unwrap();
+        }
+        w.redis.lock().unwrap().restart();
+        *w.conn.lock().unwrap() = None;
+        block_on(wait_for_async(
+            "the store to answer again",
+            Duration::from_secs(20),
+            || async { self.store.ready().await.ok() },
+        ));
+        for activity in layouts() {
+            let checked = block_on(self.checker.check_master(&activity)).unwrap();
+            assert!(
+                checked.fence.is_none(),
+                "a durable restart is lifted: {checked:?}"
+            );
+        }
+    }
+
+    /// A snapshot of the unsegmented activity's keys (DUMP and PTTL), for `Forget::Older`.
+    fn snapshot(&mut self) {
+        let keys = keys_of(0);
+        self.snapshot = with_conn(|conn| {
+            keys.into_iter()
+                .map(|key| {
+                    let (dump, pttl): (Vec<u8>, i64) = redis::pipe()
+                        .cmd("DUMP")
+                        .arg(&key)
+                        .cmd("PTTL")
+                        .arg(&key)
+                        .query(conn)
+                        .unwrap();
+                    (key, dump, pttl)
+                })
+                .collect()
+        });
+    }
+
+    /// The runbook's resume on `inst`, its answer checked.
+    fn resume(&self, model: &Model, op: &Op, inst: usize) {
+        // The runbook's resume: `reconcile --orders` found the backend's orders whole
+        // (recorded in Redis), then the plain resume.
+        let activity = self.instances[inst].act(0);
+        block_on(self.store.orders_checked(&activity)).unwrap();
+        let answer = match block_on(self.store.accept_master(&activity)).unwrap() {
+            flashgate::stock::failover::Resumed::Accepted => "ok",
+            flashgate::stock::failover::Resumed::Lost(_) => "lost",
+            flashgate::stock::failover::Resumed::Unchecked(_) => "unchecked",
+        };
+        assert_eq!(Expect::Admin(answer), model.expect, "{op:?}");
+    }
+
+    /// An operator's recount on `inst`, its answer checked.
+    fn recount(&self, model: &Model, op: &Op, inst: usize, remaining: u64) {
+        let activity = self.instances[inst].act(0);
+        let answer = match block_on(self.instances[inst].lifecycle.recount(&activity, remaining)) {
+            Ok(_) => "ok",
+            Err(
+                segments::RecountError::Refused(_) | segments::RecountError::OtherVersion { .. },
+            ) => "refused",
+            Err(segments::RecountError::HeldStill { .. }) => "held",
+            Err(e) => panic!("{op:?}: {e}"),
+        };
+        assert_eq!(Expect::Admin(answer), model.expect, "{op:?}");
+    }
+
+    /// The activity's keys expire: every key but its floor goes.
+    fn expire(&self, act: usize) {
+        // Every key with an expiry goes; every key but the activity's floor has one.
+        let mut expiring = Vec::new();
+        for key in keys_of(act) {
+            let ttl: i64 = with_conn(|conn| redis::cmd("TTL").arg(&key).query(conn).unwrap());
+            if ttl == -1 {
+                assert!(key.ends_with(":floor"), "{key} never expires");
+            } else {
+                expiring.push(key);
+            }
+        }
+        if !expiring.is_empty() {
+            with_conn(|conn| redis::cmd("DEL").arg(expiring).query::<()>(conn).unwrap());
+        }
+    }
+}
+
 impl StateMachineTest for System {
     type SystemUnderTest = System;
     type Reference = Model;
@@ -2118,7 +2350,6 @@ impl StateMachineTest for System {
 
     fn apply(mut sys: System, model: &Model, op: Op) -> System {
         STEPS.fetch_add(1, Ordering::Relaxed);
-        let w = &*WORLD;
         match op {
             Op::Reserve {
                 inst,
@@ -2145,29 +2376,7 @@ impl StateMachineTest for System {
                 }
             }
             Op::LateReserve { inst, act, user } => {
-                // The abandon lands first: a tombstone under a fresh id, in the buyer's home.
-                let generation = sys.instances[inst].live.current();
-                let code = match generation.settings.activities.get(ACTS[act].0) {
-                    Some(activity) => {
-                        let layout = Layout::of(activity);
-                        let home = layout.home(USERS[user]);
-                        let id = Reservation::id_in_segment(activity, home.index());
-                        block_on(sys.instances[inst].lifecycle.release(
-                            home,
-                            activity.version,
-                            &id,
-                            ReleaseMode::Abandon,
-                            ReleaseReason::StoreTimeout,
-                        ))
-                        .unwrap();
-                        sys.reserve(inst, act, user, 1, None, Some(&id)).0
-                    }
-                    None => "unknown_activity",
-                };
-                let Expect::Decision(want, _) = &model.expect else {
-                    unreachable!()
-                };
-                assert_eq!(code, *want, "{op:?}");
+                sys.late_reserve(model, &op, inst, act, user);
             }
             Op::Fail { handle } => {
                 let h = &sys.handles[handle];
@@ -2191,87 +2400,13 @@ impl StateMachineTest for System {
                 .unwrap();
             }
             Op::LostReply { handle } => {
-                // Admission abandons the id this request made (for a replay: one never used).
-                let h = &sys.handles[handle];
-                let layout = Layout::of(&h.activity);
-                let segment = layout.segment(h.reservation.segment).unwrap();
-                let id = if h.reservation.owned {
-                    h.reservation.id.clone()
-                } else {
-                    Reservation::id_in_segment(&h.activity, h.reservation.segment)
-                };
-                block_on(sys.instances[0].lifecycle.release(
-                    segment,
-                    h.activity.version,
-                    &id,
-                    ReleaseMode::Abandon,
-                    ReleaseReason::StoreTimeout,
-                ))
-                .unwrap();
+                sys.lost_reply(handle);
             }
             Op::AdminConfirm { inst, res } | Op::AdminRelease { inst, res } => {
-                let generation = sys.instances[inst].live.current();
-                let lifecycle = &sys.instances[inst].lifecycle;
-                let answer = match generation
-                    .settings
-                    .activities
-                    .get(ACTS[model.res[res].act].0)
-                {
-                    None => "not_found",
-                    Some(activity) => {
-                        let jti = &sys.jtis[res];
-                        let outcome = if matches!(op, Op::AdminConfirm { .. }) {
-                            block_on(lifecycle.confirm_by_id(activity, jti))
-                        } else {
-                            block_on(lifecycle.release_by_id(activity, jti))
-                        };
-                        match outcome.unwrap() {
-                            AdminOutcome::Done(_) => "done",
-                            AdminOutcome::Conflict(_) => "conflict",
-                            AdminOutcome::NotFound => "not_found",
-                        }
-                    }
-                };
-                assert_eq!(Expect::Admin(answer), model.expect, "{op:?}");
+                sys.admin_call(model, &op, inst, res);
             }
             Op::HoldRunsOut { res } => {
-                let r = &model.res[res];
-                if !r.gone && r.state == St::Pending {
-                    let layout = Layout::new(
-                        Arc::from(ACTS[r.act].0),
-                        model.acts[r.act].segments.unwrap(),
-                    );
-                    let segment = System::segment_of(&layout, &sys.jtis[res]);
-                    let keys = sys.store.keys().of(segment);
-                    let jti = &sys.jtis[res];
-                    with_conn(|conn| {
-                        // Its deadline and every forward's trip end (in the record), and its
-                        // due time (in the pending set): time passed beyond them all.
-                        let raw: String = redis::cmd("HGET")
-                            .arg(keys.reservations())
-                            .arg(jti)
-                            .query(conn)
-                            .unwrap();
-                        // state|qty|ver|created|deadline|done|reason|flags|fence|prior|busy|user
-                        let mut fields: Vec<&str> = raw.splitn(12, '|').collect();
-                        fields[4] = "1";
-                        fields[9] = "0";
-                        fields[10] = "0";
-                        redis::cmd("HSET")
-                            .arg(keys.reservations())
-                            .arg(jti)
-                            .arg(fields.join("|"))
-                            .query::<()>(conn)
-                            .unwrap();
-                        redis::cmd("ZADD")
-                            .arg(keys.pending(r.version))
-                            .arg("XX")
-                            .arg(0)
-                            .arg(jti)
-                            .query::<()>(conn)
-                            .unwrap()
-                    });
-                }
+                sys.hold_runs_out(model, res);
             }
             Op::TimedOut { handle } => {
                 // The gateway's settle_soon, with no wait: due at once where the fence allows.
@@ -2331,50 +2466,7 @@ impl StateMachineTest for System {
                 sys.instances[inst].apply(&model.conf[inst]);
             }
             Op::RestartRedis => {
-                // The layouts whose fence the model does not follow (the split activity's, and
-                // the unsegmented one's when reconfigured to segments) were accepted under the master at their making
-                // (lua/prewarm.lua): a gateway's check before the restart recorded its
-                // persistence, and one after the settle window (none here, see `init_test`)
-                // lifts the fence by the durable_restart rule: a third gateway's, whose memory
-                // the model does not follow. (The unsegmented activity's one segment's fence is the
-                // model's: it stands until an operator's resume.)
-                let segmented: Vec<Arc<Settings>> = (0..2)
-                    .filter_map(|a| {
-                        let act = &model.acts[a];
-                        let (segments, version) = act.segments.zip(act.current)?;
-                        (a == 1 || segments > 1).then(|| {
-                            let mut conf: Conf = [None, None];
-                            conf[a] = Some(ActConf {
-                                segments,
-                                version,
-                                ..ActConf::first(a)
-                            });
-                            settings(&conf, false)
-                        })
-                    })
-                    .collect();
-                let layouts = || {
-                    segmented
-                        .iter()
-                        .flat_map(|s| s.activities.iter().cloned().collect::<Vec<_>>())
-                };
-                for activity in layouts() {
-                    block_on(sys.checker.check_master(&activity)).unwrap();
-                }
-                w.redis.lock().unwrap().restart();
-                *w.conn.lock().unwrap() = None;
-                block_on(wait_for_async(
-                    "the store to answer again",
-                    Duration::from_secs(20),
-                    || async { sys.store.ready().await.ok() },
-                ));
-                for activity in layouts() {
-                    let checked = block_on(sys.checker.check_master(&activity)).unwrap();
-                    assert!(
-                        checked.fence.is_none(),
-                        "a durable restart is lifted: {checked:?}"
-                    );
-                }
+                sys.restart_redis(model);
             }
             Op::Damage { lost } => {
                 let key = match lost {
@@ -2391,63 +2483,16 @@ impl StateMachineTest for System {
             }
             Op::Forget { how } => sys.forget(how),
             Op::Snapshot => {
-                let keys = keys_of(0);
-                sys.snapshot = with_conn(|conn| {
-                    keys.into_iter()
-                        .map(|key| {
-                            let (dump, pttl): (Vec<u8>, i64) = redis::pipe()
-                                .cmd("DUMP")
-                                .arg(&key)
-                                .cmd("PTTL")
-                                .arg(&key)
-                                .query(conn)
-                                .unwrap();
-                            (key, dump, pttl)
-                        })
-                        .collect()
-                });
+                sys.snapshot();
             }
             Op::Resume { inst } => {
-                // The runbook's resume: `reconcile --orders` found the backend's orders whole
-                // (recorded in Redis), then the plain resume.
-                let activity = sys.instances[inst].act(0);
-                block_on(sys.store.orders_checked(&activity)).unwrap();
-                let answer = match block_on(sys.store.accept_master(&activity)).unwrap() {
-                    flashgate::stock::failover::Resumed::Accepted => "ok",
-                    flashgate::stock::failover::Resumed::Lost(_) => "lost",
-                    flashgate::stock::failover::Resumed::Unchecked(_) => "unchecked",
-                };
-                assert_eq!(Expect::Admin(answer), model.expect, "{op:?}");
+                sys.resume(model, &op, inst);
             }
             Op::Recount { inst, remaining } => {
-                let activity = sys.instances[inst].act(0);
-                let answer =
-                    match block_on(sys.instances[inst].lifecycle.recount(&activity, remaining)) {
-                        Ok(_) => "ok",
-                        Err(
-                            segments::RecountError::Refused(_)
-                            | segments::RecountError::OtherVersion { .. },
-                        ) => "refused",
-                        Err(segments::RecountError::HeldStill { .. }) => "held",
-                        Err(e) => panic!("{op:?}: {e}"),
-                    };
-                assert_eq!(Expect::Admin(answer), model.expect, "{op:?}");
+                sys.recount(model, &op, inst, remaining);
             }
             Op::Expire { act } => {
-                // Every key with an expiry goes; every key but the activity's floor has one.
-                let mut expiring = Vec::new();
-                for key in keys_of(act) {
-                    let ttl: i64 =
-                        with_conn(|conn| redis::cmd("TTL").arg(&key).query(conn).unwrap());
-                    if ttl == -1 {
-                        assert!(key.ends_with(":floor"), "{key} never expires");
-                    } else {
-                        expiring.push(key);
-                    }
-                }
-                if !expiring.is_empty() {
-                    with_conn(|conn| redis::cmd("DEL").arg(expiring).query::<()>(conn).unwrap());
-                }
+                sys.expire(act);
             }
         }
         sys
