@@ -243,8 +243,8 @@ pub fn text(story: &Story) -> String {
     let u = &story.units;
     let _ = writeln!(
         out,
-        "units          sold {} released {} pending {} restocked {}",
-        u.sold, u.released, u.pending, u.restocked
+        "units          sold {} released {} pending {} (held in doubt {}) restocked {}",
+        u.sold, u.released, u.pending, u.held_in_doubt, u.restocked
     );
     let b = &story.buyers;
     let _ = writeln!(

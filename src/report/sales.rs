@@ -30,6 +30,9 @@ pub struct Units {
     pub sold: i64,
     pub released: i64,
     pub pending: i64,
+    /// Of `pending`, units held in doubt (a store event: off sale until a confirm, a release or
+    /// the order lookup settles them; see `lua/doubt.lua`).
+    pub held_in_doubt: i64,
     pub restocked: i64,
 }
 
@@ -38,6 +41,7 @@ impl Units {
         self.sold += row.confirmed;
         self.released += row.released;
         self.pending += row.pending;
+        self.held_in_doubt += row.held_in_doubt;
         self.restocked += row.restocked;
     }
 
@@ -46,6 +50,7 @@ impl Units {
             sold: self.sold + other.sold,
             released: self.released + other.released,
             pending: self.pending + other.pending,
+            held_in_doubt: self.held_in_doubt + other.held_in_doubt,
             restocked: self.restocked + other.restocked,
         }
     }

@@ -116,7 +116,7 @@ async fn the_report_tells_what_the_sale_did_and_draws_it() {
     assert_eq!(story["activity"], "2001");
     assert_eq!(
         story["units"],
-        json!({"sold": 7, "released": 1, "pending": 0, "restocked": 2}),
+        json!({"sold": 7, "released": 1, "pending": 0, "held_in_doubt": 0, "restocked": 2}),
         "{story}"
     );
     // The admin view says the same.
@@ -137,11 +137,11 @@ async fn the_report_tells_what_the_sale_did_and_draws_it() {
     assert_eq!(variants[0]["id"], "a");
     assert_eq!(
         variants[0]["units"],
-        json!({"sold": 5, "released": 0, "pending": 0, "restocked": 2})
+        json!({"sold": 5, "released": 0, "pending": 0, "held_in_doubt": 0, "restocked": 2})
     );
     assert_eq!(
         variants[1]["units"],
-        json!({"sold": 2, "released": 1, "pending": 0, "restocked": 0})
+        json!({"sold": 2, "released": 1, "pending": 0, "held_in_doubt": 0, "restocked": 0})
     );
     for v in variants {
         let lane = view["variants"]
