@@ -273,13 +273,16 @@ impl AdminApp {
         refused
     }
 
-    /// The configured stock lanes on their birth hold (`lua/prewarm.lua`), by name.
+    /// The configured stock lanes on their birth hold (`lua/prewarm.lua`), by name; a sale
+    /// that ended is left out (it sells nothing, and no check arms it any more).
     fn birth_holds(&self) -> impl Iterator<Item = String> {
         let settings = self.gw.settings();
         let store = &self.gw.store;
+        let now = store.clock().now();
         settings
             .activities
             .lanes()
+            .filter(|lane| lane.window_at(now) != crate::config::SaleWindow::Ended)
             .filter(|lane| store.failover().on_birth_hold(&lane.lane))
             .map(|lane| lane.lane.to_string())
             .collect::<Vec<_>>()

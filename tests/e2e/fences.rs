@@ -58,8 +58,10 @@ async fn a_keyed_retry_while_its_order_lookup_is_out_is_never_sold_twice() {
 /// activity and what to do, and a new version sells afresh.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reopening_a_sale_after_its_keys_expired_needs_a_new_version() {
+    // Long enough for the start-up: the stock, made after the sale opened on a Redis just
+    // started, stands a 1.5 s birth hold before the gateway is ready.
     let sale = TestActivity::open("1001", 1)
-        .ends_at(from_now(chrono::Duration::seconds(3)))
+        .ends_at(from_now(chrono::Duration::seconds(6)))
         .hold_secs(1);
     let (redis, upstream, config) = backends(vec![sale.clone()]);
     // Just above what the lifecycle needs (a hold or a trip, 4.5 s, plus a sweep).
