@@ -4,8 +4,8 @@
 //! Approximation: when the writer's buffer is full (a burst faster than stdout drains), lines
 //! are dropped rather than stalling requests; metrics still count every decision.
 
-use crate::admission::SaleFacts;
 use crate::decision::Decision;
+use crate::purchase::SaleFacts;
 use crate::reservation::Reservation;
 use crate::stock::ReleaseReason;
 use pingora::Error;
@@ -48,7 +48,7 @@ pub fn record(e: &Entry<'_>) {
 /// One line for a request the edge refused before routing it. The target is written escaped
 /// (Debug), never raw: it may hold anything.
 pub fn record_edge(
-    refusal: crate::admission::EdgeRefusal,
+    refusal: crate::edge::EdgeRefusal,
     req: &pingora::http::RequestHeader,
     elapsed: Duration,
 ) {

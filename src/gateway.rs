@@ -4,14 +4,15 @@
 //! parts through it.
 
 use crate::admin::{AdminApp, AdminParts};
-use crate::admission::Admission;
 use crate::config::Settings;
-use crate::lifecycle::{Lifecycle, SaleState};
+use crate::lifecycle::Lifecycle;
 use crate::live::{Generation, Live};
 use crate::maintenance::{Maintenance, MaintenanceParts};
 use crate::metrics::Metrics;
 use crate::proxy::{FlashProxy, ProxyParts};
+use crate::purchase::Checkout;
 use crate::reload::{ConfigSource, ReloadParts, Reloader};
+use crate::sale::SaleState;
 use crate::series::{preset_activity_series, preset_static_series};
 use crate::shutdown::Drain;
 use crate::stock::breaker::Breaker;
@@ -29,7 +30,7 @@ pub struct Gateway {
     metrics: Arc<Metrics>,
     store: Arc<StockStore>,
     breaker: Arc<Breaker>,
-    admission: Arc<Admission>,
+    checkout: Arc<Checkout>,
     lifecycle: Arc<Lifecycle>,
     upstreams: Arc<Upstreams>,
     /// At most `upstream.max_inflight` sale requests at the backend; the rest wait in line.
@@ -56,18 +57,21 @@ impl Gateway {
         let upstreams = Arc::new(upstreams);
         let breaker = Arc::new(Breaker::new(metrics.clone()));
         let live = Live::new(Generation::build(settings, None));
+        let (sale, sale_writer) = SaleState::new();
         let lifecycle = Arc::new(Lifecycle::new(
             live.clone(),
             store.clone(),
             metrics.clone(),
-            Arc::new(SaleState::default()),
+            sale_writer,
             upstreams.clone(),
         ));
         let held = crate::held::Held::new(metrics.reservations_in_flight.clone());
         Gateway {
-            admission: Arc::new(
-                Admission::new(
+            checkout: Arc::new(
+                Checkout::new(
                     Arc::new(lifecycle.clone()),
+                    store.clone(),
+                    sale,
                     metrics.clone(),
                     breaker.clone(),
                 )
@@ -98,7 +102,7 @@ impl Gateway {
         FlashProxy::new(ProxyParts {
             live: self.live.clone(),
             metrics: self.metrics.clone(),
-            admission: self.admission.clone(),
+            checkout: self.checkout.clone(),
             lifecycle: self.lifecycle.clone(),
             waiting: self.waiting.clone(),
             drain: self.drain.clone(),

@@ -4,12 +4,13 @@
 #![forbid(unsafe_code)]
 
 pub mod admin;
-pub mod admission;
 pub mod catalogue;
+pub mod client_policy;
 pub mod coalesce;
 pub mod config;
 pub mod decision;
 pub mod decision_log;
+pub mod edge;
 pub mod front;
 pub mod gateway;
 pub mod header_names;
@@ -25,14 +26,13 @@ pub mod pages;
 pub mod proxy;
 pub mod purchase;
 pub mod reconcile;
-pub mod refusals;
 pub mod reload;
 pub mod report;
 pub mod reservation;
+pub mod sale;
 pub mod series;
 pub mod server;
 pub mod shutdown;
-pub mod sold_out;
 pub mod stock;
 pub mod upstream;
 pub mod waiting;

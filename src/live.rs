@@ -5,7 +5,7 @@
 //! a reload never changes the rules, activity or signing key of a request already in flight.
 //! Background tasks read the current generation each time they run.
 
-use crate::admission::{Policy, Rules};
+use crate::client_policy::{Policy, Rules};
 use crate::config::Settings;
 use crate::reservation::Signer;
 use arc_swap::ArcSwap;

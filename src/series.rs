@@ -2,7 +2,7 @@
 //! dashboards and alerts see a flat line instead of no data): the process-wide ones at start,
 //! an activity's when it is configured (at start, or by a reload that adds it).
 
-use crate::admission::{LimitKind, LimitMode, PassthroughOutcome};
+use crate::client_policy::{LimitKind, LimitMode, PassthroughOutcome};
 use crate::decision::Code;
 use crate::metrics::Metrics;
 use crate::stock::{ConfirmedVia, ReleaseReason, ScriptName, StoreOp};
@@ -36,7 +36,7 @@ pub fn preset_static_series(metrics: &Metrics) {
     for result in ReloadResult::ALL {
         metrics.config_reloads.with_label_values(&[result.as_str()]);
     }
-    for refusal in crate::admission::EdgeRefusal::ALL {
+    for refusal in crate::edge::EdgeRefusal::ALL {
         metrics.edge_refusals.with_label_values(&[refusal.as_str()]);
     }
     for reason in crate::stock::failover::LiftReason::ALL {

@@ -3,11 +3,11 @@
 //! accepted must satisfy the rules. Case counts keep each target to seconds in CI; raise them
 //! with PROPTEST_CASES for a longer hunt.
 
-use flashgate::admission::identity::Identifier;
-use flashgate::admission::route::{match_target, SaleRoute};
-use flashgate::admission::target::Target;
-use flashgate::admission::{idempotency_key, quantity};
+use flashgate::client_policy::identity::Identifier;
 use flashgate::config::{IdentitySettings, IdentitySource, Settings};
+use flashgate::edge::route::{match_target, SaleRoute};
+use flashgate::edge::target::Target;
+use flashgate::purchase::request::{idempotency_key, quantity};
 use http::{HeaderMap, HeaderName, HeaderValue, Method};
 use proptest::prelude::*;
 use std::num::NonZeroU32;

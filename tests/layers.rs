@@ -194,22 +194,32 @@ fn lower_layers_import_nothing_above_them() {
         ("header_names", &[]),
         ("stock", &["coalesce", "config", "metrics"]),
         ("reservation", &["config"]),
-        ("sold_out", &[]),
-        ("refusals", &["config", "stock"]),
+        ("sale", &["config", "stock"]),
+        ("edge", &["config", "decision"]),
+        (
+            "client_policy",
+            &[
+                "coalesce",
+                "config",
+                "decision",
+                "header_names",
+                "metrics",
+                "stock",
+            ],
+        ),
         ("upstream", &["config", "metrics"]),
         ("news", &["stock"]),
         (
             "lifecycle",
             &[
-                "admission",
                 "coalesce",
                 "config",
                 "live",
                 "metrics",
                 "news",
-                "refusals",
+                "purchase",
                 "reservation",
-                "sold_out",
+                "sale",
                 "stock",
                 "upstream",
             ],
@@ -217,12 +227,14 @@ fn lower_layers_import_nothing_above_them() {
         (
             "purchase",
             &[
-                "admission",
+                "client_policy",
                 "config",
                 "decision",
+                "edge",
                 "header_names",
                 "metrics",
                 "reservation",
+                "sale",
                 "stock",
                 "waiting",
             ],
@@ -241,18 +253,6 @@ fn lower_layers_import_nothing_above_them() {
         (
             "report",
             &["config", "metrics", "reconcile", "stock", "waiting"],
-        ),
-        (
-            "admission",
-            &[
-                "catalogue",
-                "config",
-                "decision",
-                "metrics",
-                "header_names",
-                "reservation",
-                "stock",
-            ],
         ),
     ];
     for (module, may) in allowed {
@@ -377,25 +377,17 @@ const OWNED: &[(&str, &[&str])] = &[
         ".reservations_in_flight",
         &["held.rs", "metrics.rs", "series.rs", "gateway.rs"],
     ),
-    // The sale state (refused or not, the sold-out mark, units left): the lifecycle owns it and
-    // changes it on events (a reserve's answer, a release, a prewarm, news, a reload); its
-    // writers are private to the lifecycle, and these are the only hands on the parts.
-    ("refused.set(", &["lifecycle/state.rs"]),
-    ("refused.clear(", &["lifecycle/state.rs"]),
-    (".mark_sold_out(", &["lifecycle/state.rs"]),
-    ("sold_out::SoldOutCache", &["lifecycle/state.rs"]),
-    ("refusals::Refusals", &["lifecycle/state.rs"]),
+    // The sale state (refused or not, the sold-out mark, the halts) has one writer by type:
+    // `crate::sale::SaleWriter`, made once and given to the lifecycle. The refusal gauge is
+    // derived where the lifecycle writes the refusal.
     (
         ".activity_refused",
         &["lifecycle/state.rs", "metrics.rs", "series.rs"],
     ),
     // The purchase's decision: the pipeline's gates run the buckets and the reserve; nothing
     // else takes a purchase's token or reserves.
-    (
-        "take_token(LimitKind::PerActivity",
-        &["purchase/gates/activity_bucket.rs"],
-    ),
-    (".take(parts.rules", &["purchase/gates/reserve.rs"]),
+    (".take_here(", &["purchase/gates/activity_bucket.rs"]),
+    (".take_stock(", &["purchase/gates/reserve.rs"]),
 ];
 
 #[test]

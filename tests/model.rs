@@ -35,8 +35,9 @@
 mod support;
 
 use flashgate::config::Settings;
-use flashgate::lifecycle::{AdminOutcome, HandedOut, SaleState};
+use flashgate::lifecycle::{AdminOutcome, HandedOut};
 use flashgate::reservation::Reservation;
+use flashgate::sale::{SaleState, SaleView};
 use flashgate::stock::ReleaseReason;
 use flashgate::stock::{segments, ConfirmedVia, Layout, ReleaseMode, StockStore};
 use proptest::prelude::*;
@@ -1862,7 +1863,7 @@ fn reconcile_settings(a: usize, segments: u32) -> Arc<Settings> {
 
 /// The model's configurations on a gateway instance ([`support::pipeline::Instance`]).
 impl Instance {
-    fn of(conf: &Conf, marks: &SaleState, store: &Arc<StockStore>) -> Instance {
+    fn of(conf: &Conf, marks: &SaleView, store: &Arc<StockStore>) -> Instance {
         block_on(Instance::new(settings(conf, false), marks, store))
     }
 
@@ -2329,7 +2330,7 @@ impl StateMachineTest for System {
         ));
         with_conn(|conn| redis::cmd("FLUSHALL").query::<()>(conn).unwrap());
         block_on(w.upstream.reset());
-        let marks = SaleState::default();
+        let (marks, _) = SaleState::new();
         System {
             _serial: serial,
             // A fence's settle window passes with one check (the time a sequence does not take).

@@ -39,8 +39,8 @@
 mod support;
 
 use flashgate::config::{Activity, Settings};
-use flashgate::lifecycle::SaleState;
 use flashgate::reservation::Reservation;
+use flashgate::sale::SaleState;
 use flashgate::stock::{
     segments, ConfirmedVia, Layout, RecordState, ReleaseReason, ReservationRecord, StockStore,
 };
@@ -378,7 +378,7 @@ impl Gateway {
         let settings = Arc::new(settings());
         let metrics = Arc::new(flashgate::metrics::Metrics::new());
         let store = Arc::new(StockStore::new(&settings.redis, metrics).unwrap());
-        let instance = block_on(Instance::new(settings, &SaleState::default(), &store));
+        let instance = block_on(Instance::new(settings, &SaleState::new().0, &store));
         let mut gw = Gateway {
             store,
             instance,

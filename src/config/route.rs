@@ -1,5 +1,5 @@
 //! A sale route template (`sale_routes[]`, like `/api/seckill/{activity}/buy`), parsed. Which
-//! requests match one is admission's business (`admission::route`).
+//! requests match one is the edge's business (`edge::route`).
 
 use http::Method;
 

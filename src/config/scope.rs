@@ -1,5 +1,5 @@
 //! `rate_limits.per_user.scope` and `rate_limits.per_ip.scope`: whether a bucket is each
-//! gateway's own or one for the whole fleet (see `crate::admission::fleet_limit`).
+//! gateway's own or one for the whole fleet (see `crate::client_policy::fleet_limit`).
 
 use schemars::JsonSchema;
 use serde::Deserialize;

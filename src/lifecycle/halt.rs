@@ -22,59 +22,17 @@
 use super::{Lifecycle, LifecycleStore};
 use crate::config::{Activity, Settings};
 use crate::stock::{Halt, StockStore, StoreError};
-use arc_swap::ArcSwap;
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 /// How often every gateway reads each activity's halt.
 pub const POLL_INTERVAL: Duration = Duration::from_millis(100);
 
-/// The activities this gateway knows halted, with since when (unix ms, Redis's clock), and
-/// whether every activity's halt was read at least once (readiness waits for it, so a gateway
-/// started during a halt never sells before it knows).
-#[derive(Default)]
-pub struct Halts(ArcSwap<HashMap<Arc<str>, u64>>, AtomicBool);
-
-impl Halts {
-    /// Whether every configured activity's halt was read once.
-    pub fn read_once(&self) -> bool {
-        self.1.load(Ordering::Relaxed)
-    }
-
-    /// Since when the activity is halted, if it is.
-    pub fn since(&self, activity: &str) -> Option<u64> {
-        self.0.load().get(activity).copied()
-    }
-
-    /// Records what Redis said; whether that changed what this gateway knew.
-    fn set(&self, activity: &Arc<str>, halt: Halt) -> bool {
-        let known = self.since(activity);
-        let now = match halt {
-            Halt::Since(since) => Some(since),
-            Halt::Running => None,
-        };
-        if known.is_some() == now.is_some() {
-            return false;
-        }
-        self.0.rcu(|map| {
-            let mut map = HashMap::clone(map);
-            match now {
-                Some(since) => map.insert(activity.clone(), since),
-                None => map.remove(activity),
-            };
-            map
-        });
-        true
-    }
-}
-
 impl<S: LifecycleStore> Lifecycle<S> {
     /// What Redis said of an activity's halt: kept (the gate reads it), told once per change,
     /// and shown in `flashgate_activity_halted`.
     pub fn learned_halt(&self, activity: &Arc<str>, halt: Halt) {
-        if self.state.halts.set(activity, halt) {
+        if self.sale.set_halt(activity, halt) {
             match halt {
                 Halt::Since(since) => {
                     tracing::warn!(activity = %activity, since_ms = since, "halted: not selling until resumed")
@@ -127,7 +85,7 @@ impl Lifecycle<StockStore> {
             }
         }
         if all {
-            self.state.halts.1.store(true, Ordering::Relaxed);
+            self.sale.halts_were_read();
         }
     }
 
@@ -141,23 +99,5 @@ impl Lifecycle<StockStore> {
                 _ = tick.tick() => self.refresh_halts(&self.live.settings()).await,
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn halts_change_once_per_change() {
-        let halts = Halts::default();
-        let act: Arc<str> = Arc::from("1001");
-        assert_eq!(halts.since("1001"), None);
-        assert!(halts.set(&act, Halt::Since(5)));
-        assert!(!halts.set(&act, Halt::Since(5)));
-        assert_eq!(halts.since("1001"), Some(5));
-        assert!(halts.set(&act, Halt::Running));
-        assert!(!halts.set(&act, Halt::Running));
-        assert_eq!(halts.since("1001"), None);
     }
 }

@@ -19,13 +19,14 @@
 //! first), the reservation stays pending until its hold deadline: then the order lookup settles
 //! it, or, without one, it expires and its units return although the backend took the order.
 
-use crate::admission::StockPort;
 use crate::coalesce::Batcher;
 use crate::config::Activity;
 use crate::live::Live;
 use crate::metrics::Metrics;
 use crate::news::{self, News};
+use crate::purchase::StockPort;
 use crate::reservation::Reservation;
+use crate::sale::{SaleView, SaleWriter};
 use crate::stock::{
     segments::{self, Purchase, Reserve},
     until_answered, ConfirmOutcome, ConfirmedVia, Layout, LedgerRow, Publish, Reads, ReleaseMode,
@@ -48,7 +49,6 @@ mod restock;
 mod state;
 mod sweep;
 
-pub use state::SaleState;
 pub use sweep::HandedOut;
 
 /// The store calls the lifecycle and its sweep make: [`StockStore`] in the gateway, an
@@ -64,8 +64,10 @@ pub struct Lifecycle<S = StockStore> {
     live: Live,
     store: Arc<S>,
     metrics: Arc<Metrics>,
-    /// What this gateway knows of each activity's sale (written only here).
-    state: Arc<SaleState>,
+    /// What this gateway knows of each activity's sale: read here and everywhere ...
+    state: SaleView,
+    /// ... and written only here.
+    sale: SaleWriter,
     upstreams: Arc<Upstreams>,
     lookup: OrderLookup,
     /// Confirms after a 2xx, sent together per segment and version (see
@@ -92,14 +94,15 @@ impl<S: LifecycleStore> Lifecycle<S> {
         live: Live,
         store: Arc<S>,
         metrics: Arc<Metrics>,
-        state: Arc<SaleState>,
+        sale: SaleWriter,
         upstreams: Arc<Upstreams>,
     ) -> Self {
         Lifecycle {
             live,
             store,
             metrics,
-            state,
+            state: sale.view(),
+            sale,
             upstreams,
             lookup: OrderLookup::default(),
             confirms: Batcher::new(CONFIRM_BATCH),
@@ -173,7 +176,7 @@ impl<S: LifecycleStore> Lifecycle<S> {
     /// Units came back to a version of a stock lane (`Activity::lane`): purchasable again here
     /// at once, and everywhere by news.
     fn units_returned(&self, activity: &Arc<str>, version: u64) {
-        self.state.clear_sold_out(activity, version);
+        self.sale.clear_sold_out(activity, version);
         news::publish(
             &self.store,
             News::Available {
@@ -477,7 +480,7 @@ impl<S: LifecycleStore> Lifecycle<S> {
     }
 }
 
-/// The lifecycle is admission's way to the stock: a reserve whose reply was lost is abandoned
+/// The lifecycle is the purchase's way to the stock: a reserve whose reply was lost is abandoned
 /// here, and a sold-out version is announced to the other instances.
 #[async_trait::async_trait]
 impl StockPort for Arc<Lifecycle> {
@@ -501,39 +504,12 @@ impl StockPort for Arc<Lifecycle> {
         }
     }
 
-    fn now(&self) -> chrono::DateTime<chrono::Utc> {
-        self.store.clock().now()
-    }
-
-    fn knows_the_clock(&self) -> bool {
-        self.store.clock().known()
-    }
-
     fn learned_left(&self, activity: &Activity, left: i64, ttl: std::time::Duration) {
         Lifecycle::<StockStore>::learned_left(self, activity, left, ttl);
     }
 
     fn refused(&self, activity: &Arc<str>, refusal: crate::stock::segments::Refusal) {
         Lifecycle::refused(self, activity, Some(refusal));
-    }
-
-    fn is_refused(&self, activity: &Activity) -> bool {
-        self.state().is_refused(activity)
-    }
-
-    fn is_fenced(&self, activity: &Activity) -> bool {
-        self.store.is_fenced(activity)
-    }
-
-    fn is_sold_out(&self, activity: &Activity, ttl: std::time::Duration) -> bool {
-        self.state().is_sold_out(activity, ttl)
-    }
-
-    /// Halted, or not known yet: before every halt was read once (a process takes requests as
-    /// soon as its listener is up, readiness or not), nothing is sold.
-    fn is_halted(&self, activity: &Activity) -> bool {
-        let state = self.state();
-        !state.halts_read() || state.halted_since(&activity.id).is_some()
     }
 }
 

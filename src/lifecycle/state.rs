@@ -1,89 +1,19 @@
-//! What this gateway knows of each activity's sale, as learned from Redis: whether Redis's
-//! record refuses its configuration, whether its current version is sold out (the moka mark that
-//! answers `sold_out` without a call), and the units left (`flashgate_stock_remaining`). One
-//! owner: the lifecycle changes it on events (a reserve's answer, a release, a prewarm, news from
-//! another gateway, a reload), and everyone else reads it. Its writers are private to the
-//! lifecycle; the gauges `flashgate_stock_remaining` and `flashgate_activity_refused` are derived
-//! here, where the facts change.
-//!
-//! The sale's hours are not kept here: they are judged by Redis's clock ([`crate::stock::clock`])
-//! against the configuration, by the gate before any call and by the scripts again.
+//! The lifecycle's hand on the sale state (`crate::sale`): what it learns from a reserve's
+//! answer, a prewarm, news from another gateway or a reload is written here, and the gauges
+//! `flashgate_stock_remaining` and `flashgate_activity_refused` are derived where the facts
+//! change.
 
 use super::{Lifecycle, LifecycleStore};
 use crate::config::{Activity, Settings};
 use crate::news::{self, News, NewsSink};
-use crate::refusals::Refusals;
-use crate::sold_out::SoldOutCache;
+use crate::sale::SaleView;
 use crate::stock::segments::{self, Refusal};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// The sale state of every activity this gateway serves (see the module's doc).
-#[derive(Default)]
-pub struct SaleState {
-    sold_out: Arc<SoldOutCache>,
-    refused: Refusals,
-    /// Activities halted for the whole fleet (see [`super::halt`]).
-    pub(super) halts: super::halt::Halts,
-    /// Whether a prewarm pass ran once over every configured stock lane (readiness waits for
-    /// it: a stock it makes may be born on hold, and a gateway taking buyers before it knows
-    /// would answer them `unavailable`).
-    stock_made: std::sync::atomic::AtomicBool,
-}
-
-impl SaleState {
-    /// Another instance's state in the same process whose sold-out marks are these, as if news
-    /// reached it at once; its refusals are its own (the model test runs several instances).
-    pub fn sharing_marks(&self) -> SaleState {
-        SaleState {
-            sold_out: self.sold_out.clone(),
-            refused: Refusals::default(),
-            halts: Default::default(),
-            stock_made: Default::default(),
-        }
-    }
-
-    /// Whether this gateway knows `activity`'s current version sold out (marks live for `ttl`,
-    /// the reader's generation's `sold_out_cache.ttl_ms`).
-    pub fn is_sold_out(&self, activity: &Activity, ttl: Duration) -> bool {
-        self.sold_out
-            .is_sold_out(&activity.lane, activity.version, ttl)
-    }
-
-    /// Why Redis's record refuses the activity, if it does.
-    pub fn refusal(&self, activity: &str) -> Option<Refusal> {
-        self.refused.get(activity)
-    }
-
-    /// Since when the activity is halted (unix ms, Redis's clock), if this gateway knows it is.
-    pub fn halted_since(&self, activity: &str) -> Option<u64> {
-        self.halts.since(activity)
-    }
-
-    /// Whether every configured activity's halt was read once (readiness waits for it).
-    pub fn halts_read(&self) -> bool {
-        self.halts.read_once()
-    }
-
-    /// Whether a prewarm pass ran once over every configured stock lane (see the field).
-    pub fn stock_made(&self) -> bool {
-        self.stock_made.load(std::sync::atomic::Ordering::Relaxed)
-    }
-
-    /// Whether the activity, as configured now, is refused (a refusal of another version or
-    /// segment count does not apply).
-    pub fn is_refused(&self, activity: &Activity) -> bool {
-        self.refused.is_refused(activity)
-    }
-
-    pub(super) fn clear_sold_out(&self, activity: &Arc<str>, version: u64) {
-        self.sold_out.clear(activity, version);
-    }
-}
-
 impl<S: LifecycleStore> Lifecycle<S> {
     /// What this gateway knows of each activity's sale.
-    pub fn state(&self) -> &SaleState {
+    pub fn state(&self) -> &SaleView {
         &self.state
     }
 
@@ -95,8 +25,7 @@ impl<S: LifecycleStore> Lifecycle<S> {
             self.units_left(&activity.id, activity.variant.as_deref(), left);
         }
         if left <= 0 && !self.state.is_sold_out(activity, ttl) {
-            self.state
-                .sold_out
+            self.sale
                 .mark_sold_out(&activity.lane, activity.version, ttl);
             news::publish(
                 &self.store,
@@ -114,13 +43,11 @@ impl<S: LifecycleStore> Lifecycle<S> {
     /// A prewarm pass ran over every configured stock lane (each on sale, refused, or failed
     /// and tried again at the next pass).
     pub fn prewarmed_every_lane(&self) {
-        self.state
-            .stock_made
-            .store(true, std::sync::atomic::Ordering::Relaxed);
+        self.sale.stock_was_made();
     }
 
     pub fn refused(&self, activity: &Arc<str>, refusal: Option<Refusal>) {
-        let before = self.state.refused.get(activity);
+        let before = self.state.refusal(activity);
         match (&before, &refusal) {
             (b, Some(r)) if b.as_ref() != Some(r) => {
                 tracing::error!(activity = %activity, refusal = %r, "not on sale");
@@ -130,18 +57,18 @@ impl<S: LifecycleStore> Lifecycle<S> {
             }
             _ => {}
         }
-        self.state.refused.set(activity, refusal);
+        self.sale.set_refusal(activity, refusal);
         let id = activity.split('~').next().unwrap_or(activity);
         self.metrics
             .activity_refused
             .with_label_values(&[id])
-            .set(i64::from(self.state.refused.any_lane_of(id)));
+            .set(i64::from(self.state.any_lane_refused(id)));
     }
 
     /// A new configuration: refusals were Redis's verdict on the old one; the next prewarm (or
     /// buyer) asks again about the new one.
     pub fn reloaded(&self) {
-        self.state.refused.clear();
+        self.sale.forget_refusals();
     }
 
     /// A reload published a new configuration: the prewarm runs at once, so Redis learns a
@@ -164,7 +91,7 @@ impl<S: LifecycleStore> Lifecycle<S> {
         match news {
             News::Available { activity, version } => {
                 if let Some(activity) = settings.activities.lane_named(activity) {
-                    self.state.clear_sold_out(&activity.lane, *version);
+                    self.sale.clear_sold_out(&activity.lane, *version);
                 }
             }
             News::SoldOut { activity, version } => {
@@ -177,9 +104,7 @@ impl<S: LifecycleStore> Lifecycle<S> {
                 }
                 let left = segments::available_on_sale(&*self.store, activity).await;
                 if matches!(left, Ok(Some(left)) if left <= 0) {
-                    self.state
-                        .sold_out
-                        .mark_sold_out(&activity.lane, *version, ttl);
+                    self.sale.mark_sold_out(&activity.lane, *version, ttl);
                 }
             }
         }

@@ -68,7 +68,7 @@ impl Harness {
             live,
             store.clone(),
             metrics.clone(),
-            Arc::new(SaleState::default()),
+            crate::sale::SaleState::new().1,
             Arc::new(upstreams),
         ));
         Harness {

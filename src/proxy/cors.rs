@@ -19,9 +19,9 @@
 //! carry no CORS headers; a browser reads them as a network error, which its app retries.
 
 use super::waiting::poll_activity;
-use crate::admission::route::match_path;
-use crate::admission::target::Target;
 use crate::config::{IdentitySource, Settings};
+use crate::edge::route::match_path;
+use crate::edge::target::Target;
 use async_trait::async_trait;
 use http::header::{self, HeaderValue};
 use http::Method;

@@ -12,11 +12,12 @@
 
 use super::sale::Asked;
 use super::{activity_label, headers, record_sale, respond, FlashProxy, RequestCtx};
-use crate::admission::target::Target;
-use crate::admission::{route, Routed, SaleFacts};
 use crate::decision::{BadRequest, Decision};
+use crate::edge::target::Target;
+use crate::edge::{route, Routed};
 use crate::live::Generation;
 use crate::pages::Client;
+use crate::purchase::SaleFacts;
 use crate::purchase::{Exchange, Verdict};
 use pingora::http::RequestHeader;
 use pingora::prelude::*;

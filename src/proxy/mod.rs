@@ -1,5 +1,5 @@
 //! The Pingora `ProxyHttp` implementation: glue only. Each phase hands its work to the module that
-//! owns it (admission, reservation signing, compensation) and records per-request facts in
+//! owns it (the purchase, reservation signing, compensation) and records per-request facts in
 //! [`RequestCtx`]; metrics and the decision log are written once, in `logging`.
 
 mod body;
@@ -14,15 +14,16 @@ pub mod settle;
 mod waiting;
 mod won;
 
-use crate::admission::target::Target;
-use crate::admission::Admission;
-use crate::admission::{route, EdgeRefusal, Routed, SaleFacts};
 use crate::decision::{BadRequest, Decision};
 use crate::decision_log;
+use crate::edge::target::Target;
+use crate::edge::{route, EdgeRefusal, Routed};
 use crate::lifecycle::Lifecycle;
 use crate::live::{Generation, Live};
 use crate::metrics::Metrics;
 use crate::metrics::UNKNOWN_ACTIVITY_LABEL;
+use crate::purchase::Checkout;
+use crate::purchase::SaleFacts;
 use crate::reservation::Reservation;
 use crate::shutdown::Drain;
 use crate::stock::{ReleaseOutcome, ReleaseReason};
@@ -71,7 +72,7 @@ pub struct RequestCtx {
     upstream_attempted: bool,
     /// Where the purchase holding stock stands (held, sent, settled).
     stage: settle::Stage,
-    /// A sale request's body, read whole before admission took stock.
+    /// A sale request's body, read whole before the reserve took stock.
     body: bytes::Bytes,
     /// Refused at the edge before routing (any route).
     edge: Option<EdgeRefusal>,
@@ -100,7 +101,7 @@ pub struct ProxyParts {
     /// The current configuration generation (each request keeps the one it started with).
     pub live: Live,
     pub metrics: Arc<Metrics>,
-    pub admission: Arc<Admission>,
+    pub checkout: Arc<Checkout>,
     pub lifecycle: Arc<Lifecycle>,
     pub waiting: Arc<WaitingRoom>,
     /// Shutdown, and the reservations held that it waits on.

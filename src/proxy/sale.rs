@@ -4,11 +4,11 @@
 
 use super::body::{canonical_uri, oversized, read_body};
 use super::{refuse, settle, FlashProxy, RequestCtx};
-use crate::admission::target::Target;
-use crate::admission::SaleFacts;
 use crate::config::SaleRoute;
 use crate::decision::{BadRequest, Decision};
+use crate::edge::target::Target;
 use crate::live::Generation;
+use crate::purchase::SaleFacts;
 use crate::purchase::{self, Attempt, Exchange, Parts, Verdict};
 use crate::reservation::Reservation;
 use crate::stock::ReleaseReason;
@@ -109,7 +109,7 @@ impl FlashProxy {
             activity,
             target,
         } = asked;
-        let variant = crate::admission::route::path_variant(route, target);
+        let variant = crate::edge::route::path_variant(route, target);
         let canonical = canonical_uri(route, activity, variant, target.query.as_deref())
             .ok_or(Decision::BadRequest(BadRequest::MalformedTarget))?;
         if let Some(too_large) = oversized(req, &settings.server) {
@@ -163,10 +163,10 @@ impl FlashProxy {
         };
         let parts = Parts {
             rules: generation.rules(),
-            admission: &self.gw.admission,
+            checkout: &self.gw.checkout,
             room: &*self.gw.waiting,
         };
-        let now = self.gw.admission.now();
+        let now = self.gw.checkout.now();
         let mut attempt = Attempt::new(asked, exchange, now);
         let verdict = purchase::run(parts, &mut attempt).await;
         (verdict, attempt.facts)

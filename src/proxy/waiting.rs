@@ -2,10 +2,10 @@
 //! (`GET /flashgate/queue/{activity}`). Glue only: the waiting room decides, this writes.
 
 use super::{peer_ip, respond, FlashProxy, RequestCtx};
-use crate::admission::target::Target;
-use crate::admission::LimitKind;
+use crate::client_policy::LimitKind;
 use crate::config::{Activity, Settings};
 use crate::decision::Decision;
+use crate::edge::target::Target;
 use crate::purchase::{presented, solution};
 use crate::waiting::page::{self, Landing};
 use crate::waiting::Presented;
@@ -130,8 +130,9 @@ impl FlashProxy {
         key: &str,
     ) -> std::result::Result<(), Decision> {
         self.gw
-            .admission
-            .take_token(generation.rules(), kind, key)
+            .checkout
+            .buckets
+            .take(generation.rules(), kind, key)
             .await
     }
 }

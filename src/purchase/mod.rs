@@ -13,14 +13,18 @@
 //! implements over the session and the unit tests over a buffer. What the pipeline learns
 //! (who, what, how many, what is left) is kept in [`SaleFacts`] for the answer and the log.
 
+pub mod checkout;
 pub mod gates;
+pub mod request;
 #[cfg(test)]
 mod tests;
 
-use crate::admission::target::Target;
-use crate::admission::{Admission, Rules, SaleFacts};
+pub use checkout::{Checkout, SaleFacts, StockPort, StoreFacts};
+
+use crate::client_policy::Rules;
 use crate::config::{Activity, SaleRoute};
 use crate::decision::{BadRequest, Decision};
+use crate::edge::target::Target;
 use crate::reservation::Reservation;
 use crate::waiting::page::Queued as Reply;
 use chrono::{DateTime, Utc};
@@ -178,12 +182,12 @@ impl From<Result<(), Decision>> for Step {
     }
 }
 
-/// What the gates share: the request's configuration generation, admission's parts (buckets,
-/// the stock port, the sold-out cache, the breaker), and the waiting rooms.
+/// What the gates share: the request's configuration generation, the checkout (the way to the
+/// stock, the sale state read, the buckets, the breaker), and the waiting rooms.
 #[derive(Clone, Copy)]
 pub struct Parts<'a> {
     pub rules: Rules<'a>,
-    pub admission: &'a Admission,
+    pub checkout: &'a Checkout,
     pub room: &'a dyn Room,
 }
 

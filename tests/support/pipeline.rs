@@ -1,15 +1,16 @@
-//! One gateway's in-process parts, as the server assembles them (live configuration, admission,
-//! lifecycle), and one purchase through the gateway's own pipeline: for the model tests, which
+//! One gateway's in-process parts, as the server assembles them (live configuration, the
+//! checkout, lifecycle), and one purchase through the gateway's own pipeline: for the model tests, which
 //! drive the real code against a real redis-server without the HTTP layer in between.
 
-use flashgate::admission::target::Target;
-use flashgate::admission::{sale_route, Admission};
 use flashgate::config::{Activity, Settings};
-use flashgate::lifecycle::{Lifecycle, SaleState};
+use flashgate::edge::sale_route;
+use flashgate::edge::target::Target;
+use flashgate::lifecycle::Lifecycle;
 use flashgate::live::{Generation, Live};
 use flashgate::metrics::Metrics;
-use flashgate::purchase::{self, Attempt, Buffered, NoQueues, Parts, Verdict};
+use flashgate::purchase::{self, Attempt, Buffered, Checkout, NoQueues, Parts, Verdict};
 use flashgate::reservation::Reservation;
+use flashgate::sale::SaleView;
 use flashgate::stock::breaker::Breaker;
 use flashgate::stock::StockStore;
 use flashgate::upstream::Upstreams;
@@ -19,7 +20,7 @@ use std::sync::Arc;
 /// One gateway instance's in-process parts.
 pub struct Instance {
     pub live: Live,
-    pub admission: Admission,
+    pub checkout: Checkout,
     pub lifecycle: Arc<Lifecycle>,
 }
 
@@ -27,27 +28,30 @@ impl Instance {
     /// `marks`: whose sold-out marks this instance shares (as if news reached it at once); its
     /// refusals are its own, as a separate process's are. Reads every halt once first, as the
     /// server does before it serves.
-    pub async fn new(settings: Arc<Settings>, marks: &SaleState, store: &Arc<StockStore>) -> Self {
+    pub async fn new(settings: Arc<Settings>, marks: &SaleView, store: &Arc<StockStore>) -> Self {
         let metrics = Arc::new(Metrics::new());
         let live = Live::new(Generation::build(settings.clone(), None));
         let (upstreams, _health) = Upstreams::new(&settings.upstream).unwrap();
+        let (sale, sale_writer) = marks.sharing_marks();
         let lifecycle = Arc::new(Lifecycle::new(
             live.clone(),
             store.clone(),
             metrics.clone(),
-            Arc::new(marks.sharing_marks()),
+            sale_writer,
             Arc::new(upstreams),
         ));
         lifecycle.refresh_halts(&settings).await;
         assert!(lifecycle.state().halts_read(), "the halts were read");
-        let admission = Admission::new(
+        let checkout = Checkout::new(
             Arc::new(lifecycle.clone()),
+            store.clone(),
+            sale,
             metrics.clone(),
             Arc::new(Breaker::new(metrics)),
         );
         Instance {
             live,
-            admission,
+            checkout,
             lifecycle,
         }
     }
@@ -111,10 +115,10 @@ pub async fn purchase(
     };
     let parts = Parts {
         rules: generation.rules(),
-        admission: &instance.admission,
+        checkout: &instance.checkout,
         room: &NoQueues,
     };
-    let mut attempt = Attempt::new(asked, &mut exchange, instance.admission.now());
+    let mut attempt = Attempt::new(asked, &mut exchange, instance.checkout.now());
     // A reserve whose id was abandoned first: the same path, with that id.
     attempt.reservation_id = id.map(str::to_owned);
     match purchase::run(parts, &mut attempt).await {

@@ -3,7 +3,7 @@
 //! only: it takes no stock) takes no token, so buyers re-asking for their place with their key
 //! do not use up what admitted buyers need.
 
-use crate::admission::LimitKind;
+use crate::client_policy::LimitKind;
 use crate::purchase::{Attempt, Gate, HeldBack, Parts, Step};
 
 pub struct ActivityBucket;
@@ -13,11 +13,9 @@ impl Gate for ActivityBucket {
         if matches!(attempt.held_back, Some(HeldBack::Queue(..))) {
             return Step::Pass;
         }
-        let metrics = parts.admission.metrics();
-        parts
-            .rules
-            .policy
-            .take_token(LimitKind::PerActivity, &*attempt.activity().id, metrics)
+        let buckets = &parts.checkout.buckets;
+        buckets
+            .take_here(parts.rules, LimitKind::PerActivity, &*attempt.activity().id)
             .into()
     }
 }

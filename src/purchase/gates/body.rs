@@ -5,8 +5,8 @@
 //! short). A quantity the body names, as a backend might read it, must be the one the query
 //! admitted.
 
-use crate::admission::body_quantity;
 use crate::decision::{BadRequest, Decision};
+use crate::purchase::request::body_quantity;
 use crate::purchase::{Attempt, Gate, Parts, Step};
 
 pub struct Body;

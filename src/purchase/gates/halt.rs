@@ -11,7 +11,7 @@ pub struct Halt;
 
 impl Gate for Halt {
     async fn check(&self, parts: Parts<'_>, attempt: &mut Attempt<'_>) -> Step {
-        if !parts.admission.is_halted(attempt.activity()) {
+        if !parts.checkout.sale.is_halted(attempt.activity()) {
             return Step::Pass;
         }
         if attempt.key.is_none() {

@@ -1,8 +1,8 @@
 //! Who buys what: the buyer (by the configured identity), the activity named by the path, and
 //! the purchase's `Idempotency-Key` (no I/O).
 
-use crate::admission::idempotency_key;
 use crate::decision::Decision;
+use crate::purchase::request::idempotency_key;
 use crate::purchase::{Attempt, Gate, Parts, Step};
 
 pub struct Identity;

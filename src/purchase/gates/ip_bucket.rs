@@ -1,7 +1,7 @@
 //! The client IP's token bucket, before any identity work (memory only; with `scope: fleet`,
-//! the fleet's in Redis, see `crate::admission::fleet_limit`).
+//! the fleet's in Redis, see `crate::client_policy::fleet_limit`).
 
-use crate::admission::LimitKind;
+use crate::client_policy::LimitKind;
 use crate::purchase::{Attempt, Gate, Parts, Step};
 
 pub struct IpBucket;
@@ -12,8 +12,9 @@ impl Gate for IpBucket {
         let header = attempt.exchange.header();
         match policy.client_ip(&header.headers, attempt.exchange.peer()) {
             Some(ip) => parts
-                .admission
-                .take_token(parts.rules, LimitKind::PerIp, &ip.to_string())
+                .checkout
+                .buckets
+                .take(parts.rules, LimitKind::PerIp, &ip.to_string())
                 .await
                 .into(),
             None => Step::Pass,

@@ -3,8 +3,8 @@
 //! body, which may name it too, is read last, by the body gate, so that refusals which need no
 //! body never wait for one.
 
-use crate::admission::quantity;
 use crate::decision::Decision;
+use crate::purchase::request::quantity;
 use crate::purchase::{Attempt, Gate, Parts, Step};
 
 pub struct Quantity;

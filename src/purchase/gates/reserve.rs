@@ -8,7 +8,7 @@
 //! a halt must not take stock after it (the contract's 500 ms runs from the halt's answer): an
 //! unkeyed one is refused, a keyed one goes on replay only.
 
-use crate::admission::{Admitted, Take};
+use crate::purchase::checkout::{Admitted, Take};
 use crate::purchase::{Attempt, Gate, Parts, Step, Verdict};
 
 pub struct Reserve;
@@ -33,8 +33,8 @@ impl Gate for Reserve {
             id: attempt.reservation_id.take(),
         };
         let taken = parts
-            .admission
-            .take(parts.rules, take, &mut attempt.facts)
+            .checkout
+            .take_stock(parts.rules, take, &mut attempt.facts)
             .await;
         Step::Answer(match (taken, held_back) {
             (Ok(Admitted::Reserved(reservation)), _) => Verdict::Reserved(reservation),

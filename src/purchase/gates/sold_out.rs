@@ -10,7 +10,7 @@ pub struct SoldOut;
 impl Gate for SoldOut {
     async fn check(&self, parts: Parts<'_>, attempt: &mut Attempt<'_>) -> Step {
         let ttl = parts.rules.settings.sold_out_cache.ttl;
-        if attempt.key.is_none() && parts.admission.is_sold_out(attempt.activity(), ttl) {
+        if attempt.key.is_none() && parts.checkout.sale.is_sold_out(attempt.activity(), ttl) {
             return Step::refuse(Decision::SoldOut);
         }
         Step::Pass

@@ -4,9 +4,9 @@
 //! activity without variants takes a purchase that names none (no I/O). A drop with a waiting
 //! room lets an arrival that names none take its place; the reserve refuses it.
 
-use crate::admission::route::path_variant;
-use crate::admission::variant;
 use crate::decision::{BadRequest, Decision};
+use crate::edge::route::path_variant;
+use crate::purchase::request::variant;
 use crate::purchase::{Attempt, Gate, Parts, Step};
 
 pub struct Variant;

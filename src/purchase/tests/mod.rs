@@ -3,10 +3,12 @@
 //! store is proven by tests/scripts.rs, the model test and the end-to-end suites.
 
 use super::*;
-use crate::admission::target::Target;
-use crate::admission::{sale_route, Policy, StockPort};
+use crate::client_policy::Policy;
 use crate::config::Settings;
+use crate::edge::sale_route;
+use crate::edge::target::Target;
 use crate::metrics::Metrics;
+use crate::sale::{SaleState, SaleWriter};
 use crate::stock::breaker::Breaker;
 use crate::stock::breaker::{BreakerMode, BreakerState};
 use crate::stock::segments::Refusal;
@@ -23,9 +25,11 @@ use std::time::Duration;
 /// What one reserve asked: user, quantity, key, replay only.
 type Asked4 = (String, u32, Option<String>, bool);
 
-/// A stock port that answers from a script and records what it was asked.
-#[derive(Default)]
+/// A stock port that answers from a script and records what it was asked; what the reserves
+/// learn it writes to the sale state, as the lifecycle does (sold out once nothing is left,
+/// marks that outlive any test; refusals).
 struct FakeStock {
+    sale: SaleWriter,
     answers: Mutex<VecDeque<Result<Reserve, StoreError>>>,
     /// (user, qty, key, replay only) of every reserve.
     asked: Mutex<Vec<Asked4>>,
@@ -37,9 +41,14 @@ struct FakeStock {
 
 impl FakeStock {
     fn answering(answers: Vec<Result<Reserve, StoreError>>) -> Arc<FakeStock> {
+        let (_, sale) = SaleState::new();
+        sale.halts_were_read();
         Arc::new(FakeStock {
+            sale,
             answers: Mutex::new(answers.into()),
-            ..Default::default()
+            asked: Default::default(),
+            learned: Default::default(),
+            refused: Default::default(),
         })
     }
 }
@@ -63,25 +72,36 @@ impl StockPort for FakeStock {
             .expect("the test scripted an answer for every reserve")
     }
 
-    fn learned_left(&self, activity: &Activity, left: i64, _ttl: Duration) {
+    fn learned_left(&self, activity: &Activity, left: i64, ttl: Duration) {
         self.learned.lock().push((activity.id.to_string(), left));
+        if left <= 0 {
+            self.sale
+                .mark_sold_out(&activity.lane, activity.version, ttl);
+        }
     }
 
     fn refused(&self, activity: &Arc<str>, refusal: Refusal) {
-        self.refused.lock().push((activity.to_string(), refusal));
-    }
-
-    fn is_refused(&self, activity: &Activity) -> bool {
-        self.refused.lock().iter().any(|(a, _)| **a == *activity.id)
-    }
-
-    /// Sold out once a reserve learned nothing is left (the lifecycle's marks expire; these
-    /// do not).
-    fn is_sold_out(&self, activity: &Activity, _ttl: Duration) -> bool {
-        self.learned
+        self.refused
             .lock()
-            .iter()
-            .any(|(a, left)| **a == *activity.id && *left <= 0)
+            .push((activity.to_string(), refusal.clone()));
+        self.sale.set_refusal(activity, Some(refusal));
+    }
+}
+
+/// The store's clock as this process's, read; nothing fenced.
+struct LocalStore;
+
+impl StoreFacts for LocalStore {
+    fn now(&self) -> DateTime<Utc> {
+        Utc::now()
+    }
+
+    fn knows_the_clock(&self) -> bool {
+        true
+    }
+
+    fn is_fenced(&self, _activity: &Activity) -> bool {
+        false
     }
 }
 
@@ -162,7 +182,7 @@ struct Harness {
     settings: Settings,
     policy: Policy,
     stock: Arc<FakeStock>,
-    admission: Admission,
+    checkout: Checkout,
     metrics: Arc<Metrics>,
     room: FakeRoom,
 }
@@ -172,13 +192,19 @@ impl Harness {
         let metrics = Arc::new(Metrics::new());
         let stock = FakeStock::answering(answers);
         let breaker = Arc::new(Breaker::new(metrics.clone()));
-        let admission = Admission::new(stock.clone(), metrics.clone(), breaker);
+        let checkout = Checkout::new(
+            stock.clone(),
+            Arc::new(LocalStore),
+            stock.sale.view(),
+            metrics.clone(),
+            breaker,
+        );
         Harness {
             body_asked: AtomicUsize::new(0),
             policy: Policy::new(&settings, None),
             settings,
             stock,
-            admission,
+            checkout,
             metrics,
             room: FakeRoom::default(),
         }
@@ -242,10 +268,10 @@ impl Harness {
         };
         let parts = Parts {
             rules: self.rules(),
-            admission: &self.admission,
+            checkout: &self.checkout,
             room: &self.room,
         };
-        let mut attempt = Attempt::new(asked, &mut exchange, self.admission.now());
+        let mut attempt = Attempt::new(asked, &mut exchange, self.checkout.now());
         match futures_executor(run(parts, &mut attempt)) {
             Verdict::Refuse(decision) => Err(decision),
             verdict => Ok(verdict),
@@ -424,7 +450,7 @@ fn a_failing_store_opens_the_breaker_under_the_requests_settings() {
     );
     assert_eq!(h.stock.asked.lock().len(), 2);
     assert_eq!(
-        h.admission.breaker.status(&h.settings.breaker),
+        h.checkout.breaker.status(&h.settings.breaker),
         (BreakerState::Open, BreakerMode::Auto)
     );
 }

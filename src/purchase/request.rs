@@ -1,8 +1,8 @@
-//! What admission reads from a sale request itself: the quantity (query string, and a body a
+//! What a purchase reads from a sale request itself: the quantity (query string, and a body a
 //! backend might read it from) and the `Idempotency-Key`.
 
-use super::target::lenient_name;
 use crate::decision::BadRequest;
+use crate::edge::target::lenient_name;
 use http::HeaderMap;
 use std::num::NonZeroU32;
 
@@ -117,7 +117,7 @@ fn form_values(body: &[u8], lenient: &str) -> Vec<String> {
         .filter_map(|pair| {
             let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
             (lenient_name(key) == lenient).then(|| {
-                String::from_utf8_lossy(&super::target::percent_decode(
+                String::from_utf8_lossy(&crate::edge::target::percent_decode(
                     value.replace('+', " ").as_bytes(),
                 ))
                 .into_owned()
