@@ -6,6 +6,7 @@
 mod support;
 
 use flashgate::config::{Activity, ConfirmMode};
+use flashgate::stock::prelude::*;
 use flashgate::stock::segments;
 use flashgate::stock::ReleaseReason;
 use flashgate::stock::{

@@ -17,6 +17,7 @@
 mod support;
 
 use flashgate::config::{Activity, ConfirmMode};
+use flashgate::stock::prelude::*;
 use flashgate::stock::segments;
 use flashgate::stock::{ConfirmedVia, Layout, ReleaseMode, ReleaseReason, StockStore};
 use redis::Value;

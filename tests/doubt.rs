@@ -7,6 +7,7 @@
 mod support;
 
 use flashgate::config::{Activity, ConfirmMode};
+use flashgate::stock::prelude::*;
 use flashgate::stock::segments;
 use flashgate::stock::{Layout, ReserveCall, ReserveOutcome, SaleHours, StockStore};
 use std::time::Duration;

@@ -16,6 +16,7 @@ mod support;
 
 use flashgate::config::{Activity, Settings};
 use flashgate::reservation::Reservation;
+use flashgate::stock::prelude::*;
 use flashgate::stock::{
     segments, ConfirmOutcome, ConfirmedVia, Layout, ReleaseMode, ReleaseOutcome, ReleaseReason,
     ReserveCall, ReserveOutcome, SaleHours, StockStore,

@@ -12,6 +12,7 @@
 mod support;
 
 use flashgate::config::{Activity, ConfirmMode};
+use flashgate::stock::prelude::*;
 use flashgate::stock::{Layout, LedgerRow, RecordState, StockStore};
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap, HashSet};

@@ -7,6 +7,7 @@
 mod support;
 
 use flashgate::config::{Activity, ConfirmMode, RedisSettings};
+use flashgate::stock::prelude::*;
 use flashgate::stock::segments;
 use flashgate::stock::{Layout, RestockOutcome, StockStore};
 use std::time::Duration;

@@ -5,6 +5,7 @@
 mod support;
 
 use flashgate::config::{Activity, ConfirmMode};
+use flashgate::stock::prelude::*;
 use flashgate::stock::segments::{self, Refusal};
 use flashgate::stock::{
     ConfirmOutcome, ConfirmedVia, Layout, RecordState, ReleaseMode, ReleaseOutcome, ReserveCall,

@@ -16,6 +16,7 @@
 
 use crate::config::Activity;
 use crate::stock::failover::known::Known;
+use crate::stock::prelude::*;
 use crate::stock::{Snapshot, StockStore, StoreError};
 use std::sync::Arc;
 

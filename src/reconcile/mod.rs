@@ -17,6 +17,7 @@ mod orders;
 pub use orders::{compare_orders, run_orders_cli, OrdersReport};
 
 use crate::config::{Activity, Settings};
+use crate::stock::prelude::*;
 use crate::stock::{
     segments, Layout, LedgerRow, RecordState, ReservationRecord, Segment, Snapshot, StockStore,
     StoreError,

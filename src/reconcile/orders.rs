@@ -3,6 +3,7 @@
 use super::{with_store, ReconcileError};
 use crate::config::{Activity, Settings};
 use crate::reservation::Reservation;
+use crate::stock::prelude::*;
 use crate::stock::{segments, ConfirmOutcome, ConfirmedVia, RecordState, StockStore, StoreError};
 use std::fmt::Write;
 use std::sync::Arc;

@@ -13,6 +13,7 @@
 
 use super::timeline::{Count, Timeline};
 use crate::config::Activity;
+use crate::stock::prelude::*;
 use crate::stock::{
     segments, Layout, LedgerRow, RecordState, ReservationRecord, StockStore, StoreError, StoreOp,
 };

@@ -29,6 +29,13 @@ mod fault;
 mod keys;
 pub mod layout;
 pub mod port;
+/// The store's call traits, for callers that make them on [`StockStore`] itself.
+pub mod prelude {
+    pub use super::port::{
+        AcknowledgeScript, ConfirmScript, DepositScript, DueScript, LedgerScript, Publish, Reads,
+        ReleaseScript, ReserveScript, RestockScript, SweepScript, WithdrawScript,
+    };
+}
 mod reads;
 mod records;
 pub mod scripts;
@@ -36,7 +43,10 @@ pub mod segments;
 
 pub use keys::{KeyLayout, SegmentKeys};
 pub use layout::{stable_hash, Layout, Segment};
-pub use port::{Publish, Reads, Settle, Transfers};
+pub use port::{
+    AcknowledgeScript, ConfirmScript, DepositScript, DueScript, LedgerScript, Publish, Reads,
+    ReleaseScript, ReserveScript, RestockScript, Settle, SweepScript, Transfers, WithdrawScript,
+};
 pub use reads::{Snapshot, Transfer, TransferBooks};
 pub use records::*;
 pub use scripts::claim::ClaimOutcome;
@@ -345,12 +355,20 @@ impl StockStore {
     pub fn timeout(&self) -> Duration {
         self.redis.timeout()
     }
+}
 
-    /// Publishes a message on a pub/sub channel (a cluster delivers it on every node).
-    pub async fn publish(&self, channel: &str, message: &str) -> Result<(), StoreError> {
-        self.redis.publish(channel, message).await
+impl Publish for StockStore {
+    fn news_channel(&self) -> String {
+        self.keys().news_channel()
     }
 
+    /// Publishes a message on a pub/sub channel (a cluster delivers it on every node).
+    async fn publish(&self, channel: &str, message: &str) -> Result<(), StoreError> {
+        self.redis.publish(channel, message).await
+    }
+}
+
+impl StockStore {
     /// One command, bounded like every store call.
     async fn query<T: FromRedisValue>(
         &self,

@@ -4,6 +4,7 @@
 
 use super::records::from;
 use super::scripts;
+use super::Reads;
 use super::{
     LedgerRow, ReservationRecord, ScriptName, Segment, SegmentMeta, StockStore, StoreError, StoreOp,
 };
@@ -64,9 +65,9 @@ pub struct TransferBooks {
 /// A hash's fields and values, as HGETALL answers.
 type Fields = Vec<(String, String)>;
 
-impl StockStore {
+impl Reads for StockStore {
     /// A segment's meta (the base tag's also carries the activity's segment count).
-    pub async fn meta(&self, segment: Segment<'_>) -> Result<SegmentMeta, StoreError> {
+    async fn meta(&self, segment: Segment<'_>) -> Result<SegmentMeta, StoreError> {
         let fields: Vec<(String, String)> = self
             .query(
                 StoreOp::Read,
@@ -76,6 +77,81 @@ impl StockStore {
         Ok(SegmentMeta::parse(fields))
     }
 
+    /// The base tag's meta of a stock lane (`Activity::lane`: an activity id, or
+    /// `<id>~<variant>`): its segment count, if it was ever prewarmed.
+    async fn base_meta(&self, id: &str) -> Result<SegmentMeta, StoreError> {
+        let layout = super::Layout::of_lane(id, 1);
+        let fields: Vec<(String, String)> = self
+            .query(
+                StoreOp::Read,
+                redis::cmd("HGETALL").arg(self.keys.base(&layout).meta()),
+            )
+            .await?;
+        Ok(SegmentMeta::parse(fields))
+    }
+
+    /// Transfers a segment gave but has not seen acknowledged, with Redis's time now (ms).
+    async fn transfers(&self, giver: Segment<'_>) -> Result<(Vec<Transfer>, u64), StoreError> {
+        let mut pipe = redis::pipe();
+        pipe.cmd("HGETALL")
+            .arg(self.keys.of(giver).transfers())
+            .cmd("TIME");
+        let (raw, (secs, micros)): (Vec<(String, String)>, (u64, u64)) = self
+            .redis
+            .pipeline(StoreOp::Read, self.timeout(), &pipe, None)
+            .await?;
+        let transfers = raw
+            .into_iter()
+            .filter(|(id, _)| !id.is_empty())
+            .filter_map(|(id, raw)| Transfer::parse(id, &raw))
+            .collect();
+        Ok((transfers, secs * 1000 + micros / 1000))
+    }
+
+    /// A reservation's record, if the segment has one with that id.
+    async fn lookup(
+        &self,
+        segment: Segment<'_>,
+        reservation_id: &str,
+    ) -> Result<Option<ReservationRecord>, StoreError> {
+        let raw: Option<String> = self
+            .query(
+                StoreOp::Read,
+                redis::cmd("HGET")
+                    .arg(self.keys.of(segment).reservations())
+                    .arg(reservation_id),
+            )
+            .await?;
+        raw.filter(|r| !r.is_empty())
+            .map(|raw| {
+                ReservationRecord::parse(&raw).ok_or_else(|| StoreError::Protocol {
+                    script: "reservation record",
+                    reply: raw,
+                })
+            })
+            .transpose()
+    }
+
+    /// Every activity id ever prewarmed (and not yet expired), with its segment count.
+    async fn registered(&self) -> Result<Vec<(String, u32)>, StoreError> {
+        self.query(
+            StoreOp::Read,
+            redis::cmd("HGETALL").arg(self.keys.registry()),
+        )
+        .await
+    }
+
+    /// The segment count the registry recorded for an activity.
+    async fn registered_segments(&self, id: &str) -> Result<Option<u32>, StoreError> {
+        self.query(
+            StoreOp::Read,
+            redis::cmd("HGET").arg(self.keys.registry()).arg(id),
+        )
+        .await
+    }
+}
+
+impl StockStore {
     /// Whether a segment has its meta, or the placeholders prewarm gave its users and records
     /// (what a lost meta leaves behind; a hash holding only tombstones of abandoned reserves
     /// does not count).
@@ -96,20 +172,9 @@ impl StockStore {
             .await?;
         Ok(found.0 + found.1 + found.2 > 0)
     }
+}
 
-    /// The base tag's meta of a stock lane (`Activity::lane`: an activity id, or
-    /// `<id>~<variant>`): its segment count, if it was ever prewarmed.
-    pub async fn base_meta(&self, id: &str) -> Result<SegmentMeta, StoreError> {
-        let layout = super::Layout::of_lane(id, 1);
-        let fields: Vec<(String, String)> = self
-            .query(
-                StoreOp::Read,
-                redis::cmd("HGETALL").arg(self.keys.base(&layout).meta()),
-            )
-            .await?;
-        Ok(SegmentMeta::parse(fields))
-    }
-
+impl StockStore {
     /// The newest version of a stock lane (`Activity::lane`) ever claimed (its floor, kept after every other key
     /// expired), if it was ever put on sale.
     pub async fn floor(&self, id: &str) -> Result<Option<u64>, StoreError> {
@@ -176,25 +241,9 @@ impl StockStore {
             .pipeline(StoreOp::Prewarm, self.timeout(), &pipe, None)
             .await
     }
+}
 
-    /// Transfers a segment gave but has not seen acknowledged, with Redis's time now (ms).
-    pub async fn transfers(&self, giver: Segment<'_>) -> Result<(Vec<Transfer>, u64), StoreError> {
-        let mut pipe = redis::pipe();
-        pipe.cmd("HGETALL")
-            .arg(self.keys.of(giver).transfers())
-            .cmd("TIME");
-        let (raw, (secs, micros)): (Vec<(String, String)>, (u64, u64)) = self
-            .redis
-            .pipeline(StoreOp::Read, self.timeout(), &pipe, None)
-            .await?;
-        let transfers = raw
-            .into_iter()
-            .filter(|(id, _)| !id.is_empty())
-            .filter_map(|(id, raw)| Transfer::parse(id, &raw))
-            .collect();
-        Ok((transfers, secs * 1000 + micros / 1000))
-    }
-
+impl StockStore {
     /// Every transfer a segment gave, read in one MULTI/EXEC: (not yet acknowledged,
     /// acknowledged). Reconcile checks each transfer another segment received against them,
     /// and each acknowledged one against its receiver's book.
@@ -255,31 +304,9 @@ impl StockStore {
         )
         .await
     }
+}
 
-    /// A reservation's record, if the segment has one with that id.
-    pub async fn lookup(
-        &self,
-        segment: Segment<'_>,
-        reservation_id: &str,
-    ) -> Result<Option<ReservationRecord>, StoreError> {
-        let raw: Option<String> = self
-            .query(
-                StoreOp::Read,
-                redis::cmd("HGET")
-                    .arg(self.keys.of(segment).reservations())
-                    .arg(reservation_id),
-            )
-            .await?;
-        raw.filter(|r| !r.is_empty())
-            .map(|raw| {
-                ReservationRecord::parse(&raw).ok_or_else(|| StoreError::Protocol {
-                    script: "reservation record",
-                    reply: raw,
-                })
-            })
-            .transpose()
-    }
-
+impl StockStore {
     /// Every reservation record of a segment, the ledgers of the given versions and its
     /// transfer books, read in one MULTI/EXEC snapshot (for `flashgate reconcile`;
     /// O(reservations), not for the hot path).
@@ -396,24 +423,6 @@ impl StockStore {
         self.redis
             .pipeline::<()>(StoreOp::Prewarm, self.timeout(), &pipe, None)
             .await
-    }
-
-    /// Every activity id ever prewarmed (and not yet expired), with its segment count.
-    pub async fn registered(&self) -> Result<Vec<(String, u32)>, StoreError> {
-        self.query(
-            StoreOp::Read,
-            redis::cmd("HGETALL").arg(self.keys.registry()),
-        )
-        .await
-    }
-
-    /// The segment count the registry recorded for an activity.
-    pub async fn registered_segments(&self, id: &str) -> Result<Option<u32>, StoreError> {
-        self.query(
-            StoreOp::Read,
-            redis::cmd("HGET").arg(self.keys.registry()).arg(id),
-        )
-        .await
     }
 }
 

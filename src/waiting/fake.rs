@@ -20,7 +20,8 @@ use super::view::{Mark, QueueState};
 use crate::config::{Activity, QueueSettings};
 use crate::stock::clock::RedisClock;
 use crate::stock::fake::FakeStore;
-use crate::stock::{Layout, LedgerRow, Reads, Segment, StoreError};
+use crate::stock::prelude::*;
+use crate::stock::{Layout, LedgerRow, Segment, StoreError};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::time::Duration;
@@ -289,7 +290,7 @@ impl QueueStore for QueueFake {
     }
 
     async fn ledger(&self, segment: Segment<'_>, version: u64) -> Result<LedgerRow, StoreError> {
-        Reads::ledger(&self.stock, segment, version).await
+        LedgerScript::ledger(&self.stock, segment, version).await
     }
 
     async fn units_held(&self, activity: &Activity, user: &str) -> Result<u64, StoreError> {

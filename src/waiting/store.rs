@@ -6,6 +6,7 @@
 use super::view::{QueueState, STATE_FIELDS};
 use crate::config::{Activity, QueueSettings};
 use crate::stock::clock::RedisClock;
+use crate::stock::prelude::*;
 use crate::stock::{Layout, LedgerRow, ScriptName, Segment, StockStore, StoreError, StoreOp};
 use std::future::Future;
 
@@ -148,7 +149,7 @@ impl QueueStore for StockStore {
     }
 
     async fn ledger(&self, segment: Segment<'_>, version: u64) -> Result<LedgerRow, StoreError> {
-        StockStore::ledger(self, segment, version).await
+        LedgerScript::ledger(self, segment, version).await
     }
 
     async fn units_held(&self, activity: &Activity, user: &str) -> Result<u64, StoreError> {

@@ -2,6 +2,7 @@
 //! to sell a unit twice, lose one, or take back a sale, and shows it no longer does.
 
 use crate::support::*;
+use flashgate::stock::prelude::*;
 use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 

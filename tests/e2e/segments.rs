@@ -2,6 +2,7 @@
 //! home segment that holds their units, and rebalancing so the whole stock sells.
 
 use crate::support::*;
+use flashgate::stock::prelude::*;
 use flashgate::stock::Layout;
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -5,6 +5,7 @@
 
 use super::integrity::{a_hold_then_a_refused_layout, two_segments_on_sale};
 use crate::support::*;
+use flashgate::stock::prelude::*;
 use std::sync::Arc;
 use std::time::Duration;
 

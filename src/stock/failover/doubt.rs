@@ -6,6 +6,7 @@
 use super::super::scripts::master::MasterCall;
 use super::super::{Segment, StockStore, StoreError};
 use crate::config::Activity;
+use crate::stock::prelude::*;
 
 impl StockStore {
     /// Holds in doubt every reservation pending in `segment` of `activity`, of every version the

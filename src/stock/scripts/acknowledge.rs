@@ -10,13 +10,19 @@ impl SegmentKeys {
     }
 }
 
-impl StockStore {
-    /// The giving segment learns a transfer arrived (it is kept, as acknowledged).
-    pub async fn acknowledge(
+/// The call to `lua/acknowledge.lua`, as [`StockStore`] makes it and `stock::fake` imitates it.
+pub trait AcknowledgeScript: Send + Sync {
+    /// `lua/acknowledge.lua` (see the implementation on [`StockStore`] below).
+    fn acknowledge(
         &self,
         giver: Segment<'_>,
         transfer_id: &str,
-    ) -> Result<(), StoreError> {
+    ) -> impl std::future::Future<Output = Result<(), StoreError>> + Send;
+}
+
+impl AcknowledgeScript for StockStore {
+    /// The giving segment learns a transfer arrived (it is kept, as acknowledged).
+    async fn acknowledge(&self, giver: Segment<'_>, transfer_id: &str) -> Result<(), StoreError> {
         let mut invocation = super::ACKNOWLEDGE.prepare_invoke();
         for key in self.keys.of(giver).for_acknowledge() {
             invocation.key(key);

@@ -68,12 +68,24 @@ impl ConfirmOutcome {
     }
 }
 
-impl StockStore {
+/// The call to `lua/confirm.lua`, as [`StockStore`] makes it and `stock::fake` imitates it.
+pub trait ConfirmScript: Send + Sync {
+    /// `lua/confirm.lua` (see the implementation on [`StockStore`] below).
+    fn confirm(
+        &self,
+        segment: Segment<'_>,
+        version: u64,
+        reservation_ids: &[&str],
+        via: ConfirmedVia,
+    ) -> impl std::future::Future<Output = Result<Vec<ConfirmOutcome>, StoreError>> + Send;
+}
+
+impl ConfirmScript for StockStore {
     /// Moves pending reservations of one version to confirmed, each exactly once; one outcome
     /// per id, in order. The caller keeps batches small (one script call confirms them all).
     /// With `redis.ack_replicas`, followed by its `WAIT`; a confirm not acknowledged is kept
     /// and sent again (see `failover::unacked`), its outcomes returned all the same.
-    pub async fn confirm(
+    async fn confirm(
         &self,
         segment: Segment<'_>,
         version: u64,
@@ -106,7 +118,9 @@ impl StockStore {
             _ => Err(StoreError::protocol(ScriptName::Confirm, reply)),
         }
     }
+}
 
+impl StockStore {
     /// The confirm sent again (an unacknowledged one, by the master check): no `WAIT`, not kept
     /// again (the check keeps it until its own `WAIT` covers it).
     pub(in crate::stock) async fn confirm_again(

@@ -38,10 +38,22 @@ impl Deposit {
     }
 }
 
-impl StockStore {
+/// The call to `lua/deposit.lua`, as [`StockStore`] makes it and `stock::fake` imitates it.
+pub trait DepositScript: Send + Sync {
+    /// `lua/deposit.lua` (see the implementation on [`StockStore`] below).
+    fn deposit(
+        &self,
+        receiver: Segment<'_>,
+        version: u64,
+        transfer_id: &str,
+        qty: u64,
+    ) -> impl std::future::Future<Output = Result<Deposit, StoreError>> + Send;
+}
+
+impl DepositScript for StockStore {
     /// Second half on its own: the units arrive in `version` of `receiver`, once per transfer id.
     /// `Ok(false)` if they had arrived already (or that version has no ledger there).
-    pub async fn deposit(
+    async fn deposit(
         &self,
         receiver: Segment<'_>,
         version: u64,

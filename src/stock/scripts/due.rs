@@ -11,12 +11,25 @@ impl SegmentKeys {
     }
 }
 
-impl StockStore {
+/// The call to `lua/due.lua`, as [`StockStore`] makes it and `stock::fake` imitates it.
+pub trait DueScript: Send + Sync {
+    /// `lua/due.lua` (see the implementation on [`StockStore`] below).
+    fn due_in(
+        &self,
+        segment: Segment<'_>,
+        version: u64,
+        reservation_id: &str,
+        fence: u64,
+        after: Duration,
+    ) -> impl std::future::Future<Output = Result<(), StoreError>> + Send;
+}
+
+impl DueScript for StockStore {
     /// Makes a pending reservation due (for the sweep and its order lookup) no later than
     /// `after` from now, by Redis's clock, for a forward that ended without an answer and got
     /// `fence`: the due time only moves earlier, only while the fence is still that forward's,
     /// and never before the trips of the forwards before it end (see `lua/due.lua`).
-    pub async fn due_in(
+    async fn due_in(
         &self,
         segment: Segment<'_>,
         version: u64,

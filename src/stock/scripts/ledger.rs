@@ -14,13 +14,19 @@ impl SegmentKeys {
     }
 }
 
-impl StockStore {
-    /// One version's stock and ledger in one segment, read atomically.
-    pub async fn ledger(
+/// The call to `lua/ledger.lua`, as [`StockStore`] makes it and `stock::fake` imitates it.
+pub trait LedgerScript: Send + Sync {
+    /// `lua/ledger.lua` (see the implementation on [`StockStore`] below).
+    fn ledger(
         &self,
         segment: Segment<'_>,
         version: u64,
-    ) -> Result<LedgerRow, StoreError> {
+    ) -> impl std::future::Future<Output = Result<LedgerRow, StoreError>> + Send;
+}
+
+impl LedgerScript for StockStore {
+    /// One version's stock and ledger in one segment, read atomically.
+    async fn ledger(&self, segment: Segment<'_>, version: u64) -> Result<LedgerRow, StoreError> {
         let mut invocation = super::LEDGER.prepare_invoke();
         for key in self.keys.of(segment).for_ledger(version) {
             invocation.key(key);

@@ -4,6 +4,7 @@
 
 use super::super::records::{int, string};
 use super::super::{ScriptName, Segment, SegmentKeys, StockStore, StoreError, StoreOp};
+use crate::stock::prelude::*;
 use redis::Value;
 
 impl SegmentKeys {

@@ -4,6 +4,7 @@
 
 use super::super::records::{int, string};
 use super::super::{Layout, ScriptName, Segment, SegmentKeys, StockStore, StoreError, StoreOp};
+use crate::stock::prelude::*;
 use redis::Value;
 
 /// The loss a segment carries, as its `known` hash says (`lua/master.lua`): what a recount

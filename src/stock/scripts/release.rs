@@ -98,12 +98,25 @@ impl ReleaseOutcome {
     }
 }
 
-impl StockStore {
+/// The call to `lua/release.lua`, as [`StockStore`] makes it and `stock::fake` imitates it.
+pub trait ReleaseScript: Send + Sync {
+    /// `lua/release.lua` (see the implementation on [`StockStore`] below).
+    fn release(
+        &self,
+        segment: Segment<'_>,
+        version: u64,
+        reservation_id: &str,
+        mode: ReleaseMode,
+        reason: ReleaseReason,
+    ) -> impl std::future::Future<Output = Result<ReleaseOutcome, StoreError>> + Send;
+}
+
+impl ReleaseScript for StockStore {
     /// Gives a reservation's units back to its version's stock (or retires them) and to its
     /// user, exactly once, as far as `mode` allows (see [`ReleaseMode`]). With
     /// `redis.ack_replicas`, followed by its `WAIT`; a release not acknowledged is kept and
     /// sent again (see `failover::unacked`), its outcome returned all the same.
-    pub async fn release(
+    async fn release(
         &self,
         segment: Segment<'_>,
         version: u64,
@@ -132,7 +145,9 @@ impl StockStore {
         ReleaseOutcome::parse(&reply)
             .ok_or_else(|| StoreError::protocol(ScriptName::Release, reply))
     }
+}
 
+impl StockStore {
     /// The release sent again (an unacknowledged one, by the master check): no `WAIT`, not
     /// kept again (the check keeps it until its own `WAIT` covers it).
     pub(in crate::stock) async fn release_again(

@@ -306,13 +306,23 @@ impl ReserveOutcome {
     }
 }
 
-impl StockStore {
+/// The call to `lua/reserve.lua`, as [`StockStore`] makes it and `stock::fake` imitates it.
+pub trait ReserveScript: Send + Sync {
+    /// `lua/reserve.lua` in one segment (see the implementation on [`StockStore`] below).
+    fn reserve(
+        &self,
+        segment: Segment<'_>,
+        call: &ReserveCall<'_>,
+    ) -> impl std::future::Future<Output = Result<ReserveOutcome, StoreError>> + Send;
+}
+
+impl ReserveScript for StockStore {
     /// Atomically checks the per-user limit and the stock, deducts, and records the reservation
     /// (ledger, hold deadline from Redis's clock, event). With an idempotency key that already
     /// won, returns that reservation instead; one pending under another version is asked for
     /// again with that version's keys (replay only), so its due time moves where the sweep
     /// reads it, and if it was settled in between, the purchase is asked for again as it was.
-    pub async fn reserve(
+    async fn reserve(
         &self,
         segment: Segment<'_>,
         call: &ReserveCall<'_>,
@@ -341,7 +351,9 @@ impl StockStore {
         }
         Ok(ReserveOutcome::Contended)
     }
+}
 
+impl StockStore {
     /// One reserve, sent at once when no reserve of its segment and version is out, else
     /// together with the others that arrived meanwhile in the next call (see
     /// [`crate::coalesce::Batcher`]): judged exactly as if sent alone, in arrival order.

@@ -34,10 +34,23 @@ pub enum RestockOutcome {
     OtherVariant { variant: String },
 }
 
-impl StockStore {
+/// The call to `lua/restock.lua`, as [`StockStore`] makes it and `stock::fake` imitates it.
+pub trait RestockScript: Send + Sync {
+    /// `lua/restock.lua` (see the implementation on [`StockStore`] below).
+    fn restock(
+        &self,
+        segment: Segment<'_>,
+        version: u64,
+        units: u64,
+        idempotency_key: Option<&str>,
+        expire_at: u64,
+    ) -> impl std::future::Future<Output = Result<RestockOutcome, StoreError>> + Send;
+}
+
+impl RestockScript for StockStore {
     /// Adds `units` to `version`'s stock in `segment`, counted in its ledger (`restocked`), once
     /// per `idempotency_key`; `expire_at` (unix s) is when the segment's keys expire.
-    pub async fn restock(
+    async fn restock(
         &self,
         segment: Segment<'_>,
         version: u64,

@@ -74,7 +74,19 @@ impl SweepOutcome {
     }
 }
 
-impl StockStore {
+/// The call to `lua/sweep.lua`, as [`StockStore`] makes it and `stock::fake` imitates it.
+pub trait SweepScript: Send + Sync {
+    /// `lua/sweep.lua` (see the implementation on [`StockStore`] below).
+    fn sweep(
+        &self,
+        segment: Segment<'_>,
+        version: u64,
+        batch: u32,
+        lookup: Option<LookupLease>,
+    ) -> impl std::future::Future<Output = Result<SweepOutcome, StoreError>> + Send;
+}
+
+impl SweepScript for StockStore {
     /// Handles up to `batch` pending reservations of one version whose time has come: released
     /// as expired, or, with a `lookup`, handed out to ask the backend about (and due again after
     /// its lease unless settled meanwhile; released as expired once past its give-up time).
@@ -82,7 +94,7 @@ impl StockStore {
     /// fencing token, as a reserve's), and a reservation held in doubt is never released by
     /// expiry (see `lua/sweep.lua`).
     /// With `redis.ack_replicas`, followed by its `WAIT` (see `failover::unacked`).
-    pub async fn sweep(
+    async fn sweep(
         &self,
         segment: Segment<'_>,
         version: u64,

@@ -17,11 +17,24 @@ impl SegmentKeys {
     }
 }
 
-impl StockStore {
+/// The call to `lua/withdraw.lua`, as [`StockStore`] makes it and `stock::fake` imitates it.
+pub trait WithdrawScript: Send + Sync {
+    /// `lua/withdraw.lua` (see the implementation on [`StockStore`] below).
+    fn withdraw(
+        &self,
+        giver: Segment<'_>,
+        version: u64,
+        transfer_id: &str,
+        want: u64,
+        to: u32,
+    ) -> impl std::future::Future<Output = Result<u64, StoreError>> + Send;
+}
+
+impl WithdrawScript for StockStore {
     /// First half of moving units between segments: takes up to `want` units of `version` out
     /// of `giver`. Returns the units taken (0: it has none, or that version is not on sale there);
     /// [`StoreError::Fenced`] when the giver's master was replaced (the failover fence).
-    pub async fn withdraw(
+    async fn withdraw(
         &self,
         giver: Segment<'_>,
         version: u64,

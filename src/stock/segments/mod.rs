@@ -10,6 +10,7 @@ use super::{
 };
 use crate::config::transition::Recorded;
 use crate::config::Activity;
+use crate::stock::prelude::*;
 
 mod recount;
 mod reserve;

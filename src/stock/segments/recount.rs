@@ -25,6 +25,7 @@
 
 use super::{claimed, recorded_layout, Refusal};
 use crate::config::Activity;
+use crate::stock::prelude::*;
 use crate::stock::scripts::recount::SegmentRecount;
 use crate::stock::{Layout, StockStore, StoreError};
 

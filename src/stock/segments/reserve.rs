@@ -14,14 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The store calls a reserve makes.
-pub trait Reserving: Reads + Transfers {
-    /// See [`StockStore::reserve`].
-    fn reserve(
-        &self,
-        segment: Segment<'_>,
-        call: &ReserveCall<'_>,
-    ) -> impl Future<Output = Result<ReserveOutcome, StoreError>> + Send;
-
+pub trait Reserving: Reads + Transfers + super::super::ReserveScript {
     /// Puts the activity's version on sale everywhere (see [`prewarm`]).
     fn prewarm(
         &self,
@@ -46,14 +39,6 @@ pub trait Reserving: Reads + Transfers {
 }
 
 impl Reserving for StockStore {
-    async fn reserve(
-        &self,
-        segment: Segment<'_>,
-        call: &ReserveCall<'_>,
-    ) -> Result<ReserveOutcome, StoreError> {
-        StockStore::reserve(self, segment, call).await
-    }
-
     async fn prewarm(&self, activity: &Activity) -> Result<Result<Prewarmed, Refusal>, StoreError> {
         prewarm(self, activity).await
     }
