@@ -17,7 +17,6 @@ use crate::series::{preset_activity_series, preset_static_series};
 use crate::shutdown::Drain;
 use crate::stock::breaker::Breaker;
 use crate::stock::StockStore;
-use crate::upstream::forward::Forwarder;
 use crate::upstream::queue::UpstreamQueue;
 use crate::upstream::Upstreams;
 use crate::waiting::WaitingRoom;
@@ -36,7 +35,6 @@ pub struct Gateway {
     /// At most `upstream.max_inflight` sale requests at the backend; the rest wait in line.
     upstream_queue: Arc<UpstreamQueue>,
     /// Sends purchases holding stock to the backend on the gateway's own connections.
-    forwarder: Arc<Forwarder>,
     /// The activities' waiting rooms.
     waiting: Arc<WaitingRoom>,
     /// Shutdown, and the reservations held that it waits on.
@@ -79,7 +77,6 @@ impl Gateway {
             ),
             breaker,
             upstream_queue: UpstreamQueue::new(metrics.clone()),
-            forwarder: Arc::new(Forwarder::default()),
             waiting: Arc::new(WaitingRoom::new(store.clone(), metrics.clone())),
             drain: Arc::new(Drain::new(held)),
             lifecycle,
@@ -107,7 +104,6 @@ impl Gateway {
             waiting: self.waiting.clone(),
             drain: self.drain.clone(),
             upstream_queue: self.upstream_queue.clone(),
-            forwarder: self.forwarder.clone(),
             upstreams: self.upstreams.clone(),
             #[cfg(feature = "fault-injection")]
             fault: crate::proxy::Fault::from_env(),

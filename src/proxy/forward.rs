@@ -6,7 +6,7 @@
 use super::settle::{settle, Exchange, Settlement, Stage};
 use super::{headers, peer_ip, respond, FlashProxy, RequestCtx};
 use crate::config::{ConfirmMode, IdentitySource};
-use crate::upstream::forward::ForwardError;
+use crate::upstream::wire::{self, ForwardError};
 use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::prelude::*;
 
@@ -117,11 +117,8 @@ impl FlashProxy {
         ctx.upstream_attempted = true;
         ctx.stage.advance(Stage::Sent);
         let upstream = &ctx.generation.settings.upstream;
-        let sent = self
-            .gw
-            .forwarder
-            .send(&self.gw.upstreams, upstream, &req, &ctx.body)
-            .await;
+        let request = wire::request_bytes(&req, &ctx.body);
+        let sent = wire::send(&self.gw.upstreams, upstream, &request).await;
         let answer = match sent {
             Ok(answer) => answer,
             Err(e) => {
@@ -142,7 +139,7 @@ impl FlashProxy {
         // Settled: relay the answer (or, for a browser that won from the waiting page, the
         // gateway's own); the buyer's side failing now changes nothing.
         if (200..300).contains(&status) && self.won(session, ctx, answer.header()).await {
-            answer.discard(&self.gw.forwarder).await;
+            answer.discard().await;
             return;
         }
         let reservation = ctx.reservation.as_ref().map(|r| r.id.as_str());
@@ -159,12 +156,8 @@ impl FlashProxy {
         }
         ctx.upstream_attempted = true;
         let upstream = &ctx.generation.settings.upstream;
-        match self
-            .gw
-            .forwarder
-            .send(&self.gw.upstreams, upstream, &req, &ctx.body)
-            .await
-        {
+        let request = wire::request_bytes(&req, &ctx.body);
+        match wire::send(&self.gw.upstreams, upstream, &request).await {
             Ok(answer) => {
                 ctx.upstream_status = Some(answer.header().status.as_u16());
                 self.relay(session, answer, None).await;
@@ -185,7 +178,7 @@ impl FlashProxy {
     async fn relay(
         &self,
         session: &mut Session,
-        mut answer: crate::upstream::forward::Answer,
+        mut answer: wire::Answer,
         reservation: Option<&str>,
     ) {
         let mut resp: ResponseHeader = answer.header().clone();
@@ -215,13 +208,13 @@ impl FlashProxy {
                     }
                     break;
                 }
-                Err(e) => {
-                    tracing::info!(error = %e, "the backend's answer broke off after its header");
+                Err(wire::BodyBroke) => {
+                    tracing::info!("the backend's answer broke off after its header");
                     break;
                 }
             }
         }
-        answer.finish(&self.gw.forwarder, body_done).await;
+        answer.finish(body_done);
     }
 
     /// No answer to relay: settle, then answer with the gateway's own decision.

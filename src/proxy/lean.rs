@@ -123,19 +123,7 @@ impl FlashProxy {
         if !self.buffered_head(peer, &mut up, ctx, 0) {
             return None;
         }
-        let mut out = Vec::with_capacity(1024);
-        out.extend_from_slice(up.method.as_str().as_bytes());
-        out.push(b' ');
-        out.extend_from_slice(up.raw_path());
-        out.extend_from_slice(b" HTTP/1.1\r\n");
-        for (name, value) in up.headers.iter() {
-            out.extend_from_slice(name.as_str().as_bytes());
-            out.extend_from_slice(b": ");
-            out.extend_from_slice(value.as_bytes());
-            out.extend_from_slice(b"\r\n");
-        }
-        out.extend_from_slice(b"\r\n");
-        Some(out)
+        Some(wire::request_bytes(&up, b""))
     }
 }
 

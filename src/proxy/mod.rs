@@ -27,7 +27,6 @@ use crate::purchase::SaleFacts;
 use crate::reservation::Reservation;
 use crate::shutdown::Drain;
 use crate::stock::{ReleaseOutcome, ReleaseReason};
-use crate::upstream::forward::Forwarder;
 use crate::upstream::queue::UpstreamQueue;
 use crate::upstream::Upstreams;
 use crate::upstream::{queue, UpstreamClass};
@@ -109,7 +108,6 @@ pub struct ProxyParts {
     /// At most `upstream.max_inflight` sale requests at the backend; the rest wait in line.
     pub upstream_queue: Arc<UpstreamQueue>,
     /// Sends purchases holding stock to the backend on the gateway's own connections.
-    pub forwarder: Arc<Forwarder>,
     pub upstreams: Arc<Upstreams>,
     /// Test-only fault point (feature `fault-injection`, env `FLASHGATE_FAULT`).
     #[cfg(feature = "fault-injection")]

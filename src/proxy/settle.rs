@@ -46,8 +46,8 @@ pub enum Exchange {
 
 impl Exchange {
     /// How a forward that got no answer ended (logged here, once for either exchange).
-    pub fn failed(e: &crate::upstream::forward::ForwardError) -> Exchange {
-        use crate::upstream::forward::ForwardError;
+    pub fn failed(e: &crate::upstream::wire::ForwardError) -> Exchange {
+        use crate::upstream::wire::ForwardError;
         let exchange = match e {
             ForwardError::NotSent(_) => Exchange::NotSent,
             ForwardError::NoAnswer(_) => Exchange::NoAnswer,

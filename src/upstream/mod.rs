@@ -4,7 +4,6 @@
 //! front's, [`wire`], on the gateway's own connections), and the order lookup that asks it
 //! whether it holds an order ([`lookup`]).
 
-pub mod forward;
 pub mod lookup;
 pub mod pool;
 pub mod queue;

@@ -1,21 +1,27 @@
-//! The lean exchange with the backend, for a purchase holding stock that the front judged
-//! (`crate::front`): sent on the gateway's own keep-alive connections (one idle list, no task
-//! per connection), written in one write from bytes the proxy prepared; the
-//! answer's head parsed with httparse, and its body relayed to the buyer as it comes, framed as
-//! the backend framed it ([`Answer::relay`]).
+//! The gateway's own exchange with the backend, for every request it forwards itself: a
+//! purchase holding stock (whether the front judged it or the proxy's session did) and
+//! another route's request whose body the gateway read whole. Sent on the gateway's own
+//! keep-alive connections (one idle list, no task per connection), written in one write; the
+//! answer's head parsed with httparse, and read independently of the buyer's connection:
+//! whatever the buyer does meanwhile (a half-close, a reset, a pipelined byte), the backend's
+//! status is read, so a 2xx confirms the reservation and a 5xx releases it before anything is
+//! relayed. The body is then relayed as it came to a buyer on the front's connection
+//! ([`Answer::relay`]), or read as data for Pingora's session to frame ([`Answer::body_chunk`]).
 //!
-//! The rules are [`super::forward`]'s: every address is tried once for a connect; a pooled
-//! connection the backend had closed (the write fails, or it closes before a byte of answer) is
-//! sent once more on a new one, with the same token (`jti`) for backends to deduplicate on; no
-//! answer within the read timeout is [`ForwardError::NoAnswer`].
+//! Every address is tried once for a connect; no answer within the read timeout is
+//! [`ForwardError::NoAnswer`] (the backend may hold the order); none reached is
+//! [`ForwardError::NotSent`]. The read timeout bounds each read, as Pingora's does.
 //!
-//! The read timeout bounds each read, as Pingora's does.
+//! Approximation: a request sent on a pooled connection that turns out to be closed by the
+//! backend (the write fails, or it closes before a single byte of answer) is sent once more on
+//! a new connection. The backend's keep-alive race makes that the usual meaning; a backend that
+//! took the order and then closed without answering gets it twice, with the same reservation
+//! token (`jti`), which backends deduplicate on.
 
-use super::forward::ForwardError;
 use super::Upstreams;
 use crate::config::UpstreamSettings;
 use bytes::{Buf, BytesMut};
-use pingora::http::ResponseHeader;
+use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::prelude::*;
 use pingora::protocols::Stream;
 use std::collections::HashMap;
@@ -26,7 +32,10 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::timeout;
 
+mod body;
 mod chunked;
+
+pub use body::BodyBroke;
 
 /// How long an idle connection is kept for the next purchase (the backend may close it first:
 /// see the retry above).
@@ -100,6 +109,45 @@ pub struct Answer {
     /// switch of protocols, a body whose end is known).
     reusable: bool,
     read_timeout: Duration,
+    /// Where reading the body as data stands ([`Answer::body_chunk`]).
+    reading: body::Reading,
+}
+
+/// Why no answer was read.
+#[derive(Debug)]
+pub enum ForwardError {
+    /// No backend got the request (none healthy, or every connect failed).
+    NotSent(Box<Error>),
+    /// The request was sent, and no answer came in time (or the connection broke): the
+    /// backend may hold the order.
+    NoAnswer(Box<Error>),
+}
+
+impl ForwardError {
+    pub fn error(&self) -> &Error {
+        match self {
+            ForwardError::NotSent(e) | ForwardError::NoAnswer(e) => e,
+        }
+    }
+}
+
+/// A request as bytes, ready to write: `head` (as the proxy prepared it, its framing headers
+/// included) and `body`.
+pub fn request_bytes(head: &RequestHeader, body: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(1024 + body.len());
+    out.extend_from_slice(head.method.as_str().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(head.raw_path());
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+    for (name, value) in head.headers.iter() {
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(body);
+    out
 }
 
 /// Sends `request` (head and body, ready to write) to a healthy backend of `settings` and
@@ -189,6 +237,7 @@ async fn exchange(
                         framing,
                         reusable,
                         read_timeout,
+                        reading: body::Reading::Start,
                     });
                 }
                 Ok(None) if buf.len() < MAX_HEAD_BYTES => {}
