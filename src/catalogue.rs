@@ -40,9 +40,136 @@ impl Lang {
     }
 }
 
+/// Why a request was malformed. The text is safe to show to buyers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BadRequest {
+    QuantityNotInteger,
+    QuantityTooSmall,
+    QuantityTooLarge,
+    QuantityRepeated,
+    /// A parameter another spelling of the quantity's name (`QTY`, `%71ty`, `qty[]`), or a
+    /// body's quantity that differs from the query's.
+    QuantityAmbiguous,
+    IdempotencyKeyInvalid,
+    BodyTooLarge,
+    /// The body did not arrive within `server.sale_body_timeout_ms`.
+    BodyTooSlow,
+    HeadersTooLarge,
+    MalformedBody,
+    /// The request-target cannot be forwarded in its canonical form (a malformed query).
+    MalformedTarget,
+    /// The request-target cannot be read (not UTF-8 once decoded, a control character, too
+    /// deep): refused on every route.
+    UnreadableTarget,
+    /// The request-target resembles a sale route without being one: refused on every route.
+    LookAlikeTarget,
+    /// A retry with an `Idempotency-Key` whose purchase was for another quantity.
+    QuantityDiffersFromRetry,
+    /// A purchase on an activity with variants that names none.
+    VariantMissing,
+    /// The variant named twice (the parameter repeated, or the path's and the query's), or
+    /// under another spelling of its parameter's name, or percent-encoded.
+    VariantAmbiguous,
+    /// A variant named on an activity that has none.
+    VariantNotSold,
+    /// A retry with an `Idempotency-Key` whose purchase was for another variant.
+    VariantDiffersFromRetry,
+}
+
+impl BadRequest {
+    /// Every reason, once (the catalogue's test reads each).
+    pub const ALL: [BadRequest; 18] = [
+        BadRequest::QuantityNotInteger,
+        BadRequest::QuantityTooSmall,
+        BadRequest::QuantityTooLarge,
+        BadRequest::QuantityRepeated,
+        BadRequest::QuantityAmbiguous,
+        BadRequest::IdempotencyKeyInvalid,
+        BadRequest::BodyTooLarge,
+        BadRequest::BodyTooSlow,
+        BadRequest::HeadersTooLarge,
+        BadRequest::MalformedBody,
+        BadRequest::MalformedTarget,
+        BadRequest::UnreadableTarget,
+        BadRequest::LookAlikeTarget,
+        BadRequest::QuantityDiffersFromRetry,
+        BadRequest::VariantMissing,
+        BadRequest::VariantAmbiguous,
+        BadRequest::VariantNotSold,
+        BadRequest::VariantDiffersFromRetry,
+    ];
+
+    fn en(self) -> &'static str {
+        use BadRequest::*;
+        match self {
+        QuantityNotInteger => "quantity must be a whole number",
+        QuantityTooSmall => "quantity must be at least 1",
+        QuantityTooLarge => "quantity exceeds the most one request may buy",
+        QuantityRepeated => "quantity must be given once",
+        QuantityAmbiguous => "quantity must be given once, as the route's quantity parameter",
+        IdempotencyKeyInvalid => {
+            "Idempotency-Key must be given once, 1 to 128 visible ASCII characters"
+        }
+        BodyTooLarge => "request body too large",
+        BodyTooSlow => "request body not received in time",
+        HeadersTooLarge => "request headers too large",
+        MalformedBody => "malformed request body",
+        MalformedTarget => "malformed request target",
+        UnreadableTarget => {
+            "request target cannot be read (not UTF-8, a control character, or too deep)"
+        }
+        LookAlikeTarget => {
+            "request target resembles a sale route without being one: use the route as published"
+        }
+        QuantityDiffersFromRetry => {
+            "this Idempotency-Key already bought another quantity: retry with the same one, or use a new key"
+        }
+        VariantMissing => "this sale sells several variants: name the one you buy",
+        VariantAmbiguous => "the variant must be named once, as the route names it",
+        VariantNotSold => "this sale has no variants: name none",
+        VariantDiffersFromRetry => {
+            "this Idempotency-Key already bought another variant: retry with the same \
+             variant, or use a new key"
+        }
+        }
+    }
+
+    fn zh(self) -> &'static str {
+        use BadRequest::*;
+        match self {
+            QuantityNotInteger => "数量必须是整数",
+            QuantityTooSmall => "数量至少为 1",
+            QuantityTooLarge => "数量超过单次购买上限",
+            QuantityRepeated => "数量只能给出一次",
+            QuantityAmbiguous => "数量只能以该路由的数量参数给出一次",
+            IdempotencyKeyInvalid => {
+                "Idempotency-Key 只能给出一次，且为 1 到 128 个可见 ASCII 字符"
+            }
+            BodyTooLarge => "请求内容过大",
+            BodyTooSlow => "未能及时收到请求内容",
+            HeadersTooLarge => "请求头过大",
+            MalformedBody => "请求内容格式错误",
+            MalformedTarget => "请求地址格式错误",
+            UnreadableTarget => "无法读取请求地址（非 UTF-8、含控制字符或层级过深）",
+            LookAlikeTarget => "请求地址与抢购路由相似但并非抢购路由：请使用公布的地址",
+            QuantityDiffersFromRetry => {
+                "此 Idempotency-Key 已购买了其他数量：请用相同数量重试，或使用新的 key"
+            }
+            VariantMissing => "此抢购有多个款式：请指定要购买的款式",
+            VariantAmbiguous => "款式只能按路由的方式指定一次",
+            VariantNotSold => "此抢购没有款式之分：请勿指定款式",
+            VariantDiffersFromRetry => {
+                "此 Idempotency-Key 已购买了其他款式：请用相同款式重试，或使用新的 key"
+            }
+        }
+    }
+}
+
 /// A message a buyer reads: the JSON `message` of an answer, and the main text of its page.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Message {
+    /// A malformed request (400 `bad_request`): why.
+    BadRequest(BadRequest),
     Reserved,
     SignIn,
     NoSuchSale,
@@ -59,24 +186,6 @@ pub enum Message {
     TicketLapsed,
     TicketAbsent,
     Forwarded,
-    QuantityNotInteger,
-    QuantityTooSmall,
-    QuantityTooLarge,
-    QuantityRepeated,
-    QuantityAmbiguous,
-    IdempotencyKeyInvalid,
-    BodyTooLarge,
-    BodyTooSlow,
-    HeadersTooLarge,
-    MalformedBody,
-    MalformedTarget,
-    UnreadableTarget,
-    LookAlikeTarget,
-    QuantityDiffersFromRetry,
-    VariantMissing,
-    VariantAmbiguous,
-    VariantNotSold,
-    VariantDiffersFromRetry,
     NoSuchVariant,
     /// The waiting room: the buyer's place.
     QueuePlace {
@@ -113,6 +222,7 @@ impl Message {
     fn en(self) -> Cow<'static, str> {
         use Message::*;
         Cow::Borrowed(match self {
+            BadRequest(why) => why.en(),
             Reserved => "reserved",
             SignIn => "sign in to take part in the sale",
             NoSuchSale => "no such sale",
@@ -129,28 +239,6 @@ impl Message {
             TicketLapsed => "your turn passed: the queue ticket has lapsed",
             TicketAbsent => "your turn came while you were away (your page stopped checking in), so it went to the next buyer: this ticket has lapsed",
             Forwarded => "forwarded unreserved",
-            QuantityNotInteger => "quantity must be a whole number",
-            QuantityTooSmall => "quantity must be at least 1",
-            QuantityTooLarge => "quantity exceeds the most one request may buy",
-            QuantityRepeated => "quantity must be given once",
-            QuantityAmbiguous => "quantity must be given once, as the route's quantity parameter",
-            IdempotencyKeyInvalid => {
-                "Idempotency-Key must be given once, 1 to 128 visible ASCII characters"
-            }
-            BodyTooLarge => "request body too large",
-            BodyTooSlow => "request body not received in time",
-            HeadersTooLarge => "request headers too large",
-            MalformedBody => "malformed request body",
-            MalformedTarget => "malformed request target",
-            UnreadableTarget => {
-                "request target cannot be read (not UTF-8, a control character, or too deep)"
-            }
-            LookAlikeTarget => {
-                "request target resembles a sale route without being one: use the route as published"
-            }
-            QuantityDiffersFromRetry => {
-                "this Idempotency-Key already bought another quantity: retry with the same one, or use a new key"
-            }
             QueuePlace { position } => {
                 return Cow::Owned(format!("you are number {position} in the queue"))
             }
@@ -178,13 +266,6 @@ impl Message {
                  your place in the queue"
             }
             QueueSoldOut => "the item is sold out",
-            VariantMissing => "this sale sells several variants: name the one you buy",
-            VariantAmbiguous => "the variant must be named once, as the route names it",
-            VariantNotSold => "this sale has no variants: name none",
-            VariantDiffersFromRetry => {
-                "this Idempotency-Key already bought another variant: retry with the same \
-                 variant, or use a new key"
-            }
             NoSuchVariant => "this sale has no such variant",
             Bought => "you bought it: your order is placed",
             NoQueue => "this sale has no waiting room: buy at its sale route directly",
@@ -194,6 +275,7 @@ impl Message {
     fn zh(self) -> Cow<'static, str> {
         use Message::*;
         Cow::Borrowed(match self {
+            BadRequest(why) => why.zh(),
             Reserved => "已为您预留",
             SignIn => "请先登录再参加抢购",
             NoSuchSale => "没有这个抢购活动",
@@ -212,24 +294,6 @@ impl Message {
                 "轮到您时您已离开（页面停止了刷新），机会已让给下一位：此排队凭证已失效"
             }
             Forwarded => "未预留，已直接转发",
-            QuantityNotInteger => "数量必须是整数",
-            QuantityTooSmall => "数量至少为 1",
-            QuantityTooLarge => "数量超过单次购买上限",
-            QuantityRepeated => "数量只能给出一次",
-            QuantityAmbiguous => "数量只能以该路由的数量参数给出一次",
-            IdempotencyKeyInvalid => {
-                "Idempotency-Key 只能给出一次，且为 1 到 128 个可见 ASCII 字符"
-            }
-            BodyTooLarge => "请求内容过大",
-            BodyTooSlow => "未能及时收到请求内容",
-            HeadersTooLarge => "请求头过大",
-            MalformedBody => "请求内容格式错误",
-            MalformedTarget => "请求地址格式错误",
-            UnreadableTarget => "无法读取请求地址（非 UTF-8、含控制字符或层级过深）",
-            LookAlikeTarget => "请求地址与抢购路由相似但并非抢购路由：请使用公布的地址",
-            QuantityDiffersFromRetry => {
-                "此 Idempotency-Key 已购买了其他数量：请用相同数量重试，或使用新的 key"
-            }
             QueuePlace { position } => return Cow::Owned(format!("您排在第 {position} 位")),
             QueueBeforeDraw { count } => {
                 return Cow::Owned(format!(
@@ -249,12 +313,6 @@ impl Message {
             YourTurn => "轮到您了：现在就买",
             SolveChallenge => "请先完成验证（浏览器会自动进行一小段计算），即可获得排队位置",
             QueueSoldOut => "商品已售罄",
-            VariantMissing => "此抢购有多个款式：请指定要购买的款式",
-            VariantAmbiguous => "款式只能按路由的方式指定一次",
-            VariantNotSold => "此抢购没有款式之分：请勿指定款式",
-            VariantDiffersFromRetry => {
-                "此 Idempotency-Key 已购买了其他款式：请用相同款式重试，或使用新的 key"
-            }
             NoSuchVariant => "本次抢购没有这个款式",
             Bought => "购买成功：您的订单已提交",
             NoQueue => "此活动没有排队：请直接在购买页面下单",
@@ -377,7 +435,11 @@ mod tests {
     /// Every message the gateway can say, one of each kind.
     pub(crate) fn every_message() -> Vec<Message> {
         use Message::*;
-        vec![
+        let mut all: Vec<Message> = crate::catalogue::BadRequest::ALL
+            .into_iter()
+            .map(Message::BadRequest)
+            .collect();
+        all.extend([
             Reserved,
             SignIn,
             NoSuchSale,
@@ -394,24 +456,6 @@ mod tests {
             TicketLapsed,
             TicketAbsent,
             Forwarded,
-            QuantityNotInteger,
-            QuantityTooSmall,
-            QuantityTooLarge,
-            QuantityRepeated,
-            QuantityAmbiguous,
-            IdempotencyKeyInvalid,
-            BodyTooLarge,
-            BodyTooSlow,
-            HeadersTooLarge,
-            MalformedBody,
-            MalformedTarget,
-            UnreadableTarget,
-            LookAlikeTarget,
-            QuantityDiffersFromRetry,
-            VariantMissing,
-            VariantAmbiguous,
-            VariantNotSold,
-            VariantDiffersFromRetry,
             NoSuchVariant,
             QueuePlace { position: 7 },
             QueueBeforeDraw { count: 7 },
@@ -422,7 +466,8 @@ mod tests {
             QueueSoldOut,
             Bought,
             NoQueue,
-        ]
+        ]);
+        all
     }
 
     #[test]

@@ -4,66 +4,7 @@ use crate::catalogue::{Lang, Message};
 use http::StatusCode;
 use std::time::Duration;
 
-/// Why a request was malformed. The text is safe to show to buyers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BadRequest {
-    QuantityNotInteger,
-    QuantityTooSmall,
-    QuantityTooLarge,
-    QuantityRepeated,
-    /// A parameter another spelling of the quantity's name (`QTY`, `%71ty`, `qty[]`), or a
-    /// body's quantity that differs from the query's.
-    QuantityAmbiguous,
-    IdempotencyKeyInvalid,
-    BodyTooLarge,
-    /// The body did not arrive within `server.sale_body_timeout_ms`.
-    BodyTooSlow,
-    HeadersTooLarge,
-    MalformedBody,
-    /// The request-target cannot be forwarded in its canonical form (a malformed query).
-    MalformedTarget,
-    /// The request-target cannot be read (not UTF-8 once decoded, a control character, too
-    /// deep): refused on every route.
-    UnreadableTarget,
-    /// The request-target resembles a sale route without being one: refused on every route.
-    LookAlikeTarget,
-    /// A retry with an `Idempotency-Key` whose purchase was for another quantity.
-    QuantityDiffersFromRetry,
-    /// A purchase on an activity with variants that names none.
-    VariantMissing,
-    /// The variant named twice (the parameter repeated, or the path's and the query's), or
-    /// under another spelling of its parameter's name, or percent-encoded.
-    VariantAmbiguous,
-    /// A variant named on an activity that has none.
-    VariantNotSold,
-    /// A retry with an `Idempotency-Key` whose purchase was for another variant.
-    VariantDiffersFromRetry,
-}
-
-impl BadRequest {
-    fn message(self) -> Message {
-        match self {
-            BadRequest::QuantityNotInteger => Message::QuantityNotInteger,
-            BadRequest::QuantityTooSmall => Message::QuantityTooSmall,
-            BadRequest::QuantityTooLarge => Message::QuantityTooLarge,
-            BadRequest::QuantityRepeated => Message::QuantityRepeated,
-            BadRequest::QuantityAmbiguous => Message::QuantityAmbiguous,
-            BadRequest::BodyTooLarge => Message::BodyTooLarge,
-            BadRequest::BodyTooSlow => Message::BodyTooSlow,
-            BadRequest::HeadersTooLarge => Message::HeadersTooLarge,
-            BadRequest::MalformedBody => Message::MalformedBody,
-            BadRequest::MalformedTarget => Message::MalformedTarget,
-            BadRequest::UnreadableTarget => Message::UnreadableTarget,
-            BadRequest::QuantityDiffersFromRetry => Message::QuantityDiffersFromRetry,
-            BadRequest::VariantMissing => Message::VariantMissing,
-            BadRequest::VariantAmbiguous => Message::VariantAmbiguous,
-            BadRequest::VariantNotSold => Message::VariantNotSold,
-            BadRequest::VariantDiffersFromRetry => Message::VariantDiffersFromRetry,
-            BadRequest::LookAlikeTarget => Message::LookAlikeTarget,
-            BadRequest::IdempotencyKeyInvalid => Message::IdempotencyKeyInvalid,
-        }
-    }
-}
+pub use crate::catalogue::BadRequest;
 
 crate::label_enum! {
     /// The contract's codes (the JSON `code`, and the `decision` metric label), one per kind of
@@ -162,7 +103,7 @@ impl Decision {
         let (status, code, message, retry_after_secs) = match *self {
             Decision::Admitted => (S::OK, C::Admitted, M::Reserved, None),
             Decision::Unauthenticated => (S::UNAUTHORIZED, C::Unauthenticated, M::SignIn, None),
-            Decision::BadRequest(why) => (S::BAD_REQUEST, C::BadRequest, why.message(), None),
+            Decision::BadRequest(why) => (S::BAD_REQUEST, C::BadRequest, M::BadRequest(why), None),
             Decision::UnknownActivity => (S::NOT_FOUND, C::UnknownActivity, M::NoSuchSale, None),
             Decision::UnknownVariant => (S::NOT_FOUND, C::UnknownVariant, M::NoSuchVariant, None),
             Decision::NotStarted => (S::FORBIDDEN, C::NotStarted, M::NotStarted, None),

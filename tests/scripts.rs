@@ -1703,9 +1703,9 @@ async fn a_segmented_reserve_outside_the_hours_pulls_units_home_and_loses_none()
             .await
             .unwrap();
             let expected = if label == "ended" {
-                segments::Reserve::Ended
+                segments::ReserveAnswer::Ended
             } else {
-                segments::Reserve::NotStarted
+                segments::ReserveAnswer::NotStarted
             };
             assert_eq!(outcome, expected, "{label} {i}");
         }
@@ -2246,7 +2246,7 @@ async fn a_sell_out_of_segmented_stock_costs_one_determination_not_one_per_buyer
         .await
         .unwrap();
         assert!(
-            matches!(outcome, segments::Reserve::Reserved { .. }),
+            matches!(outcome, segments::ReserveAnswer::Reserved { .. }),
             "{outcome:?}"
         );
     }
@@ -2275,7 +2275,10 @@ async fn a_sell_out_of_segmented_stock_costs_one_determination_not_one_per_buyer
     .await;
     let calls = script_calls(&s.redis) - before;
     for outcome in outcomes {
-        assert_eq!(outcome.unwrap(), segments::Reserve::SoldOut { left: 0 });
+        assert_eq!(
+            outcome.unwrap(),
+            segments::ReserveAnswer::SoldOut { left: 0 }
+        );
     }
     // At most two reserve calls per home segment (the first alone, the rest together), and
     // a determination or two (6 ledger reads each): nothing withdrawn.

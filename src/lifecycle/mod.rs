@@ -28,7 +28,7 @@ use crate::purchase::StockPort;
 use crate::reservation::Reservation;
 use crate::sale::{SaleView, SaleWriter};
 use crate::stock::{
-    segments::{self, Purchase, Reserve},
+    segments::{self, Purchase, ReserveAnswer},
     until_answered, ConfirmOutcome, ConfirmedVia, Layout, LedgerRow, Publish, Reads, ReleaseMode,
     ReleaseOutcome, ReleaseReason, ReservationRecord, Segment, Settle, StockStore, StoreError,
     Transfers,
@@ -488,7 +488,7 @@ impl StockPort for Arc<Lifecycle> {
         &self,
         activity: &Arc<Activity>,
         purchase: Purchase<'_>,
-    ) -> Result<Reserve, StoreError> {
+    ) -> Result<ReserveAnswer, StoreError> {
         match segments::reserve(&*self.store, activity, purchase).await {
             Ok(outcome) => Ok(outcome),
             Err(failed) => {

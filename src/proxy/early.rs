@@ -10,7 +10,7 @@
 //! body, no CORS; everything else is handed to the proxy undecided, where every edge rule
 //! applies as before.
 
-use super::sale::Asked;
+use super::sale::OnSaleRoute;
 use super::{activity_label, headers, record_sale, respond, FlashProxy, RequestCtx};
 use crate::decision::{BadRequest, Decision};
 use crate::edge::target::Target;
@@ -18,7 +18,7 @@ use crate::edge::{route, Routed};
 use crate::live::Generation;
 use crate::pages::Client;
 use crate::purchase::SaleFacts;
-use crate::purchase::{Exchange, Verdict};
+use crate::purchase::{Incoming, Verdict};
 use pingora::http::RequestHeader;
 use pingora::prelude::*;
 use std::net::IpAddr;
@@ -109,7 +109,7 @@ struct HeadOnly<'a> {
 }
 
 #[async_trait::async_trait]
-impl Exchange for HeadOnly<'_> {
+impl Incoming for HeadOnly<'_> {
     fn header(&self) -> &RequestHeader {
         self.header
     }
@@ -144,7 +144,7 @@ impl FlashProxy {
         let Routed::Sale(route, activity) = route(settings, &target) else {
             return Early::HandOver(None);
         };
-        let asked = Asked {
+        let asked = OnSaleRoute {
             route,
             activity,
             target: &target,
@@ -159,13 +159,13 @@ impl FlashProxy {
             Ok(canonical) => canonical,
             Err(decision) => return refused(decision, SaleFacts::default()),
         };
-        let mut exchange = HeadOnly { header: req, peer };
+        let mut incoming = HeadOnly { header: req, peer };
         let (verdict, facts) = self
             .judge(
                 &generation,
                 asked,
                 (&canonical.0, &canonical.1),
-                &mut exchange,
+                &mut incoming,
             )
             .await;
         match verdict {

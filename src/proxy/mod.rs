@@ -382,7 +382,7 @@ impl ProxyHttp for FlashProxy {
                 };
             }
         };
-        let asked = sale::Asked {
+        let asked = sale::OnSaleRoute {
             route,
             activity: raw_activity,
             target: &target,

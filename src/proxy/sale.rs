@@ -9,19 +9,19 @@ use crate::decision::{BadRequest, Decision};
 use crate::edge::target::Target;
 use crate::live::Generation;
 use crate::purchase::SaleFacts;
-use crate::purchase::{self, Attempt, Exchange, Parts, Verdict};
+use crate::purchase::{self, Attempt, Incoming, Parts, Verdict};
 use crate::reservation::Reservation;
 use crate::stock::ReleaseReason;
 use pingora::http::RequestHeader;
 use pingora::prelude::*;
 use std::time::Duration;
 
-/// A step's verdict: go on with the value, or the request ended (answered) with this result.
-type Step<T> = std::result::Result<T, Result<bool>>;
+/// How the request flows on: go on with the value, or it ended (answered) with this result.
+type Flow<T> = std::result::Result<T, Result<bool>>;
 
-/// Where a purchase was asked: its sale route, the activity segment of its path, its target.
+/// A request on a sale route: the route, the activity segment of its path, its target.
 #[derive(Clone, Copy)]
-pub(super) struct Asked<'a> {
+pub(super) struct OnSaleRoute<'a> {
     pub route: &'a SaleRoute,
     pub activity: &'a str,
     pub target: &'a Target,
@@ -29,7 +29,7 @@ pub(super) struct Asked<'a> {
 
 /// The request as the pipeline's gates read it: the session's header and peer, and the whole
 /// body, read once within the route's size and deadline.
-struct SessionExchange<'s> {
+struct SessionIncoming<'s> {
     session: &'s mut Session,
     limit_bytes: u64,
     deadline: Duration,
@@ -37,7 +37,7 @@ struct SessionExchange<'s> {
 }
 
 #[async_trait::async_trait]
-impl Exchange for SessionExchange<'_> {
+impl Incoming for SessionIncoming<'_> {
     fn header(&self) -> &RequestHeader {
         self.session.req_header()
     }
@@ -65,7 +65,7 @@ impl FlashProxy {
         &self,
         session: &mut Session,
         ctx: &mut RequestCtx,
-        asked: Asked<'_>,
+        asked: OnSaleRoute<'_>,
     ) -> Result<bool> {
         if let Err(ended) = self.considered(session, ctx, asked).await {
             return ended;
@@ -82,8 +82,8 @@ impl FlashProxy {
         &self,
         session: &mut Session,
         ctx: &mut RequestCtx,
-        asked: Asked<'_>,
-    ) -> Step<()> {
+        asked: OnSaleRoute<'_>,
+    ) -> Flow<()> {
         ctx.sale = Some(SaleFacts::default());
         match self.consider(&ctx.generation.clone(), session.req_header(), asked) {
             Ok(canonical) => {
@@ -101,10 +101,10 @@ impl FlashProxy {
         &self,
         generation: &Generation,
         req: &RequestHeader,
-        asked: Asked<'_>,
+        asked: OnSaleRoute<'_>,
     ) -> std::result::Result<(http::Method, http::Uri), Decision> {
         let settings = &generation.settings;
-        let Asked {
+        let OnSaleRoute {
             route,
             activity,
             target,
@@ -127,11 +127,11 @@ impl FlashProxy {
         &self,
         session: &mut Session,
         ctx: &mut RequestCtx,
-        asked: Asked<'_>,
+        asked: OnSaleRoute<'_>,
     ) -> Verdict {
         let generation = ctx.generation.clone();
         let server = &generation.settings.server;
-        let mut exchange = SessionExchange {
+        let mut incoming = SessionIncoming {
             session,
             limit_bytes: server.max_sale_body_bytes,
             deadline: server.sale_body_timeout,
@@ -139,10 +139,10 @@ impl FlashProxy {
         };
         let (method, uri) = ctx.canonical.as_ref().expect("considered sets it");
         let (verdict, facts) = self
-            .judge(&generation, asked, (method, uri), &mut exchange)
+            .judge(&generation, asked, (method, uri), &mut incoming)
             .await;
         ctx.sale = Some(facts);
-        ctx.body = exchange.body.unwrap_or_default();
+        ctx.body = incoming.body.unwrap_or_default();
         verdict
     }
 
@@ -151,9 +151,9 @@ impl FlashProxy {
     pub(super) async fn judge(
         &self,
         generation: &Generation,
-        asked: Asked<'_>,
+        asked: OnSaleRoute<'_>,
         canonical: (&http::Method, &http::Uri),
-        exchange: &mut dyn Exchange,
+        incoming: &mut dyn Incoming,
     ) -> (Verdict, SaleFacts) {
         let asked = purchase::Asked {
             route: asked.route,
@@ -167,7 +167,7 @@ impl FlashProxy {
             room: &*self.gw.waiting,
         };
         let now = self.gw.checkout.now();
-        let mut attempt = Attempt::new(asked, exchange, now);
+        let mut attempt = Attempt::new(asked, incoming, now);
         let verdict = purchase::run(parts, &mut attempt).await;
         (verdict, attempt.facts)
     }
@@ -179,7 +179,7 @@ impl FlashProxy {
         session: &mut Session,
         ctx: &mut RequestCtx,
         verdict: Verdict,
-    ) -> Step<()> {
+    ) -> Flow<()> {
         match verdict {
             Verdict::Reserved(reservation) => {
                 self.take_hold(ctx, reservation).await;

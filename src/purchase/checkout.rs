@@ -11,7 +11,7 @@ use crate::metrics::Metrics;
 use crate::reservation::Reservation;
 use crate::sale::SaleView;
 use crate::stock::breaker::{Breaker, Pass};
-use crate::stock::segments::{Purchase, Refusal, Reserve};
+use crate::stock::segments::{Purchase, Refusal, ReserveAnswer};
 use crate::stock::{Layout, StockStore, StoreError};
 use chrono::{DateTime, Utc};
 use std::sync::Arc;
@@ -38,7 +38,7 @@ pub trait StockPort: Send + Sync {
         &self,
         activity: &Arc<Activity>,
         purchase: Purchase<'_>,
-    ) -> Result<Reserve, StoreError>;
+    ) -> Result<ReserveAnswer, StoreError>;
 
     /// What the store said is left of `activity`'s version (`left <= 0`: nothing anywhere);
     /// the owner of the sale state keeps it (the gauge, the sold-out mark, word to the other
@@ -229,11 +229,11 @@ impl Checkout {
         settings: &Settings,
         activity: &Arc<Activity>,
         purchase: Purchase<'_>,
-        outcome: Reserve,
+        outcome: ReserveAnswer,
         facts: &mut SaleFacts,
     ) -> Result<Admitted, Decision> {
         match outcome {
-            Reserve::Reserved {
+            ReserveAnswer::Reserved {
                 id,
                 segment,
                 version,
@@ -263,16 +263,18 @@ impl Checkout {
                     fence,
                 }))
             }
-            Reserve::SoldOut { left } => {
+            ReserveAnswer::SoldOut { left } => {
                 if !activity.is_segmented() {
                     facts.stock_after = Some(left.max(0) as u64);
                 }
                 self.learn_remaining(settings, activity, left);
                 Err(Decision::SoldOut)
             }
-            Reserve::Busy | Reserve::HoldRanOut | Reserve::Fenced => Err(Decision::Unavailable),
-            Reserve::LimitExceeded => Err(Decision::LimitExceeded),
-            Reserve::NotOnSale(refusal) => {
+            ReserveAnswer::Busy | ReserveAnswer::HoldRanOut | ReserveAnswer::Fenced => {
+                Err(Decision::Unavailable)
+            }
+            ReserveAnswer::LimitExceeded => Err(Decision::LimitExceeded),
+            ReserveAnswer::NotOnSale(refusal) => {
                 match refusal {
                     Some(refusal) => self.stock.refused(&activity.lane, refusal),
                     None => tracing::warn!(activity = %activity.id,
@@ -281,17 +283,17 @@ impl Checkout {
                 Err(Decision::Unavailable)
             }
             // Answered only to a replay-only purchase, made only when a new one was refused.
-            Reserve::NotReplayed => Ok(Admitted::NotReplayed),
+            ReserveAnswer::NotReplayed => Ok(Admitted::NotReplayed),
             // The gateway's clock said open, Redis's did not: Redis's is the one that counts.
-            Reserve::NotStarted => Err(Decision::NotStarted),
-            Reserve::Ended => Err(Decision::Ended),
-            Reserve::ReplayQuantityDiffers => {
+            ReserveAnswer::NotStarted => Err(Decision::NotStarted),
+            ReserveAnswer::Ended => Err(Decision::Ended),
+            ReserveAnswer::ReplayQuantityDiffers => {
                 Err(Decision::BadRequest(BadRequest::QuantityDiffersFromRetry))
             }
-            Reserve::ReplayOtherVariant => {
+            ReserveAnswer::ReplayOtherVariant => {
                 Err(Decision::BadRequest(BadRequest::VariantDiffersFromRetry))
             }
-            Reserve::DuplicateId => {
+            ReserveAnswer::DuplicateId => {
                 tracing::warn!(activity = %activity.id, "reservation id already used");
                 Err(Decision::Unavailable)
             }

@@ -9,7 +9,7 @@
 //! reserved, or forwarded unreserved. Adding a gate is one new file and its place in the list.
 //!
 //! The pipeline knows nothing of Pingora's session: what a gate reads of the request besides
-//! its header (the body, read once on first ask) comes through [`Exchange`], which the proxy
+//! its header (the body, read once on first ask) comes through [`Incoming`], which the proxy
 //! implements over the session and the unit tests over a buffer. What the pipeline learns
 //! (who, what, how many, what is left) is kept in [`SaleFacts`] for the answer and the log.
 
@@ -36,7 +36,7 @@ pub use gates::waiting_room::{presented, solution, NoQueues, Room};
 
 /// The request a purchase is made with, as far as gates read it beyond its route.
 #[async_trait::async_trait]
-pub trait Exchange: Send {
+pub trait Incoming: Send {
     /// The request's header.
     fn header(&self) -> &RequestHeader;
     /// The TCP peer.
@@ -54,7 +54,7 @@ pub struct Buffered {
 }
 
 #[async_trait::async_trait]
-impl Exchange for Buffered {
+impl Incoming for Buffered {
     fn header(&self) -> &RequestHeader {
         &self.header
     }
@@ -108,7 +108,7 @@ impl HeldBack {
 /// learned so far. Gates after [`gates::identity::Identity`] read who buys what.
 pub struct Attempt<'a> {
     pub asked: Asked<'a>,
-    pub exchange: &'a mut dyn Exchange,
+    pub incoming: &'a mut dyn Incoming,
     /// Who, what, how many, what is left: written by the gates, read by the answer and the log.
     pub facts: SaleFacts,
     /// The `Idempotency-Key`, if sent.
@@ -220,10 +220,10 @@ pub async fn run(parts: Parts<'_>, attempt: &mut Attempt<'_>) -> Verdict {
 
 impl<'a> Attempt<'a> {
     /// A purchase not yet looked at; `now` is the time its hours are judged by.
-    pub fn new(asked: Asked<'a>, exchange: &'a mut dyn Exchange, now: DateTime<Utc>) -> Self {
+    pub fn new(asked: Asked<'a>, incoming: &'a mut dyn Incoming, now: DateTime<Utc>) -> Self {
         Attempt {
             asked,
-            exchange,
+            incoming,
             facts: SaleFacts::default(),
             key: None,
             held_back: None,

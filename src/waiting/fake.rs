@@ -39,7 +39,7 @@ struct Queue {
 
 /// What the fake was asked, for tests to check.
 #[derive(Debug, Default)]
-pub struct Asked {
+pub struct Calls {
     pub tickets: u32,
     /// `set_rate` of each state read.
     pub set_rate: Vec<bool>,
@@ -55,7 +55,7 @@ pub struct QueueFake {
     queues: Mutex<HashMap<String, Queue>>,
     /// Calls still to fail, by name (`ticket`, `state`, `control`).
     failing: Mutex<HashMap<&'static str, u32>>,
-    pub asked: Mutex<Asked>,
+    pub asked: Mutex<Calls>,
 }
 
 impl QueueFake {

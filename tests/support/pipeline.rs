@@ -108,7 +108,7 @@ pub async fn purchase(
         target: &target,
         canonical: (&http::Method::POST, &uri),
     };
-    let mut exchange = Buffered {
+    let mut incoming = Buffered {
         header: req.clone(),
         peer: None,
         body: Default::default(),
@@ -118,7 +118,7 @@ pub async fn purchase(
         checkout: &instance.checkout,
         room: &NoQueues,
     };
-    let mut attempt = Attempt::new(asked, &mut exchange, instance.checkout.now());
+    let mut attempt = Attempt::new(asked, &mut incoming, instance.checkout.now());
     // A reserve whose id was abandoned first: the same path, with that id.
     attempt.reservation_id = id.map(str::to_owned);
     match purchase::run(parts, &mut attempt).await {

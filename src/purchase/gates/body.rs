@@ -13,12 +13,12 @@ pub struct Body;
 
 impl Gate for Body {
     async fn check(&self, _parts: Parts<'_>, attempt: &mut Attempt<'_>) -> Step {
-        let body = match attempt.exchange.body().await {
+        let body = match attempt.incoming.body().await {
             Ok(body) => body,
             Err(bad) => return Step::refuse(Decision::BadRequest(bad)),
         };
         let name = attempt.asked.route.quantity_query();
-        match body_quantity(&attempt.exchange.header().headers, &body, name) {
+        match body_quantity(&attempt.incoming.header().headers, &body, name) {
             Ok(None) => Step::Pass,
             Ok(Some(q)) if q == attempt.qty() => Step::Pass,
             Ok(Some(_)) => Step::refuse(Decision::BadRequest(BadRequest::QuantityAmbiguous)),

@@ -9,11 +9,11 @@ pub struct Identity;
 
 impl Gate for Identity {
     async fn check(&self, parts: Parts<'_>, attempt: &mut Attempt<'_>) -> Step {
-        let header = attempt.exchange.header();
+        let header = attempt.incoming.header();
         let Some(user) = parts
             .rules
             .policy
-            .identify(&header.headers, attempt.exchange.peer())
+            .identify(&header.headers, attempt.incoming.peer())
         else {
             return Step::refuse(Decision::Unauthenticated);
         };
@@ -22,7 +22,7 @@ impl Gate for Identity {
             return Step::refuse(Decision::UnknownActivity);
         };
         attempt.facts.activity = Some(activity.clone());
-        match idempotency_key(&attempt.exchange.header().headers) {
+        match idempotency_key(&attempt.incoming.header().headers) {
             Ok(key) => {
                 attempt.key = key.map(str::to_owned);
                 Step::Pass

@@ -9,8 +9,8 @@ pub struct IpBucket;
 impl Gate for IpBucket {
     async fn check(&self, parts: Parts<'_>, attempt: &mut Attempt<'_>) -> Step {
         let policy = parts.rules.policy;
-        let header = attempt.exchange.header();
-        match policy.client_ip(&header.headers, attempt.exchange.peer()) {
+        let header = attempt.incoming.header();
+        match policy.client_ip(&header.headers, attempt.incoming.peer()) {
             Some(ip) => parts
                 .checkout
                 .buckets

@@ -48,7 +48,7 @@ in_order![
     halt::Halt,
     user_bucket::UserBucket,
     sold_out::SoldOut,
-    waiting_room::WaitingRoom,
+    waiting_room::WaitingTurn,
     activity_bucket::ActivityBucket,
     body::Body,
     reserve::Reserve,

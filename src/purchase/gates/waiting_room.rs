@@ -90,9 +90,9 @@ pub fn presented(headers: &HeaderMap) -> Option<Presented> {
         })
 }
 
-pub struct WaitingRoom;
+pub struct WaitingTurn;
 
-impl Gate for WaitingRoom {
+impl Gate for WaitingTurn {
     async fn check(&self, parts: Parts<'_>, attempt: &mut Attempt<'_>) -> Step {
         if matches!(attempt.held_back, Some(HeldBack::Halted)) {
             // Replay only: a halt gives no ticket (see `super::halt`).
@@ -102,7 +102,7 @@ impl Gate for WaitingRoom {
         let Some(queue) = activity.queue.as_ref() else {
             return Step::Pass;
         };
-        let headers = &attempt.exchange.header().headers;
+        let headers = &attempt.incoming.header().headers;
         let ticket = presented(headers);
         let settings = parts.rules.settings;
         let keyed = attempt.key.is_some();

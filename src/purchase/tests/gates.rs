@@ -89,9 +89,9 @@ fn a_keyed_buyer_held_back_gets_their_reservation_or_the_hold_backs_answer() {
     let h = Harness::new(
         settings(", queue: { admit_per_second: 1 }", top),
         vec![
-            Ok(Reserve::NotReplayed),
+            Ok(ReserveAnswer::NotReplayed),
             reserved(Some(8), true),
-            Ok(Reserve::NotReplayed),
+            Ok(ReserveAnswer::NotReplayed),
             reserved(Some(8), false),
         ],
     );
@@ -128,7 +128,7 @@ fn a_keyed_buyer_held_back_gets_their_reservation_or_the_hold_backs_answer() {
 fn a_keyed_retry_outside_the_hours_is_replay_only() {
     let h = Harness::new(
         settings("", ""),
-        vec![Ok(Reserve::NotReplayed), reserved(None, true)],
+        vec![Ok(ReserveAnswer::NotReplayed), reserved(None, true)],
     );
     let keyed = [("idempotency-key", "k")];
     assert_eq!(
@@ -164,7 +164,7 @@ fn the_gates_run_in_the_documented_order() {
             "Halt",
             "UserBucket",
             "SoldOut",
-            "WaitingRoom",
+            "WaitingTurn",
             "ActivityBucket",
             "Body",
             "Reserve",
@@ -177,7 +177,7 @@ fn refusals_that_need_no_body_never_wait_for_it() {
     let top = "rate_limits: { per_user: { per_second: 1, burst: 1 } }\n";
     let h = Harness::new(
         settings(", queue: { admit_per_second: 1 }", top),
-        vec![Ok(Reserve::SoldOut { left: 0 })],
+        vec![Ok(ReserveAnswer::SoldOut { left: 0 })],
     );
     let no_body = |user: &str, path: &str| h.buy_as(Some(user), path, &[], None);
     // Not started, the user's bucket, the waiting room, the sold-out mark: none reads the body.

@@ -12,7 +12,7 @@ use crate::sale::{SaleState, SaleWriter};
 use crate::stock::breaker::Breaker;
 use crate::stock::breaker::{BreakerMode, BreakerState};
 use crate::stock::segments::Refusal;
-use crate::stock::segments::{Purchase, Reserve};
+use crate::stock::segments::{Purchase, ReserveAnswer};
 use crate::stock::StoreError;
 use crate::waiting::view::Status;
 use crate::waiting::{self, Answer, Presented};
@@ -30,7 +30,7 @@ type Asked4 = (String, u32, Option<String>, bool);
 /// marks that outlive any test; refusals).
 struct FakeStock {
     sale: SaleWriter,
-    answers: Mutex<VecDeque<Result<Reserve, StoreError>>>,
+    answers: Mutex<VecDeque<Result<ReserveAnswer, StoreError>>>,
     /// (user, qty, key, replay only) of every reserve.
     asked: Mutex<Vec<Asked4>>,
     /// What every reserve learned is left: (activity, units).
@@ -40,7 +40,7 @@ struct FakeStock {
 }
 
 impl FakeStock {
-    fn answering(answers: Vec<Result<Reserve, StoreError>>) -> Arc<FakeStock> {
+    fn answering(answers: Vec<Result<ReserveAnswer, StoreError>>) -> Arc<FakeStock> {
         let (_, sale) = SaleState::new();
         sale.halts_were_read();
         Arc::new(FakeStock {
@@ -59,7 +59,7 @@ impl StockPort for FakeStock {
         &self,
         _activity: &Arc<Activity>,
         purchase: Purchase<'_>,
-    ) -> Result<Reserve, StoreError> {
+    ) -> Result<ReserveAnswer, StoreError> {
         self.asked.lock().push((
             purchase.user.to_owned(),
             purchase.qty,
@@ -153,7 +153,7 @@ impl Room for FakeRoom {
 }
 
 /// A request as the proxy hands it to the pipeline, counting how often its body was asked for.
-struct TestExchange<'h> {
+struct TestIncoming<'h> {
     header: RequestHeader,
     /// `None`: the body never arrives.
     body: Option<bytes::Bytes>,
@@ -161,7 +161,7 @@ struct TestExchange<'h> {
 }
 
 #[async_trait::async_trait]
-impl Exchange for TestExchange<'_> {
+impl Incoming for TestIncoming<'_> {
     fn header(&self) -> &RequestHeader {
         &self.header
     }
@@ -188,7 +188,7 @@ struct Harness {
 }
 
 impl Harness {
-    fn new(settings: Settings, answers: Vec<Result<Reserve, StoreError>>) -> Harness {
+    fn new(settings: Settings, answers: Vec<Result<ReserveAnswer, StoreError>>) -> Harness {
         let metrics = Arc::new(Metrics::new());
         let stock = FakeStock::answering(answers);
         let breaker = Arc::new(Breaker::new(metrics.clone()));
@@ -261,7 +261,7 @@ impl Harness {
             target: &target,
             canonical: (&http::Method::POST, &uri),
         };
-        let mut exchange = TestExchange {
+        let mut incoming = TestIncoming {
             header: req,
             body: body.map(bytes::Bytes::copy_from_slice),
             asked: &self.body_asked,
@@ -271,7 +271,7 @@ impl Harness {
             checkout: &self.checkout,
             room: &self.room,
         };
-        let mut attempt = Attempt::new(asked, &mut exchange, self.checkout.now());
+        let mut attempt = Attempt::new(asked, &mut incoming, self.checkout.now());
         match futures_executor(run(parts, &mut attempt)) {
             Verdict::Refuse(decision) => Err(decision),
             verdict => Ok(verdict),
@@ -288,8 +288,8 @@ fn futures_executor<F: std::future::Future>(f: F) -> F::Output {
         .block_on(f)
 }
 
-fn reserved(remaining: Option<u64>, replayed: bool) -> Result<Reserve, StoreError> {
-    Ok(Reserve::Reserved {
+fn reserved(remaining: Option<u64>, replayed: bool) -> Result<ReserveAnswer, StoreError> {
+    Ok(ReserveAnswer::Reserved {
         id: "r-1".into(),
         segment: 0,
         version: 1,
@@ -302,7 +302,7 @@ fn reserved(remaining: Option<u64>, replayed: bool) -> Result<Reserve, StoreErro
     })
 }
 
-fn down() -> Result<Reserve, StoreError> {
+fn down() -> Result<ReserveAnswer, StoreError> {
     Err(StoreError::Timeout(Duration::from_millis(5)))
 }
 
@@ -369,8 +369,8 @@ fn sold_out_is_learned_announced_and_answered_from_memory() {
     let h = Harness::new(
         settings("", ""),
         vec![
-            Ok(Reserve::SoldOut { left: 0 }),
-            Ok(Reserve::SoldOut { left: 0 }),
+            Ok(ReserveAnswer::SoldOut { left: 0 }),
+            Ok(ReserveAnswer::SoldOut { left: 0 }),
         ],
     );
     assert_eq!(
@@ -404,11 +404,11 @@ fn store_answers_map_to_decisions() {
     let h = Harness::new(
         settings("", ""),
         vec![
-            Ok(Reserve::LimitExceeded),
-            Ok(Reserve::Busy),
-            Ok(Reserve::HoldRanOut),
-            Ok(Reserve::DuplicateId),
-            Ok(Reserve::NotOnSale(Some(refusal.clone()))),
+            Ok(ReserveAnswer::LimitExceeded),
+            Ok(ReserveAnswer::Busy),
+            Ok(ReserveAnswer::HoldRanOut),
+            Ok(ReserveAnswer::DuplicateId),
+            Ok(ReserveAnswer::NotOnSale(Some(refusal.clone()))),
         ],
     );
     assert_eq!(

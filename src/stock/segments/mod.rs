@@ -17,7 +17,8 @@ mod reserve;
 
 pub use recount::{recount, RecountError, Recounted, Settles};
 pub use reserve::{
-    deposit_and_reserve, reserve, standing, Purchase, Reserve, ReserveFailed, Reserving, Standing,
+    deposit_and_reserve, reserve, standing, Purchase, ReserveAnswer, ReserveFailed, Reserving,
+    Standing,
 };
 
 /// Why a configured activity is not on sale: what Redis recorded about it disagrees with the

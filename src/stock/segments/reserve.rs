@@ -83,7 +83,7 @@ pub struct Purchase<'a> {
 
 /// What a buyer's reserve came to, over every segment.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Reserve {
+pub enum ReserveAnswer {
     /// Stock is held in `segment` under `id` (this purchase's id, or, `replayed`, the one its
     /// idempotency key already won: then this request did not make it and may not release it).
     Reserved {
@@ -181,7 +181,7 @@ pub async fn reserve<S: Reserving + ?Sized>(
     store: &S,
     activity: &Activity,
     purchase: Purchase<'_>,
-) -> Result<Reserve, ReserveFailed> {
+) -> Result<ReserveAnswer, ReserveFailed> {
     let layout = Layout::of(activity);
     let home = layout.home(purchase.user);
     let call = ReserveCall {
@@ -205,7 +205,7 @@ pub async fn reserve<S: Reserving + ?Sized>(
     if outcome == ReserveOutcome::NoStockKey && purchase.replay_only {
         // Never prewarmed here (or its keys expired): the key won nothing in this segment,
         // and a replay-only call (outside the hours, or held back) puts nothing on sale.
-        return Ok(Reserve::NotReplayed);
+        return Ok(ReserveAnswer::NotReplayed);
     }
     if outcome == ReserveOutcome::NoStockKey {
         // Not prewarmed yet (or retired by a newer version): put the configured version on sale
@@ -218,7 +218,7 @@ pub async fn reserve<S: Reserving + ?Sized>(
                 landed_maybe: None,
             })?;
         match prewarmed {
-            Err(refusal) => return Ok(Reserve::NotOnSale(Some(refusal))),
+            Err(refusal) => return Ok(ReserveAnswer::NotOnSale(Some(refusal))),
             Ok(_) => outcome = attempt(store, home, &call).await?,
         }
     }
@@ -247,11 +247,11 @@ async fn rebalance<S: Reserving + ?Sized>(
     call: &ReserveCall<'_>,
     mut outcome: ReserveOutcome,
     asked_at: Instant,
-) -> Result<Result<ReserveOutcome, Reserve>, ReserveFailed> {
+) -> Result<Result<ReserveOutcome, ReserveAnswer>, ReserveFailed> {
     let mut rounds = 0;
     while let ReserveOutcome::Insufficient { remaining } = outcome {
         if !layout.is_segmented() {
-            return Ok(Err(Reserve::SoldOut {
+            return Ok(Err(ReserveAnswer::SoldOut {
                 left: remaining as i64,
             }));
         }
@@ -266,8 +266,8 @@ async fn rebalance<S: Reserving + ?Sized>(
             })?;
         if standing.left < i64::from(call.qty) {
             return Ok(Err(match newer_version(activity, standing.newest) {
-                Some(refusal) => Reserve::NotOnSale(Some(refusal)),
-                None => Reserve::SoldOut {
+                Some(refusal) => ReserveAnswer::NotOnSale(Some(refusal)),
+                None => ReserveAnswer::SoldOut {
                     left: standing.left,
                 },
             }));
@@ -277,7 +277,7 @@ async fn rebalance<S: Reserving + ?Sized>(
             // A round left the buyer short although units exist: in flight between two
             // others, or just deposited here by another buyer. Look again after a moment.
             if rounds == MAX_REBALANCE_ROUNDS {
-                return Ok(Err(Reserve::Busy));
+                return Ok(Err(ReserveAnswer::Busy));
             }
             tokio::time::sleep(Duration::from_millis(1 << rounds.min(4))).await;
             match attempt(store, home, call).await? {
@@ -310,14 +310,14 @@ fn answer(
     purchase: Purchase<'_>,
     home: Segment<'_>,
     segmented: bool,
-) -> Reserve {
+) -> ReserveAnswer {
     match outcome {
         ReserveOutcome::Reserved {
             remaining,
             created_ms,
             deadline_ms,
             fence,
-        } => Reserve::Reserved {
+        } => ReserveAnswer::Reserved {
             id: purchase.reservation_id.to_owned(),
             segment: home.index(),
             version: activity.version,
@@ -336,7 +336,7 @@ fn answer(
             created_ms,
             deadline_ms,
             fence,
-        } => Reserve::Reserved {
+        } => ReserveAnswer::Reserved {
             id,
             segment: home.index(),
             version,
@@ -349,25 +349,25 @@ fn answer(
             deadline_ms,
             fence,
         },
-        ReserveOutcome::HoldRanOut => Reserve::HoldRanOut,
-        ReserveOutcome::NotReplayed => Reserve::NotReplayed,
-        ReserveOutcome::ReplayQuantityDiffers { .. } => Reserve::ReplayQuantityDiffers,
-        ReserveOutcome::ReplayOtherVariant => Reserve::ReplayOtherVariant,
-        ReserveOutcome::NotStarted => Reserve::NotStarted,
-        ReserveOutcome::Ended => Reserve::Ended,
-        ReserveOutcome::LimitExceeded { .. } => Reserve::LimitExceeded,
-        ReserveOutcome::NoStockKey => Reserve::NotOnSale(None),
-        ReserveOutcome::DuplicateId => Reserve::DuplicateId,
-        ReserveOutcome::Fenced => Reserve::Fenced,
+        ReserveOutcome::HoldRanOut => ReserveAnswer::HoldRanOut,
+        ReserveOutcome::NotReplayed => ReserveAnswer::NotReplayed,
+        ReserveOutcome::ReplayQuantityDiffers { .. } => ReserveAnswer::ReplayQuantityDiffers,
+        ReserveOutcome::ReplayOtherVariant => ReserveAnswer::ReplayOtherVariant,
+        ReserveOutcome::NotStarted => ReserveAnswer::NotStarted,
+        ReserveOutcome::Ended => ReserveAnswer::Ended,
+        ReserveOutcome::LimitExceeded { .. } => ReserveAnswer::LimitExceeded,
+        ReserveOutcome::NoStockKey => ReserveAnswer::NotOnSale(None),
+        ReserveOutcome::DuplicateId => ReserveAnswer::DuplicateId,
+        ReserveOutcome::Fenced => ReserveAnswer::Fenced,
         ReserveOutcome::Damaged | ReserveOutcome::DepositRefused { damaged: true } => {
-            Reserve::NotOnSale(Some(Refusal::Damaged {
+            ReserveAnswer::NotOnSale(Some(Refusal::Damaged {
                 id: activity.id.to_string(),
                 segment: home.index(),
             }))
         }
         ReserveOutcome::DepositRefused { damaged: false }
         | ReserveOutcome::OtherVersion { .. }
-        | ReserveOutcome::Contended => Reserve::Busy,
+        | ReserveOutcome::Contended => ReserveAnswer::Busy,
         ReserveOutcome::Insufficient { .. } => unreachable!("the loop above ends every shortage"),
     }
 }

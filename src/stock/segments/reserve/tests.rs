@@ -72,7 +72,7 @@ async fn a_buyer_reserves_at_home() {
     let outcome = reserve(&store, &a, purchase(&user, "r1.0", 2))
         .await
         .unwrap();
-    let Reserve::Reserved {
+    let ReserveAnswer::Reserved {
         segment,
         replayed,
         remaining,
@@ -91,12 +91,12 @@ async fn a_home_short_of_units_pulls_a_chunk_from_another_segment() {
     let a = activity(64, 2);
     let (store, user) = on_sale(&a);
     let first = reserve(&store, &a, purchase(&user, "r1.0", 31)).await;
-    assert!(matches!(first.unwrap(), Reserve::Reserved { .. }));
+    assert!(matches!(first.unwrap(), ReserveAnswer::Reserved { .. }));
     let outcome = reserve(&store, &a, purchase(&user, "r2.0", 2))
         .await
         .unwrap();
     assert!(
-        matches!(outcome, Reserve::Reserved { segment: 0, .. }),
+        matches!(outcome, ReserveAnswer::Reserved { segment: 0, .. }),
         "{outcome:?}"
     );
     // One unit was there, a chunk of 4 came (more than the one missing): 3 left at home.
@@ -112,11 +112,14 @@ async fn sold_out_only_when_the_whole_activity_holds_less_than_asked() {
     let outcome = reserve(&store, &a, purchase(&user, "r1.0", 3))
         .await
         .unwrap();
-    assert!(matches!(outcome, Reserve::Reserved { .. }), "{outcome:?}");
+    assert!(
+        matches!(outcome, ReserveAnswer::Reserved { .. }),
+        "{outcome:?}"
+    );
     let outcome = reserve(&store, &a, purchase(&user, "r2.0", 2))
         .await
         .unwrap();
-    assert_eq!(outcome, Reserve::SoldOut { left: 1 });
+    assert_eq!(outcome, ReserveAnswer::SoldOut { left: 1 });
     store.check_ledgers();
 }
 
@@ -132,7 +135,11 @@ async fn units_in_flight_are_not_sold_out_but_busy() {
     let outcome = reserve(&store, &a, purchase(&user, "r1.0", 1))
         .await
         .unwrap();
-    assert_eq!(outcome, Reserve::Busy, "units exist: retry, not sold out");
+    assert_eq!(
+        outcome,
+        ReserveAnswer::Busy,
+        "units exist: retry, not sold out"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -140,7 +147,7 @@ async fn an_unsegmented_activity_is_sold_out_at_once() {
     let a = activity(2, 1);
     let (store, user) = on_sale(&a);
     let outcome = reserve(&store, &a, purchase(&user, "r1", 3)).await.unwrap();
-    assert_eq!(outcome, Reserve::SoldOut { left: 2 });
+    assert_eq!(outcome, ReserveAnswer::SoldOut { left: 2 });
     assert_eq!(left(&store, &a, 0), 2);
 }
 
@@ -152,7 +159,10 @@ async fn a_version_not_on_sale_is_prewarmed_once() {
     let outcome = reserve(&store, &a, purchase(&user, "r1.0", 1))
         .await
         .unwrap();
-    assert!(matches!(outcome, Reserve::Reserved { .. }), "{outcome:?}");
+    assert!(
+        matches!(outcome, ReserveAnswer::Reserved { .. }),
+        "{outcome:?}"
+    );
     assert_eq!(store.prewarms(), 1);
     // A replay-only call (a waiting room held the buyer back) never puts anything on sale.
     let fresh = FakeStore::default();
@@ -161,7 +171,7 @@ async fn a_version_not_on_sale_is_prewarmed_once() {
         ..purchase(&user, "r2.0", 1)
     };
     let outcome = reserve(&fresh, &a, replay).await.unwrap();
-    assert_eq!(outcome, Reserve::NotReplayed);
+    assert_eq!(outcome, ReserveAnswer::NotReplayed);
     assert_eq!(fresh.prewarms(), 0);
     // Refused by what Redis recorded: not on sale, with the reason.
     let refused = FakeStore::default();
@@ -170,7 +180,7 @@ async fn a_version_not_on_sale_is_prewarmed_once() {
     let outcome = reserve(&refused, &a, purchase(&user, "r3.0", 1))
         .await
         .unwrap();
-    assert_eq!(outcome, Reserve::NotOnSale(Some(refusal)));
+    assert_eq!(outcome, ReserveAnswer::NotOnSale(Some(refusal)));
 }
 
 #[tokio::test(start_paused = true)]
@@ -200,7 +210,7 @@ async fn a_deposit_cut_short_stays_recorded_on_the_giver() {
     let a = activity(4, 2);
     let (store, user) = on_sale(&a);
     let first = reserve(&store, &a, purchase(&user, "r1.0", 2)).await;
-    assert!(matches!(first.unwrap(), Reserve::Reserved { .. }));
+    assert!(matches!(first.unwrap(), ReserveAnswer::Reserved { .. }));
     // The home is empty; its reserve does not answer: abandoned by id at home, nothing pulled.
     store.fail("reserve", 1);
     let failed = reserve(&store, &a, purchase(&user, "r2.0", 1)).await;
@@ -239,7 +249,7 @@ async fn a_pull_whose_deposit_does_not_answer_is_abandoned_at_home() {
     let a = activity(4, 2);
     let (store, user) = on_sale(&a);
     let first = reserve(&store, &a, purchase(&user, "r1.0", 2)).await;
-    assert!(matches!(first.unwrap(), Reserve::Reserved { .. }));
+    assert!(matches!(first.unwrap(), ReserveAnswer::Reserved { .. }));
     // The home answers short; the giver gives; the deposit-and-reserve does not answer.
     store.fail_later("reserve", 1, 1);
     let failed = reserve(&store, &a, purchase(&user, "r2.0", 1)).await;
@@ -253,16 +263,16 @@ async fn nothing_left_of_an_older_version_is_not_sold_out() {
     let a = activity(4, 2);
     let (store, user) = on_sale(&a);
     let first = reserve(&store, &a, purchase(&user, "r1.0", 2)).await;
-    assert!(matches!(first.unwrap(), Reserve::Reserved { .. }));
+    assert!(matches!(first.unwrap(), ReserveAnswer::Reserved { .. }));
     let user2 = home_of(&a, 1);
     let second = reserve(&store, &a, purchase(&user2, "r2.1", 2)).await;
-    assert!(matches!(second.unwrap(), Reserve::Reserved { .. }));
+    assert!(matches!(second.unwrap(), ReserveAnswer::Reserved { .. }));
     // Another instance claimed version 2 (it retires version 1 segment by segment).
     store.claimed("a1", 2);
     let outcome = reserve(&store, &a, purchase(&user, "r3.0", 1))
         .await
         .unwrap();
-    let Reserve::NotOnSale(Some(Refusal::OlderVersion { newest, .. })) = outcome else {
+    let ReserveAnswer::NotOnSale(Some(Refusal::OlderVersion { newest, .. })) = outcome else {
         panic!("{outcome:?}")
     };
     assert_eq!(newest, 2);
