@@ -6,7 +6,7 @@
 #[path = "support/mod.rs"]
 mod support;
 
-use flashgate::config::{Activity, ConfirmMode, RedisSettings};
+use flashgate::config::{Activity, ConfirmMode};
 use flashgate::stock::prelude::*;
 use flashgate::stock::segments;
 use flashgate::stock::{Layout, RestockOutcome, StockStore};
@@ -14,26 +14,8 @@ use std::time::Duration;
 use support::*;
 
 fn store_with_ttl(url: String, ttl_after_end: Duration) -> StockStore {
-    let settings = RedisSettings {
-        url,
-        cluster_nodes: vec![],
-        timeout: Duration::from_secs(2),
-        key_prefix: "fg".into(),
-        key_ttl_after_end: ttl_after_end,
-        prewarm_interval: Duration::from_secs(5),
-        sweep_interval: Duration::from_secs(1),
-        sweep_batch: 100,
-        reconcile_interval: Duration::from_secs(10),
-        events_maxlen: 1000,
-        allow_eviction: false,
-        ack_replicas: 0,
-    };
-    StockStore::new(
-        &settings,
-        std::sync::Arc::new(flashgate::metrics::Metrics::new()),
-    )
-    .unwrap()
-    .with_birth_hold(Duration::ZERO)
+    let timeout = Duration::from_secs(2);
+    store_of(&redis_settings(url, vec![], timeout, ttl_after_end))
 }
 
 fn activity(id: &str, stock: u64, version: u64) -> Activity {

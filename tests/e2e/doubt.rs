@@ -184,18 +184,7 @@ async fn units_held_in_doubt_show_in_the_view_and_the_gauge_until_settled() {
     assert_eq!(view["versions"][0]["pending"], 3, "{view}");
     assert_eq!(view["versions"][0]["held_in_doubt"], 3, "{view}");
     // And the drop's report says so (`flashgate report`, text and JSON).
-    let config = gw.config_path();
-    let (code, out, err) = run_cli(
-        &[
-            "report",
-            "--config",
-            config.to_str().unwrap(),
-            "--activity",
-            "1001",
-            "--json",
-        ],
-        &[],
-    );
+    let (code, out, err) = gw.report("1001", &["--json"]);
     assert_eq!(code, 0, "{out}{err}");
     let report: serde_json::Value = serde_json::from_str(&out).expect("report JSON");
     assert_eq!(report["units"]["pending"], 3, "{report}");

@@ -43,20 +43,7 @@ async fn buy_variant(gw: &GatewayProc, user: &str, variant: &str, ticket: &str) 
 }
 
 fn report(gw: &GatewayProc, extra: &[&str]) -> (i32, String, String) {
-    report_of(gw, "2001", extra)
-}
-
-fn report_of(gw: &GatewayProc, activity: &str, extra: &[&str]) -> (i32, String, String) {
-    let config = gw.config_path();
-    let mut args = vec![
-        "report",
-        "--config",
-        config.to_str().unwrap(),
-        "--activity",
-        activity,
-    ];
-    args.extend_from_slice(extra);
-    run_cli(&args, &[])
+    gw.report("2001", extra)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -234,7 +221,7 @@ async fn the_report_refuses_what_it_cannot_tell() {
     let redis = RedisServer::start();
     let upstream = Upstream::start();
     let gw = GatewayProc::start(drop_config(&redis, &upstream, in_secs(-10)));
-    let (code, _, err) = report_of(&gw, "nope", &[]);
+    let (code, _, err) = gw.report("nope", &[]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("nope"), "{err}");
     // A Prometheus that is not there: a clear error, exit 3.

@@ -334,6 +334,21 @@ impl GatewayProc {
         (code, format!("{out}{err}"))
     }
 
+    /// `flashgate report --activity ACT` with `extra` arguments, on this gateway's
+    /// configuration: (exit code, stdout, stderr).
+    pub fn report(&self, activity: &str, extra: &[&str]) -> (i32, String, String) {
+        let config = self.config_path();
+        let mut args = vec![
+            "report",
+            "--config",
+            config.to_str().unwrap(),
+            "--activity",
+            activity,
+        ];
+        args.extend_from_slice(extra);
+        run_cli(&args, &[])
+    }
+
     /// `flashgate reconcile --activity ACT --orders FILE` with `orders` (the jti of the backend's
     /// orders) in FILE, `--confirm-pending` if asked: (exit code, report).
     pub fn reconcile_orders(

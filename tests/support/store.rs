@@ -32,18 +32,20 @@ pub fn store_activity(
     }
 }
 
-/// A stock store on a single Redis (`cluster_nodes` empty) or a cluster.
-pub fn stock_store(
+/// The Redis settings the store tests use: `url` (or `cluster_nodes`), `timeout`, keys kept
+/// `key_ttl_after_end` past a sale's end.
+pub fn redis_settings(
     url: String,
     cluster_nodes: Vec<String>,
     timeout: Duration,
-) -> flashgate::stock::StockStore {
-    let settings = flashgate::config::RedisSettings {
+    key_ttl_after_end: Duration,
+) -> flashgate::config::RedisSettings {
+    flashgate::config::RedisSettings {
         url,
         cluster_nodes,
         timeout,
         key_prefix: "fg".into(),
-        key_ttl_after_end: Duration::from_secs(86_400),
+        key_ttl_after_end,
         prewarm_interval: Duration::from_secs(5),
         sweep_interval: Duration::from_secs(1),
         sweep_batch: 100,
@@ -51,11 +53,25 @@ pub fn stock_store(
         events_maxlen: 1000,
         allow_eviction: false,
         ack_replicas: 0,
-    };
+    }
+}
+
+/// A stock store on a single Redis (`cluster_nodes` empty) or a cluster.
+pub fn stock_store(
+    url: String,
+    cluster_nodes: Vec<String>,
+    timeout: Duration,
+) -> flashgate::stock::StockStore {
+    let day = Duration::from_secs(86_400);
+    store_of(&redis_settings(url, cluster_nodes, timeout, day))
+}
+
+/// A stock store on `settings`, with no birth hold: these tests drive the scripts without a
+/// gateway's periodic master checks (the gateway binary holds; tests/doubt.rs and tests/e2e
+/// show the hold).
+pub fn store_of(settings: &flashgate::config::RedisSettings) -> flashgate::stock::StockStore {
     let metrics = std::sync::Arc::new(flashgate::metrics::Metrics::new());
-    // No birth hold: these tests drive the scripts without a gateway's periodic master checks
-    // (the gateway binary holds; tests/doubt.rs and tests/e2e show the hold).
-    flashgate::stock::StockStore::new(&settings, metrics)
+    flashgate::stock::StockStore::new(settings, metrics)
         .unwrap()
         .with_birth_hold(Duration::ZERO)
 }
