@@ -170,6 +170,8 @@ impl BadRequest {
 pub enum Message {
     /// A malformed request (400 `bad_request`): why.
     BadRequest(BadRequest),
+    /// Another method on a sale route's path (405).
+    MethodNotAllowed,
     Reserved,
     SignIn,
     NoSuchSale,
@@ -223,6 +225,7 @@ impl Message {
         use Message::*;
         Cow::Borrowed(match self {
             BadRequest(why) => why.en(),
+            MethodNotAllowed => "this address takes only the methods its Allow header names",
             Reserved => "reserved",
             SignIn => "sign in to take part in the sale",
             NoSuchSale => "no such sale",
@@ -276,6 +279,7 @@ impl Message {
         use Message::*;
         Cow::Borrowed(match self {
             BadRequest(why) => why.zh(),
+            MethodNotAllowed => "此地址只接受 Allow 响应头列出的请求方法",
             Reserved => "已为您预留",
             SignIn => "请先登录再参加抢购",
             NoSuchSale => "没有这个抢购活动",
@@ -440,6 +444,7 @@ mod tests {
             .map(Message::BadRequest)
             .collect();
         all.extend([
+            MethodNotAllowed,
             Reserved,
             SignIn,
             NoSuchSale,

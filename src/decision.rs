@@ -25,6 +25,7 @@ crate::label_enum! {
         Queued => "queued",
         InvalidTicket => "invalid_ticket",
         TicketExpired => "ticket_expired",
+        MethodNotAllowed => "method_not_allowed",
     }
 }
 
@@ -35,6 +36,9 @@ pub enum Decision {
     Admitted,
     Unauthenticated,
     BadRequest(BadRequest),
+    /// Another method on a sale route's path than the route sells on or forwards (405, with
+    /// `Allow`).
+    MethodNotAllowed,
     UnknownActivity,
     /// The activity has variants, and none of them is the one named.
     UnknownVariant,
@@ -104,6 +108,12 @@ impl Decision {
             Decision::Admitted => (S::OK, C::Admitted, M::Reserved, None),
             Decision::Unauthenticated => (S::UNAUTHORIZED, C::Unauthenticated, M::SignIn, None),
             Decision::BadRequest(why) => (S::BAD_REQUEST, C::BadRequest, M::BadRequest(why), None),
+            Decision::MethodNotAllowed => (
+                S::METHOD_NOT_ALLOWED,
+                C::MethodNotAllowed,
+                M::MethodNotAllowed,
+                None,
+            ),
             Decision::UnknownActivity => (S::NOT_FOUND, C::UnknownActivity, M::NoSuchSale, None),
             Decision::UnknownVariant => (S::NOT_FOUND, C::UnknownVariant, M::NoSuchVariant, None),
             Decision::NotStarted => (S::FORBIDDEN, C::NotStarted, M::NotStarted, None),

@@ -22,6 +22,9 @@ pub struct SaleRoute {
     quantity_query: String,
     /// The query parameter naming the variant, if the path has no `{variant}`.
     variant_query: Option<String>,
+    /// Other methods on the route's path forwarded to the backend unreserved (any other is
+    /// answered 405).
+    forward_methods: Vec<Method>,
 }
 
 /// The placeholder a template uses for the activity id.
@@ -54,21 +57,7 @@ impl SaleRoute {
         quantity_query: &str,
         variant_query: Option<&str>,
     ) -> Result<SaleRoute, (&'static str, String)> {
-        // The methods of RFC 9110 and PATCH: a typo ("PSOT") would be a route no buyer's request
-        // matches, every purchase passed through without a reservation.
-        const KNOWN: [&str; 7] = ["GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "PATCH"];
-        let method = Method::from_bytes(method.as_bytes())
-            .ok()
-            .filter(|m| KNOWN.contains(&m.as_str()))
-            .ok_or_else(|| {
-                (
-                    "method",
-                    format!(
-                        "{method:?} is not an upper-case HTTP method (one of {})",
-                        KNOWN.join(", ")
-                    ),
-                )
-            })?;
+        let method = known_method(method).map_err(|why| ("method", why))?;
         let segments = path_segments(path)?;
         if !plain_name(quantity_query) {
             return Err((
@@ -85,7 +74,35 @@ impl SaleRoute {
             segments,
             quantity_query: quantity_query.to_owned(),
             variant_query: variant_query.map(str::to_owned),
+            forward_methods: Vec::new(),
         })
+    }
+
+    /// Forwards `methods` on the route's path unreserved (see the field). On error: why.
+    pub fn with_forward_methods(mut self, methods: &[String]) -> Result<SaleRoute, String> {
+        for (i, m) in methods.iter().enumerate() {
+            let method = known_method(m).map_err(|why| format!("[{i}]: {why}"))?;
+            if method == self.method {
+                return Err(format!(
+                    "[{i}]: {m} is the route's own method: a purchase is never forwarded unreserved"
+                ));
+            }
+            if self.forward_methods.contains(&method) {
+                return Err(format!("[{i}]: {m} is listed twice"));
+            }
+            self.forward_methods.push(method);
+        }
+        Ok(self)
+    }
+
+    /// The methods forwarded unreserved on the route's path.
+    pub fn forward_methods(&self) -> &[Method] {
+        &self.forward_methods
+    }
+
+    /// Whether `method` on the route's path is forwarded unreserved.
+    pub fn forwards(&self, method: &Method) -> bool {
+        self.forward_methods.contains(method)
     }
 
     /// The query parameter naming the variant, if the route names it in the query.
@@ -146,6 +163,21 @@ impl SaleRoute {
     pub fn same_pattern(&self, other: &SaleRoute) -> bool {
         self.method == other.method && self.segments == other.segments
     }
+}
+
+/// An upper-case method of RFC 9110, or PATCH: a typo ("PSOT") would be a route no buyer's
+/// request matches, every purchase passed through without a reservation.
+fn known_method(method: &str) -> Result<Method, String> {
+    const KNOWN: [&str; 7] = ["GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "PATCH"];
+    Method::from_bytes(method.as_bytes())
+        .ok()
+        .filter(|m| KNOWN.contains(&m.as_str()))
+        .ok_or_else(|| {
+            format!(
+                "{method:?} is not an upper-case HTTP method (one of {})",
+                KNOWN.join(", ")
+            )
+        })
 }
 
 /// A route template's path, parsed: `{activity}` exactly once, `{variant}` at most once, no
@@ -231,6 +263,10 @@ pub(super) fn validate_all(
         )
         .map_err(|(field, reason)| {
             super::ConfigError::invalid(format!("sale_routes[{i}].{field}"), reason)
+        })?
+        .with_forward_methods(&r.forward_methods)
+        .map_err(|reason| {
+            super::ConfigError::invalid(format!("sale_routes[{i}].forward_methods"), reason)
         })?;
         if routes.iter().any(|other| other.same_pattern(&route)) {
             return Err(super::ConfigError::invalid(

@@ -81,6 +81,22 @@ impl Target {
         again.segments.is_ok().then_some(again)
     }
 
+    /// The target as a proxy that decodes its path and then parses it reads it: the decoded
+    /// path, Unicode NFKC-normalised (fullwidth `／ ？ ＃ ％` as `/ ? # %`), read again as a
+    /// request target (a `?` or `#` in it ends the path). `None` when that changes nothing or
+    /// cannot be read.
+    pub fn read_as_structure(&self) -> Option<Target> {
+        use unicode_normalization::UnicodeNormalization;
+        let segments = self.segments.as_ref().ok()?;
+        let path = format!("/{}", segments.join("/"));
+        let normal: String = path.nfkc().collect();
+        if normal == path && !path.contains(['?', '#']) {
+            return None;
+        }
+        let again = Target::of(&self.method, normal.as_bytes());
+        (again.segments.is_ok() && again.segments != self.segments).then_some(again)
+    }
+
     /// The path a target that is no sale route is forwarded with: its segments, each
     /// percent-encoded again where a router could read a byte otherwise (`/`, `%`, `?`, `#`,
     /// `;`, `\`, spaces, non-ASCII...), joined by `/`, the trailing slash kept. `None` when

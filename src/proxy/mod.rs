@@ -281,6 +281,7 @@ impl RequestCtx {
             pages: &self.generation.pages,
             sale: sale.map(|a| self.generation.sale_page(&a.id)),
             variant: sale.and_then(|a| a.variant.as_deref()),
+            allow: None,
         }
     }
 }
@@ -360,6 +361,16 @@ impl ProxyHttp for FlashProxy {
             Routed::Refused(refusal) => {
                 ctx.edge = Some(refusal);
                 respond::decision(session, &ctx.answering(), &refusal.decision()).await?;
+                return Ok(true);
+            }
+            Routed::WrongMethod(allow) => {
+                let refusal = EdgeRefusal::WrongMethod;
+                ctx.edge = Some(refusal);
+                let how = respond::Answering {
+                    allow: Some(&allow),
+                    ..ctx.answering()
+                };
+                respond::decision(session, &how, &refusal.decision()).await?;
                 return Ok(true);
             }
             Routed::Other => {

@@ -16,6 +16,8 @@ pub struct Answering<'a> {
     pub sale: Option<Sale<'a>>,
     /// The variant the purchase named, if it named one the activity sells.
     pub variant: Option<&'a str>,
+    /// The `Allow` header of a 405.
+    pub allow: Option<&'a str>,
 }
 
 const HTML: &str = "text/html; charset=utf-8";
@@ -39,6 +41,9 @@ pub async fn decision(
     own_answer(&mut resp, content_type, body.len())?;
     if let Some(secs) = reply.retry_after_secs {
         resp.insert_header(http::header::RETRY_AFTER, secs.to_string())?;
+    }
+    if let Some(allow) = how.allow {
+        resp.insert_header(http::header::ALLOW, allow)?;
     }
     session.write_response_header(Box::new(resp), false).await?;
     session.write_response_body(Some(body), true).await

@@ -20,11 +20,22 @@ struct Shop {
 
 impl Shop {
     fn start(workers: usize) -> Shop {
+        Shop::started(workers, false)
+    }
+
+    /// The least careful shop: its purchase handler runs for any method, and it reads every
+    /// path decoded once more (see `shop.py`'s `lenient`).
+    fn lenient(workers: usize) -> Shop {
+        Shop::started(workers, true)
+    }
+
+    fn started(workers: usize, lenient: bool) -> Shop {
         let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         let child = Command::new("/usr/bin/python3")
             .arg(repo_path("tests/fixtures/edge/shop.py"))
             .arg(addr.port().to_string())
             .arg(workers.to_string())
+            .args(lenient.then_some("lenient"))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -379,6 +390,66 @@ async fn no_spelling_of_a_purchase_reaches_the_handler_unreserved_or_with_anothe
     }
     let logs = gw.logs();
     assert!(logs.contains("edge=\"look_alike\""), "{logs}");
+}
+
+/// A shop whose purchase handler runs for any method, behind a proxy that decodes the path once
+/// more (and reads a decoded `?` or `#` as structure, after NFKC): no spelling and no method
+/// runs it without a reservation. Spellings are refused 400, other methods 405 with `Allow`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_spelling_or_method_reaches_a_lenient_shop_unreserved() {
+    let redis = RedisServer::start();
+    let demo = Upstream::start();
+    let shop = Shop::lenient(8);
+    let gw = gateway(&redis, &demo, shop.addr);
+    let mut answers = Vec::new();
+    for (i, target) in [
+        "/api/seckill/1001/buy%3Fx=1",
+        "/api/seckill/1001/buy%3F",
+        "/api/seckill/1001/buy%23x",
+        "/api/seckill/1001/buy%253Fx=1",
+        "/api/seckill/1001/buy%25253Fx=1",
+        "/api/seckill/1001/buy%EF%BC%9Fx=1",
+        "/api/seckill/1001/buy%EF%BC%83x",
+        "/api%EF%BC%8Fseckill%EF%BC%8F1001%EF%BC%8Fbuy",
+    ]
+    .iter()
+    .enumerate()
+    {
+        for method in ["POST", "PUT", "GET"] {
+            let user = format!("spelling-{i}-{method}");
+            let req = raw(method, target, &[("X-User-Id", user.as_str())], b"");
+            let resp = send_raw(gw.addr, &req).await.unwrap();
+            assert_eq!(
+                (resp.status, resp.code()),
+                (400, "bad_request".to_owned()),
+                "{method} {target}"
+            );
+            answers.push(format!("{method} {target}: {}", resp.status));
+        }
+    }
+    for method in ["PUT", "GET", "DELETE", "PATCH"] {
+        let req = raw(method, "/api/seckill/1001/buy", &[("X-User-Id", "m")], b"");
+        let resp = send_raw(gw.addr, &req).await.unwrap();
+        assert_eq!(resp.status, 405, "{method}");
+        assert_eq!(resp.code(), "method_not_allowed", "{method}");
+        assert_eq!(resp.header("allow"), Some("POST"), "{method}");
+        answers.push(format!("{method}: {}", resp.status));
+    }
+    // The shop's purchase handler never ran; a real purchase still does, reserved.
+    assert!(shop.purchases().await.is_empty(), "{answers:#?}");
+    let buy = raw(
+        "POST",
+        "/api/seckill/1001/buy",
+        &[("X-User-Id", "real")],
+        b"",
+    );
+    assert_eq!(send_raw(gw.addr, &buy).await.unwrap().status, 200);
+    let purchases = shop.purchases().await;
+    assert_eq!(purchases.len(), 1, "{purchases:#?}");
+    assert!(!purchases[0]["claims"].is_null(), "{purchases:#?}");
+    let metrics = gw.metrics().await;
+    let wrong = r#"flashgate_edge_refusals_total{reason="wrong_method"}"#;
+    assert_eq!(metric_value(&metrics, wrong), Some(4.0));
 }
 
 /// Targets that are not sale routes reach the backend in the form the gateway read them.

@@ -12,6 +12,21 @@ pub struct Bad {
 
 pub const BAD: &[Bad] = &[
     Bad {
+        name: "forward-method-is-the-routes-own",
+        patch: &[("sale_routes.0.forward_methods", Some("[GET, POST]"))],
+        expect: "sale_routes[0].forward_methods: [1]: POST is the route's own method",
+    },
+    Bad {
+        name: "forward-method-unknown",
+        patch: &[("sale_routes.0.forward_methods", Some("[get]"))],
+        expect: "sale_routes[0].forward_methods: [0]: \"get\" is not an upper-case HTTP method",
+    },
+    Bad {
+        name: "forward-method-twice",
+        patch: &[("sale_routes.0.forward_methods", Some("[GET, GET]"))],
+        expect: "sale_routes[0].forward_methods: [1]: GET is listed twice",
+    },
+    Bad {
         name: "admin-public-without-token",
         patch: &[("admin.token_env", None), ("admin.listen", Some("\"0.0.0.0:9091\""))],
         expect: "admin.listen: 0.0.0.0:9091 is reachable from other hosts: set admin.token_env",

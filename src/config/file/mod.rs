@@ -443,6 +443,11 @@ pub struct SaleRouteSection {
     /// variants; a path with `{variant}` names it instead.
     #[serde(default)]
     pub variant_query: Option<String>,
+    /// Other methods on the route's path forwarded to the backend unreserved (`[GET]`: a
+    /// product page at the purchase's path, say). Any other method on that path is answered
+    /// 405 with `Allow`; none by default.
+    #[serde(default)]
+    pub forward_methods: Vec<String>,
 }
 
 fn default_admin_listen() -> String {
