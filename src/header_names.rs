@@ -21,7 +21,7 @@ pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
 /// auth proxies): from a peer that is not a trusted proxy they are removed on every route, since only a
 /// proxy the shop runs may say such things. `X-Forwarded-For`, `Forwarded` and `X-Real-IP` are
 /// rewritten instead (see `proxy::headers::write_forwarding`).
-pub const CLIENT_CLAIMS: [&str; 38] = [
+pub const CLIENT_CLAIMS: [&str; 34] = [
     "true-client-ip",
     "client-ip",
     "x-client-ip",
@@ -56,11 +56,58 @@ pub const CLIENT_CLAIMS: [&str; 38] = [
     "x-http-method-override",
     "x-http-method",
     "x-method-override",
-    // Identity an auth proxy sets (oauth2-proxy, Apache, nginx auth_request).
+];
+
+/// Headers that carry an identity an auth proxy vouched for, by where they come from; from a
+/// peer that is not a trusted proxy they are removed on every route, under any spelling, like
+/// [`CLIENT_CLAIMS`] (a backend that authorises on `X-Forwarded-Groups: admins` must not be open
+/// to anyone who reaches the gateway). A trailing `*` matches every name with that prefix.
+/// `identity.strip_headers` adds more; the configured identity header has its own rule.
+pub const IDENTITY_CLAIMS: [&str; 34] = [
+    // oauth2-proxy (`--set-xauthrequest`, `--pass-user-headers`), nginx `auth_request`.
     "x-forwarded-user",
     "x-forwarded-email",
+    "x-forwarded-groups",
+    "x-forwarded-preferred-username",
+    "x-forwarded-access-token",
     "x-auth-request-user",
+    "x-auth-request-email",
+    "x-auth-request-groups",
+    "x-auth-request-preferred-username",
+    "x-auth-request-access-token",
+    // Authelia and Traefik / Caddy forward auth; Apache `mod_auth_*` behind a proxy.
     "remote-user",
+    "remote-groups",
+    "remote-email",
+    "remote-name",
+    "x-remote-user",
+    "x-remote-group",
+    // Grafana's and many apps' auth-proxy header.
+    "x-webauth-user",
+    // authentik's proxy outpost.
+    "x-authentik-*",
+    // Pomerium.
+    "x-pomerium-*",
+    // Google Cloud IAP.
+    "x-goog-authenticated-user-*",
+    "x-goog-iap-jwt-assertion",
+    // AWS Application Load Balancer (OIDC).
+    "x-amzn-oidc-*",
+    // Cloudflare Access.
+    "cf-access-*",
+    // Azure App Service authentication (Easy Auth).
+    "x-ms-client-principal*",
+    "x-ms-token-*",
+    // Client certificates a TLS-terminating proxy passes on (Envoy XFCC, nginx, HAProxy, IIS ARR).
+    "x-forwarded-client-cert",
+    "x-ssl-client-*",
+    "x-client-cert*",
+    "x-client-verify",
+    "x-client-dn",
+    "ssl-client-cert",
+    "x-ssl-cert",
+    "x-tls-client-*",
+    "x-arr-clientcert",
 ];
 
 pub const X_FORWARDED_FOR: &str = "x-forwarded-for";

@@ -201,6 +201,9 @@ fn check(config: &std::path::Path, live: bool) -> ExitCode {
              gateway will not start without it"
         );
     }
+    if let Some(open) = settings.identity.spoofable(&settings.server.listen) {
+        eprintln!("warning: {open} (identity.header_from_any_peer: true)");
+    }
     if live {
         match flashgate::live_check::run_cli(&settings) {
             Ok(refused) if refused.is_empty() => {}

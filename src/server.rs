@@ -127,6 +127,10 @@ pub fn run(
         ));
     }
     tracing::info!(listen = %settings.server.listen, admin = %settings.admin.listen, "flashgate serving");
+    if let Some(open) = settings.identity.spoofable(&settings.server.listen) {
+        // Only with `identity.header_from_any_peer: true` (validation refuses it otherwise).
+        tracing::warn!("{open} (identity.header_from_any_peer: true)");
+    }
     server.run(run_args);
     Ok(())
 }

@@ -209,6 +209,26 @@ fn check_command_exit_codes_and_messages() {
     let (code, _, err) = run_cli(&["check", "--config", "/no/such/file.yaml"], &env);
     assert_ne!(code, 0);
     assert!(err.contains("cannot read"), "{err}");
+
+    // A header identity anyone can set: refused, unless the operator opts out, loudly.
+    let open = dir.path().join("open.yaml");
+    std::fs::write(&open, patched("header-identity-anyone-can-set")).unwrap();
+    let (code, _, err) = run_cli(&["check", "--config", open.to_str().unwrap()], &env);
+    assert_ne!(code, 0, "{err}");
+    assert!(err.contains("anyone can send any user id"), "{err}");
+    let opted_out = format!(
+        "{}\n",
+        patched("header-identity-anyone-can-set")
+            .replace("identity:\n", "identity:\n  header_from_any_peer: true\n")
+    );
+    std::fs::write(&open, opted_out).unwrap();
+    let (code, out, err) = run_cli(&["check", "--config", open.to_str().unwrap()], &env);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("valid"), "{out}");
+    assert!(
+        err.contains("warning: x-user-id is believed from any peer"),
+        "{err}"
+    );
 }
 
 #[test]

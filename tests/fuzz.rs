@@ -92,6 +92,8 @@ proptest! {
         let id = Identifier::new(&IdentitySettings {
             source: IdentitySource::Header(HeaderName::from_static("x-user-id")),
             trusted_proxies: vec![],
+            strip_headers: vec![],
+            header_from_any_peer: false,
         });
         let mut headers = HeaderMap::new();
         for v in &values {

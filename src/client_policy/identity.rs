@@ -203,6 +203,8 @@ mod tests {
         Identifier::new(&IdentitySettings {
             source: IdentitySource::Header(HeaderName::from_static("x-user-id")),
             trusted_proxies: trusted.iter().map(|c| c.parse().unwrap()).collect(),
+            strip_headers: vec![],
+            header_from_any_peer: false,
         })
     }
 
@@ -233,6 +235,8 @@ mod tests {
                 leeway: Duration::from_secs(0),
             }),
             trusted_proxies: vec![],
+            strip_headers: vec![],
+            header_from_any_peer: false,
         })
     }
 

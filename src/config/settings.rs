@@ -153,6 +153,28 @@ pub struct IdentitySettings {
     /// Proxies whose identity header and `X-Forwarded-For` are believed; empty trusts every
     /// peer's header (the auth layer in front is the only way in) and no `X-Forwarded-For`.
     pub trusted_proxies: Vec<IpNet>,
+    /// More identity headers to strip from untrusted peers' requests (lower case; a trailing
+    /// `*` matches a prefix), beside `crate::header_names::IDENTITY_CLAIMS`.
+    pub strip_headers: Vec<String>,
+    /// The operator's opt-out: a header identity believed from any peer on a listener other
+    /// hosts reach (see the YAML key `identity.header_from_any_peer`).
+    pub header_from_any_peer: bool,
+}
+
+impl IdentitySettings {
+    /// Why a header identity is open to anyone, if it is: believed from every peer (no
+    /// `trusted_proxies`) on a proxy listener other hosts reach.
+    pub fn spoofable(&self, listen: &std::net::SocketAddr) -> Option<String> {
+        let IdentitySource::Header(name) = &self.source else {
+            return None;
+        };
+        (self.trusted_proxies.is_empty() && !listen.ip().is_loopback()).then(|| {
+            format!(
+                "{name} is believed from any peer and server.listen {listen} is reachable from \
+                 other hosts: anyone can send any user id"
+            )
+        })
+    }
 }
 
 /// Where the buyer's identity comes from.

@@ -50,13 +50,27 @@ impl Settings {
         bounds::retention_covers_the_lifecycle(&redis, &upstream, &activities, longest_trip)?;
         let sale_routes = super::route::validate_all(raw.sale_routes)?;
         super::variants::reachable(&activities, &sale_routes)?;
+        let server = server(raw.server, longest_trip, base_dir)?;
+        let identity = identity(raw.identity, base_dir, secrets)?;
+        if let Some(open) = identity.spoofable(&server.listen) {
+            if !identity.header_from_any_peer {
+                return Err(ConfigError::invalid(
+                    "identity.header",
+                    format!(
+                        "{open}; set identity.trusted_proxies to the auth layer's addresses, \
+                         or identity.header_from_any_peer: true if something in front strips \
+                         the header"
+                    ),
+                ));
+            }
+        }
         Ok(Settings {
             breaker,
-            server: server(raw.server, longest_trip, base_dir)?,
+            server,
             upstream,
             admin: admin(raw.admin, secrets)?,
             redis,
-            identity: identity(raw.identity, base_dir, secrets)?,
+            identity,
             activities,
             signing: signing(raw.signing, base_dir, secrets)?,
             rate_limits: rate_limits(raw.rate_limits)?,
@@ -141,6 +155,19 @@ fn server(
     })
 }
 
+/// A header name, or a prefix of names with a trailing `*`, in lower case.
+fn header_pattern(key: &str, pattern: &str) -> Result<String, ConfigError> {
+    let name = pattern.strip_suffix('*').unwrap_or(pattern);
+    let token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'+-.^_`|~".contains(&b);
+    if name.is_empty() || !name.bytes().all(token) {
+        return Err(ConfigError::invalid(
+            key,
+            format!("{pattern:?} is not a header name (a trailing * matches a prefix)"),
+        ));
+    }
+    Ok(pattern.to_ascii_lowercase())
+}
+
 fn identity(
     raw: file::IdentitySection,
     base_dir: &Path,
@@ -161,6 +188,12 @@ fn identity(
                 })
         })
         .collect::<Result<Vec<_>, _>>()?;
+    let strip_headers = raw
+        .strip_headers
+        .iter()
+        .enumerate()
+        .map(|(i, pattern)| header_pattern(&format!("identity.strip_headers[{i}]"), pattern))
+        .collect::<Result<Vec<_>, _>>()?;
     let source = match (raw.header, raw.jwt) {
         (Some(header), None) => IdentitySource::Header(header_name("identity.header", &header)?),
         (None, Some(jwt)) => IdentitySource::Jwt(jwt_identity(jwt, base_dir, secrets)?),
@@ -180,6 +213,8 @@ fn identity(
     Ok(IdentitySettings {
         source,
         trusted_proxies,
+        strip_headers,
+        header_from_any_peer: raw.header_from_any_peer,
     })
 }
 

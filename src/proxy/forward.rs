@@ -44,7 +44,8 @@ impl FlashProxy {
                 IdentitySource::Header(name) => Some(name.as_str()),
                 _ => None,
             };
-            headers::remove_client_claims(upstream_request, identity);
+            let extra = &settings.identity.strip_headers;
+            headers::remove_client_claims(upstream_request, identity, extra);
         }
         headers::write_forwarding(
             upstream_request,

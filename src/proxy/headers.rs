@@ -105,15 +105,28 @@ pub fn remove_other_spellings(req: &mut RequestHeader, name: &str) {
     }
 }
 
+/// Whether header `name` reads as `pattern` (a name, or a prefix with a trailing `*`).
+fn reads_as_pattern(name: &str, pattern: &str) -> bool {
+    match pattern.strip_suffix('*') {
+        Some(prefix) => name.len() >= prefix.len() && reads_as(&name[..prefix.len()], prefix),
+        None => reads_as(name, pattern),
+    }
+}
+
 /// From a peer that is not a trusted proxy: removes every header that claims an address, a host,
-/// a scheme, a URL, a method or a vouched identity ([`CLIENT_CLAIMS`]), under any spelling, but
+/// a scheme, a URL or a method ([`CLIENT_CLAIMS`]), or an identity an auth proxy vouched for
+/// ([`IDENTITY_CLAIMS`] and `extra`, `identity.strip_headers`), under any spelling, but
 /// `identity` (the configured identity header, which has its own rule).
-pub fn remove_client_claims(req: &mut RequestHeader, identity: Option<&str>) {
+pub fn remove_client_claims(req: &mut RequestHeader, identity: Option<&str>, extra: &[String]) {
     // One pass over the request's headers (not one per claim).
     let claims = |k: &HeaderName| {
-        CLIENT_CLAIMS.iter().any(|name| {
-            reads_as(k.as_str(), name) && !identity.is_some_and(|id| reads_as(id, name))
-        })
+        let k = k.as_str();
+        if identity.is_some_and(|id| reads_as(k, id)) {
+            return false;
+        }
+        CLIENT_CLAIMS.iter().any(|name| reads_as(k, name))
+            || IDENTITY_CLAIMS.iter().any(|p| reads_as_pattern(k, p))
+            || extra.iter().any(|p| reads_as_pattern(k, p))
     };
     let doomed: Vec<HeaderName> = req.headers.keys().filter(|k| claims(k)).cloned().collect();
     for k in doomed {
@@ -273,10 +286,10 @@ mod tests {
             ("X-HTTP-Method-Override", "POST"),
         ];
         let mut untrusted = req(&claims);
-        remove_client_claims(&mut untrusted, None);
+        remove_client_claims(&mut untrusted, None, &[]);
         assert!(untrusted.headers.is_empty());
         let mut keeps_identity = req(&[("X-Forwarded-User", "alice"), ("X-Client-IP", "1")]);
-        remove_client_claims(&mut keeps_identity, Some("x-forwarded-user"));
+        remove_client_claims(&mut keeps_identity, Some("x-forwarded-user"), &[]);
         let left: Vec<&str> = keeps_identity.headers.keys().map(|k| k.as_str()).collect();
         assert_eq!(
             left,

@@ -22,6 +22,7 @@ mod fleet_limits;
 mod forgetting;
 mod front;
 mod halt;
+mod identity_headers;
 mod integrity;
 mod lifecycle;
 mod live_queue;

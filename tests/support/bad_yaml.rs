@@ -12,6 +12,16 @@ pub struct Bad {
 
 pub const BAD: &[Bad] = &[
     Bad {
+        name: "header-identity-anyone-can-set",
+        patch: &[("server.listen", Some("\"0.0.0.0:8080\""))],
+        expect: "identity.header: x-user-id is believed from any peer and server.listen 0.0.0.0:8080 is reachable from other hosts: anyone can send any user id; set identity.trusted_proxies",
+    },
+    Bad {
+        name: "strip-header-not-a-name",
+        patch: &[("identity.strip_headers", Some("[\"X Corp\"]"))],
+        expect: "identity.strip_headers[0]: \"X Corp\" is not a header name",
+    },
+    Bad {
         name: "forward-method-is-the-routes-own",
         patch: &[("sale_routes.0.forward_methods", Some("[GET, POST]"))],
         expect: "sale_routes[0].forward_methods: [1]: POST is the route's own method",

@@ -340,6 +340,8 @@ pub struct Identity {
     pub header: Option<&'static str>,
     pub trusted_proxies: Option<Vec<&'static str>>,
     pub jwt: Option<Jwt>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub strip_headers: Vec<&'static str>,
 }
 
 /// A gateway configuration for tests, rendered to YAML.
@@ -399,6 +401,7 @@ impl TestConfig {
             identity: Identity {
                 header: Some("X-User-Id"),
                 trusted_proxies: None,
+                strip_headers: vec![],
                 jwt: None,
             },
             rate_limits: RateLimits::default(),
@@ -464,6 +467,12 @@ impl TestConfig {
     /// The buyer's id header is believed from these proxies only.
     pub fn trusted_proxies(mut self, cidrs: &[&'static str]) -> Self {
         self.identity.trusted_proxies = Some(cidrs.to_vec());
+        self
+    }
+
+    /// More identity headers stripped from untrusted peers (`identity.strip_headers`).
+    pub fn strip_headers(mut self, names: &[&'static str]) -> Self {
+        self.identity.strip_headers = names.to_vec();
         self
     }
 

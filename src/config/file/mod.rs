@@ -266,6 +266,19 @@ pub struct IdentitySection {
     /// Verify a bearer token instead of trusting a header.
     #[serde(default)]
     pub jwt: Option<JwtIdentitySection>,
+    /// More headers that carry an identity an auth proxy vouched for, removed (under any
+    /// spelling) from every request of a peer that is not in `trusted_proxies`, on every route,
+    /// beside the built-in list (oauth2-proxy, Authelia, authentik, Pomerium, IAP, ALB,
+    /// Cloudflare Access, Azure, client certificates); a trailing `*` matches a prefix
+    /// (`X-Corp-Auth-*`).
+    #[serde(default)]
+    pub strip_headers: Vec<String>,
+    /// Believe `header` from any peer although `server.listen` is reachable from other hosts
+    /// and no `trusted_proxies` are set: anyone who reaches the gateway can then buy as anyone.
+    /// Only for a gateway behind something that strips the header; said as a warning at every
+    /// start and by `flashgate check`.
+    #[serde(default)]
+    pub header_from_any_peer: bool,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
