@@ -74,11 +74,14 @@ pub enum BadRequest {
     VariantNotSold,
     /// A retry with an `Idempotency-Key` whose purchase was for another variant.
     VariantDiffersFromRetry,
+    /// The request names more than one buyer (two bearer tokens, a bearer token and another
+    /// buyer's session cookie, the session cookie twice).
+    IdentityAmbiguous,
 }
 
 impl BadRequest {
     /// Every reason, once (the catalogue's test reads each).
-    pub const ALL: [BadRequest; 18] = [
+    pub const ALL: [BadRequest; 19] = [
         BadRequest::QuantityNotInteger,
         BadRequest::QuantityTooSmall,
         BadRequest::QuantityTooLarge,
@@ -97,6 +100,7 @@ impl BadRequest {
         BadRequest::VariantAmbiguous,
         BadRequest::VariantNotSold,
         BadRequest::VariantDiffersFromRetry,
+        BadRequest::IdentityAmbiguous,
     ];
 
     fn en(self) -> &'static str {
@@ -131,6 +135,10 @@ impl BadRequest {
             "this Idempotency-Key already bought another variant: retry with the same \
              variant, or use a new key"
         }
+        IdentityAmbiguous => {
+            "the request names more than one buyer: send one identity (one Authorization \
+             header, or one session cookie of the same buyer)"
+        }
         }
     }
 
@@ -160,6 +168,9 @@ impl BadRequest {
             VariantNotSold => "此抢购没有款式之分：请勿指定款式",
             VariantDiffersFromRetry => {
                 "此 Idempotency-Key 已购买了其他款式：请用相同款式重试，或使用新的 key"
+            }
+            IdentityAmbiguous => {
+                "请求中包含多个买家身份：只能携带一个身份（一个 Authorization 头，或同一买家的一个会话 Cookie）"
             }
         }
     }

@@ -122,12 +122,25 @@ pub const QUEUE_SOLUTION: &str = "x-flashgate-solution";
 
 /// The value of cookie `name` in a request's `Cookie` headers, if any.
 pub fn cookie<'h>(headers: &'h http::HeaderMap, name: &str) -> Option<&'h str> {
+    cookie_values(headers, name).next()
+}
+
+/// Every value of the cookie `name`, in the order sent (a browser sends one cookie twice when
+/// two paths or domains set it).
+pub fn cookies<'h>(headers: &'h http::HeaderMap, name: &str) -> Vec<&'h str> {
+    cookie_values(headers, name).collect()
+}
+
+fn cookie_values<'h, 'n>(
+    headers: &'h http::HeaderMap,
+    name: &'n str,
+) -> impl Iterator<Item = &'h str> + use<'h, 'n> {
     headers
         .get_all(http::header::COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
         .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(k, _)| *k == name)
+        .filter(move |(k, _)| *k == name)
         .map(|(_, v)| v.trim())
 }

@@ -20,6 +20,28 @@ pub const MAX_USER_ID_LEN: usize = 128;
 /// Longest identity token accepted (a guard against giant headers and cookies).
 const MAX_TOKEN_LEN: usize = 8 * 1024;
 
+/// Why a request names no buyer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unidentified {
+    /// No identity, or one that does not verify (answered `unauthenticated`).
+    Missing,
+    /// More than one: two `Authorization` headers, a bearer token and a session cookie of
+    /// different buyers, or the session cookie twice with different values (answered
+    /// `bad_request`: the gateway never picks one while the backend may read another).
+    Ambiguous,
+}
+
+impl Unidentified {
+    /// What the buyer is told: none (401 `unauthenticated`), or two (400 `bad_request`).
+    pub fn decision(self) -> crate::decision::Decision {
+        use crate::decision::{BadRequest, Decision};
+        match self {
+            Unidentified::Missing => Decision::Unauthenticated,
+            Unidentified::Ambiguous => Decision::BadRequest(BadRequest::IdentityAmbiguous),
+        }
+    }
+}
+
 pub struct Identifier {
     source: Source,
     trusted_proxies: Vec<IpNet>,
@@ -53,16 +75,24 @@ impl Identifier {
         peer.is_some_and(|ip| self.trusted_proxies.iter().any(|net| net.contains(&ip)))
     }
 
-    /// The buyer's user id, or `None` (answered `unauthenticated`).
-    pub fn identify(&self, headers: &HeaderMap, peer: Option<IpAddr>) -> Option<String> {
+    /// The buyer's user id, or why there is none.
+    pub fn identify(
+        &self,
+        headers: &HeaderMap,
+        peer: Option<IpAddr>,
+    ) -> Result<String, Unidentified> {
         match &self.source {
             Source::Header(name) => {
                 if !self.trusted_proxies.is_empty() && !self.trusts(peer) {
-                    return None;
+                    return Err(Unidentified::Missing);
                 }
-                user_id(single(headers, name)?.to_str().ok()?).map(str::to_owned)
+                let value = single(headers, name).and_then(|v| v.to_str().ok());
+                value
+                    .and_then(user_id)
+                    .map(str::to_owned)
+                    .ok_or(Unidentified::Missing)
             }
-            Source::Jwt(verifier) => verifier.verify(headers),
+            Source::Jwt(verifier) => verifier.identify(headers),
         }
     }
 
@@ -128,19 +158,35 @@ impl JwtVerifier {
         }
     }
 
-    fn token<'h>(&self, headers: &'h HeaderMap) -> Option<&'h str> {
-        if let Some(auth) = single(headers, &header::AUTHORIZATION) {
-            let auth = auth.to_str().ok()?;
-            let (scheme, token) = auth.split_once(' ')?;
-            return scheme
-                .eq_ignore_ascii_case("bearer")
-                .then_some(token.trim());
+    /// The buyer one request names: the bearer token's, else the session cookie's; refused
+    /// when it names two (see [`Unidentified::Ambiguous`]).
+    fn identify(&self, headers: &HeaderMap) -> Result<String, Unidentified> {
+        let mut auth = headers.get_all(header::AUTHORIZATION).iter();
+        let (bearer, more) = (auth.next(), auth.next());
+        if more.is_some() {
+            return Err(Unidentified::Ambiguous);
         }
-        crate::header_names::cookie(headers, self.cookie.as_deref()?)
+        let cookies = match &self.cookie {
+            Some(name) => crate::header_names::cookies(headers, name),
+            None => Vec::new(),
+        };
+        if cookies.iter().any(|c| *c != cookies[0]) {
+            return Err(Unidentified::Ambiguous);
+        }
+        let from_cookie = || cookies.first().and_then(|t| self.verify(t));
+        let Some(bearer) = bearer else {
+            return from_cookie().ok_or(Unidentified::Missing);
+        };
+        let user = bearer_token(bearer)
+            .and_then(|t| self.verify(t))
+            .ok_or(Unidentified::Missing)?;
+        match from_cookie() {
+            Some(other) if other != user => Err(Unidentified::Ambiguous),
+            _ => Ok(user),
+        }
     }
 
-    fn verify(&self, headers: &HeaderMap) -> Option<String> {
-        let token = self.token(headers)?;
+    fn verify(&self, token: &str) -> Option<String> {
         if token.is_empty() || token.len() > MAX_TOKEN_LEN {
             return None;
         }
@@ -164,6 +210,14 @@ impl JwtVerifier {
     }
 }
 
+/// The token of an `Authorization: Bearer` header.
+fn bearer_token(value: &http::HeaderValue) -> Option<&str> {
+    let (scheme, token) = value.to_str().ok()?.split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then_some(token.trim())
+}
+
 /// Exactly one value of a header (two identities are none).
 fn single<'h>(headers: &'h HeaderMap, name: &HeaderName) -> Option<&'h http::HeaderValue> {
     let mut values = headers.get_all(name).iter();
@@ -184,6 +238,13 @@ fn user_id(raw: &str) -> Option<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    impl Identifier {
+        /// The buyer, or `None` whatever the reason.
+        fn identify_ok(&self, headers: &HeaderMap, peer: Option<IpAddr>) -> Option<String> {
+            self.identify(headers, peer).ok()
+        }
+    }
     use crate::config::IdentityKey;
     use http::HeaderValue;
     use jsonwebtoken::{Algorithm, EncodingKey, Header};
@@ -270,31 +331,31 @@ mod tests {
         let open = header_identifier(&[]);
         let lo = Some("127.0.0.1".parse().unwrap());
         assert_eq!(
-            open.identify(&headers(&[("x-user-id", " bob ")]), lo)
+            open.identify_ok(&headers(&[("x-user-id", " bob ")]), lo)
                 .as_deref(),
             Some("bob")
         );
-        assert_eq!(open.identify(&headers(&[]), lo), None);
+        assert_eq!(open.identify_ok(&headers(&[]), lo), None);
         assert_eq!(
-            open.identify(&headers(&[("x-user-id", "a"), ("x-user-id", "b")]), lo),
+            open.identify_ok(&headers(&[("x-user-id", "a"), ("x-user-id", "b")]), lo),
             None
         );
         assert_eq!(
-            open.identify(&headers(&[("x-user-id", &"a".repeat(129))]), lo),
+            open.identify_ok(&headers(&[("x-user-id", &"a".repeat(129))]), lo),
             None
         );
 
         let guarded = header_identifier(&["10.0.0.0/8"]);
         let h = headers(&[("x-user-id", "alice")]);
         assert_eq!(
-            guarded.identify(&h, lo),
+            guarded.identify_ok(&h, lo),
             None,
             "spoofed: the peer is not a trusted proxy"
         );
-        assert_eq!(guarded.identify(&h, None), None);
+        assert_eq!(guarded.identify_ok(&h, None), None);
         assert_eq!(
             guarded
-                .identify(&h, Some("10.1.2.3".parse().unwrap()))
+                .identify_ok(&h, Some("10.1.2.3".parse().unwrap()))
                 .as_deref(),
             Some("alice")
         );
@@ -326,9 +387,12 @@ mod tests {
     fn valid_tokens_from_header_or_cookie() {
         let id = jwt_identifier();
         let token = hs256(Some("a"), &claims());
-        assert_eq!(id.identify(&bearer(&token), None).as_deref(), Some("alice"));
+        assert_eq!(
+            id.identify_ok(&bearer(&token), None).as_deref(),
+            Some("alice")
+        );
         let cookie = headers(&[("cookie", &format!("theme=dark; session={token}"))]);
-        assert_eq!(id.identify(&cookie, None).as_deref(), Some("alice"));
+        assert_eq!(id.identify_ok(&cookie, None).as_deref(), Some("alice"));
         let rsa = std::fs::read(concat!(
             env!("CARGO_MANIFEST_DIR"),
             "/tests/fixtures/rsa.pem"
@@ -338,7 +402,51 @@ mod tests {
         h.kid = Some("b".into());
         let rs =
             jsonwebtoken::encode(&h, &claims(), &EncodingKey::from_rsa_pem(&rsa).unwrap()).unwrap();
-        assert_eq!(id.identify(&bearer(&rs), None).as_deref(), Some("alice"));
+        assert_eq!(id.identify_ok(&bearer(&rs), None).as_deref(), Some("alice"));
+    }
+
+    #[test]
+    fn a_request_names_one_buyer_or_is_refused() {
+        let id = jwt_identifier();
+        let alice = hs256(Some("a"), &claims());
+        let mut bob_claims = claims();
+        bob_claims["sub"] = json!("bob");
+        let bob = hs256(Some("a"), &bob_claims);
+        let ask = |pairs: &[(&str, &str)]| id.identify(&headers(pairs), None);
+        let (a, b) = (format!("Bearer {alice}"), format!("Bearer {bob}"));
+        let (cookie_a, cookie_b) = (format!("session={alice}"), format!("session={bob}"));
+        // Two bearer headers, even the same twice: which one a backend reads is its own choice.
+        let two = [("authorization", a.as_str()), ("authorization", b.as_str())];
+        assert_eq!(ask(&two), Err(Unidentified::Ambiguous));
+        let same = [("authorization", a.as_str()), ("authorization", a.as_str())];
+        assert_eq!(ask(&same), Err(Unidentified::Ambiguous));
+        // A bearer and another buyer's session cookie; the same buyer's is fine.
+        let mixed = [("authorization", a.as_str()), ("cookie", cookie_b.as_str())];
+        assert_eq!(ask(&mixed), Err(Unidentified::Ambiguous));
+        let agreeing = [("authorization", a.as_str()), ("cookie", cookie_a.as_str())];
+        assert_eq!(ask(&agreeing).as_deref(), Ok("alice"));
+        // A stale cookie beside a valid bearer names nobody else.
+        let stale = [("authorization", a.as_str()), ("cookie", "session=junk")];
+        assert_eq!(ask(&stale).as_deref(), Ok("alice"));
+        // The session cookie twice with different values, in one header or two.
+        let one_header = format!("session={alice}; theme=dark; session={bob}");
+        assert_eq!(
+            ask(&[("cookie", &one_header)]),
+            Err(Unidentified::Ambiguous)
+        );
+        let two_headers = [("cookie", cookie_a.as_str()), ("cookie", cookie_b.as_str())];
+        assert_eq!(ask(&two_headers), Err(Unidentified::Ambiguous));
+        let repeated = [("cookie", cookie_a.as_str()), ("cookie", cookie_a.as_str())];
+        assert_eq!(
+            ask(&repeated).as_deref(),
+            Ok("alice"),
+            "the same cookie twice"
+        );
+        assert_eq!(ask(&[]), Err(Unidentified::Missing));
+        assert_eq!(
+            Unidentified::Ambiguous.decision().reply().code,
+            "bad_request"
+        );
     }
 
     #[test]
@@ -433,11 +541,11 @@ mod tests {
             ("garbage", "not.a.token".to_owned()),
         ];
         for (what, token) in cases {
-            assert_eq!(id.identify(&bearer(&token), None), None, "{what}");
+            assert_eq!(id.identify_ok(&bearer(&token), None), None, "{what}");
         }
-        assert_eq!(id.identify(&headers(&[]), None), None, "no token");
+        assert_eq!(id.identify_ok(&headers(&[]), None), None, "no token");
         assert_eq!(
-            id.identify(&headers(&[("authorization", "Basic YWxpY2U6eA==")]), None),
+            id.identify_ok(&headers(&[("authorization", "Basic YWxpY2U6eA==")]), None),
             None
         );
     }

@@ -149,7 +149,11 @@ impl Policy {
     }
 
     /// Who the buyer is (`None`: unauthenticated).
-    pub fn identify(&self, headers: &HeaderMap, peer: Option<IpAddr>) -> Option<String> {
+    pub fn identify(
+        &self,
+        headers: &HeaderMap,
+        peer: Option<IpAddr>,
+    ) -> Result<String, super::identity::Unidentified> {
         self.identifier.identify(headers, peer)
     }
 

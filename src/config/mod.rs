@@ -7,6 +7,7 @@ mod bounds;
 pub mod cors;
 pub mod defence;
 pub mod file;
+mod identity;
 mod keys;
 pub mod live_queue;
 mod naming;

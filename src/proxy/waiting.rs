@@ -67,7 +67,7 @@ impl FlashProxy {
             }
             let user = policy
                 .identify(headers, peer)
-                .ok_or(Decision::Unauthenticated)?;
+                .map_err(|why| why.decision())?;
             // A poll is a buyer too: it spends from the buyer's own bucket.
             self.spend(&generation, LimitKind::PerUser, &user).await?;
             let activity = settings

@@ -54,3 +54,67 @@ async fn auth_proxy_identity_headers_from_an_untrusted_peer_never_reach_the_back
         assert_eq!(got.get("x-user-id").and_then(|v| v.as_str()), Some("alice"));
     }
 }
+
+/// Two bearer headers, a bearer and another buyer's session cookie, or the session cookie twice:
+/// the gateway never picks one (the backend, receiving both, might read the other): 400, and
+/// nothing is reserved or forwarded. The same buyer twice over is one identity.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_that_names_two_buyers_is_refused() {
+    use jsonwebtoken::{Algorithm, EncodingKey, Header};
+    const SECRET: &str = "identity-secret-for-tests";
+    let (_redis, upstream, config) = backends(vec![TestActivity::open("1001", 5)]);
+    let config = config.jwt_identity(Jwt::session_cookie().issuer("https://idp.test"));
+    let gw = GatewayProc::start_with_env(config, &[("FLASHGATE_IDENTITY_SECRET", SECRET)]);
+    let exp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        + 300;
+    let token = |sub: &str| {
+        let mut header = Header::new(Algorithm::HS256);
+        header.kid = Some("idp1".into());
+        let claims = serde_json::json!({"sub": sub, "iss": "https://idp.test", "exp": exp});
+        let key = EncodingKey::from_secret(SECRET.as_bytes()).unwrap();
+        jsonwebtoken::encode(&header, &claims, &key).unwrap()
+    };
+    let (alice, bob) = (token("alice"), token("bob"));
+    let (bearer_a, bearer_b) = (format!("Bearer {alice}"), format!("Bearer {bob}"));
+    let (cookie_a, cookie_b) = (format!("session={alice}"), format!("session={bob}"));
+    let both_in_one = format!("session={alice}; lang=en; session={bob}");
+    for (what, headers) in [
+        (
+            "two bearer headers",
+            vec![("Authorization", &bearer_a), ("Authorization", &bearer_b)],
+        ),
+        (
+            "a bearer and another buyer's cookie",
+            vec![("Authorization", &bearer_a), ("Cookie", &cookie_b)],
+        ),
+        ("the session cookie twice", vec![("Cookie", &both_in_one)]),
+        (
+            "the session cookie in two headers",
+            vec![("Cookie", &cookie_a), ("Cookie", &cookie_b)],
+        ),
+    ] {
+        let h: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let req = raw_request("POST", "/api/seckill/1001/buy", &h);
+        let resp = send_raw(gw.addr, req.as_bytes()).await.unwrap();
+        assert_eq!(
+            (resp.status, resp.code()),
+            (400, "bad_request".into()),
+            "{what}"
+        );
+        assert!(resp.json()["message"]
+            .as_str()
+            .unwrap()
+            .contains("more than one buyer"));
+    }
+    assert!(upstream.requests().await.is_empty(), "nothing forwarded");
+    // The same buyer by bearer and cookie: one identity.
+    let h = [
+        ("Authorization", bearer_a.as_str()),
+        ("Cookie", cookie_a.as_str()),
+    ];
+    let req = raw_request("POST", "/api/seckill/1001/buy", &h);
+    assert_eq!(send_raw(gw.addr, req.as_bytes()).await.unwrap().status, 200);
+}

@@ -10,12 +10,10 @@ pub struct Identity;
 impl Gate for Identity {
     async fn check(&self, parts: Parts<'_>, attempt: &mut Attempt<'_>) -> Step {
         let header = attempt.incoming.header();
-        let Some(user) = parts
-            .rules
-            .policy
-            .identify(&header.headers, attempt.incoming.peer())
-        else {
-            return Step::refuse(Decision::Unauthenticated);
+        let policy = parts.rules.policy;
+        let user = match policy.identify(&header.headers, attempt.incoming.peer()) {
+            Ok(user) => user,
+            Err(why) => return Step::refuse(why.decision()),
         };
         attempt.facts.user = Some(user);
         let Some(activity) = parts.rules.settings.activities.get(attempt.asked.activity) else {
