@@ -365,6 +365,7 @@ crate::label_enum! {
         Order => "order",
         Item => "item",
         Choose => "choose",
+        TicketReplaced => "ticket_replaced",
     }
 }
 
@@ -401,6 +402,10 @@ impl Label {
             (Lang::En, Order) => "Order reference:",
             (Lang::En, Item) => "Item:",
             (Lang::En, Choose) => "Choose one to buy:",
+            (Lang::En, TicketReplaced) => {
+                "This browser held a queue ticket that is not yours (another account's, or \
+                 damaged): it was replaced by your own place."
+            }
             (Lang::Zh, TitleWaiting) => "排队中",
             (Lang::Zh, TitlePaused) => "队列已暂停",
             (Lang::Zh, TitleYourTurn) => "轮到您了",
@@ -427,6 +432,9 @@ impl Label {
             (Lang::Zh, Order) => "订单号：",
             (Lang::Zh, Item) => "商品：",
             (Lang::Zh, Choose) => "请选择要购买的款式：",
+            (Lang::Zh, TicketReplaced) => {
+                "此浏览器保存的排队凭证不属于您（属于其他账号或已损坏），已替换为您自己的位置。"
+            }
         }
     }
 

@@ -13,6 +13,7 @@ fn answer(status: Status) -> Answer {
         challenge: None,
         draw: None,
         cookie_max_age_secs: 60,
+        ticket_replaced: false,
     }
 }
 

@@ -69,6 +69,7 @@ impl FlashProxy {
                         draw: None,
                         // By Redis's clock, as every ticket's cookie.
                         cookie_max_age_secs: self.gw.waiting.until_the_end_secs(activity),
+                        ticket_replaced: false,
                     },
                     landing: Landing::Url(ctx.generation.settings.pages.shop_url.clone()),
                 };

@@ -59,9 +59,10 @@ crate::label_enum! {
 pub struct Presented {
     pub ticket: String,
     /// From the `flashgate_ticket` cookie (one per browser, whatever the activity): a genuine
-    /// ticket of another activity there is a browser that queued elsewhere too, and is not
-    /// held against it (a new ticket is issued and the cookie replaced). From the header every
-    /// ticket not this buyer's for this activity is refused.
+    /// ticket of another activity there is a browser that queued elsewhere too, and any other
+    /// ticket not this buyer's (another account's in a shared browser, junk) is not held
+    /// against them either: a new ticket is issued and the cookie replaced. From the header
+    /// every ticket not this buyer's for this activity is refused (403 `invalid_ticket`).
     pub from_cookie: bool,
 }
 
@@ -90,6 +91,9 @@ pub struct Answer {
     pub draw: Option<Published>,
     /// Seconds until the ticket's cookie should expire (the sale's end).
     pub cookie_max_age_secs: u64,
+    /// The ticket cookie the browser sent was not this buyer's (another account's, forged or
+    /// damaged): this answer's ticket replaces it (never a lockout), and the page says so.
+    pub ticket_replaced: bool,
 }
 
 /// One variant of a drop as a ticket holder sees it: its id, its title, whether units of it
@@ -330,7 +334,7 @@ impl<S: QueueStore> WaitingRoom<S> {
         presented: Option<&Presented>,
         solution: Option<&str>,
     ) -> Result<(Answer, Option<Ticket>, bool), Decision> {
-        let kept = self.kept(key, activity, queue, user, presented).await?;
+        let (kept, ticket_replaced) = self.kept(key, activity, queue, user, presented).await?;
         let honoured = kept.is_some();
         let ends_in = self.until_the_end_secs(activity);
         let found = match kept {
@@ -350,6 +354,7 @@ impl<S: QueueStore> WaitingRoom<S> {
                     challenge: Some(challenge),
                     draw: None,
                     cookie_max_age_secs: ends_in,
+                    ticket_replaced,
                 };
                 return Ok((answer, None, false));
             }
@@ -366,6 +371,7 @@ impl<S: QueueStore> WaitingRoom<S> {
                 challenge: None,
                 draw: self.published(activity, queue),
                 cookie_max_age_secs: ends_in,
+                ticket_replaced,
             },
             Some(ticket),
             honoured,
@@ -409,8 +415,10 @@ impl<S: QueueStore> WaitingRoom<S> {
 
     /// The ticket presented, if it is this buyer's for this activity and of the queue as it is
     /// now (a ticket of a queue Redis lost, set up again since, holds no place in this one: the
-    /// buyer is given a new ticket, as if they had none). A cookie's ticket of another activity
-    /// is ignored; any other ticket that is not the buyer's is refused.
+    /// buyer is given a new ticket, as if they had none), and whether a cookie's ticket was
+    /// set aside as not the buyer's. A cookie's ticket of another activity is ignored, and any
+    /// other cookie ticket not the buyer's is replaced (see [`Presented::from_cookie`]); a
+    /// header's ticket that is not the buyer's is refused.
     async fn kept(
         &self,
         key: &[u8; 32],
@@ -418,13 +426,14 @@ impl<S: QueueStore> WaitingRoom<S> {
         queue: &QueueSettings,
         user: &str,
         presented: Option<&Presented>,
-    ) -> Result<Option<(Ticket, String)>, Decision> {
+    ) -> Result<(Option<(Ticket, String)>, bool), Decision> {
         let Some(p) = presented else {
-            return Ok(None);
+            return Ok((None, false));
         };
         let ticket = match ticket::verify(key, &activity.id, user, &p.ticket) {
             Ok(ticket) => ticket,
-            Err(ticket::Invalid::OtherActivity) if p.from_cookie => return Ok(None),
+            Err(ticket::Invalid::OtherActivity) if p.from_cookie => return Ok((None, false)),
+            Err(_) if p.from_cookie => return Ok((None, true)),
             Err(_) => return Err(Decision::InvalidTicket),
         };
         // Nothing read lately (just started, or the store was away): read now.
@@ -432,9 +441,9 @@ impl<S: QueueStore> WaitingRoom<S> {
         if !current {
             tracing::warn!(activity = %activity.id,
                 "a ticket of a queue Redis lost (set up again since): issuing a new one");
-            return Ok(None);
+            return Ok((None, false));
         }
-        Ok(Some((ticket, p.ticket.clone())))
+        Ok((Some((ticket, p.ticket.clone())), false))
     }
 
     /// Where a ticket stands. Redis's queue may run on an earlier start than this

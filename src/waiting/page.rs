@@ -131,6 +131,9 @@ struct Body<'a> {
     refresh_after_ms: Option<u64>,
     state: &'static str,
     ticket: &'a str,
+    /// Only when true (see [`Answer::ticket_replaced`]).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    ticket_replaced: bool,
     #[serde(skip_serializing_if = "<[_]>::is_empty")]
     variants: Vec<VariantBody<'a>>,
 }
@@ -191,6 +194,7 @@ impl<'a> Body<'a> {
             refresh_after_ms: refresh,
             state: answer.status.state(),
             ticket: &answer.ticket,
+            ticket_replaced: answer.ticket_replaced,
             variants: answer
                 .variants
                 .iter()
@@ -265,6 +269,7 @@ mod tests {
             challenge: None,
             draw: None,
             cookie_max_age_secs: 60,
+            ticket_replaced: false,
         }
     }
 

@@ -281,3 +281,91 @@ async fn the_waiting_page_lets_the_buyer_choose_a_variant_at_their_turn() {
     assert!(claims.iter().all(|c| c["var"] == "43"), "{claims:?}");
     gw.reconcile_clean();
 }
+
+/// A shared family computer: alice queues, then bob signs in on the same browser and presses
+/// "buy". Her ticket cookie is not his: he is not locked out (no 403 on every poll until the
+/// sale ends) but given a place of his own, the cookie replaced, and told why; alice keeps hers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_buyer_in_the_same_browser_gets_a_place_of_their_own() {
+    let redis = RedisServer::start();
+    let upstream = Upstream::start();
+    let activity = TestActivity {
+        queue: Some(Queue::admit(1).window_secs(60)),
+        ..TestActivity::open("1001", 5)
+    };
+    let config =
+        TestConfig::new(&redis, &upstream, vec![activity]).jwt_identity(Jwt::session_cookie());
+    let gw = GatewayProc::start_with_env(config, &[("FLASHGATE_IDENTITY_SECRET", IDENTITY_SECRET)]);
+    assert_eq!(
+        gw.admin_post("/v1/activities/1001/queue/pause")
+            .await
+            .status,
+        200
+    );
+    let browser = Browser::start().await;
+    let origin = format!("http://{}", gw.addr);
+    let read = "return [document.body ? document.body.getAttribute('data-state') : null, \
+                document.getElementById('position') ? \
+                document.getElementById('position').textContent : null, \
+                document.getElementById('replaced') ? \
+                !document.getElementById('replaced').hidden : null, \
+                document.body ? document.body.innerText : '', \
+                document.documentElement.getAttribute('data-flashgate-code')];";
+    sign_in(&browser, &origin, "alice").await;
+    press_buy(&browser, "/api/seckill/1001/buy").await;
+    let alice = wait_for_async("alice's place", Duration::from_secs(20), || async {
+        let v = browser.script(read).await;
+        (v[0] == "waiting" && v[1] == "#1").then_some(v)
+    })
+    .await;
+    assert_eq!(alice[2], false, "nothing replaced: {alice}");
+    // Bob, on the same browser (alice's ticket cookie still in it).
+    sign_in(&browser, &origin, "bob").await;
+    press_buy(&browser, "/api/seckill/1001/buy").await;
+    let bob = wait_for_async("bob's own place", Duration::from_secs(20), || async {
+        let v = browser.script(read).await;
+        (v[0] == "waiting" && v[1] == "#2").then_some(v)
+    })
+    .await;
+    assert_eq!(bob[2], true, "the page says the ticket was replaced: {bob}");
+    assert!(bob[3].as_str().unwrap().contains("not yours"), "{bob}");
+    // The page polls with the new cookie: bob's, never 403.
+    let count = |m: &str, name: &str| -> u64 {
+        m.lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .map_or(0, |v| v as u64)
+    };
+    let polls = r#"flashgate_queue_polls_total{activity="1001"}"#;
+    let refused = r#"flashgate_decisions_total{activity="1001",decision="invalid_ticket"}"#;
+    let before = gw.metrics().await;
+    wait_for_async(
+        "the page to poll twice",
+        Duration::from_secs(15),
+        || async {
+            let now = gw.metrics().await;
+            (count(&now, polls) >= count(&before, polls) + 2).then_some(())
+        },
+    )
+    .await;
+    assert_eq!(browser.script(read).await[1], "#2");
+    let after = gw.metrics().await;
+    assert_eq!(
+        count(&after, refused),
+        count(&before, refused),
+        "no invalid_ticket"
+    );
+    // Alice keeps her place (asking again returns it).
+    let again = request(
+        gw.addr,
+        "POST",
+        "/api/seckill/1001/buy",
+        &[("Authorization", &format!("Bearer {}", token("alice")))],
+    )
+    .await;
+    assert_eq!(again.status, 202, "{}", again.text());
+    assert_eq!(again.json()["queue_position"], 1, "{}", again.text());
+    let _ = browser
+        .call("DELETE", &format!("/session/{}", browser.session), None)
+        .await;
+}

@@ -19,6 +19,7 @@ fn waiting_answer() -> waiting::Turn {
         challenge: None,
         draw: None,
         cookie_max_age_secs: 60,
+        ticket_replaced: false,
     })
 }
 
