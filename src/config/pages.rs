@@ -23,6 +23,10 @@ pub struct PagesSection {
     /// Where a page's "back to the shop" link goes (a path or an http(s) URL); default `/`.
     #[serde(default)]
     pub shop_url: Option<String>,
+    /// Origins (`https://shop.example`) that may show the buyer's pages in a frame
+    /// (`Content-Security-Policy: frame-ancestors`); none by default (`'none'`).
+    #[serde(default)]
+    pub frame_ancestors: Vec<String>,
 }
 
 /// The templates a page may be replaced by.
@@ -34,6 +38,8 @@ pub struct PagesSettings {
     /// Empty when not configured.
     pub shop_name: String,
     pub shop_url: String,
+    /// Origins that may frame the pages (`scheme://host[:port]`); empty: none.
+    pub frame_ancestors: Vec<String>,
     /// Templates from `pages.dir` by name ([`TEMPLATE_NAMES`]), each parsed once already; a
     /// name not here uses the built-in one.
     pub templates: HashMap<&'static str, String>,
@@ -90,6 +96,9 @@ pub fn pages(
         Some(dir) => templates(&base_dir.join(dir))?,
         None => HashMap::new(),
     };
+    let frame_ancestors = (raw.frame_ancestors.iter().enumerate())
+        .map(|(i, o)| origin(&format!("pages.frame_ancestors[{i}]"), o))
+        .collect::<Result<Vec<_>, _>>()?;
     let mut pages = HashMap::new();
     for (i, a) in activities.iter().enumerate() {
         // Named by id, as every activity's error is (by index while the id is unreadable).
@@ -111,9 +120,28 @@ pub fn pages(
     Ok(PagesSettings {
         shop_name,
         shop_url,
+        frame_ancestors,
         templates,
         activities: pages,
     })
+}
+
+/// An origin as a CSP source: `http(s)://host[:port]`, nothing after it.
+fn origin(key: &str, value: &str) -> Result<String, ConfigError> {
+    let bad = || {
+        ConfigError::invalid(
+            key,
+            format!("{value:?} is not an origin like https://shop.example (scheme, host, port)"),
+        )
+    };
+    let rest = (value.strip_prefix("https://"))
+        .or_else(|| value.strip_prefix("http://"))
+        .ok_or_else(bad)?;
+    let host_ok = |c: char| c.is_ascii_alphanumeric() || "-.:[]".contains(c);
+    if rest.is_empty() || !rest.chars().all(host_ok) {
+        return Err(bad());
+    }
+    Ok(value.to_ascii_lowercase())
 }
 
 /// The templates in `dir`, each parsed (minijinja) to refuse one that cannot be.

@@ -6,6 +6,7 @@
 //! Every page's `<html>` carries `lang` and `data-flashgate-code`; the variables each template
 //! is given are listed in docs/buyers-and-frontends.md ("Buyers in a browser").
 
+pub mod headers;
 pub mod negotiate;
 
 use crate::catalogue::{Label, Lang};
@@ -35,6 +36,8 @@ pub struct Pages {
     env: Environment<'static>,
     shop_name: String,
     shop_url: String,
+    /// The `frame-ancestors` source list (see [`headers::frame_ancestors`]).
+    frame_ancestors: String,
 }
 
 /// The templates: `pages.dir`'s where given, else the built-in ones. HTML-escaped output.
@@ -79,7 +82,13 @@ impl Pages {
             env,
             shop_name: settings.shop_name.clone(),
             shop_url: settings.shop_url.clone(),
+            frame_ancestors: headers::frame_ancestors(&settings.frame_ancestors),
         }
+    }
+
+    /// The security headers a rendered page is sent with (see [`headers`]).
+    pub fn headers_for(&self, html: &str) -> [(&'static str, String); 3] {
+        headers::for_page(html, &self.frame_ancestors)
     }
 
     /// The page for a refusal (any decision the gateway answers itself).

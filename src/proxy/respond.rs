@@ -37,8 +37,11 @@ pub async fn decision(
     } else {
         (JSON, Bytes::from(reply.body(how.client.lang, how.variant)))
     };
-    let mut resp = ResponseHeader::build(reply.status, Some(6))?;
+    let mut resp = ResponseHeader::build(reply.status, Some(9))?;
     own_answer(&mut resp, content_type, body.len())?;
+    if content_type == HTML {
+        page_headers(&mut resp, how.pages, &body)?;
+    }
     if let Some(secs) = reply.retry_after_secs {
         resp.insert_header(http::header::RETRY_AFTER, secs.to_string())?;
     }
@@ -146,6 +149,14 @@ impl OneWrite {
 
 /// The headers of every answer the gateway writes for a sale route or the queue: its type and
 /// length, never cached, and varying with what the client asked for.
+/// A buyer page's security headers (see `crate::pages::headers`).
+fn page_headers(resp: &mut ResponseHeader, pages: &Pages, body: &[u8]) -> Result<()> {
+    for (name, value) in pages.headers_for(&String::from_utf8_lossy(body)) {
+        resp.insert_header(name, value)?;
+    }
+    Ok(())
+}
+
 fn own_answer(resp: &mut ResponseHeader, content_type: &str, len: usize) -> Result<()> {
     resp.insert_header(http::header::CONTENT_TYPE, content_type)?;
     resp.insert_header(http::header::CONTENT_LENGTH, len.to_string())?;
@@ -239,8 +250,11 @@ pub async fn queue(
         }
         _ => (JSON, page::json_bytes(answer, lang)),
     };
-    let mut resp = ResponseHeader::build(status, Some(7))?;
+    let mut resp = ResponseHeader::build(status, Some(10))?;
     own_answer(&mut resp, content_type, body.len())?;
+    if content_type == HTML {
+        page_headers(&mut resp, how.pages, &body)?;
+    }
     // A challenge carries no ticket yet: neither header.
     if !answer.ticket.is_empty() {
         resp.insert_header(crate::header_names::QUEUE_TICKET, answer.ticket.as_str())?;

@@ -28,6 +28,7 @@ mod lifecycle;
 mod live_queue;
 mod news;
 mod operations;
+mod page_headers;
 mod pages;
 mod precedence;
 mod queue;

@@ -12,6 +12,11 @@ pub struct Bad {
 
 pub const BAD: &[Bad] = &[
     Bad {
+        name: "frame-ancestor-not-an-origin",
+        patch: &[("pages", Some("{frame_ancestors: [\"https://shop.example/path\"]}"))],
+        expect: "pages.frame_ancestors[0]: \"https://shop.example/path\" is not an origin",
+    },
+    Bad {
         name: "header-identity-anyone-can-set",
         patch: &[("server.listen", Some("\"0.0.0.0:8080\""))],
         expect: "identity.header: x-user-id is believed from any peer and server.listen 0.0.0.0:8080 is reachable from other hosts: anyone can send any user id; set identity.trusted_proxies",
