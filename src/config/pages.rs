@@ -189,7 +189,9 @@ fn templates(dir: &Path) -> Result<HashMap<&'static str, String>, ConfigError> {
 }
 
 /// A name shown on a page: at most [`MAX_NAME_CHARS`], no control characters.
-fn name(key: &str, value: &str) -> Result<(), ConfigError> {
+/// A name shown on a page (`shop_name`, an activity's or a variant's `title`): at most
+/// [`MAX_NAME_CHARS`] characters, none a control character.
+pub(super) fn name(key: &str, value: &str) -> Result<(), ConfigError> {
     if value.chars().count() > MAX_NAME_CHARS || value.chars().any(char::is_control) {
         return Err(ConfigError::invalid(
             key,

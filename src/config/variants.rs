@@ -77,6 +77,9 @@ fn variants(
                 format!("must be at most {MAX_EXACT_INTEGER} (2^53 - 1, kept exact everywhere)"),
             ));
         }
+        if let Some(title) = &v.title {
+            super::pages::name(&vkey("title"), title)?;
+        }
         out.push(Variant {
             id: Arc::from(v.id.as_str()),
             stock: v.stock,

@@ -231,12 +231,29 @@ pub fn run_cli(settings: Settings, ask: &Ask) -> Result<Report, ReconcileError> 
     Ok(report)
 }
 
+/// `s` safe to print to a terminal: every control character (an escape sequence's ESC, a
+/// carriage return that would overwrite the line) written as its `\u{..}` escape. What the
+/// report prints comes partly from Prometheus, whose label values anyone able to push series
+/// may have chosen.
+fn terminal_safe(s: &str) -> std::borrow::Cow<'_, str> {
+    if !s.chars().any(char::is_control) {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    s.chars()
+        .map(|c| match c.is_control() {
+            true => c.escape_unicode().to_string(),
+            false => c.to_string(),
+        })
+        .collect::<String>()
+        .into()
+}
+
 /// The story as text, for a terminal.
 pub fn text(story: &Story) -> String {
     use std::fmt::Write;
     let mut out = String::new();
     let or_dash = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".to_owned());
-    let _ = writeln!(out, "activity       {}", story.activity);
+    let _ = writeln!(out, "activity       {}", terminal_safe(&story.activity));
     let _ = writeln!(out, "opened at      {}", or_dash(&story.opened_at));
     let _ = writeln!(out, "first sale at  {}", or_dash(&story.first_sale_at));
     let _ = writeln!(out, "sold out at    {}", or_dash(&story.sold_out_at));
@@ -262,13 +279,14 @@ pub fn text(story: &Story) -> String {
         ms(w.max)
     );
     let _ = writeln!(out, "challenges     {} solved", story.challenges_solved);
-    let _ = writeln!(out, "draw           {}", story.draw.unwrap_or("-"));
+    let draw = terminal_safe(story.draw.unwrap_or("-"));
+    let _ = writeln!(out, "draw           {draw}");
     for v in &story.variants {
         let u = &v.units;
         let _ = writeln!(
             out,
             "variant {:<8} sold {} released {} pending {} restocked {} sold out at {}",
-            v.id,
+            terminal_safe(&v.id),
             u.sold,
             u.released,
             u.pending,
@@ -278,8 +296,36 @@ pub fn text(story: &Story) -> String {
     }
     if let Some(refusals) = &story.refusals {
         for (code, n) in refusals {
-            let _ = writeln!(out, "refused        {code} {n}");
+            let _ = writeln!(out, "refused        {} {n}", terminal_safe(code));
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_text_report_prints_no_control_character_it_was_given() {
+        let story = Story {
+            activity: "1001".into(),
+            opened_at: None,
+            first_sale_at: None,
+            sold_out_at: None,
+            units: Units::default(),
+            buyers: BuyerFigures::default(),
+            wait_ms: Waits::default(),
+            challenges_solved: 0,
+            draw: None,
+            variants: Vec::new(),
+            refusals: Some(BTreeMap::from([("sold_out\u{1b}[2J\r".to_owned(), 3)])),
+        };
+        let text = text(&story);
+        assert!(!text.contains('\u{1b}') && !text.contains('\r'), "{text:?}");
+        assert!(
+            text.contains(r"refused        sold_out\u{1b}[2J\u{d} 3"),
+            "{text}"
+        );
+    }
 }

@@ -12,6 +12,16 @@ pub struct Bad {
 
 pub const BAD: &[Bad] = &[
     Bad {
+        name: "variant-title-control-character",
+        patch: &[("activities.0.stock", None), ("activities.0.variants", Some("[{\"id\": \"42\", \"stock\": 1, \"title\": \"red\\u001b[2J\"}]")), ("sale_routes.0.variant_query", Some("variant"))],
+        expect: "activities[id=1001].variants[id=42].title: must be at most 200 characters, none a control character",
+    },
+    Bad {
+        name: "variant-title-too-long",
+        patch: &[("activities.0.stock", None), ("activities.0.variants", Some("[{\"id\": \"42\", \"stock\": 1, \"title\": \"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\"}]")), ("sale_routes.0.variant_query", Some("variant"))],
+        expect: "activities[id=1001].variants[id=42].title: must be at most 200 characters",
+    },
+    Bad {
         name: "frame-ancestor-not-an-origin",
         patch: &[("pages", Some("{frame_ancestors: [\"https://shop.example/path\"]}"))],
         expect: "pages.frame_ancestors[0]: \"https://shop.example/path\" is not an origin",
