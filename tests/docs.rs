@@ -388,3 +388,27 @@ fn the_committed_schema_is_the_binarys() {
         "gateway.yaml names its schema on its first line"
     );
 }
+
+/// docs/operating.md counts the dashboard's panels and names every alert rule, as shipped.
+#[test]
+fn the_operating_guide_counts_the_panels_and_names_every_alert() {
+    let guide = std::fs::read_to_string(repo_path("docs/operating.md")).unwrap();
+    let dashboard: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(repo_path("grafana/flashgate-dashboard.json")).unwrap(),
+    )
+    .unwrap();
+    let panels = dashboard["panels"].as_array().unwrap().len();
+    let said = format!("`grafana/flashgate-dashboard.json`: {panels} panels");
+    assert!(guide.contains(&said), "operating.md should say {said:?}");
+    let rules = std::fs::read_to_string(repo_path("prometheus/flashgate-alerts.yml")).unwrap();
+    let names: Vec<&str> = rules
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("- alert: "))
+        .collect();
+    assert!(names.len() >= 15, "{names:?}");
+    let said = format!("`prometheus/flashgate-alerts.yml`, {} rules", names.len());
+    assert!(guide.contains(&said), "operating.md should say {said:?}");
+    for name in names {
+        assert!(guide.contains(&format!("`{name}`")), "{name} is not in operating.md");
+    }
+}
