@@ -409,6 +409,9 @@ fn the_operating_guide_counts_the_panels_and_names_every_alert() {
     let said = format!("`prometheus/flashgate-alerts.yml`, {} rules", names.len());
     assert!(guide.contains(&said), "operating.md should say {said:?}");
     for name in names {
-        assert!(guide.contains(&format!("`{name}`")), "{name} is not in operating.md");
+        assert!(
+            guide.contains(&format!("`{name}`")),
+            "{name} is not in operating.md"
+        );
     }
 }

@@ -16,6 +16,18 @@ pub(super) fn readable_id(id: &str) -> bool {
     !id.is_empty() && id.len() <= MAX_ACTIVITY_ID_LEN && id.chars().all(is_id_char)
 }
 
+/// Whether a variant id is one the configuration accepts (and a buyer may name): 1 to
+/// [`MAX_ACTIVITY_ID_LEN`] letters, digits, `-`, `_`, and `.` between them (half sizes:
+/// `40.5`), never first, last or twice in a row (a path segment `.` or `..` is structure).
+pub fn variant_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= MAX_ACTIVITY_ID_LEN
+        && id.chars().all(|c| is_id_char(c) || c == '.')
+        && !id.starts_with('.')
+        && !id.ends_with('.')
+        && !id.contains("..")
+}
+
 /// The key of an activity's field in errors: `activities[id=1001].stock`.
 pub fn activity_key(id: &str, field: &str) -> String {
     format!("activities[id={id}].{field}")

@@ -474,4 +474,4 @@ impl Activities {
     }
 }
 
-pub use super::naming::MAX_ACTIVITY_ID_LEN;
+pub use super::naming::{variant_id, MAX_ACTIVITY_ID_LEN};

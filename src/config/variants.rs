@@ -2,7 +2,6 @@
 //! on a route that names the variant.
 
 use super::file;
-use super::naming::readable_id;
 use super::settings::*;
 use super::ConfigError;
 use std::sync::Arc;
@@ -56,11 +55,12 @@ fn variants(
     let mut out: Vec<Variant> = Vec::with_capacity(raw.len());
     for v in raw {
         let vkey = |field: &str| key(&format!("variants[id={}].{field}", v.id));
-        if !readable_id(&v.id) {
+        if !super::naming::variant_id(&v.id) {
             return Err(ConfigError::invalid(
                 key("variants[].id"),
                 format!(
-                    "{:?} must be 1 to {MAX_ACTIVITY_ID_LEN} letters, digits, '-' or '_'",
+                    "{:?} must be 1 to {MAX_ACTIVITY_ID_LEN} letters, digits, '-', '_', or '.' \
+                     between them (40.5)",
                     v.id
                 ),
             ));

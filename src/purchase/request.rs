@@ -265,11 +265,9 @@ pub fn variant<'q>(query: Option<&'q str>, name: &str) -> Result<Option<&'q str>
     }
 }
 
-/// Whether `v` could be a configured variant id as sent: 1 to 64 letters, digits, `-`, `_`.
+/// Whether `v` could be a configured variant id as sent (`crate::config::variant_id`).
 pub fn plain_variant(v: &str) -> bool {
-    (1..=64).contains(&v.len())
-        && v.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    crate::config::variant_id(v)
 }
 
 #[cfg(test)]
@@ -284,6 +282,7 @@ mod tests {
         assert_eq!(v("qty=1"), Ok(None));
         assert_eq!(v("variant=42&qty=1"), Ok(Some("42")));
         assert_eq!(v("variant=EU_42-b"), Ok(Some("EU_42-b")));
+        assert_eq!(v("variant=40.5"), Ok(Some("40.5")), "a half size");
         for bad in [
             "variant=42&variant=42",
             "variant=42&VARIANT=43",
@@ -293,6 +292,9 @@ mod tests {
             "variant=",
             "variant",
             "variant=42 ",
+            "variant=..",
+            "variant=.5",
+            "variant=40..5",
         ] {
             assert_eq!(v(bad), Err(BadRequest::VariantAmbiguous), "{bad}");
         }

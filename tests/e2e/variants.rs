@@ -631,3 +631,27 @@ async fn a_drop_on_a_redis_that_may_evict_is_not_ready() {
     let b = buy(&gw, "a", "42").await;
     assert_eq!(b.status, 503, "{}", b.text());
 }
+
+/// Half sizes are variant ids as catalogues write them: `40.5` is bought as itself (its own
+/// stock, its own units in the ledger), `40` beside it is another size.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_half_size_is_a_variant_of_its_own() {
+    let redis = RedisServer::start();
+    let upstream = Upstream::start();
+    let activity = TestActivity::open("2001", 0).limit(2);
+    let gw = GatewayProc::start(drop_with(
+        &redis,
+        &upstream,
+        activity,
+        &[("40", 1), ("40.5", 1)],
+    ));
+    let half = buy(&gw, "alice", "40.5").await;
+    assert_eq!(half.status, 200, "{}", half.text());
+    assert_eq!(buy(&gw, "bob", "40.5").await.code(), "sold_out");
+    assert_eq!(buy(&gw, "bob", "40").await.status, 200);
+    let claims = sold(&upstream).await;
+    let variants: Vec<&str> = claims.iter().filter_map(|c| c["var"].as_str()).collect();
+    assert_eq!(variants, ["40.5", "40"], "{claims:?}");
+    let view = settled(&gw).await;
+    assert_eq!(view["confirmed"], 2, "{view}");
+}

@@ -12,6 +12,11 @@ pub struct Bad {
 
 pub const BAD: &[Bad] = &[
     Bad {
+        name: "variant-id-dot-dot",
+        patch: &[("activities.0.stock", None), ("activities.0.variants", Some("[{\"id\": \"40..5\", \"stock\": 1}]")), ("sale_routes.0.variant_query", Some("variant"))],
+        expect: "\"40..5\" must be 1 to 64 letters, digits, '-', '_', or '.' between them (40.5)",
+    },
+    Bad {
         name: "variant-title-control-character",
         patch: &[("activities.0.stock", None), ("activities.0.variants", Some("[{\"id\": \"42\", \"stock\": 1, \"title\": \"red\\u001b[2J\"}]")), ("sale_routes.0.variant_query", Some("variant"))],
         expect: "activities[id=1001].variants[id=42].title: must be at most 200 characters, none a control character",
@@ -764,7 +769,7 @@ pub const BAD: &[Bad] = &[
     Bad {
         name: "variant-id-unsafe",
         patch: &[("activities.0.stock", None), ("activities.0.variants", Some("[{\"id\": \"4 2\", \"stock\": 1}]")), ("sale_routes.0.variant_query", Some("variant"))],
-        expect: "activities[id=1001].variants[].id: \"4 2\" must be 1 to 64 letters, digits, '-' or '_'",
+        expect: "activities[id=1001].variants[].id: \"4 2\" must be 1 to 64 letters, digits, '-', '_', or '.' between them",
     },
     Bad {
         name: "variant-unknown-field",
