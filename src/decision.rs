@@ -43,6 +43,12 @@ pub enum Decision {
     /// The activity has variants, and none of them is the one named.
     UnknownVariant,
     NotStarted,
+    /// Before the sale (or its waiting room) opens, with when it opens (unix ms) and the seconds
+    /// until then (`Retry-After`); answered as `NotStarted`, with `opens_at` in the JSON.
+    NotOpenYet {
+        opens_at_ms: i64,
+        in_secs: u64,
+    },
     Ended,
     RateLimited {
         retry_after: Duration,
@@ -89,6 +95,8 @@ pub struct Reply {
     pub retry_after_secs: Option<u64>,
     /// The upstream-protection queue's answer: (position, estimated wait in ms).
     pub queue: Option<(u64, u64)>,
+    /// When the sale or its waiting room opens (unix ms), before it does.
+    pub opens_at_ms: Option<i64>,
 }
 
 /// Seconds a buyer is asked to wait after `unavailable`.
@@ -117,6 +125,12 @@ impl Decision {
             Decision::UnknownActivity => (S::NOT_FOUND, C::UnknownActivity, M::NoSuchSale, None),
             Decision::UnknownVariant => (S::NOT_FOUND, C::UnknownVariant, M::NoSuchVariant, None),
             Decision::NotStarted => (S::FORBIDDEN, C::NotStarted, M::NotStarted, None),
+            Decision::NotOpenYet { in_secs, .. } => (
+                S::FORBIDDEN,
+                C::NotStarted,
+                M::NotStarted,
+                Some(in_secs.max(1)),
+            ),
             Decision::Ended => (S::GONE, C::Ended, M::Ended, None),
             Decision::RateLimited { retry_after } => (
                 S::TOO_MANY_REQUESTS,
@@ -157,6 +171,10 @@ impl Decision {
             message,
             retry_after_secs,
             queue: self.queue_place(),
+            opens_at_ms: match *self {
+                Decision::NotOpenYet { opens_at_ms, .. } => Some(opens_at_ms),
+                _ => None,
+            },
         }
     }
 
@@ -186,6 +204,12 @@ fn ceil_secs(d: Duration) -> u64 {
 impl Reply {
     /// The JSON body `{"code": ..., "message": ...}`, the message in `lang`; for a purchase of
     /// a variant, `"variant"` too, and a sold-out message that names it.
+    /// [`Reply::opens_at_ms`] as RFC 3339 (UTC, seconds), as the JSON and the page give it.
+    pub fn opens_at_rfc3339(&self) -> Option<String> {
+        let at = chrono::DateTime::from_timestamp_millis(self.opens_at_ms?)?;
+        Some(at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
+    }
+
     pub fn body(&self, lang: Lang, variant: Option<&str>) -> Vec<u8> {
         let message = match variant {
             Some(v) if self.message == Message::SoldOut => {
@@ -200,6 +224,9 @@ impl Reply {
         if let Some((position, estimated_wait_ms)) = self.queue {
             body["queue_position"] = position.into();
             body["estimated_wait_ms"] = estimated_wait_ms.into();
+        }
+        if let Some(at) = self.opens_at_rfc3339() {
+            body["opens_at"] = at.into();
         }
         serde_json::to_vec(&body).expect("serializing a JSON value cannot fail")
     }

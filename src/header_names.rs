@@ -63,48 +63,65 @@ pub const CLIENT_CLAIMS: [&str; 34] = [
 /// [`CLIENT_CLAIMS`] (a backend that authorises on `X-Forwarded-Groups: admins` must not be open
 /// to anyone who reaches the gateway). A trailing `*` matches every name with that prefix.
 /// `identity.strip_headers` adds more; the configured identity header has its own rule.
-pub const IDENTITY_CLAIMS: [&str; 34] = [
+pub const IDENTITY_CLAIMS: [&str; 45] = [
     // oauth2-proxy (`--set-xauthrequest`, `--pass-user-headers`), nginx `auth_request`.
     "x-forwarded-user",
     "x-forwarded-email",
     "x-forwarded-groups",
     "x-forwarded-preferred-username",
     "x-forwarded-access-token",
-    "x-auth-request-user",
-    "x-auth-request-email",
-    "x-auth-request-groups",
-    "x-auth-request-preferred-username",
-    "x-auth-request-access-token",
+    "x-auth-request-*",
+    // Keycloak gatekeeper / louketo (not `X-Auth-Token`, which clients send themselves).
+    "x-auth-userid",
+    "x-auth-username",
+    "x-auth-email",
+    "x-auth-roles",
+    "x-auth-groups",
+    "x-auth-subject",
+    "x-auth-audience",
     // Authelia and Traefik / Caddy forward auth; Apache `mod_auth_*` behind a proxy.
     "remote-user",
     "remote-groups",
     "remote-email",
     "remote-name",
-    "x-remote-user",
-    "x-remote-group",
-    // Grafana's and many apps' auth-proxy header.
-    "x-webauth-user",
+    "x-remote-*",
+    // Grafana's and many apps' auth-proxy headers.
+    "x-webauth-*",
     // authentik's proxy outpost.
     "x-authentik-*",
     // Pomerium.
     "x-pomerium-*",
+    // Vouch Proxy.
+    "x-vouch-*",
+    // Kong's authentication plugins.
+    "x-consumer-*",
+    "x-authenticated-*",
+    "x-credential-identifier",
+    // Tailscale serve / funnel.
+    "tailscale-user-*",
+    // Shibboleth behind a proxy.
+    "shib-*",
     // Google Cloud IAP.
     "x-goog-authenticated-user-*",
     "x-goog-iap-jwt-assertion",
-    // AWS Application Load Balancer (OIDC).
+    // AWS Application Load Balancer (OIDC, and mTLS pass-through).
     "x-amzn-oidc-*",
-    // Cloudflare Access.
+    "x-amzn-mtls-*",
+    // Cloudflare Access, and its mTLS fingerprints.
     "cf-access-*",
+    "cf-client-cert-*",
     // Azure App Service authentication (Easy Auth).
     "x-ms-client-principal*",
     "x-ms-token-*",
-    // Client certificates a TLS-terminating proxy passes on (Envoy XFCC, nginx, HAProxy, IIS ARR).
-    "x-forwarded-client-cert",
+    // Client certificates a TLS-terminating proxy passes on (Envoy XFCC, Traefik, nginx,
+    // HAProxy, IIS ARR).
+    "x-forwarded-client-cert*",
+    "x-forwarded-tls-client-cert*",
     "x-ssl-client-*",
     "x-client-cert*",
     "x-client-verify",
     "x-client-dn",
-    "ssl-client-cert",
+    "ssl-client-*",
     "x-ssl-cert",
     "x-tls-client-*",
     "x-arr-clientcert",
@@ -129,6 +146,25 @@ pub fn cookie<'h>(headers: &'h http::HeaderMap, name: &str) -> Option<&'h str> {
 /// two paths or domains set it).
 pub fn cookies<'h>(headers: &'h http::HeaderMap, name: &str) -> Vec<&'h str> {
     cookie_values(headers, name).collect()
+}
+
+/// Every value of a cookie whose name reads as `name` to some framework: trimmed, percent-decoded
+/// (PHP, Rack) and compared without case (ASP.NET Core): `Session`, ` session `, `%73ession`.
+pub fn cookies_read_as<'h>(headers: &'h http::HeaderMap, name: &str) -> Vec<&'h str> {
+    let reads_as = |k: &str| {
+        let k = k.trim_matches(|c: char| c.is_whitespace() || c == '"');
+        let decoded = percent_encoding::percent_decode_str(k).decode_utf8_lossy();
+        decoded.trim().eq_ignore_ascii_case(name)
+    };
+    headers
+        .get_all(http::header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|pair| pair.split_once('='))
+        .filter(|(k, _)| reads_as(k))
+        .map(|(_, v)| v.trim())
+        .collect()
 }
 
 fn cookie_values<'h, 'n>(

@@ -166,14 +166,29 @@ impl JwtVerifier {
         if more.is_some() {
             return Err(Unidentified::Ambiguous);
         }
-        let cookies = match &self.cookie {
-            Some(name) => crate::header_names::cookies(headers, name),
-            None => Vec::new(),
+        let (cookies, read_as) = match &self.cookie {
+            Some(name) => (
+                crate::header_names::cookies(headers, name),
+                crate::header_names::cookies_read_as(headers, name),
+            ),
+            None => (Vec::new(), Vec::new()),
         };
-        if cookies.iter().any(|c| *c != cookies[0]) {
+        // Any cookie another framework reads as the session one (`Session`, `%73ession`,
+        // ` session`) counts: two values are two identities, whichever one a backend picks.
+        if read_as.iter().any(|c| *c != read_as[0]) {
             return Err(Unidentified::Ambiguous);
         }
         let from_cookie = || cookies.first().and_then(|t| self.verify(t));
+        if let (Some(bearer), Some(other)) = (bearer, read_as.first()) {
+            // A cookie only a lenient framework reads as the session one, beside a bearer: it
+            // must name the same buyer.
+            if cookies.is_empty() {
+                let user = bearer_token(bearer).and_then(|t| self.verify(t));
+                if user.is_some() && self.verify(other).is_some_and(|o| Some(o) != user) {
+                    return Err(Unidentified::Ambiguous);
+                }
+            }
+        }
         let Some(bearer) = bearer else {
             return from_cookie().ok_or(Unidentified::Missing);
         };
@@ -442,6 +457,22 @@ mod tests {
             Ok("alice"),
             "the same cookie twice"
         );
+        // Spellings other frameworks read as the session cookie.
+        for other in ["session =", "Session=", "%73ession=", "session\t="] {
+            let both = format!("{other}{bob}; session={alice}");
+            assert_eq!(
+                ask(&[("cookie", &both)]),
+                Err(Unidentified::Ambiguous),
+                "{other}"
+            );
+            let beside = format!("{other}{bob}");
+            let mixed = [("authorization", a.as_str()), ("cookie", beside.as_str())];
+            assert_eq!(
+                ask(&mixed),
+                Err(Unidentified::Ambiguous),
+                "bearer + {other}"
+            );
+        }
         assert_eq!(ask(&[]), Err(Unidentified::Missing));
         assert_eq!(
             Unidentified::Ambiguous.decision().reply().code,

@@ -168,7 +168,13 @@ impl IdentitySettings {
         let IdentitySource::Header(name) = &self.source else {
             return None;
         };
-        (self.trusted_proxies.is_empty() && !listen.ip().is_loopback()).then(|| {
+        // Trusting every address (`0.0.0.0/0`, `::/0`, or halves that add up to it) trusts
+        // anyone, as no list does.
+        let everyone = IpNet::aggregate(&self.trusted_proxies)
+            .iter()
+            .any(|net| net.prefix_len() == 0);
+        let anyone = self.trusted_proxies.is_empty() || everyone;
+        (anyone && !listen.ip().is_loopback()).then(|| {
             format!(
                 "{name} is believed from any peer and server.listen {listen} is reachable from \
                  other hosts: anyone can send any user id"
@@ -386,6 +392,13 @@ impl Activity {
         self.queue
             .as_ref()
             .is_some_and(|q| now >= q.opens_at && now < self.ends_at)
+    }
+
+    /// When a buyer arriving at `now`, before they may, may come back: the waiting room's
+    /// opening if it has one still ahead, else the sale's start; `None` once either is past.
+    pub fn opens_after(&self, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        let opens = self.queue.as_ref().map_or(self.starts_at, |q| q.opens_at);
+        (now < opens).then_some(opens)
     }
 
     pub fn window_at(&self, now: DateTime<Utc>) -> SaleWindow {

@@ -65,12 +65,12 @@ pub fn route<'s, 't>(settings: &'s Settings, target: &'t Target) -> Routed<'s, '
     if let Some((route, activity)) = sale_route(settings, target) {
         return Routed::Sale(route, activity);
     }
+    if let Some(allow) = wrong_method(settings, target) {
+        return Routed::WrongMethod(allow);
+    }
     let resembles = |t: &Target| settings.sale_routes.iter().any(|r| route::resembles(r, t));
     if resembles(target) {
         return Routed::Refused(EdgeRefusal::LookAlike);
-    }
-    if let Some(allow) = wrong_method(settings, target) {
-        return Routed::WrongMethod(allow);
     }
     // A proxy between the gateway and the backend may read the target otherwise: any reading
     // that is a sale route's path (whatever the method: method-agnostic handlers are common) or
@@ -91,7 +91,7 @@ pub fn route<'s, 't>(settings: &'s Settings, target: &'t Target) -> Routed<'s, '
 }
 
 /// Most other readings of one target looked at (bounds the work per request).
-const MAX_READINGS: usize = 12;
+const MAX_READINGS: usize = 24;
 
 /// The ways a proxy or a backend behind the gateway may read a target that the gateway read
 /// otherwise: its path percent-decoded once or twice more (`%252F` becoming `/`, joining or
@@ -100,12 +100,13 @@ const MAX_READINGS: usize = 12;
 /// Unicode NFKC (`／ ？ ＃ ％` read as `/ ? # %`). A decoded `;` needs no reading of its own:
 /// [`target`] cuts `;params` from every decoded segment already.
 ///
-/// Approximation: three rounds at most (a target encoded four times over is read as the
-/// backend behind three decoding proxies would not read it), and at most [`MAX_READINGS`].
+/// Approximation: four rounds of either at most (three more decodes, and the structure read
+/// after the last: a target encoded five times over is not read as a chain of four decoding
+/// proxies would), and at most [`MAX_READINGS`].
 pub fn other_readings(target: &Target) -> Vec<Target> {
     let mut out: Vec<Target> = Vec::new();
     let mut round = vec![target.clone()];
-    for _ in 0..3 {
+    for _ in 0..4 {
         let mut next = Vec::new();
         for t in &round {
             for reading in [t.decoded_again(), t.read_as_structure()]
@@ -215,6 +216,47 @@ activities:
             assert_eq!(routed(&s, "POST", raw), "refused look_alike", "{raw}");
             // Another method on such a spelling is refused too (method-agnostic handlers).
             assert_eq!(routed(&s, "PUT", raw), "refused look_alike", "PUT {raw}");
+        }
+        // Found by the adversarial pass: a dot, a stream or an invisible character after the
+        // path (IIS, .NET and Spring's suffix matching drop them), one more level of encoding,
+        // IIS's `%u` escapes; and look-alikes on any other method.
+        for raw in [
+            "/api/seckill/1002/buy.",
+            "/api/seckill/1002/buy..",
+            "/api/seckill/1002/buy%2e",
+            "/api/seckill/1002/buy%252e",
+            "/api/seckill/1002/buy%EF%BC%8E",
+            "/api./seckill/1002/buy",
+            "/api/seckill/1002/buy.%20",
+            "/api/seckill/1002/buy::$DATA",
+            "/api/seckill/1002/buy:",
+            "/api/seckill/1002/buy%E2%80%8B",
+            "/api/seckill/1002/buy%EF%BB%BF",
+            "/api/seckill/1002/buy%C2%AD",
+            "/api/seckill/1002/buy%E1%A0%8E",
+            "/api/seckill/1002/buy%2525253Fx=1",
+            "/api/seckill/1002/buy%25252523",
+            "/api/seckill/1002/buy%u003Fx=1",
+        ] {
+            for method in ["POST", "GET", "PUT"] {
+                assert_eq!(
+                    routed(&s, method, raw),
+                    "refused look_alike",
+                    "{method} {raw}"
+                );
+            }
+        }
+        for raw in [
+            "/api/seckill/1002/buy.json",
+            "/index.php/api/seckill/1002/buy",
+        ] {
+            for method in ["GET", "DELETE", "OPTIONS"] {
+                assert_eq!(
+                    routed(&s, method, raw),
+                    "refused look_alike",
+                    "{method} {raw}"
+                );
+            }
         }
         assert_eq!(routed(&s, "POST", "/api/seckill/1002/buy"), "sale 1002");
         for raw in [

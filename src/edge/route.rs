@@ -56,7 +56,8 @@ pub fn path_variant<'t>(route: &SaleRoute, target: &'t Target) -> Option<&'t str
 /// must never run the purchase without a reservation because it read a spelling the gateway did
 /// not.
 pub fn resembles(route: &SaleRoute, target: &Target) -> bool {
-    if target.method != *route.method() {
+    // Whatever the method (handlers that take any are common), but for one the route forwards.
+    if route.forwards(&target.method) {
         return false;
     }
     let Ok(parts) = target.segments.as_ref() else {
@@ -79,10 +80,23 @@ pub fn resembles(route: &SaleRoute, target: &Target) -> bool {
         })
 }
 
+/// Characters a lenient router (or a normalising layer in front of it) drops: the soft hyphen,
+/// zero-width spaces and joiners, direction marks, word joiners, variation selectors, the BOM,
+/// the Mongolian vowel separator, Hangul fillers.
+fn invisible(c: char) -> bool {
+    matches!(c,
+        '\u{00AD}' | '\u{034F}' | '\u{061C}' | '\u{115F}' | '\u{1160}' | '\u{17B4}' | '\u{17B5}'
+        | '\u{180B}'..='\u{180F}' | '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}'
+        | '\u{2060}'..='\u{206F}' | '\u{3164}' | '\u{FE00}'..='\u{FE0F}' | '\u{FEFF}'
+        | '\u{FFA0}')
+}
+
 /// A path segment as the most lenient router could read it: percent-decoded up to twice more
 /// (a backend behind another proxy decodes again), Unicode-normalised (NFKC, then combining marks
-/// dropped: `ｂｕｙ` and `büy` read as `buy`), lower-cased, surrounding whitespace trimmed, and a
-/// format suffix (`.json`, `.php`: a dot and up to eight letters or digits) cut.
+/// and invisible characters dropped: `ｂｕｙ` and `büy` read as `buy`), lower-cased, cut at a
+/// `:` (an NTFS stream, `buy::$DATA`), surrounding whitespace and trailing dots trimmed (IIS and
+/// .NET drop them), and a format suffix (`.json`, `.php`: a dot and up to eight letters or
+/// digits; Spring's suffix matching) cut.
 fn loose(segment: &str) -> String {
     use unicode_normalization::char::is_combining_mark;
     use unicode_normalization::UnicodeNormalization;
@@ -99,10 +113,13 @@ fn loose(segment: &str) -> String {
         .nfkc()
         .collect::<String>()
         .nfd()
-        .filter(|c| !is_combining_mark(*c))
+        .filter(|c| !is_combining_mark(*c) && !invisible(*c))
         .collect::<String>()
         .to_lowercase();
-    let trimmed = folded.trim_matches(|c: char| c.is_whitespace() || c.is_control());
+    let stem = folded.split(':').next().unwrap_or_default();
+    let trimmed = stem
+        .trim_matches(|c: char| c.is_whitespace() || c.is_control())
+        .trim_end_matches(|c: char| c == '.' || c.is_whitespace());
     match trimmed.rsplit_once('.') {
         Some((stem, ext))
             if !stem.is_empty()
@@ -178,8 +195,8 @@ mod tests {
             assert!(!resembles("POST", raw), "{raw}");
         }
         assert!(
-            !resembles("GET", "/api/seckill/1001/buy.json"),
-            "another method"
+            resembles("GET", "/api/seckill/1001/buy.json"),
+            "another method too: method-agnostic handlers are common"
         );
     }
 }

@@ -89,7 +89,8 @@ impl Target {
         use unicode_normalization::UnicodeNormalization;
         let segments = self.segments.as_ref().ok()?;
         let path = format!("/{}", segments.join("/"));
-        let normal: String = path.nfkc().collect();
+        // IIS-style `%uXXXX` escapes read as the character they name.
+        let normal: String = percent_u_decode(&path).nfkc().collect();
         if normal == path && !path.contains(['?', '#']) {
             return None;
         }
@@ -176,6 +177,32 @@ fn segments(path: &[u8]) -> Result<Vec<String>, Unreadable> {
         }
     }
     Ok(out)
+}
+
+/// Every `%uXXXX` (IIS's non-standard escape) replaced by the character it names; the rest
+/// unchanged.
+fn percent_u_decode(path: &str) -> String {
+    let mut out = String::with_capacity(path.len());
+    let mut rest = path;
+    while let Some(at) = rest.find("%u").or_else(|| rest.find("%U")) {
+        out.push_str(&rest[..at]);
+        let hex = rest.get(at + 2..at + 6);
+        match hex
+            .filter(|h| h.bytes().all(|b| b.is_ascii_hexdigit()))
+            .and_then(|h| char::from_u32(u32::from_str_radix(h, 16).ok()?))
+        {
+            Some(c) => {
+                out.push(c);
+                rest = &rest[at + 6..];
+            }
+            None => {
+                out.push_str(&rest[at..at + 2]);
+                rest = &rest[at + 2..];
+            }
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 /// Every `%XX` decoded (a malformed one stays as it is, as lenient servers leave it).

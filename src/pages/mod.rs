@@ -61,6 +61,13 @@ pub struct Sale<'a> {
     pub page: &'a ActivityPage,
 }
 
+/// A purchase as asked, to send again: its method and target.
+#[derive(Debug, Clone, Copy)]
+pub struct Again<'a> {
+    pub method: &'a str,
+    pub target: &'a str,
+}
+
 /// A waiting page to write: where the buyer stands and where their turn takes them.
 pub struct Waiting<'a> {
     pub answer: &'a Answer,
@@ -91,8 +98,16 @@ impl Pages {
         headers::for_page(html, &self.frame_ancestors)
     }
 
-    /// The page for a refusal (any decision the gateway answers itself).
-    pub fn refusal(&self, lang: Lang, reply: &DecisionReply, sale: Option<Sale<'_>>) -> String {
+    /// The page for a refusal (any decision the gateway answers itself). `again`: the purchase
+    /// as asked (its method and target), which a page before the opening sends again at the
+    /// opening by itself.
+    pub fn refusal(
+        &self,
+        lang: Lang,
+        reply: &DecisionReply,
+        sale: Option<Sale<'_>>,
+        again: Option<Again<'_>>,
+    ) -> String {
         let heading = match reply.code {
             "sold_out" => Label::TitleSoldOut,
             "ticket_expired" => Label::TitleExpired,
@@ -114,6 +129,9 @@ impl Pages {
             shop_name => &self.shop_name,
             shop_url => &self.shop_url,
             text => Label::all(lang),
+            opens_at => reply.opens_at_rfc3339(),
+            again_method => again.map(|a| a.method),
+            again_target => again.map(|a| a.target),
         };
         self.render("refusal.html", ctx)
     }

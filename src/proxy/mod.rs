@@ -282,6 +282,13 @@ impl RequestCtx {
             sale: sale.map(|a| self.generation.sale_page(&a.id)),
             variant: sale.and_then(|a| a.variant.as_deref()),
             allow: None,
+            again: self
+                .canonical
+                .as_ref()
+                .map(|(method, uri)| crate::pages::Again {
+                    method: method.as_str(),
+                    target: uri.path_and_query().map_or("/", |p| p.as_str()),
+                }),
         }
     }
 }

@@ -18,6 +18,9 @@ pub struct Answering<'a> {
     pub variant: Option<&'a str>,
     /// The `Allow` header of a 405.
     pub allow: Option<&'a str>,
+    /// The purchase as asked (a sale route's canonical method and target), for a page that
+    /// sends it again at the opening.
+    pub again: Option<crate::pages::Again<'a>>,
 }
 
 const HTML: &str = "text/html; charset=utf-8";
@@ -32,7 +35,9 @@ pub async fn decision(
 ) -> Result<()> {
     let reply = decision.reply();
     let (content_type, body) = if how.client.html {
-        let page = how.pages.refusal(how.client.lang, &reply, how.sale);
+        let page = how
+            .pages
+            .refusal(how.client.lang, &reply, how.sale, how.again);
         (HTML, Bytes::from(page))
     } else {
         (JSON, Bytes::from(reply.body(how.client.lang, how.variant)))

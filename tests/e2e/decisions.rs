@@ -155,7 +155,8 @@ async fn every_contract_code_except_unavailable() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn non_sale_routes_pass_through_unchanged() {
     let (_redis, upstream, gw) = setup(vec![TestActivity::open("1001", 5)]);
-    // Other paths, and the sale path with another method, reach the upstream as they are.
+    // Other paths reach the upstream as they are; the sale path with another method is 405
+    // (a method-agnostic handler would sell unreserved), unless the route forwards it.
     let resp = get(
         gw.addr,
         "/api/products/7?color=red",
@@ -165,9 +166,10 @@ async fn non_sale_routes_pass_through_unchanged() {
     assert_eq!(resp.status, 200);
     assert_eq!(resp.json()["path"], "/api/products/7");
     let resp = get(gw.addr, "/api/seckill/1001/buy", &[]).await;
-    assert_eq!(resp.status, 200, "GET is not the sale route's method");
+    assert_eq!(resp.status, 405, "GET is not the sale route's method");
+    assert_eq!(resp.header("allow"), Some("POST"));
     let seen = upstream.requests().await;
-    assert_eq!(seen.len(), 2);
+    assert_eq!(seen.len(), 1);
     assert_eq!(seen[0]["query"], "color=red");
     assert_eq!(seen[0]["headers"]["x-custom"], "kept");
     assert!(seen[0]["headers"].get("x-flashgate-reservation").is_none());
@@ -180,4 +182,21 @@ async fn non_sale_routes_pass_through_unchanged() {
     )
     .await;
     assert_eq!(remaining, 5);
+}
+
+/// A route that forwards GET (`forward_methods: [GET]`, a product page at the purchase's
+/// address) passes it through unreserved; any other method there is still 405.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_route_forwards_the_methods_it_names() {
+    let (_redis, upstream, config) = backends(vec![TestActivity::open("1001", 5)]);
+    let config = config.set("/sale_routes/0/forward_methods", serde_json::json!(["GET"]));
+    let gw = GatewayProc::start(config);
+    let resp = get(gw.addr, "/api/seckill/1001/buy", &[]).await;
+    assert_eq!(resp.status, 200, "{}", resp.text());
+    let seen = upstream.requests().await;
+    assert_eq!(seen.len(), 1);
+    assert!(seen[0]["headers"].get("x-flashgate-reservation").is_none());
+    let put = request(gw.addr, "PUT", "/api/seckill/1001/buy", &[]).await;
+    assert_eq!(put.status, 405);
+    assert_eq!(put.header("allow"), Some("POST, GET"));
 }

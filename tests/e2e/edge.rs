@@ -411,6 +411,16 @@ async fn no_spelling_or_method_reaches_a_lenient_shop_unreserved() {
         "/api/seckill/1001/buy%EF%BC%9Fx=1",
         "/api/seckill/1001/buy%EF%BC%83x",
         "/api%EF%BC%8Fseckill%EF%BC%8F1001%EF%BC%8Fbuy",
+        // From the adversarial pass: what IIS, .NET or Spring's suffix matching read as the
+        // purchase, one more level of encoding, IIS's `%u`, and look-alikes on any method.
+        "/api/seckill/1001/buy.",
+        "/api/seckill/1001/buy%2e",
+        "/api/seckill/1001/buy::$DATA",
+        "/api/seckill/1001/buy%E2%80%8B",
+        "/api/seckill/1001/buy%2525253Fx=1",
+        "/api/seckill/1001/buy%u003Fx=1",
+        "/api/seckill/1001/buy.json",
+        "/index.php/api/seckill/1001/buy",
     ]
     .iter()
     .enumerate()

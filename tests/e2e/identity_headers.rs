@@ -22,6 +22,23 @@ const FAMILIES: &[(&str, &str)] = &[
     ("client certificate", "X-Forwarded-Client-Cert"),
     ("client certificate", "X-SSL-Client-S-DN"),
     ("client certificate", "X-Client-Cert"),
+    // From the adversarial pass.
+    (
+        "Traefik client certificate",
+        "X-Forwarded-Tls-Client-Cert-Info",
+    ),
+    ("AWS ALB mTLS", "X-Amzn-Mtls-Clientcert-Leaf"),
+    ("nginx client certificate", "Ssl-Client-Verify"),
+    ("oauth2-proxy, any suffix", "X-Auth-Request-Anything"),
+    ("Apache relatives", "X-Remote-Groups"),
+    ("auth-proxy relatives", "X-Webauth-Role"),
+    ("Kong", "X-Consumer-Username"),
+    ("Kong", "X-Authenticated-Userid"),
+    ("Keycloak gatekeeper", "X-Auth-Roles"),
+    ("Vouch Proxy", "X-Vouch-User"),
+    ("Tailscale", "Tailscale-User-Login"),
+    ("Shibboleth", "Shib-Identity-Provider"),
+    ("Cloudflare mTLS", "Cf-Client-Cert-Sha256"),
     ("identity.strip_headers", "X-Corp-Role"),
     ("an underscore spelling", "X_Forwarded_Groups"),
 ];
@@ -81,6 +98,9 @@ async fn a_request_that_names_two_buyers_is_refused() {
     let (bearer_a, bearer_b) = (format!("Bearer {alice}"), format!("Bearer {bob}"));
     let (cookie_a, cookie_b) = (format!("session={alice}"), format!("session={bob}"));
     let both_in_one = format!("session={alice}; lang=en; session={bob}");
+    // Spellings other frameworks read as the session cookie (ASP.NET Core, PHP, Node).
+    let other_case = format!("Session={bob}");
+    let encoded = format!("%73ession={bob}; session={alice}");
     for (what, headers) in [
         (
             "two bearer headers",
@@ -95,6 +115,11 @@ async fn a_request_that_names_two_buyers_is_refused() {
             "the session cookie in two headers",
             vec![("Cookie", &cookie_a), ("Cookie", &cookie_b)],
         ),
+        (
+            "a bearer and another buyer's Session cookie",
+            vec![("Authorization", &bearer_a), ("Cookie", &other_case)],
+        ),
+        ("an encoded cookie name", vec![("Cookie", &encoded)]),
     ] {
         let h: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
         let req = raw_request("POST", "/api/seckill/1001/buy", &h);

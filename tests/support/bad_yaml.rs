@@ -12,6 +12,11 @@ pub struct Bad {
 
 pub const BAD: &[Bad] = &[
     Bad {
+        name: "header-identity-trusting-every-address",
+        patch: &[("server.listen", Some("\"0.0.0.0:8080\"")), ("identity.trusted_proxies", Some("[\"0.0.0.0/1\", \"128.0.0.0/1\"]"))],
+        expect: "is believed from any peer and server.listen 0.0.0.0:8080 is reachable from other hosts",
+    },
+    Bad {
         name: "variant-id-dot-dot",
         patch: &[("activities.0.stock", None), ("activities.0.variants", Some("[{\"id\": \"40..5\", \"stock\": 1}]")), ("sale_routes.0.variant_query", Some("variant"))],
         expect: "\"40..5\" must be 1 to 64 letters, digits, '-', '_', or '.' between them (40.5)",
