@@ -346,6 +346,7 @@ crate::label_enum! {
         TitleExpired => "title_expired",
         TitleBought => "title_bought",
         TitleRefused => "title_refused",
+        TitleNotOpen => "title_not_open",
         Place => "place",
         Waiting => "waiting",
         EstimatedWait => "estimated_wait",
@@ -366,6 +367,9 @@ crate::label_enum! {
         Item => "item",
         Choose => "choose",
         TicketReplaced => "ticket_replaced",
+        OpensAt => "opens_at",
+        OpensIn => "opens_in",
+        TryAgain => "try_again",
     }
 }
 
@@ -381,6 +385,7 @@ impl Label {
             (Lang::En, TitleExpired) => "Your turn has passed",
             (Lang::En, TitleBought) => "You bought it",
             (Lang::En, TitleRefused) => "Not possible right now",
+            (Lang::En, TitleNotOpen) => "Not open yet",
             (Lang::En, Place) => "Your place in the queue",
             (Lang::En, Waiting) => "{n} waiting",
             (Lang::En, EstimatedWait) => "Estimated wait:",
@@ -402,6 +407,9 @@ impl Label {
             (Lang::En, Order) => "Order reference:",
             (Lang::En, Item) => "Item:",
             (Lang::En, Choose) => "Choose one to buy:",
+            (Lang::En, OpensAt) => "Opens at",
+            (Lang::En, OpensIn) => "Opens in {n}",
+            (Lang::En, TryAgain) => "Try again",
             (Lang::En, TicketReplaced) => {
                 "This browser held a queue ticket that is not yours (another account's, or \
                  damaged): it was replaced by your own place."
@@ -413,6 +421,7 @@ impl Label {
             (Lang::Zh, TitleExpired) => "您的机会已过",
             (Lang::Zh, TitleBought) => "购买成功",
             (Lang::Zh, TitleRefused) => "暂时无法完成",
+            (Lang::Zh, TitleNotOpen) => "尚未开放",
             (Lang::Zh, Place) => "您在队列中的位置",
             (Lang::Zh, Waiting) => "{n} 人在排队",
             (Lang::Zh, EstimatedWait) => "预计等待：",
@@ -432,6 +441,9 @@ impl Label {
             (Lang::Zh, Order) => "订单号：",
             (Lang::Zh, Item) => "商品：",
             (Lang::Zh, Choose) => "请选择要购买的款式：",
+            (Lang::Zh, OpensAt) => "开放时间",
+            (Lang::Zh, OpensIn) => "距开放还有 {n}",
+            (Lang::Zh, TryAgain) => "再试一次",
             (Lang::Zh, TicketReplaced) => {
                 "此浏览器保存的排队凭证不属于您（属于其他账号或已损坏），已替换为您自己的位置。"
             }

@@ -111,6 +111,7 @@ impl Pages {
         let heading = match reply.code {
             "sold_out" => Label::TitleSoldOut,
             "ticket_expired" => Label::TitleExpired,
+            "not_started" => Label::TitleNotOpen,
             _ => Label::TitleRefused,
         };
         let retry = reply
@@ -132,6 +133,12 @@ impl Pages {
             opens_at => reply.opens_at_rfc3339(),
             again_method => again.map(|a| a.method),
             again_target => again.map(|a| a.target),
+            opening => reply.opens_at_rfc3339().map(|at| script_json(&serde_json::json!({
+                "opens_at": at,
+                "lang": lang.as_str(),
+                "opens_in": Label::OpensIn.text(lang),
+                "again": again.is_some(),
+            }))),
         };
         self.render("refusal.html", ctx)
     }

@@ -6,6 +6,7 @@ mod support;
 
 mod admin;
 mod attacks;
+mod before_open;
 mod browser;
 mod burst;
 mod check_live;

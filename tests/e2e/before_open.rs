@@ -1,0 +1,83 @@
+//! Before the sale opens, in a real headless browser (chromium) and as JSON: the buyer is told
+//! when it opens (in their own language and time zone), sees a countdown, and the page sends the
+//! purchase again by itself once it opens; a JSON client gets `opens_at` and `Retry-After`.
+
+use crate::browser::{token, Browser, IDENTITY_SECRET};
+use crate::pages::{press_buy, sign_in};
+use crate::queue_support::in_secs;
+use crate::support::*;
+use std::time::Duration;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn before_the_opening_the_buyer_sees_when_and_the_page_buys_at_the_opening() {
+    let redis = RedisServer::start();
+    let upstream = Upstream::start();
+    let opens = in_secs(8);
+    let sale = TestActivity::open("1001", 5).hours(opens, in_secs(3600));
+    let config = TestConfig::new(&redis, &upstream, vec![sale]).jwt_identity(Jwt::session_cookie());
+    let gw = GatewayProc::start_with_env(config, &[("FLASHGATE_IDENTITY_SECRET", IDENTITY_SECRET)]);
+    // A JSON client: when, and how long to wait.
+    let bearer = format!("Bearer {}", token("app"));
+    let json = request(
+        gw.addr,
+        "POST",
+        "/api/seckill/1001/buy",
+        &[("Authorization", &bearer)],
+    )
+    .await;
+    assert_eq!((json.status, json.code()), (403, "not_started".into()));
+    let at =
+        chrono::DateTime::parse_from_rfc3339(json.json()["opens_at"].as_str().unwrap()).unwrap();
+    assert_eq!(at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true), opens);
+    let retry: u64 = json.header("retry-after").unwrap().parse().unwrap();
+    assert!((1..=8).contains(&retry), "Retry-After {retry}");
+    // Browsers, in English on a desktop and in Chinese on a phone.
+    let read = "return [document.documentElement.getAttribute('data-flashgate-code'), \
+                document.getElementById('opens-at') ? document.getElementById('opens-at').textContent : null, \
+                document.getElementById('countdown') ? document.getElementById('countdown').textContent : null, \
+                location.pathname, document.body ? document.body.innerText : ''];";
+    let origin = format!("http://{}", gw.addr);
+    let zh = Browser::start_with(true, "zh-CN,zh;q=0.9").await;
+    zh.viewport(390, 844).await;
+    sign_in(&zh, &origin, "li").await;
+    press_buy(&zh, "/api/seckill/1001/buy").await;
+    let en = Browser::start().await;
+    en.viewport(1280, 800).await;
+    sign_in(&en, &origin, "alice").await;
+    press_buy(&en, "/api/seckill/1001/buy").await;
+    for (browser, lang, opens_in) in [(&en, "en", "Opens in"), (&zh, "zh", "距开放还有")] {
+        let shown = wait_for_async(
+            "the opening and its countdown",
+            Duration::from_secs(10),
+            || async {
+                let v = browser.script(read).await;
+                (v[0] == "not_started" && v[2].as_str().is_some_and(|c| c.contains(opens_in)))
+                    .then_some(v)
+            },
+        )
+        .await;
+        let when = shown[1].as_str().unwrap();
+        assert!(
+            !when.contains('T') && !when.is_empty(),
+            "{lang}: a local time, not RFC 3339: {shown}"
+        );
+        browser.screenshot(&format!("before-open-{lang}")).await;
+    }
+    // At the opening both pages send the purchase again by themselves: two purchases land.
+    let landed = wait_for_async("both purchases", Duration::from_secs(30), || async {
+        let sold: Vec<_> = upstream
+            .requests()
+            .await
+            .into_iter()
+            .filter(|r| r["headers"].get("x-flashgate-reservation").is_some())
+            .collect();
+        (sold.len() == 2).then_some(sold)
+    })
+    .await;
+    assert_eq!(landed.len(), 2);
+    for browser in [&en, &zh] {
+        let _ = browser
+            .call("DELETE", &format!("/session/{}", browser.session), None)
+            .await;
+    }
+}
