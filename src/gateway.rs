@@ -50,7 +50,7 @@ impl Gateway {
     ) -> Gateway {
         preset_static_series(&metrics);
         for activity in settings.activities.iter() {
-            preset_activity_series(&metrics, &activity.id, activity.queue.is_some());
+            preset_activity_series(&metrics, activity);
         }
         let upstreams = Arc::new(upstreams);
         let breaker = Arc::new(Breaker::new(metrics.clone()));

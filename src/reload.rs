@@ -16,7 +16,7 @@ use crate::config::{ConfigError, Settings};
 use crate::lifecycle::Lifecycle;
 use crate::live::{Generation, Live};
 use crate::metrics::Metrics;
-use crate::series::{preset_activity_series, ReloadResult};
+use crate::series::{reconfigured_series, ReloadResult};
 use crate::upstream::Upstreams;
 use async_trait::async_trait;
 use pingora::server::ShutdownWatch;
@@ -68,12 +68,11 @@ impl ReloadParts {
     pub async fn apply(&self, settings: Settings) -> u64 {
         let current = self.live.current();
         let settings = Arc::new(settings);
-        for activity in settings.activities.iter() {
-            let old = current.settings.activities.get(&activity.id);
-            if old.is_none_or(|old| old.queue.is_none()) {
-                preset_activity_series(&self.metrics, &activity.id, activity.queue.is_some());
-            }
-        }
+        reconfigured_series(
+            &self.metrics,
+            &current.settings.activities,
+            &settings.activities,
+        );
         self.lifecycle.reloaded();
         if settings.upstream.addresses != current.settings.upstream.addresses {
             // Health-checked: the new addresses, and the old ones for requests still in

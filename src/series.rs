@@ -45,8 +45,81 @@ pub fn preset_static_series(metrics: &Metrics) {
     metrics.config_generation.set(1);
 }
 
-/// Creates the series of a configured activity at zero.
-pub fn preset_activity_series(metrics: &Metrics, activity: &str, has_queue: bool) {
+/// One family of series keyed by activity: made at zero, or forgotten.
+trait Family {
+    fn make(&self, labels: &[&str]);
+    fn forget(&self, labels: &[&str]);
+}
+
+impl<P: prometheus::core::MetricVecBuilder> Family for prometheus::core::MetricVec<P> {
+    fn make(&self, labels: &[&str]) {
+        self.with_label_values(labels);
+    }
+
+    fn forget(&self, labels: &[&str]) {
+        let _ = self.remove_label_values(labels);
+    }
+}
+
+/// Creates the series of a configured activity at zero. An activity with variants has no
+/// activity-wide `flashgate_stock_remaining` (its stock is its variants', each a series of
+/// `{activity, variant}` made when first learnt): a lone series at 0 would read "sold out".
+pub fn preset_activity_series(metrics: &Metrics, activity: &crate::config::Activity) {
+    each_activity_series(metrics, activity, &mut |family, labels| family.make(labels));
+}
+
+/// Drops every series of an activity a reload removed (its per-variant stock too), so the
+/// dashboards' activity picker and sums forget it without a restart.
+pub fn forget_activity_series(metrics: &Metrics, activity: &crate::config::Activity) {
+    each_activity_series(metrics, activity, &mut |family, labels| {
+        family.forget(labels)
+    });
+    for variant in activity.variants.iter() {
+        let _ = metrics
+            .stock_remaining_variants
+            .remove_label_values(&[&activity.id, &variant.id]);
+    }
+}
+
+/// A reload from `before` to `after`: every configured activity's series made (idempotent: an
+/// activity that gained a waiting room gets those), a removed activity's dropped, and a variant
+/// no longer sold loses its stock series (an activity that became a drop, its activity-wide one).
+pub fn reconfigured_series(
+    metrics: &Metrics,
+    before: &crate::config::Activities,
+    after: &crate::config::Activities,
+) {
+    for activity in after.iter() {
+        preset_activity_series(metrics, activity);
+    }
+    for old in before.iter() {
+        let Some(now) = after.get(&old.id) else {
+            forget_activity_series(metrics, old);
+            continue;
+        };
+        for v in old.variants.iter() {
+            if !now.variants.iter().any(|n| n.id == v.id) {
+                let labels = [&*old.id, &*v.id];
+                let _ = metrics
+                    .stock_remaining_variants
+                    .remove_label_values(&labels);
+            }
+        }
+        if now.has_variants() && !old.has_variants() {
+            let _ = metrics.stock_remaining.remove_label_values(&[&old.id]);
+        }
+    }
+}
+
+/// Every series of `activity`, handed to `f` with its labels.
+fn each_activity_series(
+    metrics: &Metrics,
+    activity: &crate::config::Activity,
+    f: &mut dyn FnMut(&dyn Family, &[&str]),
+) {
+    let has_queue = activity.queue.is_some();
+    let has_variants = activity.has_variants();
+    let activity: &str = &activity.id;
     if has_queue {
         for family in [
             &metrics.queue_tickets,
@@ -55,61 +128,48 @@ pub fn preset_activity_series(metrics: &Metrics, activity: &str, has_queue: bool
             &metrics.queue_too_late,
             &metrics.queue_polls,
         ] {
-            family.with_label_values(&[activity]);
+            f(family, &[activity]);
         }
-        metrics.queue_length.with_label_values(&[activity]);
-        metrics.queue_cursor.with_label_values(&[activity]);
-        metrics.queue_start_time.with_label_values(&[activity]);
-        metrics.queue_wait.with_label_values(&[activity]);
+        f(&metrics.queue_length, &[activity]);
+        f(&metrics.queue_cursor, &[activity]);
+        f(&metrics.queue_start_time, &[activity]);
+        f(&metrics.queue_wait, &[activity]);
         for why in Standing::ALL {
-            metrics
-                .queue_paused
-                .with_label_values(&[activity, why.as_str()]);
+            f(&metrics.queue_paused, &[activity, why.as_str()]);
         }
         for outcome in crate::waiting::ChallengeOutcome::ALL {
-            metrics
-                .queue_challenges
-                .with_label_values(&[activity, outcome.as_str()]);
+            f(&metrics.queue_challenges, &[activity, outcome.as_str()]);
         }
     }
     for code in Code::ALL {
-        metrics
-            .decisions
-            .with_label_values(&[activity, code.as_str()]);
+        f(&metrics.decisions, &[activity, code.as_str()]);
     }
     for reason in ReleaseReason::ALL {
-        metrics
-            .reservations_released
-            .with_label_values(&[activity, reason.as_str()]);
+        f(&metrics.reservations_released, &[activity, reason.as_str()]);
     }
     for via in ConfirmedVia::ALL {
-        metrics
-            .reservations_confirmed
-            .with_label_values(&[activity, via.as_str()]);
+        f(&metrics.reservations_confirmed, &[activity, via.as_str()]);
     }
     for outcome in crate::stock::LateOutcome::ALL {
-        metrics
-            .late_accepted
-            .with_label_values(&[activity, outcome.as_str()]);
+        f(&metrics.late_accepted, &[activity, outcome.as_str()]);
     }
     for answer in Answer::ALL {
-        metrics
-            .order_lookups
-            .with_label_values(&[activity, answer.as_str()]);
+        f(&metrics.order_lookups, &[activity, answer.as_str()]);
     }
     for outcome in PassthroughOutcome::ALL {
-        metrics
-            .passthrough
-            .with_label_values(&[activity, outcome.as_str()]);
+        f(&metrics.passthrough, &[activity, outcome.as_str()]);
     }
-    metrics.stock_remaining.with_label_values(&[activity]);
-    metrics.stock_keys_created.with_label_values(&[activity]);
-    metrics.reservations_retired.with_label_values(&[activity]);
-    metrics.reconcile_drift.with_label_values(&[activity]);
-    metrics.units_held_in_doubt.with_label_values(&[activity]);
-    metrics.activity_refused.with_label_values(&[activity]);
-    metrics.activity_fenced.with_label_values(&[activity]);
-    metrics.restocked_units.with_label_values(&[activity]);
+    if !has_variants {
+        f(&metrics.stock_remaining, &[activity]);
+    }
+    f(&metrics.stock_keys_created, &[activity]);
+    f(&metrics.reservations_retired, &[activity]);
+    f(&metrics.reconcile_drift, &[activity]);
+    f(&metrics.units_held_in_doubt, &[activity]);
+    f(&metrics.activity_refused, &[activity]);
+    f(&metrics.activity_fenced, &[activity]);
+    f(&metrics.activity_halted, &[activity]);
+    f(&metrics.restocked_units, &[activity]);
 }
 
 crate::label_enum! {
@@ -123,12 +183,59 @@ crate::label_enum! {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::Settings;
+
+    /// 1001 with a waiting room, 2002 a drop of two variants.
+    fn settings() -> Settings {
+        let yaml = r#"server: { listen: "127.0.0.1:1" }
+admin: { listen: "127.0.0.1:2" }
+upstream: { addresses: ["127.0.0.1:3"] }
+redis: { url: "redis://127.0.0.1:4" }
+identity: { header: X-User-Id }
+signing: { header: X-Flashgate-Reservation, algorithm: HS256, key_id: k, secret_env: SECRET, ttl_secs: 900 }
+sale_routes:
+  - { method: POST, path: "/buy/{activity}", variant_query: variant }
+activities:
+  - { id: "1001", stock: 10, version: 1, per_user_limit: 1, max_per_request: 1, starts_at: "2020-01-01T00:00:00Z", ends_at: "2099-01-01T00:00:00Z", queue: { admit_per_second: 1 } }
+  - { id: "2002", variants: [{ id: "40", stock: 1 }, { id: "40.5", stock: 1 }], version: 1, per_user_limit: 1, max_per_request: 1, starts_at: "2020-01-01T00:00:00Z", ends_at: "2099-01-01T00:00:00Z" }
+"#;
+        let secrets = |name: &str| (name == "SECRET").then(|| "s".repeat(32));
+        Settings::from_yaml(yaml, std::path::Path::new("."), &secrets).expect("valid")
+    }
+
+    #[test]
+    fn a_drop_has_no_activity_wide_stock_series_and_a_removed_activity_none_at_all() {
+        let metrics = Metrics::new();
+        let settings = settings();
+        for activity in settings.activities.iter() {
+            preset_activity_series(&metrics, activity);
+        }
+        let drop = settings.activities.get("2002").unwrap();
+        metrics
+            .stock_remaining_variants
+            .with_label_values(&["2002", "40"])
+            .set(1);
+        let text = String::from_utf8(metrics.encode()).unwrap();
+        assert!(
+            !text.contains(r#"flashgate_stock_remaining{activity="2002"}"#),
+            "{text}"
+        );
+        assert!(text.contains(r#"flashgate_stock_remaining{activity="2002",variant="40"} 1"#));
+        forget_activity_series(&metrics, drop);
+        let text = String::from_utf8(metrics.encode()).unwrap();
+        assert!(
+            !text.contains(r#"activity="2002""#),
+            "every series of 2002 is gone: {text}"
+        );
+        assert!(text.contains(r#"activity="1001""#));
+    }
 
     #[test]
     fn series_exist_before_the_first_request() {
         let metrics = Metrics::new();
         preset_static_series(&metrics);
-        preset_activity_series(&metrics, "1001", true);
+        let settings = settings();
+        preset_activity_series(&metrics, settings.activities.get("1001").unwrap());
         let text = String::from_utf8(metrics.encode()).unwrap();
         for needle in [
             r#"flashgate_admission_decisions_total{activity="1001",decision="sold_out"} 0"#,

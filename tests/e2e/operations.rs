@@ -554,3 +554,24 @@ async fn an_upgrade_with_no_gateway_to_take_over_from_gives_up_and_says_so() {
     // It never took the ports.
     assert!(std::net::TcpListener::bind(("127.0.0.1", config.listen_port)).is_ok());
 }
+
+/// A reload that removes an activity drops its series from `/metrics` at once (no restart):
+/// the dashboard's activity picker and sums forget it; the one kept keeps its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_removed_activitys_series_leave_at_the_reload() {
+    let (_redis, _upstream, config) = backends(vec![
+        TestActivity::open("1001", 5),
+        TestActivity::open("2002", 5),
+    ]);
+    let mut gw = GatewayProc::start(config.clone());
+    let before = gw.metrics().await;
+    assert!(before.contains(r#"activity="2002""#));
+    let mut kept = config.clone();
+    kept.activities.retain(|a| a.id == "1001");
+    gw.rewrite_config(kept);
+    let reload = gw.admin_post("/v1/config/reload").await;
+    assert_eq!(reload.status, 200, "{}", reload.text());
+    let after = gw.metrics().await;
+    assert!(!after.contains(r#"activity="2002""#), "{after}");
+    assert!(after.contains(r#"flashgate_stock_remaining{activity="1001"}"#));
+}
