@@ -32,6 +32,7 @@ pub fn record(e: &Entry<'_>) {
     tracing::info!(
         target: TARGET,
         activity = e.activity,
+        variant = facts.activity.as_ref().and_then(|a| a.variant.as_deref()),
         user = facts.user.as_deref(),
         qty = facts.qty,
         stock_before = facts.stock_after.map(|after| after + taken),
@@ -56,7 +57,7 @@ pub fn record_edge(
     let shown = &raw[..raw.len().min(256)];
     tracing::info!(
         target: TARGET,
-        outcome = "bad_request",
+        outcome = refusal.decision().code(),
         edge = refusal.as_str(),
         method = %req.method,
         target = ?String::from_utf8_lossy(shown),

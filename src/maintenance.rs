@@ -87,7 +87,7 @@ impl Maintenance {
             let prewarmed = match segments::prewarm(&gw.store, activity).await {
                 Ok(p) => p,
                 Err(e) => {
-                    tracing::warn!(activity = %activity.id, error = %e, "prewarm failed");
+                    tracing::warn!(activity = %activity.id, variant = activity.variant.as_deref(), error = %e, "prewarm failed");
                     continue;
                 }
             };
@@ -223,12 +223,13 @@ impl Maintenance {
                 .inc_by(u64::from(report.created));
             // No sold-out mark to clear: any mark on this version was set after a reserve saw
             // the key this call created (clearing it here would race with that reserve).
-            tracing::info!(activity = %activity.id, version = activity.version,
-                stock = activity.stock, open = (window == SaleWindow::Open), "stock prewarmed");
+            tracing::info!(activity = %activity.id, variant = activity.variant.as_deref(),
+                version = activity.version, stock = activity.stock,
+                open = (window == SaleWindow::Open), "stock prewarmed");
         }
         for segment in &report.stock_key_removed {
-            tracing::error!(activity = %activity.id, version = activity.version, segment,
-                "stock key is gone but the version is on sale there: not re-created; raise the version to restock");
+            tracing::error!(activity = %activity.id, variant = activity.variant.as_deref(),
+                version = activity.version, segment, "stock key is gone but the version is on sale there: not re-created; raise the version to restock");
         }
     }
 }

@@ -654,4 +654,12 @@ async fn a_half_size_is_a_variant_of_its_own() {
     assert_eq!(variants, ["40.5", "40"], "{claims:?}");
     let view = settled(&gw).await;
     assert_eq!(view["confirmed"], 2, "{view}");
+    // The decision lines and the prewarm's name the size.
+    let logs = gw.logs();
+    assert!(logs.contains(r#"variant="40.5""#), "{logs}");
+    assert!(
+        logs.lines()
+            .any(|l| l.contains("stock prewarmed") && l.contains(r#"variant="40.5""#)),
+        "{logs}"
+    );
 }
