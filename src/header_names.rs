@@ -63,7 +63,7 @@ pub const CLIENT_CLAIMS: [&str; 34] = [
 /// [`CLIENT_CLAIMS`] (a backend that authorises on `X-Forwarded-Groups: admins` must not be open
 /// to anyone who reaches the gateway). A trailing `*` matches every name with that prefix.
 /// `identity.strip_headers` adds more; the configured identity header has its own rule.
-pub const IDENTITY_CLAIMS: [&str; 45] = [
+pub const IDENTITY_CLAIMS: [&str; 56] = [
     // oauth2-proxy (`--set-xauthrequest`, `--pass-user-headers`), nginx `auth_request`.
     "x-forwarded-user",
     "x-forwarded-email",
@@ -93,10 +93,24 @@ pub const IDENTITY_CLAIMS: [&str; 45] = [
     "x-pomerium-*",
     // Vouch Proxy.
     "x-vouch-*",
-    // Kong's authentication plugins.
+    // Kong's authentication plugins, and kong-oidc (not `X-Access-Token`, which clients send
+    // themselves).
     "x-consumer-*",
     "x-authenticated-*",
     "x-credential-identifier",
+    "x-credential-username",
+    "x-anonymous-consumer",
+    "x-userinfo",
+    "x-id-token",
+    // Apache mod_auth_openidc and mod_auth_mellon.
+    "oidc-claim-*",
+    "oidc-access-token",
+    "oidc-id-token*",
+    "mellon-*",
+    // Google Cloud Endpoints and API Gateway; WSO2.
+    "x-endpoint-api-userinfo",
+    "x-apigateway-api-userinfo",
+    "x-jwt-assertion*",
     // Tailscale serve / funnel.
     "tailscale-user-*",
     // Shibboleth behind a proxy.
@@ -149,22 +163,32 @@ pub fn cookies<'h>(headers: &'h http::HeaderMap, name: &str) -> Vec<&'h str> {
 }
 
 /// Every value of a cookie whose name reads as `name` to some framework: trimmed, percent-decoded
-/// (PHP, Rack) and compared without case (ASP.NET Core): `Session`, ` session `, `%73ession`.
-pub fn cookies_read_as<'h>(headers: &'h http::HeaderMap, name: &str) -> Vec<&'h str> {
+/// (PHP, Rack) and compared without case (ASP.NET Core): `Session`, ` session `, `%73ession`;
+/// in a header of any bytes (one byte not ASCII does not hide the rest), split at `;` and at
+/// `,` (Python's `SimpleCookie`); each value unquoted and percent-decoded (PHP, Rack, Express),
+/// as the frameworks that read it most leniently would.
+pub fn cookies_read_as(headers: &http::HeaderMap, name: &str) -> Vec<String> {
+    let decode = |s: &str| {
+        percent_encoding::percent_decode_str(s)
+            .decode_utf8_lossy()
+            .into_owned()
+    };
     let reads_as = |k: &str| {
         let k = k.trim_matches(|c: char| c.is_whitespace() || c == '"');
-        let decoded = percent_encoding::percent_decode_str(k).decode_utf8_lossy();
-        decoded.trim().eq_ignore_ascii_case(name)
+        decode(k).trim().eq_ignore_ascii_case(name)
     };
-    headers
-        .get_all(http::header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .filter_map(|pair| pair.split_once('='))
-        .filter(|(k, _)| reads_as(k))
-        .map(|(_, v)| v.trim())
-        .collect()
+    let mut out = Vec::new();
+    for value in headers.get_all(http::header::COOKIE) {
+        let text = String::from_utf8_lossy(value.as_bytes());
+        for pair in text.split([';', ',']) {
+            if let Some((k, v)) = pair.split_once('=') {
+                if reads_as(k) {
+                    out.push(decode(v.trim().trim_matches('"')));
+                }
+            }
+        }
+    }
+    out
 }
 
 fn cookie_values<'h, 'n>(

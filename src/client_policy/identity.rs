@@ -179,14 +179,16 @@ impl JwtVerifier {
             return Err(Unidentified::Ambiguous);
         }
         let from_cookie = || cookies.first().and_then(|t| self.verify(t));
-        if let (Some(bearer), Some(other)) = (bearer, read_as.first()) {
-            // A cookie only a lenient framework reads as the session one, beside a bearer: it
-            // must name the same buyer.
-            if cookies.is_empty() {
-                let user = bearer_token(bearer).and_then(|t| self.verify(t));
-                if user.is_some() && self.verify(other).is_some_and(|o| Some(o) != user) {
-                    return Err(Unidentified::Ambiguous);
-                }
+        if let Some(bearer) = bearer {
+            // Any cookie some framework reads as the session one, beside a bearer: it must name
+            // the same buyer (or nobody: a stale cookie).
+            let user = bearer_token(bearer).and_then(|t| self.verify(t));
+            let other = read_as
+                .iter()
+                .filter_map(|t| self.verify(t))
+                .find(|o| Some(o) != user.as_ref());
+            if user.is_some() && other.is_some() {
+                return Err(Unidentified::Ambiguous);
             }
         }
         let Some(bearer) = bearer else {
@@ -473,6 +475,23 @@ mod tests {
                 "bearer + {other}"
             );
         }
+        // The second adversarial pass: another buyer's cookie quoted, percent-encoded, after a
+        // comma, or in a header with a byte that is not ASCII.
+        let quoted = format!("session=\"{bob}\"");
+        let encoded_value = format!("session={}", bob.replace('.', "%2E"));
+        let comma = format!("x=1, session={bob}");
+        for cookie in [&quoted, &encoded_value, &comma] {
+            let mixed = [("authorization", a.as_str()), ("cookie", cookie.as_str())];
+            assert_eq!(ask(&mixed), Err(Unidentified::Ambiguous), "{cookie}");
+        }
+        let mut non_ascii = headers(&[("authorization", &a)]);
+        let mut bytes = b"x=\xe9; session=".to_vec();
+        bytes.extend_from_slice(bob.as_bytes());
+        non_ascii.append(
+            http::header::COOKIE,
+            http::HeaderValue::from_bytes(&bytes).unwrap(),
+        );
+        assert_eq!(id.identify(&non_ascii, None), Err(Unidentified::Ambiguous));
         assert_eq!(ask(&[]), Err(Unidentified::Missing));
         assert_eq!(
             Unidentified::Ambiguous.decision().reply().code,

@@ -97,15 +97,17 @@ const MAX_READINGS: usize = 24;
 /// otherwise: its path percent-decoded once or twice more (`%252F` becoming `/`, joining or
 /// splitting segments), and each of those read again with a decoded `?` or `#` as the end of
 /// the path (a proxy that decodes and then parses, the Apache `mod_rewrite [P]` class) after
-/// Unicode NFKC (`／ ？ ＃ ％` read as `/ ? # %`). A decoded `;` needs no reading of its own:
+/// Unicode NFKC (`／ ？ ＃ ％` read as `/ ? # %`), and the paths a front controller routes by
+/// from the query ([`Target::routed_by_query`]). A decoded `;` needs no reading of its own:
 /// [`target`] cuts `;params` from every decoded segment already.
 ///
 /// Approximation: four rounds of either at most (three more decodes, and the structure read
 /// after the last: a target encoded five times over is not read as a chain of four decoding
 /// proxies would), and at most [`MAX_READINGS`].
 pub fn other_readings(target: &Target) -> Vec<Target> {
-    let mut out: Vec<Target> = Vec::new();
+    let mut out: Vec<Target> = target.routed_by_query();
     let mut round = vec![target.clone()];
+    round.extend(out.iter().cloned());
     for _ in 0..4 {
         let mut next = Vec::new();
         for t in &round {

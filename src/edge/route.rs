@@ -80,11 +80,14 @@ pub fn resembles(route: &SaleRoute, target: &Target) -> bool {
         })
 }
 
-/// Characters a lenient router (or a normalising layer in front of it) drops: the soft hyphen,
-/// zero-width spaces and joiners, direction marks, word joiners, variation selectors, the BOM,
-/// the Mongolian vowel separator, Hangul fillers.
+/// Characters a lenient router (or a normalising layer in front of it, ICU's NFKC_Casefold)
+/// drops: the soft hyphen, zero-width spaces and joiners, direction marks, word joiners,
+/// variation selectors, the BOM, the Mongolian vowel separator, Hangul fillers, interlinear
+/// annotation marks, shorthand format controls, musical formatting, tags.
 fn invisible(c: char) -> bool {
     matches!(c,
+        '\u{FFF9}'..='\u{FFFB}' | '\u{1BCA0}'..='\u{1BCA3}' | '\u{1D173}'..='\u{1D17A}'
+        | '\u{E0000}'..='\u{E0FFF}' |
         '\u{00AD}' | '\u{034F}' | '\u{061C}' | '\u{115F}' | '\u{1160}' | '\u{17B4}' | '\u{17B5}'
         | '\u{180B}'..='\u{180F}' | '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}'
         | '\u{2060}'..='\u{206F}' | '\u{3164}' | '\u{FE00}'..='\u{FE0F}' | '\u{FEFF}'
@@ -93,10 +96,11 @@ fn invisible(c: char) -> bool {
 
 /// A path segment as the most lenient router could read it: percent-decoded up to twice more
 /// (a backend behind another proxy decodes again), Unicode-normalised (NFKC, then combining marks
-/// and invisible characters dropped: `ｂｕｙ` and `büy` read as `buy`), lower-cased, cut at a
-/// `:` (an NTFS stream, `buy::$DATA`), surrounding whitespace and trailing dots trimmed (IIS and
-/// .NET drop them), and a format suffix (`.json`, `.php`: a dot and up to eight letters or
-/// digits; Spring's suffix matching) cut.
+/// and invisible characters dropped: `ｂｕｙ` and `büy` read as `buy`), case-folded as Java's
+/// `equalsIgnoreCase` does too (the dotless `ı` as `i`), cut at a `:` (an NTFS stream,
+/// `buy::$DATA`), surrounding whitespace trimmed, and cut at its first dot after the first
+/// character (a format: Spring's suffix matching reads `buy.*`, Rails `buy.:format`; IIS and
+/// .NET drop trailing dots).
 fn loose(segment: &str) -> String {
     use unicode_normalization::char::is_combining_mark;
     use unicode_normalization::UnicodeNormalization;
@@ -114,22 +118,16 @@ fn loose(segment: &str) -> String {
         .collect::<String>()
         .nfd()
         .filter(|c| !is_combining_mark(*c) && !invisible(*c))
+        .map(|c| if c == '\u{0131}' { 'i' } else { c })
         .collect::<String>()
         .to_lowercase();
     let stem = folded.split(':').next().unwrap_or_default();
-    let trimmed = stem
-        .trim_matches(|c: char| c.is_whitespace() || c.is_control())
-        .trim_end_matches(|c: char| c == '.' || c.is_whitespace());
-    match trimmed.rsplit_once('.') {
-        Some((stem, ext))
-            if !stem.is_empty()
-                && (1..=8).contains(&ext.len())
-                && ext.chars().all(|c| c.is_ascii_alphanumeric()) =>
-        {
-            stem.to_owned()
-        }
-        _ => trimmed.to_owned(),
-    }
+    let trimmed = stem.trim_matches(|c: char| c.is_whitespace() || c.is_control());
+    let cut = match trimmed.char_indices().skip(1).find(|(_, c)| *c == '.') {
+        Some((at, _)) => &trimmed[..at],
+        None => trimmed,
+    };
+    cut.trim_end_matches(|c: char| c.is_whitespace()).to_owned()
 }
 
 #[cfg(test)]

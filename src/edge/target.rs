@@ -98,6 +98,43 @@ impl Target {
         (again.segments.is_ok() && again.segments != self.segments).then_some(again)
     }
 
+    /// The paths a front controller routes by instead of this one, read from the query:
+    /// all of it when it starts with `/` (CodeIgniter's `index.php?/a/b`), and the values of
+    /// the parameters routers read a path from (`_url` Phalcon, `q` Drupal, `rest_route`
+    /// WordPress, `r` Yii, `route` OpenCart), each read as a request target with this method.
+    ///
+    /// Approximation: other parameters holding a path (`next=`, `redirect=`: a login's way back
+    /// to the purchase page) are not read as routes: they are links, not routing.
+    pub fn routed_by_query(&self) -> Vec<Target> {
+        const ROUTER_PARAMS: [&str; 5] = ["_url", "q", "rest_route", "r", "route"];
+        let Some(query) = self.query.as_deref() else {
+            return Vec::new();
+        };
+        let decode = |v: &str| {
+            String::from_utf8_lossy(&percent_decode(v.replace('+', " ").as_bytes())).into_owned()
+        };
+        let mut paths = Vec::new();
+        let whole = decode(query);
+        if whole.starts_with('/') {
+            paths.push(whole.split('&').next().unwrap_or_default().to_owned());
+        }
+        for pair in query.split('&') {
+            let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+            if ROUTER_PARAMS.contains(&lenient_name(name).as_str()) {
+                let value = decode(value);
+                if value.contains('/') {
+                    paths.push(format!("/{}", value.trim_start_matches('/')));
+                }
+            }
+        }
+        paths
+            .iter()
+            .take(4)
+            .map(|p| Target::of(&self.method, p.as_bytes()))
+            .filter(|t| t.segments.is_ok())
+            .collect()
+    }
+
     /// The path a target that is no sale route is forwarded with: its segments, each
     /// percent-encoded again where a router could read a byte otherwise (`/`, `%`, `?`, `#`,
     /// `;`, `\`, spaces, non-ASCII...), joined by `/`, the trailing slash kept. `None` when

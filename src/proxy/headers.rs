@@ -63,7 +63,8 @@ pub fn strip_response_hop_by_hop(resp: &mut ResponseHeader) {
     }
 }
 
-/// A header name as CGI-style servers read it: case and `_` / `-` do not matter.
+/// A header name as CGI-style servers read it: case does not matter, and every character but
+/// a letter or a digit reads as `-` (CGI maps `-` to `_`; lighttpd maps every other one too).
 fn reads_as(name: &str, other: &str) -> bool {
     name.len() == other.len()
         && name
@@ -74,8 +75,8 @@ fn reads_as(name: &str, other: &str) -> bool {
 
 fn norm(b: u8) -> u8 {
     match b {
-        b'_' => b'-',
-        b => b.to_ascii_lowercase(),
+        b if b.is_ascii_alphanumeric() => b.to_ascii_lowercase(),
+        _ => b'-',
     }
 }
 

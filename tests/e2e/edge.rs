@@ -421,6 +421,10 @@ async fn no_spelling_or_method_reaches_a_lenient_shop_unreserved() {
         "/api/seckill/1001/buy%u003Fx=1",
         "/api/seckill/1001/buy.json",
         "/index.php/api/seckill/1001/buy",
+        // The second pass: any format after a dot, the dotless i, routing by the query.
+        "/api/seckill/1001/buy.a.b",
+        "/api/seck%C4%B1ll/1001/buy",
+        "/index.php?/api/seckill/1001/buy",
     ]
     .iter()
     .enumerate()

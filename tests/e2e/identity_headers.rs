@@ -39,6 +39,12 @@ const FAMILIES: &[(&str, &str)] = &[
     ("Tailscale", "Tailscale-User-Login"),
     ("Shibboleth", "Shib-Identity-Provider"),
     ("Cloudflare mTLS", "Cf-Client-Cert-Sha256"),
+    // The second pass: other separators (lighttpd maps every one to `_`), more families.
+    ("lighttpd-read separators", "X.Remote.User"),
+    ("lighttpd-read separators", "Shib+Uid"),
+    ("mod_auth_openidc", "Oidc-Claim-Email"),
+    ("kong-oidc", "X-Userinfo"),
+    ("Google Cloud Endpoints", "X-Endpoint-Api-Userinfo"),
     ("identity.strip_headers", "X-Corp-Role"),
     ("an underscore spelling", "X_Forwarded_Groups"),
 ];
