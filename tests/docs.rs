@@ -175,6 +175,7 @@ fn the_readme_is_a_map_and_docs_has_a_page_per_reader() {
         "operating.md",
         "configuration.md",
         "architecture.md",
+        "sneaker-drop.md",
     ] {
         assert!(repo_path("docs").join(page).exists(), "docs/{page}");
         assert!(
@@ -414,4 +415,21 @@ fn the_operating_guide_counts_the_panels_and_names_every_alert() {
             "{name} is not in operating.md"
         );
     }
+}
+
+/// docs/sneaker-drop.md's worked configuration is valid as written (secrets set).
+#[test]
+fn the_sneaker_drops_configuration_is_valid() {
+    let page = std::fs::read_to_string(repo_path("docs/sneaker-drop.md")).unwrap();
+    let yaml = page
+        .split("```yaml\n")
+        .nth(1)
+        .and_then(|rest| rest.split("```").next())
+        .expect("a yaml block");
+    let secrets = |_: &str| Some("s".repeat(32));
+    let settings = flashgate::config::Settings::from_yaml(yaml, &repo_path("docs"), &secrets)
+        .unwrap_or_else(|e| panic!("docs/sneaker-drop.md: {e}"));
+    let drop = settings.activities.get("runner-drop").expect("the drop");
+    assert_eq!(drop.variants.len(), 3);
+    assert!(drop.queue.is_some());
 }
