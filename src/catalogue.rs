@@ -257,10 +257,11 @@ impl Message {
                 return Cow::Owned(format!("you are number {position} in the queue"))
             }
             QueueBeforeDraw { count } => {
+                let buyers = if count == 1 { "buyer" } else { "buyers" };
                 return Cow::Owned(format!(
-                    "you are in the queue with {count} buyers so far: places are drawn at \
+                    "you are in the queue with {count} {buyers} so far: places are drawn at \
                      random when the sale starts, arriving earlier gives no advantage"
-                ))
+                ));
             }
             QueuePaused { position } => {
                 return Cow::Owned(format!(
@@ -523,6 +524,14 @@ mod tests {
             assert!(han(zh), "{l:?} has no Chinese text");
             assert_eq!(en.contains("{n}"), zh.contains("{n}"), "{l:?}");
         }
+    }
+
+    #[test]
+    fn one_buyer_is_a_buyer() {
+        let one = Message::QueueBeforeDraw { count: 1 }.text(Lang::En);
+        assert!(one.contains("with 1 buyer so far"), "{one}");
+        let two = Message::QueueBeforeDraw { count: 2 }.text(Lang::En);
+        assert!(two.contains("with 2 buyers so far"), "{two}");
     }
 
     #[test]
