@@ -61,11 +61,25 @@ pub struct Sale<'a> {
     pub page: &'a ActivityPage,
 }
 
-/// A purchase as asked, to send again: its method and target.
+/// A purchase as asked, to send again: its method and target; for a size sold out under the
+/// buyer's click, that size's title and the other sizes to buy instead.
 #[derive(Debug, Clone, Copy)]
 pub struct Again<'a> {
     pub method: &'a str,
     pub target: &'a str,
+    /// The size that sold out, by its title (its id without one).
+    pub sold_out: Option<&'a str>,
+    /// The drop's other sizes, each to buy with the same ticket.
+    pub choices: &'a [Choice],
+}
+
+/// One size a page offers to buy: its title, the purchase's target for it, and whether this
+/// gateway knows it sold out.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Choice {
+    pub title: String,
+    pub action: String,
+    pub available: bool,
 }
 
 /// A waiting page to write: where the buyer stands and where their turn takes them.
@@ -117,11 +131,18 @@ impl Pages {
         let retry = reply
             .retry_after_secs
             .map(|n| Label::RetryAfter.text(lang).replace("{n}", &n.to_string()));
+        let message = match again.and_then(|a| a.sold_out) {
+            Some(size) if reply.code == "sold_out" => {
+                crate::catalogue::variant_sold_out(lang, size).into()
+            }
+            _ => reply.message.text(lang),
+        };
         let ctx = context! {
             lang => lang.as_str(),
             code => reply.code,
             status => reply.status.as_u16(),
-            message => reply.message.text(lang),
+            message => message,
+            choices => minijinja::value::Serde(again.map_or(&[][..], |a| a.choices)),
             heading => heading.text(lang),
             retry_after_secs => reply.retry_after_secs,
             retry_text => retry,

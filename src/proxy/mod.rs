@@ -288,6 +288,8 @@ impl RequestCtx {
                 .map(|(method, uri)| crate::pages::Again {
                     method: method.as_str(),
                     target: uri.path_and_query().map_or("/", |p| p.as_str()),
+                    sold_out: None,
+                    choices: &[],
                 }),
         }
     }

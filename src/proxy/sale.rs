@@ -191,8 +191,55 @@ impl FlashProxy {
                 Ok(())
             }
             Verdict::Queue(reply) => Err(self.answer_queued(session, ctx, *reply).await),
+            Verdict::Refuse(Decision::SoldOut) if ctx.client.html => {
+                Err(self.size_sold_out(session, ctx).await)
+            }
             Verdict::Refuse(decision) => Err(refuse(session, ctx, decision).await),
         }
+    }
+
+    /// A size of a drop sold out under a page client's click: the page names it by its title
+    /// and offers the drop's other sizes, each to buy with the same ticket (a turn in the
+    /// waiting room is kept: its admission window runs on); those this gateway knows sold out
+    /// are shown but cannot be pressed.
+    async fn size_sold_out(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<bool> {
+        let activity = ctx.sale.as_ref().and_then(|f| f.activity.clone());
+        let (Some(activity), Some((method, uri))) = (activity, ctx.canonical.clone()) else {
+            return refuse(session, ctx, Decision::SoldOut).await;
+        };
+        let Some(sold) = activity.variant.clone() else {
+            return refuse(session, ctx, Decision::SoldOut).await;
+        };
+        let settings = &ctx.generation.settings;
+        let canonical = uri.path_and_query().map_or("/", |p| p.as_str());
+        let target = Target::of(&method, canonical.as_bytes());
+        let Some((route, _)) = crate::edge::sale_route(settings, &target) else {
+            return refuse(session, ctx, Decision::SoldOut).await;
+        };
+        let slot = crate::waiting::page::purchase_target(route, &activity, canonical);
+        let title =
+            |v: &crate::config::Variant| v.title.clone().unwrap_or_else(|| v.id.to_string());
+        let ttl = settings.sold_out_cache.ttl;
+        let choices: Vec<crate::pages::Choice> = (activity.variants.iter())
+            .filter(|v| v.id != sold)
+            .map(|v| crate::pages::Choice {
+                title: title(v),
+                action: slot.replace(crate::waiting::page::VARIANT_SLOT, &v.id),
+                available: settings
+                    .activities
+                    .lane(&activity.id, Some(&v.id))
+                    .is_some_and(|lane| !self.gw.checkout.sale.is_sold_out(lane, ttl)),
+            })
+            .collect();
+        let sold_title = activity.variants.iter().find(|v| v.id == sold).map(title);
+        ctx.decision = Some(Decision::SoldOut);
+        let mut how = ctx.answering();
+        if let Some(again) = how.again.as_mut() {
+            again.sold_out = sold_title.as_deref();
+            again.choices = &choices;
+        }
+        super::respond::decision(session, &how, &Decision::SoldOut).await?;
+        Ok(true)
     }
 
     /// Winners (and passthroughs) take a slot at the backend, waiting in line if need be; the

@@ -81,3 +81,90 @@ async fn before_the_opening_the_buyer_sees_when_and_the_page_buys_at_the_opening
             .await;
     }
 }
+
+/// A size sold out under the buyer's click is not a dead end: the page names it by its title,
+/// says other sizes may remain, and offers them (one known sold out shown but disabled); the
+/// buyer presses another size and buys it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_size_sold_out_under_the_click_offers_the_others() {
+    use serde_json::json;
+    let redis = RedisServer::start();
+    let upstream = Upstream::start();
+    let mut config = TestConfig::new(
+        &redis,
+        &upstream,
+        vec![TestActivity::open("2001", 0).limit(1)],
+    )
+    .jwt_identity(Jwt::session_cookie());
+    config.per_user = None;
+    let sizes = json!([
+        {"id": "41", "stock": 1, "title": "EU 41"},
+        {"id": "42", "stock": 3, "title": "EU 42"},
+        {"id": "43", "stock": 1, "title": "EU 43"},
+    ]);
+    let config = config
+        .set("/activities/0/stock", serde_json::Value::Null)
+        .set("/activities/0/variants", sizes)
+        .set("/sale_routes/0/variant_query", json!("size"));
+    let gw = GatewayProc::start_with_env(config, &[("FLASHGATE_IDENTITY_SECRET", IDENTITY_SECRET)]);
+    // Others buy the last EU 41 and the last EU 43 first.
+    for (user, size) in [("bob", "41"), ("carol", "43")] {
+        let bearer = format!("Bearer {}", token(user));
+        let path = format!("/api/seckill/2001/buy?size={size}");
+        let r = request(gw.addr, "POST", &path, &[("Authorization", &bearer)]).await;
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    // Someone asking for EU 43 after that teaches this gateway it is gone (its mark).
+    let bearer = format!("Bearer {}", token("dave"));
+    let r = request(
+        gw.addr,
+        "POST",
+        "/api/seckill/2001/buy?size=43",
+        &[("Authorization", &bearer)],
+    )
+    .await;
+    assert_eq!(r.code(), "sold_out");
+    let browser = Browser::start().await;
+    let origin = format!("http://{}", gw.addr);
+    sign_in(&browser, &origin, "alice").await;
+    press_buy(&browser, "/api/seckill/2001/buy?size=41").await;
+    let read = "var b = Array.from(document.querySelectorAll('#variants button')); \
+                return [document.documentElement.getAttribute('data-flashgate-code'), \
+                document.body ? document.body.innerText : '', \
+                b.map(function (x) { return [x.textContent, x.disabled]; })];";
+    let shown = wait_for_async(
+        "the sold-out page with the other sizes",
+        Duration::from_secs(15),
+        || async {
+            let v = browser.script(read).await;
+            (v[0] == "sold_out" && v[2].as_array().is_some_and(|b| !b.is_empty())).then_some(v)
+        },
+    )
+    .await;
+    let text = shown[1].as_str().unwrap();
+    assert!(text.contains("variant EU 41 is sold out"), "{shown}");
+    assert_eq!(
+        shown[2],
+        json!([["EU 42", false], ["EU 43", true]]),
+        "{shown}"
+    );
+    browser.screenshot("size-sold-out-en").await;
+    browser
+        .script("document.querySelector('#variants button:not([disabled])').click();")
+        .await;
+    let sold = wait_for_async("alice's EU 42", Duration::from_secs(15), || async {
+        let bought: Vec<_> = upstream
+            .requests()
+            .await
+            .into_iter()
+            .filter(|r| r["headers"].get("x-flashgate-reservation").is_some())
+            .filter(|r| r["query"].as_str().is_some_and(|q| q.contains("size=42")))
+            .collect();
+        (!bought.is_empty()).then_some(bought)
+    })
+    .await;
+    assert_eq!(sold.len(), 1);
+    let _ = browser
+        .call("DELETE", &format!("/session/{}", browser.session), None)
+        .await;
+}
