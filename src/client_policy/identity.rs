@@ -3,44 +3,15 @@
 //! Two sources of identity:
 //! - a header set by an auth layer in front. With `trusted_proxies`, the header counts only when
 //!   the TCP peer is one of those proxies: anyone else could type any user id into it;
-//! - a bearer token (an `Authorization: Bearer` header, or a named cookie) verified here with
-//!   the configured keys, by `kid`: the token's `alg` must be its key's algorithm (no algorithm
-//!   confusion, and "none" is never accepted), `exp` is required, `nbf`, `iss` and `aud` are
-//!   checked where given, and the user id is the configured claim.
+//! - a bearer token (an `Authorization: Bearer` header, or a named cookie), verified by
+//!   [`super::token`].
 
-use crate::config::{IdentitySettings, IdentitySource, JwtIdentitySettings};
-use http::{header, HeaderMap, HeaderName};
+use super::token::{user_id, JwtVerifier};
+pub use super::token::{Unidentified, MAX_USER_ID_LEN};
+use crate::config::{IdentitySettings, IdentitySource};
+use http::{HeaderMap, HeaderName};
 use ipnet::IpNet;
-use jsonwebtoken::{DecodingKey, Validation};
 use std::net::IpAddr;
-
-/// Longest user id accepted, from a header or a token claim.
-pub const MAX_USER_ID_LEN: usize = 128;
-
-/// Longest identity token accepted (a guard against giant headers and cookies).
-const MAX_TOKEN_LEN: usize = 8 * 1024;
-
-/// Why a request names no buyer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Unidentified {
-    /// No identity, or one that does not verify (answered `unauthenticated`).
-    Missing,
-    /// More than one: two `Authorization` headers, a bearer token and a session cookie of
-    /// different buyers, or the session cookie twice with different values (answered
-    /// `bad_request`: the gateway never picks one while the backend may read another).
-    Ambiguous,
-}
-
-impl Unidentified {
-    /// What the buyer is told: none (401 `unauthenticated`), or two (400 `bad_request`).
-    pub fn decision(self) -> crate::decision::Decision {
-        use crate::decision::{BadRequest, Decision};
-        match self {
-            Unidentified::Missing => Decision::Unauthenticated,
-            Unidentified::Ambiguous => Decision::BadRequest(BadRequest::IdentityAmbiguous),
-        }
-    }
-}
 
 pub struct Identifier {
     source: Source,
@@ -50,12 +21,6 @@ pub struct Identifier {
 enum Source {
     Header(HeaderName),
     Jwt(JwtVerifier),
-}
-
-struct JwtVerifier {
-    keys: Vec<(String, DecodingKey, Validation)>,
-    claim: String,
-    cookie: Option<String>,
 }
 
 impl Identifier {
@@ -125,116 +90,6 @@ impl Identifier {
     }
 }
 
-impl JwtVerifier {
-    fn new(settings: &JwtIdentitySettings) -> Self {
-        let keys = settings
-            .keys
-            .iter()
-            .map(|k| {
-                let mut v = Validation::new(k.algorithm);
-                v.leeway = settings.leeway.as_secs();
-                v.validate_exp = true;
-                v.validate_nbf = true;
-                // A claim that is checked must be there: a token without `aud` (or `iss`) is
-                // not one for this audience (or from this issuer).
-                let mut required = vec!["exp"];
-                required.extend(settings.audience.as_ref().map(|_| "aud"));
-                required.extend(settings.issuer.as_ref().map(|_| "iss"));
-                v.set_required_spec_claims(&required);
-                match &settings.audience {
-                    Some(aud) => v.set_audience(&[aud]),
-                    None => v.validate_aud = false,
-                }
-                if let Some(iss) = &settings.issuer {
-                    v.set_issuer(&[iss]);
-                }
-                (k.kid.clone(), k.key.clone(), v)
-            })
-            .collect();
-        JwtVerifier {
-            keys,
-            claim: settings.claim.clone(),
-            cookie: settings.cookie.clone(),
-        }
-    }
-
-    /// The buyer one request names: the bearer token's, else the session cookie's; refused
-    /// when it names two (see [`Unidentified::Ambiguous`]).
-    fn identify(&self, headers: &HeaderMap) -> Result<String, Unidentified> {
-        let mut auth = headers.get_all(header::AUTHORIZATION).iter();
-        let (bearer, more) = (auth.next(), auth.next());
-        if more.is_some() {
-            return Err(Unidentified::Ambiguous);
-        }
-        let (cookies, read_as) = match &self.cookie {
-            Some(name) => (
-                crate::header_names::cookies(headers, name),
-                crate::header_names::cookies_read_as(headers, name),
-            ),
-            None => (Vec::new(), Vec::new()),
-        };
-        // Any cookie another framework reads as the session one (`Session`, `%73ession`,
-        // ` session`) counts: two values are two identities, whichever one a backend picks.
-        if read_as.iter().any(|c| *c != read_as[0]) {
-            return Err(Unidentified::Ambiguous);
-        }
-        let from_cookie = || cookies.first().and_then(|t| self.verify(t));
-        if let Some(bearer) = bearer {
-            // Any cookie some framework reads as the session one, beside a bearer: it must name
-            // the same buyer (or nobody: a stale cookie).
-            let user = bearer_token(bearer).and_then(|t| self.verify(t));
-            let other = read_as
-                .iter()
-                .filter_map(|t| self.verify(t))
-                .find(|o| Some(o) != user.as_ref());
-            if user.is_some() && other.is_some() {
-                return Err(Unidentified::Ambiguous);
-            }
-        }
-        let Some(bearer) = bearer else {
-            return from_cookie().ok_or(Unidentified::Missing);
-        };
-        let user = bearer_token(bearer)
-            .and_then(|t| self.verify(t))
-            .ok_or(Unidentified::Missing)?;
-        match from_cookie() {
-            Some(other) if other != user => Err(Unidentified::Ambiguous),
-            _ => Ok(user),
-        }
-    }
-
-    fn verify(&self, token: &str) -> Option<String> {
-        if token.is_empty() || token.len() > MAX_TOKEN_LEN {
-            return None;
-        }
-        let header = jsonwebtoken::decode_header(token).ok()?;
-        // By kid; a token without one is accepted only when there is a single key.
-        let (_, key, validation) = match header.kid.as_deref() {
-            Some(kid) => self.keys.iter().find(|(k, _, _)| k == kid)?,
-            None if self.keys.len() == 1 => &self.keys[0],
-            None => return None,
-        };
-        let data = jsonwebtoken::decode::<serde_json::Map<String, serde_json::Value>>(
-            token, key, validation,
-        )
-        .ok()?;
-        // A claim is the user id as signed: surrounding whitespace is not trimmed into another
-        // user's id (a token for " alice" is not alice's), it is refused.
-        let claimed = data.claims.get(&self.claim)?.as_str()?;
-        user_id(claimed)
-            .filter(|id| id.len() == claimed.len())
-            .map(str::to_owned)
-    }
-}
-
-/// The token of an `Authorization: Bearer` header.
-fn bearer_token(value: &http::HeaderValue) -> Option<&str> {
-    let (scheme, token) = value.to_str().ok()?.split_once(' ')?;
-    scheme
-        .eq_ignore_ascii_case("bearer")
-        .then_some(token.trim())
-}
-
 /// Exactly one value of a header (two identities are none).
 fn single<'h>(headers: &'h HeaderMap, name: &HeaderName) -> Option<&'h http::HeaderValue> {
     let mut values = headers.get_all(name).iter();
@@ -242,19 +97,11 @@ fn single<'h>(headers: &'h HeaderMap, name: &HeaderName) -> Option<&'h http::Hea
     values.next().is_none().then_some(value)
 }
 
-/// A user id as the gateway accepts it: non-empty after trimming, at most
-/// [`MAX_USER_ID_LEN`] bytes of visible ASCII and spaces.
-fn user_id(raw: &str) -> Option<&str> {
-    let user = raw.trim();
-    let valid = !user.is_empty()
-        && user.len() <= MAX_USER_ID_LEN
-        && user.bytes().all(|b| b.is_ascii_graphic() || b == b' ');
-    valid.then_some(user)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::JwtIdentitySettings;
+    use jsonwebtoken::DecodingKey;
 
     impl Identifier {
         /// The buyer, or `None` whatever the reason.

@@ -7,6 +7,7 @@ pub mod fleet_limit;
 pub mod identity;
 pub mod policy;
 pub mod rate_limit;
+mod token;
 
 pub use policy::{LimitKind, LimitMode, PassthroughOutcome, Policy};
 
