@@ -70,25 +70,61 @@ impl Generation {
 
 /// The current generation, shared by everything that reads configuration.
 #[derive(Clone)]
-pub struct Live(Arc<ArcSwap<Generation>>);
+pub struct Live(Arc<Shared>);
+
+struct Shared {
+    current: ArcSwap<Generation>,
+    /// Held (shared) by each background pass, (exclusive) by a switch: a pass that read one
+    /// generation finishes before the next is published, so nothing it writes (a gauge of an
+    /// activity a reload removed) lands after the switch.
+    passes: tokio::sync::RwLock<()>,
+}
+
+/// One background pass's hold on the current generation: no switch happens until it is dropped.
+pub type Pass<'a> = tokio::sync::RwLockReadGuard<'a, ()>;
 
 impl Live {
     pub fn new(first: Generation) -> Live {
-        Live(Arc::new(ArcSwap::from_pointee(first)))
+        Live(Arc::new(Shared {
+            current: ArcSwap::from_pointee(first),
+            passes: tokio::sync::RwLock::new(()),
+        }))
     }
 
     /// The current generation, to keep for the length of a request.
     pub fn current(&self) -> Arc<Generation> {
-        self.0.load_full()
+        self.0.current.load_full()
     }
 
     /// The current settings.
     pub fn settings(&self) -> Arc<Settings> {
-        self.0.load().settings.clone()
+        self.0.current.load().settings.clone()
     }
 
-    /// Makes `next` current; requests that already hold the previous one keep it.
+    /// Starts a background pass (a maintenance tick): the generation stays current until the
+    /// pass is dropped. A pass must not start another (a switch waiting between them would
+    /// deadlock it).
+    pub async fn pass(&self) -> Pass<'_> {
+        self.0.passes.read().await
+    }
+
+    /// Makes `next` current once the passes in flight have finished, then runs `after` (with
+    /// the previous generation) before any new pass starts; requests that already hold the
+    /// previous generation keep it.
+    pub async fn switch(&self, next: Generation, after: impl FnOnce(&Generation, &Generation)) {
+        let _no_pass = self.0.passes.write().await;
+        let previous = self.0.current.swap(Arc::new(next));
+        after(&previous, &self.0.current.load());
+    }
+
+    /// Makes `next` current at once, for a process that runs no background passes (a test's
+    /// pipeline). Panics if a pass is in flight, rather than switching under it.
     pub fn publish(&self, next: Generation) {
-        self.0.store(Arc::new(next));
+        let _no_pass = self
+            .0
+            .passes
+            .try_write()
+            .expect("publish: no background pass in flight");
+        self.0.current.store(Arc::new(next));
     }
 }

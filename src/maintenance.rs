@@ -234,6 +234,15 @@ impl Maintenance {
     }
 }
 
+impl Maintenance {
+    /// Runs one tick's work as a pass of the current generation: a reload waits for it, so
+    /// what it writes of the activities it read (gauges) lands before the switch.
+    async fn pass(&self, work: impl std::future::Future<Output = ()>) {
+        let _pass = self.gw.live.pass().await;
+        work.await
+    }
+}
+
 fn ticker(period: Duration) -> Interval {
     let mut t = interval(period);
     t.set_missed_tick_behavior(MissedTickBehavior::Delay);
@@ -262,14 +271,12 @@ impl BackgroundService for Maintenance {
                     self.gw.drain.drain(&self.gw.settings()).await;
                     return;
                 }
-                _ = prewarm.tick() => self.prewarm_all().await,
-                _ = self.gw.lifecycle.prewarm_requested() => self.prewarm_all().await,
-                _ = sweep.tick() => {
-                    self.gw.lifecycle.sweep_expired().await;
-                }
-                _ = reconcile.tick() => self.gw.lifecycle.check_drift().await,
-                _ = queues.tick() => self.gw.waiting.refresh(&self.gw.settings()).await,
-                _ = masters.tick() => self.check_masters().await,
+                _ = prewarm.tick() => self.pass(self.prewarm_all()).await,
+                _ = self.gw.lifecycle.prewarm_requested() => self.pass(self.prewarm_all()).await,
+                _ = sweep.tick() => self.pass(async { self.gw.lifecycle.sweep_expired().await; }).await,
+                _ = reconcile.tick() => self.pass(self.gw.lifecycle.check_drift()).await,
+                _ = queues.tick() => self.pass(async { self.gw.waiting.refresh(&self.gw.settings()).await }).await,
+                _ = masters.tick() => self.pass(self.check_masters()).await,
                 _ = evict.tick() => {
                     let remaining = self.gw.live.current().policy.evict_idle_buckets();
                     self.gw.metrics.rate_limiter_keys.set(remaining as i64);

@@ -68,11 +68,6 @@ impl ReloadParts {
     pub async fn apply(&self, settings: Settings) -> u64 {
         let current = self.live.current();
         let settings = Arc::new(settings);
-        reconfigured_series(
-            &self.metrics,
-            &current.settings.activities,
-            &settings.activities,
-        );
         self.lifecycle.reloaded();
         if settings.upstream.addresses != current.settings.upstream.addresses {
             // Health-checked: the new addresses, and the old ones for requests still in
@@ -86,7 +81,17 @@ impl ReloadParts {
         }
         let next = Generation::build(settings, Some(&current));
         let number = next.number;
-        self.live.publish(next);
+        // Between passes: a maintenance tick that read the old activities has written its
+        // gauges, and the next one reads the new, so a removed activity's series stay gone.
+        self.live
+            .switch(next, |before, after| {
+                reconfigured_series(
+                    &self.metrics,
+                    &before.settings.activities,
+                    &after.settings.activities,
+                )
+            })
+            .await;
         self.metrics.config_generation.set(number as i64);
         // After the publish, so that the prewarm reads the new configuration.
         self.lifecycle.prewarm_soon();
