@@ -5,7 +5,10 @@
 --   seq      the last ticket number issued (one per user; numbers skip the places a cursor
 --            that ran past everyone passed)
 --   start    when the cursor starts (unix ms): the sale's start, or a later one it was postponed
---            to; the cursor stands at base before it
+--            to (or an earlier one a reload moved it to before it opened); the cursor stands at
+--            base before it
+--   superseded  the latest start a reload moved earlier (unix ms): gateways not reloading
+--            postpone only past it (queue_reschedule)
 --   rate     places admitted per second, for the whole fleet
 --   base, t0 the cursor: base + (now - t0) * rate / 1000 places while running (times in ms, by
 --            Redis's clock), base while paused or held, or before start
@@ -206,11 +209,17 @@ local function queue_stand(q, s, flag, on, now, stepped_keys)
 end
 
 -- A sale postponed (a reload, or a restart with a newer file): the cursor stands where it is
--- until the later start. Never earlier: a gateway with an older file cannot move it back.
--- A later start already past when it arrives stands the cursor not at all (no jump either).
-local function queue_reschedule(q, s, start, now)
+-- until the later start. A later start already past when it arrives stands the cursor not at
+-- all (no jump either).
+-- Earlier only when `moved` (a gateway's reload moved it: an operator's act) and the queue has
+-- not opened (not drawn, its start not reached); the start it replaces is kept in `superseded`,
+-- and a caller that is not reloading postpones only past it: a gateway still on the older file
+-- (or restarted with it) cannot move the start back. Approximation: a restart (not a reload)
+-- with a file that postpones to a time at or before a superseded start postpones nothing.
+local function queue_reschedule(q, s, start, now, moved)
   local want = tonumber(start)
-  if want > s.start then
+  local superseded = tonumber(redis.call('HGET', q, 'superseded') or '0')
+  if want > s.start and (moved or want > superseded) then
     -- The sale had started (drawn at its first call at or after a start), or starts now.
     local running_before = s.drawn ~= nil or now >= s.start
     s.base = queue_cursor(s, now)
@@ -218,6 +227,12 @@ local function queue_reschedule(q, s, start, now)
     s.t0 = math.max(want, now)
     redis.call('HSET', q, 'start', int(want), 't0', int(s.t0), 'base', int(s.base))
     queue_mark(q, s, (running_before and s.t0 > now) and now or nil)
+  elseif moved and want < s.start and not s.drawn and now < s.start then
+    redis.call('HSET', q, 'superseded', int(math.max(superseded, s.start)))
+    s.start = want
+    s.t0 = math.max(want, now)
+    redis.call('HSET', q, 'start', int(want), 't0', int(s.t0))
+    queue_mark(q, s)
   end
 end
 

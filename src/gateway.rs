@@ -145,6 +145,7 @@ impl Gateway {
             metrics: self.metrics.clone(),
             lifecycle: self.lifecycle.clone(),
             upstreams: self.upstreams.clone(),
+            store: self.store.clone(),
         };
         Reloader::new(parts, source)
     }

@@ -13,11 +13,19 @@ use std::time::Duration;
 /// How long the second look at a Redis that did not answer waits for a connection.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 
+/// What `check --live` found: the activities Redis's record refuses (the file is refused),
+/// and what the SRE should know without refusing it (a queue start Redis does not follow).
+#[derive(Debug, Default)]
+pub struct Verdict {
+    pub refused: Vec<ConfigError>,
+    pub warnings: Vec<crate::waiting::start::StartNote>,
+}
+
 /// Every activity whose configuration Redis's record refuses (empty: all agree). When Redis
 /// could not be read (a timeout, or redis-rs's own connection error, whichever came first) it
 /// is looked at once more, so that one refusing connections is named as such rather than as
 /// slow to answer.
-pub fn run_cli(settings: &Settings) -> Result<Vec<ConfigError>, ReconcileError> {
+pub fn run_cli(settings: &Settings) -> Result<Verdict, ReconcileError> {
     match judge_all(settings) {
         Err(ReconcileError::Store(e)) => Err(match refused(settings) {
             Some(addresses) => ReconcileError::Refused(addresses),
@@ -47,7 +55,7 @@ fn refused(settings: &Settings) -> Option<String> {
     Some(addresses.join(", "))
 }
 
-fn judge_all(settings: &Settings) -> Result<Vec<ConfigError>, ReconcileError> {
+fn judge_all(settings: &Settings) -> Result<Verdict, ReconcileError> {
     with_store(settings, async |store| {
         let mut refused = Vec::new();
         for activity in settings.activities.iter() {
@@ -82,6 +90,10 @@ fn judge_all(settings: &Settings) -> Result<Vec<ConfigError>, ReconcileError> {
                 }
             }
         }
-        Ok(refused)
+        let asker = crate::waiting::start::Asker::Check;
+        let warnings =
+            crate::waiting::start::notes(store, settings.activities.iter().map(|a| &**a), asker)
+                .await?;
+        Ok(Verdict { refused, warnings })
     })
 }

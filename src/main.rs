@@ -206,9 +206,13 @@ fn check(config: &std::path::Path, live: bool) -> ExitCode {
     }
     if live {
         match flashgate::live_check::run_cli(&settings) {
-            Ok(refused) if refused.is_empty() => {}
-            Ok(refused) => {
-                for e in &refused {
+            Ok(verdict) if verdict.refused.is_empty() => {
+                for note in &verdict.warnings {
+                    eprintln!("warning: {note}");
+                }
+            }
+            Ok(verdict) => {
+                for e in &verdict.refused {
                     eprintln!("{}: refused by Redis's record: {e}", config.display());
                 }
                 return ExitCode::from(EXIT_CONFIG);

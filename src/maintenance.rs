@@ -265,6 +265,12 @@ impl BackgroundService for Maintenance {
             shutdown.clone(),
         ));
         tokio::spawn(self.gw.lifecycle.clone().watch_halts(shutdown.clone()));
+        {
+            let (store, settings) = (self.gw.store.clone(), self.gw.settings());
+            tokio::spawn(
+                async move { crate::waiting::start::tell_at_start(&store, &settings).await },
+            );
+        }
         loop {
             tokio::select! {
                 _ = shutdown.changed() => {

@@ -52,6 +52,9 @@ pub struct Applied {
     pub generation: u64,
     /// Changed keys that keep their running value until a restart.
     pub needs_restart: Vec<&'static str>,
+    /// What the SRE should know about the applied file: a queue start moved earlier after the
+    /// queue opened (the start that stays is named), one file older than the applied one.
+    pub warnings: Vec<String>,
 }
 
 /// What a reload changes, handed over by the composition root (`crate::gateway`).
@@ -60,6 +63,8 @@ pub struct ReloadParts {
     pub metrics: Arc<Metrics>,
     pub lifecycle: Arc<Lifecycle>,
     pub upstreams: Arc<Upstreams>,
+    /// Read for the warnings of the answer (a queue's start as Redis has it).
+    pub store: Arc<crate::stock::StockStore>,
 }
 
 impl ReloadParts {
@@ -145,16 +150,42 @@ impl Reloader {
         let current = self.gw.live.settings();
         check_transition(&current, &next)?;
         let needs_restart = restart_only_changes(&current, &next);
+        let warnings = self.start_warnings(&current, &next).await;
         let generation = self.gw.apply(next).await;
         Ok(Applied {
             generation,
             needs_restart,
+            warnings,
         })
+    }
+
+    /// The queues whose start the file moves and Redis will not follow (read before the apply:
+    /// a start moved earlier is written by the next state read if the queue has not opened).
+    /// Redis not answering: nothing said here (the next reload or `check --live` says it).
+    async fn start_warnings(&self, current: &Settings, next: &Settings) -> Vec<String> {
+        let moved = next.activities.iter().filter(|a| {
+            a.queue.is_some()
+                && current
+                    .activities
+                    .get(&a.id)
+                    .is_some_and(|old| old.starts_at != a.starts_at)
+        });
+        let asker = crate::waiting::start::Asker::Reload;
+        match crate::waiting::start::notes(&self.gw.store, moved.map(|a| &**a), asker).await {
+            Ok(notes) => notes.iter().map(ToString::to_string).collect(),
+            Err(e) => {
+                tracing::warn!(error = %e, "queue starts not read for the reload's warnings");
+                Vec::new()
+            }
+        }
     }
 
     fn record(&self, outcome: &Result<Applied, ConfigError>) {
         let result = match outcome {
             Ok(applied) => {
+                for warning in &applied.warnings {
+                    tracing::warn!(generation = applied.generation, "{warning}");
+                }
                 if applied.needs_restart.is_empty() {
                     tracing::info!(generation = applied.generation, path = %self.path.display(),
                         "configuration reloaded");

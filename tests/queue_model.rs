@@ -20,7 +20,7 @@ mod stepped;
 
 use flashgate::config::{Activity, ConfirmMode, QueueSettings};
 use flashgate::stock::StockStore;
-use flashgate::waiting::store::{self, Control};
+use flashgate::waiting::store::{self, Control, Rewrite};
 use flashgate::waiting::view::QueueState;
 use proptest::prelude::*;
 use std::collections::HashMap;
@@ -48,6 +48,9 @@ enum Op {
     Stock(u8),
     /// A reload postpones the start to this many milliseconds from now (the next read).
     Postpone(u16),
+    /// A reload moves the start earlier, to this many milliseconds from now (the next read
+    /// writes it: applied only while the queue has not opened).
+    Advance(u16),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -59,6 +62,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => prop_oneof![Just(1u32), Just(7), Just(1000), Just(250_000)].prop_map(Op::Rate),
         1 => prop_oneof![Just(0u8), Just(3)].prop_map(Op::Stock),
         1 => (0u16..300).prop_map(Op::Postpone),
+        1 => (0u16..300).prop_map(Op::Advance),
     ]
 }
 
@@ -97,6 +101,8 @@ struct Model {
     last: Option<(u64, u64)>,
     /// When each admitted place was reached, as first answered (its window runs from there).
     reached: HashMap<u64, Option<u64>>,
+    /// The last state answered.
+    last_state: Option<QueueState>,
 }
 
 impl Model {
@@ -217,12 +223,20 @@ fn run(ops: Vec<Op>) {
         highest: 0,
         last: None,
         reached: HashMap::new(),
+        last_state: None,
     };
     let mut configured = queue.clone();
     fx.runtime.block_on(async {
-        let (s, _) = store::state(&fx.store, &activity, &configured, &FRESH, false, None)
-            .await
-            .unwrap();
+        let (s, _) = store::state(
+            &fx.store,
+            &activity,
+            &configured,
+            &FRESH,
+            Rewrite::NONE,
+            None,
+        )
+        .await
+        .unwrap();
         model.check(&s, &Op::Read);
         for op in &ops {
             let state = match *op {
@@ -246,10 +260,17 @@ fn run(ops: Vec<Op>) {
                 }
                 Op::Read => {
                     model.held = model.stock == 0;
-                    store::state(&fx.store, &activity, &configured, &FRESH, false, None)
-                        .await
-                        .unwrap()
-                        .0
+                    store::state(
+                        &fx.store,
+                        &activity,
+                        &configured,
+                        &FRESH,
+                        Rewrite::NONE,
+                        None,
+                    )
+                    .await
+                    .unwrap()
+                    .0
                 }
                 Op::Pause => {
                     model.paused = true;
@@ -273,10 +294,17 @@ fn run(ops: Vec<Op>) {
                     } else {
                         configured.admit_per_second = rate;
                         model.held = model.stock == 0;
-                        store::state(&fx.store, &activity, &configured, &FRESH, true, None)
-                            .await
-                            .unwrap()
-                            .0
+                        store::state(
+                            &fx.store,
+                            &activity,
+                            &configured,
+                            &FRESH,
+                            Rewrite::RATE,
+                            None,
+                        )
+                        .await
+                        .unwrap()
+                        .0
                     }
                 }
                 Op::Stock(n) => {
@@ -290,12 +318,49 @@ fn run(ops: Vec<Op>) {
                         activity.starts_at = later;
                     }
                     model.held = model.stock == 0;
-                    store::state(&fx.store, &activity, &configured, &FRESH, false, None)
-                        .await
-                        .unwrap()
-                        .0
+                    store::state(
+                        &fx.store,
+                        &activity,
+                        &configured,
+                        &FRESH,
+                        Rewrite::NONE,
+                        None,
+                    )
+                    .await
+                    .unwrap()
+                    .0
+                }
+                Op::Advance(ms) => {
+                    let earlier = chrono::Utc::now() + chrono::Duration::milliseconds(i64::from(ms));
+                    let before = model.last_state.clone();
+                    if earlier < activity.starts_at {
+                        activity.starts_at = earlier;
+                    }
+                    model.held = model.stock == 0;
+                    let s = store::state(
+                        &fx.store,
+                        &activity,
+                        &configured,
+                        &FRESH,
+                        Rewrite::START,
+                        None,
+                    )
+                    .await
+                    .unwrap()
+                    .0;
+                    // Applied before the queue opened, never after (the start then stays).
+                    if let Some(b) = before {
+                        let want = activity.starts_at.timestamp_millis() as u64;
+                        if b.drawn.is_some() {
+                            assert_eq!(s.start_ms, b.start_ms, "moved after the draw");
+                        } else if want < b.start_ms && s.now_ms < b.start_ms {
+                            assert_eq!(s.start_ms, want, "not moved before the draw");
+                        }
+                    }
+                    s
                 }
             };
+            model.last_state = Some(state.clone());
             model.check(&state, op);
         }
     });

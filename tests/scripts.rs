@@ -2420,7 +2420,7 @@ async fn a_record_that_only_contains_this_masters_identity_is_fenced() {
 #[tokio::test]
 async fn a_solution_expired_by_redis_or_of_another_epoch_is_spent_already() {
     use flashgate::config::QueueSettings;
-    use flashgate::waiting::store::{self, Fresh, Issued, Spend};
+    use flashgate::waiting::store::{self, Fresh, Issued, Rewrite, Spend};
     let redis = RedisServer::start();
     let s = store(redis.url(), 1000);
     let mut a = activity("1001", 3, 1, 3);
@@ -2436,7 +2436,7 @@ async fn a_solution_expired_by_redis_or_of_another_epoch_is_spent_already() {
     };
     a.queue = Some(queue.clone());
     let fresh = Fresh::random();
-    let (state, _) = store::state(&s, &a, &queue, &fresh, false, None)
+    let (state, _) = store::state(&s, &a, &queue, &fresh, Rewrite::NONE, None)
         .await
         .unwrap();
     let now = redis_time_ms(&redis);
@@ -2954,4 +2954,65 @@ async fn a_deleted_ledger_is_refused_and_repaired_by_a_recount() {
     assert_eq!(row.drift(), 0, "{row:?}");
     assert_eq!((row.remaining, row.pending, row.confirmed), (7, 0, 3));
     assert_eq!(s.known(one(&l)).await.unwrap().lost, None);
+}
+
+/// A queue's start moved earlier: only by a reload (`Rewrite::START`), only before the queue
+/// opened; a gateway on the older file (not reloading) then cannot move it back, though a
+/// later postponement still applies. Once drawn, an earlier start is not applied: the one that
+/// stays is what `check --live` and the reload name.
+#[tokio::test]
+async fn a_queue_start_moves_earlier_only_by_a_reload_before_it_opened() {
+    use flashgate::config::QueueSettings;
+    use flashgate::waiting::store::{self, Fresh, Rewrite};
+    let redis = RedisServer::start();
+    let s = store(redis.url(), 1000);
+    let now = redis_time_ms(&redis) as i64;
+    let at = |ms: i64| chrono::DateTime::from_timestamp_millis(ms).unwrap();
+    let mut a = activity("1001", 3, 1, 3);
+    let queue = QueueSettings {
+        admit_per_second: 7,
+        opens_at: at(now - 1_000),
+        admission_window: Duration::from_secs(60),
+        too_late_factor: 1.5,
+        landing_url: None,
+        stepped: None,
+        challenge: None,
+        draw: false,
+    };
+    a.queue = Some(queue.clone());
+    let fresh = Fresh::random();
+    let old_start = now + 46 * 60_000;
+    let state_at = async |start: i64, rewrite: Rewrite| {
+        let mut b = a.clone();
+        b.starts_at = at(start);
+        store::state(&s, &b, &queue, &fresh, rewrite, None)
+            .await
+            .unwrap()
+            .0
+            .start_ms as i64
+    };
+    assert_eq!(state_at(old_start, Rewrite::NONE).await, old_start);
+    // Earlier without a reload (a gateway restarted with some file): the start stays.
+    let earlier = now + 34 * 60_000;
+    assert_eq!(state_at(earlier, Rewrite::NONE).await, old_start);
+    // A reload moved it: applied.
+    assert_eq!(state_at(earlier, Rewrite::START).await, earlier);
+    // A gateway still on the older file cannot move it back.
+    assert_eq!(state_at(old_start, Rewrite::NONE).await, earlier);
+    // A postponement past the superseded start still applies.
+    let later = now + 50 * 60_000;
+    assert_eq!(state_at(later, Rewrite::NONE).await, later);
+    // Moved to a time already past by a reload: the queue opens now (drawn), and an earlier
+    // start after that is not applied.
+    assert_eq!(state_at(now - 500, Rewrite::START).await, now - 500);
+    let drawn = {
+        let mut b = a.clone();
+        b.starts_at = at(now - 500);
+        store::state(&s, &b, &queue, &fresh, Rewrite::NONE, None)
+            .await
+            .unwrap()
+            .0
+    };
+    assert!(drawn.drawn.is_some());
+    assert_eq!(state_at(now - 60_000, Rewrite::START).await, now - 500);
 }

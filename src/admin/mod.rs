@@ -89,6 +89,7 @@ impl AdminApp {
                     "result": "applied",
                     "generation": applied.generation,
                     "needs_restart": applied.needs_restart,
+                    "warnings": applied.warnings,
                 }),
             ),
             Err(e) => json_response(

@@ -17,6 +17,8 @@ pub mod route;
 pub mod schema;
 mod scope;
 mod settings;
+#[cfg(test)]
+pub mod testing;
 pub mod transition;
 mod validate;
 mod variants;

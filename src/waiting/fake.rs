@@ -41,8 +41,8 @@ struct Queue {
 #[derive(Debug, Default)]
 pub struct Calls {
     pub tickets: u32,
-    /// `set_rate` of each state read.
-    pub set_rate: Vec<bool>,
+    /// `rewrite` of each state read.
+    pub rewrite: Vec<super::store::Rewrite>,
     /// Places recorded (ticket number, place).
     pub places: Vec<(u64, u64)>,
 }
@@ -228,11 +228,11 @@ impl QueueStore for QueueFake {
         activity: &Activity,
         queue: &QueueSettings,
         fresh: &Fresh,
-        set_rate: bool,
+        rewrite: super::store::Rewrite,
         left: Option<i64>,
     ) -> Result<(QueueState, Option<i64>), StoreError> {
         let now = self.enter("state")?;
-        self.asked.lock().set_rate.push(set_rate);
+        self.asked.lock().rewrite.push(rewrite);
         let left = if activity.is_segmented() {
             left
         } else {
@@ -243,7 +243,7 @@ impl QueueStore for QueueFake {
         let mut queues = self.queues.lock();
         let q = Self::queue(&mut queues, activity, queue.admit_per_second, now, fresh);
         let rate = u64::from(queue.admit_per_second);
-        if set_rate && rate != q.state.rate {
+        if rewrite.rate && rate != q.state.rate {
             restart(&mut q.state, now, |s| s.rate = rate);
         }
         if let Some(left) = left.filter(|l| *l >= 0) {

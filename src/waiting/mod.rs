@@ -24,6 +24,7 @@ mod issue;
 mod marks;
 pub mod page;
 mod refresh;
+pub mod start;
 mod stepped;
 pub mod store;
 pub mod ticket;
@@ -113,10 +114,10 @@ pub struct WaitingRoom<S = StockStore> {
     store: Arc<S>,
     metrics: Arc<Metrics>,
     views: RwLock<HashMap<Arc<str>, View>>,
-    /// The rate each activity's queue was last configured with here, and whether it is still
-    /// to be written: a reload that changes it writes the new rate to Redis (a restart does
-    /// not: an operator's change stands).
-    configured_rates: RwLock<HashMap<Arc<str>, (u32, bool)>>,
+    /// The rate and start each activity's queue was last configured with here, and what of
+    /// them is still to be written: a reload that changes one writes it to Redis (a restart
+    /// does not: an operator's change of rate stands, and an older file must not move a start).
+    configured: RwLock<HashMap<Arc<str>, refresh::Configured>>,
     /// Units left of each variant of an activity with variants (by its lane's name,
     /// `Activity::lane`), as the last refresh read them: which variants a poll lists available.
     variant_left: RwLock<HashMap<Arc<str>, i64>>,
@@ -152,7 +153,7 @@ impl<S: QueueStore> WaitingRoom<S> {
             store,
             metrics,
             views: RwLock::default(),
-            configured_rates: RwLock::default(),
+            configured: RwLock::default(),
             variant_left: RwLock::default(),
             admitted: Cache::builder()
                 .max_capacity(SEEN_CAPACITY)
@@ -406,10 +407,12 @@ impl<S: QueueStore> WaitingRoom<S> {
         if let Some(view) = self.view(activity) {
             return Ok(view);
         }
-        self.read(activity, queue, false).await.map_err(|e| {
-            tracing::warn!(activity = %activity.id, error = %e, "queue state not read");
-            Decision::Unavailable
-        })?;
+        self.read(activity, queue, store::Rewrite::default())
+            .await
+            .map_err(|e| {
+                tracing::warn!(activity = %activity.id, error = %e, "queue state not read");
+                Decision::Unavailable
+            })?;
         self.view(activity).ok_or(Decision::Unavailable)
     }
 
@@ -517,7 +520,8 @@ impl<S: QueueStore> WaitingRoom<S> {
         activity: &Activity,
         queue: &QueueSettings,
     ) -> Result<View, StoreError> {
-        self.read(activity, queue, false).await?;
+        self.read(activity, queue, store::Rewrite::default())
+            .await?;
         Ok(self.state(activity).expect("just read"))
     }
 

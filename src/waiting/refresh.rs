@@ -2,7 +2,7 @@
 //! the halt): one script call per queue every [`super::REFRESH_INTERVAL`], whatever the number
 //! of buyers; polls and admissions are then answered from memory.
 
-use super::store::{self, QueueStore};
+use super::store::{self, QueueStore, Rewrite};
 use super::view::View;
 use super::WaitingRoom;
 use crate::config::{Activity, QueueSettings, Settings};
@@ -16,23 +16,18 @@ impl<S: QueueStore> WaitingRoom<S> {
             let Some(queue) = &activity.queue else {
                 continue;
             };
-            // A rate this process was reloaded with is written until a write succeeds.
-            let set_rate = {
-                let mut rates = self.configured_rates.write();
-                let entry = rates
-                    .entry(activity.id.clone())
-                    .or_insert((queue.admit_per_second, false));
-                if entry.0 != queue.admit_per_second {
-                    *entry = (queue.admit_per_second, true);
-                }
-                entry.1
+            // What this process was reloaded with is written until a write succeeds.
+            let now = Configured::of(activity, queue);
+            let rewrite = {
+                let mut configured = self.configured.write();
+                let entry = configured.entry(activity.id.clone()).or_insert(now);
+                entry.reloaded(now);
+                entry.rewrite
             };
-            match self.read(activity, queue, set_rate).await {
-                Ok(()) if set_rate => {
-                    if let Some(entry) = self.configured_rates.write().get_mut(&activity.id) {
-                        if entry.0 == queue.admit_per_second {
-                            entry.1 = false;
-                        }
+            match self.read(activity, queue, rewrite).await {
+                Ok(()) if rewrite != Rewrite::default() => {
+                    if let Some(entry) = self.configured.write().get_mut(&activity.id) {
+                        entry.written(now);
                     }
                 }
                 Ok(()) => {}
@@ -47,7 +42,7 @@ impl<S: QueueStore> WaitingRoom<S> {
         &self,
         activity: &Activity,
         queue: &QueueSettings,
-        set_rate: bool,
+        rewrite: Rewrite,
     ) -> Result<(), StoreError> {
         // A segmented activity's units are in other slots: summed here, fresh on every read (one
         // ledger read per segment), so that no gateway holds or frees the cursor on an old sum.
@@ -60,7 +55,7 @@ impl<S: QueueStore> WaitingRoom<S> {
         };
         let (state, left) = self
             .store
-            .state(activity, queue, &store::Fresh::random(), set_rate, known)
+            .state(activity, queue, &store::Fresh::random(), rewrite, known)
             .await?;
         self.learn(activity, View::new(state, left));
         Ok(())
@@ -105,5 +100,48 @@ impl<S: QueueStore> WaitingRoom<S> {
             total += row.available();
         }
         Some(total)
+    }
+}
+
+/// A queue's rate and start as this process was last configured, and what of them a reload
+/// changed and is still to be written.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Configured {
+    rate: u32,
+    start_ms: i64,
+    rewrite: Rewrite,
+}
+
+impl Configured {
+    /// As `activity` has them (nothing to write: the first configuration seen is Redis's to
+    /// keep, or to take at its setup).
+    fn of(activity: &Activity, queue: &QueueSettings) -> Configured {
+        Configured {
+            rate: queue.admit_per_second,
+            start_ms: store::start_ms(activity),
+            rewrite: Rewrite::default(),
+        }
+    }
+
+    /// A configuration seen now: what differs from the last one is to be written.
+    fn reloaded(&mut self, now: Configured) {
+        if now.rate != self.rate {
+            self.rate = now.rate;
+            self.rewrite.rate = true;
+        }
+        if now.start_ms != self.start_ms {
+            self.start_ms = now.start_ms;
+            self.rewrite.start = true;
+        }
+    }
+
+    /// A write of `then` succeeded: what still matches it is written.
+    fn written(&mut self, then: Configured) {
+        if self.rate == then.rate {
+            self.rewrite.rate = false;
+        }
+        if self.start_ms == then.start_ms {
+            self.rewrite.start = false;
+        }
     }
 }

@@ -63,7 +63,7 @@ pub trait QueueStore: Send + Sync + 'static {
         activity: &Activity,
         queue: &QueueSettings,
         fresh: &Fresh,
-        set_rate: bool,
+        rewrite: Rewrite,
         left: Option<i64>,
     ) -> impl Future<Output = Result<(QueueState, Option<i64>), StoreError>> + Send;
 
@@ -121,10 +121,10 @@ impl QueueStore for StockStore {
         activity: &Activity,
         queue: &QueueSettings,
         fresh: &Fresh,
-        set_rate: bool,
+        rewrite: Rewrite,
         left: Option<i64>,
     ) -> Result<(QueueState, Option<i64>), StoreError> {
-        state(self, activity, queue, fresh, set_rate, left).await
+        state(self, activity, queue, fresh, rewrite, left).await
     }
 
     async fn control(
@@ -173,13 +173,42 @@ fn stepped_keys(store: &StockStore, activity: &Activity) -> [String; 3] {
         .queue_stepped()
 }
 
-fn keys(store: &StockStore, activity: &Activity) -> (String, String) {
+pub(super) fn keys(store: &StockStore, activity: &Activity) -> (String, String) {
     let layout = Layout::new(activity.id.clone(), 1);
     let base = store.keys().base(&layout);
     (base.queue(), base.queue_tickets())
 }
 
-fn start_ms(activity: &Activity) -> i64 {
+/// What a reload of this gateway changed in a queue's configuration, to be written to Redis
+/// at the next state read (until one succeeds) even where Redis has otherwise: the rate (an
+/// operator's change at the admin API stands otherwise), and the start (moved earlier only
+/// while the queue has not opened; see `queue_reschedule` in lua/queue_lib.lua). A restart
+/// writes neither: it cannot tell a newer file from an older one.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Rewrite {
+    pub rate: bool,
+    pub start: bool,
+}
+
+impl Rewrite {
+    /// Nothing to write: Redis's values stand.
+    pub const NONE: Rewrite = Rewrite {
+        rate: false,
+        start: false,
+    };
+    /// The configured rate.
+    pub const RATE: Rewrite = Rewrite {
+        rate: true,
+        start: false,
+    };
+    /// The configured start.
+    pub const START: Rewrite = Rewrite {
+        rate: false,
+        start: true,
+    };
+}
+
+pub(super) fn start_ms(activity: &Activity) -> i64 {
     activity.starts_at.timestamp_millis()
 }
 
@@ -333,13 +362,14 @@ fn issued(rest: &[String], asks: usize) -> Option<Vec<Issued>> {
 /// Reads the queue's state (setting it up the first time, drawing the pre-queue once the start
 /// passed, holding the cursor while nothing is left). `left`: units left over all segments,
 /// for a segmented activity (an unsegmented one's stock key is read in the script).
-/// `set_rate`: a reload changed the configured rate. Also answers the units left, where known.
+/// `rewrite`: what a reload of this gateway changed (written even where Redis has otherwise).
+/// Also answers the units left, where known.
 pub async fn state(
     store: &StockStore,
     activity: &Activity,
     queue: &QueueSettings,
     fresh: &Fresh,
-    set_rate: bool,
+    rewrite: Rewrite,
     left: Option<i64>,
 ) -> Result<(QueueState, Option<i64>), StoreError> {
     let (q, tickets) = keys(store, activity);
@@ -368,7 +398,7 @@ pub async fn state(
         .arg(start_ms(activity))
         .arg(fresh.epoch)
         .arg(store.expire_at(activity))
-        .arg(if set_rate { "1" } else { "0" })
+        .arg(if rewrite.rate { "1" } else { "0" })
         .arg(match (elsewhere, left) {
             (true, Some(left)) => left.to_string(),
             // Not known yet: say nothing about holding.
@@ -392,6 +422,7 @@ pub async fn state(
             .arg(0)
             .arg(queue.admission_window.as_millis() as u64),
     };
+    invocation.arg(if rewrite.start { "1" } else { "0" });
     let reply: Vec<String> = store
         .eval(ScriptName::Queue, StoreOp::Queue, &invocation)
         .await?;

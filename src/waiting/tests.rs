@@ -234,8 +234,16 @@ async fn a_reloaded_rate_is_written_until_a_write_succeeds() {
     h.room.refresh(&h.settings).await;
     // Both queues are read each time (a1, then seg); a1's reads: as configured, failed (not
     // answered), the new rate written, as configured.
-    let asked = h.store.asked.lock().set_rate.clone();
+    let asked: Vec<bool> = h
+        .store
+        .asked
+        .lock()
+        .rewrite
+        .iter()
+        .map(|r| r.rate)
+        .collect();
     assert_eq!(asked, [false, false, false, true, false, false, false]);
+    assert!(h.store.asked.lock().rewrite.iter().all(|r| !r.start));
     let a1 = h.activity("a1");
     assert_eq!(h.room.state(&a1).unwrap().state.rate, 5);
 }

@@ -18,7 +18,7 @@ use crate::support::*;
 use flashgate::config::live_queue::Stepped;
 use flashgate::config::{Activity, ConfirmMode, QueueSettings};
 use flashgate::stock::Halt;
-use flashgate::waiting::store::{self, Control, Fate, Fresh, Touch};
+use flashgate::waiting::store::{self, Control, Fate, Fresh, Rewrite, Touch};
 use proptest::prelude::*;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
@@ -246,9 +246,16 @@ fn run(ops: Vec<Op>) -> Model {
         first: None,
     };
     fx.runtime.block_on(async {
-        let (s, _) = store::state(&fx.store, &activity, &queue, &Fresh::fixed(1), false, None)
-            .await
-            .unwrap();
+        let (s, _) = store::state(
+            &fx.store,
+            &activity,
+            &queue,
+            &Fresh::fixed(1),
+            Rewrite::NONE,
+            None,
+        )
+        .await
+        .unwrap();
         assert!(s.stepped, "a queue configured stepped runs stepped");
         model.first = Some(s.now_ms);
         for op in &ops {
@@ -274,10 +281,16 @@ fn run(ops: Vec<Op>) -> Model {
                     model.numbers.entry(user).or_insert(number);
                 }
                 Op::Read => {
-                    let (s, _) =
-                        store::state(&fx.store, &activity, &queue, &Fresh::fixed(1), false, None)
-                            .await
-                            .unwrap();
+                    let (s, _) = store::state(
+                        &fx.store,
+                        &activity,
+                        &queue,
+                        &Fresh::fixed(1),
+                        Rewrite::NONE,
+                        None,
+                    )
+                    .await
+                    .unwrap();
                     assert!(s.stepped && s.active <= MAX_ACTIVE);
                 }
                 Op::Poll(user) => {
@@ -400,7 +413,7 @@ fn a_queue_turned_stepped_mid_sale_keeps_its_cursor() {
     };
     fx.runtime.block_on(async {
         let fresh = Fresh::fixed(1);
-        let (s, _) = store::state(&fx.store, &activity, &timed, &fresh, false, None)
+        let (s, _) = store::state(&fx.store, &activity, &timed, &fresh, Rewrite::NONE, None)
             .await
             .unwrap();
         assert!(!s.stepped);
@@ -413,7 +426,7 @@ fn a_queue_turned_stepped_mid_sale_keeps_its_cursor() {
         // The time-function cursor runs past it (1000 a second), polled with a deadline.
         let deadline = std::time::Instant::now() + Duration::from_secs(5);
         let before = loop {
-            let (s, _) = store::state(&fx.store, &activity, &timed, &fresh, false, None)
+            let (s, _) = store::state(&fx.store, &activity, &timed, &fresh, Rewrite::NONE, None)
                 .await
                 .unwrap();
             if s.cursor_at(s.now_ms) >= early {
@@ -421,7 +434,7 @@ fn a_queue_turned_stepped_mid_sale_keeps_its_cursor() {
             }
             assert!(std::time::Instant::now() < deadline, "the cursor never ran");
         };
-        let (s, _) = store::state(&fx.store, &activity, &stepped, &fresh, false, None)
+        let (s, _) = store::state(&fx.store, &activity, &stepped, &fresh, Rewrite::NONE, None)
             .await
             .unwrap();
         assert!(s.stepped && s.base >= before, "{} -> {}", before, s.base);
@@ -450,7 +463,7 @@ fn a_queue_turned_stepped_mid_sale_keeps_its_cursor() {
         }
         let deadline = std::time::Instant::now() + Duration::from_secs(5);
         loop {
-            let (s, _) = store::state(&fx.store, &activity, &stepped, &fresh, false, None)
+            let (s, _) = store::state(&fx.store, &activity, &stepped, &fresh, Rewrite::NONE, None)
                 .await
                 .unwrap();
             assert!(s.active <= 2);
@@ -518,7 +531,7 @@ fn a_reload_removing_the_stepped_keys_does_not_freeze_the_queue() {
     stock_of(&id);
     fx.runtime.block_on(async {
         let fresh = Fresh::fixed(1);
-        let (s, _) = store::state(&fx.store, &activity, &stepped, &fresh, false, None)
+        let (s, _) = store::state(&fx.store, &activity, &stepped, &fresh, Rewrite::NONE, None)
             .await
             .unwrap();
         assert!(s.stepped);
@@ -530,7 +543,7 @@ fn a_reload_removing_the_stepped_keys_does_not_freeze_the_queue() {
         let last = *numbers.iter().max().unwrap();
         let deadline = std::time::Instant::now() + Duration::from_secs(5);
         loop {
-            let (s, _) = store::state(&fx.store, &activity, &timed, &fresh, false, None)
+            let (s, _) = store::state(&fx.store, &activity, &timed, &fresh, Rewrite::NONE, None)
                 .await
                 .unwrap();
             if s.cursor_at(s.now_ms) >= last {
@@ -566,7 +579,7 @@ fn a_reload_adding_skip_absent_does_not_give_away_live_tickets() {
     stock_of(&id);
     fx.runtime.block_on(async {
         let fresh = Fresh::fixed(1);
-        let (s, _) = store::state(&fx.store, &activity, &timed, &fresh, false, None)
+        let (s, _) = store::state(&fx.store, &activity, &timed, &fresh, Rewrite::NONE, None)
             .await
             .unwrap();
         assert!(!s.stepped);
@@ -577,7 +590,7 @@ fn a_reload_adding_skip_absent_does_not_give_away_live_tickets() {
         let last = *numbers.iter().max().unwrap();
         let deadline = std::time::Instant::now() + Duration::from_secs(5);
         loop {
-            let (s, _) = store::state(&fx.store, &activity, &stepped, &fresh, true, None)
+            let (s, _) = store::state(&fx.store, &activity, &stepped, &fresh, Rewrite::RATE, None)
                 .await
                 .unwrap();
             assert!(s.stepped);
@@ -626,7 +639,7 @@ fn a_halt_lengthens_a_stepped_window_open_at_it() {
     stock_of(&id);
     fx.runtime.block_on(async {
         let fresh = Fresh::fixed(1);
-        let read = || store::state(&fx.store, &activity, &stepped, &fresh, false, None);
+        let read = || store::state(&fx.store, &activity, &stepped, &fresh, Rewrite::NONE, None);
         read().await.unwrap();
         let first = ticket_of(&activity, &stepped, "h0").await;
         let second = ticket_of(&activity, &stepped, "h1").await;
@@ -709,7 +722,7 @@ fn a_halt_longer_than_the_absence_allowed_gives_nobody_away() {
     stock_of(&id);
     fx.runtime.block_on(async {
         let fresh = Fresh::fixed(1);
-        let read = || store::state(&fx.store, &activity, &stepped, &fresh, false, None);
+        let read = || store::state(&fx.store, &activity, &stepped, &fresh, Rewrite::NONE, None);
         read().await.unwrap();
         fx.store.set_halt(&activity, true).await.unwrap();
         read().await.unwrap();
@@ -757,7 +770,7 @@ fn pre_queue_tickets_count_as_seen_at_the_start() {
     stock_of(&id);
     fx.runtime.block_on(async {
         let fresh = Fresh::fixed(1);
-        let read = || store::state(&fx.store, &activity, &stepped, &fresh, false, None);
+        let read = || store::state(&fx.store, &activity, &stepped, &fresh, Rewrite::NONE, None);
         assert!(read().await.unwrap().0.stepped);
         for u in 0..3 {
             ticket_of(&activity, &stepped, &format!("p{u}")).await;
