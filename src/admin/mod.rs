@@ -231,6 +231,17 @@ impl AdminApp {
                         "held": self.birth_holds().collect::<Vec<_>>(),
                     }),
                 ),
+                Ok(()) if self.settling_fences().next().is_some() => json_response(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    &json!({
+                        "ready": false,
+                        "reason": "the Redis master changed under these activities (a restart \
+                                   or a failover): fenced while the gateways compare what it \
+                                   holds; a rule lifts an ordinary restart's fence within \
+                                   seconds (see flashgate_activity_fenced and the log)",
+                        "fenced": self.settling_fences().collect::<Vec<_>>(),
+                    }),
+                ),
                 Ok(()) => match self.refused_activities() {
                     refused if refused.is_empty() => {
                         json_response(StatusCode::OK, &json!({"ready": true}))
@@ -276,7 +287,22 @@ impl AdminApp {
 
     /// The configured stock lanes on their birth hold (`lua/prewarm.lua`), by name; a sale
     /// that ended is left out (it sells nothing, and no check arms it any more).
+    /// The stock lanes (of sales not ended) whose fence a rule may still lift
+    /// ([`crate::stock::failover::Failover::fence_settling`]).
+    fn settling_fences(&self) -> impl Iterator<Item = String> {
+        self.open_lanes_where(|f, lane| f.fence_settling(lane))
+    }
+
+    /// The stock lanes (of sales not ended) on their birth hold.
     fn birth_holds(&self) -> impl Iterator<Item = String> {
+        self.open_lanes_where(|f, lane| f.on_birth_hold(lane))
+    }
+
+    /// The stock lanes of sales not ended (by Redis's clock) for which `what` holds.
+    fn open_lanes_where(
+        &self,
+        what: impl Fn(&crate::stock::failover::Failover, &str) -> bool,
+    ) -> impl Iterator<Item = String> {
         let settings = self.gw.settings();
         let store = &self.gw.store;
         let now = store.clock().now();
@@ -284,7 +310,7 @@ impl AdminApp {
             .activities
             .lanes()
             .filter(|lane| lane.window_at(now) != crate::config::SaleWindow::Ended)
-            .filter(|lane| store.failover().on_birth_hold(&lane.lane))
+            .filter(|lane| what(store.failover(), &lane.lane))
             .map(|lane| lane.lane.to_string())
             .collect::<Vec<_>>()
             .into_iter()

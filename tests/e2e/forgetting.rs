@@ -292,7 +292,9 @@ async fn a_deleted_records_hash_sells_nothing_twice() {
 }
 
 /// `appendfsync always`, killed and restarted: nothing acknowledged was lost, and it sells
-/// again by itself within 5 s of answering (`durable_restart`), with reconcile clean.
+/// again by itself within 5 s of answering (`durable_restart`), with reconcile clean. An
+/// ordinary restart: `/readyz` says not ready while it is fenced, and the log has no ERROR
+/// (nothing in it needs a human).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_durable_restart_sells_on_by_itself() {
     let mut redis = RedisServer::start_aof("always");
@@ -313,11 +315,16 @@ async fn a_durable_restart_sells_on_by_itself() {
     let answered = Instant::now();
     let mut sold = 0;
     let mut u = 10;
+    let mut unready_while_fenced = false;
     while sold == 0 {
         assert!(
             answered.elapsed() < Duration::from_secs(5),
             "selling resumes within 5 s of the master answering"
         );
+        let ready = gw.admin_get("/readyz").await;
+        if ready.status == 503 && ready.text().contains("\"fenced\":[\"1001\"]") {
+            unready_while_fenced = true;
+        }
         let r = gw.buy("1001", &format!("buyer-{u}"), None).await;
         u += 1;
         match r.status {
@@ -339,6 +346,11 @@ async fn a_durable_restart_sells_on_by_itself() {
         1.0,
     )
     .await;
+    assert!(unready_while_fenced, "/readyz never said fenced");
+    assert_eq!(gw.admin_get("/readyz").await.status, 200);
+    let logs = gw.logs();
+    let errors: Vec<&str> = logs.lines().filter(|l| l.contains(" ERROR ")).collect();
+    assert!(errors.is_empty(), "an ordinary restart logged {errors:#?}");
     assert_eq!(sell_out(&gw, 1000).await, STOCK as usize - 4);
     gw.reconcile_clean();
 }

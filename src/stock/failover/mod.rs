@@ -69,6 +69,20 @@ pub const CHECK_INTERVAL: Duration = Duration::from_secs(1);
 /// within this plus two checks of the master answering (under 5 s).
 pub const FENCE_SETTLE: Duration = Duration::from_millis(1500);
 
+/// How long a fence no loss explains stands before it is told as an error: a rule lifts an
+/// ordinary restart's (a durable one, the same process) within [`FENCE_SETTLE`] plus two checks,
+/// so until then it is a warning, and an SRE paged by errors is paged only for a fence that
+/// needs them.
+pub const FENCE_NEEDS_A_HUMAN: Duration = Duration::from_secs(5);
+
+/// How a standing fence was told in the log: a warning when it began (or an error at once when
+/// the segment is lost), an error once it stood [`FENCE_NEEDS_A_HUMAN`].
+#[derive(Debug, Clone, Copy)]
+struct Told {
+    since: std::time::Instant,
+    as_error: bool,
+}
+
 label_enum! {
     /// Why a fence was lifted (`flashgate_fence_lifted_total{reason}`).
     pub enum LiftReason {
@@ -140,8 +154,9 @@ pub struct Failover {
     seen: RwLock<HashMap<String, String>>,
     /// Master records found fenced or lost (by a check or a reserve), until accepted.
     fenced: RwLock<HashSet<String>>,
-    /// The fenced activities, with why (by the last check).
-    fences: RwLock<HashMap<Arc<str>, Fence>>,
+    /// The fenced activities, with why (by the last check), and how each was told (see
+    /// [`Told`]).
+    fences: RwLock<HashMap<Arc<str>, (Fence, Told)>>,
     /// Accepts made by this process: a check that read the record before an accept and ends
     /// after it says nothing (it would fence again what was just accepted).
     accepts: AtomicU64,
@@ -260,7 +275,19 @@ impl Failover {
     /// Why `activity` is fenced, if it is.
     /// `activity` is a stock lane's name (`Activity::lane`).
     pub fn fence(&self, activity: &str) -> Option<Fence> {
-        self.fences.read().get(activity).cloned()
+        self.fences.read().get(activity).map(|(f, _)| f.clone())
+    }
+
+    /// Whether `activity`'s fence (if any) may still be lifted by a rule: it stands, no loss
+    /// explains it, and it is younger than [`FENCE_NEEDS_A_HUMAN`]. While it is, the gateway is
+    /// not ready: an ordinary restart's fence passes within seconds. Once it needs a human the
+    /// gateway is ready again (every gateway is fenced alike: the shop's other routes must not
+    /// lose the whole fleet), answering `unavailable` for that sale until it is resumed.
+    /// `activity` is a stock lane's name (`Activity::lane`).
+    pub fn fence_settling(&self, activity: &str) -> bool {
+        self.fences.read().get(activity).is_some_and(|(fence, told)| {
+            fence.lost.is_none() && told.since.elapsed() < FENCE_NEEDS_A_HUMAN
+        })
     }
 
     /// The last fence lifted on `activity`, if any (since this process started).
@@ -379,7 +406,7 @@ impl StockStore {
                 }
                 "lifted" => {
                     let reason = LiftReason::of_rule(&verdict.detail);
-                    tracing::warn!(activity = %activity.id, segment = segment.index(),
+                    tracing::info!(activity = %activity.id, segment = segment.index(),
                         rule = %verdict.detail, previous = %verdict.recorded, now = %verdict.current,
                         "the Redis master changed and the fence was lifted by a rule: it lost \
                          nothing acknowledged; the activity sells again");
@@ -455,15 +482,34 @@ impl StockStore {
         let mut fences = self.failover.fences.write();
         match fence {
             Some(fence) => {
-                if fences.get(&activity.lane).map(|f| &f.lost) != Some(&fence.lost) {
+                let before = fences.get(&activity.lane);
+                let changed = before.map(|(f, _)| &f.lost) != Some(&fence.lost);
+                let mut told = match before {
+                    Some((_, told)) if !changed => *told,
+                    _ => Told {
+                        since: std::time::Instant::now(),
+                        as_error: false,
+                    },
+                };
+                let needs_a_human =
+                    fence.lost.is_some() || told.since.elapsed() >= FENCE_NEEDS_A_HUMAN;
+                if needs_a_human && !told.as_error {
+                    told.as_error = true;
                     tracing::error!(activity = %activity.id, segment = fence.segment,
                         recorded = %fence.recorded, current = %fence.current,
                         lost = fence.lost.as_deref().unwrap_or("no"),
+                        fenced_for_ms = told.since.elapsed().as_millis() as u64,
                         "Redis master changed under the activity (failover or restart), or it \
-                         lost what it sold: fenced, not selling until a rule or an operator \
-                         lifts it");
+                         lost what it sold: fenced, and no rule lifts it; not selling until an \
+                         operator resumes it (see the runbook)");
+                } else if changed {
+                    tracing::warn!(activity = %activity.id, segment = fence.segment,
+                        recorded = %fence.recorded, current = %fence.current,
+                        "Redis master changed under the activity (failover or restart): fenced \
+                         while the gateways compare what it holds; a rule lifts it within \
+                         seconds if it lost nothing acknowledged, else this becomes an error");
                 }
-                fences.insert(activity.lane.clone(), fence);
+                fences.insert(activity.lane.clone(), (fence, told));
             }
             None => {
                 fences.remove(&activity.lane);
