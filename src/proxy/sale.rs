@@ -219,16 +219,12 @@ impl FlashProxy {
         let slot = crate::waiting::page::purchase_target(route, &activity, canonical);
         let title =
             |v: &crate::config::Variant| v.title.clone().unwrap_or_else(|| v.id.to_string());
-        let ttl = settings.sold_out_cache.ttl;
         let choices: Vec<crate::pages::Choice> = (activity.variants.iter())
             .filter(|v| v.id != sold)
             .map(|v| crate::pages::Choice {
                 title: title(v),
                 action: slot.replace(crate::waiting::page::VARIANT_SLOT, &v.id),
-                available: settings
-                    .activities
-                    .lane(&activity.id, Some(&v.id))
-                    .is_some_and(|lane| !self.gw.checkout.sale.is_sold_out(lane, ttl)),
+                available: !self.variant_sold_out(settings, &activity.id, &v.id),
             })
             .collect();
         let sold_title = activity.variants.iter().find(|v| v.id == sold).map(title);
@@ -304,5 +300,23 @@ impl FlashProxy {
                 })
             }
         }
+    }
+}
+
+impl FlashProxy {
+    /// Whether this gateway knows variant `variant` of activity `activity` sold out: the
+    /// gateway that sold its last unit knows at once, the others by news. An unknown variant
+    /// reads as sold out (nothing to buy there).
+    pub(super) fn variant_sold_out(
+        &self,
+        settings: &crate::config::Settings,
+        activity: &str,
+        variant: &str,
+    ) -> bool {
+        let ttl = settings.sold_out_cache.ttl;
+        settings
+            .activities
+            .lane(activity, Some(variant))
+            .is_none_or(|lane| self.gw.checkout.sale.is_sold_out(lane, ttl))
     }
 }

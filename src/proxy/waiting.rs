@@ -82,7 +82,7 @@ impl FlashProxy {
                     from_cookie: false,
                 })
             });
-            let answer = self
+            let mut answer = self
                 .gw
                 .waiting
                 .poll(
@@ -93,6 +93,11 @@ impl FlashProxy {
                     solution(&session.req_header().headers),
                 )
                 .await?;
+            // A size whose last unit sold here (or that news said sold out) is no longer
+            // offered, without waiting for the next queue read (250 ms).
+            for v in answer.variants.iter_mut() {
+                v.available &= !self.variant_sold_out(settings, &activity.id, &v.id);
+            }
             Ok::<_, Decision>((activity, answer))
         }
         .await;

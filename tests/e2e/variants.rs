@@ -560,6 +560,56 @@ async fn the_drops_waiting_room_waits_while_any_variant_is_left() {
     gw.reconcile_clean();
 }
 
+/// The size whose last unit a buyer just bought is offered to nobody else: the next poll on
+/// the gateway that sold it lists it unavailable at once (not at the next queue read).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_size_sold_here_is_unavailable_in_the_very_next_poll() {
+    use crate::queue_support::{poll, TICKET};
+    let redis = RedisServer::start();
+    let upstream = Upstream::start();
+    let activity = TestActivity::open("2001", 0).queue(Queue::admit(1000).window_secs(60));
+    let config = drop_with(&redis, &upstream, activity, &[("42", 1), ("43", 1)]);
+    let gw = GatewayProc::start(config);
+    let mut tickets = Vec::new();
+    for user in ["alice", "carol"] {
+        let r = request(
+            gw.addr,
+            "POST",
+            "/api/seckill/2001/buy",
+            &[("X-User-Id", user)],
+        )
+        .await;
+        assert_eq!(r.status, 202, "{}", r.text());
+        tickets.push(r.json()["ticket"].as_str().unwrap().to_owned());
+    }
+    wait_for_async(
+        "carol's turn, both sizes listed",
+        Duration::from_secs(10),
+        || async {
+            let p = poll(&gw, "2001", "carol", &tickets[1]).await;
+            (p["state"] == "your_turn" && p["variants"][0]["available"] == true).then_some(p)
+        },
+    )
+    .await;
+    let bought = request(
+        gw.addr,
+        "POST",
+        "/api/seckill/2001/buy?variant=42",
+        &[("X-User-Id", "alice"), (TICKET, &tickets[0])],
+    )
+    .await;
+    assert_eq!(bought.status, 200, "{}", bought.text());
+    let p = poll(&gw, "2001", "carol", &tickets[1]).await;
+    assert_eq!(
+        p["variants"],
+        json!([
+            {"id": "42", "title": "42", "available": false},
+            {"id": "43", "title": "43", "available": true}
+        ]),
+        "{p}"
+    );
+}
+
 /// A drop whose store was flushed: nothing sells twice (every variant fenced), reconcile
 /// names the variants, a plain resume is refused, and a variant's recount says why it cannot
 /// be (the buyers' units across variants are gone with the flush): 409, never 503.
