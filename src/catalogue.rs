@@ -18,7 +18,7 @@ crate::label_enum! {
 /// The answer to a buyer of a variant that is sold out: names it, and says others may remain.
 pub fn variant_sold_out(lang: Lang, variant: &str) -> String {
     match lang {
-        Lang::En => format!("variant {variant} is sold out; other variants may still be on sale"),
+        Lang::En => format!("Variant {variant} is sold out; other variants may still be on sale"),
         Lang::Zh => format!("款式 {variant} 已售罄；其他款式可能仍有库存"),
     }
 }
@@ -106,37 +106,37 @@ impl BadRequest {
     fn en(self) -> &'static str {
         use BadRequest::*;
         match self {
-        QuantityNotInteger => "quantity must be a whole number",
-        QuantityTooSmall => "quantity must be at least 1",
-        QuantityTooLarge => "quantity exceeds the most one request may buy",
-        QuantityRepeated => "quantity must be given once",
-        QuantityAmbiguous => "quantity must be given once, as the route's quantity parameter",
+        QuantityNotInteger => "Quantity must be a whole number",
+        QuantityTooSmall => "Quantity must be at least 1",
+        QuantityTooLarge => "Quantity exceeds the most one request may buy",
+        QuantityRepeated => "Quantity must be given once",
+        QuantityAmbiguous => "Quantity must be given once, as the route's quantity parameter",
         IdempotencyKeyInvalid => {
             "Idempotency-Key must be given once, 1 to 128 visible ASCII characters"
         }
-        BodyTooLarge => "request body too large",
-        BodyTooSlow => "request body not received in time",
-        HeadersTooLarge => "request headers too large",
-        MalformedBody => "malformed request body",
-        MalformedTarget => "malformed request target",
+        BodyTooLarge => "Request body too large",
+        BodyTooSlow => "Request body not received in time",
+        HeadersTooLarge => "Request headers too large",
+        MalformedBody => "Malformed request body",
+        MalformedTarget => "Malformed request target",
         UnreadableTarget => {
-            "request target cannot be read (not UTF-8, a control character, or too deep)"
+            "Request target cannot be read (not UTF-8, a control character, or too deep)"
         }
         LookAlikeTarget => {
-            "request target resembles a sale route without being one: use the route as published"
+            "Request target resembles a sale route without being one: use the route as published"
         }
         QuantityDiffersFromRetry => {
-            "this Idempotency-Key already bought another quantity: retry with the same one, or use a new key"
+            "This Idempotency-Key already bought another quantity: retry with the same one, or use a new key"
         }
-        VariantMissing => "this sale sells several variants: name the one you buy",
-        VariantAmbiguous => "the variant must be named once, as the route names it",
-        VariantNotSold => "this sale has no variants: name none",
+        VariantMissing => "This sale sells several variants: name the one you buy",
+        VariantAmbiguous => "The variant must be named once, as the route names it",
+        VariantNotSold => "This sale has no variants: name none",
         VariantDiffersFromRetry => {
-            "this Idempotency-Key already bought another variant: retry with the same \
+            "This Idempotency-Key already bought another variant: retry with the same \
              variant, or use a new key"
         }
         IdentityAmbiguous => {
-            "the request names more than one buyer: send one identity (one Authorization \
+            "The request names more than one buyer: send one identity (one Authorization \
              header, or one session cookie of the same buyer)"
         }
         }
@@ -236,54 +236,55 @@ impl Message {
         use Message::*;
         Cow::Borrowed(match self {
             BadRequest(why) => why.en(),
-            MethodNotAllowed => "this address takes only the methods its Allow header names",
-            Reserved => "reserved",
-            SignIn => "sign in to take part in the sale",
-            NoSuchSale => "no such sale",
-            NotStarted => "the sale has not started yet",
-            Ended => "the sale has ended",
-            SlowDown => "too many attempts, slow down",
-            SoldOut => "sold out",
-            OverLimit => "this would take you over the per-buyer limit",
-            Busy => "the sale is busy, please retry shortly",
-            BusyQueue => "the shop is busy: too many buyers ahead of you, please retry",
-            Halted => "the sale is paused by the shop, please retry shortly",
-            InQueue => "you are in the queue for this sale",
-            InvalidTicket => "this queue ticket is not valid for you or for this sale",
-            TicketLapsed => "your turn passed: the queue ticket has lapsed",
-            TicketAbsent => "your turn came while you were away (your page stopped checking in), so it went to the next buyer: this ticket has lapsed",
-            Forwarded => "forwarded unreserved",
+            MethodNotAllowed => "This address takes only the methods its Allow header names",
+            Reserved => "Reserved",
+            SignIn => "Sign in to take part in the sale",
+            NoSuchSale => "No such sale",
+            NotStarted => "The sale has not started yet",
+            Ended => "The sale has ended",
+            SlowDown => "Too many attempts, slow down",
+            SoldOut => "Sold out",
+            OverLimit => "This would take you over the per-buyer limit",
+            Busy => "The sale is busy, please retry shortly",
+            BusyQueue => "The shop is busy: too many buyers ahead of you, please retry",
+            Halted => "The sale is paused by the shop, please retry shortly",
+            InQueue => "You are in the queue for this sale",
+            InvalidTicket => "This queue ticket is not valid for you or for this sale",
+            TicketLapsed => "Your turn passed: the queue ticket has lapsed",
+            TicketAbsent => "Your turn came while you were away (your page stopped checking in), so it went to the next buyer: this ticket has lapsed",
+            Forwarded => "Forwarded unreserved",
             QueuePlace { position } => {
-                return Cow::Owned(format!("you are number {position} in the queue"))
+                return Cow::Owned(format!("You are number {position} in the queue"))
             }
             QueueBeforeDraw { count } => {
                 let buyers = if count == 1 { "buyer" } else { "buyers" };
                 return Cow::Owned(format!(
-                    "you are in the queue with {count} {buyers} so far: places are drawn at \
+                    "You are in the queue with {count} {buyers} so far: places are drawn at \
                      random when the sale starts, arriving earlier gives no advantage"
                 ));
             }
             QueuePaused { position } => {
                 return Cow::Owned(format!(
-                    "you are number {position} in the queue; the queue is paused for now: \
+                    "You are number {position} in the queue; the queue is paused for now: \
                      no one moves ahead until it runs again, keep this page open"
                 ))
             }
             QueueTooLate { position } => {
                 return Cow::Owned(format!(
-                    "you are number {position} in the queue, but the buyers ahead of you \
-                     want more than is left"
+                    "You are number {position} in the queue; judging by what buyers ahead of \
+                     you have bought so far, the stock will probably run out before your turn \
+                     (an estimate)"
                 ))
             }
-            YourTurn => "it is your turn: buy now",
+            YourTurn => "It is your turn: buy now",
             SolveChallenge => {
-                "solve the challenge (a short computation your browser does by itself) to get \
+                "Solve the challenge (a short computation your browser does by itself) to get \
                  your place in the queue"
             }
-            QueueSoldOut => "the item is sold out",
-            NoSuchVariant => "this sale has no such variant",
-            Bought => "you bought it: your order is placed",
-            NoQueue => "this sale has no waiting room: buy at its sale route directly",
+            QueueSoldOut => "The item is sold out",
+            NoSuchVariant => "This sale has no such variant",
+            Bought => "You bought it: your order is placed",
+            NoQueue => "This sale has no waiting room: buy at its sale route directly",
         })
     }
 
@@ -323,7 +324,7 @@ impl Message {
             }
             QueueTooLate { position } => {
                 return Cow::Owned(format!(
-                    "您排在第 {position} 位，但您前面的买家想买的数量超过了剩余库存"
+                    "您排在第 {position} 位；按前面买家目前的购买情况估计，轮到您之前库存可能已售完（仅为估计）"
                 ))
             }
             YourTurn => "轮到您了：现在就买",
@@ -371,6 +372,7 @@ crate::label_enum! {
         OpensAt => "opens_at",
         OpensIn => "opens_in",
         TryAgain => "try_again",
+        TurnLeft => "turn_left",
     }
 }
 
@@ -394,7 +396,8 @@ impl Label {
             (Lang::En, AboutMinutes) => "about {n} min",
             (Lang::En, Paused) => "Paused: no estimate until the queue runs again",
             (Lang::En, TooLate) => {
-                "Very likely too late: the stock will probably run out before your turn."
+                "Probably too late (an estimate from what buyers ahead have bought so far): the \
+                 stock may run out before your turn."
             }
             (Lang::En, KeepOpen) => "Keep this page open: it refreshes by itself.",
             (Lang::En, Refreshes) => "This page refreshes itself every few seconds.",
@@ -411,6 +414,7 @@ impl Label {
             (Lang::En, OpensAt) => "Opens at",
             (Lang::En, OpensIn) => "Opens in {n}",
             (Lang::En, TryAgain) => "Try again",
+            (Lang::En, TurnLeft) => "Buy within {n}: then your turn passes to the next buyer.",
             (Lang::En, TicketReplaced) => {
                 "This browser held a queue ticket that is not yours (another account's, or \
                  damaged): it was replaced by your own place."
@@ -429,7 +433,9 @@ impl Label {
             (Lang::Zh, AboutSeconds) => "约 {n} 秒",
             (Lang::Zh, AboutMinutes) => "约 {n} 分钟",
             (Lang::Zh, Paused) => "已暂停：队列恢复前无法估计等待时间",
-            (Lang::Zh, TooLate) => "很可能来不及了：轮到您之前库存大概率会售完。",
+            (Lang::Zh, TooLate) => {
+                "可能来不及了（根据前面买家目前的购买情况估计）：轮到您之前库存可能会售完。"
+            }
             (Lang::Zh, KeepOpen) => "请保持此页面打开，它会自动刷新。",
             (Lang::Zh, Refreshes) => "此页面每隔几秒自动刷新。",
             (Lang::Zh, Progress) => "排队进度",
@@ -445,6 +451,7 @@ impl Label {
             (Lang::Zh, OpensAt) => "开放时间",
             (Lang::Zh, OpensIn) => "距开放还有 {n}",
             (Lang::Zh, TryAgain) => "再试一次",
+            (Lang::Zh, TurnLeft) => "请在 {n} 内购买，之后机会将让给下一位买家。",
             (Lang::Zh, TicketReplaced) => {
                 "此浏览器保存的排队凭证不属于您（属于其他账号或已损坏），已替换为您自己的位置。"
             }

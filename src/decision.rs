@@ -347,6 +347,11 @@ mod tests {
             let zh: serde_json::Value =
                 serde_json::from_slice(&reply.body(Lang::Zh, None)).unwrap();
             assert_eq!(en["code"], zh["code"], "{d:?}");
+            let en = en["message"].as_str().unwrap();
+            assert!(
+                en.starts_with(|c: char| c.is_ascii_uppercase()),
+                "{d:?}: a sentence starts with a capital: {en}"
+            );
             let zh = zh["message"].as_str().unwrap();
             assert!(
                 zh.chars().any(|c| ('\u{4e00}'..='\u{9fff}').contains(&c)),
@@ -357,7 +362,7 @@ mod tests {
         let en: serde_json::Value = serde_json::from_slice(&sold_out.body(Lang::En, None)).unwrap();
         assert_eq!(
             en,
-            serde_json::json!({"code": "sold_out", "message": "sold out"})
+            serde_json::json!({"code": "sold_out", "message": "Sold out"})
         );
     }
 }

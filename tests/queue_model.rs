@@ -331,7 +331,8 @@ fn run(ops: Vec<Op>) {
                     .0
                 }
                 Op::Advance(ms) => {
-                    let earlier = chrono::Utc::now() + chrono::Duration::milliseconds(i64::from(ms));
+                    let earlier =
+                        chrono::Utc::now() + chrono::Duration::milliseconds(i64::from(ms));
                     let before = model.last_state.clone();
                     if earlier < activity.starts_at {
                         activity.starts_at = earlier;

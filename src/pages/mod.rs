@@ -210,7 +210,11 @@ impl Pages {
             state => status.state(),
             paused => paused,
             is_final => status.is_final(),
-            message => json["message"].as_str(),
+            message => match (status, page.answer.turn_left_ms) {
+                // Under the heading "It is your turn": the time left, not the heading again.
+                (Status::YourTurn, Some(ms)) => Label::TurnLeft.text(lang).replace("{n}", &clock(ms)),
+                _ => json["message"].as_str().unwrap_or_default().to_owned(),
+            },
             page_title => state_title(status).text(lang),
             eta_text => eta_text,
             answer => minijinja::value::Serde(&json),
@@ -245,6 +249,12 @@ impl Pages {
                 .unwrap_or_else(|e| format!("<!doctype html><p>{}</p>", escape(&e.to_string())))
         })
     }
+}
+
+/// A time left as the page's countdown shows it: `m:ss` (the script counts it down).
+fn clock(ms: u64) -> String {
+    let secs = ms.div_ceil(1000);
+    format!("{}:{:02}", secs / 60, secs % 60)
 }
 
 /// The heading and `<title>` of a waiting page in `status`.

@@ -10,6 +10,7 @@ fn answer(status: Status) -> Answer {
         variants: Vec::new(),
         ticket: "t1.a.1.2.x".into(),
         status,
+        turn_left_ms: None,
         challenge: None,
         draw: None,
         cookie_max_age_secs: 60,

@@ -65,6 +65,7 @@ impl FlashProxy {
                         variants: Vec::new(),
                         ticket: ticket.ticket,
                         status: Status::Bought,
+                        turn_left_ms: None,
                         challenge: None,
                         draw: None,
                         // By Redis's clock, as every ticket's cookie.

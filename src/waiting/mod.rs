@@ -86,6 +86,9 @@ pub struct Answer {
     /// An activity with variants: each, and whether it is still on sale (empty otherwise).
     pub variants: Vec<Availability>,
     pub status: Status,
+    /// With [`Status::YourTurn`]: how long the admission window has left (by Redis's clock as
+    /// last read); `None` while a halt stands (the window does not run out then).
+    pub turn_left_ms: Option<u64>,
     /// With [`Status::Challenge`]: the proof of work to solve for a ticket.
     pub challenge: Option<Box<challenge::Challenge>>,
     /// With `queue.draw`: what is published of the pre-queue's draw so far.
@@ -352,6 +355,7 @@ impl<S: QueueStore> WaitingRoom<S> {
                     ticket: String::new(),
                     variants: Vec::new(),
                     status: Status::Challenge,
+                    turn_left_ms: None,
                     challenge: Some(challenge),
                     draw: None,
                     cookie_max_age_secs: ends_in,
@@ -361,14 +365,19 @@ impl<S: QueueStore> WaitingRoom<S> {
             }
         };
         let status = self.status(activity, queue, ticket, honoured)?;
-        let status = self
+        let (status, stepped_end) = self
             .stepped_status(activity, queue, user, ticket, status)
             .await?;
+        let turn_left_ms = match status {
+            Status::YourTurn => self.turn_left_ms(activity, queue, ticket, stepped_end),
+            _ => None,
+        };
         Ok((
             Answer {
                 ticket: raw,
                 variants: self.availability(activity),
                 status,
+                turn_left_ms,
                 challenge: None,
                 draw: self.published(activity, queue),
                 cookie_max_age_secs: ends_in,
@@ -377,6 +386,28 @@ impl<S: QueueStore> WaitingRoom<S> {
             Some(ticket),
             honoured,
         ))
+    }
+
+    /// The admission window's time left for `ticket`, whose turn it is: from its admission
+    /// (`stepped_end`, a stepped queue's) or from the cursor's history. Approximation: by
+    /// Redis's clock as estimated from the last read (up to a read's interval, 250 ms, off).
+    fn turn_left_ms(
+        &self,
+        activity: &Activity,
+        queue: &QueueSettings,
+        ticket: Ticket,
+        stepped_end: Option<u64>,
+    ) -> Option<u64> {
+        let view = self.view(activity)?;
+        let window = queue.admission_window.as_millis() as u64;
+        let end = match stepped_end {
+            Some(end) => end,
+            None => view
+                .state
+                .window_ends_at(view.place(ticket.number)?, window)?,
+        };
+        (end != u64::MAX && view.state.halted_at.is_none())
+            .then(|| end.saturating_sub(view.redis_now_ms()))
     }
 
     /// Each variant of `activity` and whether any of it is left, as last read.

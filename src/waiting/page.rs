@@ -134,6 +134,9 @@ struct Body<'a> {
     /// Only when true (see [`Answer::ticket_replaced`]).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     ticket_replaced: bool,
+    /// At the buyer's turn: the admission window's time left (see [`Answer::turn_left_ms`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    turn_left_ms: Option<u64>,
     #[serde(skip_serializing_if = "<[_]>::is_empty")]
     variants: Vec<VariantBody<'a>>,
 }
@@ -195,6 +198,7 @@ impl<'a> Body<'a> {
             state: answer.status.state(),
             ticket: &answer.ticket,
             ticket_replaced: answer.ticket_replaced,
+            turn_left_ms: answer.turn_left_ms,
             variants: answer
                 .variants
                 .iter()
@@ -266,6 +270,7 @@ mod tests {
                 drawn: true,
                 paused: false,
             },
+            turn_left_ms: None,
             challenge: None,
             draw: None,
             cookie_max_age_secs: 60,
@@ -383,7 +388,7 @@ mod tests {
     #[test]
     fn the_message_follows_the_language_and_the_code_does_not() {
         let (en, zh) = (json(&waiting(3), Lang::En), json(&waiting(3), Lang::Zh));
-        assert_eq!(en["message"], "you are number 3 in the queue");
+        assert_eq!(en["message"], "You are number 3 in the queue");
         assert_eq!(zh["message"], "您排在第 3 位");
         assert_eq!(en["code"], zh["code"]);
         let bought = Answer {

@@ -57,7 +57,7 @@ impl<S: QueueStore> WaitingRoom<S> {
             .store
             .state(activity, queue, &store::Fresh::random(), rewrite, known)
             .await?;
-        self.learn(activity, View::new(state, left));
+        self.learn(activity, View::new(state, left).of_stock(activity.stock));
         Ok(())
     }
 

@@ -26,7 +26,8 @@ use crate::decision::Decision;
 
 impl<S: QueueStore> WaitingRoom<S> {
     /// What a ticket of a stepped queue is told, `status` being what the view alone says; a
-    /// queue on the time-function cursor keeps `status`.
+    /// queue on the time-function cursor keeps `status`. With it, when its turn is now, when
+    /// its window ends (Redis's clock, unix ms) as its admission says.
     pub(super) async fn stepped_status(
         &self,
         activity: &Activity,
@@ -34,15 +35,15 @@ impl<S: QueueStore> WaitingRoom<S> {
         user: &str,
         ticket: Ticket,
         status: Status,
-    ) -> Result<Status, Decision> {
+    ) -> Result<(Status, Option<u64>), Decision> {
         let Some(view) = self.view(activity).filter(|v| v.state.stepped) else {
-            return Ok(status);
+            return Ok((status, None));
         };
         let Some(place) = view.place(ticket.number) else {
-            return Ok(cap_refresh(status, queue));
+            return Ok((cap_refresh(status, queue), None));
         };
         if matches!(status, Status::SoldOut | Status::Bought) {
-            return Ok(status);
+            return Ok((status, None));
         }
         let fate = self
             .store
@@ -52,12 +53,14 @@ impl<S: QueueStore> WaitingRoom<S> {
                 tracing::warn!(activity = %activity.id, error = %e, "queue place not read");
                 Decision::Unavailable
             })?;
-        Ok(match fate {
+        let mut ends_at = None;
+        let status = match fate {
             Fate::Admitted { at_ms } => {
                 let window = queue.admission_window.as_millis() as u64;
                 if window_open(at_ms, window, view.redis_now_ms(), view.state.halted_at) {
                     self.places
                         .insert((activity.id.clone(), user.to_owned()), place);
+                    ends_at = Some(at_ms + window);
                     Status::YourTurn
                 } else {
                     Status::Expired
@@ -79,7 +82,8 @@ impl<S: QueueStore> WaitingRoom<S> {
                     paused: view.state.paused,
                 },
             },
-        })
+        };
+        Ok((status, ends_at))
     }
 
     /// A stepped queue's place of `user`, admitted through this gateway, leaves the active

@@ -202,7 +202,13 @@ pub struct View {
     pub read_at: Instant,
     /// Units left over the activity, as last read (`None`: not known yet).
     pub left: Option<i64>,
+    /// Units sold so far (the configured stock less `left`), when `left` is known.
+    pub sold: Option<u64>,
 }
+
+/// Buyers admitted before what they bought says how much the buyers ahead will want: fewer,
+/// and each buyer ahead is counted as wanting one unit.
+const DEMAND_SAMPLE: u64 = 20;
 
 impl View {
     pub fn new(state: QueueState, left: Option<i64>) -> View {
@@ -210,7 +216,39 @@ impl View {
             state,
             read_at: Instant::now(),
             left,
+            sold: None,
         }
+    }
+
+    /// With the units sold so far, out of the activity's configured `stock`.
+    pub fn of_stock(mut self, stock: u64) -> View {
+        self.sold = self
+            .left
+            .map(|left| stock.saturating_sub(left.max(0) as u64));
+        self
+    }
+
+    /// Units bought per buyer admitted so far in this sale, once [`DEMAND_SAMPLE`] buyers were
+    /// admitted: in drops many admitted buyers never buy. Approximations: buyers still in their
+    /// window have not bought yet (an underestimate early in a window), units restocked count
+    /// as never sold, and a pending reservation counts as bought.
+    pub fn units_per_admitted(&self) -> Option<f64> {
+        let admitted = self.cursor().min(self.state.seq);
+        if admitted < DEMAND_SAMPLE {
+            return None;
+        }
+        Some(self.sold? as f64 / admitted as f64)
+    }
+
+    /// Whether a buyer with `ahead` places before theirs is very likely too late: the units
+    /// those ahead are expected to want (one each, or as many as admitted buyers bought so
+    /// far) exceed what is left by `too_late_factor`. An estimate, and said as one.
+    pub fn likely_too_late(&self, ahead: u64, settings: &QueueSettings) -> bool {
+        let Some(left) = self.left else {
+            return false;
+        };
+        let each = self.units_per_admitted().unwrap_or(1.0);
+        ahead as f64 * each >= left.max(0) as f64 * settings.too_late_factor
     }
 
     /// Redis's clock now, estimated from the last read.
@@ -273,9 +311,7 @@ impl View {
             position: ahead + 1,
             estimated_wait_ms,
             refresh_after_ms,
-            likely_too_late: self
-                .left
-                .is_some_and(|left| ahead as f64 >= left.max(0) as f64 * settings.too_late_factor),
+            likely_too_late: self.likely_too_late(ahead, settings),
             drawn: true,
             paused,
         }
@@ -512,6 +548,28 @@ mod tests {
             Some(0),
         );
         assert_eq!(sold.status(1, &q), Status::SoldOut);
+    }
+
+    #[test]
+    fn too_late_is_judged_by_what_admitted_buyers_bought_once_enough_were() {
+        let q = settings();
+        let told = |v: &View, n| match v.status(n, &q) {
+            Status::Waiting {
+                likely_too_late, ..
+            } => likely_too_late,
+            other => panic!("{other:?}"),
+        };
+        // 40 admitted (10 a second for 4 s), 20 of 30 units bought: half a unit each.
+        let v = View::new(state(14_000), Some(10)).of_stock(30);
+        assert_eq!(v.units_per_admitted(), Some(0.5));
+        assert!(!told(&v, 60), "19 ahead want ~9.5 of 10 left x 1.5");
+        assert!(told(&v, 90), "49 ahead want ~24.5 of 10 left x 1.5");
+        // Without what was sold, one unit each: 19 ahead of 10 x 1.5 is too late.
+        assert!(told(&View::new(state(14_000), Some(10)), 60));
+        // Too few admitted yet (10) to judge by: one unit each.
+        let early = View::new(state(11_000), Some(10)).of_stock(30);
+        assert_eq!(early.units_per_admitted(), None);
+        assert!(told(&early, 30), "19 ahead of 10 left x 1.5");
     }
 
     #[test]

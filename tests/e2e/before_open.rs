@@ -146,7 +146,7 @@ async fn a_size_sold_out_under_the_click_offers_the_others() {
     )
     .await;
     let text = shown[1].as_str().unwrap();
-    assert!(text.contains("variant EU 41 is sold out"), "{shown}");
+    assert!(text.contains("Variant EU 41 is sold out"), "{shown}");
     assert_eq!(
         shown[2],
         json!([["EU 42", false], ["EU 43", true]]),

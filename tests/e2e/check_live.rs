@@ -177,7 +177,10 @@ async fn a_queue_start_moved_earlier_is_applied_before_it_opens_and_named_after(
     assert_eq!(r.json()["warnings"], serde_json::json!([]), "{}", r.text());
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while queue_start_ms(&gw).await != rfc3339_ms(earlier) as i64 {
-        assert!(std::time::Instant::now() < deadline, "the start never moved");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the start never moved"
+        );
         gw.wait_queue_read().await;
     }
     // The older file: checked, it is named as older; a gateway started with it leaves the
@@ -197,7 +200,10 @@ async fn a_queue_start_moved_earlier_is_applied_before_it_opens_and_named_after(
     assert_eq!(gw.admin_post("/v1/config/reload").await.status, 200);
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while queue_start_ms(&gw).await != rfc3339_ms(now) as i64 {
-        assert!(std::time::Instant::now() < deadline, "the start never moved");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the start never moved"
+        );
         gw.wait_queue_read().await;
     }
     // ... then a minute earlier still: not applied, and said three ways.
@@ -208,11 +214,17 @@ async fn a_queue_start_moved_earlier_is_applied_before_it_opens_and_named_after(
     assert_eq!(r.status, 200, "{}", r.text());
     let warnings = r.json()["warnings"].to_string();
     assert!(warnings.contains("its start stays there"), "{warnings}");
-    assert!(warnings.contains(now), "the start that stays not named: {warnings}");
+    assert!(
+        warnings.contains(now),
+        "the start that stays not named: {warnings}"
+    );
     gw.wait_queue_read().await;
     assert_eq!(queue_start_ms(&gw).await, rfc3339_ms(now) as i64);
     assert!(gw.logs().contains("its start stays there"), "{}", gw.logs());
     let (code, _, err) = check_live(&config);
     assert_eq!(code, 0, "{err}");
-    assert!(err.contains("warning: activity 1001: the waiting room opened at"), "{err}");
+    assert!(
+        err.contains("warning: activity 1001: the waiting room opened at"),
+        "{err}"
+    );
 }

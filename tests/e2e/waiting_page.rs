@@ -71,7 +71,7 @@ async fn the_waiting_page_shows_the_place_refreshes_and_lands_on_the_purchase() 
         shown[4]
             .as_str()
             .unwrap()
-            .contains("you are number 2 in the queue"),
+            .contains("You are number 2 in the queue"),
         "{shown}"
     );
     // It asks again by itself (polls counted by the gateway), staying on the page.

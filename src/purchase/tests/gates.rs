@@ -16,6 +16,7 @@ fn waiting_answer() -> waiting::Turn {
             drawn: true,
             paused: false,
         },
+        turn_left_ms: None,
         challenge: None,
         draw: None,
         cookie_max_age_secs: 60,

@@ -285,9 +285,12 @@ impl Failover {
     /// lose the whole fleet), answering `unavailable` for that sale until it is resumed.
     /// `activity` is a stock lane's name (`Activity::lane`).
     pub fn fence_settling(&self, activity: &str) -> bool {
-        self.fences.read().get(activity).is_some_and(|(fence, told)| {
-            fence.lost.is_none() && told.since.elapsed() < FENCE_NEEDS_A_HUMAN
-        })
+        self.fences
+            .read()
+            .get(activity)
+            .is_some_and(|(fence, told)| {
+                fence.lost.is_none() && told.since.elapsed() < FENCE_NEEDS_A_HUMAN
+            })
     }
 
     /// The last fence lifted on `activity`, if any (since this process started).
