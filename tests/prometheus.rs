@@ -1,11 +1,14 @@
 //! Dashboards and alerts against a real Prometheus (Debian's package): a gateway under load is
 //! scraped, then every Grafana panel query and every alert expression must parse and return
-//! series; the rule file must pass `promtool check rules` and load without errors.
+//! series; the rule file must pass `promtool check rules` and load without errors. And what
+//! Prometheus holds of a drop's stock (a series per size) and of an activity a reload removed
+//! (nothing from the next scrape on).
 
 #[path = "support/mod.rs"]
 mod support;
 
-use serde_json::Value;
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -89,7 +92,7 @@ impl Prometheus {
             .unwrap()
             .as_secs_f64();
         wait_for_async(
-            "a scrape after the burst",
+            "a scrape begun after the given moment",
             Duration::from_secs(30),
             || async {
                 let r = self
@@ -101,6 +104,38 @@ impl Prometheus {
             },
         )
         .await;
+    }
+
+    /// The value of each series `expr` selects now, by the value of its label `label` (`""`
+    /// where the series has none); panics if Prometheus refuses the query.
+    async fn values_by(&self, expr: &str, label: &str) -> BTreeMap<String, f64> {
+        self.query(expr)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
+            .iter()
+            .map(|s| {
+                let key = s["metric"][label].as_str().unwrap_or_default().to_owned();
+                let value = s["value"][1].as_str().and_then(|v| v.parse().ok());
+                (key, value.unwrap_or_else(|| panic!("{expr}: {s}")))
+            })
+            .collect()
+    }
+
+    /// Polls until the series `expr` selects, by `label`, are `want`; their last values are in
+    /// the panic after 30 s.
+    async fn wait_values(&self, expr: &str, label: &str, want: &BTreeMap<String, f64>) {
+        let end = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let now = self.values_by(expr, label).await;
+            if &now == want {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < end,
+                "{expr} by {label}: wanted {want:?}, Prometheus has {now:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     /// Whether `expr` selects no series now; panics (naming `what`) if Prometheus refuses it.
@@ -370,4 +405,167 @@ async fn the_report_counts_refusals_by_code_from_a_real_prometheus() {
     let story: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(story["refusals"], Value::Object(counted), "{story}");
     assert_eq!(story["units"]["sold"], 2);
+}
+
+/// `(label value, value)` pairs as [`Prometheus::values_by`] gives them.
+fn series<const N: usize>(pairs: [(&str, f64); N]) -> BTreeMap<String, f64> {
+    pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect()
+}
+
+/// A drop (issue 48): Prometheus scrapes one `flashgate_stock_remaining{activity, variant}`
+/// series per size and none for the drop as a whole (a lone activity-wide series would read 0,
+/// "sold out", on every dashboard); a purchase of one size lowers that size's series only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drops_stock_is_one_series_per_size_in_a_real_prometheus() {
+    let (_redis, _upstream, config) = backends(vec![
+        TestActivity::open("1001", 7),
+        TestActivity::open("2001", 0),
+    ]);
+    let config = config
+        .set("/activities/1/stock", Value::Null)
+        .set(
+            "/activities/1/variants",
+            json!([{"id": "40", "stock": 5}, {"id": "40.5", "stock": 3}]),
+        )
+        .set("/sale_routes/0/variant_query", json!("size"));
+    let gw = GatewayProc::start(config);
+    let prometheus = Prometheus::start(gw.admin);
+
+    // Each size its own series, at its stock (prewarmed at the start).
+    let drop = r#"flashgate_stock_remaining{activity="2001"}"#;
+    prometheus
+        .wait_values(drop, "variant", &series([("40", 5.0), ("40.5", 3.0)]))
+        .await;
+    // An activity without variants keeps its one series, without a `variant` label...
+    assert_eq!(
+        prometheus
+            .values_by(
+                r#"flashgate_stock_remaining{activity="1001",variant=""}"#,
+                "activity"
+            )
+            .await,
+        series([("1001", 7.0)])
+    );
+    // ...and the drop never had one, in any scrape since Prometheus started.
+    let whole = r#"count_over_time(flashgate_stock_remaining{activity="2001",variant=""}[10m])"#;
+    assert!(
+        prometheus.no_series("the drop as a whole", whole).await,
+        "{:?}",
+        prometheus.query(whole).await
+    );
+
+    // One pair of 40.5: that size's series goes down, the other size's stays.
+    let bought = request(
+        gw.addr,
+        "POST",
+        "/api/seckill/2001/buy?size=40.5",
+        &[("X-User-Id", "alice")],
+    )
+    .await;
+    assert_eq!(bought.status, 200, "{}", bought.text());
+    prometheus
+        .wait_values(drop, "variant", &series([("40", 5.0), ("40.5", 2.0)]))
+        .await;
+    assert!(prometheus.no_series("the drop as a whole", whole).await);
+}
+
+/// A reload that removes an activity (issue 48): the next scrape has none of its series, so
+/// Prometheus marks them stale and an instant query after that scrape finds none (without the
+/// stale marks they would be found for five minutes, the query's lookback).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_removed_activitys_series_leave_a_real_prometheus_at_the_next_scrape() {
+    // Removed: a sale with a waiting room (its queue series) and a drop (its per-size stock).
+    let (_redis, _upstream, config) = backends(vec![
+        TestActivity::open("1001", 5),
+        TestActivity::open("2002", 5).queue(Queue::admit(2)),
+        TestActivity::open("3003", 0),
+    ]);
+    let config = config
+        .set("/activities/2/stock", Value::Null)
+        .set(
+            "/activities/2/variants",
+            json!([{"id": "40", "stock": 4}, {"id": "41", "stock": 4}]),
+        )
+        .set("/sale_routes/0/variant_query", json!("size"));
+    let mut gw = GatewayProc::start(config.clone());
+    let prometheus = Prometheus::start(gw.admin);
+    // Traffic on each, so that their counters are not only the preset zeros.
+    for (path, user) in [
+        ("/api/seckill/1001/buy", "u1"),
+        ("/api/seckill/2002/buy", "u2"),
+        ("/api/seckill/3003/buy?size=41", "u3"),
+    ] {
+        let r = request(gw.addr, "POST", path, &[("X-User-Id", user)]).await;
+        assert!(matches!(r.status, 200 | 202), "{path}: {}", r.text());
+    }
+
+    // Before: Prometheus holds each activity's series (the queue's and both sizes' among them).
+    let of = |activity: &str| format!(r#"{{__name__=~"flashgate_.+",activity="{activity}"}}"#);
+    let count = |activity: &str| format!("count({})", of(activity));
+    for activity in ["1001", "2002", "3003"] {
+        wait_for_async(
+            "the activity's series in Prometheus",
+            Duration::from_secs(30),
+            || async {
+                let n = prometheus.values_by(&count(activity), "").await;
+                n.get("").is_some_and(|n| *n >= 5.0).then_some(())
+            },
+        )
+        .await;
+    }
+    assert!(
+        !prometheus
+            .no_series("the queue's", r#"flashgate_queue_length{activity="2002"}"#)
+            .await
+    );
+    prometheus
+        .wait_values(
+            r#"flashgate_stock_remaining{activity="3003"}"#,
+            "variant",
+            &series([("40", 4.0), ("41", 3.0)]),
+        )
+        .await;
+
+    let mut kept = config.clone();
+    kept.activities.retain(|a| a.id == "1001");
+    kept.patches
+        .retain(|(pointer, _)| !pointer.starts_with("/activities/"));
+    gw.rewrite_config(kept);
+    let reload = gw.admin_post("/v1/config/reload").await;
+    assert_eq!(reload.status, 200, "{}", reload.text());
+    let reloaded = std::time::SystemTime::now();
+
+    // The first scrape begun after the reload answered: the gateway's new generation (2, or 3
+    // if the file watch applied the file first), and nothing of the removed activities at the
+    // query's time (just after that scrape).
+    prometheus.wait_scraped_after(reloaded).await;
+    let generation = prometheus
+        .values_by("flashgate_config_generation", "")
+        .await;
+    assert!(
+        generation.get("").is_some_and(|g| *g >= 2.0),
+        "the scrape after the reload: {generation:?}"
+    );
+    for removed in ["2002", "3003"] {
+        let left: Vec<String> = prometheus
+            .query(&of(removed))
+            .await
+            .unwrap()
+            .iter()
+            .map(|s| s["metric"].to_string())
+            .collect();
+        assert!(
+            left.is_empty(),
+            "{removed}'s series after the reload ({}):\n{}",
+            left.len(),
+            left.join("\n")
+        );
+    }
+    // The kept activity's series stay, and so does the target: its series went, not the scrape.
+    assert_eq!(
+        prometheus.values_by(r#"up{job="flashgate"}"#, "").await,
+        series([("", 1.0)])
+    );
+    let n = prometheus.values_by(&count("1001"), "").await;
+    assert!(n.get("").is_some_and(|n| *n >= 5.0), "{n:?}");
 }
