@@ -414,7 +414,7 @@ impl Label {
             (Lang::En, OpensAt) => "Opens at",
             (Lang::En, OpensIn) => "Opens in {n}",
             (Lang::En, TryAgain) => "Try again",
-            (Lang::En, TurnLeft) => "Buy within {n}: then your turn passes to the next buyer.",
+            (Lang::En, TurnLeft) => "Buy within {n}, or your turn passes to the next buyer.",
             (Lang::En, TicketReplaced) => {
                 "This browser held a queue ticket that is not yours (another account's, or \
                  damaged): it was replaced by your own place."

@@ -213,6 +213,8 @@ impl Pages {
             message => match (status, page.answer.turn_left_ms) {
                 // Under the heading "It is your turn": the time left, not the heading again.
                 (Status::YourTurn, Some(ms)) => Label::TurnLeft.text(lang).replace("{n}", &clock(ms)),
+                // The place is shown above, and the estimate in the note below: said once.
+                (Status::Waiting { likely_too_late: true, .. }, _) => String::new(),
                 _ => json["message"].as_str().unwrap_or_default().to_owned(),
             },
             page_title => state_title(status).text(lang),

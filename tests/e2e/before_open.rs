@@ -2,7 +2,8 @@
 //! when it opens (in their own language and time zone), sees a countdown, and the page sends the
 //! purchase again by itself once it opens; a JSON client gets `opens_at` and `Retry-After`.
 
-use crate::browser::{token, Browser, IDENTITY_SECRET};
+use crate::browser::{token, IDENTITY_SECRET};
+use crate::drop_pages::{browser_for, FOUR};
 use crate::pages::{press_buy, sign_in};
 use crate::queue_support::in_secs;
 use crate::support::*;
@@ -13,7 +14,7 @@ async fn before_the_opening_the_buyer_sees_when_and_the_page_buys_at_the_opening
     let redis = RedisServer::start();
     let upstream = Upstream::start();
     // Far enough ahead that two browsers load the page before it on a loaded machine.
-    let opens = in_secs(15);
+    let opens = in_secs(25);
     let sale = TestActivity::open("1001", 5).hours(opens, in_secs(3600));
     let config = TestConfig::new(&redis, &upstream, vec![sale]).jwt_identity(Jwt::session_cookie());
     let gw = GatewayProc::start_with_env(config, &[("FLASHGATE_IDENTITY_SECRET", IDENTITY_SECRET)]);
@@ -31,22 +32,26 @@ async fn before_the_opening_the_buyer_sees_when_and_the_page_buys_at_the_opening
         chrono::DateTime::parse_from_rfc3339(json.json()["opens_at"].as_str().unwrap()).unwrap();
     assert_eq!(at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true), opens);
     let retry: u64 = json.header("retry-after").unwrap().parse().unwrap();
-    assert!((1..=15).contains(&retry), "Retry-After {retry}");
-    // Browsers, in English on a desktop and in Chinese on a phone.
+    assert!((1..=25).contains(&retry), "Retry-After {retry}");
+    // Browsers, in English and in Chinese, on a desktop and on a phone.
     let read = "return [document.documentElement.getAttribute('data-flashgate-code'), \
                 document.getElementById('opens-at') ? document.getElementById('opens-at').textContent : null, \
                 document.getElementById('countdown') ? document.getElementById('countdown').textContent : null, \
                 location.pathname, document.body ? document.body.innerText : ''];";
     let origin = format!("http://{}", gw.addr);
-    let zh = Browser::start_with(true, "zh-CN,zh;q=0.9").await;
-    zh.viewport(390, 844).await;
-    sign_in(&zh, &origin, "li").await;
-    press_buy(&zh, "/api/seckill/1001/buy").await;
-    let en = Browser::start().await;
-    en.viewport(1280, 800).await;
-    sign_in(&en, &origin, "alice").await;
-    press_buy(&en, "/api/seckill/1001/buy").await;
-    for (browser, lang, opens_in) in [(&en, "en", "Opens in"), (&zh, "zh", "距开放还有")] {
+    let mut browsers = Vec::new();
+    for (i, seat) in FOUR.iter().enumerate() {
+        let browser = browser_for(seat).await;
+        sign_in(&browser, &origin, &format!("buyer-{i}")).await;
+        press_buy(&browser, "/api/seckill/1001/buy").await;
+        browsers.push(browser);
+    }
+    for (seat, browser) in FOUR.iter().zip(&browsers) {
+        let opens_in = if seat.lang == "en" {
+            "Opens in"
+        } else {
+            "距开放还有"
+        };
         let shown = wait_for_async(
             "the opening and its countdown",
             Duration::from_secs(10),
@@ -60,11 +65,18 @@ async fn before_the_opening_the_buyer_sees_when_and_the_page_buys_at_the_opening
         let when = shown[1].as_str().unwrap();
         assert!(
             !when.contains('T') && !when.is_empty(),
-            "{lang}: a local time, not RFC 3339: {shown}"
+            "{}: a local time, not RFC 3339: {shown}",
+            seat.name()
         );
-        browser.screenshot(&format!("before-open-{lang}")).await;
+        let overflow = browser
+            .script("return document.documentElement.scrollWidth > window.innerWidth;")
+            .await;
+        assert_eq!(overflow, false, "{}", seat.name());
+        browser
+            .screenshot(&format!("before-open-{}", seat.name()))
+            .await;
     }
-    // At the opening both pages send the purchase again by themselves: two purchases land.
+    // At the opening every page sends the purchase again by itself: four purchases land.
     let landed = wait_for_async("both purchases", Duration::from_secs(30), || async {
         let sold: Vec<_> = upstream
             .requests()
@@ -72,11 +84,11 @@ async fn before_the_opening_the_buyer_sees_when_and_the_page_buys_at_the_opening
             .into_iter()
             .filter(|r| r["headers"].get("x-flashgate-reservation").is_some())
             .collect();
-        (sold.len() == 2).then_some(sold)
+        (sold.len() == 4).then_some(sold)
     })
     .await;
-    assert_eq!(landed.len(), 2);
-    for browser in [&en, &zh] {
+    assert_eq!(landed.len(), 4);
+    for browser in &browsers {
         let _ = browser
             .call("DELETE", &format!("/session/{}", browser.session), None)
             .await;
@@ -103,7 +115,7 @@ async fn a_size_sold_out_under_the_click_offers_the_others() {
     config.sold_out_ttl_ms = 600_000;
     let sizes = json!([
         {"id": "41", "stock": 1, "title": "EU 41"},
-        {"id": "42", "stock": 3, "title": "EU 42"},
+        {"id": "42", "stock": 5, "title": "EU 42"},
         {"id": "43", "stock": 1, "title": "EU 43"},
     ]);
     let config = config
@@ -128,47 +140,58 @@ async fn a_size_sold_out_under_the_click_offers_the_others() {
     )
     .await;
     assert_eq!(r.code(), "sold_out");
-    let browser = Browser::start().await;
     let origin = format!("http://{}", gw.addr);
-    sign_in(&browser, &origin, "alice").await;
-    press_buy(&browser, "/api/seckill/2001/buy?size=41").await;
     let read = "var b = Array.from(document.querySelectorAll('#variants button')); \
                 return [document.documentElement.getAttribute('data-flashgate-code'), \
                 document.body ? document.body.innerText : '', \
-                b.map(function (x) { return [x.textContent, x.disabled]; })];";
-    let shown = wait_for_async(
-        "the sold-out page with the other sizes",
-        Duration::from_secs(15),
-        || async {
-            let v = browser.script(read).await;
-            (v[0] == "sold_out" && v[2].as_array().is_some_and(|b| !b.is_empty())).then_some(v)
-        },
-    )
-    .await;
-    let text = shown[1].as_str().unwrap();
-    assert!(text.contains("Variant EU 41 is sold out"), "{shown}");
-    assert_eq!(
-        shown[2],
-        json!([["EU 42", false], ["EU 43", true]]),
-        "{shown}"
-    );
-    browser.screenshot("size-sold-out-en").await;
-    browser
-        .script("document.querySelector('#variants button:not([disabled])').click();")
+                b.map(function (x) { return [x.textContent, x.disabled]; }), \
+                document.documentElement.scrollWidth > window.innerWidth];";
+    for (i, seat) in FOUR.iter().enumerate() {
+        let browser = browser_for(seat).await;
+        let user = format!("buyer-{i}");
+        sign_in(&browser, &origin, &user).await;
+        press_buy(&browser, "/api/seckill/2001/buy?size=41").await;
+        let shown = wait_for_async(
+            "the sold-out page with the other sizes",
+            Duration::from_secs(15),
+            || async {
+                let v = browser.script(read).await;
+                (v[0] == "sold_out" && v[2].as_array().is_some_and(|b| !b.is_empty())).then_some(v)
+            },
+        )
         .await;
-    let sold = wait_for_async("alice's EU 42", Duration::from_secs(15), || async {
-        let bought: Vec<_> = upstream
-            .requests()
-            .await
-            .into_iter()
-            .filter(|r| r["headers"].get("x-flashgate-reservation").is_some())
-            .filter(|r| r["query"].as_str().is_some_and(|q| q.contains("size=42")))
-            .collect();
-        (!bought.is_empty()).then_some(bought)
-    })
-    .await;
-    assert_eq!(sold.len(), 1);
-    let _ = browser
-        .call("DELETE", &format!("/session/{}", browser.session), None)
+        let text = shown[1].as_str().unwrap();
+        let named = match seat.lang {
+            "en" => "Variant EU 41 is sold out",
+            _ => "款式 EU 41 已售罄",
+        };
+        assert!(text.contains(named), "{}: {shown}", seat.name());
+        assert_eq!(
+            shown[2],
+            json!([["EU 42", false], ["EU 43", true]]),
+            "{shown}"
+        );
+        assert_eq!(shown[3], false, "{}: wider than the screen", seat.name());
+        browser
+            .screenshot(&format!("size-sold-out-{}", seat.name()))
+            .await;
+        browser
+            .script("document.querySelector('#variants button:not([disabled])').click();")
+            .await;
+        let sold = wait_for_async("the buyer's EU 42", Duration::from_secs(15), || async {
+            let bought: Vec<_> = upstream
+                .requests()
+                .await
+                .into_iter()
+                .filter(|r| r["headers"].get("x-flashgate-reservation").is_some())
+                .filter(|r| r["query"].as_str().is_some_and(|q| q.contains("size=42")))
+                .collect();
+            (bought.len() == i + 1).then_some(bought)
+        })
         .await;
+        assert_eq!(sold.len(), i + 1);
+        let _ = browser
+            .call("DELETE", &format!("/session/{}", browser.session), None)
+            .await;
+    }
 }

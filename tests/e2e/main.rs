@@ -14,6 +14,7 @@ mod cors;
 mod decisions;
 mod defence;
 mod door;
+mod drop_pages;
 mod doubt;
 mod edge;
 mod failover;
