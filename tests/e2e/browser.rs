@@ -152,15 +152,24 @@ impl Browser {
             .script("return [window.outerWidth - window.innerWidth, window.outerHeight - window.innerHeight];")
             .await;
         let (dw, dh) = (
-            frame[0].as_u64().unwrap_or(0),
-            frame[1].as_u64().unwrap_or(0),
+            frame[0].as_i64().unwrap_or(0).max(0),
+            frame[1].as_i64().unwrap_or(0).max(0),
         );
-        self.command(
-            "POST",
-            "window/rect",
-            json!({ "width": width as u64 + dw, "height": height as u64 + dh }),
-        )
-        .await;
+        let (mut w, mut h) = (width as i64 + dw, height as i64 + dh);
+        self.command("POST", "window/rect", json!({ "width": w, "height": h }))
+            .await;
+        // Measured on a window kept wider than its page (after a phone's width), the frame is
+        // off: the window is corrected once by what its page lacks, or has too much, of the size.
+        let page = self
+            .script("return [window.innerWidth, window.innerHeight];")
+            .await;
+        let (pw, ph) = (page[0].as_i64().unwrap_or(0), page[1].as_i64().unwrap_or(0));
+        if (pw, ph) != (width as i64, height as i64) {
+            w += width as i64 - pw;
+            h += height as i64 - ph;
+            self.command("POST", "window/rect", json!({ "width": w, "height": h }))
+                .await;
+        }
     }
 
     /// A PNG of the viewport, saved as `target/screenshots/<name>.png` (kept by CI); with

@@ -9,15 +9,26 @@ use crate::support::*;
 use serde_json::{json, Value};
 use std::time::Duration;
 
-/// Variant a: 3 units, then 2 restocked; variant b: 4 units.
+/// Variant a: 3 units, then 2 restocked; variant b: 4 units. The waiting room opens a minute
+/// before the test.
 fn drop_config(redis: &RedisServer, upstream: &Upstream, starts_at: &'static str) -> TestConfig {
+    drop_config_opening(redis, upstream, starts_at, in_secs(-60))
+}
+
+/// [`drop_config`] with the waiting room opening at `opens_at`.
+fn drop_config_opening(
+    redis: &RedisServer,
+    upstream: &Upstream,
+    starts_at: &'static str,
+    opens_at: &'static str,
+) -> TestConfig {
     let activity = TestActivity {
         starts_at,
         per_user_limit: 1,
         ..queued(
             "2001",
             0,
-            Queue::admit(20).window_secs(600).opens_at(in_secs(-60)),
+            Queue::admit(20).window_secs(600).opens_at(opens_at),
         )
     };
     let mut config = TestConfig::new(redis, upstream, vec![activity]);
@@ -177,14 +188,17 @@ async fn the_report_tells_what_the_sale_did_and_draws_it() {
     let browser = Browser::start().await;
     browser.viewport(390, 844).await;
     browser.go(&format!("file://{}", page.display())).await;
+    // Each chart is drawn twice (a desk's and a phone's): what is counted is the one shown.
     let seen = browser
         .script(
-            "const n = (id, sel) => document.querySelectorAll('#' + id + ' svg ' + sel).length;
+            "const shown = id => [...document.querySelectorAll('#' + id + ' svg')]
+                 .find(s => s.getBoundingClientRect().width > 0);
+             const n = (id, sel) => shown(id).querySelectorAll(sel).length;
              return { lang: document.documentElement.lang, title: document.title,
                       sold: document.getElementById('sold').textContent,
                       lines: n('chart-events', 'polyline'), stock: n('chart-stock', 'polygon, path, polyline'),
                       bars: n('chart-waits', 'rect'),
-                      width: document.querySelector('#chart-events svg').getBoundingClientRect().width,
+                      width: shown('chart-events').getBoundingClientRect().width,
                       overflow: document.documentElement.scrollWidth > window.innerWidth };",
         )
         .await;
@@ -229,4 +243,255 @@ async fn the_report_refuses_what_it_cannot_tell() {
     let (code, _, err) = report(&gw, &["--prometheus", &url]);
     assert_eq!(code, 3, "{err}");
     assert!(err.contains("prometheus"), "{err}");
+}
+
+/// The time of day `label` (`22:46:05`, UTC) as the unix second nearest `near`.
+fn label_second(label: &str, near: i64) -> i64 {
+    let parts: Vec<i64> = label.split(':').map(|p| p.parse().unwrap()).collect();
+    let of_day = parts[0] * 3600 + parts[1] * 60 + parts[2];
+    let day = near - near.rem_euclid(86400);
+    [day - 86400, day, day + 86400]
+        .map(|d| d + of_day)
+        .into_iter()
+        .min_by_key(|s| (s - near).abs())
+        .unwrap()
+}
+
+/// What a page's charts show, read in the browser: for each chart, the SVG shown (of its
+/// two drawings), its box, and each text's string, box and font size as drawn (CSS px: the
+/// SVG's font size times the scale its viewBox is drawn at).
+const CHART_TEXTS: &str = "
+    const charts = {};
+    for (const id of ['chart-before', 'chart-events', 'chart-stock', 'chart-waits']) {
+        const fig = document.getElementById(id);
+        if (!fig) { continue; }
+        const shown = [...fig.querySelectorAll('svg')].filter(s => s.getBoundingClientRect().width > 0);
+        const svg = shown[0];
+        const box = svg.getBoundingClientRect();
+        const scale = box.width / svg.viewBox.baseVal.width;
+        const caption = fig.querySelector('figcaption');
+        charts[id] = {
+            shown: shown.length,
+            caption: caption ? caption.textContent : '',
+            box: [box.left, box.top, box.right, box.bottom],
+            texts: [...svg.querySelectorAll('text')].map(t => {
+                const r = t.getBoundingClientRect();
+                return { text: t.textContent.trim(), box: [r.left, r.top, r.right, r.bottom],
+                         px: parseFloat(getComputedStyle(t).fontSize) * scale };
+            }),
+        };
+    }
+    return { width: window.innerWidth, scroll: document.documentElement.scrollWidth, charts };";
+
+/// Checks the layout of every chart `seen` ([`CHART_TEXTS`]) and returns, by chart, its time
+/// labels' seconds (near `near`) and the smallest font size drawn (CSS px).
+fn chart_layout(seen: &serde_json::Value, near: i64, what: &str) -> Vec<(String, Vec<i64>, f64)> {
+    let width = seen["width"].as_f64().unwrap();
+    assert!(
+        seen["scroll"].as_f64().unwrap() <= width,
+        "{what}: no sideways scroll: {seen}"
+    );
+    let mut out = Vec::new();
+    for (id, chart) in seen["charts"].as_object().unwrap() {
+        assert_eq!(chart["shown"], 1, "{what} {id}: one drawing shown");
+        let b = |v: &Value| -> [f64; 4] {
+            let a = v.as_array().unwrap();
+            [0, 1, 2, 3].map(|i| a[i].as_f64().unwrap())
+        };
+        let svg = b(&chart["box"]);
+        assert!(
+            svg[0] >= 0.0 && svg[2] <= width,
+            "{what} {id}: {svg:?} in {width}"
+        );
+        let texts: Vec<(&str, [f64; 4], f64)> = chart["texts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| {
+                (
+                    t["text"].as_str().unwrap(),
+                    b(&t["box"]),
+                    t["px"].as_f64().unwrap(),
+                )
+            })
+            .collect();
+        assert!(texts.len() >= 4, "{what} {id}: {texts:?}");
+        for (text, r, px) in &texts {
+            // Inside its drawing (an SVG cuts what passes its edge), so inside the page.
+            let inside = r[0] >= svg[0] - 0.5
+                && r[2] <= svg[2] + 0.5
+                && r[1] >= svg[1] - 0.5
+                && r[3] <= svg[3] + 0.5;
+            assert!(inside, "{what} {id}: {text:?} {r:?} cut by {svg:?}");
+            assert!(*px >= 9.0, "{what} {id}: {text:?} drawn {px:.1} px high");
+        }
+        for (i, (a, ra, _)) in texts.iter().enumerate() {
+            for (c, rc, _) in &texts[i + 1..] {
+                let w = ra[2].min(rc[2]) - ra[0].max(rc[0]);
+                let h = ra[3].min(rc[3]) - ra[1].max(rc[1]);
+                assert!(
+                    w <= 0.5 || h <= 0.5,
+                    "{what} {id}: {a:?} {ra:?} overlaps {c:?} {rc:?}"
+                );
+            }
+        }
+        let times: Vec<i64> = texts
+            .iter()
+            .filter(|(t, ..)| t.len() == 8 && t.as_bytes()[2] == b':' && t.as_bytes()[5] == b':')
+            .map(|(t, ..)| label_second(t, near))
+            .collect();
+        let smallest = texts.iter().map(|t| t.2).fold(f64::MAX, f64::min);
+        println!(
+            "{what} {id}: drawn {:.0} px wide in a {width} px page, smallest text {smallest:.1} px",
+            svg[2] - svg[0]
+        );
+        out.push((id.clone(), times, smallest));
+    }
+    out
+}
+
+/// Issue 48: a sneaker drop whose waiting room took tickets for 16 minutes before a sale of a
+/// few seconds. The report's sale charts must span the sale, not the pre-queue; what came
+/// before the start is drawn apart (its own strip) rather than cut; and every chart's texts
+/// must be legible and apart on a phone (390 px) and a desk (1280 px), in English and Chinese.
+///
+/// The 16 minutes are the test's one fiction: the pre-queue's tickets are taken a few seconds
+/// before the start, then the times Redis recorded for their calls (the queue hash's
+/// `a:<number>`, which only the report reads) are moved back, to 16, 12, 8, 5, 2 minutes and
+/// 30 seconds before the start, as if those buyers had come that early.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_report_zooms_to_a_short_sale_and_draws_its_pre_queue_apart() {
+    let starts_at = in_secs(4);
+    let redis = RedisServer::start();
+    let upstream = Upstream::start();
+    let gw = GatewayProc::start(drop_config_opening(
+        &redis,
+        &upstream,
+        starts_at,
+        in_secs(-20 * 60),
+    ));
+    let users: Vec<String> = (0..10).map(|i| format!("runner{i}")).collect();
+    let mut tickets = Vec::new();
+    for user in &users[..6] {
+        tickets.push(take_ticket(&gw, "2001", user).await.0);
+    }
+    wait_past(starts_at);
+    for user in &users[6..] {
+        tickets.push(take_ticket(&gw, "2001", user).await.0);
+    }
+    for (user, ticket) in users.iter().zip(&tickets) {
+        wait_state(&gw, "2001", user, ticket, "your_turn").await;
+    }
+    // Seven of the ten buy, a second apart (a sale of seconds, not of one): a's 3 units and
+    // b's 4, the drop sold out.
+    for i in 0..7 {
+        if i > 0 {
+            // The buyers' pace, not a wait for a fact.
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        let variant = if i < 3 { "a" } else { "b" };
+        let r = buy_variant(&gw, &users[i], variant, &tickets[i]).await;
+        assert_eq!(r.status, 200, "{}: {}", users[i], r.text());
+    }
+    wait_for_async("nothing pending", Duration::from_secs(10), || async {
+        let v = gw.activity_view("2001").await;
+        (v["pending"] == 0 && v["confirmed"] == 7).then_some(())
+    })
+    .await;
+    // Every event of the sale happened by now.
+    let sale_last_s = (redis.time_ms() / 1000) as i64;
+    let start_ms = rfc3339_ms(starts_at);
+    let start_s = (start_ms / 1000) as i64;
+    let mut conn = redis.conn();
+    let before_ms = [
+        16 * 60_000,
+        12 * 60_000,
+        8 * 60_000,
+        5 * 60_000,
+        2 * 60_000,
+        30_000,
+    ];
+    for (ticket, early) in tickets[..6].iter().zip(before_ms) {
+        let field = format!("a:{}", number(ticket));
+        let was: Option<u64> = redis::cmd("HGET")
+            .arg("fg:{2001}:q")
+            .arg(&field)
+            .query(&mut conn)
+            .unwrap();
+        assert!(was.is_some_and(|at| at < start_ms), "{field}: {was:?}");
+        let () = redis::cmd("HSET")
+            .arg("fg:{2001}:q")
+            .arg(&field)
+            .arg(start_ms - early)
+            .query(&mut conn)
+            .unwrap();
+    }
+    let (code, out, err) = report(&gw, &["--json"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let story: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(story["units"]["sold"], 7, "{story}");
+    assert_eq!(story["buyers"]["queued"], 10, "{story}");
+    assert!(
+        story["wait_ms"]["max"].as_u64().unwrap() >= 16 * 60_000,
+        "the first buyer waited 16 minutes: {story}"
+    );
+    let first_s = start_s - 16 * 60;
+
+    let dir = tempfile::tempdir().unwrap();
+    let browser = Browser::start().await;
+    for (lang, sixteen, from_start) in [
+        ("en", "(16 min)", "From the start to the last event"),
+        ("zh", "(16 分钟)", "从开售到最后一个事件"),
+    ] {
+        let page = dir.path().join(format!("report-{lang}.html"));
+        let (code, out, err) = report(&gw, &["--html", page.to_str().unwrap(), "--lang", lang]);
+        assert_eq!(code, 0, "{out}{err}");
+        for (screen, width, height) in [("phone", 390, 844), ("desk", 1280, 900)] {
+            let what = format!("{screen} {lang}");
+            browser.viewport(width, height).await;
+            browser.go(&format!("file://{}", page.display())).await;
+            let seen = browser.script(CHART_TEXTS).await;
+            let charts = seen["charts"].as_object().unwrap();
+            // The pre-queue's strip: its range, and its labels within it.
+            let strip = &charts["chart-before"];
+            let caption = strip["caption"].as_str().unwrap();
+            for says in [chrono_clock(first_s), chrono_clock(start_s), sixteen.into()] {
+                assert!(caption.contains(&says), "{what}: {says} in {caption}");
+            }
+            let caption = charts["chart-events"]["caption"].as_str().unwrap();
+            assert!(
+                caption.contains(from_start) && caption.contains(&chrono_clock(start_s)),
+                "{what}: {caption}"
+            );
+            for (id, times, smallest) in chart_layout(&seen, start_s, &what) {
+                let clocks: Vec<String> = times.iter().map(|t| chrono_clock(*t)).collect();
+                println!("{what} {id}: time labels {clocks:?}, smallest text {smallest:.1} px");
+                let range = match id.as_str() {
+                    "chart-before" => first_s..=start_s,
+                    "chart-events" | "chart-stock" => start_s..=sale_last_s + 1,
+                    _ => continue,
+                };
+                assert!(!times.is_empty(), "{what} {id}: labelled");
+                assert!(
+                    times.iter().all(|t| range.contains(t)),
+                    "{what} {id}: labels {times:?} outside {range:?} (start {start_s})"
+                );
+                assert!(times.is_sorted(), "{what} {id}: {times:?}");
+            }
+            browser
+                .script("document.getElementById('chart-before').scrollIntoView(); return null;")
+                .await;
+            browser
+                .screenshot(&format!("report-zoom-{screen}-{lang}"))
+                .await;
+        }
+    }
+}
+
+/// A unix second's time of day, as the report writes it (`22:46:05`, UTC).
+fn chrono_clock(second: i64) -> String {
+    chrono::DateTime::from_timestamp(second, 0)
+        .unwrap()
+        .format("%H:%M:%S")
+        .to_string()
 }
