@@ -187,20 +187,14 @@ mod tests {
 
     /// 1001 with a waiting room, 2002 a drop of two variants.
     fn settings() -> Settings {
-        let yaml = r#"server: { listen: "127.0.0.1:1" }
-admin: { listen: "127.0.0.1:2" }
-upstream: { addresses: ["127.0.0.1:3"] }
-redis: { url: "redis://127.0.0.1:4" }
-identity: { header: X-User-Id }
-signing: { header: X-Flashgate-Reservation, algorithm: HS256, key_id: k, secret_env: SECRET, ttl_secs: 900 }
-sale_routes:
-  - { method: POST, path: "/buy/{activity}", variant_query: variant }
-activities:
-  - { id: "1001", stock: 10, version: 1, per_user_limit: 1, max_per_request: 1, starts_at: "2020-01-01T00:00:00Z", ends_at: "2099-01-01T00:00:00Z", queue: { admit_per_second: 1 } }
+        crate::config::testing::settings_with(
+            &[
+                r#"sale_routes: [{ method: POST, path: "/buy/{activity}", variant_query: variant }]"#,
+            ],
+            r#"  - { id: "1001", stock: 10, version: 1, per_user_limit: 1, max_per_request: 1, starts_at: "2020-01-01T00:00:00Z", ends_at: "2099-01-01T00:00:00Z", queue: { admit_per_second: 1 } }
   - { id: "2002", variants: [{ id: "40", stock: 1 }, { id: "40.5", stock: 1 }], version: 1, per_user_limit: 1, max_per_request: 1, starts_at: "2020-01-01T00:00:00Z", ends_at: "2099-01-01T00:00:00Z" }
-"#;
-        let secrets = |name: &str| (name == "SECRET").then(|| "s".repeat(32));
-        Settings::from_yaml(yaml, std::path::Path::new("."), &secrets).expect("valid")
+"#,
+        )
     }
 
     #[test]

@@ -170,21 +170,14 @@ mod tests {
     use http::Method;
 
     fn settings(route_extra: &str) -> Settings {
-        let yaml = format!(
-            r#"server: {{ listen: "127.0.0.1:1" }}
-admin: {{ listen: "127.0.0.1:2" }}
-upstream: {{ addresses: ["127.0.0.1:3"] }}
-redis: {{ url: "redis://127.0.0.1:4" }}
-identity: {{ header: X-User-Id }}
-signing: {{ header: X-Flashgate-Reservation, algorithm: HS256, key_id: k, secret_env: SECRET, ttl_secs: 900 }}
-sale_routes:
-  - {{ method: POST, path: "/api/seckill/{{activity}}/buy"{route_extra} }}
-activities:
-  - {{ id: "1002", stock: 10, version: 1, per_user_limit: 1, max_per_request: 1, starts_at: "2020-01-01T00:00:00Z", ends_at: "2099-01-01T00:00:00Z" }}
-"#
+        let route = format!(
+            r#"sale_routes: [{{ method: POST, path: "/api/seckill/{{activity}}/buy"{route_extra} }}]"#
         );
-        let secrets = |name: &str| (name == "SECRET").then(|| "s".repeat(32));
-        Settings::from_yaml(&yaml, std::path::Path::new("."), &secrets).expect("valid")
+        crate::config::testing::settings_with(
+            &[&route],
+            r#"  - { id: "1002", stock: 10, version: 1, per_user_limit: 1, max_per_request: 1, starts_at: "2020-01-01T00:00:00Z", ends_at: "2099-01-01T00:00:00Z" }
+"#,
+        )
     }
 
     fn routed(settings: &Settings, method: &str, raw: &str) -> String {

@@ -8,7 +8,6 @@ use crate::config::Settings;
 use crate::live::Generation;
 use crate::stock::fake::FakeStore;
 use crate::stock::{RecordState, ReserveCall, ReserveOutcome, SaleHours};
-use std::path::Path;
 use std::time::Duration;
 
 /// The longest trip of a forwarded request, as reserves in these tests give it.
@@ -23,22 +22,15 @@ fn settings(segments: u32, lookup: bool, redis: &str) -> Settings {
     } else {
         ""
     };
-    let yaml = format!(
-        r#"server: {{ listen: "127.0.0.1:1" }}
-admin: {{ listen: "127.0.0.1:2" }}
-upstream: {{ addresses: ["127.0.0.1:3"]{lookup} }}
-redis: {{ url: "redis://127.0.0.1:4"{redis} }}
-identity: {{ header: X-User-Id }}
-signing: {{ header: X-Flashgate-Reservation, algorithm: HS256, key_id: k, secret_env: SECRET, ttl_secs: 900 }}
-sold_out_cache: {{ ttl_ms: 3600000 }}
-sale_routes:
-  - {{ method: POST, path: "/buy/{{activity}}" }}
-activities:
-  - {{ id: a1, stock: 10, version: 1, per_user_limit: 5, max_per_request: 3, starts_at: "2020-01-01T00:00:00Z", ends_at: "2099-01-01T00:00:00Z", hold_secs: 900, segments: {segments} }}
+    let upstream = format!(r#"upstream: {{ addresses: ["127.0.0.1:3"]{lookup} }}"#);
+    let redis = format!(r#"redis: {{ url: "redis://127.0.0.1:4"{redis} }}"#);
+    crate::config::testing::settings_with(
+        &[&upstream, &redis],
+        &format!(
+            r#"  - {{ id: a1, stock: 10, version: 1, per_user_limit: 5, max_per_request: 3, starts_at: "2020-01-01T00:00:00Z", ends_at: "2099-01-01T00:00:00Z", hold_secs: 900, segments: {segments} }}
 "#
-    );
-    let secrets = |name: &str| (name == "SECRET").then(|| "s".repeat(32));
-    Settings::from_yaml(&yaml, Path::new("."), &secrets).expect("valid test configuration")
+        ),
+    )
 }
 
 /// A lifecycle over a fake store holding activity `a1` (10 units, version 1) on sale.

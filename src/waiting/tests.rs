@@ -6,7 +6,6 @@ use super::fake::QueueFake;
 use super::*;
 use crate::stock::Layout;
 use chrono::{DateTime, Utc};
-use std::path::Path;
 
 /// The sale's start (`a1` and `seg`).
 fn start() -> DateTime<Utc> {
@@ -14,24 +13,12 @@ fn start() -> DateTime<Utc> {
 }
 
 fn settings(rate: u32) -> Settings {
-    let yaml = format!(
-        r#"server: {{ listen: "127.0.0.1:1" }}
-admin: {{ listen: "127.0.0.1:2" }}
-upstream: {{ addresses: ["127.0.0.1:3"] }}
-redis: {{ url: "redis://127.0.0.1:4" }}
-identity: {{ header: X-User-Id }}
-signing: {{ header: X-Flashgate-Reservation, algorithm: HS256, key_id: k, secret_env: SECRET, ttl_secs: 900 }}
-sold_out_cache: {{ ttl_ms: 3600000 }}
-sale_routes:
-  - {{ method: POST, path: "/buy/{{activity}}" }}
-activities:
-  - {{ id: a1, stock: 10, version: 1, per_user_limit: 5, max_per_request: 1, starts_at: "2030-01-01T00:00:00Z", ends_at: "2030-01-02T00:00:00Z", hold_secs: 900, queue: {{ admit_per_second: {rate}, opens_at: "2029-12-31T23:00:00Z", admission_window_secs: 60 }} }}
+    crate::config::testing::settings(&format!(
+        r#"  - {{ id: a1, stock: 10, version: 1, per_user_limit: 5, max_per_request: 1, starts_at: "2030-01-01T00:00:00Z", ends_at: "2030-01-02T00:00:00Z", hold_secs: 900, queue: {{ admit_per_second: {rate}, opens_at: "2029-12-31T23:00:00Z", admission_window_secs: 60 }} }}
   - {{ id: seg, stock: 4, version: 1, per_user_limit: 5, max_per_request: 1, starts_at: "2030-01-01T00:00:00Z", ends_at: "2030-01-02T00:00:00Z", hold_secs: 900, segments: 2, queue: {{ admit_per_second: 1 }} }}
   - {{ id: plain, stock: 10, version: 1, per_user_limit: 5, max_per_request: 1, starts_at: "2030-01-01T00:00:00Z", ends_at: "2030-01-02T00:00:00Z", hold_secs: 900 }}
 "#
-    );
-    let secrets = |name: &str| (name == "SECRET").then(|| "s".repeat(32));
-    Settings::from_yaml(&yaml, Path::new("."), &secrets).expect("valid test configuration")
+    ))
 }
 
 struct Harness {

@@ -18,7 +18,6 @@ use crate::waiting::view::Status;
 use crate::waiting::{self, Answer, Presented};
 use parking_lot::Mutex;
 use std::collections::VecDeque;
-use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
@@ -106,23 +105,18 @@ impl StoreFacts for LocalStore {
 }
 
 fn settings(extra_activity: &str, extra_top: &str) -> Settings {
-    let yaml = format!(
-        r#"server: {{ listen: "127.0.0.1:1" }}
-admin: {{ listen: "127.0.0.1:2" }}
-upstream: {{ addresses: ["127.0.0.1:3"] }}
-redis: {{ url: "redis://127.0.0.1:4", breaker: {{ consecutive_failures: 2, open_ms: 60000 }} }}
-identity: {{ header: X-User-Id }}
-signing: {{ header: X-Flashgate-Reservation, algorithm: HS256, key_id: k, secret_env: SECRET, ttl_secs: 900 }}
-sold_out_cache: {{ ttl_ms: 3600000 }}
-sale_routes:
-  - {{ method: POST, path: "/buy/{{activity}}" }}
-{extra_top}activities:
-  - {{ id: a1, stock: 10, version: 1, per_user_limit: 5, max_per_request: 3, starts_at: "2020-01-01T00:00:00Z", ends_at: "2099-01-01T00:00:00Z", hold_secs: 900{extra_activity} }}
+    let mut lines = vec![
+        r#"redis: { url: "redis://127.0.0.1:4", breaker: { consecutive_failures: 2, open_ms: 60000 } }"#,
+    ];
+    lines.extend(extra_top.lines().filter(|l| !l.trim().is_empty()));
+    crate::config::testing::settings_with(
+        &lines,
+        &format!(
+            r#"  - {{ id: a1, stock: 10, version: 1, per_user_limit: 5, max_per_request: 3, starts_at: "2020-01-01T00:00:00Z", ends_at: "2099-01-01T00:00:00Z", hold_secs: 900{extra_activity} }}
   - {{ id: later, stock: 10, version: 1, per_user_limit: 5, max_per_request: 1, starts_at: "2098-01-01T00:00:00Z", ends_at: "2099-01-01T00:00:00Z", hold_secs: 900 }}
 "#
-    );
-    let secrets = |name: &str| (name == "SECRET").then(|| "s".repeat(32));
-    Settings::from_yaml(&yaml, Path::new("."), &secrets).expect("valid test configuration")
+        ),
+    )
 }
 
 /// A waiting room that answers every purchase the same way, and counts them.

@@ -3,28 +3,14 @@
 //! scripts themselves are proven against Redis by tests/scripts.rs and the model test.
 
 use super::*;
-use crate::config::Settings;
 use crate::stock::fake::FakeStore;
-use std::path::Path;
 use std::sync::Arc;
 
 fn activity(stock: u64, segments: u32) -> Arc<Activity> {
-    let yaml = format!(
-        r#"server: {{ listen: "127.0.0.1:1" }}
-admin: {{ listen: "127.0.0.1:2" }}
-upstream: {{ addresses: ["127.0.0.1:3"] }}
-redis: {{ url: "redis://127.0.0.1:4" }}
-identity: {{ header: X-User-Id }}
-signing: {{ header: X-Flashgate-Reservation, algorithm: HS256, key_id: k, secret_env: SECRET, ttl_secs: 900 }}
-sold_out_cache: {{ ttl_ms: 3600000 }}
-sale_routes:
-  - {{ method: POST, path: "/buy/{{activity}}" }}
-activities:
-  - {{ id: a1, stock: {stock}, version: 1, per_user_limit: 50, max_per_request: 50, starts_at: "2020-01-01T00:00:00Z", ends_at: "2099-01-01T00:00:00Z", hold_secs: 900, segments: {segments} }}
+    let settings = crate::config::testing::settings(&format!(
+        r#"  - {{ id: a1, stock: {stock}, version: 1, per_user_limit: 50, max_per_request: 50, starts_at: "2020-01-01T00:00:00Z", ends_at: "2099-01-01T00:00:00Z", hold_secs: 900, segments: {segments} }}
 "#
-    );
-    let secrets = |name: &str| (name == "SECRET").then(|| "s".repeat(32));
-    let settings = Settings::from_yaml(&yaml, Path::new("."), &secrets).unwrap();
+    ));
     settings.activities.get("a1").unwrap().clone()
 }
 
