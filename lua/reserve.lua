@@ -249,11 +249,13 @@ local function idem_of(field)
   return idem_new[field] or redis.call('HGET', IDEM, field)
 end
 
--- The stock lane (a drop's variant) a reservation id names: what follows its '~', up to the
--- segment's '.' ('' for an activity without variants). The lanes of one activity share its
--- buyers' units and idempotency keys (see src/stock/layout.rs), not their records.
+-- The stock lane (a drop's variant) a reservation id names: between its two '~'
+-- (<uuid>~<variant>~<segment>: a variant id may hold dots), or in an older flashgate's id
+-- (<uuid>~<variant>[.<segment>]) what follows its '~' up to a '.'; '' for an activity without
+-- variants. The lanes of one activity share its buyers' units and idempotency keys (see
+-- src/stock/layout.rs), not their records.
 local function lane_of(jti)
-  return string.match(jti, '~([^.]*)') or ''
+  return string.match(jti, '~(.*)~%d+$') or string.match(jti, '~([^.]*)') or ''
 end
 
 -- deposit() of lib.lua, with the batch's view of the stock and the ledger.

@@ -43,19 +43,27 @@ impl Reservation {
         uuid::Uuid::now_v7().to_string()
     }
 
-    /// A reservation id that says which variant's lane and which segment hold the reservation
-    /// (`<uuid>~<variant>.<segment>`), so the admin API finds it from the id alone; a plain
-    /// UUID for an activity of one segment and no variants. `reserve.lua` reads the variant
-    /// too: a key's retry naming another variant is not its retry.
+    /// A reservation id that says which variant's lane and which segment hold the reservation,
+    /// so the admin API finds it from the id alone: `<uuid>~<variant>~<segment>` for a drop's
+    /// variant (its segment always named: a variant id may hold dots, `40.5`),
+    /// `<uuid>.<segment>` for a segmented activity without variants, a plain UUID otherwise.
+    /// `reserve.lua` reads the variant too: a key's retry naming another variant is not its
+    /// retry. Ids an older flashgate made, `<uuid>~<variant>[.<segment>]` (variant ids had no
+    /// dots then), read as they did.
     pub fn id_in_segment(activity: &crate::config::Activity, segment: u32) -> String {
         let mut id = Self::new_id();
-        if let Some(v) = &activity.variant {
-            id.push('~');
-            id.push_str(v);
-        }
-        if activity.segments > 1 {
-            id.push('.');
-            id.push_str(&segment.to_string());
+        match &activity.variant {
+            Some(v) => {
+                id.push('~');
+                id.push_str(v);
+                id.push('~');
+                id.push_str(&segment.to_string());
+            }
+            None if activity.segments > 1 => {
+                id.push('.');
+                id.push_str(&segment.to_string());
+            }
+            None => {}
         }
         id
     }
@@ -63,13 +71,20 @@ impl Reservation {
     /// The variant a reservation id names (`None`: an activity without variants).
     pub fn variant_of(id: &str) -> Option<&str> {
         let (_, rest) = id.split_once('~')?;
-        Some(rest.split('.').next().unwrap_or(rest))
+        Some(match rest.rsplit_once('~') {
+            Some((variant, _)) => variant,
+            None => rest.split('.').next().unwrap_or(rest),
+        })
     }
 
     /// The segment a reservation id names (0 for a plain UUID).
     pub fn segment_of(id: &str) -> Option<u32> {
-        match id.rsplit_once('.') {
-            Some((_, segment)) => segment.parse().ok(),
+        let named = match id.split_once('~') {
+            Some((_, rest)) => rest.rsplit_once('~').map(|(_, s)| s),
+            None => None,
+        };
+        match named.or_else(|| id.rsplit_once('.').map(|(_, s)| s)) {
+            Some(segment) => segment.parse().ok(),
             None => Some(0),
         }
     }
@@ -263,6 +278,23 @@ struct ClaimsOf<'a> {
 mod tests {
     use super::*;
     use jsonwebtoken::{Algorithm, DecodingKey, Validation};
+
+    #[test]
+    fn an_id_names_its_variant_and_segment_even_with_dots_and_as_older_ids_did() {
+        fn read(id: &str) -> (Option<&str>, Option<u32>) {
+            (Reservation::variant_of(id), Reservation::segment_of(id))
+        }
+        let u = "01a250ad-3475-7559-9167-c4a320a8dfb9";
+        // Made now: a variant with a dot, unsegmented and segmented; no variant.
+        assert_eq!(read(&format!("{u}~40.5~0")), (Some("40.5"), Some(0)));
+        assert_eq!(read(&format!("{u}~40.5~3")), (Some("40.5"), Some(3)));
+        assert_eq!(read(&format!("{u}~40~12")), (Some("40"), Some(12)));
+        assert_eq!(read(&format!("{u}.2")), (None, Some(2)));
+        assert_eq!(read(u), (None, Some(0)));
+        // An older flashgate's (variant ids had no dots).
+        assert_eq!(read(&format!("{u}~42")), (Some("42"), Some(0)));
+        assert_eq!(read(&format!("{u}~42.1")), (Some("42"), Some(1)));
+    }
 
     fn now_ms() -> u64 {
         std::time::SystemTime::now()

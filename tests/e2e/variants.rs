@@ -695,8 +695,25 @@ async fn a_half_size_is_a_variant_of_its_own() {
         activity,
         &[("40", 1), ("40.5", 1)],
     ));
-    let half = buy(&gw, "alice", "40.5").await;
+    let keyed = |variant: &str| {
+        let path = buy_path(variant);
+        async move {
+            request(
+                gw.addr,
+                "POST",
+                &path,
+                &[("X-User-Id", "alice"), ("Idempotency-Key", "k-half")],
+            )
+            .await
+        }
+    };
+    let half = keyed("40.5").await;
     assert_eq!(half.status, 200, "{}", half.text());
+    // Her key's retry naming size 40 is not a retry of her 40.5 (once read as one: the id's
+    // "~40.5" was taken for size 40 in segment 5).
+    let other = keyed("40").await;
+    assert_eq!(other.status, 400, "{}", other.text());
+    assert!(other.text().contains("another variant"), "{}", other.text());
     assert_eq!(buy(&gw, "bob", "40.5").await.code(), "sold_out");
     assert_eq!(buy(&gw, "bob", "40").await.status, 200);
     let claims = sold(&upstream).await;
@@ -704,6 +721,18 @@ async fn a_half_size_is_a_variant_of_its_own() {
     assert_eq!(variants, ["40.5", "40"], "{claims:?}");
     let view = settled(&gw).await;
     assert_eq!(view["confirmed"], 2, "{view}");
+    // The half size's reservation is found by its id (the admin API, reconcile --orders).
+    let jtis: Vec<String> = claims
+        .iter()
+        .map(|c| c["jti"].as_str().unwrap().to_owned())
+        .collect();
+    let found = gw
+        .admin_get(&format!("/v1/activities/2001/reservations/{}", jtis[0]))
+        .await;
+    assert_eq!(found.status, 200, "{}: {}", jtis[0], found.text());
+    assert_eq!(found.json()["state"], "confirmed", "{}", found.text());
+    let (code, report) = gw.reconcile_orders("2001", &jtis, false);
+    assert_eq!(code, 0, "{report}");
     // The decision lines and the prewarm's name the size.
     let logs = gw.logs();
     assert!(logs.contains(r#"variant="40.5""#), "{logs}");
