@@ -212,7 +212,8 @@ end
 -- until the later start. A later start already past when it arrives stands the cursor not at
 -- all (no jump either).
 -- Earlier only when `moved` (a gateway's reload moved it: an operator's act) and the queue has
--- not opened (not drawn, its start not reached); the start it replaces is kept in `superseded`,
+-- not opened (no ticket issued, so nobody was told a time; not drawn; its start not reached);
+-- the start it replaces is kept in `superseded`,
 -- and a caller that is not reloading postpones only past it: a gateway still on the older file
 -- (or restarted with it) cannot move the start back. Approximation: a restart (not a reload)
 -- with a file that postpones to a time at or before a superseded start postpones nothing.
@@ -227,7 +228,7 @@ local function queue_reschedule(q, s, start, now, moved)
     s.t0 = math.max(want, now)
     redis.call('HSET', q, 'start', int(want), 't0', int(s.t0), 'base', int(s.base))
     queue_mark(q, s, (running_before and s.t0 > now) and now or nil)
-  elseif moved and want < s.start and not s.drawn and now < s.start then
+  elseif moved and want < s.start and s.seq == 0 and not s.drawn and now < s.start then
     redis.call('HSET', q, 'superseded', int(math.max(superseded, s.start)))
     s.start = want
     s.t0 = math.max(want, now)

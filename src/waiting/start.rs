@@ -1,6 +1,6 @@
 //! A queue's start as Redis has it, against the configured one: what an SRE who moved a drop is
 //! told. A later start (a postponement) is applied by any gateway; an earlier one only by a
-//! reload, and only while the queue has not opened (see `queue_reschedule` in
+//! reload, and only while the queue has not opened (no ticket issued; see `queue_reschedule` in
 //! lua/queue_lib.lua). `flashgate check --live`, the reload's answer and its log line, and the
 //! start-up log name the start that stays when the configured one is not applied.
 
@@ -16,8 +16,8 @@ pub struct RecordedStart {
     pub start_ms: i64,
     /// The latest start a reload moved earlier (unix ms; 0: none).
     pub superseded_ms: i64,
-    /// The queue opened: its pre-queue was drawn at the start. Approximation: a start that
-    /// passed less than one state read ago (250 ms) is not drawn yet, and reads as not opened.
+    /// The queue opened: a ticket was issued (someone was told a place and a time), or its
+    /// pre-queue was drawn at the start.
     pub opened: bool,
 }
 
@@ -63,7 +63,8 @@ pub async fn recorded(
         return Ok(None);
     }
     let (q, _) = keys(store, activity);
-    let (start, superseded, drawn): (Option<i64>, Option<i64>, Option<String>) = store
+    type Fields = (Option<i64>, Option<i64>, Option<String>, Option<u64>);
+    let (start, superseded, drawn, seq): Fields = store
         .redis()
         .query(
             StoreOp::Read,
@@ -71,13 +72,14 @@ pub async fn recorded(
                 .arg(q)
                 .arg("start")
                 .arg("superseded")
-                .arg("drawn"),
+                .arg("drawn")
+                .arg("seq"),
         )
         .await?;
     Ok(start.map(|start_ms| RecordedStart {
         start_ms,
         superseded_ms: superseded.unwrap_or(0),
-        opened: drawn.is_some(),
+        opened: drawn.is_some() || seq.unwrap_or(0) > 0,
     }))
 }
 
@@ -162,11 +164,11 @@ impl std::fmt::Display for StartNote {
                 configured_ms,
             } => write!(
                 f,
-                "activity {activity}: the waiting room opened at {}, so its start stays there; \
-                 starts_at {} is not applied to the queue (buyers are admitted from {})",
+                "activity {activity}: the waiting room has opened (buyers hold tickets with a \
+                 time), so its start stays there, at {}; starts_at {} is not \
+                 applied to the queue",
                 at(*stays_ms),
                 at(*configured_ms),
-                at(*stays_ms)
             ),
             StartNote::ReloadToApply {
                 activity,
