@@ -107,6 +107,19 @@ pub const UNAVAILABLE_RETRY_AFTER_SECS: u64 = 1;
 pub const HALTED_RETRY_AFTER_SECS: u64 = 5;
 
 impl Decision {
+    /// Before the sale (or its waiting room) opens at `opens_at_ms` (unix ms, `None`: not
+    /// known), judged at `now_ms` by the store's clock: `NotOpenYet` with the seconds until
+    /// then, rounded up (a buyer coming back after them finds it open), else `NotStarted`.
+    pub fn before_opening(opens_at_ms: Option<i64>, now_ms: i64) -> Decision {
+        match opens_at_ms {
+            Some(opens_at_ms) => Decision::NotOpenYet {
+                opens_at_ms,
+                in_secs: ((opens_at_ms - now_ms).max(0) as u64).div_ceil(1000),
+            },
+            None => Decision::NotStarted,
+        }
+    }
+
     /// The buyer-facing answer: status, contract code, message, Retry-After. The only mapping.
     pub fn reply(&self) -> Reply {
         use crate::catalogue::Message as M;

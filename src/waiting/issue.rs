@@ -71,7 +71,14 @@ impl<S: QueueStore> WaitingRoom<S> {
             Issued::Ticket { number, .. } => number,
             Issued::Spent => return Err(Decision::InvalidTicket),
             // This gateway's clock runs ahead of or behind Redis's: Redis's counts.
-            Issued::NotOpen => return Err(Decision::NotStarted),
+            Issued::NotOpen => {
+                return Err(Decision::before_opening(
+                    activity
+                        .opens_after(self.store.clock().now())
+                        .map(|t| t.timestamp_millis()),
+                    now_ms as i64,
+                ))
+            }
             Issued::Closed => return Err(Decision::Ended),
         };
         let ticket = Ticket {

@@ -299,7 +299,11 @@ impl<S: QueueStore> WaitingRoom<S> {
             return Err(if now >= activity.ends_at {
                 Decision::Ended
             } else {
-                Decision::NotStarted
+                // When the room opens, as a purchase before it is told.
+                Decision::before_opening(
+                    activity.opens_after(now).map(|t| t.timestamp_millis()),
+                    now.timestamp_millis(),
+                )
             });
         }
         self.metrics

@@ -293,8 +293,19 @@ async fn polls() {
     let polled = h.metrics.queue_polls.with_label_values(&["a1"]);
     assert_eq!(polled.get(), 1);
     h.store.set_now("2029-12-31T22:00:00Z".parse().unwrap());
+    // An hour before the room opens (23:00): when it opens, as a purchase is told.
     let early = h.room.poll(&h.settings, &a1, "u2", None, None).await;
-    assert_eq!(early, Err(Decision::NotStarted));
+    let opens_at_ms = "2029-12-31T23:00:00Z"
+        .parse::<chrono::DateTime<chrono::Utc>>()
+        .unwrap()
+        .timestamp_millis();
+    assert_eq!(
+        early,
+        Err(Decision::NotOpenYet {
+            opens_at_ms,
+            in_secs: 3600
+        })
+    );
     h.store.set_now("2030-01-02T00:00:00Z".parse().unwrap());
     let late = h.room.poll(&h.settings, &a1, "u2", None, None).await;
     assert_eq!(late, Err(Decision::Ended));

@@ -545,3 +545,33 @@ async fn polling_a_sale_without_a_waiting_room_says_so() {
     .await;
     assert_eq!(unknown.json()["code"], "unknown_activity");
 }
+
+/// The waiting room's own address before it opens tells when it does, as a purchase does: JSON
+/// with `opens_at` and `Retry-After`, a page with the time and a countdown (it loads itself
+/// again at the opening). Before, it said only "the sale has not started yet".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rooms_address_before_it_opens_says_when() {
+    let opens = in_secs(90);
+    let queue = Queue::admit(1).opens_at(opens);
+    let stack = Stack::start(vec![queued("1001", 5, queue).starts_at(in_secs(180))]);
+    let gw = &stack.gw;
+    let r = get(gw.addr, "/flashgate/queue/1001", &[("X-User-Id", "alice")]).await;
+    assert_eq!(
+        (r.status, r.code()),
+        (403, "not_started".into()),
+        "{}",
+        r.text()
+    );
+    assert_eq!(r.json()["opens_at"].as_str(), Some(opens), "{}", r.text());
+    let retry: u64 = r.header("retry-after").unwrap().parse().unwrap();
+    assert!((80..=91).contains(&retry), "Retry-After {retry}");
+    let page = get(
+        gw.addr,
+        "/flashgate/queue/1001",
+        &[("X-User-Id", "alice"), ("Accept", "text/html")],
+    )
+    .await;
+    assert_eq!(page.status, 403);
+    assert!(page.text().contains("id=\"opens-at\""), "{}", page.text());
+    assert!(page.text().contains("id=\"countdown\""), "{}", page.text());
+}

@@ -14,16 +14,12 @@ impl Gate for Hours {
         let activity = attempt.activity();
         let closed = match activity.window_at(attempt.now) {
             SaleWindow::NotStarted if activity.queue_open_at(attempt.now) => return Step::Pass,
-            SaleWindow::NotStarted => match activity.opens_after(attempt.now) {
-                Some(opens) => Decision::NotOpenYet {
-                    opens_at_ms: opens.timestamp_millis(),
-                    // Rounded up: a buyer coming back after this many seconds finds it open
-                    // (by the store's clock as this gateway last read it).
-                    in_secs: ((opens - attempt.now).num_milliseconds().max(0) as u64)
-                        .div_ceil(1000),
-                },
-                None => Decision::NotStarted,
-            },
+            SaleWindow::NotStarted => Decision::before_opening(
+                activity
+                    .opens_after(attempt.now)
+                    .map(|t| t.timestamp_millis()),
+                attempt.now.timestamp_millis(),
+            ),
             SaleWindow::Ended => Decision::Ended,
             SaleWindow::Open => return Step::Pass,
         };
