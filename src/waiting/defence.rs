@@ -77,6 +77,11 @@ impl<S: QueueStore> WaitingRoom<S> {
             };
         };
         let view = self.current_view(activity, queue).await?;
+        // Nothing left to sell (the cursor holds): a newcomer is told so, as a ticket holder
+        // is, rather than set a challenge for a place that buys nothing.
+        if view.state.held {
+            return Err(Decision::SoldOut);
+        }
         let ckey = challenge::key(key);
         let binding = challenge::Binding {
             activity: &activity.id,

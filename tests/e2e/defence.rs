@@ -484,3 +484,42 @@ async fn the_draw_is_committed_revealed_and_checkable_by_anyone() {
     let (code, _, err) = run_cli(&["draw", "--config", config, "--activity", "nope"], &[]);
     assert_eq!(code, 2, "{err}");
 }
+
+/// Sold out (the cursor holds: nothing left), a newcomer is told `sold_out` at once, as a ticket
+/// holder is, not set a proof of work for a place that buys nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_newcomer_after_the_sell_out_is_told_sold_out_not_challenged() {
+    let activity = queued(
+        "1001",
+        1,
+        Queue::admit(1000)
+            .window_secs(600)
+            .challenge(json!({ "max_number": 1000 })),
+    );
+    let stack = Stack::start(vec![activity]);
+    let gw = &stack.gw;
+    let solution = solve(&challenged(gw, "1001", "alice").await);
+    let r = buy_with(gw, "1001", "alice", &solution).await;
+    let ticket = r.header(TICKET).expect("a ticket").to_owned();
+    let bought = wait_for_async("alice's purchase", Duration::from_secs(10), || async {
+        let r = buy(gw, "1001", "alice", Some(&ticket)).await;
+        (r.status == 200).then_some(r)
+    })
+    .await;
+    assert_eq!(bought.status, 200);
+    let told = wait_for_async(
+        "a newcomer told sold out",
+        Duration::from_secs(10),
+        || async {
+            let r = buy(gw, "1001", "bob", None).await;
+            (r.status != 202 || r.json()["state"] != "challenge").then_some(r)
+        },
+    )
+    .await;
+    assert_eq!(
+        (told.status, told.code()),
+        (410, "sold_out".into()),
+        "{}",
+        told.text()
+    );
+}

@@ -409,7 +409,8 @@ impl StockStore {
                 }
                 "lifted" => {
                     let reason = LiftReason::of_rule(&verdict.detail);
-                    tracing::info!(activity = %activity.id, segment = segment.index(),
+                    tracing::info!(activity = %activity.id,
+                        variant = activity.variant.as_deref(), segment = segment.index(),
                         rule = %verdict.detail, previous = %verdict.recorded, now = %verdict.current,
                         "the Redis master changed and the fence was lifted by a rule: it lost \
                          nothing acknowledged; the activity sells again");
@@ -498,7 +499,8 @@ impl StockStore {
                     fence.lost.is_some() || told.since.elapsed() >= FENCE_NEEDS_A_HUMAN;
                 if needs_a_human && !told.as_error {
                     told.as_error = true;
-                    tracing::error!(activity = %activity.id, segment = fence.segment,
+                    tracing::error!(activity = %activity.id,
+                        variant = activity.variant.as_deref(), segment = fence.segment,
                         recorded = %fence.recorded, current = %fence.current,
                         lost = fence.lost.as_deref().unwrap_or("no"),
                         fenced_for_ms = told.since.elapsed().as_millis() as u64,
@@ -506,7 +508,8 @@ impl StockStore {
                          lost what it sold: fenced, and no rule lifts it; not selling until an \
                          operator resumes it (see the runbook)");
                 } else if changed {
-                    tracing::warn!(activity = %activity.id, segment = fence.segment,
+                    tracing::warn!(activity = %activity.id,
+                        variant = activity.variant.as_deref(), segment = fence.segment,
                         recorded = %fence.recorded, current = %fence.current,
                         "Redis master changed under the activity (failover or restart): fenced \
                          while the gateways compare what it holds; a rule lifts it within \
