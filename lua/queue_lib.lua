@@ -217,7 +217,11 @@ end
 -- and a caller that is not reloading postpones only past it: a gateway still on the older file
 -- (or restarted with it) cannot move the start back. Approximation: a restart (not a reload)
 -- with a file that postpones to a time at or before a superseded start postpones nothing.
-local function queue_reschedule(q, s, start, now, moved)
+local function queue_reschedule(q, s, start, now, mode)
+  -- mode '1': this gateway's reload moved the start; '2': a reload applied it unchanged here
+  -- (earlier only, as '1'; later only past `superseded`, as any caller); '0': no reload.
+  local moved = mode == '1'
+  local earlier = moved or mode == '2'
   local want = tonumber(start)
   local superseded = tonumber(redis.call('HGET', q, 'superseded') or '0')
   if want > s.start and (moved or want > superseded) then
@@ -228,7 +232,7 @@ local function queue_reschedule(q, s, start, now, moved)
     s.t0 = math.max(want, now)
     redis.call('HSET', q, 'start', int(want), 't0', int(s.t0), 'base', int(s.base))
     queue_mark(q, s, (running_before and s.t0 > now) and now or nil)
-  elseif moved and want < s.start and s.seq == 0 and not s.drawn and now < s.start then
+  elseif earlier and want < s.start and s.seq == 0 and not s.drawn and now < s.start then
     redis.call('HSET', q, 'superseded', int(math.max(superseded, s.start)))
     s.start = want
     s.t0 = math.max(want, now)

@@ -17,8 +17,8 @@
 -- ARGV[9] '' for the time-function cursor (a queue already stepped keeps stepping, with no
 -- absence check), else stepped (queue_step): skip_absent_after in ms (0: none)
 -- ARGV[10] max_active (0: none)   ARGV[11] the admission window (ms, passed either way)
--- ARGV[12] 1 when a reload of this gateway moved the start (ARGV[2]): applied even earlier, if
--- the queue has not opened (queue_reschedule)
+-- ARGV[12] 1 when a reload of this gateway moved the start (ARGV[2]), 2 when a reload applied it
+-- unchanged, 0 otherwise: see queue_reschedule
 --
 -- Returns the queue state (see queue_reply) followed by the units left (-1: not known).
 
@@ -27,7 +27,7 @@ local now = now_ms()
 queue_init(q, KEYS[2], ARGV[1], ARGV[2], now, ARGV[3])
 local s = queue_state(q)
 queue_commit(q, s, ARGV[7], ARGV[8])
-queue_reschedule(q, s, ARGV[2], now, ARGV[12] == '1')
+queue_reschedule(q, s, ARGV[2], now, ARGV[12])
 queue_freeze(q, s, now)
 queue_stand(q, s, 'halted', redis.call('EXISTS', KEYS[3]) == 1, now, {KEYS[5], KEYS[6]})
 if ARGV[5] == '1' and tonumber(ARGV[1]) ~= s.rate then

@@ -33,7 +33,7 @@ local now = now_ms()
 queue_init(q, tickets, ARGV[1], ARGV[2], now, ARGV[3])
 local s = queue_state(q)
 queue_commit(q, s, ARGV[7], ARGV[8])
-queue_reschedule(q, s, ARGV[2], now, false)
+queue_reschedule(q, s, ARGV[2], now, '0')
 queue_freeze(q, s, now)
 if now < tonumber(ARGV[5]) then
   return queue_reply(s, now, {'0', 'early'})

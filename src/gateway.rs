@@ -146,6 +146,7 @@ impl Gateway {
             lifecycle: self.lifecycle.clone(),
             upstreams: self.upstreams.clone(),
             store: self.store.clone(),
+            waiting: self.waiting.clone(),
         };
         Reloader::new(parts, source)
     }

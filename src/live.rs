@@ -80,6 +80,9 @@ struct Shared {
     passes: tokio::sync::RwLock<()>,
 }
 
+/// The longest a reload waits for the background pass in flight (see [`Live::switch`]).
+pub const SWITCH_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// One background pass's hold on the current generation: no switch happens until it is dropped.
 pub type Pass<'a> = tokio::sync::RwLockReadGuard<'a, ()>;
 
@@ -110,9 +113,17 @@ impl Live {
 
     /// Makes `next` current once the passes in flight have finished, then runs `after` (with
     /// the previous generation) before any new pass starts; requests that already hold the
-    /// previous generation keep it.
+    /// previous generation keep it. Approximation: a pass that takes longer than
+    /// [`SWITCH_WAIT`] (Redis timing out call after call) is not waited for: the switch goes
+    /// ahead, and what that pass writes of a removed activity (a gauge) may come back.
     pub async fn switch(&self, next: Generation, after: impl FnOnce(&Generation, &Generation)) {
-        let _no_pass = self.0.passes.write().await;
+        let no_pass = tokio::time::timeout(SWITCH_WAIT, self.0.passes.write()).await;
+        if no_pass.is_err() {
+            tracing::warn!(
+                waited_ms = SWITCH_WAIT.as_millis() as u64,
+                "a reload did not wait for a slow maintenance pass (Redis slow or away)"
+            );
+        }
         let previous = self.0.current.swap(Arc::new(next));
         after(&previous, &self.0.current.load());
     }

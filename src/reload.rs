@@ -65,6 +65,8 @@ pub struct ReloadParts {
     pub upstreams: Arc<Upstreams>,
     /// Read for the warnings of the answer (a queue's start as Redis has it).
     pub store: Arc<crate::stock::StockStore>,
+    /// Told of the reload: it writes each queue's configured start.
+    pub waiting: Arc<crate::waiting::WaitingRoom>,
 }
 
 impl ReloadParts {
@@ -98,6 +100,7 @@ impl ReloadParts {
             })
             .await;
         self.metrics.config_generation.set(number as i64);
+        self.waiting.reloaded();
         // After the publish, so that the prewarm reads the new configuration.
         self.lifecycle.prewarm_soon();
         number
@@ -150,7 +153,7 @@ impl Reloader {
         let current = self.gw.live.settings();
         check_transition(&current, &next)?;
         let needs_restart = restart_only_changes(&current, &next);
-        let warnings = self.start_warnings(&current, &next).await;
+        let warnings = self.start_warnings(&next).await;
         let generation = self.gw.apply(next).await;
         Ok(Applied {
             generation,
@@ -162,14 +165,9 @@ impl Reloader {
     /// The queues whose start the file moves and Redis will not follow (read before the apply:
     /// a start moved earlier is written by the next state read if the queue has not opened).
     /// Redis not answering: nothing said here (the next reload or `check --live` says it).
-    async fn start_warnings(&self, current: &Settings, next: &Settings) -> Vec<String> {
-        let moved = next.activities.iter().filter(|a| {
-            a.queue.is_some()
-                && current
-                    .activities
-                    .get(&a.id)
-                    .is_some_and(|old| old.starts_at != a.starts_at)
-        });
+    async fn start_warnings(&self, next: &Settings) -> Vec<String> {
+        // Every queue: a reload writes each one's start (see `WaitingRoom::reloaded`).
+        let moved = next.activities.iter().filter(|a| a.queue.is_some());
         let asker = crate::waiting::start::Asker::Reload;
         match crate::waiting::start::notes(&self.gw.store, moved.map(|a| &**a), asker).await {
             Ok(notes) => notes.iter().map(ToString::to_string).collect(),

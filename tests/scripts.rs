@@ -2997,17 +2997,24 @@ async fn a_queue_start_moves_earlier_only_by_a_reload_before_it_opened() {
     assert_eq!(state_at(earlier, Rewrite::NONE).await, old_start);
     // A reload moved it: applied.
     assert_eq!(state_at(earlier, Rewrite::START).await, earlier);
-    // A gateway still on the older file cannot move it back.
+    // A gateway still on the older file cannot move it back, nor can its reload that leaves
+    // the file as it was (ADVANCE moves a start earlier only).
     assert_eq!(state_at(old_start, Rewrite::NONE).await, earlier);
+    assert_eq!(state_at(old_start, Rewrite::ADVANCE).await, earlier);
     // A postponement past the superseded start still applies.
     let later = now + 50 * 60_000;
     assert_eq!(state_at(later, Rewrite::NONE).await, later);
+    // A reload that applies an earlier start it did not change (after a restart with it).
+    let restarted = now + 48 * 60_000;
+    assert_eq!(state_at(restarted, Rewrite::NONE).await, later);
+    assert_eq!(state_at(restarted, Rewrite::ADVANCE).await, restarted);
+    assert_eq!(state_at(later, Rewrite::NONE).await, restarted);
     // Once a ticket was issued (someone was told a place and a time), an earlier start is
     // not applied, even by a reload.
     let mut b = a.clone();
-    b.starts_at = at(later);
+    b.starts_at = at(restarted);
     store::ticket(&s, &b, &queue, "u1", &fresh, None)
         .await
         .unwrap();
-    assert_eq!(state_at(earlier, Rewrite::START).await, later);
+    assert_eq!(state_at(earlier, Rewrite::START).await, restarted);
 }

@@ -96,7 +96,12 @@ impl Lifecycle<StockStore> {
         loop {
             tokio::select! {
                 _ = shutdown.changed() => return,
-                _ = tick.tick() => self.refresh_halts(&self.live.settings()).await,
+                // A pass: a reload's switch waits for it, so the gauge of an activity it
+                // removed is not written back after the switch.
+                _ = tick.tick() => {
+                    let _pass = self.live.pass().await;
+                    self.refresh_halts(&self.live.settings()).await
+                }
             }
         }
     }

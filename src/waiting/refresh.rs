@@ -38,6 +38,15 @@ impl<S: QueueStore> WaitingRoom<S> {
         }
     }
 
+    /// A reload was applied: each queue's configured start is written at its next read (an
+    /// earlier one applied only while nobody holds a ticket, see `queue_reschedule`).
+    pub fn reloaded(&self) {
+        self.configured
+            .write()
+            .values_mut()
+            .for_each(Configured::reload);
+    }
+
     pub(super) async fn read(
         &self,
         activity: &Activity,
@@ -135,6 +144,12 @@ impl Configured {
         }
     }
 
+    /// A reload applied: its start is written even if unchanged here (this process may have
+    /// started with it: a restart moves no start earlier, the reload that follows does).
+    fn reload(&mut self) {
+        self.rewrite.advance = true;
+    }
+
     /// A write of `then` succeeded: what still matches it is written.
     fn written(&mut self, then: Configured) {
         if self.rate == then.rate {
@@ -142,6 +157,7 @@ impl Configured {
         }
         if self.start_ms == then.start_ms {
             self.rewrite.start = false;
+            self.rewrite.advance = false;
         }
     }
 }

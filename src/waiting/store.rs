@@ -188,6 +188,10 @@ pub(super) fn keys(store: &StockStore, activity: &Activity) -> (String, String) 
 pub struct Rewrite {
     pub rate: bool,
     pub start: bool,
+    /// A reload applied the start unchanged here (this process may have started with it): an
+    /// earlier start is written as `start` would (before the room opened), a later one only as
+    /// any gateway's is (past a superseded start).
+    pub advance: bool,
 }
 
 impl Rewrite {
@@ -195,16 +199,25 @@ impl Rewrite {
     pub const NONE: Rewrite = Rewrite {
         rate: false,
         start: false,
+        advance: false,
     };
     /// The configured rate.
     pub const RATE: Rewrite = Rewrite {
         rate: true,
         start: false,
+        advance: false,
     };
     /// The configured start.
     pub const START: Rewrite = Rewrite {
         rate: false,
         start: true,
+        advance: false,
+    };
+    /// The configured start, applied by a reload that did not change it here.
+    pub const ADVANCE: Rewrite = Rewrite {
+        rate: false,
+        start: false,
+        advance: true,
     };
 }
 
@@ -422,7 +435,11 @@ pub async fn state(
             .arg(0)
             .arg(queue.admission_window.as_millis() as u64),
     };
-    invocation.arg(if rewrite.start { "1" } else { "0" });
+    invocation.arg(match (rewrite.start, rewrite.advance) {
+        (true, _) => "1",
+        (false, true) => "2",
+        (false, false) => "0",
+    });
     let reply: Vec<String> = store
         .eval(ScriptName::Queue, StoreOp::Queue, &invocation)
         .await?;

@@ -220,34 +220,40 @@ impl View {
         }
     }
 
-    /// With the units sold so far, out of the activity's configured `stock`.
+    /// With the units sold so far, out of the activity's configured `stock` (`None` once as
+    /// many are left as that: a restock, whose units sold cannot be told apart).
     pub fn of_stock(mut self, stock: u64) -> View {
         self.sold = self
             .left
-            .map(|left| stock.saturating_sub(left.max(0) as u64));
+            .filter(|left| (left.max(&0).unsigned_abs()) < stock)
+            .map(|left| stock - left.max(0) as u64);
         self
     }
 
-    /// Units bought per buyer admitted so far in this sale, once [`DEMAND_SAMPLE`] buyers were
-    /// admitted: in drops many admitted buyers never buy. Approximations: buyers still in their
-    /// window have not bought yet (an underestimate early in a window), units restocked count
-    /// as never sold, and a pending reservation counts as bought.
-    pub fn units_per_admitted(&self) -> Option<f64> {
-        let admitted = self.cursor().min(self.state.seq);
-        if admitted < DEMAND_SAMPLE {
+    /// Units bought per buyer whose admission window has closed (who had their whole chance),
+    /// once [`DEMAND_SAMPLE`] had: in drops many admitted buyers never buy. Approximations: the
+    /// units sold count those of buyers still in their window too (an overestimate, so "too
+    /// late" errs towards being said), the places whose window closed are reckoned at the
+    /// current rate (pauses and rate changes aside), and places the cursor passed while nobody
+    /// held them count as buyers who did not buy.
+    pub fn units_per_admitted(&self, window_ms: u64) -> Option<f64> {
+        let closed_before = self.redis_now_ms().checked_sub(window_ms)?;
+        let done = self.state.cursor_at(closed_before).min(self.state.seq);
+        if done < DEMAND_SAMPLE {
             return None;
         }
-        Some(self.sold? as f64 / admitted as f64)
+        Some(self.sold? as f64 / done as f64)
     }
 
     /// Whether a buyer with `ahead` places before theirs is very likely too late: the units
-    /// those ahead are expected to want (one each, or as many as admitted buyers bought so
-    /// far) exceed what is left by `too_late_factor`. An estimate, and said as one.
+    /// those ahead are expected to want (one each, or as many as buyers who had their chance
+    /// bought so far) exceed what is left by `too_late_factor`. An estimate, and said as one.
     pub fn likely_too_late(&self, ahead: u64, settings: &QueueSettings) -> bool {
         let Some(left) = self.left else {
             return false;
         };
-        let each = self.units_per_admitted().unwrap_or(1.0);
+        let window = settings.admission_window.as_millis() as u64;
+        let each = self.units_per_admitted(window).unwrap_or(1.0);
         ahead as f64 * each >= left.max(0) as f64 * settings.too_late_factor
     }
 
@@ -559,17 +565,23 @@ mod tests {
             } => likely_too_late,
             other => panic!("{other:?}"),
         };
-        // 40 admitted (10 a second for 4 s), 20 of 30 units bought: half a unit each.
-        let v = View::new(state(14_000), Some(10)).of_stock(30);
-        assert_eq!(v.units_per_admitted(), Some(0.5));
-        assert!(!told(&v, 60), "19 ahead want ~9.5 of 10 left x 1.5");
-        assert!(told(&v, 90), "49 ahead want ~24.5 of 10 left x 1.5");
+        // At 16 s: 60 admitted (10 a second), 40 of them with their 2 s window closed; 20 of
+        // 30 units bought: half a unit each.
+        let v = View::new(state(16_000), Some(10)).of_stock(30);
+        assert_eq!(v.units_per_admitted(2_000), Some(0.5));
+        assert!(!told(&v, 80), "19 ahead want ~9.5 of 10 left x 1.5");
+        assert!(told(&v, 95), "34 ahead want ~17 of 10 left x 1.5");
         // Without what was sold, one unit each: 19 ahead of 10 x 1.5 is too late.
-        assert!(told(&View::new(state(14_000), Some(10)), 60));
-        // Too few admitted yet (10) to judge by: one unit each.
-        let early = View::new(state(11_000), Some(10)).of_stock(30);
-        assert_eq!(early.units_per_admitted(), None);
-        assert!(told(&early, 30), "19 ahead of 10 left x 1.5");
+        assert!(told(&View::new(state(16_000), Some(10)), 80));
+        // Right after the start: 30 admitted, but only 10 had their whole window (nobody may
+        // have bought yet): one unit each, not none.
+        let early = View::new(state(13_000), Some(10)).of_stock(10);
+        assert_eq!(early.units_per_admitted(2_000), None);
+        assert!(told(&early, 50), "19 ahead of 10 left x 1.5");
+        // Restocked (more left than configured): what sold cannot be told, one unit each.
+        let restocked = View::new(state(16_000), Some(40)).of_stock(30);
+        assert_eq!(restocked.sold, None);
+        assert!(told(&restocked, 121), "60 ahead of 40 left x 1.5");
     }
 
     #[test]

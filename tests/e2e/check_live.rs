@@ -216,3 +216,38 @@ async fn a_queue_start_moved_earlier_is_applied_before_it_opens_and_named_after(
         "{err}"
     );
 }
+
+/// A gateway restarted with a file that moves the start earlier does not move it (a restart
+/// cannot tell a newer file from an older one), and says a reload does; the reload of that
+/// same file then does (no ticket was issued yet).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_a_restart_did_not_move_earlier_is_moved_by_the_reload_it_advises() {
+    use super::queue_support::{in_secs, queued, rfc3339_ms};
+    let queue = Queue::admit(5).window_secs(30).opens_at(in_secs(-10));
+    let old = in_secs(46 * 60);
+    let (_redis, _upstream, mut config) = backends(vec![queued("1001", 5, queue).starts_at(old)]);
+    let mut first = GatewayProc::start(config.clone());
+    first.wait_queue_read().await;
+    first.signal("TERM");
+    first.wait_exit(Duration::from_secs(30));
+    let earlier = in_secs(34 * 60);
+    config.activities[0].starts_at = earlier;
+    let gw = GatewayProc::start(config.clone());
+    gw.wait_queue_read().await;
+    assert_eq!(queue_start_ms(&gw).await, rfc3339_ms(old) as i64);
+    // The wait is the assertion: the start-up's log advises the reload.
+    wait_for("the start-up's advice", Duration::from_secs(10), || {
+        gw.logs().contains("a restart does not").then_some(())
+    });
+    let r = gw.admin_post("/v1/config/reload").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["warnings"], serde_json::json!([]), "{}", r.text());
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while queue_start_ms(&gw).await != rfc3339_ms(earlier) as i64 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the reload did not move it"
+        );
+        gw.wait_queue_read().await;
+    }
+}

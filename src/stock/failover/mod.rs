@@ -75,6 +75,9 @@ pub const FENCE_SETTLE: Duration = Duration::from_millis(1500);
 /// needs them.
 pub const FENCE_NEEDS_A_HUMAN: Duration = Duration::from_secs(5);
 
+/// How long a lifted fence is remembered: one back within it is the same trouble.
+pub const FENCE_FLAP: Duration = Duration::from_secs(60);
+
 /// How a standing fence was told in the log: a warning when it began (or an error at once when
 /// the segment is lost), an error once it stood [`FENCE_NEEDS_A_HUMAN`].
 #[derive(Debug, Clone, Copy)]
@@ -157,6 +160,10 @@ pub struct Failover {
     /// The fenced activities, with why (by the last check), and how each was told (see
     /// [`Told`]).
     fences: RwLock<HashMap<Arc<str>, (Fence, Told)>>,
+    /// Fences lifted lately, with how they were told: one that comes back within
+    /// [`FENCE_FLAP`] of its lift goes on from there (a store restarting again and again is
+    /// told as an error, and does not keep `/readyz` flapping).
+    lately_lifted: RwLock<HashMap<Arc<str>, (Told, std::time::Instant)>>,
     /// Accepts made by this process: a check that read the record before an accept and ends
     /// after it says nothing (it would fence again what was just accepted).
     accepts: AtomicU64,
@@ -488,12 +495,19 @@ impl StockStore {
             Some(fence) => {
                 let before = fences.get(&activity.lane);
                 let changed = before.map(|(f, _)| &f.lost) != Some(&fence.lost);
+                let lately = self
+                    .failover
+                    .lately_lifted
+                    .read()
+                    .get(&activity.lane)
+                    .filter(|(_, lifted)| lifted.elapsed() < FENCE_FLAP)
+                    .map(|(told, _)| *told);
                 let mut told = match before {
                     Some((_, told)) if !changed => *told,
-                    _ => Told {
+                    _ => lately.unwrap_or(Told {
                         since: std::time::Instant::now(),
                         as_error: false,
-                    },
+                    }),
                 };
                 let needs_a_human =
                     fence.lost.is_some() || told.since.elapsed() >= FENCE_NEEDS_A_HUMAN;
@@ -518,7 +532,11 @@ impl StockStore {
                 fences.insert(activity.lane.clone(), (fence, told));
             }
             None => {
-                fences.remove(&activity.lane);
+                if let Some((_, told)) = fences.remove(&activity.lane) {
+                    let mut lately = self.failover.lately_lifted.write();
+                    lately.retain(|_, (_, at)| at.elapsed() < FENCE_FLAP);
+                    lately.insert(activity.lane.clone(), (told, std::time::Instant::now()));
+                }
             }
         }
         // Of the activity: 1 while any of its stock lanes is fenced.
