@@ -48,7 +48,6 @@ impl FlashProxy {
         raw_activity: &str,
     ) -> Result<bool> {
         let generation = ctx.generation.clone();
-        let policy = &generation.policy;
         let settings = &generation.settings;
         if settings
             .activities
@@ -58,49 +57,7 @@ impl FlashProxy {
             no_queue(session, ctx.client.lang).await?;
             return Ok(true);
         }
-        let headers = &session.req_header().headers;
-        let peer = peer_ip(session);
-        let answer = async {
-            if let Some(ip) = policy.client_ip(headers, peer) {
-                self.spend(&generation, LimitKind::PerIp, &ip.to_string())
-                    .await?;
-            }
-            let user = policy
-                .identify(headers, peer)
-                .map_err(|why| why.decision())?;
-            // A poll is a buyer too: it spends from the buyer's own bucket.
-            self.spend(&generation, LimitKind::PerUser, &user).await?;
-            let activity = settings
-                .activities
-                .get(raw_activity)
-                .filter(|a| a.queue.is_some())
-                .ok_or(Decision::UnknownActivity)?
-                .clone();
-            let ticket = presented(&session.req_header().headers).or_else(|| {
-                query_ticket(session).map(|ticket| Presented {
-                    ticket,
-                    from_cookie: false,
-                })
-            });
-            let mut answer = self
-                .gw
-                .waiting
-                .poll(
-                    settings,
-                    &activity,
-                    &user,
-                    ticket.as_ref(),
-                    solution(&session.req_header().headers),
-                )
-                .await?;
-            // A size whose last unit sold here (or that news said sold out) is no longer
-            // offered, without waiting for the next queue read (250 ms).
-            for v in answer.variants.iter_mut() {
-                v.available &= !self.variant_sold_out(settings, &activity.id, &v.id);
-            }
-            Ok::<_, Decision>((activity, answer))
-        }
-        .await;
+        let answer = self.poll_answer(session, &generation, raw_activity).await;
         match answer {
             Ok((activity, answer)) => {
                 let landing = landing(settings, &activity);
@@ -124,6 +81,63 @@ impl FlashProxy {
                 Ok(true)
             }
         }
+    }
+
+    /// The poll's answer: the buyer identified and their buckets spent, then where their
+    /// ticket stands, sizes sold out here since the last queue read left unoffered.
+    async fn poll_answer(
+        &self,
+        session: &Session,
+        generation: &crate::live::Generation,
+        raw_activity: &str,
+    ) -> std::result::Result<
+        (
+            std::sync::Arc<crate::config::Activity>,
+            crate::waiting::Answer,
+        ),
+        Decision,
+    > {
+        let (policy, settings) = (&generation.policy, &generation.settings);
+        let headers = &session.req_header().headers;
+        let peer = peer_ip(session);
+        if let Some(ip) = policy.client_ip(headers, peer) {
+            self.spend(generation, LimitKind::PerIp, &ip.to_string())
+                .await?;
+        }
+        let user = policy
+            .identify(headers, peer)
+            .map_err(|why| why.decision())?;
+        // A poll is a buyer too: it spends from the buyer's own bucket.
+        self.spend(generation, LimitKind::PerUser, &user).await?;
+        let activity = settings
+            .activities
+            .get(raw_activity)
+            .filter(|a| a.queue.is_some())
+            .ok_or(Decision::UnknownActivity)?
+            .clone();
+        let ticket = presented(headers).or_else(|| {
+            query_ticket(session).map(|ticket| Presented {
+                ticket,
+                from_cookie: false,
+            })
+        });
+        let mut answer = self
+            .gw
+            .waiting
+            .poll(
+                settings,
+                &activity,
+                &user,
+                ticket.as_ref(),
+                solution(headers),
+            )
+            .await?;
+        // A size whose last unit sold here (or that news said sold out) is no longer
+        // offered, without waiting for the next queue read (250 ms).
+        for v in answer.variants.iter_mut() {
+            v.available &= !self.variant_sold_out(settings, &activity.id, &v.id);
+        }
+        Ok((activity, answer))
     }
 
     /// A poll is a buyer too: it spends from the client IP's and the buyer's buckets (the
