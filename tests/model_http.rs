@@ -214,9 +214,12 @@ const SEGMENTS: [u32; 3] = [1, 3, 2];
 
 /// The hash tag of the segment a reservation id names.
 fn tag_of(act: usize, jti: &str) -> String {
-    match jti.rsplit_once('.') {
-        Some((_, seg)) => format!("{}~{seg}/{}", ACTS[act], SEGMENTS[act]),
-        None => ACTS[act].to_owned(),
+    match SEGMENTS[act] {
+        1 => ACTS[act].to_owned(),
+        n => {
+            let seg = flashgate::reservation::Reservation::segment_of(jti).expect("a segment");
+            format!("{}~{seg}/{n}", ACTS[act])
+        }
     }
 }
 
