@@ -146,6 +146,19 @@ async fn a_reload_puts_a_new_version_on_sale_in_redis_at_once() {
     let _ = &mut gw;
 }
 
+/// Waits (up to 10 s of queue reads) for the queue's start to be `at` (RFC 3339).
+async fn start_moves_to(gw: &GatewayProc, at: &str) {
+    let want = super::queue_support::rfc3339_ms(at) as i64;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while queue_start_ms(gw).await != want {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the start never moved to {at}"
+        );
+        gw.wait_queue_read().await;
+    }
+}
+
 /// The queue's start as the gateway last read it from Redis (ms), from the admin API.
 async fn queue_start_ms(gw: &GatewayProc) -> i64 {
     let r = gw.admin_get("/v1/activities/1001/queue").await;
@@ -175,14 +188,7 @@ async fn a_queue_start_moved_earlier_is_applied_before_it_opens_and_named_after(
     let r = gw.admin_post("/v1/config/reload").await;
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.json()["warnings"], serde_json::json!([]), "{}", r.text());
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while queue_start_ms(&gw).await != rfc3339_ms(earlier) as i64 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the start never moved"
-        );
-        gw.wait_queue_read().await;
-    }
+    start_moves_to(&gw, earlier).await;
     // The older file: checked, it is named as older; a gateway started with it leaves the
     // start where the reload put it.
     let (code, _, err) = check_live(&older_file);
@@ -242,12 +248,5 @@ async fn a_start_a_restart_did_not_move_earlier_is_moved_by_the_reload_it_advise
     let r = gw.admin_post("/v1/config/reload").await;
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.json()["warnings"], serde_json::json!([]), "{}", r.text());
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while queue_start_ms(&gw).await != rfc3339_ms(earlier) as i64 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the reload did not move it"
-        );
-        gw.wait_queue_read().await;
-    }
+    start_moves_to(&gw, earlier).await;
 }
