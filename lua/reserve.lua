@@ -40,8 +40,8 @@
 -- accepted here ('' if none)   ARGV[4] the most reservation records the gateway saw the segment
 -- hold when it acknowledged a sale here ('0' none), ARGV[5] of which life (see records_of in
 -- lib.lua), ARGV[6] the newest version of a sale the gateway acknowledged in that life ('0'
--- none): together, the gateway's fencing token (what it knows of the store's life); then 12 per
--- item, item i's a[j] = ARGV[6 + 12(i-1) + j]:
+-- none): together, the gateway's fencing token (what it knows of the store's life); then 13 per
+-- item, item i's a[j] = ARGV[6 + 13(i-1) + j]:
 -- a[1] user   a[2] qty (>= 1)   a[3] per-user limit (units)   a[4] reservation id (jti)
 -- a[5] hold (ms)   a[6] idempotency field ('' for none)
 -- a[7] transfer id to deposit first ('' for none)   a[8] its units
@@ -52,6 +52,11 @@
 --      key's reservation if it has one, else -8 and change nothing
 -- a[11] the sale opens, a[12] it closes (unix ms): no new reservation outside
 --      [opens, closes) by Redis's clock, whatever the clock of the gateway that asks
+-- a[13] the buyer's phases ('' for an activity without phases): "start limit phase" triples,
+--      space-separated, by start (unix ms): from each start on (Redis's clock) the buyer may
+--      hold that many units (instead of a[3]) and buys in that phase; before the first, -9.
+--      The units taken are counted in the ledger's `sold@<phase>` (gross: a unit given back
+--      stays counted where it was taken).
 --
 -- Returns one reply per item, in order; an item's reply (times in ms, Redis's clock; fence: the record's fence once this request's forward is
 -- counted, which an early order lookup it asks for must name, see lib.lua):
@@ -102,7 +107,7 @@
 -- Numbers are compared with tonumber: as strings "10" < "9".
 
 local A, VER, MAXLEN = ARGV, ARGV[1], ARGV[2]
-local ITEM_ARGS, FIRST_ITEM = 12, 6
+local ITEM_ARGS, FIRST_ITEM = 13, 6
 local STOCK, USERS, RES, LEDGER, PENDING, IDEM, EVENTS, RECEIVED =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 
@@ -220,6 +225,26 @@ local function once_each(f)
   end
 end
 local num, fmt = once_each(tonumber), once_each(int)
+
+-- The limit and the phase of a buyer's phases (a[13]) in force at t, or nil before the first.
+-- Parsed once per distinct string (a batch's buyers mostly share theirs).
+local steps_of = once_each(function(steps)
+  local out = {}
+  for start, limit, id in string.gmatch(steps, '(%d+) (%d+) ([%w_-]+)') do
+    out[#out + 1] = {tonumber(start), tonumber(limit), id}
+  end
+  return out
+end)
+local function phase_at(steps, t)
+  local limit, phase
+  for _, step in ipairs(steps_of(steps)) do
+    if step[1] > t then
+      break
+    end
+    limit, phase = step[2], step[3]
+  end
+  return limit, phase
+end
 
 -- A record as this batch sees it (read once, then kept), or nil.
 local function record(jti)
@@ -361,7 +386,15 @@ local function reserve(b)
   end
   local qty = num(A[b + 2])
   local h = held_by(A[b + 1])
-  if h + qty > num(A[b + 3]) then
+  local limit, phase = num(A[b + 3]), nil
+  if A[b + 13] ~= '' then
+    -- The buyer's phase by Redis's clock decides their limit (and whether they may buy yet).
+    limit, phase = phase_at(A[b + 13], now())
+    if not limit then
+      return {-9, 0, 0}
+    end
+  end
+  if h + qty > limit then
     return {-3, left, h}
   end
   if left < qty then
@@ -406,6 +439,9 @@ local function reserve(b)
     idem_new[A[b + 6]] = A[b + 4]
   end
   ev_jti[#ev_jti + 1], ev_user[#ev_user + 1], ev_qty[#ev_qty + 1] = A[b + 4], A[b + 1], A[b + 2]
+  if phase then
+    ledger_count('sold@' .. phase, qty)
+  end
   -- Times and fence as numbers: integer replies, which the gateway reads without a string.
   return {1, left, h, t, deadline_ms, 1}
 end

@@ -26,6 +26,7 @@ crate::label_enum! {
         InvalidTicket => "invalid_ticket",
         TicketExpired => "ticket_expired",
         MethodNotAllowed => "method_not_allowed",
+        NotEligible => "not_eligible",
     }
 }
 
@@ -46,6 +47,13 @@ pub enum Decision {
     /// Before the sale (or its waiting room) opens, with when it opens (unix ms) and the seconds
     /// until then (`Retry-After`); answered as `NotStarted`, with `opens_at` in the JSON.
     NotOpenYet {
+        opens_at_ms: i64,
+        in_secs: u64,
+    },
+    /// A sale in phases: the buyer's phase (or the public sale, for a buyer in none) has not
+    /// started, though an earlier one has; answered 403 `not_eligible` with when theirs opens
+    /// (unix ms) as `opens_at`, and the seconds until then (`Retry-After`).
+    NotEligible {
         opens_at_ms: i64,
         in_secs: u64,
     },
@@ -120,6 +128,15 @@ impl Decision {
         }
     }
 
+    /// A buyer whose phase opens at `opens_at_ms` (unix ms), judged at `now_ms` by the store's
+    /// clock: `NotEligible` with the seconds until then, rounded up.
+    pub fn not_eligible(opens_at_ms: i64, now_ms: i64) -> Decision {
+        Decision::NotEligible {
+            opens_at_ms,
+            in_secs: ((opens_at_ms - now_ms).max(0) as u64).div_ceil(1000),
+        }
+    }
+
     /// The buyer-facing answer: status, contract code, message, Retry-After. The only mapping.
     pub fn reply(&self) -> Reply {
         use crate::catalogue::Message as M;
@@ -142,6 +159,12 @@ impl Decision {
                 S::FORBIDDEN,
                 C::NotStarted,
                 M::NotStarted,
+                Some(in_secs.max(1)),
+            ),
+            Decision::NotEligible { in_secs, .. } => (
+                S::FORBIDDEN,
+                C::NotEligible,
+                M::NotEligible,
                 Some(in_secs.max(1)),
             ),
             Decision::Ended => (S::GONE, C::Ended, M::Ended, None),
@@ -185,7 +208,8 @@ impl Decision {
             retry_after_secs,
             queue: self.queue_place(),
             opens_at_ms: match *self {
-                Decision::NotOpenYet { opens_at_ms, .. } => Some(opens_at_ms),
+                Decision::NotOpenYet { opens_at_ms, .. }
+                | Decision::NotEligible { opens_at_ms, .. } => Some(opens_at_ms),
                 _ => None,
             },
         }
@@ -260,6 +284,7 @@ mod tests {
             ),
             (Decision::UnknownActivity, 404, "unknown_activity"),
             (Decision::NotStarted, 403, "not_started"),
+            (Decision::not_eligible(2_000, 500), 403, "not_eligible"),
             (Decision::Ended, 410, "ended"),
             (
                 Decision::RateLimited {

@@ -73,7 +73,8 @@ impl Gateway {
                     metrics.clone(),
                     breaker.clone(),
                 )
-                .with_fleet_buckets(store.clone()),
+                .with_fleet_buckets(store.clone())
+                .with_access(Arc::new(crate::access::Lists::new(store.clone()))),
             ),
             breaker,
             upstream_queue: UpstreamQueue::new(metrics.clone()),

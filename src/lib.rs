@@ -3,6 +3,7 @@
 //! with a signed reservation, to the shop backend.
 #![forbid(unsafe_code)]
 
+pub mod access;
 pub mod admin;
 pub mod catalogue;
 pub mod client_policy;

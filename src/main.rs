@@ -90,6 +90,13 @@ enum Command {
         #[arg(long, value_enum, default_value = "en")]
         lang: flashgate::report::html::Lang,
     },
+    /// Load, show or drop an access list of a sale in phases (`phases[].who.list`): user ids
+    /// in Redis, read by every gateway. Exit 2 on a bad configuration, an unknown activity or
+    /// list, or a bad file; 3 if Redis cannot be reached.
+    Access {
+        #[command(subcommand)]
+        action: AccessCommand,
+    },
     /// Check an activity's pre-queue draw: recompute every drawn place from the seed and the
     /// recorded arrivals, check the seed against its commitment and the places the gateways
     /// admitted tickets at; print `match` (exit 0) or what differs (exit 1).
@@ -100,6 +107,40 @@ enum Command {
         #[arg(long)]
         activity: String,
     },
+}
+
+#[derive(Subcommand)]
+enum AccessCommand {
+    /// Add the user ids of FILE (one a line) to the list; ids already there stay.
+    Load {
+        #[command(flatten)]
+        list: ListArgs,
+        /// One user id a line.
+        file: PathBuf,
+    },
+    /// How many user ids the list holds, and some of them.
+    Show {
+        #[command(flatten)]
+        list: ListArgs,
+    },
+    /// Remove the list: its phase admits nobody by it from then on (within 2 s on every
+    /// gateway).
+    Drop {
+        #[command(flatten)]
+        list: ListArgs,
+    },
+}
+
+#[derive(clap::Args)]
+struct ListArgs {
+    /// The configuration file (YAML; see docs/configuration.md).
+    #[arg(long)]
+    config: PathBuf,
+    #[arg(long)]
+    activity: String,
+    /// The list's name, as a phase names it (`who: {list: NAME}`).
+    #[arg(long)]
+    list: String,
 }
 
 /// Exit codes beyond success.
@@ -151,6 +192,7 @@ fn main() -> ExitCode {
             reconcile_exit(report, "clean", "DRIFT")
         }
         Command::Draw { config, activity } => draw(&config, &activity),
+        Command::Access { action } => access(action),
         Command::Report {
             config,
             activity,
@@ -258,6 +300,43 @@ fn emit(text: &str) {
     use std::io::Write;
     let mut out = std::io::stdout().lock();
     let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
+}
+
+/// `flashgate access`: loads, shows or drops an access list.
+fn access(command: AccessCommand) -> ExitCode {
+    use flashgate::access::{AccessError, Action};
+    let (args, action) = match command {
+        AccessCommand::Load { list, file } => match std::fs::read_to_string(&file) {
+            Ok(text) => (list, Action::Load(text)),
+            Err(e) => {
+                eprintln!("{}: {e}", file.display());
+                return ExitCode::from(EXIT_CONFIG);
+            }
+        },
+        AccessCommand::Show { list } => (list, Action::Show),
+        AccessCommand::Drop { list } => (list, Action::Drop),
+    };
+    let settings = match Settings::load_without_secrets(&args.config) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("{}: {e}", args.config.display());
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
+    match flashgate::access::run_cli(&settings, &args.activity, &args.list, action) {
+        Ok(text) => {
+            emit(&text);
+            ExitCode::SUCCESS
+        }
+        Err(AccessError::Store(e)) => {
+            eprintln!("access: cannot reach Redis: {e}");
+            ExitCode::from(EXIT_STORE)
+        }
+        Err(e) => {
+            eprintln!("access: {e}");
+            ExitCode::from(EXIT_CONFIG)
+        }
+    }
 }
 
 /// `flashgate draw`: prints the report, then `match` (exit 0) or `differ` (exit 1).

@@ -33,6 +33,9 @@ pub struct Reservation {
     /// for (its forward ended without an answer) names it, and is ignored if another forward or
     /// a hand-out moved the fence since (see `lua/lib.lua`).
     pub fence: u64,
+    /// On an activity sold in phases, the phase it was bought in (`public` after them all):
+    /// the JWT's `phase`.
+    pub phase: Option<Arc<str>>,
 }
 
 impl Reservation {
@@ -99,6 +102,9 @@ pub struct ReservationClaims {
     /// The variant bought, on an activity with variants; absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub var: Option<String>,
+    /// The phase it was bought in, on an activity sold in phases; absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
     pub qty: u32,
     pub ver: u64,
     pub iat: u64,
@@ -233,6 +239,7 @@ impl Signer {
             sub: &r.user,
             act: &r.activity,
             var: r.variant.as_deref(),
+            phase: r.phase.as_deref(),
             qty: r.qty,
             ver: r.version,
             iat,
@@ -268,6 +275,8 @@ struct ClaimsOf<'a> {
     act: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
     var: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    phase: Option<&'a str>,
     qty: u32,
     ver: u64,
     iat: u64,
@@ -317,6 +326,7 @@ mod tests {
             created_ms,
             deadline_ms: created_ms + 900_000,
             fence: 1,
+            phase: None,
         }
     }
 
@@ -407,6 +417,7 @@ mod tests {
                 sub: r.user.clone(),
                 act: r.activity.to_string(),
                 var: r.variant.as_deref().map(str::to_owned),
+                phase: r.phase.as_deref().map(str::to_owned),
                 qty: r.qty,
                 ver: r.version,
                 iat,

@@ -43,6 +43,7 @@ fn call<'a>(a: &Activity, user: &'a str, qty: u32, id: &'a str) -> ReserveCall<'
         in_flight: Duration::ZERO,
         replay_only: false,
         hours: SaleHours::of(a),
+        steps: None,
     }
 }
 
@@ -296,6 +297,7 @@ async fn segmented_reserves_with_dropped_buyers_keep_every_ledger_and_no_lane_st
                     idempotency_key: (i % 4 == 0).then_some(key.as_str()),
                     in_flight: Duration::from_secs(1),
                     replay_only: false,
+                    steps: None,
                 };
                 let budget = if (t + i) % 5 == 0 {
                     Duration::from_micros(50 + (i * 37 % 400))

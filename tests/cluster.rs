@@ -80,6 +80,7 @@ async fn every_script_runs_unchanged_on_a_cluster() {
                     in_flight: Duration::ZERO,
                     replay_only: false,
                     hours: SaleHours::ALWAYS,
+                    steps: None,
                 }
             };
         assert_eq!(

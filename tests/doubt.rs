@@ -54,6 +54,7 @@ fn call<'a>(a: &Activity, user: &'a str, id: &'a str) -> ReserveCall<'a> {
         in_flight: Duration::ZERO,
         replay_only: false,
         hours: SaleHours::of(a),
+        steps: None,
     }
 }
 

@@ -208,6 +208,7 @@ fn lower_layers_import_nothing_above_them() {
             ],
         ),
         ("upstream", &["config", "metrics"]),
+        ("access", &["client_policy", "config", "metrics", "stock"]),
         ("news", &["stock"]),
         (
             "lifecycle",
@@ -227,6 +228,7 @@ fn lower_layers_import_nothing_above_them() {
         (
             "purchase",
             &[
+                "access",
                 "client_policy",
                 "config",
                 "decision",

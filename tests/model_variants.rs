@@ -246,6 +246,7 @@ impl Run {
             in_flight: Duration::ZERO,
             replay_only: false,
             hours: SaleHours::of(lane),
+            steps: None,
         };
         let layout = Layout::of(lane);
         let outcome = self

@@ -187,6 +187,7 @@ async fn restocks_racing_version_bumps_stay_once_per_key_and_clean() {
                         idempotency_key: None,
                         in_flight: Duration::ZERO,
                         replay_only: false,
+                        steps: None,
                     },
                 )
                 .await

@@ -56,7 +56,73 @@ fn call<'a>(a: &Activity, user: &'a str, qty: u32, id: &'a str) -> ReserveCall<'
         in_flight: Duration::ZERO,
         replay_only: false,
         hours: SaleHours::of(a),
+        steps: None,
     }
+}
+
+/// A sale in phases: the step in force by Redis's clock gives the buyer's limit (one units
+/// limit over every step), nothing is taken before the first step, and each step's units are
+/// counted in the ledger's `sold@<phase>`.
+#[tokio::test]
+async fn a_buyers_phase_by_redis_clock_sets_their_limit_and_is_counted() {
+    let f = Fixture::start();
+    let a = activity("1001", 10, 1, 3);
+    prewarm(&f.store, &a).await;
+    let l = Layout::of(&a);
+    let now = redis_time_ms(&f.redis) as i64;
+    let hour = 3_600_000;
+    let later = flashgate::stock::Steps::new([(now + hour, 3, "public")]);
+    let member =
+        flashgate::stock::Steps::new([(now - hour, 1, "members"), (now + hour, 3, "public")]);
+    let with = |steps: &'static flashgate::stock::Steps, user: &'static str, id: &'static str| {
+        ReserveCall {
+            steps: Some(steps),
+            ..call(&a, user, 1, id)
+        }
+    };
+    let later: &'static _ = Box::leak(Box::new(later));
+    let member: &'static _ = Box::leak(Box::new(member));
+    assert_eq!(
+        f.store
+            .reserve(one(&l), &with(later, "plain", "r1"))
+            .await
+            .unwrap(),
+        ReserveOutcome::NotStarted
+    );
+    assert!(matches!(
+        f.store
+            .reserve(one(&l), &with(member, "gold", "r2"))
+            .await
+            .unwrap(),
+        ReserveOutcome::Reserved { remaining: 9, .. }
+    ));
+    // The members step's limit (1), though the call's own is 3.
+    assert!(matches!(
+        f.store
+            .reserve(one(&l), &with(member, "gold", "r3"))
+            .await
+            .unwrap(),
+        ReserveOutcome::LimitExceeded { held: 1 }
+    ));
+    // In a batch, each buyer judged by their own steps.
+    let public = Box::leak(Box::new(flashgate::stock::Steps::new([(
+        now - 1,
+        3,
+        "public",
+    )])));
+    let (c4, c5) = (with(public, "p1", "r4"), with(public, "p1", "r5"));
+    let (x, y) = tokio::join!(f.store.reserve(one(&l), &c4), f.store.reserve(one(&l), &c5),);
+    assert!(matches!(x.unwrap(), ReserveOutcome::Reserved { .. }));
+    assert!(matches!(y.unwrap(), ReserveOutcome::Reserved { .. }));
+    let key = "fg:{1001}:v1:ledger";
+    let sold: Vec<Option<u64>> = redis::cmd("HMGET")
+        .arg(key)
+        .arg(&["sold@members", "sold@public", "sold@none"][..])
+        .query(&mut f.redis.conn())
+        .unwrap();
+    assert_eq!(sold, [Some(1), Some(2), None]);
+    assert_eq!(remaining(&f.store, &a).await, Some(7));
+    assert_eq!(ledger(&f.store, &a, 1).await.drift(), 0);
 }
 
 /// A test's own redis-server and a stock store on it (read through it as a `StockStore`).
@@ -1698,6 +1764,7 @@ async fn a_segmented_reserve_outside_the_hours_pulls_units_home_and_loses_none()
                     idempotency_key: None,
                     in_flight: Duration::ZERO,
                     replay_only: false,
+                    steps: None,
                 },
             )
             .await
@@ -2241,6 +2308,7 @@ async fn a_sell_out_of_segmented_stock_costs_one_determination_not_one_per_buyer
                 idempotency_key: None,
                 in_flight: Duration::ZERO,
                 replay_only: false,
+                steps: None,
             },
         )
         .await
@@ -2269,6 +2337,7 @@ async fn a_sell_out_of_segmented_stock_costs_one_determination_not_one_per_buyer
                 idempotency_key: None,
                 in_flight: Duration::ZERO,
                 replay_only: false,
+                steps: None,
             },
         )
     }))

@@ -1,6 +1,7 @@
 //! The admin listener: `/metrics`, `/healthz`, `/readyz` open; `/v1/*` behind the bearer token.
 
 mod halt;
+mod phases;
 mod queue;
 mod restock;
 mod variants;
@@ -396,15 +397,23 @@ impl AdminApp {
     /// activity with variants shows each variant's in `variants`, and their sums at the top
     /// level (its `versions`, fence and refusal: the first variant's that has one).
     async fn activity_view(&self, activity: &Activity) -> Value {
-        if !activity.has_variants() {
-            return self.lane_view(activity).await;
+        let mut view = if !activity.has_variants() {
+            self.lane_view(activity).await
+        } else {
+            let settings = self.gw.settings();
+            let mut lanes = Vec::new();
+            for lane in settings.activities.lanes_of(&activity.id) {
+                lanes.push(self.lane_view(lane).await);
+            }
+            variants::variants_view(activity, lanes)
+        };
+        if activity.has_phases() {
+            let mut phases = self.phases_view(activity).await;
+            // The public sale's row, after the configured phases', under its own key.
+            view["public"] = phases.pop().unwrap_or_default();
+            view["phases"] = Value::Array(phases);
         }
-        let settings = self.gw.settings();
-        let mut lanes = Vec::new();
-        for lane in settings.activities.lanes_of(&activity.id) {
-            lanes.push(self.lane_view(lane).await);
-        }
-        variants::variants_view(activity, lanes)
+        view
     }
 
     /// One stock lane (an activity without variants, or one variant of one) as the admin API

@@ -6,8 +6,8 @@
 //! - a bearer token (an `Authorization: Bearer` header, or a named cookie), verified by
 //!   [`super::token`].
 
+pub use super::token::{claim_values, Buyer, Claims, Unidentified, MAX_USER_ID_LEN};
 use super::token::{user_id, JwtVerifier};
-pub use super::token::{Unidentified, MAX_USER_ID_LEN};
 use crate::config::{IdentitySettings, IdentitySource};
 use http::{HeaderMap, HeaderName};
 use ipnet::IpNet;
@@ -40,12 +40,12 @@ impl Identifier {
         peer.is_some_and(|ip| self.trusted_proxies.iter().any(|net| net.contains(&ip)))
     }
 
-    /// The buyer's user id, or why there is none.
+    /// The buyer (their user id, and a verified token's claims), or why there is none.
     pub fn identify(
         &self,
         headers: &HeaderMap,
         peer: Option<IpAddr>,
-    ) -> Result<String, Unidentified> {
+    ) -> Result<Buyer, Unidentified> {
         match &self.source {
             Source::Header(name) => {
                 if !self.trusted_proxies.is_empty() && !self.trusts(peer) {
@@ -54,7 +54,7 @@ impl Identifier {
                 let value = single(headers, name).and_then(|v| v.to_str().ok());
                 value
                     .and_then(user_id)
-                    .map(str::to_owned)
+                    .map(|user| Buyer::named(user.to_owned()))
                     .ok_or(Unidentified::Missing)
             }
             Source::Jwt(verifier) => verifier.identify(headers),
@@ -106,7 +106,7 @@ mod tests {
     impl Identifier {
         /// The buyer, or `None` whatever the reason.
         fn identify_ok(&self, headers: &HeaderMap, peer: Option<IpAddr>) -> Option<String> {
-            self.identify(headers, peer).ok()
+            self.identify(headers, peer).ok().map(|b| b.user)
         }
     }
     use crate::config::IdentityKey;
@@ -276,7 +276,7 @@ mod tests {
         let mut bob_claims = claims();
         bob_claims["sub"] = json!("bob");
         let bob = hs256(Some("a"), &bob_claims);
-        let ask = |pairs: &[(&str, &str)]| id.identify(&headers(pairs), None);
+        let ask = |pairs: &[(&str, &str)]| id.identify(&headers(pairs), None).map(|b| b.user);
         let (a, b) = (format!("Bearer {alice}"), format!("Bearer {bob}"));
         let (cookie_a, cookie_b) = (format!("session={alice}"), format!("session={bob}"));
         // Two bearer headers, even the same twice: which one a backend reads is its own choice.
@@ -338,7 +338,10 @@ mod tests {
             http::header::COOKIE,
             http::HeaderValue::from_bytes(&bytes).unwrap(),
         );
-        assert_eq!(id.identify(&non_ascii, None), Err(Unidentified::Ambiguous));
+        assert_eq!(
+            id.identify(&non_ascii, None).map(|b| b.user),
+            Err(Unidentified::Ambiguous)
+        );
         assert_eq!(ask(&[]), Err(Unidentified::Missing));
         assert_eq!(
             Unidentified::Ambiguous.decision().reply().code,

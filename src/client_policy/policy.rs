@@ -153,7 +153,7 @@ impl Policy {
         &self,
         headers: &HeaderMap,
         peer: Option<IpAddr>,
-    ) -> Result<String, super::identity::Unidentified> {
+    ) -> Result<super::identity::Buyer, super::identity::Unidentified> {
         self.identifier.identify(headers, peer)
     }
 

@@ -86,7 +86,7 @@ impl JwtVerifier {
 
     /// The buyer one request names: the bearer token's, else the session cookie's; refused
     /// when it names two (see [`Unidentified::Ambiguous`]).
-    pub(super) fn identify(&self, headers: &HeaderMap) -> Result<String, Unidentified> {
+    pub(super) fn identify(&self, headers: &HeaderMap) -> Result<Buyer, Unidentified> {
         let mut auth = headers.get_all(header::AUTHORIZATION).iter();
         let (bearer, more) = (auth.next(), auth.next());
         if more.is_some() {
@@ -105,31 +105,29 @@ impl JwtVerifier {
             return Err(Unidentified::Ambiguous);
         }
         let from_cookie = || cookies.first().and_then(|t| self.verify(t));
-        if let Some(bearer) = bearer {
-            // Any cookie some framework reads as the session one, beside a bearer: it must name
-            // the same buyer (or nobody: a stale cookie).
-            let user = bearer_token(bearer).and_then(|t| self.verify(t));
-            let other = read_as
-                .iter()
-                .filter_map(|t| self.verify(t))
-                .find(|o| Some(o) != user.as_ref());
-            if user.is_some() && other.is_some() {
-                return Err(Unidentified::Ambiguous);
-            }
-        }
         let Some(bearer) = bearer else {
             return from_cookie().ok_or(Unidentified::Missing);
         };
-        let user = bearer_token(bearer)
-            .and_then(|t| self.verify(t))
-            .ok_or(Unidentified::Missing)?;
+        let verified = bearer_token(bearer).and_then(|t| self.verify(t));
+        if let Some(verified) = &verified {
+            // Any cookie some framework reads as the session one, beside a bearer: it must name
+            // the same buyer (or nobody: a stale cookie).
+            let other = read_as
+                .iter()
+                .filter_map(|t| self.verify(t))
+                .any(|o| o.user != verified.user);
+            if other {
+                return Err(Unidentified::Ambiguous);
+            }
+        }
+        let verified = verified.ok_or(Unidentified::Missing)?;
         match from_cookie() {
-            Some(other) if other != user => Err(Unidentified::Ambiguous),
-            _ => Ok(user),
+            Some(other) if other.user != verified.user => Err(Unidentified::Ambiguous),
+            _ => Ok(verified),
         }
     }
 
-    fn verify(&self, token: &str) -> Option<String> {
+    fn verify(&self, token: &str) -> Option<Buyer> {
         if token.is_empty() || token.len() > MAX_TOKEN_LEN {
             return None;
         }
@@ -140,17 +138,51 @@ impl JwtVerifier {
             None if self.keys.len() == 1 => &self.keys[0],
             None => return None,
         };
-        let data = jsonwebtoken::decode::<serde_json::Map<String, serde_json::Value>>(
-            token, key, validation,
-        )
-        .ok()?;
+        let data = jsonwebtoken::decode::<Claims>(token, key, validation).ok()?;
         // A claim is the user id as signed: surrounding whitespace is not trimmed into another
         // user's id (a token for " alice" is not alice's), it is refused.
         let claimed = data.claims.get(&self.claim)?.as_str()?;
-        user_id(claimed)
-            .filter(|id| id.len() == claimed.len())
-            .map(str::to_owned)
+        let user = user_id(claimed)
+            .filter(|id| id.len() == claimed.len())?
+            .to_owned();
+        Some(Buyer {
+            user,
+            claims: data.claims,
+        })
     }
+}
+
+/// A verified token's claims.
+pub type Claims = serde_json::Map<String, serde_json::Value>;
+
+/// A buyer as the request names them: their user id, and the verified token's other claims
+/// (none for an identity header), read by the phases of a sale (`who: {claim: ...}`).
+#[derive(Debug, Default)]
+pub struct Buyer {
+    pub user: String,
+    pub claims: Claims,
+}
+
+impl Buyer {
+    /// A buyer named by a header, with no claims.
+    pub fn named(user: String) -> Buyer {
+        Buyer {
+            user,
+            claims: Claims::new(),
+        }
+    }
+}
+
+/// The string values of claim `name`: a string, or each string of an array of them.
+pub fn claim_values<'a>(claims: &'a Claims, name: &str) -> impl Iterator<Item = &'a str> + 'a {
+    let value = claims.get(name);
+    let one = value.and_then(|v| v.as_str());
+    let many = value
+        .and_then(|v| v.as_array())
+        .into_iter()
+        .flatten()
+        .filter_map(|v| v.as_str());
+    one.into_iter().chain(many)
 }
 
 /// The token of an `Authorization: Bearer` header.

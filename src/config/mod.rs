@@ -12,6 +12,8 @@ mod keys;
 pub mod live_queue;
 mod naming;
 pub mod pages;
+mod phase_checks;
+pub mod phases;
 mod rate;
 pub mod route;
 pub mod schema;
@@ -25,6 +27,7 @@ mod variants;
 
 pub use cors::CorsSettings;
 pub use pages::{ActivityPage, PagesSettings};
+pub use phases::{Phase, Who};
 pub use scope::Scope;
 pub use settings::*;
 

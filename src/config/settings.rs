@@ -303,6 +303,9 @@ pub struct Activity {
     /// The stock lane's name in this process's memory (sold-out marks, refusals, news): the
     /// id, or `<id>~<variant>` for a variant's lane (`~` is in no id).
     pub lane: Arc<str>,
+    /// The phases before the public sale (`starts_at`), in order (empty: none; the sale opens
+    /// at `starts_at` for everyone).
+    pub phases: Arc<[super::phases::Phase]>,
 }
 
 /// `activities[].variants[]`, validated.
@@ -397,12 +400,25 @@ impl Activity {
     /// When a buyer arriving at `now`, before they may, may come back: the waiting room's
     /// opening if it has one still ahead, else the sale's start; `None` once either is past.
     pub fn opens_after(&self, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
-        let opens = self.queue.as_ref().map_or(self.starts_at, |q| q.opens_at);
+        let opens = self.queue.as_ref().map_or(self.opens(), |q| q.opens_at);
         (now < opens).then_some(opens)
     }
 
+    /// When the sale opens to its first buyers: its first phase's start, else `starts_at`.
+    /// Stock is prewarmed for it, the waiting room admits from it, and no reservation is made
+    /// before it.
+    pub fn opens(&self) -> DateTime<Utc> {
+        self.phases.first().map_or(self.starts_at, |p| p.starts_at)
+    }
+
+    /// Whether the activity sells in phases before its public start.
+    pub fn has_phases(&self) -> bool {
+        !self.phases.is_empty()
+    }
+
+    /// Where the sale stands at `now` (open from [`Activity::opens`], for someone).
     pub fn window_at(&self, now: DateTime<Utc>) -> SaleWindow {
-        if now < self.starts_at {
+        if now < self.opens() {
             SaleWindow::NotStarted
         } else if now >= self.ends_at {
             SaleWindow::Ended

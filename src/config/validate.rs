@@ -51,7 +51,15 @@ impl Settings {
         let sale_routes = super::route::validate_all(raw.sale_routes)?;
         super::variants::reachable(&activities, &sale_routes)?;
         let server = server(raw.server, longest_trip, base_dir)?;
-        let identity = identity(raw.identity, base_dir, secrets)?;
+        let mut identity = identity(raw.identity, base_dir, secrets)?;
+        super::phase_checks::readable(&activities, &identity)?;
+        // A phase's header is the auth layer's word: from anyone else it is removed before the
+        // request goes on, as `identity.strip_headers` are.
+        for name in super::phase_checks::headers(&activities) {
+            if !identity.strip_headers.contains(&name) {
+                identity.strip_headers.push(name);
+            }
+        }
         if let Some(open) = identity.spoofable(&server.listen) {
             if !identity.header_from_any_peer {
                 return Err(ConfigError::invalid(
@@ -423,18 +431,7 @@ fn activity(
             ));
         }
     }
-    let per_user_limit = NonZeroU32::new(a.per_user_limit)
-        .ok_or_else(|| ConfigError::invalid(key("per_user_limit"), "must be at least 1"))?;
-    let max_per_request = NonZeroU32::new(a.max_per_request)
-        .ok_or_else(|| ConfigError::invalid(key("max_per_request"), "must be at least 1"))?;
-    if max_per_request > per_user_limit {
-        return Err(ConfigError::invalid(
-            key("max_per_request"),
-            format!(
-                "{max_per_request} exceeds per_user_limit {per_user_limit}: such requests could never succeed"
-            ),
-        ));
-    }
+    let (per_user_limit, max_per_request) = limits(&a, key)?;
     let starts_at = timestamp(&key("starts_at"), &a.starts_at)?;
     let ends_at = timestamp(&key("ends_at"), &a.ends_at)?;
     if ends_at <= starts_at {
@@ -454,9 +451,12 @@ fn activity(
             format!("must be 1 to {MAX_SEGMENTS}"),
         ));
     }
+    let phases = super::phase_checks::phases(a.phases, key, starts_at, per_user_limit, timestamp)?;
+    // The sale opens with its first phase: the waiting room opens before or at it.
+    let opens = phases.first().map_or(starts_at, |p| p.starts_at);
     let queue = a
         .queue
-        .map(|q| queue(&key("queue"), q, starts_at))
+        .map(|q| queue(&key("queue"), q, opens))
         .transpose()?;
     let id: Arc<str> = Arc::from(a.id.as_str());
     Ok(Activity {
@@ -475,7 +475,28 @@ fn activity(
         queue,
         variants: variants.into(),
         variant: None,
+        phases,
     })
+}
+
+/// `per_user_limit` and `max_per_request`: each at least 1, a request never over the limit.
+fn limits(
+    a: &file::ActivitySection,
+    key: &dyn Fn(&str) -> String,
+) -> Result<(NonZeroU32, NonZeroU32), ConfigError> {
+    let per_user_limit = NonZeroU32::new(a.per_user_limit)
+        .ok_or_else(|| ConfigError::invalid(key("per_user_limit"), "must be at least 1"))?;
+    let max_per_request = NonZeroU32::new(a.max_per_request)
+        .ok_or_else(|| ConfigError::invalid(key("max_per_request"), "must be at least 1"))?;
+    if max_per_request > per_user_limit {
+        return Err(ConfigError::invalid(
+            key("max_per_request"),
+            format!(
+                "{max_per_request} exceeds per_user_limit {per_user_limit}: such requests could never succeed"
+            ),
+        ));
+    }
+    Ok((per_user_limit, max_per_request))
 }
 
 fn queue(
@@ -496,7 +517,8 @@ fn queue(
             if opens_at > starts_at {
                 return Err(ConfigError::invalid(
                     field("opens_at"),
-                    "must not be after starts_at (the queue opens before or at the sale's start)",
+                    "must not be after starts_at (the queue opens before or at the sale's start, \
+                     its first phase's if it has phases)",
                 ));
             }
             opens_at

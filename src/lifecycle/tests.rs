@@ -94,6 +94,7 @@ impl Harness {
             in_flight: IN_FLIGHT,
             replay_only: false,
             hours: SaleHours::ALWAYS,
+            steps: None,
         };
         let (id, owned, created_ms, deadline_ms, fence) = match self.store.reserve_now(home, &call)
         {
@@ -124,6 +125,7 @@ impl Harness {
             created_ms,
             deadline_ms,
             fence,
+            phase: None,
         }
     }
 
@@ -397,6 +399,7 @@ async fn an_ambiguous_reserve_is_abandoned_by_id_and_tombstoned() {
         in_flight: IN_FLIGHT,
         replay_only: false,
         hours: SaleHours::ALWAYS,
+        steps: None,
     };
     assert_eq!(h.store.reserve_now(p, &call), ReserveOutcome::DuplicateId);
     // The admin API does not know it.

@@ -126,6 +126,7 @@ impl Pages {
             "sold_out" => Label::TitleSoldOut,
             "ticket_expired" => Label::TitleExpired,
             "not_started" => Label::TitleNotOpen,
+            "not_eligible" => Label::TitleNotYourPhase,
             _ => Label::TitleRefused,
         };
         let retry = reply

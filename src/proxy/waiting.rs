@@ -106,7 +106,8 @@ impl FlashProxy {
         }
         let user = policy
             .identify(headers, peer)
-            .map_err(|why| why.decision())?;
+            .map_err(|why| why.decision())?
+            .user;
         // A poll is a buyer too: it spends from the buyer's own bucket.
         self.spend(generation, LimitKind::PerUser, &user).await?;
         let activity = settings

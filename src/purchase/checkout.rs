@@ -89,6 +89,8 @@ pub struct Take {
     pub replay_only: bool,
     /// The reservation's id, when the caller made it (else one for the buyer's home segment).
     pub id: Option<String>,
+    /// The buyer's phases, on an activity sold in phases (see `gates::phase`).
+    pub steps: Option<crate::stock::Steps>,
 }
 
 /// What the reserve gave a purchase.
@@ -102,6 +104,13 @@ pub enum Admitted {
     NotReplayed,
 }
 
+/// The phase a reservation made at `created_ms` (Redis's clock) was bought in: the step the
+/// script judged by, found again from that time.
+fn phase_of(purchase: Purchase<'_>, created_ms: u64) -> Option<Arc<str>> {
+    let (_, phase) = purchase.steps?.at(created_ms as i64)?;
+    Some(Arc::from(phase))
+}
+
 /// What every purchase's gates share (see the module's doc). The rules come with each call,
 /// from the request's generation.
 pub struct Checkout {
@@ -111,6 +120,9 @@ pub struct Checkout {
     pub sale: SaleView,
     pub breaker: Arc<Breaker>,
     pub buckets: Buckets,
+    /// The access lists of sales in phases (`None`: none can be read; a list phase admits
+    /// nobody, and the buyer waits for a later phase).
+    pub access: Option<Arc<dyn crate::access::AccessLists>>,
 }
 
 impl Checkout {
@@ -127,7 +139,14 @@ impl Checkout {
             sale,
             breaker,
             buckets: Buckets::new(metrics),
+            access: None,
         }
+    }
+
+    /// Reads sales' access lists from `lists`.
+    pub fn with_access(mut self, lists: Arc<dyn crate::access::AccessLists>) -> Self {
+        self.access = Some(lists);
+        self
     }
 
     /// Keeps `scope: fleet` buckets in `store` (without, they are each gateway's own).
@@ -160,6 +179,7 @@ impl Checkout {
             idempotency_key,
             replay_only,
             id,
+            steps,
         } = take;
         let id = id.unwrap_or_else(|| {
             let home = Layout::of(&activity).home(&user).index();
@@ -172,6 +192,7 @@ impl Checkout {
             idempotency_key: idempotency_key.as_deref(),
             in_flight: rules.settings.server.longest_sale_trip,
             replay_only,
+            steps: steps.as_ref(),
         };
         match self
             .reserve_in_store(rules.settings, &activity, purchase, facts)
@@ -261,6 +282,7 @@ impl Checkout {
                     created_ms,
                     deadline_ms,
                     fence,
+                    phase: phase_of(purchase, created_ms),
                 }))
             }
             ReserveAnswer::SoldOut { left } => {
@@ -285,7 +307,9 @@ impl Checkout {
             // Answered only to a replay-only purchase, made only when a new one was refused.
             ReserveAnswer::NotReplayed => Ok(Admitted::NotReplayed),
             // The gateway's clock said open, Redis's did not: Redis's is the one that counts.
-            ReserveAnswer::NotStarted => Err(Decision::NotStarted),
+            // In a sale in phases, a buyer whose own phase opens after the first one's is told
+            // when theirs does.
+            ReserveAnswer::NotStarted => Err(self.not_started(activity, purchase)),
             ReserveAnswer::Ended => Err(Decision::Ended),
             ReserveAnswer::ReplayQuantityDiffers => {
                 Err(Decision::BadRequest(BadRequest::QuantityDiffersFromRetry))
@@ -297,6 +321,17 @@ impl Checkout {
                 tracing::warn!(activity = %activity.id, "reservation id already used");
                 Err(Decision::Unavailable)
             }
+        }
+    }
+
+    /// Before the buyer may buy, by Redis's clock: in a sale in phases, a buyer whose own
+    /// phase opens after the first one's is told when theirs does.
+    fn not_started(&self, activity: &Activity, purchase: Purchase<'_>) -> Decision {
+        match purchase.steps.and_then(|s| s.opens_ms()) {
+            Some(opens) if opens > activity.opens().timestamp_millis() => {
+                Decision::not_eligible(opens, self.now().timestamp_millis())
+            }
+            _ => Decision::NotStarted,
         }
     }
 

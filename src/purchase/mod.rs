@@ -120,6 +120,11 @@ pub struct Attempt<'a> {
     /// The id the reserve takes: made for the buyer's home segment unless set (the model test
     /// replays a reserve whose abandon landed first, with its id).
     pub reservation_id: Option<String>,
+    /// The buyer's verified token's claims (none for an identity header); set by the identity
+    /// gate, read by the phase gate.
+    pub claims: crate::client_policy::identity::Claims,
+    /// On an activity sold in phases, the buyer's steps through them; set by the phase gate.
+    pub steps: Option<crate::stock::Steps>,
 }
 
 impl Attempt<'_> {
@@ -229,6 +234,8 @@ impl<'a> Attempt<'a> {
             held_back: None,
             now,
             reservation_id: None,
+            claims: Default::default(),
+            steps: None,
         }
     }
 }

@@ -186,7 +186,7 @@ fn opened_ms(
 ) -> Option<u64> {
     let start = match queue.and_then(|q| q.start_ms) {
         Some(start) => start,
-        None if on_record => activity.starts_at.timestamp_millis().max(0) as u64,
+        None if on_record => activity.opens().timestamp_millis().max(0) as u64,
         None => return None,
     };
     (start <= now_ms).then_some(start)

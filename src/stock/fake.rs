@@ -305,6 +305,7 @@ impl FakeStore {
             in_flight: Duration::from_secs(1),
             replay_only: false,
             hours: super::SaleHours::ALWAYS,
+            steps: None,
         };
         self.reserve_now(segment, &call)
     }
@@ -387,7 +388,15 @@ fn judge(
     };
     let held = part.users.get(call.user).copied().unwrap_or(0);
     let qty = u64::from(call.qty);
-    if held + qty > u64::from(call.per_user_limit) {
+    let mut limit = call.per_user_limit;
+    if let Some(steps) = call.steps {
+        // The buyer's phase by the store's clock: its limit, and nothing before the first.
+        match steps.at(now as i64) {
+            Some((step_limit, _)) => limit = step_limit,
+            None => return Err(ReserveOutcome::NotStarted),
+        }
+    }
+    if held + qty > u64::from(limit) {
         return Err(ReserveOutcome::LimitExceeded { held });
     }
     if stock < qty as i64 {

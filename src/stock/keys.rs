@@ -43,6 +43,8 @@
 //! <p>:{<act>}:q             hash    the waiting room's state (cursor, rate, pause, history),
 //!                                   and when each ticket call issued (a:<first number>)
 //! <p>:{<act>}:q:tickets     hash    the waiting room's tickets: user -> number
+//! <p>:{<act>}:access:<list> set     a sale's access list (user ids), loaded by `flashgate
+//!                                   access load`, expiring with the sale's keys
 //! <p>:{<act>}:halt          string  since when the activity is halted (unix ms; absent when
 //!                                   not): expires with the sale's keys, see lua/halt.lua
 //! <p>:{<act>}:halt:fence    string  the halt was made for a fence (a rule lifting it lifts it)
@@ -186,6 +188,12 @@ impl SegmentKeys {
             self.shared("q:adm"),
             self.shared("q:active"),
         ]
+    }
+
+    /// On the base tag: a named access list of a sale in phases (user ids, loaded by
+    /// `flashgate access load`).
+    pub fn access_list(&self, list: &str) -> String {
+        self.shared(&format!("access:{list}"))
     }
 
     /// On the base tag: the activity's halt (admin API), for the whole fleet.

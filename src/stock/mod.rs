@@ -40,6 +40,7 @@ mod reads;
 mod records;
 pub mod scripts;
 pub mod segments;
+mod steps;
 
 pub use keys::{KeyLayout, SegmentKeys};
 pub use layout::{stable_hash, Layout, Segment};
@@ -58,6 +59,7 @@ pub use scripts::release::{ReleaseMode, ReleaseOutcome};
 pub use scripts::reserve::{ReserveCall, ReserveOutcome, SaleHours};
 pub use scripts::restock::RestockOutcome;
 pub use scripts::sweep::{Leased, LookupLease, SweepOutcome};
+pub use steps::Steps;
 
 use crate::config::{Activity, RedisSettings};
 use crate::label_enum;

@@ -384,6 +384,32 @@ impl StockStore {
         })
     }
 
+    /// Units taken in each of `phases` (a sale in phases: the ledger's `sold@<phase>`, see
+    /// `lua/reserve.lua`) in the lane's configured version, summed over its segments; 0 where
+    /// none were (or the ledger is gone).
+    pub async fn phase_sold(
+        &self,
+        lane: &crate::config::Activity,
+        phases: &[&str],
+    ) -> Result<Vec<u64>, StoreError> {
+        let mut sold = vec![0u64; phases.len()];
+        if phases.is_empty() {
+            return Ok(sold);
+        }
+        for segment in super::Layout::of(lane).segments() {
+            let mut cmd = redis::cmd("HMGET");
+            cmd.arg(self.keys.of(segment).ledger(lane.version));
+            for p in phases {
+                cmd.arg(format!("sold@{p}"));
+            }
+            let counts: Vec<Option<u64>> = self.query(StoreOp::Read, &cmd).await?;
+            for (total, n) in sold.iter_mut().zip(counts) {
+                *total += n.unwrap_or(0);
+            }
+        }
+        Ok(sold)
+    }
+
     /// Units remaining in `version` of one segment; `None` if its key does not exist.
     pub async fn remaining(
         &self,

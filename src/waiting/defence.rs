@@ -53,7 +53,7 @@ impl<S: QueueStore> WaitingRoom<S> {
         let seed = view
             .state
             .drawn
-            .filter(|_| now >= activity.starts_at.timestamp_millis() && commitment.is_some())
+            .filter(|_| now >= activity.opens().timestamp_millis() && commitment.is_some())
             .map(|(_, seed)| draw::seed_hex(&seed));
         Some(Published { commitment, seed })
     }

@@ -103,7 +103,7 @@ impl QueueFake {
         now: u64,
         fresh: &Fresh,
     ) -> &'q mut Queue {
-        let start = activity.starts_at.timestamp_millis() as u64;
+        let start = activity.opens().timestamp_millis() as u64;
         let q = queues.entry(activity.id.to_string()).or_insert_with(|| {
             let t0 = now.max(start);
             let state = QueueState {

@@ -497,7 +497,7 @@ impl<S: QueueStore> WaitingRoom<S> {
     ) -> Result<Status, Decision> {
         let view = self.view(activity).ok_or(Decision::Unavailable)?;
         let mut status = view.status(ticket.number, queue);
-        let until_start = activity.starts_at.timestamp_millis() - view.redis_now_ms() as i64;
+        let until_start = activity.opens().timestamp_millis() - view.redis_now_ms() as i64;
         if status == Status::YourTurn && until_start > 0 {
             let until_start = until_start as u64;
             status = Status::Waiting {

@@ -222,7 +222,7 @@ impl Rewrite {
 }
 
 pub(super) fn start_ms(activity: &Activity) -> i64 {
-    activity.starts_at.timestamp_millis()
+    activity.opens().timestamp_millis()
 }
 
 fn parse(reply: &[String]) -> Result<QueueState, StoreError> {

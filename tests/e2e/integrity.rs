@@ -468,6 +468,7 @@ async fn reconcile_stays_clean_while_segments_rebalance() {
                     in_flight: Duration::ZERO,
                     replay_only: false,
                     hours: SaleHours::ALWAYS,
+                    steps: None,
                 };
                 store.reserve(home, &call).await.unwrap();
                 store.acknowledge(giver, &t).await.unwrap();

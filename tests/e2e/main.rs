@@ -32,6 +32,7 @@ mod news;
 mod operations;
 mod page_headers;
 mod pages;
+mod phases;
 mod precedence;
 mod queue;
 mod queue_support;

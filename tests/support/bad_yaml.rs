@@ -12,6 +12,61 @@ pub struct Bad {
 
 pub const BAD: &[Bad] = &[
     Bad {
+        name: "phase-at-the-public-start",
+        patch: &[("activities.0.phases", Some("[{\"id\": \"m\", \"starts_at\": \"2026-01-01T00:00:00Z\", \"who\": {\"list\": \"vip\"}}]"))],
+        expect: "activities[id=1001].phases[id=m].starts_at: must be before the activity's starts_at (the public sale)",
+    },
+    Bad {
+        name: "phases-out-of-order",
+        patch: &[("activities.0.phases", Some("[{\"id\": \"a\", \"starts_at\": \"2025-12-01T00:00:00Z\", \"who\": {\"list\": \"x\"}}, {\"id\": \"b\", \"starts_at\": \"2025-11-01T00:00:00Z\", \"who\": {\"list\": \"y\"}}]"))],
+        expect: "activities[id=1001].phases[id=b].starts_at: must be after phase \"a\"'s start (phases are in order)",
+    },
+    Bad {
+        name: "phase-named-public",
+        patch: &[("activities.0.phases", Some("[{\"id\": \"public\", \"starts_at\": \"2025-12-01T00:00:00Z\", \"who\": {\"list\": \"x\"}}]"))],
+        expect: "and not \"public\" (the sale after the phases)",
+    },
+    Bad {
+        name: "phase-id-twice",
+        patch: &[("activities.0.phases", Some("[{\"id\": \"a\", \"starts_at\": \"2025-11-01T00:00:00Z\", \"who\": {\"list\": \"x\"}}, {\"id\": \"a\", \"starts_at\": \"2025-12-01T00:00:00Z\", \"who\": {\"list\": \"y\"}}]"))],
+        expect: "activities[id=1001].phases[].id: \"a\" is used twice",
+    },
+    Bad {
+        name: "phase-who-two-ways",
+        patch: &[("activities.0.phases", Some("[{\"id\": \"a\", \"starts_at\": \"2025-12-01T00:00:00Z\", \"who\": {\"list\": \"x\", \"header\": \"X-Tier\", \"any_of\": [\"gold\"]}}]"))],
+        expect: "activities[id=1001].phases[id=a].who: give exactly one of claim (with any_of), header (with any_of) or list",
+    },
+    Bad {
+        name: "phase-header-without-any-of",
+        patch: &[("activities.0.phases", Some("[{\"id\": \"a\", \"starts_at\": \"2025-12-01T00:00:00Z\", \"who\": {\"header\": \"X-Tier\"}}]")), ("identity.trusted_proxies", Some("[\"10.0.0.0/8\"]"))],
+        expect: "activities[id=1001].phases[id=a].who.any_of: list 1 to 64 values that qualify",
+    },
+    Bad {
+        name: "phase-limit-above-the-activitys",
+        patch: &[("activities.0.phases", Some("[{\"id\": \"a\", \"starts_at\": \"2025-12-01T00:00:00Z\", \"who\": {\"list\": \"x\"}, \"per_user_limit\": 2}]"))],
+        expect: "activities[id=1001].phases[id=a].per_user_limit: must be 1 to the activity's per_user_limit (1)",
+    },
+    Bad {
+        name: "phase-claim-with-a-header-identity",
+        patch: &[("activities.0.phases", Some("[{\"id\": \"a\", \"starts_at\": \"2025-12-01T00:00:00Z\", \"who\": {\"claim\": \"tier\", \"any_of\": [\"gold\"]}}]"))],
+        expect: "activities[id=1001].phases[id=a].who.claim: a claim needs verified identity tokens (identity.jwt)",
+    },
+    Bad {
+        name: "phase-header-without-trusted-proxies",
+        patch: &[("activities.0.phases", Some("[{\"id\": \"a\", \"starts_at\": \"2025-12-01T00:00:00Z\", \"who\": {\"header\": \"X-Tier\", \"any_of\": [\"gold\"]}}]"))],
+        expect: "activities[id=1001].phases[id=a].who.header: a header phase needs identity.trusted_proxies",
+    },
+    Bad {
+        name: "phase-list-name-unsafe",
+        patch: &[("activities.0.phases", Some("[{\"id\": \"a\", \"starts_at\": \"2025-12-01T00:00:00Z\", \"who\": {\"list\": \"a:b\"}}]"))],
+        expect: "activities[id=1001].phases[id=a].who.list: \"a:b\" must be 1 to 64 letters",
+    },
+    Bad {
+        name: "phase-unknown-field",
+        patch: &[("activities.0.phases", Some("[{\"id\": \"a\", \"starts_at\": \"2025-12-01T00:00:00Z\", \"who\": {\"list\": \"x\"}, \"limit\": 1}]"))],
+        expect: "unknown field `limit`",
+    },
+    Bad {
         name: "header-identity-trusting-every-address",
         patch: &[("server.listen", Some("\"0.0.0.0:8080\"")), ("identity.trusted_proxies", Some("[\"0.0.0.0/1\", \"128.0.0.0/1\"]"))],
         expect: "is believed from any peer and server.listen 0.0.0.0:8080 is reachable from other hosts",

@@ -29,6 +29,7 @@ pub fn store_activity(
         hold,
         segments: 1,
         queue: None,
+        phases: std::sync::Arc::from(Vec::new()),
     }
 }
 

@@ -61,6 +61,51 @@ pub struct ActivitySection {
     /// filled in; without it, a page says what they won.
     #[serde(default)]
     pub success_url: Option<String>,
+    /// Phases before the public sale (`starts_at`), in order: in each, the buyers it names may
+    /// buy already. One stock and one `per_user_limit` across every phase and the public sale.
+    #[serde(default)]
+    pub phases: Vec<PhaseSection>,
+}
+
+/// `activities[].phases[]`: a time before the public start when some buyers may buy.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PhaseSection {
+    /// The phase's id, named in the reservation's `phase` claim, the admin view and the report
+    /// (letters, digits, `-`, `_`; not `public`, the name of the sale after the phases).
+    #[schemars(length(min = 1, max = 64), regex(pattern = r"^[A-Za-z0-9_-]+$"))]
+    pub id: String,
+    /// When the phase's buyers may start buying (RFC 3339): after the phase before it, before
+    /// the activity's `starts_at`. They may go on buying until the sale ends.
+    #[schemars(extend("format" = "date-time"))]
+    pub starts_at: String,
+    /// Who may buy in this phase.
+    pub who: WhoSection,
+    /// Units one buyer may hold while this phase is the latest one open to them; the
+    /// activity's `per_user_limit` otherwise (never more than it).
+    #[serde(default)]
+    #[schemars(range(min = 1))]
+    pub per_user_limit: Option<u32>,
+}
+
+/// `activities[].phases[].who`: exactly one of `claim`, `header` or `list`.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WhoSection {
+    /// A claim of the buyer's verified identity token (`identity.jwt`): a string, or an array
+    /// of strings, one of which must be in `any_of`.
+    #[serde(default)]
+    pub claim: Option<String>,
+    /// A header set by the trusted auth layer in front (`identity.trusted_proxies`): its value
+    /// must be in `any_of`. The header is stripped from every other peer.
+    #[serde(default)]
+    pub header: Option<String>,
+    /// The values that qualify, for `claim` or `header`.
+    #[serde(default)]
+    pub any_of: Option<Vec<String>>,
+    /// A named list of user ids, loaded into Redis with `flashgate access load`.
+    #[serde(default)]
+    pub list: Option<String>,
 }
 
 /// `activities[].variants[]`: one variant of a drop.

@@ -103,6 +103,7 @@ async fn an_activity_dropped_from_the_configuration_still_settles() {
         in_flight: Duration::ZERO,
         replay_only: false,
         hours: SaleHours::ALWAYS,
+        steps: None,
     };
     let reserved = h.store.reserve_now(home, &call);
     assert!(matches!(reserved, ReserveOutcome::Reserved { .. }));

@@ -12,12 +12,21 @@ pub struct Hours;
 impl Gate for Hours {
     async fn check(&self, _parts: Parts<'_>, attempt: &mut Attempt<'_>) -> Step {
         let activity = attempt.activity();
+        // In a sale in phases, a buyer whose first phase is a later one waits for it, even in
+        // the waiting room's pre-queue (which is for the first phase's buyers).
+        let later = (attempt.steps.as_ref())
+            .and_then(|s| s.opens_ms())
+            .filter(|&ms| ms > activity.opens().timestamp_millis());
         let closed = match activity.window_at(attempt.now) {
-            SaleWindow::NotStarted if activity.queue_open_at(attempt.now) => return Step::Pass,
+            SaleWindow::NotStarted if later.is_none() && activity.queue_open_at(attempt.now) => {
+                return Step::Pass
+            }
             SaleWindow::NotStarted => Decision::before_opening(
-                activity
-                    .opens_after(attempt.now)
-                    .map(|t| t.timestamp_millis()),
+                later.or_else(|| {
+                    activity
+                        .opens_after(attempt.now)
+                        .map(|t| t.timestamp_millis())
+                }),
                 attempt.now.timestamp_millis(),
             ),
             SaleWindow::Ended => Decision::Ended,

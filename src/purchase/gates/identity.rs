@@ -11,11 +11,12 @@ impl Gate for Identity {
     async fn check(&self, parts: Parts<'_>, attempt: &mut Attempt<'_>) -> Step {
         let header = attempt.incoming.header();
         let policy = parts.rules.policy;
-        let user = match policy.identify(&header.headers, attempt.incoming.peer()) {
-            Ok(user) => user,
+        let buyer = match policy.identify(&header.headers, attempt.incoming.peer()) {
+            Ok(buyer) => buyer,
             Err(why) => return Step::refuse(why.decision()),
         };
-        attempt.facts.user = Some(user);
+        attempt.facts.user = Some(buyer.user);
+        attempt.claims = buyer.claims;
         let Some(activity) = parts.rules.settings.activities.get(attempt.asked.activity) else {
             return Step::refuse(Decision::UnknownActivity);
         };

@@ -7,6 +7,7 @@ pub mod halt;
 pub mod hours;
 pub mod identity;
 pub mod ip_bucket;
+pub mod phase;
 pub mod quantity;
 pub mod reserve;
 pub mod sold_out;
@@ -44,6 +45,7 @@ in_order![
     identity::Identity,
     variant::Variant,
     quantity::Quantity,
+    phase::Phase,
     hours::Hours,
     halt::Halt,
     user_bucket::UserBucket,

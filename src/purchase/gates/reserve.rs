@@ -31,6 +31,7 @@ impl Gate for Reserve {
             idempotency_key: attempt.key.take(),
             replay_only: held_back.is_some(),
             id: attempt.reservation_id.take(),
+            steps: attempt.steps.take(),
         };
         let taken = parts
             .checkout

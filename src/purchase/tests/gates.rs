@@ -162,6 +162,7 @@ fn the_gates_run_in_the_documented_order() {
             "Identity",
             "Variant",
             "Quantity",
+            "Phase",
             "Hours",
             "Halt",
             "UserBucket",

@@ -84,6 +84,7 @@ pub(crate) struct Item {
     in_flight_ms: u64,
     replay_only: bool,
     hours: SaleHours,
+    steps: String,
 }
 
 impl Item {
@@ -104,6 +105,9 @@ impl Item {
             in_flight_ms: call.in_flight.as_millis() as u64,
             replay_only: call.replay_only,
             hours: call.hours,
+            steps: call
+                .steps
+                .map_or_else(String::new, |s| s.encoded().to_owned()),
         }
     }
 }
@@ -145,6 +149,9 @@ pub struct ReserveCall<'a> {
     pub replay_only: bool,
     /// When new reservations may be made, checked by the script on Redis's clock.
     pub hours: SaleHours,
+    /// The buyer's phases (`None`: an activity without phases): the script takes their limit
+    /// from the step in force, instead of `per_user_limit`, and refuses before the first.
+    pub steps: Option<&'a super::super::Steps>,
 }
 
 /// A sale's hours as unix ms, `opens_ms <= now < closes_ms`, judged by the script on Redis's
@@ -165,7 +172,7 @@ impl SaleHours {
 
     pub fn of(activity: &Activity) -> Self {
         SaleHours {
-            opens_ms: activity.starts_at.timestamp_millis(),
+            opens_ms: activity.opens().timestamp_millis(),
             closes_ms: activity.ends_at.timestamp_millis(),
         }
     }
@@ -407,7 +414,8 @@ impl StockStore {
                 .arg(item.in_flight_ms)
                 .arg(if item.replay_only { "1" } else { "0" })
                 .arg(item.hours.opens_ms)
-                .arg(item.hours.closes_ms);
+                .arg(item.hours.closes_ms)
+                .arg(&item.steps);
         }
         self.redis.observe_batch(ScriptName::Reserve, n);
         let batch = match self.send_reserve(&call).await {

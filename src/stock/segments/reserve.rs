@@ -79,6 +79,8 @@ pub struct Purchase<'a> {
     pub in_flight: Duration,
     /// Only the idempotency key's reservation, never new stock (see [`ReserveCall::replay_only`]).
     pub replay_only: bool,
+    /// The buyer's phases, on an activity sold in phases (see [`ReserveCall::steps`]).
+    pub steps: Option<&'a super::super::Steps>,
 }
 
 /// What a buyer's reserve came to, over every segment.
@@ -196,6 +198,7 @@ pub async fn reserve<S: Reserving + ?Sized>(
         in_flight: purchase.in_flight,
         replay_only: purchase.replay_only,
         hours: SaleHours::of(activity),
+        steps: purchase.steps,
     };
     // When the purchase reached the store: a determination that the activity is sold out is
     // one read after this (shared with the buyers asking at the same moment), so it describes

@@ -1,0 +1,37 @@
+//! The admin API's side of a sale in phases: each phase's start and the units taken in it.
+
+use super::AdminApp;
+use crate::config::Activity;
+use serde_json::{json, Value};
+
+impl AdminApp {
+    /// A sale's phases, each with the units taken in it (summed over its variants; null when
+    /// the store cannot say), then the public sale's.
+    pub(super) async fn phases_view(&self, activity: &Activity) -> Vec<Value> {
+        let public = crate::config::phases::PUBLIC;
+        let mut ids: Vec<&str> = activity.phases.iter().map(|p| &*p.id).collect();
+        ids.push(public);
+        let settings = self.gw.settings();
+        let mut sold = Some(vec![0u64; ids.len()]);
+        for lane in settings.activities.lanes_of(&activity.id) {
+            let counts = self.gw.store.phase_sold(lane, &ids).await.ok();
+            sold = sold.zip(counts).map(|(mut total, counts)| {
+                total.iter_mut().zip(counts).for_each(|(t, n)| *t += n);
+                total
+            });
+        }
+        let starts = (activity.phases.iter().map(|p| p.starts_at))
+            .chain([activity.starts_at])
+            .collect::<Vec<_>>();
+        let rows: Vec<Value> = (ids.iter().zip(starts).enumerate())
+            .map(|(i, (id, starts_at))| {
+                json!({
+                    "id": id,
+                    "starts_at": starts_at.to_rfc3339(),
+                    "sold": sold.as_ref().map(|s| s[i]),
+                })
+            })
+            .collect();
+        rows
+    }
+}

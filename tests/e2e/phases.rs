@@ -1,0 +1,274 @@
+//! A sale in phases, against two real gateways on one redis-server: members (a token claim)
+//! and fans (an access list loaded by `flashgate access`) buy before the public start, each
+//! with their phase's limit; everyone else is told when their turn opens (403 `not_eligible`)
+//! and buys at the public start; one stock and one per-buyer limit across all of it; the JWT
+//! names the phase, the admin view counts each one's units, reconcile stays clean.
+
+use crate::browser::IDENTITY_SECRET;
+use crate::queue_support::in_secs;
+use crate::support::*;
+use jsonwebtoken::{Algorithm, EncodingKey, Header};
+use serde_json::{json, Value};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// An identity token for `user` with `extra` claims (a member's `tier`).
+pub fn token_with(user: &str, extra: Value) -> String {
+    let mut header = Header::new(Algorithm::HS256);
+    header.kid = Some("idp1".into());
+    let exp = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        + 600;
+    let mut claims = json!({ "sub": user, "exp": exp });
+    for (k, v) in extra.as_object().unwrap() {
+        claims[k] = v.clone();
+    }
+    jsonwebtoken::encode(
+        &header,
+        &claims,
+        &EncodingKey::from_secret(IDENTITY_SECRET.as_bytes()).unwrap(),
+    )
+    .unwrap()
+}
+
+/// Activity "3001": `stock` units, 2 a buyer; gold members from a minute ago (1 each), the
+/// list `fans` from 30 s ago, everyone at `public`.
+pub fn phased(redis: &RedisServer, upstream: &Upstream, stock: u64, public: &str) -> TestConfig {
+    let sale = TestActivity::open("3001", stock)
+        .limit(2)
+        .hours(in_secs(-120), in_secs(3600));
+    let mut config = TestConfig::new(redis, upstream, vec![sale])
+        .jwt_identity(Jwt::session_cookie())
+        .set("/activities/0/starts_at", json!(public))
+        .set(
+            "/activities/0/phases",
+            json!([
+                {"id": "members", "starts_at": in_secs(-60),
+                 "who": {"claim": "tier", "any_of": ["gold", "silver"]}, "per_user_limit": 1},
+                {"id": "fans", "starts_at": in_secs(-30), "who": {"list": "fans"}},
+            ]),
+        );
+    config.per_user = None;
+    config
+}
+
+pub async fn buy_as(gw: &GatewayProc, token: &str) -> HttpResponse {
+    let bearer = format!("Bearer {token}");
+    request(
+        gw.addr,
+        "POST",
+        "/api/seckill/3001/buy",
+        &[("Authorization", bearer.as_str())],
+    )
+    .await
+}
+
+/// The `phase` claim of the reservation the backend received last for `user`.
+async fn phase_of(upstream: &Upstream, user: &str) -> Vec<String> {
+    upstream
+        .requests()
+        .await
+        .iter()
+        .filter_map(|r| r["headers"]["x-flashgate-reservation"].as_str())
+        .map(|t| {
+            jsonwebtoken::dangerous::insecure_decode::<Value>(t)
+                .unwrap()
+                .claims
+        })
+        .filter(|c| c["sub"] == user)
+        .map(|c| c["phase"].as_str().unwrap_or("(none)").to_owned())
+        .collect()
+}
+
+fn access(gw: &GatewayProc, args: &[&str]) -> (i32, String, String) {
+    let config = gw.config_path();
+    let mut all = vec!["access", args[0], "--config", config.to_str().unwrap()];
+    all.extend_from_slice(&args[1..]);
+    run_cli(&all, &[])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn members_and_listed_fans_buy_first_then_everyone_within_one_limit() {
+    let redis = RedisServer::start();
+    let upstream = Upstream::start();
+    let public = in_secs(12);
+    let config = phased(&redis, &upstream, 10, public);
+    let env = [("FLASHGATE_IDENTITY_SECRET", IDENTITY_SECRET)];
+    let gw1 = GatewayProc::start_with_env(config.clone(), &env);
+    let gw2 = GatewayProc::start_with_env(config.on_new_ports(), &env);
+    let gold = token_with("gold-1", json!({"tier": "gold"}));
+    let plain = token_with("plain-1", json!({"tier": "bronze"}));
+
+    // A member buys in the members phase, up to that phase's limit (1), on either gateway.
+    assert_eq!(buy_as(&gw1, &gold).await.status, 200);
+    let again = buy_as(&gw2, &gold).await;
+    assert_eq!(again.code(), "limit_exceeded", "{}", again.text());
+    // Anyone else is told when their turn opens: the public start.
+    let refused = buy_as(&gw2, &plain).await;
+    assert_eq!(
+        (refused.status, refused.code()),
+        (403, "not_eligible".into())
+    );
+    let opens = refused.json()["opens_at"].as_str().unwrap().to_owned();
+    assert_eq!(
+        chrono::DateTime::parse_from_rfc3339(&opens).unwrap(),
+        chrono::DateTime::parse_from_rfc3339(public).unwrap()
+    );
+    let retry: u64 = refused.header("retry-after").unwrap().parse().unwrap();
+    assert!((1..=12).contains(&retry), "Retry-After {retry}");
+
+    // A list loaded by the command admits its fans; one dropped admits nobody.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("fans.txt");
+    std::fs::write(&file, "fan-1\n\n  fan-2 \nfan-1\n").unwrap();
+    let (code, out, err) = access(
+        &gw1,
+        &[
+            "load",
+            "--activity",
+            "3001",
+            "--list",
+            "fans",
+            file.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("2 user ids read, 2 new"), "{out}");
+    let (code, out, _) = access(&gw1, &["show", "--activity", "3001", "--list", "fans"]);
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("2 user ids") && out.contains("fan-1") && out.contains("fan-2"),
+        "{out}"
+    );
+    let fan = token_with("fan-1", json!({}));
+    let r = buy_as(&gw2, &fan).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(
+        buy_as(&gw1, &fan).await.status,
+        200,
+        "a fan's limit is the activity's"
+    );
+    let (code, _, err) = access(&gw1, &["drop", "--activity", "3001", "--list", "fans"]);
+    assert_eq!(code, 0, "{err}");
+    let fan2 = token_with("fan-2", json!({}));
+    let dropped = buy_as(&gw1, &fan2).await;
+    assert_eq!(dropped.code(), "not_eligible", "{}", dropped.text());
+    // Bad asks: an unknown list or activity, a bad file (exit 2), nothing loaded.
+    let (code, _, err) = access(&gw1, &["show", "--activity", "3001", "--list", "nobody"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("no phase with list \"nobody\""), "{err}");
+    let (code, _, _) = access(&gw1, &["show", "--activity", "9999", "--list", "fans"]);
+    assert_eq!(code, 2);
+    std::fs::write(&file, "fan-3\nbad\u{7f}id\n").unwrap();
+    let (code, _, err) = access(
+        &gw1,
+        &[
+            "load",
+            "--activity",
+            "3001",
+            "--list",
+            "fans",
+            file.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("line 2"), "{err}");
+    let (_, out, _) = access(&gw1, &["show", "--activity", "3001", "--list", "fans"]);
+    assert!(out.contains(": 0 user ids"), "{out}");
+
+    // At the public start everyone buys, and the member's limit is the activity's again.
+    wait_for_async("the public start", Duration::from_secs(30), || async {
+        let r = buy_as(&gw1, &plain).await;
+        (r.status == 200).then_some(())
+    })
+    .await;
+    assert_eq!(buy_as(&gw2, &gold).await.status, 200);
+    let third = buy_as(&gw1, &gold).await;
+    assert_eq!(third.code(), "limit_exceeded", "one limit across phases");
+
+    assert_eq!(phase_of(&upstream, "gold-1").await, ["members", "public"]);
+    assert_eq!(phase_of(&upstream, "fan-1").await, ["fans", "fans"]);
+    assert_eq!(phase_of(&upstream, "plain-1").await, ["public"]);
+    let view = gw1.activity_view("3001").await;
+    let sold: Vec<(String, u64)> = view["phases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["id"].as_str().unwrap().to_owned(),
+                p["sold"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        sold,
+        [("members".to_owned(), 1), ("fans".to_owned(), 2)],
+        "{view}"
+    );
+    assert_eq!(view["public"]["sold"], 2, "{view}");
+    assert!(view["phases"][0]["starts_at"].as_str().is_some());
+    let (code, out, err) = run_cli(
+        &["reconcile", "--config", gw1.config_path().to_str().unwrap()],
+        &[],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_header_phase_counts_only_from_the_trusted_auth_layer_and_is_stripped() {
+    let redis = RedisServer::start();
+    let upstream = Upstream::start();
+    let sale = TestActivity::open("3002", 5)
+        .limit(1)
+        .hours(in_secs(-120), in_secs(3600))
+        .starts_at(in_secs(600));
+    let config = |trusted: &[&'static str]| {
+        TestConfig::new(&redis, &upstream, vec![sale.clone()])
+            .jwt_identity(Jwt::session_cookie())
+            .trusted_proxies(trusted)
+            .set(
+                "/activities/0/phases",
+                json!([{"id": "vip", "starts_at": in_secs(-60),
+                        "who": {"header": "X-Member-Tier", "any_of": ["vip"]}}]),
+            )
+    };
+    let env = [("FLASHGATE_IDENTITY_SECRET", IDENTITY_SECRET)];
+    let untrusting = GatewayProc::start_with_env(config(&["10.0.0.0/8"]), &env);
+    let trusting = GatewayProc::start_with_env(config(&["127.0.0.1/32"]).on_new_ports(), &env);
+    let bearer = format!("Bearer {}", token_with("u1", json!({})));
+    let ask = |gw: &GatewayProc| {
+        let addr = gw.addr;
+        let bearer = bearer.clone();
+        async move {
+            request(
+                addr,
+                "POST",
+                "/api/seckill/3002/buy",
+                &[("Authorization", bearer.as_str()), ("X-Member-Tier", "vip")],
+            )
+            .await
+        }
+    };
+    // From a peer that is not a trusted proxy the header claims nothing, and no backend request
+    // carries it.
+    let r = ask(&untrusting).await;
+    assert_eq!(r.code(), "not_eligible", "{}", r.text());
+    let r = request(
+        untrusting.addr,
+        "GET",
+        "/other",
+        &[("X-Member-Tier", "vip")],
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    assert!(
+        (upstream.requests().await.iter()).all(|r| r["headers"].get("x-member-tier").is_none()),
+        "the header reached the backend from an untrusted peer"
+    );
+    // From the auth layer it admits.
+    let r = ask(&trusting).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(phase_of(&upstream, "u1").await, ["vip"]);
+}
