@@ -154,6 +154,9 @@ metrics! {
     /// Sale requests by decision (a contract code, `admitted` or `passthrough`).
     decisions: IntCounterVec = "flashgate_admission_decisions_total" ["activity", "decision"],
         "Sale requests by activity and decision (contract code, or admitted).";
+    /// Units reserved in each phase of a sale in phases.
+    phase_units: IntCounterVec = "flashgate_phase_units_total" ["activity", "phase"],
+        "Units reserved in each phase of a sale in phases (phase: a phases[].id, or public after them), counted by the gateway that reserved them.";
     /// Units left in the current version, as last seen in Redis.
     stock_remaining: IntGaugeVec = "flashgate_stock_remaining" ["activity"],
         "Units left in the current stock version, as last seen in Redis.";

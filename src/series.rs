@@ -119,6 +119,7 @@ fn each_activity_series(
 ) {
     let has_queue = activity.queue.is_some();
     let has_variants = activity.has_variants();
+    let phases = activity.phases.clone();
     let activity: &str = &activity.id;
     if has_queue {
         for family in [
@@ -143,6 +144,15 @@ fn each_activity_series(
     }
     for code in Code::ALL {
         f(&metrics.decisions, &[activity, code.as_str()]);
+    }
+    for phase in phases.iter().map(|p| &*p.id) {
+        f(&metrics.phase_units, &[activity, phase]);
+    }
+    if !phases.is_empty() {
+        f(
+            &metrics.phase_units,
+            &[activity, crate::config::phases::PUBLIC],
+        );
     }
     for reason in ReleaseReason::ALL {
         f(&metrics.reservations_released, &[activity, reason.as_str()]);

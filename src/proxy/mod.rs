@@ -545,5 +545,14 @@ fn record_sale(metrics: &Metrics, entry: &decision_log::Entry<'_>) {
         .decisions
         .with_label_values(&[entry.activity, entry.decision.code()])
         .inc();
+    // A sale in phases: the units this request reserved, by the phase they were bought in.
+    if let Some(r) = entry.reservation.filter(|r| r.owned) {
+        if let Some(phase) = &r.phase {
+            metrics
+                .phase_units
+                .with_label_values(&[entry.activity, phase])
+                .inc_by(u64::from(r.qty));
+        }
+    }
     decision_log::record(entry);
 }

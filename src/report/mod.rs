@@ -41,6 +41,13 @@ pub struct Story {
     /// `"match"`, `"differs"`, or null (no draw, or not drawn yet).
     pub draw: Option<&'static str>,
     pub variants: Vec<VariantStory>,
+    /// A sale in phases: each phase's start and the units taken in it (as the admin view
+    /// shows them); absent for a sale without phases.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub phases: Vec<PhaseStory>,
+    /// A sale in phases: the public sale's start and units (`id: "public"`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub public: Option<PhaseStory>,
     /// Refusals by code over the sale, from Prometheus (only with `--prometheus`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub refusals: Option<BTreeMap<String, u64>>,
@@ -62,6 +69,14 @@ pub struct Waits {
     pub p50: Option<u64>,
     pub p95: Option<u64>,
     pub max: Option<u64>,
+}
+
+/// One phase's figures (units taken in it: a unit given back later stays counted here).
+#[derive(Debug, Clone, Serialize)]
+pub struct PhaseStory {
+    pub id: String,
+    pub starts_at: String,
+    pub sold: u64,
 }
 
 /// One variant's figures.
@@ -118,8 +133,12 @@ pub async fn read(
     let mut variants = Vec::new();
     let (mut remaining, mut on_record) = (0, false);
     let mut sold_out: Option<Option<u64>> = None;
+    let mut phase_sold = BTreeMap::<String, u64>::new();
     for lane in settings.activities.lanes_of(id) {
         let read = sales::read_lane(store, lane, &mut timeline, &mut buyers).await?;
+        for (phase, units) in &read.phase_sold {
+            *phase_sold.entry(phase.clone()).or_insert(0) += units;
+        }
         units = units.plus(read.units);
         remaining += read.remaining.unwrap_or(0);
         on_record |= read.on_record;
@@ -159,6 +178,17 @@ pub async fn read(
             .and_then(|q| q.draw)
             .map(|ok| if ok { "match" } else { "differs" }),
         variants,
+        phases: phases(activity, &phase_sold),
+        public: activity.has_phases().then(|| PhaseStory {
+            id: crate::config::phases::PUBLIC.to_owned(),
+            starts_at: activity
+                .starts_at
+                .to_rfc3339_opts(SecondsFormat::Secs, true),
+            sold: phase_sold
+                .get(crate::config::phases::PUBLIC)
+                .copied()
+                .unwrap_or(0),
+        }),
         refusals: None,
     };
     let waits = queue.map_or_else(
@@ -173,6 +203,17 @@ pub async fn read(
         now_ms,
         opened_ms: opened,
     })
+}
+
+/// A sale in phases: each configured phase, with the units taken in it.
+fn phases(activity: &crate::config::Activity, sold: &BTreeMap<String, u64>) -> Vec<PhaseStory> {
+    (activity.phases.iter().map(|p| (&*p.id, p.starts_at)))
+        .map(|(id, at)| PhaseStory {
+            id: id.to_owned(),
+            starts_at: at.to_rfc3339_opts(SecondsFormat::Secs, true),
+            sold: sold.get(id).copied().unwrap_or(0),
+        })
+        .collect()
 }
 
 /// When the sale opened: its start (the waiting room's record of it, which a postponement
@@ -294,6 +335,15 @@ pub fn text(story: &Story) -> String {
             or_dash(&v.sold_out_at)
         );
     }
+    for p in story.phases.iter().chain(&story.public) {
+        let _ = writeln!(
+            out,
+            "phase {:<10} from {} took {}",
+            terminal_safe(&p.id),
+            p.starts_at,
+            p.sold
+        );
+    }
     if let Some(refusals) = &story.refusals {
         for (code, n) in refusals {
             let _ = writeln!(out, "refused        {} {n}", terminal_safe(code));
@@ -319,6 +369,8 @@ mod tests {
             challenges_solved: 0,
             draw: None,
             variants: Vec::new(),
+            phases: Vec::new(),
+            public: None,
             refusals: Some(BTreeMap::from([("sold_out\u{1b}[2J\r".to_owned(), 3)])),
         };
         let text = text(&story);

@@ -67,6 +67,9 @@ pub struct Lane {
     pub sold_out_ms: Option<u64>,
     /// Redis holds anything of it (a ledger or a stock key).
     pub on_record: bool,
+    /// A sale in phases: units taken in each phase (the ledger's `sold@<phase>`), over the
+    /// segments of the version on sale.
+    pub phase_sold: std::collections::BTreeMap<String, u64>,
 }
 
 /// The buyers seen in the records.
@@ -128,6 +131,9 @@ pub async fn read_lane(
                 *current_left.get_or_insert(0) += row.remaining;
             }
             sold_out = sold_out.max(extra.sold_out_ms);
+            for (phase, units) in extra.phase_sold {
+                *out.phase_sold.entry(phase).or_insert(0) += units;
+            }
         }
     }
     out.remaining = current_left;
@@ -186,6 +192,8 @@ struct Extras {
     sold_out_ms: Option<u64>,
     /// (when, units) of each restock.
     restocks: Vec<(u64, u64)>,
+    /// (phase, units) taken in each phase of a sale in phases.
+    phase_sold: Vec<(String, u64)>,
 }
 
 async fn ledger_extras(
@@ -203,6 +211,7 @@ async fn ledger_extras(
     let mut extras = Extras {
         sold_out_ms: None,
         restocks: Vec::new(),
+        phase_sold: Vec::new(),
     };
     for (field, value) in fields {
         if field == "sold_out_ms" {
@@ -210,6 +219,10 @@ async fn ledger_extras(
         } else if let Some(at) = field.strip_prefix("restock@") {
             if let (Ok(at), Ok(units)) = (at.parse(), value.parse()) {
                 extras.restocks.push((at, units));
+            }
+        } else if let Some(phase) = field.strip_prefix("sold@") {
+            if let Ok(units) = value.parse() {
+                extras.phase_sold.push((phase.to_owned(), units));
             }
         }
     }

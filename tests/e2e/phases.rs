@@ -209,11 +209,37 @@ async fn members_and_listed_fans_buy_first_then_everyone_within_one_limit() {
     );
     assert_eq!(view["public"]["sold"], 2, "{view}");
     assert!(view["phases"][0]["starts_at"].as_str().is_some());
+    // Each gateway counts the units it reserved, by phase; together, the sale's.
+    for (phase, units) in [("members", 1.0), ("fans", 2.0), ("public", 2.0)] {
+        let series = format!("flashgate_phase_units_total{{activity=\"3001\",phase=\"{phase}\"}}");
+        let one = gw1.metric(&series).await.unwrap_or(-1.0);
+        let two = gw2.metric(&series).await.unwrap_or(-1.0);
+        assert_eq!(one + two, units, "{series}");
+    }
     let (code, out, err) = run_cli(
         &["reconcile", "--config", gw1.config_path().to_str().unwrap()],
         &[],
     );
     assert_eq!(code, 0, "{out}{err}");
+    // The report tells the same, as JSON and as text.
+    let config = gw1.config_path();
+    let args = [
+        "report",
+        "--config",
+        config.to_str().unwrap(),
+        "--activity",
+        "3001",
+    ];
+    let (code, out, err) = run_cli(&[&args[..], &["--json"]].concat(), &[]);
+    assert_eq!(code, 0, "{err}");
+    let story: Value = serde_json::from_str(&out).unwrap();
+    let phases: Vec<(&str, u64)> = (story["phases"].as_array().unwrap().iter())
+        .map(|p| (p["id"].as_str().unwrap(), p["sold"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(phases, [("members", 1), ("fans", 2)], "{story}");
+    assert_eq!(story["public"]["sold"], 2, "{story}");
+    let (_, text, _) = run_cli(&args, &[]);
+    assert!(text.contains("phase members"), "{text}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
