@@ -474,6 +474,8 @@ mod tests {
                 challenges_solved: 0,
                 draw: None,
                 variants: Vec::new(),
+                phases: Vec::new(),
+                public: None,
                 refusals: None,
             },
             timeline,
