@@ -298,3 +298,66 @@ async fn a_header_phase_counts_only_from_the_trusted_auth_layer_and_is_stripped(
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(phase_of(&upstream, "u1").await, ["vip"]);
 }
+
+/// Not yet eligible, in a real headless browser in English and Chinese, on a desktop and a
+/// phone: the page says it is not the buyer's turn yet, when it opens (their local time) with a
+/// countdown, and buys by itself at the public start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_not_yet_eligible_page_says_when_in_both_languages_and_buys_then() {
+    use crate::drop_pages::{browser_for, FOUR};
+    use crate::pages::{press_buy, sign_in};
+    let redis = RedisServer::start();
+    let upstream = Upstream::start();
+    // Far enough ahead that four browsers load the page before it on a loaded machine.
+    let public = in_secs(50);
+    let config = phased(&redis, &upstream, 10, public);
+    let gw = GatewayProc::start_with_env(config, &[("FLASHGATE_IDENTITY_SECRET", IDENTITY_SECRET)]);
+    let read = "return [document.documentElement.getAttribute('data-flashgate-code'), \
+                document.querySelector('h1') ? document.querySelector('h1').textContent : null, \
+                document.getElementById('opens-at') ? document.getElementById('opens-at').textContent : null, \
+                document.getElementById('countdown') ? document.getElementById('countdown').textContent : null, \
+                document.documentElement.scrollWidth > window.innerWidth];";
+    let origin = format!("http://{}", gw.addr);
+    let mut browsers = Vec::new();
+    for (i, seat) in FOUR.iter().enumerate() {
+        let browser = browser_for(seat).await;
+        sign_in(&browser, &origin, &format!("buyer-{i}")).await;
+        press_buy(&browser, "/api/seckill/3001/buy").await;
+        browsers.push(browser);
+    }
+    for (seat, browser) in FOUR.iter().zip(&browsers) {
+        let (heading, opens_in) = match seat.lang {
+            "en" => ("Not your turn yet", "Opens in"),
+            _ => ("尚未轮到您", "距开放还有"),
+        };
+        let shown = wait_for_async("the not-eligible page", Duration::from_secs(15), || async {
+            let v = browser.script(read).await;
+            (v[0] == "not_eligible" && v[3].as_str().is_some_and(|c| c.contains(opens_in)))
+                .then_some(v)
+        })
+        .await;
+        assert!(shown[1].as_str().unwrap().contains(heading), "{}: {shown}", seat.name());
+        let when = shown[2].as_str().unwrap();
+        assert!(!when.contains('T') && !when.is_empty(), "{}: {shown}", seat.name());
+        assert_eq!(shown[4], false, "{}: overflow", seat.name());
+        browser
+            .screenshot(&format!("not-eligible-{}", seat.name()))
+            .await;
+    }
+    // At the public start every page sends the purchase again by itself.
+    let landed = wait_for_async("four purchases", Duration::from_secs(90), || async {
+        let sold = (0..4).map(|i| format!("buyer-{i}"));
+        let mut phases = Vec::new();
+        for user in sold {
+            phases.extend(phase_of(&upstream, &user).await);
+        }
+        (phases.len() == 4).then_some(phases)
+    })
+    .await;
+    assert!(landed.iter().all(|p| p == "public"), "{landed:?}");
+    for browser in &browsers {
+        let _ = browser
+            .call("DELETE", &format!("/session/{}", browser.session), None)
+            .await;
+    }
+}
