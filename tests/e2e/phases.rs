@@ -336,9 +336,17 @@ async fn the_not_yet_eligible_page_says_when_in_both_languages_and_buys_then() {
                 .then_some(v)
         })
         .await;
-        assert!(shown[1].as_str().unwrap().contains(heading), "{}: {shown}", seat.name());
+        assert!(
+            shown[1].as_str().unwrap().contains(heading),
+            "{}: {shown}",
+            seat.name()
+        );
         let when = shown[2].as_str().unwrap();
-        assert!(!when.contains('T') && !when.is_empty(), "{}: {shown}", seat.name());
+        assert!(
+            !when.contains('T') && !when.is_empty(),
+            "{}: {shown}",
+            seat.name()
+        );
         assert_eq!(shown[4], false, "{}: overflow", seat.name());
         browser
             .screenshot(&format!("not-eligible-{}", seat.name()))
@@ -360,4 +368,47 @@ async fn the_not_yet_eligible_page_says_when_in_both_languages_and_buys_then() {
             .call("DELETE", &format!("/session/{}", browser.session), None)
             .await;
     }
+}
+
+/// With a waiting room: a member queues in their phase (a ticket, then their turn), a buyer in
+/// no phase is told when theirs opens and gets no ticket; the pre-queue before the first phase
+/// is the first phase's buyers' only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_phases_buyers_queue_and_the_others_wait_for_their_opening() {
+    let redis = RedisServer::start();
+    let upstream = Upstream::start();
+    let public = in_secs(600);
+    let mut config = phased(&redis, &upstream, 10, public);
+    config.activities[0] = config.activities[0].clone().queue(Queue::admit(50));
+    let gw = GatewayProc::start_with_env(config, &[("FLASHGATE_IDENTITY_SECRET", IDENTITY_SECRET)]);
+    let gold = token_with("gold-1", json!({"tier": "gold"}));
+    let plain = token_with("plain-1", json!({}));
+    let first = buy_as(&gw, &gold).await;
+    assert!(
+        first.status == 202 || first.status == 200,
+        "{}",
+        first.text()
+    );
+    if first.status == 202 {
+        let ticket = first.json()["ticket"].as_str().unwrap().to_owned();
+        let bearer = format!("Bearer {gold}");
+        wait_for_async("the member's turn", Duration::from_secs(20), || async {
+            let r = request(
+                gw.addr,
+                "POST",
+                "/api/seckill/3001/buy",
+                &[
+                    ("Authorization", bearer.as_str()),
+                    ("X-Flashgate-Ticket", ticket.as_str()),
+                ],
+            )
+            .await;
+            (r.status == 200).then_some(())
+        })
+        .await;
+    }
+    let refused = buy_as(&gw, &plain).await;
+    assert_eq!(refused.code(), "not_eligible", "{}", refused.text());
+    assert!(refused.json().get("ticket").is_none());
+    assert_eq!(phase_of(&upstream, "gold-1").await, ["members"]);
 }
