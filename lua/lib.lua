@@ -103,12 +103,17 @@ local function decode(raw)
     return nil
   end
   local r = {state = state, qty = qty, ver = ver, created = created, deadline = deadline,
-    done = done, reason = reason, flags = flags, fence = '0', prior = '0', busy = '0', user = rest}
-  if flagged(r, 'f') then
+    done = done, reason = reason, flags = flags, fence = '0', prior = '0', busy = '0', user = rest,
+    phase = ''}
+  if flagged(r, 'p') then
+    -- The phase it was bought in (a sale in phases), between the fence fields and the user.
+    r.fence, r.prior, r.busy, r.phase, r.user =
+      string.match(rest, '^(%d+)|(%d+)|(%d+)|([%w_-]*)|(.*)$')
+  elseif flagged(r, 'f') then
     r.fence, r.prior, r.busy, r.user = string.match(rest, '^(%d+)|(%d+)|(%d+)|(.*)$')
-    if not r.fence then
-      return nil
-    end
+  end
+  if flagged(r, 'f') and not r.fence then
+    return nil
   end
   return r
 end
@@ -117,6 +122,16 @@ local function encode(r)
   local flags = r.flags
   if not flagged(r, 'f') then
     flags = flags .. 'f'
+  end
+  local phase = r.phase or ''
+  if phase ~= '' then
+    -- Flag `p`: the phase follows the fence fields (a phase id holds no '|').
+    if not flagged(r, 'p') then
+      flags = flags .. 'p'
+    end
+    return r.state .. '|' .. r.qty .. '|' .. r.ver .. '|' .. r.created .. '|' .. r.deadline
+      .. '|' .. r.done .. '|' .. r.reason .. '|' .. flags .. '|' .. r.fence .. '|' .. r.prior
+      .. '|' .. r.busy .. '|' .. phase .. '|' .. r.user
   end
   -- One concatenation (no table to join): a batch encodes a record per reservation.
   return r.state .. '|' .. r.qty .. '|' .. r.ver .. '|' .. r.created .. '|' .. r.deadline .. '|'

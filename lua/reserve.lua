@@ -61,7 +61,7 @@
 -- Returns one reply per item, in order; an item's reply (times in ms, Redis's clock; fence: the record's fence once this request's forward is
 -- counted, which an early order lookup it asks for must name, see lib.lua):
 --   {1, remaining, held, created, deadline, fence}   reserved
---   {2, remaining, qty, jti, ver, created, deadline, fence}   idempotent replay: the
+--   {2, remaining, qty, jti, ver, created, deadline, fence, phase}   idempotent replay: the
 --                                    reservation this key already won (now flagged r: the
 --                                    request that made it can no longer release it; if pending,
 --                                    forwarded again: the fence moves and it is not due before
@@ -352,7 +352,7 @@ local function replay(b, field)
     end
   end
   return {2, stock_exists and left or -1, tonumber(rec.qty), previous, rec.ver, rec.created,
-    rec.deadline, rec.fence}
+    rec.deadline, rec.fence, rec.phase}
 end
 
 local function reserve(b)
@@ -420,7 +420,7 @@ local function reserve(b)
   local deadline = fmt(deadline_ms)
   local rec = {state = 'pending', qty = A[b + 2], ver = VER, created = created,
     deadline = deadline, done = '', reason = '', flags = '', fence = '1', prior = '0',
-    busy = fmt(busy_ms), user = A[b + 1]}
+    busy = fmt(busy_ms), user = A[b + 1], phase = phase}
   rec.due = deadline_ms >= busy_ms and deadline or rec.busy
   recs[A[b + 4]], rec_new[A[b + 4]], rec_dirty[A[b + 4]] = rec, true, true
   due_new[#due_new + 1] = A[b + 4]

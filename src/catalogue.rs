@@ -383,82 +383,93 @@ crate::label_enum! {
 impl Label {
     /// The text in `lang`; `{n}` stands for a number the page fills in.
     pub fn text(self, lang: Lang) -> &'static str {
+        match lang {
+            Lang::En => self.en(),
+            Lang::Zh => self.zh(),
+        }
+    }
+
+    fn en(self) -> &'static str {
         use Label::*;
-        match (lang, self) {
-            (Lang::En, TitleWaiting) => "In the queue",
-            (Lang::En, TitlePaused) => "Queue paused",
-            (Lang::En, TitleYourTurn) => "It is your turn",
-            (Lang::En, TitleSoldOut) => "Sold out",
-            (Lang::En, TitleExpired) => "Your turn has passed",
-            (Lang::En, TitleBought) => "You bought it",
-            (Lang::En, TitleRefused) => "Not possible right now",
-            (Lang::En, TitleNotOpen) => "Not open yet",
-            (Lang::En, TitleNotYourPhase) => "Not your turn yet",
-            (Lang::En, Place) => "Your place in the queue",
-            (Lang::En, Waiting) => "{n} waiting",
-            (Lang::En, EstimatedWait) => "Estimated wait:",
-            (Lang::En, AboutSeconds) => "about {n} s",
-            (Lang::En, AboutMinutes) => "about {n} min",
-            (Lang::En, Paused) => "Paused: no estimate until the queue runs again",
-            (Lang::En, TooLate) => {
+        match self {
+            TitleWaiting => "In the queue",
+            TitlePaused => "Queue paused",
+            TitleYourTurn => "It is your turn",
+            TitleSoldOut => "Sold out",
+            TitleExpired => "Your turn has passed",
+            TitleBought => "You bought it",
+            TitleRefused => "Not possible right now",
+            TitleNotOpen => "Not open yet",
+            TitleNotYourPhase => "Not your turn yet",
+            Place => "Your place in the queue",
+            Waiting => "{n} waiting",
+            EstimatedWait => "Estimated wait:",
+            AboutSeconds => "about {n} s",
+            AboutMinutes => "about {n} min",
+            Paused => "Paused: no estimate until the queue runs again",
+            TooLate => {
                 "Probably too late (an estimate from what buyers ahead have bought so far): the \
                  stock may run out before your turn."
             }
-            (Lang::En, KeepOpen) => "Keep this page open: it refreshes by itself.",
-            (Lang::En, Refreshes) => "This page refreshes itself every few seconds.",
-            (Lang::En, Progress) => "Progress through the queue",
-            (Lang::En, BuyNow) => "Buy now",
-            (Lang::En, TakingYou) => "Taking you to the purchase\u{2026}",
-            (Lang::En, BackToShop) => "Back to the shop",
-            (Lang::En, ConnectionLost) => "Connection lost; trying again\u{2026}",
-            (Lang::En, NoAnswer) => "The queue did not answer; trying again.",
-            (Lang::En, RetryAfter) => "You may try again in {n} s.",
-            (Lang::En, Order) => "Order reference:",
-            (Lang::En, Item) => "Item:",
-            (Lang::En, Choose) => "Choose one to buy:",
-            (Lang::En, OpensAt) => "Opens at",
-            (Lang::En, OpensIn) => "Opens in {n}",
-            (Lang::En, TryAgain) => "Try again",
-            (Lang::En, TurnLeft) => "Buy within {n}, or your turn passes to the next buyer.",
-            (Lang::En, TicketReplaced) => {
+            KeepOpen => "Keep this page open: it refreshes by itself.",
+            Refreshes => "This page refreshes itself every few seconds.",
+            Progress => "Progress through the queue",
+            BuyNow => "Buy now",
+            TakingYou => "Taking you to the purchase\u{2026}",
+            BackToShop => "Back to the shop",
+            ConnectionLost => "Connection lost; trying again\u{2026}",
+            NoAnswer => "The queue did not answer; trying again.",
+            RetryAfter => "You may try again in {n} s.",
+            Order => "Order reference:",
+            Item => "Item:",
+            Choose => "Choose one to buy:",
+            OpensAt => "Opens at",
+            OpensIn => "Opens in {n}",
+            TryAgain => "Try again",
+            TurnLeft => "Buy within {n}, or your turn passes to the next buyer.",
+            TicketReplaced => {
                 "This browser held a queue ticket that is not yours (another account's, or \
                  damaged): it was replaced by your own place."
             }
-            (Lang::Zh, TitleWaiting) => "排队中",
-            (Lang::Zh, TitlePaused) => "队列已暂停",
-            (Lang::Zh, TitleYourTurn) => "轮到您了",
-            (Lang::Zh, TitleSoldOut) => "已售罄",
-            (Lang::Zh, TitleExpired) => "您的机会已过",
-            (Lang::Zh, TitleBought) => "购买成功",
-            (Lang::Zh, TitleRefused) => "暂时无法完成",
-            (Lang::Zh, TitleNotOpen) => "尚未开放",
-            (Lang::Zh, TitleNotYourPhase) => "尚未轮到您",
-            (Lang::Zh, Place) => "您在队列中的位置",
-            (Lang::Zh, Waiting) => "{n} 人在排队",
-            (Lang::Zh, EstimatedWait) => "预计等待：",
-            (Lang::Zh, AboutSeconds) => "约 {n} 秒",
-            (Lang::Zh, AboutMinutes) => "约 {n} 分钟",
-            (Lang::Zh, Paused) => "已暂停：队列恢复前无法估计等待时间",
-            (Lang::Zh, TooLate) => {
-                "可能来不及了（根据前面买家目前的购买情况估计）：轮到您之前库存可能会售完。"
-            }
-            (Lang::Zh, KeepOpen) => "请保持此页面打开，它会自动刷新。",
-            (Lang::Zh, Refreshes) => "此页面每隔几秒自动刷新。",
-            (Lang::Zh, Progress) => "排队进度",
-            (Lang::Zh, BuyNow) => "立即购买",
-            (Lang::Zh, TakingYou) => "正在前往购买\u{2026}",
-            (Lang::Zh, BackToShop) => "返回商店",
-            (Lang::Zh, ConnectionLost) => "连接中断，正在重试\u{2026}",
-            (Lang::Zh, NoAnswer) => "队列没有应答，正在重试。",
-            (Lang::Zh, RetryAfter) => "{n} 秒后可以重试。",
-            (Lang::Zh, Order) => "订单号：",
-            (Lang::Zh, Item) => "商品：",
-            (Lang::Zh, Choose) => "请选择要购买的款式：",
-            (Lang::Zh, OpensAt) => "开放时间",
-            (Lang::Zh, OpensIn) => "距开放还有 {n}",
-            (Lang::Zh, TryAgain) => "再试一次",
-            (Lang::Zh, TurnLeft) => "请在 {n} 内购买，之后机会将让给下一位买家。",
-            (Lang::Zh, TicketReplaced) => {
+        }
+    }
+
+    fn zh(self) -> &'static str {
+        use Label::*;
+        match self {
+            TitleWaiting => "排队中",
+            TitlePaused => "队列已暂停",
+            TitleYourTurn => "轮到您了",
+            TitleSoldOut => "已售罄",
+            TitleExpired => "您的机会已过",
+            TitleBought => "购买成功",
+            TitleRefused => "暂时无法完成",
+            TitleNotOpen => "尚未开放",
+            TitleNotYourPhase => "尚未轮到您",
+            Place => "您在队列中的位置",
+            Waiting => "{n} 人在排队",
+            EstimatedWait => "预计等待：",
+            AboutSeconds => "约 {n} 秒",
+            AboutMinutes => "约 {n} 分钟",
+            Paused => "已暂停：队列恢复前无法估计等待时间",
+            TooLate => "可能来不及了（根据前面买家目前的购买情况估计）：轮到您之前库存可能会售完。",
+            KeepOpen => "请保持此页面打开，它会自动刷新。",
+            Refreshes => "此页面每隔几秒自动刷新。",
+            Progress => "排队进度",
+            BuyNow => "立即购买",
+            TakingYou => "正在前往购买\u{2026}",
+            BackToShop => "返回商店",
+            ConnectionLost => "连接中断，正在重试\u{2026}",
+            NoAnswer => "队列没有应答，正在重试。",
+            RetryAfter => "{n} 秒后可以重试。",
+            Order => "订单号：",
+            Item => "商品：",
+            Choose => "请选择要购买的款式：",
+            OpensAt => "开放时间",
+            OpensIn => "距开放还有 {n}",
+            TryAgain => "再试一次",
+            TurnLeft => "请在 {n} 内购买，之后机会将让给下一位买家。",
+            TicketReplaced => {
                 "此浏览器保存的排队凭证不属于您（属于其他账号或已损坏），已替换为您自己的位置。"
             }
         }

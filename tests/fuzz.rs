@@ -94,6 +94,7 @@ proptest! {
             trusted_proxies: vec![],
             strip_headers: vec![],
             header_from_any_peer: false,
+            phase_headers: vec![],
         });
         let mut headers = HeaderMap::new();
         for v in &values {

@@ -2170,6 +2170,7 @@ fn shape(outcome: ReserveOutcome) -> ReserveOutcome {
             created_ms: 0,
             deadline_ms: 0,
             fence: 0,
+            phase: None,
         },
         other => other,
     }
@@ -2571,7 +2572,7 @@ async fn regression_a_nan_hold_does_not_stop_a_batch_midway() {
             .arg("")
             .arg("")
             .arg(0);
-        cmd.arg(30_000).arg(0).arg(0).arg(4_070_908_800_000u64);
+        cmd.arg(30_000).arg(0).arg(0).arg(4_070_908_800_000u64).arg("");
     }
     let mut reply: Vec<redis::Value> = cmd.query(&mut s.redis.conn()).unwrap();
     // Last: the records the segment holds (two reservations and the placeholder), and their

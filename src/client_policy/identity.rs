@@ -130,6 +130,7 @@ mod tests {
             trusted_proxies: trusted.iter().map(|c| c.parse().unwrap()).collect(),
             strip_headers: vec![],
             header_from_any_peer: false,
+            phase_headers: vec![],
         })
     }
 
@@ -162,6 +163,7 @@ mod tests {
             trusted_proxies: vec![],
             strip_headers: vec![],
             header_from_any_peer: false,
+            phase_headers: vec![],
         })
     }
 
@@ -267,6 +269,20 @@ mod tests {
         let rs =
             jsonwebtoken::encode(&h, &claims(), &EncodingKey::from_rsa_pem(&rsa).unwrap()).unwrap();
         assert_eq!(id.identify_ok(&bearer(&rs), None).as_deref(), Some("alice"));
+    }
+
+    #[test]
+    fn claim_values_read_strings_numbers_booleans_and_arrays() {
+        let claims: Claims = serde_json::from_value(
+            json!({"a": "gold", "b": 1, "c": [true, "x", {"no": 1}], "d": null}),
+        )
+        .unwrap();
+        let v =
+            |n: &str| -> Vec<String> { claim_values(&claims, n).map(|c| c.into_owned()).collect() };
+        assert_eq!(v("a"), ["gold"]);
+        assert_eq!(v("b"), ["1"]);
+        assert_eq!(v("c"), ["true", "x"]);
+        assert!(v("d").is_empty() && v("zz").is_empty());
     }
 
     #[test]

@@ -173,16 +173,24 @@ impl Buyer {
     }
 }
 
-/// The string values of claim `name`: a string, or each string of an array of them.
-pub fn claim_values<'a>(claims: &'a Claims, name: &str) -> impl Iterator<Item = &'a str> + 'a {
+/// The values of claim `name` as text: a string, a number or a boolean (`1`, `true`, as YAML
+/// writes them in `any_of`), or each of those in an array of them.
+pub fn claim_values<'a>(
+    claims: &'a Claims,
+    name: &str,
+) -> impl Iterator<Item = std::borrow::Cow<'a, str>> + 'a {
+    use serde_json::Value;
+    let text = |v: &'a Value| match v {
+        Value::String(s) => Some(std::borrow::Cow::Borrowed(s.as_str())),
+        Value::Number(n) => Some(std::borrow::Cow::Owned(n.to_string())),
+        Value::Bool(b) => Some(std::borrow::Cow::Owned(b.to_string())),
+        _ => None,
+    };
     let value = claims.get(name);
-    let one = value.and_then(|v| v.as_str());
-    let many = value
-        .and_then(|v| v.as_array())
-        .into_iter()
-        .flatten()
-        .filter_map(|v| v.as_str());
-    one.into_iter().chain(many)
+    let many = value.and_then(|v| v.as_array());
+    let one = value.filter(|_| many.is_none()).and_then(text);
+    one.into_iter()
+        .chain(many.into_iter().flatten().filter_map(text))
 }
 
 /// The token of an `Authorization: Bearer` header.

@@ -70,5 +70,6 @@ pub(super) fn identity(
         trusted_proxies,
         strip_headers,
         header_from_any_peer: raw.header_from_any_peer,
+        phase_headers: Vec::new(),
     })
 }

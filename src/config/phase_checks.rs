@@ -11,6 +11,28 @@ use chrono::{DateTime, Utc};
 use std::num::NonZeroU32;
 use std::sync::Arc;
 
+/// Headers a phase may not be read from: a phase's header is removed from every untrusted
+/// peer's request, and these the backend or the gateway needs from everyone.
+const RESERVED_HEADERS: &[&str] = &[
+    "authorization",
+    "proxy-authorization",
+    "cookie",
+    "host",
+    "content-length",
+    "content-type",
+    "content-encoding",
+    "transfer-encoding",
+    "connection",
+    "upgrade",
+    "te",
+    "trailer",
+    "expect",
+    "idempotency-key",
+    "x-forwarded-for",
+    "forwarded",
+    "x-real-ip",
+];
+
 /// Reads an RFC 3339 time at a key (the configuration's one way to).
 pub(super) type Timestamp = fn(&str, &str) -> Result<DateTime<Utc>, ConfigError>;
 
@@ -28,6 +50,12 @@ pub(super) fn readable(
                     return Err(ConfigError::invalid(
                         format!("{key}.claim"),
                         "a claim needs verified identity tokens (identity.jwt)",
+                    ))
+                }
+                Who::Header { name, .. } if matches!(&identity.source, IdentitySource::Header(id) if id == name) => {
+                    return Err(ConfigError::invalid(
+                        format!("{key}.header"),
+                        "is the identity header: name the header the auth layer sets for the phase",
                     ))
                 }
                 Who::Header { .. } if identity.trusted_proxies.is_empty() => {
@@ -74,7 +102,7 @@ pub(super) fn phases(
     let mut out: Vec<Phase> = Vec::with_capacity(raw.len());
     for p in raw {
         let field = |f: &str| key(&format!("phases[id={}].{f}", p.id));
-        if !readable_id(&p.id) || p.id == PUBLIC {
+        if !readable_id(&p.id) || p.id.eq_ignore_ascii_case(PUBLIC) {
             return Err(ConfigError::invalid(
                 key("phases[].id"),
                 format!(
@@ -153,10 +181,25 @@ fn who(field: &dyn Fn(&str) -> String, whole: &str, raw: WhoSection) -> Result<W
                 any_of: any_of(raw.any_of)?,
             })
         }
-        (None, Some(header), None) => Ok(Who::Header {
-            name: super::header_name(&field("header"), &header)?,
-            any_of: any_of(raw.any_of)?,
-        }),
+        (None, Some(header), None) => {
+            let name = super::header_name(&field("header"), &header)?;
+            if RESERVED_HEADERS.contains(&name.as_str())
+                || name.as_str().starts_with("x-flashgate-")
+            {
+                return Err(ConfigError::invalid(
+                    field("header"),
+                    format!(
+                        "{header:?} is a header the request or the gateway needs for itself \
+                         (it would be removed from every untrusted peer's request): name the \
+                         header the auth layer sets for the phase"
+                    ),
+                ));
+            }
+            Ok(Who::Header {
+                name,
+                any_of: any_of(raw.any_of)?,
+            })
+        }
         (None, None, Some(list)) => {
             if raw.any_of.is_some() {
                 return Err(ConfigError::invalid(

@@ -159,6 +159,9 @@ pub struct IdentitySettings {
     /// The operator's opt-out: a header identity believed from any peer on a listener other
     /// hosts reach (see the YAML key `identity.header_from_any_peer`).
     pub header_from_any_peer: bool,
+    /// The headers phases read (`activities[].phases[].who.header`), in lower case: believed
+    /// only from `trusted_proxies`, in one spelling.
+    pub phase_headers: Vec<String>,
 }
 
 impl IdentitySettings {

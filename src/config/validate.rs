@@ -57,7 +57,10 @@ impl Settings {
         // request goes on, as `identity.strip_headers` are.
         for name in super::phase_checks::headers(&activities) {
             if !identity.strip_headers.contains(&name) {
-                identity.strip_headers.push(name);
+                identity.strip_headers.push(name.clone());
+            }
+            if !identity.phase_headers.contains(&name) {
+                identity.phase_headers.push(name);
             }
         }
         if let Some(open) = identity.spoofable(&server.listen) {

@@ -38,7 +38,13 @@ impl FlashProxy {
                 headers::remove_lookalikes(upstream_request, identity.as_str());
             }
         }
-        if !generation.policy.trusts(peer) {
+        if generation.policy.trusts(peer) {
+            // A phase's header as the auth layer set it, in one spelling (a backend reading
+            // `x_member_tier` reads what the gateway read).
+            for name in &settings.identity.phase_headers {
+                headers::remove_other_spellings(upstream_request, name);
+            }
+        } else {
             // Only a trusted proxy may claim an address, a host, a scheme, a URL or a method.
             let identity = match &settings.identity.source {
                 IdentitySource::Header(name) => Some(name.as_str()),

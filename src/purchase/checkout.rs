@@ -104,9 +104,13 @@ pub enum Admitted {
     NotReplayed,
 }
 
-/// The phase a reservation made at `created_ms` (Redis's clock) was bought in: the step the
-/// script judged by, found again from that time.
-fn phase_of(purchase: Purchase<'_>, created_ms: u64) -> Option<Arc<str>> {
+/// The phase a reservation was bought in: a replay's as its record keeps it (`recorded`); a
+/// new one's, the step the script judged by, found again from when it was made (`created_ms`,
+/// Redis's clock).
+fn phase_of(purchase: Purchase<'_>, recorded: Option<String>, created_ms: u64) -> Option<Arc<str>> {
+    if let Some(phase) = recorded {
+        return Some(Arc::from(phase));
+    }
     let (_, phase) = purchase.steps?.at(created_ms as i64)?;
     Some(Arc::from(phase))
 }
@@ -264,6 +268,7 @@ impl Checkout {
                 created_ms,
                 deadline_ms,
                 fence,
+                phase,
             } => {
                 facts.qty = Some(qty);
                 facts.stock_after = remaining;
@@ -282,7 +287,7 @@ impl Checkout {
                     created_ms,
                     deadline_ms,
                     fence,
-                    phase: phase_of(purchase, created_ms),
+                    phase: phase_of(purchase, phase, created_ms),
                 }))
             }
             ReserveAnswer::SoldOut { left } => {

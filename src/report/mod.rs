@@ -179,16 +179,7 @@ pub async fn read(
             .map(|ok| if ok { "match" } else { "differs" }),
         variants,
         phases: phases(activity, &phase_sold),
-        public: activity.has_phases().then(|| PhaseStory {
-            id: crate::config::phases::PUBLIC.to_owned(),
-            starts_at: activity
-                .starts_at
-                .to_rfc3339_opts(SecondsFormat::Secs, true),
-            sold: phase_sold
-                .get(crate::config::phases::PUBLIC)
-                .copied()
-                .unwrap_or(0),
-        }),
+        public: public(activity, &phase_sold),
         refusals: None,
     };
     let waits = queue.map_or_else(
@@ -202,6 +193,18 @@ pub async fn read(
         remaining,
         now_ms,
         opened_ms: opened,
+    })
+}
+
+/// A sale in phases: the public sale's start and the units taken in it.
+fn public(activity: &crate::config::Activity, sold: &BTreeMap<String, u64>) -> Option<PhaseStory> {
+    let id = crate::config::phases::PUBLIC;
+    activity.has_phases().then(|| PhaseStory {
+        id: id.to_owned(),
+        starts_at: activity
+            .starts_at
+            .to_rfc3339_opts(SecondsFormat::Secs, true),
+        sold: sold.get(id).copied().unwrap_or(0),
     })
 }
 

@@ -443,6 +443,10 @@ fn take(
         accepted_late: false,
         in_doubt: false,
         fence: 1,
+        phase: call
+            .steps
+            .and_then(|s| s.at(now as i64))
+            .map(|(_, p)| p.to_owned()),
     };
     let id = call.reservation_id.to_owned();
     part.records.insert(
@@ -511,6 +515,7 @@ fn replay(
         created_ms: r.created_ms.unwrap_or(0),
         deadline_ms: deadline,
         fence: r.fence,
+        phase: r.phase.clone(),
     })
 }
 

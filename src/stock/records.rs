@@ -143,6 +143,8 @@ pub struct ReservationRecord {
     pub in_doubt: bool,
     /// Its fence: moved by every forward and every hand-out to an order lookup.
     pub fence: u64,
+    /// The phase it was bought in, on a sale in phases (flag `p`).
+    pub phase: Option<String>,
 }
 
 impl ReservationRecord {
@@ -171,11 +173,17 @@ impl ReservationRecord {
         let flags = next()?;
         let mut rest = next()?;
         let mut fence = 0;
+        let mut phase = None;
         if flags.contains('f') {
-            let mut fields = rest.splitn(4, '|');
+            // With flag `p`, the phase follows the fence fields (a phase id holds no '|').
+            let with_phase = flags.contains('p');
+            let mut fields = rest.splitn(if with_phase { 5 } else { 4 }, '|');
             fence = fields.next()?.parse().ok()?;
             let _prior: u64 = fields.next()?.parse().ok()?;
             let _busy: u64 = fields.next()?.parse().ok()?;
+            if with_phase {
+                phase = Some(fields.next()?.to_owned()).filter(|p| !p.is_empty());
+            }
             rest = fields.next()?;
         }
         let user = rest.to_owned();
@@ -200,6 +208,7 @@ impl ReservationRecord {
             accepted_late: flags.contains('l'),
             in_doubt: flags.contains('d'),
             fence,
+            phase,
         })
     }
 }

@@ -54,18 +54,24 @@ pub fn phased(redis: &RedisServer, upstream: &Upstream, stock: u64, public: &str
 }
 
 pub async fn buy_as(gw: &GatewayProc, token: &str) -> HttpResponse {
-    let bearer = format!("Bearer {token}");
-    request(
-        gw.addr,
-        "POST",
-        "/api/seckill/3001/buy",
-        &[("Authorization", bearer.as_str())],
-    )
-    .await
+    buy_keyed(gw, token, None).await
 }
 
-/// The `phase` claim of the reservation the backend received last for `user`.
+/// A purchase with an `Idempotency-Key`, if given.
+async fn buy_keyed(gw: &GatewayProc, token: &str, key: Option<&str>) -> HttpResponse {
+    let bearer = format!("Bearer {token}");
+    let mut headers = vec![("Authorization", bearer.as_str())];
+    headers.extend(key.map(|k| ("Idempotency-Key", k)));
+    request(gw.addr, "POST", "/api/seckill/3001/buy", &headers).await
+}
+
+/// The `phase` claim of every reservation the backend received for `user`, in order.
 async fn phase_of(upstream: &Upstream, user: &str) -> Vec<String> {
+    claims_of(upstream, user, "phase").await
+}
+
+/// Claim `claim` of every reservation the backend received for `user`, in order.
+async fn claims_of(upstream: &Upstream, user: &str, claim: &str) -> Vec<String> {
     upstream
         .requests()
         .await
@@ -77,7 +83,7 @@ async fn phase_of(upstream: &Upstream, user: &str) -> Vec<String> {
                 .claims
         })
         .filter(|c| c["sub"] == user)
-        .map(|c| c["phase"].as_str().unwrap_or("(none)").to_owned())
+        .map(|c| c[claim].as_str().unwrap_or("(none)").to_owned())
         .collect()
 }
 
@@ -92,7 +98,7 @@ fn access(gw: &GatewayProc, args: &[&str]) -> (i32, String, String) {
 async fn members_and_listed_fans_buy_first_then_everyone_within_one_limit() {
     let redis = RedisServer::start();
     let upstream = Upstream::start();
-    let public = in_secs(12);
+    let public = in_secs(20);
     let config = phased(&redis, &upstream, 10, public);
     let env = [("FLASHGATE_IDENTITY_SECRET", IDENTITY_SECRET)];
     let gw1 = GatewayProc::start_with_env(config.clone(), &env);
@@ -101,7 +107,8 @@ async fn members_and_listed_fans_buy_first_then_everyone_within_one_limit() {
     let plain = token_with("plain-1", json!({"tier": "bronze"}));
 
     // A member buys in the members phase, up to that phase's limit (1), on either gateway.
-    assert_eq!(buy_as(&gw1, &gold).await.status, 200);
+    let won = buy_keyed(&gw1, &gold, Some("g1")).await;
+    assert_eq!(won.status, 200, "{}", won.text());
     let again = buy_as(&gw2, &gold).await;
     assert_eq!(again.code(), "limit_exceeded", "{}", again.text());
     // Anyone else is told when their turn opens: the public start.
@@ -116,7 +123,7 @@ async fn members_and_listed_fans_buy_first_then_everyone_within_one_limit() {
         chrono::DateTime::parse_from_rfc3339(public).unwrap()
     );
     let retry: u64 = refused.header("retry-after").unwrap().parse().unwrap();
-    assert!((1..=12).contains(&retry), "Retry-After {retry}");
+    assert!((1..=20).contains(&retry), "Retry-After {retry}");
 
     // A list loaded by the command admits its fans; one dropped admits nobody.
     let dir = tempfile::tempdir().unwrap();
@@ -142,8 +149,9 @@ async fn members_and_listed_fans_buy_first_then_everyone_within_one_limit() {
         "{out}"
     );
     let fan = token_with("fan-1", json!({}));
-    let r = buy_as(&gw2, &fan).await;
+    let r = buy_keyed(&gw2, &fan, Some("f1")).await;
     assert_eq!(r.status, 200, "{}", r.text());
+
     assert_eq!(
         buy_as(&gw1, &fan).await.status,
         200,
@@ -154,6 +162,17 @@ async fn members_and_listed_fans_buy_first_then_everyone_within_one_limit() {
     let fan2 = token_with("fan-2", json!({}));
     let dropped = buy_as(&gw1, &fan2).await;
     assert_eq!(dropped.code(), "not_eligible", "{}", dropped.text());
+    // A purchase already won is still the fan's: their keyed retry gets it back once every
+    // gateway sees them on no list (within 2 s), with the phase it was bought in.
+    wait_for_async("fan-1 on no list", Duration::from_secs(10), || async {
+        (buy_as(&gw2, &fan).await.code() == "not_eligible").then_some(())
+    })
+    .await;
+    let retried = buy_keyed(&gw2, &fan, Some("f1")).await;
+    assert_eq!(retried.status, 200, "{}", retried.text());
+    let jtis = claims_of(&upstream, "fan-1", "jti").await;
+    assert_eq!(jtis.len(), 3);
+    assert_eq!(jtis[0], jtis[2], "the same reservation");
     // Bad asks: an unknown list or activity, a bad file (exit 2), nothing loaded.
     let (code, _, err) = access(&gw1, &["show", "--activity", "3001", "--list", "nobody"]);
     assert_eq!(code, 2, "{err}");
@@ -186,9 +205,14 @@ async fn members_and_listed_fans_buy_first_then_everyone_within_one_limit() {
     assert_eq!(buy_as(&gw2, &gold).await.status, 200);
     let third = buy_as(&gw1, &gold).await;
     assert_eq!(third.code(), "limit_exceeded", "one limit across phases");
+    // A replay after the public start names the phase the purchase was made in.
+    assert_eq!(buy_keyed(&gw2, &gold, Some("g1")).await.status, 200);
 
-    assert_eq!(phase_of(&upstream, "gold-1").await, ["members", "public"]);
-    assert_eq!(phase_of(&upstream, "fan-1").await, ["fans", "fans"]);
+    assert_eq!(
+        phase_of(&upstream, "gold-1").await,
+        ["members", "public", "members"]
+    );
+    assert_eq!(phase_of(&upstream, "fan-1").await, ["fans", "fans", "fans"]);
     assert_eq!(phase_of(&upstream, "plain-1").await, ["public"]);
     let view = gw1.activity_view("3001").await;
     let sold: Vec<(String, u64)> = view["phases"]

@@ -12,6 +12,26 @@ pub struct Bad {
 
 pub const BAD: &[Bad] = &[
     Bad {
+        name: "phase-header-the-request-needs",
+        patch: &[("activities.0.phases", Some("[{\"id\": \"a\", \"starts_at\": \"2025-12-01T00:00:00Z\", \"who\": {\"header\": \"Authorization\", \"any_of\": [\"x\"]}}]")), ("identity.trusted_proxies", Some("[\"10.0.0.0/8\"]"))],
+        expect: "activities[id=1001].phases[id=a].who.header: \"Authorization\" is a header the request or the gateway needs for itself",
+    },
+    Bad {
+        name: "phase-header-of-the-gateway",
+        patch: &[("activities.0.phases", Some("[{\"id\": \"a\", \"starts_at\": \"2025-12-01T00:00:00Z\", \"who\": {\"header\": \"X-Flashgate-Ticket\", \"any_of\": [\"x\"]}}]")), ("identity.trusted_proxies", Some("[\"10.0.0.0/8\"]"))],
+        expect: "is a header the request or the gateway needs for itself",
+    },
+    Bad {
+        name: "phase-header-is-the-identity-header",
+        patch: &[("activities.0.phases", Some("[{\"id\": \"a\", \"starts_at\": \"2025-12-01T00:00:00Z\", \"who\": {\"header\": \"x-user-id\", \"any_of\": [\"x\"]}}]")), ("identity.trusted_proxies", Some("[\"10.0.0.0/8\"]"))],
+        expect: "activities[id=1001].phases[id=a].who.header: is the identity header",
+    },
+    Bad {
+        name: "phase-named-public-in-capitals",
+        patch: &[("activities.0.phases", Some("[{\"id\": \"PUBLIC\", \"starts_at\": \"2025-12-01T00:00:00Z\", \"who\": {\"list\": \"x\"}}]"))],
+        expect: "and not \"public\" (the sale after the phases)",
+    },
+    Bad {
         name: "phase-at-the-public-start",
         patch: &[("activities.0.phases", Some("[{\"id\": \"m\", \"starts_at\": \"2026-01-01T00:00:00Z\", \"who\": {\"list\": \"vip\"}}]"))],
         expect: "activities[id=1001].phases[id=m].starts_at: must be before the activity's starts_at (the public sale)",

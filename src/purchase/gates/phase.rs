@@ -12,7 +12,7 @@
 use crate::client_policy::identity::{claim_values, Claims};
 use crate::config::{Activity, Who};
 use crate::decision::Decision;
-use crate::purchase::{Attempt, Gate, Parts, Step};
+use crate::purchase::{Attempt, Gate, HeldBack, Parts, Step};
 use crate::stock::Steps;
 
 pub struct Phase;
@@ -50,7 +50,13 @@ impl Gate for Phase {
         let now_ms = attempt.now.timestamp_millis();
         attempt.steps = Some(Steps::new(steps));
         if now_ms < opens_ms && now_ms >= activity.opens().timestamp_millis() {
-            return Step::refuse(Decision::not_eligible(opens_ms, now_ms));
+            let refused = Decision::not_eligible(opens_ms, now_ms);
+            if attempt.key.is_none() {
+                return Step::refuse(refused);
+            }
+            // A purchase already won is still its buyer's, whatever their phase now (a list
+            // dropped, a claim gone): a keyed retry goes on replay only, as outside the hours.
+            attempt.held_back = Some(HeldBack::Hours(refused));
         }
         Step::Pass
     }
@@ -69,7 +75,7 @@ struct Buyer<'a> {
 async fn admits(parts: Parts<'_>, buyer: &Buyer<'_>, activity: &Activity, who: &Who) -> bool {
     match who {
         Who::Claim { claim, any_of } => {
-            claim_values(buyer.claims, claim).any(|v| Who::admits(any_of, v))
+            claim_values(buyer.claims, claim).any(|v| Who::admits(any_of, &v))
         }
         Who::Header { name, any_of } => {
             let mut values = buyer.headers.get_all(name).iter();

@@ -293,6 +293,7 @@ fn reserved(remaining: Option<u64>, replayed: bool) -> Result<ReserveAnswer, Sto
         created_ms: 1_000,
         deadline_ms: 901_000,
         fence: 1,
+        phase: None,
     })
 }
 

@@ -146,6 +146,7 @@ fn tombstone(version: u64, now: u64, reason: ReleaseReason) -> ReservationRecord
         accepted_late: false,
         in_doubt: false,
         fence: 0,
+        phase: None,
     }
 }
 
@@ -179,6 +180,7 @@ fn accepted_late(part: &mut Part, id: &str, now: u64) -> ConfirmOutcome {
                 accepted_late: false,
                 in_doubt: false,
                 fence: 0,
+                phase: None,
             };
             part.records.insert(
                 cover,

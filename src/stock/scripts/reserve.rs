@@ -200,6 +200,8 @@ pub enum ReserveOutcome {
         deadline_ms: u64,
         /// The record's fence once this request's forward is counted.
         fence: u64,
+        /// The phase it was bought in (a sale in phases), as its record keeps it.
+        phase: Option<String>,
     },
     /// The key's reservation is pending past its hold deadline: being settled (expiry or the
     /// order lookup), never handed out again.
@@ -285,6 +287,7 @@ impl ReserveOutcome {
                 created_ms: ms(5)?,
                 deadline_ms: ms(6)?,
                 fence: ms(7)?,
+                phase: string(reply.get(8)).filter(|p| !p.is_empty()),
             },
             -1 => ReserveOutcome::NoStockKey,
             -2 => ReserveOutcome::Insufficient {

@@ -102,6 +102,9 @@ pub enum ReserveAnswer {
         /// The record's fence once this request's forward is counted: an early order lookup
         /// this request asks for names it (see `lua/lib.lua`).
         fence: u64,
+        /// A replay's phase, as its record keeps it (`None` for a new reservation: its phase
+        /// is the step in force when it was made).
+        phase: Option<String>,
     },
     /// The idempotency key's reservation is pending past its hold deadline (being settled):
     /// retry.
@@ -330,6 +333,7 @@ fn answer(
             created_ms,
             deadline_ms,
             fence,
+            phase: None,
         },
         ReserveOutcome::Replayed {
             id,
@@ -339,6 +343,7 @@ fn answer(
             created_ms,
             deadline_ms,
             fence,
+            phase,
         } => ReserveAnswer::Reserved {
             id,
             segment: home.index(),
@@ -351,6 +356,7 @@ fn answer(
             created_ms,
             deadline_ms,
             fence,
+            phase,
         },
         ReserveOutcome::HoldRanOut => ReserveAnswer::HoldRanOut,
         ReserveOutcome::NotReplayed => ReserveAnswer::NotReplayed,
