@@ -36,6 +36,9 @@
 -- KEYS[9] the segment's master record (the failover fence, see master_holds in lib.lua)
 -- KEYS[10] known (what the gateways know the segment must hold, see master.lua): read only when
 -- the records' life is newer than the one the gateway saw (renewed_unseen in lib.lua)
+-- KEYS[11] line, KEYS[12] its holds (only for a lane with a second-chance line, see
+-- lua/line.lua): while anyone waits in the line, only a buyer holding a unit for it (a hold not
+-- run out, for one unit) may take one, and leaves the line; everyone else is told -15
 -- ARGV[1] version   ARGV[2] stream cap   ARGV[3] the master identity the gateway last saw
 -- accepted here ('' if none)   ARGV[4] the most reservation records the gateway saw the segment
 -- hold when it acknowledged a sale here ('0' none), ARGV[5] of which life (see records_of in
@@ -95,6 +98,9 @@
 -- {-14, 0, 0}                        the key's reservation is another variant's (its id names
 --                                    another lane, see lane_of): this request is not its retry;
 --                                    nothing changed
+-- {-15, remaining, held}             the lane's units are its second-chance line's: this buyer
+--                                    holds none of them (not in the line, not at its head yet,
+--                                    or their hold ran out): nothing changed
 -- {-12, ver, 0}                      the key's reservation is pending under another version
 --                                    (ver), whose pending set is not in KEYS: ask again, replay
 --                                    only, with that version's keys; nothing changed
@@ -110,6 +116,7 @@ local A, VER, MAXLEN = ARGV, ARGV[1], ARGV[2]
 local ITEM_ARGS, FIRST_ITEM = 13, 6
 local STOCK, USERS, RES, LEDGER, PENDING, IDEM, EVENTS, RECEIVED =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local LINE, HOLDS = KEYS[11], KEYS[12]
 
 -- The failover fence, and whether the store went back or was made again, before anything is
 -- read or written.
@@ -172,6 +179,7 @@ local events_type = prewarmed and type_of(EVENTS)
 local whole = prewarmed and (ledger_type == 'none' or ledger_type == 'hash')
   and (events_type == 'none' or events_type == 'stream') and marked_hash(IDEM)
   and of_type(PENDING, 'zset') and (not deposits or of_type(RECEIVED, 'hash'))
+  and (not LINE or (of_type(LINE, 'zset') and of_type(HOLDS, 'hash')))
 local left = prewarmed and redis.call('GET', STOCK)
 local stock_exists = left ~= nil and left ~= false
 -- A stock INCRBY would refuse ("7.0", "0x7": numbers to Lua) is a damaged segment.
@@ -244,6 +252,29 @@ local function phase_at(steps, t)
     limit, phase = step[2], step[3]
   end
   return limit, phase
+end
+
+-- The second-chance line: buyers waiting in it (read when an item first needs it), and the
+-- holders this batch sold to (they leave the line with the batch's writes).
+local line_waiting
+local line_sold, line_sold_units = {}, 0
+local function line_count()
+  if line_waiting == nil then
+    line_waiting = redis.call('ZCARD', LINE)
+  end
+  return line_waiting
+end
+
+-- Whether the line lets this buyer take `qty` now: no one waits, or they hold a unit for it.
+local function line_lets(user, qty)
+  if not LINE or line_count() == 0 then
+    return true, false
+  end
+  if line_sold[user] or qty ~= 1 then
+    return false, false
+  end
+  local until_ms = tonumber(redis.call('HGET', HOLDS, user) or '')
+  return until_ms ~= nil and until_ms > now(), true
 end
 
 -- A record as this batch sees it (read once, then kept), or nil.
@@ -394,6 +425,10 @@ local function reserve(b)
       return {-9, 0, 0}
     end
   end
+  local lets, holder = line_lets(A[b + 1], qty)
+  if not lets then
+    return {-15, left, h}
+  end
   if h + qty > limit then
     return {-3, left, h}
   end
@@ -441,6 +476,12 @@ local function reserve(b)
   ev_jti[#ev_jti + 1], ev_user[#ev_user + 1], ev_qty[#ev_qty + 1] = A[b + 4], A[b + 1], A[b + 2]
   if phase then
     ledger_count('sold@' .. phase, qty)
+  end
+  if holder then
+    line_sold[#line_sold + 1] = A[b + 1]
+    line_sold[A[b + 1]] = true
+    line_waiting = line_waiting - 1
+    line_sold_units = line_sold_units + qty
   end
   -- Times and fence as numbers: integer replies, which the gateway reads without a string.
   return {1, left, h, t, deadline_ms, 1}
@@ -547,6 +588,12 @@ for _, field in ipairs(idem_order) do
   fields[#fields + 1] = idem_new[field]
 end
 hset(IDEM, fields)
+-- The line's buyers who bought leave it (and their holds); the units it sold are counted.
+if #line_sold > 0 then
+  redis.call('ZREM', LINE, unpack(line_sold))
+  redis.call('HDEL', HOLDS, unpack(line_sold))
+  redis.call('HINCRBY', LEDGER, 'line_sold', line_sold_units)
+end
 replies[#replies + 1] = records > 0 and records + #due_new or 0
 replies[#replies + 1] = life
 return replies

@@ -77,11 +77,13 @@ pub enum BadRequest {
     /// The request names more than one buyer (two bearer tokens, a bearer token and another
     /// buyer's session cookie, the session cookie twice).
     IdentityAmbiguous,
+    /// A second-chance line joined while units are on sale and nobody waits: buy instead.
+    LineWhileOnSale,
 }
 
 impl BadRequest {
     /// Every reason, once (the catalogue's test reads each).
-    pub const ALL: [BadRequest; 19] = [
+    pub const ALL: [BadRequest; 20] = [
         BadRequest::QuantityNotInteger,
         BadRequest::QuantityTooSmall,
         BadRequest::QuantityTooLarge,
@@ -101,6 +103,7 @@ impl BadRequest {
         BadRequest::VariantNotSold,
         BadRequest::VariantDiffersFromRetry,
         BadRequest::IdentityAmbiguous,
+        BadRequest::LineWhileOnSale,
     ];
 
     fn en(self) -> &'static str {
@@ -139,6 +142,7 @@ impl BadRequest {
             "The request names more than one buyer: send one identity (one Authorization \
              header, or one session cookie of the same buyer)"
         }
+        LineWhileOnSale => "This sale is not sold out: buy it directly, no line to join",
         }
     }
 
@@ -172,6 +176,7 @@ impl BadRequest {
             IdentityAmbiguous => {
                 "请求中包含多个买家身份：只能携带一个身份（一个 Authorization 头，或同一买家的一个会话 Cookie）"
             }
+            LineWhileOnSale => "本商品尚未售罄：请直接购买，无需排队等待",
         }
     }
 }
@@ -222,6 +227,12 @@ pub enum Message {
     Bought,
     /// A poll of a sale without a waiting room.
     NoQueue,
+    /// The second-chance line: the buyer's place.
+    LinePlace {
+        position: u64,
+    },
+    /// The second-chance line: a returned unit is held for the buyer.
+    LineYourTurn,
 }
 
 impl Message {
@@ -287,6 +298,12 @@ impl Message {
             NoSuchVariant => "This sale has no such variant",
             Bought => "You bought it: your order is placed",
             NoQueue => "This sale has no waiting room: buy at its sale route directly",
+            LineYourTurn => "A unit that came back is held for you: buy now",
+            LinePlace { position } => {
+                return Cow::Owned(format!(
+                    "You are number {position} in the line for units that come back"
+                ))
+            }
         })
     }
 
@@ -336,6 +353,10 @@ impl Message {
             NoSuchVariant => "本次抢购没有这个款式",
             Bought => "购买成功：您的订单已提交",
             NoQueue => "此活动没有排队：请直接在购买页面下单",
+            LineYourTurn => "有一件退回的商品为您保留：请立即购买",
+            LinePlace { position } => {
+                return Cow::Owned(format!("您在退回商品候补队列中排第 {position} 位"))
+            }
         })
     }
 }
@@ -528,6 +549,8 @@ mod tests {
             QueueSoldOut,
             Bought,
             NoQueue,
+            LinePlace { position: 7 },
+            LineYourTurn,
         ]);
         all
     }

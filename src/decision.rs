@@ -247,7 +247,9 @@ impl Reply {
         Some(at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
     }
 
-    pub fn body(&self, lang: Lang, variant: Option<&str>) -> Vec<u8> {
+    /// The JSON answer: `code`, `message` (naming the variant, if any), and what the decision
+    /// adds. `line`: the address of the lane's second-chance line, offered with `sold_out`.
+    pub fn body(&self, lang: Lang, variant: Option<&str>, line: Option<&str>) -> Vec<u8> {
         let message = match variant {
             Some(v) if self.message == Message::SoldOut => {
                 std::borrow::Cow::Owned(crate::catalogue::variant_sold_out(lang, v))
@@ -264,6 +266,9 @@ impl Reply {
         }
         if let Some(at) = self.opens_at_rfc3339() {
             body["opens_at"] = at.into();
+        }
+        if let Some(url) = line.filter(|_| self.code == Code::SoldOut.as_str()) {
+            body["second_chance"] = serde_json::json!({ "join": url });
         }
         serde_json::to_vec(&body).expect("serializing a JSON value cannot fail")
     }
@@ -338,7 +343,7 @@ mod tests {
 
     #[test]
     fn body_is_the_contract_json() {
-        let body = Decision::SoldOut.reply().body(Lang::En, None);
+        let body = Decision::SoldOut.reply().body(Lang::En, None, None);
         let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(v["code"], "sold_out");
         assert!(v["message"].is_string());
@@ -349,7 +354,8 @@ mod tests {
         }
         .reply();
         assert_eq!(queued.retry_after_secs, Some(16));
-        let v: serde_json::Value = serde_json::from_slice(&queued.body(Lang::En, None)).unwrap();
+        let v: serde_json::Value =
+            serde_json::from_slice(&queued.body(Lang::En, None, None)).unwrap();
         assert_eq!(v["code"], "unavailable");
         assert_eq!(v["queue_position"], 1234);
         assert_eq!(v["estimated_wait_ms"], 15_200);
@@ -381,9 +387,9 @@ mod tests {
         for d in decisions {
             let reply = d.reply();
             let en: serde_json::Value =
-                serde_json::from_slice(&reply.body(Lang::En, None)).unwrap();
+                serde_json::from_slice(&reply.body(Lang::En, None, None)).unwrap();
             let zh: serde_json::Value =
-                serde_json::from_slice(&reply.body(Lang::Zh, None)).unwrap();
+                serde_json::from_slice(&reply.body(Lang::Zh, None, None)).unwrap();
             assert_eq!(en["code"], zh["code"], "{d:?}");
             let en = en["message"].as_str().unwrap();
             assert!(
@@ -397,7 +403,8 @@ mod tests {
             );
         }
         let sold_out = Decision::SoldOut.reply();
-        let en: serde_json::Value = serde_json::from_slice(&sold_out.body(Lang::En, None)).unwrap();
+        let en: serde_json::Value =
+            serde_json::from_slice(&sold_out.body(Lang::En, None, None)).unwrap();
         assert_eq!(
             en,
             serde_json::json!({"code": "sold_out", "message": "Sold out"})

@@ -259,6 +259,7 @@ impl BackgroundService for Maintenance {
         let mut evict = ticker(settings.rate_limits.evict_interval);
         let mut queues = ticker(crate::waiting::REFRESH_INTERVAL);
         let mut masters = ticker(crate::stock::failover::CHECK_INTERVAL);
+        let mut lines = ticker(crate::waiting::line::ADVANCE_INTERVAL);
         tokio::spawn(crate::news::listen(
             self.gw.store.clone(),
             self.gw.lifecycle.clone(),
@@ -283,6 +284,10 @@ impl BackgroundService for Maintenance {
                 _ = reconcile.tick() => self.pass(self.gw.lifecycle.check_drift()).await,
                 _ = queues.tick() => self.pass(async { self.gw.waiting.refresh(&self.gw.settings()).await }).await,
                 _ = masters.tick() => self.pass(self.check_masters()).await,
+                _ = lines.tick() => {
+                    let (store, settings) = (&self.gw.store, self.gw.settings());
+                    self.pass(crate::waiting::line::advance_all(store, &settings)).await
+                }
                 _ = evict.tick() => {
                     let remaining = self.gw.live.current().policy.evict_idle_buckets();
                     self.gw.metrics.rate_limiter_keys.set(remaining as i64);

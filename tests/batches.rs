@@ -44,6 +44,7 @@ fn call<'a>(a: &Activity, user: &'a str, qty: u32, id: &'a str) -> ReserveCall<'
         replay_only: false,
         hours: SaleHours::of(a),
         steps: None,
+        line: false,
     }
 }
 

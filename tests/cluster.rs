@@ -81,6 +81,7 @@ async fn every_script_runs_unchanged_on_a_cluster() {
                     replay_only: false,
                     hours: SaleHours::ALWAYS,
                     steps: None,
+                    line: false,
                 }
             };
         assert_eq!(

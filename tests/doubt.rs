@@ -55,6 +55,7 @@ fn call<'a>(a: &Activity, user: &'a str, id: &'a str) -> ReserveCall<'a> {
         replay_only: false,
         hours: SaleHours::of(a),
         steps: None,
+        line: false,
     }
 }
 

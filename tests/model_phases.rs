@@ -295,6 +295,7 @@ impl Run {
             replay_only: false,
             hours: SaleHours::of(lane),
             steps: Some(&steps),
+            line: false,
         };
         let layout = Layout::of(lane);
         let outcome = self

@@ -247,6 +247,7 @@ impl Run {
             replay_only: false,
             hours: SaleHours::of(lane),
             steps: None,
+            line: false,
         };
         let layout = Layout::of(lane);
         let outcome = self

@@ -57,6 +57,7 @@ fn call<'a>(a: &Activity, user: &'a str, qty: u32, id: &'a str) -> ReserveCall<'
         replay_only: false,
         hours: SaleHours::of(a),
         steps: None,
+        line: false,
     }
 }
 
@@ -77,6 +78,7 @@ async fn a_buyers_phase_by_redis_clock_sets_their_limit_and_is_counted() {
     let with = |steps: &'static flashgate::stock::Steps, user: &'static str, id: &'static str| {
         ReserveCall {
             steps: Some(steps),
+            line: false,
             ..call(&a, user, 1, id)
         }
     };
@@ -2572,7 +2574,11 @@ async fn regression_a_nan_hold_does_not_stop_a_batch_midway() {
             .arg("")
             .arg("")
             .arg(0);
-        cmd.arg(30_000).arg(0).arg(0).arg(4_070_908_800_000u64).arg("");
+        cmd.arg(30_000)
+            .arg(0)
+            .arg(0)
+            .arg(4_070_908_800_000u64)
+            .arg("");
     }
     let mut reply: Vec<redis::Value> = cmd.query(&mut s.redis.conn()).unwrap();
     // Last: the records the segment holds (two reservations and the placeholder), and their

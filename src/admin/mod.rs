@@ -413,6 +413,9 @@ impl AdminApp {
             view["public"] = phases.pop().unwrap_or_default();
             view["phases"] = Value::Array(phases);
         }
+        if activity.second_chance.is_some() {
+            view["second_chance"] = self.line_view(activity).await;
+        }
         view
     }
 

@@ -1,4 +1,5 @@
-//! The admin API's side of a sale in phases: each phase's start and the units taken in it.
+//! The admin API's side of a sale in phases (each phase's start and the units taken in it)
+//! and of its second-chance line (who waits, what it holds, what it sold).
 
 use super::AdminApp;
 use crate::config::Activity;
@@ -33,5 +34,24 @@ impl AdminApp {
             })
             .collect();
         rows
+    }
+
+    /// The second-chance line over the activity's lanes: buyers waiting, units held for the
+    /// first of them, units sold through it (nulls when the store cannot say).
+    pub(super) async fn line_view(&self, activity: &Activity) -> Value {
+        let settings = self.gw.settings();
+        let mut total = Some((0, 0, 0));
+        for lane in settings.activities.lanes_of(&activity.id) {
+            let figures = self.gw.store.line_figures(lane).await.ok();
+            total = total
+                .zip(figures)
+                .map(|((w, h, s), (w2, h2, s2))| (w + w2, h + h2, s + s2));
+        }
+        json!({
+            "waiting": total.map(|t| t.0),
+            "held": total.map(|t| t.1),
+            "sold": total.map(|t| t.2),
+            "window_secs": activity.second_chance.map(|w| w.as_secs()),
+        })
     }
 }

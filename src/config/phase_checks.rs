@@ -1,6 +1,7 @@
-//! `activities[].phases`, validated: each phase against the activity (in order, before its
-//! public start, within its limit), and against the `identity:` section (what a phase reads of
-//! the buyer, the identity must be able to vouch for).
+//! `activities[].phases` and `activities[].second_chance`, validated: each phase against the
+//! activity (in order, before its public start, within its limit), and against the `identity:`
+//! section (what a phase reads of the buyer, the identity must be able to vouch for); the line
+//! against the activity's layout.
 
 use super::file::{PhaseSection, WhoSection};
 use super::naming::readable_id;
@@ -220,4 +221,35 @@ fn who(field: &dyn Fn(&str) -> String, whole: &str, raw: WhoSection) -> Result<W
             "give exactly one of claim (with any_of), header (with any_of) or list",
         )),
     }
+}
+
+/// `activities[].second_chance`: its window, on an activity whose line can live with its stock.
+pub(super) fn second_chance(
+    raw: Option<&super::file::SecondChanceSection>,
+    key: &dyn Fn(&str) -> String,
+    segments: u32,
+    queue: bool,
+) -> Result<Option<std::time::Duration>, ConfigError> {
+    let Some(raw) = raw else {
+        return Ok(None);
+    };
+    if !(1..=3600).contains(&raw.window_secs) {
+        return Err(ConfigError::invalid(
+            key("second_chance.window_secs"),
+            "must be 1 to 3600",
+        ));
+    }
+    if segments != 1 {
+        return Err(ConfigError::invalid(
+            key("second_chance"),
+            "needs segments: 1 (the line lives in one Redis slot with the stock it holds)",
+        ));
+    }
+    if queue {
+        return Err(ConfigError::invalid(
+            key("second_chance"),
+            "not with a waiting room (queue) yet: the two would share the buyer's ticket",
+        ));
+    }
+    Ok(Some(std::time::Duration::from_secs(raw.window_secs)))
 }

@@ -309,6 +309,9 @@ pub struct Activity {
     /// The phases before the public sale (`starts_at`), in order (empty: none; the sale opens
     /// at `starts_at` for everyone).
     pub phases: Arc<[super::phases::Phase]>,
+    /// The second-chance line's hold window (`None`: no line; a returned unit goes back on
+    /// sale to whoever asks first).
+    pub second_chance: Option<Duration>,
 }
 
 /// `activities[].variants[]`, validated.

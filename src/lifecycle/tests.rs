@@ -95,6 +95,7 @@ impl Harness {
             replay_only: false,
             hours: SaleHours::ALWAYS,
             steps: None,
+            line: false,
         };
         let (id, owned, created_ms, deadline_ms, fence) = match self.store.reserve_now(home, &call)
         {
@@ -400,6 +401,7 @@ async fn an_ambiguous_reserve_is_abandoned_by_id_and_tombstoned() {
         replay_only: false,
         hours: SaleHours::ALWAYS,
         steps: None,
+        line: false,
     };
     assert_eq!(h.store.reserve_now(p, &call), ReserveOutcome::DuplicateId);
     // The admin API does not know it.

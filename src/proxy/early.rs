@@ -150,8 +150,8 @@ impl FlashProxy {
             target: &target,
         };
         let refused = |decision: Decision, facts: SaleFacts| {
-            let variant = facts.activity.as_deref().and_then(|a| a.variant.as_deref());
-            let answer = respond::decision_bytes(client.lang, &decision, variant, cors_on, closing);
+            let lane = facts.activity.as_deref();
+            let answer = respond::decision_bytes(client.lang, &decision, lane, cors_on, closing);
             record_refusal(self, &facts, decision, started);
             Early::Answer(answer)
         };

@@ -140,12 +140,8 @@ async fn answer(buyer: &mut Stream, ctx: &RequestCtx, close: bool) -> bool {
         .cors
         .allowed_origins
         .is_empty();
-    let variant = ctx
-        .sale
-        .as_ref()
-        .and_then(|f| f.activity.as_deref())
-        .and_then(|a| a.variant.as_deref());
-    let bytes = respond::decision_bytes(ctx.client.lang, &decision, variant, cors_on, close);
+    let lane = ctx.sale.as_ref().and_then(|f| f.activity.as_deref());
+    let bytes = respond::decision_bytes(ctx.client.lang, &decision, lane, cors_on, close);
     let written = buyer.write_all(&bytes).await.is_ok() && buyer.flush().await.is_ok();
     written && !close
 }

@@ -8,6 +8,7 @@ pub mod early;
 mod forward;
 pub mod headers;
 mod lean;
+mod line;
 mod respond;
 mod sale;
 pub mod settle;
@@ -281,6 +282,7 @@ impl RequestCtx {
             pages: &self.generation.pages,
             sale: sale.map(|a| self.generation.sale_page(&a.id)),
             variant: sale.and_then(|a| a.variant.as_deref()),
+            line: sale.and_then(crate::waiting::line::join_url),
             allow: None,
             again: self
                 .canonical
@@ -383,6 +385,10 @@ impl ProxyHttp for FlashProxy {
                 return Ok(true);
             }
             Routed::Other => {
+                if let Some(asked) = line::line_address(&target) {
+                    cors::mark(session, &generation.settings);
+                    return self.line(session, ctx, asked).await;
+                }
                 if let Some(activity) = waiting::poll_activity(&target) {
                     let activity = activity.to_owned();
                     cors::mark(session, &generation.settings);

@@ -16,6 +16,8 @@ pub struct Answering<'a> {
     pub sale: Option<Sale<'a>>,
     /// The variant the purchase named, if it named one the activity sells.
     pub variant: Option<&'a str>,
+    /// The address of the lane's second-chance line, offered with `sold_out`.
+    pub line: Option<String>,
     /// The `Allow` header of a 405.
     pub allow: Option<&'a str>,
     /// The purchase as asked (a sale route's canonical method and target), for a page that
@@ -40,7 +42,11 @@ pub async fn decision(
             .refusal(how.client.lang, &reply, how.sale, how.again);
         (HTML, Bytes::from(page))
     } else {
-        (JSON, Bytes::from(reply.body(how.client.lang, how.variant)))
+        let line = how.line.as_deref();
+        (
+            JSON,
+            Bytes::from(reply.body(how.client.lang, how.variant, line)),
+        )
     };
     let mut resp = ResponseHeader::build(reply.status, Some(9))?;
     own_answer(&mut resp, content_type, body.len())?;
@@ -64,13 +70,15 @@ pub async fn decision(
 pub fn decision_bytes(
     lang: crate::catalogue::Lang,
     decision: &Decision,
-    variant: Option<&str>,
+    lane: Option<&crate::config::Activity>,
     cors_on: bool,
     close: bool,
 ) -> Vec<u8> {
     use std::io::Write;
     let reply = decision.reply();
-    let body = reply.body(lang, variant);
+    let variant = lane.and_then(|a| a.variant.as_deref());
+    let line = lane.and_then(crate::waiting::line::join_url);
+    let body = reply.body(lang, variant, line.as_deref());
     let head = OneWrite {
         status: reply.status,
         cors_on,
@@ -170,6 +178,23 @@ fn own_answer(resp: &mut ResponseHeader, content_type: &str, len: usize) -> Resu
 }
 
 /// A JSON answer of the gateway's own (`{"code", "message"}`), never cached.
+/// [`json`], setting a cookie (the second-chance line's ticket).
+pub async fn json_with_cookie(
+    session: &mut Session,
+    status: u16,
+    body: &serde_json::Value,
+    cookie: &str,
+) -> Result<()> {
+    let body = Bytes::from(body.to_string());
+    let mut resp = ResponseHeader::build(status, Some(5))?;
+    resp.insert_header(http::header::CONTENT_TYPE, "application/json")?;
+    resp.insert_header(http::header::CONTENT_LENGTH, body.len().to_string())?;
+    resp.insert_header(http::header::CACHE_CONTROL, "no-store")?;
+    resp.insert_header(http::header::SET_COOKIE, cookie)?;
+    session.write_response_header(Box::new(resp), false).await?;
+    session.write_response_body(Some(body), true).await
+}
+
 pub async fn json(session: &mut Session, status: u16, body: &serde_json::Value) -> Result<()> {
     let body = Bytes::from(body.to_string());
     let mut resp = ResponseHeader::build(status, Some(4))?;

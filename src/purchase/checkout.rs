@@ -258,37 +258,8 @@ impl Checkout {
         facts: &mut SaleFacts,
     ) -> Result<Admitted, Decision> {
         match outcome {
-            ReserveAnswer::Reserved {
-                id,
-                segment,
-                version,
-                qty,
-                replayed,
-                remaining,
-                created_ms,
-                deadline_ms,
-                fence,
-                phase,
-            } => {
-                facts.qty = Some(qty);
-                facts.stock_after = remaining;
-                if let Some(left) = remaining {
-                    self.learn_remaining(settings, activity, left as i64);
-                }
-                Ok(Admitted::Reserved(Reservation {
-                    id,
-                    user: purchase.user.to_owned(),
-                    activity: activity.id.clone(),
-                    variant: activity.variant.clone(),
-                    segment,
-                    qty,
-                    version,
-                    owned: !replayed,
-                    created_ms,
-                    deadline_ms,
-                    fence,
-                    phase: phase_of(purchase, phase, created_ms),
-                }))
+            reserved @ ReserveAnswer::Reserved { .. } => {
+                Ok(self.admitted(settings, activity, purchase, reserved, facts))
             }
             ReserveAnswer::SoldOut { left } => {
                 if !activity.is_segmented() {
@@ -301,6 +272,12 @@ impl Checkout {
                 Err(Decision::Unavailable)
             }
             ReserveAnswer::LimitExceeded => Err(Decision::LimitExceeded),
+            // Sold out to everyone outside the line: answered from memory from now on (as a
+            // sale with nothing left), but for a buyer presenting their line ticket.
+            ReserveAnswer::HeldForLine { .. } => {
+                self.learn_remaining(settings, activity, 0);
+                Err(Decision::SoldOut)
+            }
             ReserveAnswer::NotOnSale(refusal) => {
                 match refusal {
                     Some(refusal) => self.stock.refused(&activity.lane, refusal),
@@ -327,6 +304,51 @@ impl Checkout {
                 Err(Decision::Unavailable)
             }
         }
+    }
+
+    /// A reservation the store made (or replayed): what the buyer is forwarded with.
+    fn admitted(
+        &self,
+        settings: &Settings,
+        activity: &Arc<Activity>,
+        purchase: Purchase<'_>,
+        reserved: ReserveAnswer,
+        facts: &mut SaleFacts,
+    ) -> Admitted {
+        let ReserveAnswer::Reserved {
+            id,
+            segment,
+            version,
+            qty,
+            replayed,
+            remaining,
+            created_ms,
+            deadline_ms,
+            fence,
+            phase,
+        } = reserved
+        else {
+            unreachable!("called with a reservation")
+        };
+        facts.qty = Some(qty);
+        facts.stock_after = remaining;
+        if let Some(left) = remaining {
+            self.learn_remaining(settings, activity, left as i64);
+        }
+        Admitted::Reserved(Reservation {
+            id,
+            user: purchase.user.to_owned(),
+            activity: activity.id.clone(),
+            variant: activity.variant.clone(),
+            segment,
+            qty,
+            version,
+            owned: !replayed,
+            created_ms,
+            deadline_ms,
+            fence,
+            phase: phase_of(purchase, phase, created_ms),
+        })
     }
 
     /// Before the buyer may buy, by Redis's clock: in a sale in phases, a buyer whose own

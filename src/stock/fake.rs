@@ -306,6 +306,7 @@ impl FakeStore {
             replay_only: false,
             hours: super::SaleHours::ALWAYS,
             steps: None,
+            line: false,
         };
         self.reserve_now(segment, &call)
     }

@@ -43,6 +43,8 @@
 //! <p>:{<act>}:q             hash    the waiting room's state (cursor, rate, pause, history),
 //!                                   and when each ticket call issued (a:<first number>)
 //! <p>:{<act>}:q:tickets     hash    the waiting room's tickets: user -> number
+//! <p>:{<tag>}:line          zset    the second-chance line: user -> place (in order of joining)
+//! <p>:{<tag>}:line:holds    hash    user -> when the returned unit held for them passes on (ms)
 //! <p>:{<act>}:access:<list> set     a sale's access list (user ids), loaded by `flashgate
 //!                                   access load`, expiring with the sale's keys
 //! <p>:{<act>}:halt          string  since when the activity is halted (unix ms; absent when
@@ -188,6 +190,15 @@ impl SegmentKeys {
             self.shared("q:adm"),
             self.shared("q:active"),
         ]
+    }
+
+    /// The second-chance line of this lane: buyers told sold out who joined (user -> place).
+    pub fn line(&self) -> String {
+        self.key("line")
+    }
+    /// The line's holds: user -> when the unit held for them passes on (unix ms).
+    pub fn line_holds(&self) -> String {
+        self.key("line:holds")
     }
 
     /// On the base tag: a named access list of a sale in phases (user ids, loaded by

@@ -54,6 +54,7 @@ pub use scripts::claim::ClaimOutcome;
 pub use scripts::confirm::ConfirmOutcome;
 pub use scripts::deposit::Deposit;
 pub use scripts::halt::Halt;
+pub use scripts::line::{LineAnswer, LineAsk, LineView};
 pub use scripts::prewarm::{PrewarmOutcome, SharedKeys};
 pub use scripts::release::{ReleaseMode, ReleaseOutcome};
 pub use scripts::reserve::{ReserveCall, ReserveOutcome, SaleHours};
@@ -84,6 +85,7 @@ label_enum! {
         Tokens => "tokens",
         Master => "master",
         Recount => "recount",
+        Line => "line",
     }
 }
 
@@ -104,6 +106,7 @@ label_enum! {
         Tokens => "tokens",
         Master => "master",
         Recount => "recount",
+        Line => "line",
     }
 }
 
@@ -124,6 +127,7 @@ impl StoreOp {
                 | StoreOp::Halt
                 | StoreOp::Confirm
                 | StoreOp::Release
+                | StoreOp::Line
         )
     }
 }

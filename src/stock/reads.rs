@@ -410,6 +410,31 @@ impl StockStore {
         Ok(sold)
     }
 
+    /// A lane's second-chance line: buyers waiting, units held for its first ones, and units it
+    /// sold (the ledger's `line_sold`, of the configured version).
+    pub async fn line_figures(
+        &self,
+        lane: &crate::config::Activity,
+    ) -> Result<(u64, u64, u64), StoreError> {
+        let layout = super::Layout::of(lane);
+        let keys = self.keys.of(layout.segment(0).expect("a first segment"));
+        let waiting: u64 = self
+            .query(StoreOp::Read, redis::cmd("ZCARD").arg(keys.line()))
+            .await?;
+        let held: u64 = self
+            .query(StoreOp::Read, redis::cmd("HLEN").arg(keys.line_holds()))
+            .await?;
+        let sold: Option<u64> = self
+            .query(
+                StoreOp::Read,
+                redis::cmd("HGET")
+                    .arg(keys.ledger(lane.version))
+                    .arg("line_sold"),
+            )
+            .await?;
+        Ok((waiting, held, sold.unwrap_or(0)))
+    }
+
     /// Units remaining in `version` of one segment; `None` if its key does not exist.
     pub async fn remaining(
         &self,

@@ -21,6 +21,7 @@ pub mod draw;
 #[cfg(test)]
 mod fake;
 mod issue;
+pub mod line;
 mod marks;
 pub mod page;
 mod refresh;

@@ -469,6 +469,7 @@ async fn reconcile_stays_clean_while_segments_rebalance() {
                     replay_only: false,
                     hours: SaleHours::ALWAYS,
                     steps: None,
+                    line: false,
                 };
                 store.reserve(home, &call).await.unwrap();
                 store.acknowledge(giver, &t).await.unwrap();

@@ -41,6 +41,7 @@ mod report;
 mod reservations;
 mod restock;
 mod sale_hours;
+mod second_chance;
 mod security;
 mod segments;
 mod settling;

@@ -30,6 +30,7 @@ pub fn store_activity(
         segments: 1,
         queue: None,
         phases: std::sync::Arc::from(Vec::new()),
+        second_chance: None,
     }
 }
 

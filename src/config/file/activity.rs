@@ -65,6 +65,20 @@ pub struct ActivitySection {
     /// buy already. One stock and one `per_user_limit` across every phase and the public sale.
     #[serde(default)]
     pub phases: Vec<PhaseSection>,
+    /// After a sell-out, buyers told `sold_out` may join a line: each unit that comes back is
+    /// held for the next buyer in it, then passes on.
+    #[serde(default)]
+    pub second_chance: Option<SecondChanceSection>,
+}
+
+/// `activities[].second_chance`: the line for units that come back after a sell-out.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SecondChanceSection {
+    /// Seconds a returned unit is held for the buyer at the head of the line before it passes
+    /// to the next (1 to 3600).
+    #[schemars(range(min = 1, max = 3600))]
+    pub window_secs: u64,
 }
 
 /// `activities[].phases[]`: a time before the public start when some buyers may buy.

@@ -104,6 +104,7 @@ async fn an_activity_dropped_from_the_configuration_still_settles() {
         replay_only: false,
         hours: SaleHours::ALWAYS,
         steps: None,
+        line: false,
     };
     let reserved = h.store.reserve_now(home, &call);
     assert!(matches!(reserved, ReserveOutcome::Reserved { .. }));

@@ -12,6 +12,7 @@ pub mod doubt;
 pub mod due;
 pub mod halt;
 pub mod ledger;
+pub mod line;
 pub mod master;
 pub mod prewarm;
 pub mod recount;
@@ -50,6 +51,7 @@ script!(DUE, "../../../lua/due.lua");
 script!(TOKENS, "../../../lua/tokens.lua");
 script!(RECOUNT, "../../../lua/recount.lua");
 script!(DOUBT, "../../../lua/doubt.lua");
+script!(LINE, "../../../lua/line.lua");
 
 /// The waiting room's shared Lua, prepended (after `lib.lua`) to its scripts.
 const QUEUE_LIB: &str = include_str!("../../../lua/queue_lib.lua");
@@ -69,7 +71,7 @@ queue_script!(HALT, "../../../lua/halt.lua");
 queue_script!(QUEUE_PLACE, "../../../lua/queue_place.lua");
 
 /// Every script, for loading them up front (readiness).
-pub(super) fn all() -> [&'static Script; 22] {
+pub(super) fn all() -> [&'static Script; 23] {
     [
         &RESERVE,
         &RESTOCK,
@@ -93,5 +95,6 @@ pub(super) fn all() -> [&'static Script; 22] {
         &MASTER,
         &RECOUNT,
         &DOUBT,
+        &LINE,
     ]
 }

@@ -21,8 +21,8 @@ pub const MAX_BATCH: usize = 32;
 type Answer = Result<ReserveOutcome, Arc<StoreError>>;
 
 /// One segment of one activity, at one version: (activity id, segment count, segment index,
-/// version). Reserves of one lane go to Redis together.
-type Lane = (Arc<str>, u32, u32, u64);
+/// version, whether it has a second-chance line). Reserves of one lane go to Redis together.
+type Lane = (Arc<str>, u32, u32, u64, bool);
 
 /// How many lanes' keys are kept; past it they are dropped and made again as asked (a lane
 /// is an activity's segment at one version, so only many reloads reach it).
@@ -32,7 +32,7 @@ const KEPT_LANES: usize = 1024;
 /// rather than once per reserve.
 pub(crate) struct Batches {
     calls: Batcher<Lane, Item, Answer>,
-    keys: parking_lot::RwLock<std::collections::HashMap<Lane, Arc<[String; 10]>>>,
+    keys: parking_lot::RwLock<std::collections::HashMap<Lane, Arc<[String]>>>,
 }
 
 impl Batches {
@@ -43,24 +43,32 @@ impl Batches {
         }
     }
 
-    /// `segment`'s lane at `version`, and its keys (see [`SegmentKeys::for_reserve`]).
+    /// `segment`'s lane at `version`, and its keys (see [`SegmentKeys::for_reserve`]; with
+    /// `line`, the line's two after them).
     fn lane(
         &self,
         layout: &super::super::KeyLayout,
         segment: Segment<'_>,
         version: u64,
-    ) -> (Lane, Arc<[String; 10]>) {
+        line: bool,
+    ) -> (Lane, Arc<[String]>) {
         let shape = segment.layout();
         let lane = (
             shape.lane().clone(),
             shape.count(),
             segment.index(),
             version,
+            line,
         );
         if let Some(keys) = self.keys.read().get(&lane) {
             return (lane, keys.clone());
         }
-        let keys = Arc::new(layout.of(segment).for_reserve(version));
+        let of = layout.of(segment);
+        let mut keys = of.for_reserve(version).to_vec();
+        if line {
+            keys.extend([of.line(), of.line_holds()]);
+        }
+        let keys: Arc<[String]> = keys.into();
         let mut kept = self.keys.write();
         if kept.len() >= KEPT_LANES {
             kept.clear();
@@ -152,6 +160,9 @@ pub struct ReserveCall<'a> {
     /// The buyer's phases (`None`: an activity without phases): the script takes their limit
     /// from the step in force, instead of `per_user_limit`, and refuses before the first.
     pub steps: Option<&'a super::super::Steps>,
+    /// The lane has a second-chance line (`activities[].second_chance`): while anyone waits in
+    /// it, the script sells only to a buyer holding a unit for it.
+    pub line: bool,
 }
 
 /// A sale's hours as unix ms, `opens_ms <= now < closes_ms`, judged by the script on Redis's
@@ -225,6 +236,11 @@ pub enum ReserveOutcome {
     Contended,
     /// Before the sale's hours, by Redis's clock: nothing changed.
     NotStarted,
+    /// The lane's units are its second-chance line's, and this buyer holds none of them:
+    /// nothing changed.
+    HeldForLine {
+        remaining: u64,
+    },
     /// After the sale's hours, by Redis's clock: nothing changed.
     Ended,
     /// The stock key of this version does not exist (not prewarmed yet, or retired).
@@ -300,6 +316,9 @@ impl ReserveOutcome {
             -8 => ReserveOutcome::NotReplayed,
             -13 => ReserveOutcome::Fenced,
             -9 => ReserveOutcome::NotStarted,
+            -15 => ReserveOutcome::HeldForLine {
+                remaining: unsigned(1)?,
+            },
             -10 => ReserveOutcome::Ended,
             -11 => ReserveOutcome::ReplayQuantityDiffers {
                 qty: u32::try_from(at(1)?).ok()?,
@@ -372,7 +391,9 @@ impl StockStore {
         segment: Segment<'_>,
         call: &ReserveCall<'_>,
     ) -> Result<ReserveOutcome, StoreError> {
-        let (lane, keys) = self.reserves.lane(&self.keys, segment, call.version);
+        let (lane, keys) = self
+            .reserves
+            .lane(&self.keys, segment, call.version, call.line);
         let version = call.version;
         let answer = self
             .reserves
@@ -386,12 +407,7 @@ impl StockStore {
 
     /// One reserve script call for `items` (in one segment and version), answering each in
     /// order; a failed call's error goes to every item (each may have landed).
-    async fn reserve_batch(
-        &self,
-        keys: &[String; 10],
-        version: u64,
-        items: Vec<Item>,
-    ) -> Vec<Answer> {
+    async fn reserve_batch(&self, keys: &[String], version: u64, items: Vec<Item>) -> Vec<Answer> {
         let n = items.len();
         let mark = self.failover.watermark(&keys[8]);
         let (most, life, seen_version) = mark.token();

@@ -133,6 +133,11 @@ pub enum ReserveAnswer {
     /// Outside the sale's hours by Redis's clock (the gateway's own clock disagreed).
     NotStarted,
     Ended,
+    /// The units left are the second-chance line's, and the buyer holds none: sold out to
+    /// them (`remaining` units are held for the line).
+    HeldForLine {
+        remaining: u64,
+    },
 }
 
 /// What is left of an activity's current version as a whole.
@@ -202,6 +207,7 @@ pub async fn reserve<S: Reserving + ?Sized>(
         replay_only: purchase.replay_only,
         hours: SaleHours::of(activity),
         steps: purchase.steps,
+        line: activity.second_chance.is_some(),
     };
     // When the purchase reached the store: a determination that the activity is sold out is
     // one read after this (shared with the buyers asking at the same moment), so it describes
@@ -364,6 +370,7 @@ fn answer(
         ReserveOutcome::ReplayOtherVariant => ReserveAnswer::ReplayOtherVariant,
         ReserveOutcome::NotStarted => ReserveAnswer::NotStarted,
         ReserveOutcome::Ended => ReserveAnswer::Ended,
+        ReserveOutcome::HeldForLine { remaining } => ReserveAnswer::HeldForLine { remaining },
         ReserveOutcome::LimitExceeded { .. } => ReserveAnswer::LimitExceeded,
         ReserveOutcome::NoStockKey => ReserveAnswer::NotOnSale(None),
         ReserveOutcome::DuplicateId => ReserveAnswer::DuplicateId,

@@ -155,7 +155,6 @@ async fn a_version_not_on_sale_is_prewarmed_once() {
     let fresh = FakeStore::default();
     let replay = Purchase {
         replay_only: true,
-        steps: None,
         ..purchase(&user, "r2.0", 1)
     };
     let outcome = reserve(&fresh, &a, replay).await.unwrap();
@@ -220,6 +219,7 @@ async fn a_deposit_cut_short_stays_recorded_on_the_giver() {
         replay_only: false,
         hours: SaleHours::ALWAYS,
         steps: None,
+        line: false,
     };
     assert_eq!(store.withdraw_now(giver, 1, "t1", 1, 0), 1);
     store.fail("reserve", 1);
