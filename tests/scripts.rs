@@ -127,6 +127,99 @@ async fn a_buyers_phase_by_redis_clock_sets_their_limit_and_is_counted() {
     assert_eq!(ledger(&f.store, &a, 1).await.drift(), 0);
 }
 
+/// The second-chance line on the real scripts: joined in order once sold out (never while
+/// units are on sale and nobody waits, never by a buyer at the limit); while anyone waits, only
+/// a holder buys (one unit) and leaves the line, everyone else is told the units are the
+/// line's; a hold that ran out passes the unit on; an empty line sells to anyone again.
+#[tokio::test]
+async fn the_line_holds_returned_units_for_its_buyers_in_order() {
+    use flashgate::stock::{LineAnswer, LineAsk};
+    let f = Fixture::start();
+    let a = Activity {
+        second_chance: Some(Duration::from_secs(60)),
+        ..activity("1001", 1, 1, 1)
+    };
+    prewarm(&f.store, &a).await;
+    let l = Layout::of(&a);
+    let buy = |user: &'static str, qty: u32, id: &'static str| ReserveCall {
+        line: true,
+        ..call(&a, user, qty, id)
+    };
+    let line = |ask, user: &'static str| f.store.line(&a, ask, user);
+    // On sale, nobody waiting: no line to join.
+    assert_eq!(
+        line(LineAsk::Join, "a").await.unwrap().answer,
+        LineAnswer::NotSoldOut
+    );
+    assert!(matches!(
+        f.store.reserve(one(&l), &buy("w", 1, "r1")).await.unwrap(),
+        ReserveOutcome::Reserved { remaining: 0, .. }
+    ));
+    // Sold out: a, then b; joining again keeps the place; the winner is at the limit.
+    assert_eq!(line(LineAsk::Join, "a").await.unwrap().place, 1);
+    assert_eq!(line(LineAsk::Join, "b").await.unwrap().place, 2);
+    assert_eq!(line(LineAsk::Join, "a").await.unwrap().place, 1);
+    assert_eq!(
+        line(LineAsk::Join, "w").await.unwrap().answer,
+        LineAnswer::AtLimit
+    );
+    // A unit comes back: a's, held; b and a stranger are told it is the line's.
+    assert!(matches!(
+        release(&f.store, &a, 1, "r1", ReleaseMode::Admin).await,
+        ReleaseOutcome::Released { .. }
+    ));
+    let held = line(LineAsk::Poll, "a").await.unwrap();
+    assert_eq!((held.place, held.held), (1, 1));
+    assert!(
+        held.hold_left_ms > 0 && held.hold_left_ms <= 60_000,
+        "{held:?}"
+    );
+    assert_eq!(line(LineAsk::Poll, "b").await.unwrap().hold_left_ms, 0);
+    for (user, qty, id) in [("b", 1, "r2"), ("x", 1, "r3"), ("a", 2, "r4")] {
+        assert_eq!(
+            f.store.reserve(one(&l), &buy(user, qty, id)).await.unwrap(),
+            ReserveOutcome::HeldForLine { remaining: 1 },
+            "{user}"
+        );
+    }
+    assert!(matches!(
+        f.store.reserve(one(&l), &buy("a", 1, "r5")).await.unwrap(),
+        ReserveOutcome::Reserved { remaining: 0, .. }
+    ));
+    assert_eq!(
+        line(LineAsk::Poll, "a").await.unwrap().answer,
+        LineAnswer::NotInLine
+    );
+    assert_eq!(line(LineAsk::Poll, "b").await.unwrap().place, 1);
+    // Another comes back (a release of the holder's own); b holds it but lets it run out:
+    // b leaves the line, which is empty, and the unit is anyone's.
+    assert!(matches!(
+        release(&f.store, &a, 1, "r5", ReleaseMode::Admin).await,
+        ReleaseOutcome::Released { .. }
+    ));
+    assert!(line(LineAsk::Advance, "").await.unwrap().held == 1);
+    let holds = "fg:{1001}:line:holds";
+    let _: () = redis::cmd("HSET")
+        .arg(holds)
+        .arg("b")
+        .arg(1)
+        .query(&mut f.redis.conn())
+        .unwrap();
+    let moved = line(LineAsk::Advance, "").await.unwrap();
+    assert_eq!((moved.waiting, moved.held), (0, 0));
+    assert!(matches!(
+        f.store.reserve(one(&l), &buy("x", 1, "r6")).await.unwrap(),
+        ReserveOutcome::Reserved { .. }
+    ));
+    let counts: Vec<Option<u64>> = redis::cmd("HMGET")
+        .arg("fg:{1001}:v1:ledger")
+        .arg(&["line_sold", "line_lapsed"][..])
+        .query(&mut f.redis.conn())
+        .unwrap();
+    assert_eq!(counts, [Some(1), Some(1)]);
+    assert_eq!(ledger(&f.store, &a, 1).await.drift(), 0);
+}
+
 /// A test's own redis-server and a stock store on it (read through it as a `StockStore`).
 struct Fixture {
     redis: RedisServer,

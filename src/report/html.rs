@@ -476,6 +476,7 @@ mod tests {
                 variants: Vec::new(),
                 phases: Vec::new(),
                 public: None,
+                second_chance: None,
                 refusals: None,
             },
             timeline,

@@ -48,6 +48,10 @@ pub struct Story {
     /// A sale in phases: the public sale's start and units (`id: "public"`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub public: Option<PhaseStory>,
+    /// The second-chance line (`activities[].second_chance`): buyers waiting, units held for
+    /// them, units sold through it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub second_chance: Option<LineStory>,
     /// Refusals by code over the sale, from Prometheus (only with `--prometheus`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub refusals: Option<BTreeMap<String, u64>>,
@@ -69,6 +73,33 @@ pub struct Waits {
     pub p50: Option<u64>,
     pub p95: Option<u64>,
     pub max: Option<u64>,
+}
+
+/// The second-chance line's figures, over the activity's lanes.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct LineStory {
+    pub waiting: u64,
+    pub held: u64,
+    pub sold: u64,
+}
+
+/// The second-chance line over `activity`'s lanes, if it has one.
+async fn line_story(
+    settings: &Settings,
+    store: &StockStore,
+    activity: &crate::config::Activity,
+) -> Result<Option<LineStory>, StoreError> {
+    if activity.second_chance.is_none() {
+        return Ok(None);
+    }
+    let mut line = LineStory::default();
+    for lane in settings.activities.lanes_of(&activity.id) {
+        let (waiting, held, sold) = store.line_figures(lane).await?;
+        line.waiting += waiting;
+        line.held += held;
+        line.sold += sold;
+    }
+    Ok(Some(line))
 }
 
 /// One phase's figures (units taken in it: a unit given back later stays counted here).
@@ -180,6 +211,7 @@ pub async fn read(
         variants,
         phases: phases(activity, &phase_sold),
         public: public(activity, &phase_sold),
+        second_chance: line_story(settings, store, activity).await?,
         refusals: None,
     };
     let waits = queue.map_or_else(
@@ -338,6 +370,13 @@ pub fn text(story: &Story) -> String {
             or_dash(&v.sold_out_at)
         );
     }
+    if let Some(l) = &story.second_chance {
+        let _ = writeln!(
+            out,
+            "second chance  waiting {} held {} sold {}",
+            l.waiting, l.held, l.sold
+        );
+    }
     for p in story.phases.iter().chain(&story.public) {
         let _ = writeln!(
             out,
@@ -374,6 +413,7 @@ mod tests {
             variants: Vec::new(),
             phases: Vec::new(),
             public: None,
+            second_chance: None,
             refusals: Some(BTreeMap::from([("sold_out\u{1b}[2J\r".to_owned(), 3)])),
         };
         let text = text(&story);

@@ -153,9 +153,19 @@ async fn returned_units_go_to_the_line_in_order_and_never_to_a_script() {
     let view = gw.activity_view("4001").await;
     assert_eq!(view["second_chance"]["sold"], 3, "{view}");
     assert_eq!(view["second_chance"]["waiting"], 0, "{view}");
-    let (code, out, err) = run_cli(
-        &["reconcile", "--config", gw.config_path().to_str().unwrap()],
-        &[],
-    );
+    let config = gw.config_path();
+    let (code, out, err) = run_cli(&["reconcile", "--config", config.to_str().unwrap()], &[]);
     assert_eq!(code, 0, "{out}{err}");
+    let args = [
+        "report",
+        "--config",
+        config.to_str().unwrap(),
+        "--activity",
+        "4001",
+        "--json",
+    ];
+    let (code, out, err) = run_cli(&args, &[]);
+    assert_eq!(code, 0, "{err}");
+    let story: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(story["second_chance"]["sold"], 3, "{story}");
 }

@@ -12,6 +12,26 @@ pub struct Bad {
 
 pub const BAD: &[Bad] = &[
     Bad {
+        name: "second-chance-window-zero",
+        patch: &[("activities.0.second_chance", Some("{window_secs: 0}"))],
+        expect: "activities[id=1001].second_chance.window_secs: must be 1 to 3600",
+    },
+    Bad {
+        name: "second-chance-on-segments",
+        patch: &[("activities.0.second_chance", Some("{window_secs: 60}")), ("activities.0.segments", Some("2"))],
+        expect: "activities[id=1001].second_chance: needs segments: 1",
+    },
+    Bad {
+        name: "second-chance-with-a-queue",
+        patch: &[("activities.0.second_chance", Some("{window_secs: 60}")), ("activities.0.queue", Some("{admit_per_second: 10}"))],
+        expect: "activities[id=1001].second_chance: not with a waiting room (queue) yet",
+    },
+    Bad {
+        name: "second-chance-unknown-field",
+        patch: &[("activities.0.second_chance", Some("{window: 60}"))],
+        expect: "unknown field `window`",
+    },
+    Bad {
         name: "phase-header-the-request-needs",
         patch: &[("activities.0.phases", Some("[{\"id\": \"a\", \"starts_at\": \"2025-12-01T00:00:00Z\", \"who\": {\"header\": \"Authorization\", \"any_of\": [\"x\"]}}]")), ("identity.trusted_proxies", Some("[\"10.0.0.0/8\"]"))],
         expect: "activities[id=1001].phases[id=a].who.header: \"Authorization\" is a header the request or the gateway needs for itself",
