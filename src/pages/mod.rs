@@ -21,9 +21,11 @@ use std::sync::LazyLock;
 pub use negotiate::Client;
 
 /// The built-in templates, by name.
-const BUILT_IN: [(&str, &str); 2] = [
+const BUILT_IN: [(&str, &str); 3] = [
     ("waiting.html", include_str!("waiting.html")),
     ("refusal.html", include_str!("refusal.html")),
+    // The second-chance line's page (not replaceable by `pages.dir` yet).
+    ("line.html", include_str!("line.html")),
 ];
 
 /// The built-in templates alone: what a replacement that fails to render falls back to.
@@ -52,6 +54,18 @@ fn environment(settings: &PagesSettings) -> Result<Environment<'static>, minijin
         env.add_template_owned(name, source)?;
     }
     Ok(env)
+}
+
+/// A buyer's place in a second-chance line, as its page shows it.
+pub struct LinePage<'a> {
+    pub sale: Option<Sale<'a>>,
+    pub message: &'a str,
+    pub place: u64,
+    pub waiting: u64,
+    /// What is left of the unit held for the buyer, while one is.
+    pub hold_left_ms: Option<u64>,
+    /// Where to buy it.
+    pub buy: Option<&'a str>,
 }
 
 /// A sale of the page: its id and its page keys (`title`, `success_url`).
@@ -121,6 +135,7 @@ impl Pages {
         reply: &DecisionReply,
         sale: Option<Sale<'_>>,
         again: Option<Again<'_>>,
+        line: Option<&str>,
     ) -> String {
         let heading = match reply.code {
             "sold_out" => Label::TitleSoldOut,
@@ -154,6 +169,7 @@ impl Pages {
             text => Label::all(lang),
             opens_at => reply.opens_at_rfc3339(),
             again_method => again.map(|a| a.method),
+            line => line.filter(|_| reply.code == "sold_out"),
             again_target => again.map(|a| a.target),
             opening => reply.opens_at_rfc3339().map(|at| script_json(&serde_json::json!({
                 "opens_at": at,
@@ -235,6 +251,35 @@ impl Pages {
             config => script_json(&script),
         };
         self.render("waiting.html", ctx)
+    }
+
+    /// The second-chance line's page: the buyer's place (refreshing itself every few
+    /// seconds), or, while a unit is held for them, what is left of it and the purchase.
+    pub fn line(&self, lang: Lang, page: &LinePage<'_>) -> String {
+        let turn = page.hold_left_ms.is_some();
+        let heading = match turn {
+            true => Label::TitleYourTurn,
+            false => Label::TitleLine,
+        };
+        let turn_left = page
+            .hold_left_ms
+            .map(|ms| Label::TurnLeft.text(lang).replace("{n}", &clock(ms)));
+        let ctx = context! {
+            lang => lang.as_str(),
+            code => if turn { "your_turn" } else { "queued" },
+            heading => heading.text(lang),
+            message => page.message,
+            place => page.place,
+            waiting => Label::Waiting.text(lang).replace("{n}", &page.waiting.to_string()),
+            buy => page.buy.filter(|_| turn),
+            turn_left => turn_left,
+            refresh_secs => (!turn).then_some(3),
+            title => page.sale.and_then(|s| s.page.title.as_deref()),
+            shop_name => &self.shop_name,
+            shop_url => &self.shop_url,
+            text => Label::all(lang),
+        };
+        self.render("line.html", ctx)
     }
 
     /// Renders `name`; a replacement that fails at render time is logged and the built-in

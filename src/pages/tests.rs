@@ -87,7 +87,7 @@ fn the_built_in_templates_render_every_state_in_every_language() {
                 retry_after: std::time::Duration::from_secs(3),
             },
         ] {
-            let html = pages.refusal(lang, &decision.reply(), None, None);
+            let html = pages.refusal(lang, &decision.reply(), None, None, None);
             assert!(html.contains("Example Shop"), "{html}");
         }
     }
@@ -121,7 +121,7 @@ fn a_replacement_template_is_used_and_one_failing_at_render_falls_back() {
         templates,
         ..PagesSettings::default()
     });
-    let html = pages.refusal(Lang::En, &Decision::SoldOut.reply(), None, None);
+    let html = pages.refusal(Lang::En, &Decision::SoldOut.reply(), None, None, None);
     assert_eq!(html, "<p>Mine: sold_out</p>");
     let landing = Landing::Url("/buy".into());
     let html = page(&pages, Lang::En, Status::YourTurn, &landing);

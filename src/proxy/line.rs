@@ -32,20 +32,39 @@ impl FlashProxy {
         ctx: &mut RequestCtx,
         (ask, activity, variant): (LineAsk, String, Option<String>),
     ) -> Result<bool> {
-        match self
+        let answered = self
             .line_answer(session, ctx, ask, &activity, variant.as_deref())
-            .await
-        {
-            Ok((status, answer)) => {
-                let body = serde_json::to_value(&answer).expect("a line answer serialises");
-                let cookie = format!(
-                    "{}={}; Path=/; HttpOnly; SameSite=Lax",
-                    crate::waiting::page::TICKET_COOKIE,
-                    answer.ticket
-                );
-                respond::json_with_cookie(session, status, &body, &cookie).await?;
+            .await;
+        let (status, answer) = match answered {
+            Ok(answered) => answered,
+            Err(decision) => {
+                respond::decision(session, &ctx.answering(), &decision).await?;
+                return Ok(true);
             }
-            Err(decision) => respond::decision(session, &ctx.answering(), &decision).await?,
+        };
+        let cookie = format!(
+            "{}={}; Path=/; HttpOnly; SameSite=Lax",
+            crate::waiting::page::TICKET_COOKIE,
+            answer.ticket
+        );
+        if !ctx.client.html {
+            let body = serde_json::to_value(&answer).expect("a line answer serialises");
+            respond::json_with_cookie(session, status, &body, &cookie).await?;
+        } else if ask == LineAsk::Join {
+            // Post, then redirect, then get: the page refreshes itself without joining again.
+            let here = session.req_header().uri.path().to_owned();
+            respond::joined_line(session, &here, &cookie).await?;
+        } else {
+            let page = crate::pages::LinePage {
+                sale: Some(ctx.generation.sale_page(&activity)),
+                message: &answer.message,
+                place: answer.place,
+                waiting: answer.waiting,
+                hold_left_ms: answer.hold_left_ms,
+                buy: answer.buy.as_deref(),
+            };
+            let html = ctx.generation.pages.line(ctx.client.lang, &page);
+            respond::line_page(session, &ctx.generation.pages, 200, html, &cookie).await?;
         }
         Ok(true)
     }

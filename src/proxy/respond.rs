@@ -37,9 +37,13 @@ pub async fn decision(
 ) -> Result<()> {
     let reply = decision.reply();
     let (content_type, body) = if how.client.html {
-        let page = how
-            .pages
-            .refusal(how.client.lang, &reply, how.sale, how.again);
+        let page = how.pages.refusal(
+            how.client.lang,
+            &reply,
+            how.sale,
+            how.again,
+            how.line.as_deref(),
+        );
         (HTML, Bytes::from(page))
     } else {
         let line = how.line.as_deref();
@@ -319,4 +323,32 @@ pub async fn see_other(
         resp.append_header(http::header::SET_COOKIE, cookie)?;
     }
     session.write_response_header(Box::new(resp), true).await
+}
+
+/// A buyer who joined a second-chance line from its page: sent to the line's page (303, the
+/// same address) with their ticket's cookie.
+pub async fn joined_line(session: &mut Session, location: &str, cookie: &str) -> Result<()> {
+    let mut resp = ResponseHeader::build(http::StatusCode::SEE_OTHER, Some(4))?;
+    resp.insert_header(http::header::LOCATION, location)?;
+    resp.insert_header(http::header::CONTENT_LENGTH, "0")?;
+    resp.insert_header(http::header::CACHE_CONTROL, "no-store")?;
+    resp.insert_header(http::header::SET_COOKIE, cookie)?;
+    session.write_response_header(Box::new(resp), true).await
+}
+
+/// The second-chance line's page, with the ticket's cookie.
+pub async fn line_page(
+    session: &mut Session,
+    pages: &crate::pages::Pages,
+    status: u16,
+    html: String,
+    cookie: &str,
+) -> Result<()> {
+    let body = Bytes::from(html);
+    let mut resp = ResponseHeader::build(status, Some(8))?;
+    own_answer(&mut resp, HTML, body.len())?;
+    page_headers(&mut resp, pages, &body)?;
+    resp.insert_header(http::header::SET_COOKIE, cookie)?;
+    session.write_response_header(Box::new(resp), false).await?;
+    session.write_response_body(Some(body), true).await
 }

@@ -169,3 +169,118 @@ async fn returned_units_go_to_the_line_in_order_and_never_to_a_script() {
     let story: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(story["second_chance"]["sold"], 3, "{story}");
 }
+
+/// The second chance in a real headless browser, in English and Chinese, on a desktop and a
+/// phone: the sold-out page offers the line, the line's page shows the buyer's place and
+/// refreshes itself, and when a unit comes back for them it offers it; the buyer buys it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_line_in_a_browser_in_both_languages() {
+    use crate::browser::{token, IDENTITY_SECRET};
+    use crate::drop_pages::{browser_for, FOUR};
+    use crate::pages::{press_buy, sign_in};
+    let redis = RedisServer::start();
+    let upstream = Upstream::start();
+    let sale = TestActivity::explicit("4001", 4, 300).limit(1);
+    let mut config = TestConfig::new(&redis, &upstream, vec![sale])
+        .jwt_identity(Jwt::session_cookie())
+        .set("/activities/0/second_chance", json!({"window_secs": 120}));
+    config.per_user = None;
+    let gw = GatewayProc::start_with_env(config, &[("FLASHGATE_IDENTITY_SECRET", IDENTITY_SECRET)]);
+    let mut winners = Vec::new();
+    for i in 0..4 {
+        let bearer = format!("Bearer {}", token(&format!("w{i}")));
+        let r = request(gw.addr, "POST", BUY, &[("Authorization", bearer.as_str())]).await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        winners.push(r.reservation_id());
+    }
+    let read =
+        "var p = document.getElementById('place'); var h = document.getElementById('heading'); \
+        return {code: document.documentElement.getAttribute('data-flashgate-code'), \
+        heading: h ? h.textContent : '', place: p ? p.textContent : null, \
+        join: !!document.querySelector('#join-line button'), \
+        buy: !!document.querySelector('#buy button'), path: location.pathname, \
+        text: document.body ? document.body.innerText : '', \
+        overflow: document.documentElement.scrollWidth > window.innerWidth};";
+    let origin = format!("http://{}", gw.addr);
+    let mut browsers = Vec::new();
+    for (i, seat) in FOUR.iter().enumerate() {
+        let browser = browser_for(seat).await;
+        sign_in(&browser, &origin, &format!("buyer-{i}")).await;
+        press_buy(&browser, BUY).await;
+        browsers.push(browser);
+    }
+    for (i, (seat, browser)) in FOUR.iter().zip(&browsers).enumerate() {
+        let (sold_out, join) = match seat.lang {
+            "en" => ("Sold out", "Join the line"),
+            _ => ("已售罄", "加入退回商品候补"),
+        };
+        let shown = wait_for_async("the sold-out page", Duration::from_secs(15), || async {
+            let v = browser.script(read).await;
+            (v["code"] == "sold_out" && v["join"] == true).then_some(v)
+        })
+        .await;
+        let text = shown["text"].as_str().unwrap();
+        assert!(
+            text.contains(sold_out) && text.contains(join),
+            "{}: {shown}",
+            seat.name()
+        );
+        assert_eq!(shown["overflow"], false, "{}", seat.name());
+        browser
+            .screenshot(&format!("line-offered-{}", seat.name()))
+            .await;
+        browser.click("#join-line button").await;
+        let shown = wait_for_async("the line's page", Duration::from_secs(15), || async {
+            let v = browser.script(read).await;
+            (v["code"] == "queued" && v["path"] == LINE).then_some(v)
+        })
+        .await;
+        assert_eq!(
+            shown["place"],
+            (i + 1).to_string(),
+            "{}: {shown}",
+            seat.name()
+        );
+        assert_eq!(shown["overflow"], false, "{}", seat.name());
+        browser
+            .screenshot(&format!("line-place-{}", seat.name()))
+            .await;
+    }
+    // Four units come back: each page, refreshing itself, offers one to its buyer, who buys.
+    for jti in &winners {
+        let path = format!("/v1/activities/4001/reservations/{jti}/release");
+        assert_eq!(gw.admin_post(&path).await.status, 200);
+    }
+    for (seat, browser) in FOUR.iter().zip(&browsers) {
+        let heading = match seat.lang {
+            "en" => "It is your turn",
+            _ => "轮到您了",
+        };
+        let shown = wait_for_async("the buyer's turn", Duration::from_secs(20), || async {
+            let v = browser.script(read).await;
+            (v["code"] == "your_turn" && v["buy"] == true).then_some(v)
+        })
+        .await;
+        assert_eq!(shown["heading"], heading, "{}: {shown}", seat.name());
+        assert_eq!(shown["overflow"], false, "{}", seat.name());
+        browser
+            .screenshot(&format!("line-turn-{}", seat.name()))
+            .await;
+        browser.click("#buy button").await;
+    }
+    let bought = wait_for_async(
+        "four purchases from the line",
+        Duration::from_secs(20),
+        || async {
+            let view = gw.activity_view("4001").await;
+            (view["second_chance"]["sold"] == 4).then_some(view)
+        },
+    )
+    .await;
+    assert_eq!(bought["second_chance"]["waiting"], 0, "{bought}");
+    for browser in &browsers {
+        let _ = browser
+            .call("DELETE", &format!("/session/{}", browser.session), None)
+            .await;
+    }
+}
