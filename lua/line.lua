@@ -7,7 +7,7 @@
 --
 -- KEYS[1] stock of the version on sale   KEYS[2] line (zset: user -> place, in order of joining)
 -- KEYS[3] holds (hash: user -> when their hold runs out, unix ms)   KEYS[4] the ledger
--- KEYS[5] users (units held, for the limit)
+-- KEYS[5] users (units held, for the limit)   KEYS[6] the activity's halt (admin API)
 -- ARGV[1] 'join', 'advance' or 'poll'   ARGV[2] the user ('' for advance)
 -- ARGV[3] the hold's window (ms)   ARGV[4] when the keys expire (unix s)
 -- ARGV[5] per-user limit (join: a buyer at the limit cannot use a unit)
@@ -23,7 +23,8 @@
 --   place: the buyer's place (1 = next), 0 when not in line; waiting: buyers in line;
 --   held: units held for the line now; hold_left_ms: the buyer's hold left (0: none)
 
-local STOCK, LINE, HOLDS, LEDGER, USERS = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local STOCK, LINE, HOLDS, LEDGER, USERS, HALT = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5],
+  KEYS[6]
 local mode, user, window, expire_at = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local MAX_HEADS, MAX_STEPS = 64, 8
 local now = now_ms()
@@ -32,8 +33,28 @@ local function left()
   return math.max(tonumber(redis.call('GET', STOCK) or '0') or 0, 0)
 end
 
+-- While the activity is halted nobody can buy: the line stands, and every hold is kept whole
+-- (its window starts again when the sale resumes), as the waiting room's cursor stands.
+local function stand()
+  local held = redis.call('HGETALL', HOLDS)
+  local fields = {}
+  for i = 1, #held, 2 do
+    local at = tonumber(held[i + 1]) or 0
+    if at < now + window then
+      fields[#fields + 1] = held[i]
+      fields[#fields + 1] = int(now + window)
+    end
+  end
+  if #fields > 0 then
+    redis.call('HSET', HOLDS, unpack(fields))
+  end
+end
+
 -- The line's heads hold a unit each; lapsed holds leave the line.
 local function advance()
+  if redis.call('EXISTS', HALT) == 1 then
+    return stand()
+  end
   for _ = 1, MAX_STEPS do
     local n = math.min(left(), MAX_HEADS)
     if n <= 0 then

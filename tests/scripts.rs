@@ -220,6 +220,61 @@ async fn the_line_holds_returned_units_for_its_buyers_in_order() {
     assert_eq!(ledger(&f.store, &a, 1).await.drift(), 0);
 }
 
+/// While the activity is halted nobody can buy: its line stands, a hold whose window passed
+/// meanwhile is kept (whole again), and after the resume it is still the holder's.
+#[tokio::test]
+async fn a_halted_line_stands_still() {
+    use flashgate::stock::LineAsk;
+    let f = Fixture::start();
+    let a = Activity {
+        second_chance: Some(Duration::from_secs(60)),
+        ..activity("1001", 1, 1, 1)
+    };
+    prewarm(&f.store, &a).await;
+    let l = Layout::of(&a);
+    let taken = ReserveCall {
+        line: true,
+        ..call(&a, "w", 1, "r1")
+    };
+    assert!(matches!(
+        f.store.reserve(one(&l), &taken).await.unwrap(),
+        ReserveOutcome::Reserved { .. }
+    ));
+    for user in ["a", "b"] {
+        f.store.line(&a, LineAsk::Join, user).await.unwrap();
+    }
+    release(&f.store, &a, 1, "r1", ReleaseMode::Admin).await;
+    assert!(
+        f.store
+            .line(&a, LineAsk::Poll, "a")
+            .await
+            .unwrap()
+            .hold_left_ms
+            > 0
+    );
+    let mut conn = f.redis.conn();
+    let _: () = redis::cmd("SET")
+        .arg("fg:{1001}:halt")
+        .arg(1)
+        .query(&mut conn)
+        .unwrap();
+    let _: () = redis::cmd("HSET")
+        .arg("fg:{1001}:line:holds")
+        .arg("a")
+        .arg(1)
+        .query(&mut conn)
+        .unwrap();
+    let held = f.store.line(&a, LineAsk::Advance, "").await.unwrap();
+    assert_eq!((held.waiting, held.held), (2, 1), "{held:?}");
+    let _: () = redis::cmd("DEL")
+        .arg("fg:{1001}:halt")
+        .query(&mut conn)
+        .unwrap();
+    let a_now = f.store.line(&a, LineAsk::Poll, "a").await.unwrap();
+    assert_eq!(a_now.place, 1);
+    assert!(a_now.hold_left_ms > 50_000, "{a_now:?}");
+}
+
 /// A test's own redis-server and a stock store on it (read through it as a `StockStore`).
 struct Fixture {
     redis: RedisServer,

@@ -98,6 +98,13 @@ impl FlashProxy {
             .filter(|l| l.second_chance.is_some())
             .ok_or(Decision::UnknownActivity)?
             .clone();
+        let now = self.gw.checkout.now();
+        if ask == LineAsk::Join && lane.has_phases() && now < lane.starts_at {
+            // Before the public start a buyer's limit and whether they may buy at all are
+            // their phase's: the line opens to everyone at the public start.
+            let (at, now) = (lane.starts_at.timestamp_millis(), now.timestamp_millis());
+            return Err(Decision::not_eligible(at, now));
+        }
         let view = self.gw.waiting.line(&lane, ask, &user).await.map_err(|e| {
             tracing::warn!(activity = %lane.id, error = %e, "second-chance line failed");
             Decision::Unavailable
@@ -112,16 +119,27 @@ impl FlashProxy {
             Asked::Polled | Asked::Advanced => 200,
         };
         let key = &settings.signing.ticket_key;
-        let buy = settings
-            .sale_routes
-            .iter()
-            .find(|r| r.names_variants() == lane.has_variants())
-            .map(|r| r.path_for(&lane.id, lane.variant.as_deref()));
+        let buy = buy_target(settings, &lane);
         Ok((
             status,
             answer(ctx, &view, line::ticket(key, &lane.lane, &user), buy),
         ))
     }
+}
+
+/// Where a buyer in the line buys: the first sale route (the first that names a variant, for a
+/// variant's lane), with the variant in its path or query as the route names it.
+fn buy_target(settings: &crate::config::Settings, lane: &Activity) -> Option<String> {
+    let routes = &settings.sale_routes;
+    let route = match lane.has_variants() {
+        true => routes.iter().find(|r| r.names_variants()),
+        false => routes.first(),
+    }?;
+    let path = route.path_for(&lane.id, lane.variant.as_deref());
+    Some(match (&lane.variant, route.variant_query()) {
+        (Some(variant), Some(name)) => format!("{path}?{name}={variant}"),
+        _ => path,
+    })
 }
 
 /// The answer to a buyer in the line, in their language.

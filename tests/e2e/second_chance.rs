@@ -104,6 +104,7 @@ async fn returned_units_go_to_the_line_in_order_and_never_to_a_script() {
     upstream.mode("status=200&delay_ms=0").await;
     let turn = their_turn(&gw, "a").await;
     assert!(turn["hold_left_ms"].as_u64().unwrap() <= 3000, "{turn}");
+    assert_eq!(turn["buy"], BUY, "{turn}");
     assert_eq!(buy(&gw, "b", Some(&tickets["b"])).await.code(), "sold_out");
     let r = buy(&gw, "a", Some(&tickets["a"])).await;
     assert_eq!(r.status, 200, "{}", r.text());

@@ -8,13 +8,14 @@ use super::super::{Layout, ScriptName, SegmentKeys, StockStore, StoreError, Stor
 use crate::config::Activity;
 
 impl SegmentKeys {
-    pub fn for_line(&self, version: u64) -> [String; 5] {
+    pub fn for_line(&self, version: u64) -> [String; 6] {
         [
             self.stock(version),
             self.line(),
             self.line_holds(),
             self.ledger(version),
             self.users(),
+            self.halt(),
         ]
     }
 }
