@@ -228,7 +228,6 @@ pub(super) fn second_chance(
     raw: Option<&super::file::SecondChanceSection>,
     key: &dyn Fn(&str) -> String,
     segments: u32,
-    queue: bool,
 ) -> Result<Option<std::time::Duration>, ConfigError> {
     let Some(raw) = raw else {
         return Ok(None);
@@ -243,12 +242,6 @@ pub(super) fn second_chance(
         return Err(ConfigError::invalid(
             key("second_chance"),
             "needs segments: 1 (the line lives in one Redis slot with the stock it holds)",
-        ));
-    }
-    if queue {
-        return Err(ConfigError::invalid(
-            key("second_chance"),
-            "not with a waiting room (queue) yet: the two would share the buyer's ticket",
         ));
     }
     Ok(Some(std::time::Duration::from_secs(raw.window_secs)))

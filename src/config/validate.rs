@@ -461,12 +461,8 @@ fn activity(
         .queue
         .map(|q| queue(&key("queue"), q, opens))
         .transpose()?;
-    let second_chance = super::phase_checks::second_chance(
-        a.second_chance.as_ref(),
-        key,
-        a.segments,
-        queue.is_some(),
-    )?;
+    let second_chance =
+        super::phase_checks::second_chance(a.second_chance.as_ref(), key, a.segments)?;
     let id: Arc<str> = Arc::from(a.id.as_str());
     Ok(Activity {
         id: id.clone(),

@@ -285,3 +285,57 @@ async fn the_line_in_a_browser_in_both_languages() {
             .await;
     }
 }
+
+/// With a waiting room: a buyer who queued, reached their turn and found the sale sold out
+/// joins the line; a returned unit is theirs, bought with the line's ticket (which replaced
+/// the queue's).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_rooms_buyer_joins_the_line_and_buys_a_return() {
+    let redis = RedisServer::start();
+    let upstream = Upstream::start();
+    let sale = TestActivity::explicit("4001", 1, 300)
+        .limit(1)
+        .queue(Queue::admit(100));
+    let mut config = TestConfig::new(&redis, &upstream, vec![sale])
+        .set("/activities/0/second_chance", json!({"window_secs": 60}));
+    config.per_user = None;
+    let gw = GatewayProc::start(config);
+    // Through the queue: a ticket, then the purchase at the buyer's turn.
+    let through_queue = |user: &'static str| {
+        let addr = gw.addr;
+        async move {
+            let first = request(addr, "POST", BUY, &[("X-User-Id", user)]).await;
+            if first.status != 202 {
+                return first;
+            }
+            let ticket = first.json()["ticket"].as_str().unwrap().to_owned();
+            wait_for_async("the turn", Duration::from_secs(10), || async {
+                let r = request(
+                    addr,
+                    "POST",
+                    BUY,
+                    &[("X-User-Id", user), ("X-Flashgate-Ticket", ticket.as_str())],
+                )
+                .await;
+                (r.status != 202).then_some(r)
+            })
+            .await
+        }
+    };
+    let won = through_queue("x").await;
+    assert_eq!(won.status, 200, "{}", won.text());
+    let sold_out = through_queue("y").await;
+    assert_eq!(sold_out.code(), "sold_out", "{}", sold_out.text());
+    assert_eq!(sold_out.json()["second_chance"]["join"], LINE);
+    let joined = line(&gw, "POST", "y").await;
+    assert_eq!(joined.status, 202, "{}", joined.text());
+    let ticket = joined.json()["ticket"].as_str().unwrap().to_owned();
+    let path = format!(
+        "/v1/activities/4001/reservations/{}/release",
+        won.reservation_id()
+    );
+    assert_eq!(gw.admin_post(&path).await.status, 200);
+    their_turn(&gw, "y").await;
+    let r = buy(&gw, "y", Some(&ticket)).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+}

@@ -22,11 +22,6 @@ pub const BAD: &[Bad] = &[
         expect: "activities[id=1001].second_chance: needs segments: 1",
     },
     Bad {
-        name: "second-chance-with-a-queue",
-        patch: &[("activities.0.second_chance", Some("{window_secs: 60}")), ("activities.0.queue", Some("{admit_per_second: 10}"))],
-        expect: "activities[id=1001].second_chance: not with a waiting room (queue) yet",
-    },
-    Bad {
         name: "second-chance-unknown-field",
         patch: &[("activities.0.second_chance", Some("{window: 60}"))],
         expect: "unknown field `window`",

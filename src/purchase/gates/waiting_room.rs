@@ -105,6 +105,16 @@ impl Gate for WaitingTurn {
         let headers = &attempt.incoming.header().headers;
         let ticket = presented(headers);
         let settings = parts.rules.settings;
+        if let Some(t) = &ticket {
+            // A buyer of the lane's second-chance line: the line says whose turn it is (the
+            // reserve sells to them only while a unit is held for them), not the queue.
+            let key = &settings.signing.ticket_key;
+            if activity.second_chance.is_some()
+                && waiting::line::holds_ticket(key, &activity.lane, attempt.user(), &t.ticket)
+            {
+                return Step::Pass;
+            }
+        }
         let keyed = attempt.key.is_some();
         match parts
             .room
