@@ -285,8 +285,8 @@ impl BackgroundService for Maintenance {
                 _ = queues.tick() => self.pass(async { self.gw.waiting.refresh(&self.gw.settings()).await }).await,
                 _ = masters.tick() => self.pass(self.check_masters()).await,
                 _ = lines.tick() => {
-                    let (store, settings) = (&self.gw.store, self.gw.settings());
-                    self.pass(crate::waiting::line::advance_all(store, &settings)).await
+                    let settings = self.gw.settings();
+                    self.pass(self.gw.waiting.advance_lines(&settings)).await
                 }
                 _ = evict.tick() => {
                     let remaining = self.gw.live.current().policy.evict_idle_buckets();

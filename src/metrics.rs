@@ -157,6 +157,12 @@ metrics! {
     /// Units reserved in each phase of a sale in phases.
     phase_units: IntCounterVec = "flashgate_phase_units_total" ["activity", "phase"],
         "Units reserved in each phase of a sale in phases (phase: a phases[].id, or public after them), counted by the gateway that reserved them.";
+    /// Buyers waiting in an activity's second-chance line(s).
+    line_waiting: IntGaugeVec = "flashgate_line_waiting" ["activity"],
+        "Buyers waiting in the activity's second-chance line (all its variants), as this gateway last moved it on.";
+    /// Units held for the first buyers of an activity's line(s).
+    line_held: IntGaugeVec = "flashgate_line_held" ["activity"],
+        "Units that came back held for the first buyers of the activity's second-chance line (all its variants), as this gateway last moved it on.";
     /// Units left in the current version, as last seen in Redis.
     stock_remaining: IntGaugeVec = "flashgate_stock_remaining" ["activity"],
         "Units left in the current stock version, as last seen in Redis.";

@@ -120,6 +120,7 @@ fn each_activity_series(
     let has_queue = activity.queue.is_some();
     let has_variants = activity.has_variants();
     let phases = activity.phases.clone();
+    let has_line = activity.second_chance.is_some();
     let activity: &str = &activity.id;
     if has_queue {
         for family in [
@@ -153,6 +154,10 @@ fn each_activity_series(
             &metrics.phase_units,
             &[activity, crate::config::phases::PUBLIC],
         );
+    }
+    if has_line {
+        f(&metrics.line_waiting, &[activity]);
+        f(&metrics.line_held, &[activity]);
     }
     for reason in ReleaseReason::ALL {
         f(&metrics.reservations_released, &[activity, reason.as_str()]);

@@ -55,6 +55,10 @@ pub fn holds_ticket(key: &[u8; 32], lane: &str, user: &str, presented: &str) -> 
     mac.verify_truncated_left(&tag).is_ok() && tag.len() == 16
 }
 
+/// How often every gateway moves each line on (a hold that ran out passes to the next buyer,
+/// a unit that came back becomes the head's): with several gateways, more often.
+pub const ADVANCE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
+
 impl super::WaitingRoom {
     /// `ask` of `user` in `lane`'s second-chance line (see `lua/line.lua`).
     pub async fn line(
@@ -65,22 +69,45 @@ impl super::WaitingRoom {
     ) -> Result<crate::stock::LineView, crate::stock::StoreError> {
         self.store.line(lane, ask, user).await
     }
-}
 
-/// How often every gateway moves each line on (a hold that ran out passes to the next buyer,
-/// a unit that came back becomes the head's): with several gateways, more often.
-pub const ADVANCE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
-
-/// Moves every second-chance line on (each lane of each activity with one, until it ends).
-pub async fn advance_all(store: &crate::stock::StockStore, settings: &crate::config::Settings) {
-    let now = store.clock().now();
-    for lane in settings.activities.lanes() {
-        if lane.second_chance.is_none() || now >= lane.ends_at || now < lane.opens() {
-            continue;
-        }
-        if let Err(e) = store.line(lane, crate::stock::LineAsk::Advance, "").await {
-            tracing::warn!(activity = %lane.id, variant = lane.variant.as_deref(), error = %e,
-                "second-chance line not moved on");
+    /// Moves every second-chance line on (each lane of each activity with one, until it ends),
+    /// and sets the line gauges from what each answered.
+    pub async fn advance_lines(&self, settings: &crate::config::Settings) {
+        let now = self.store.clock().now();
+        for activity in settings.activities.iter() {
+            if activity.second_chance.is_none() || now >= activity.ends_at || now < activity.opens()
+            {
+                continue;
+            }
+            let (mut waiting, mut held) = (Some(0), Some(0));
+            for lane in settings.activities.lanes_of(&activity.id) {
+                match self
+                    .store
+                    .line(lane, crate::stock::LineAsk::Advance, "")
+                    .await
+                {
+                    Ok(view) => {
+                        waiting = waiting.map(|w| w + view.waiting);
+                        held = held.map(|h| h + view.held);
+                    }
+                    Err(e) => {
+                        (waiting, held) = (None, None);
+                        tracing::warn!(activity = %lane.id, variant = lane.variant.as_deref(),
+                            error = %e, "second-chance line not moved on");
+                    }
+                }
+            }
+            let labels = [&*activity.id];
+            if let (Some(w), Some(h)) = (waiting, held) {
+                self.metrics
+                    .line_waiting
+                    .with_label_values(&labels)
+                    .set(w as i64);
+                self.metrics
+                    .line_held
+                    .with_label_values(&labels)
+                    .set(h as i64);
+            }
         }
     }
 }

@@ -80,6 +80,42 @@ async fn returned_units_go_to_the_line_in_order_and_never_to_a_script() {
             .starts_with("flashgate_ticket=l1."));
         tickets.insert(*user, r.json()["ticket"].as_str().unwrap().to_owned());
     }
+    // Every gateway moves the line on each second, and says how long it is.
+    wait_for_async("the line's gauge", Duration::from_secs(5), || async {
+        let w = gw.metric("flashgate_line_waiting{activity=\"4001\"}").await;
+        (w == Some(3.0)).then_some(())
+    })
+    .await;
+    // Outsiders are told sold out from memory while the line is open: no script call each.
+    let calls = |redis: &RedisServer| -> u64 {
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query(&mut redis.conn())
+            .unwrap();
+        info.lines()
+            .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+            .filter_map(|l| {
+                l.split("calls=")
+                    .nth(1)?
+                    .split(',')
+                    .next()?
+                    .parse::<u64>()
+                    .ok()
+            })
+            .sum()
+    };
+    let before = calls(&redis);
+    for i in 0..50 {
+        assert_eq!(
+            buy(&gw, &format!("outsider-{i}"), None).await.code(),
+            "sold_out"
+        );
+    }
+    assert!(
+        calls(&redis) - before <= 10,
+        "{} script calls for 50 sold-out answers",
+        calls(&redis) - before
+    );
     // A script hammers the sale route with fresh buyers from here on.
     let stop = Arc::new(AtomicBool::new(false));
     let won = Arc::new(AtomicU64::new(0));
