@@ -229,7 +229,7 @@ fn every_command_shown_exists_and_the_offline_ones_run() {
         let at = format!("{page}: {line}");
         let words: Vec<&str> = line.split_whitespace().collect();
         // A command's own subcommand (`flashgate access load`) is read with it.
-        let nested = matches!(words[1], "access");
+        let nested = matches!(words[1], "access") && words.len() > 2;
         let sub = if nested {
             words[1..3].join(" ")
         } else {
