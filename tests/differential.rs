@@ -83,11 +83,13 @@ fn keys(act: &str, ver: u64) -> Vec<String> {
 /// the records it saw the segment hold (none), their life and the version it sold in it
 /// fourth to sixth.
 fn new_args(ver: u64, items: &[Item]) -> Vec<String> {
-    let mut a = args(ver, items);
-    a.insert(2, String::new());
-    a.insert(3, "0".to_owned());
-    a.insert(4, String::new());
-    a.insert(5, "0".to_owned());
+    let mut a = vec![ver.to_string(), "1000".to_string()];
+    a.extend([String::new(), "0".to_owned(), String::new(), "0".to_owned()]);
+    for i in items {
+        // The older script's 12 arguments an item, then the steps (none: no phases).
+        a.extend(args(ver, std::slice::from_ref(i)).into_iter().skip(2));
+        a.push(String::new());
+    }
     a
 }
 
