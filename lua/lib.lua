@@ -123,12 +123,10 @@ local function encode(r)
   if not flagged(r, 'f') then
     flags = flags .. 'f'
   end
-  local phase = r.phase or ''
-  if phase ~= '' then
-    -- Flag `p`: the phase follows the fence fields (a phase id holds no '|').
-    if not flagged(r, 'p') then
-      flags = flags .. 'p'
-    end
+  local phase = r.phase
+  if phase and phase ~= '' then
+    -- Flag `p`: the phase follows the fence fields (a phase id holds no '|'). A record has a
+    -- phase only from decode (flagged) or from reserve.lua, which makes it flagged.
     return r.state .. '|' .. r.qty .. '|' .. r.ver .. '|' .. r.created .. '|' .. r.deadline
       .. '|' .. r.done .. '|' .. r.reason .. '|' .. flags .. '|' .. r.fence .. '|' .. r.prior
       .. '|' .. r.busy .. '|' .. phase .. '|' .. r.user

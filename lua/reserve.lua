@@ -234,47 +234,53 @@ local function once_each(f)
 end
 local num, fmt = once_each(tonumber), once_each(int)
 
--- The limit and the phase of a buyer's phases (a[13]) in force at t, or nil before the first.
--- Parsed once per distinct string (a batch's buyers mostly share theirs).
-local steps_of = once_each(function(steps)
-  local out = {}
-  for start, limit, id in string.gmatch(steps, '(%d+) (%d+) ([%w_-]+)') do
-    out[#out + 1] = {tonumber(start), tonumber(limit), id}
-  end
-  return out
-end)
-local function phase_at(steps, t)
-  local limit, phase
-  for _, step in ipairs(steps_of(steps)) do
-    if step[1] > t then
-      break
+-- The limit and the phase in force for a buyer's phases (a[13]) at the batch's clock, or false
+-- before the first: worked out once per distinct string a batch (its buyers mostly share theirs,
+-- and its items share one TIME, so the answer is the same for each), the last one asked kept at
+-- hand. A sale without phases makes neither the table nor the parse.
+local phase_now, last_steps, last_phase = nil, '', false
+local function phase_of(steps)
+  local p = phase_now and phase_now[steps]
+  if p == nil then
+    local t, at = now(), 1
+    p = false
+    while true do
+      local _, stop, start, limit, id = string.find(steps, '^(%d+) (%d+) ([%w_-]+) ?', at)
+      if not stop or tonumber(start) > t then
+        break
+      end
+      p, at = {tonumber(limit), id}, stop + 1
     end
-    limit, phase = step[2], step[3]
+    phase_now = phase_now or {}
+    phase_now[steps] = p
   end
-  return limit, phase
+  last_steps, last_phase = steps, p
+  return p
 end
+-- The units this batch sold per phase (the ledger's `sold@<phase>`, counted once a batch).
+local phase_sold
 
--- The second-chance line: buyers waiting in it (read when an item first needs it), and the
--- holders this batch sold to (they leave the line with the batch's writes).
-local line_waiting
-local line_sold, line_sold_units = {}, 0
-local function line_count()
-  if line_waiting == nil then
-    line_waiting = redis.call('ZCARD', LINE)
+-- The second-chance line (a lane whose KEYS hold it; none: nothing of it is made): buyers
+-- waiting in it (read when an item first needs it), and the holders this batch sold to (they
+-- leave the line with the batch's writes).
+local line_lets
+local line_waiting, line_sold, line_sold_units
+if LINE then
+  line_sold, line_sold_units = {}, 0
+  -- Whether the line lets this buyer take `qty` now: no one waits, or they hold a unit for it.
+  line_lets = function(user, qty)
+    if line_waiting == nil then
+      line_waiting = redis.call('ZCARD', LINE)
+    end
+    if line_waiting == 0 then
+      return true, false
+    end
+    if line_sold[user] or qty ~= 1 then
+      return false, false
+    end
+    local until_ms = tonumber(redis.call('HGET', HOLDS, user) or '')
+    return until_ms ~= nil and until_ms > now(), true
   end
-  return line_waiting
-end
-
--- Whether the line lets this buyer take `qty` now: no one waits, or they hold a unit for it.
-local function line_lets(user, qty)
-  if not LINE or line_count() == 0 then
-    return true, false
-  end
-  if line_sold[user] or qty ~= 1 then
-    return false, false
-  end
-  local until_ms = tonumber(redis.call('HGET', HOLDS, user) or '')
-  return until_ms ~= nil and until_ms > now(), true
 end
 
 -- A record as this batch sees it (read once, then kept), or nil.
@@ -418,16 +424,25 @@ local function reserve(b)
   local qty = num(A[b + 2])
   local h = held_by(A[b + 1])
   local limit, phase = num(A[b + 3]), nil
-  if A[b + 13] ~= '' then
+  local steps = A[b + 13]
+  if steps ~= '' then
     -- The buyer's phase by Redis's clock decides their limit (and whether they may buy yet).
-    limit, phase = phase_at(A[b + 13], now())
-    if not limit then
+    local p = last_phase
+    if steps ~= last_steps then
+      p = phase_of(steps)
+    end
+    if not p then
       return {-9, 0, 0}
     end
+    limit, phase = p[1], p[2]
   end
-  local lets, holder = line_lets(A[b + 1], qty)
-  if not lets then
-    return {-15, left, h}
+  local holder = false
+  if line_lets then
+    local lets
+    lets, holder = line_lets(A[b + 1], qty)
+    if not lets then
+      return {-15, left, h}
+    end
   end
   if h + qty > limit then
     return {-3, left, h}
@@ -454,7 +469,8 @@ local function reserve(b)
   local deadline_ms, busy_ms = t + num(A[b + 5]), t + num(A[b + 9])
   local deadline = fmt(deadline_ms)
   local rec = {state = 'pending', qty = A[b + 2], ver = VER, created = created,
-    deadline = deadline, done = '', reason = '', flags = '', fence = '1', prior = '0',
+    deadline = deadline, done = '', reason = '', flags = phase and 'fp' or 'f', fence = '1',
+    prior = '0',
     busy = fmt(busy_ms), user = A[b + 1], phase = phase}
   rec.due = deadline_ms >= busy_ms and deadline or rec.busy
   recs[A[b + 4]], rec_new[A[b + 4]], rec_dirty[A[b + 4]] = rec, true, true
@@ -475,7 +491,8 @@ local function reserve(b)
   end
   ev_jti[#ev_jti + 1], ev_user[#ev_user + 1], ev_qty[#ev_qty + 1] = A[b + 4], A[b + 1], A[b + 2]
   if phase then
-    ledger_count('sold@' .. phase, qty)
+    phase_sold = phase_sold or {}
+    phase_sold[phase] = (phase_sold[phase] or 0) + qty
   end
   if holder then
     line_sold[#line_sold + 1] = A[b + 1]
@@ -582,6 +599,11 @@ hset(RES, fields)
 if pending_units > 0 then
   redis.call('HINCRBY', LEDGER, 'pending', pending_units)
 end
+if phase_sold then
+  for phase, units in pairs(phase_sold) do
+    redis.call('HINCRBY', LEDGER, 'sold@' .. phase, units)
+  end
+end
 fields = {}
 for _, field in ipairs(idem_order) do
   fields[#fields + 1] = field
@@ -589,7 +611,7 @@ for _, field in ipairs(idem_order) do
 end
 hset(IDEM, fields)
 -- The line's buyers who bought leave it (and their holds); the units it sold are counted.
-if #line_sold > 0 then
+if line_sold and #line_sold > 0 then
   redis.call('ZREM', LINE, unpack(line_sold))
   redis.call('HDEL', HOLDS, unpack(line_sold))
   redis.call('HINCRBY', LEDGER, 'line_sold', line_sold_units)

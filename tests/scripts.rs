@@ -116,14 +116,29 @@ async fn a_buyers_phase_by_redis_clock_sets_their_limit_and_is_counted() {
     let (x, y) = tokio::join!(f.store.reserve(one(&l), &c4), f.store.reserve(one(&l), &c5),);
     assert!(matches!(x.unwrap(), ReserveOutcome::Reserved { .. }));
     assert!(matches!(y.unwrap(), ReserveOutcome::Reserved { .. }));
+    // Buyers of different steps interleaved in one batch: each judged by their own (the
+    // script keeps the last steps at hand and the others by string).
+    let (c6, c7, c8) = (
+        with(member, "g6", "r6"),
+        with(later, "l7", "r7"),
+        with(member, "g8", "r8"),
+    );
+    let (x, y, z) = tokio::join!(
+        f.store.reserve(one(&l), &c6),
+        f.store.reserve(one(&l), &c7),
+        f.store.reserve(one(&l), &c8),
+    );
+    assert!(matches!(x.unwrap(), ReserveOutcome::Reserved { .. }));
+    assert_eq!(y.unwrap(), ReserveOutcome::NotStarted);
+    assert!(matches!(z.unwrap(), ReserveOutcome::Reserved { .. }));
     let key = "fg:{1001}:v1:ledger";
     let sold: Vec<Option<u64>> = redis::cmd("HMGET")
         .arg(key)
         .arg(&["sold@members", "sold@public", "sold@none"][..])
         .query(&mut f.redis.conn())
         .unwrap();
-    assert_eq!(sold, [Some(1), Some(2), None]);
-    assert_eq!(remaining(&f.store, &a).await, Some(7));
+    assert_eq!(sold, [Some(3), Some(2), None]);
+    assert_eq!(remaining(&f.store, &a).await, Some(5));
     assert_eq!(ledger(&f.store, &a, 1).await.drift(), 0);
 }
 
