@@ -1,7 +1,9 @@
 //! The second-chance line against a reference model, on the real scripts (`lua/line.lua`,
 //! `lua/reserve.lua`) and a real redis-server: generated sequences of joins, polls, moves on,
 //! purchases (alone, or several sent at once and judged in one batch in an order the model
-//! cannot know), admin releases (units coming back) and holds running out. After every step
+//! cannot know), admin releases (units coming back) and holds running out, and a purchase sent
+//! while a join, a move on or a release runs (either may reach Redis first: the model accepts
+//! the order whose answers both match, never one step for two). After every step
 //! Redis and the model agree exactly: the stock, the line's order, who holds a unit, the units
 //! sold through the line; a unit goes back on sale to a buyer only while nobody waits in the
 //! line or when it is held for that buyer; nobody passes the limit; `reconcile` is clean.
@@ -40,6 +42,9 @@ enum Op {
     Release(usize),
     /// The unit held for a buyer runs out (its window passed).
     Lapse(usize),
+    /// A purchase in flight (sent, not yet answered) while another step runs: a `Join`,
+    /// `Advance` or `Release`.
+    Race(usize, Box<Op>),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -51,10 +56,16 @@ fn op() -> impl Strategy<Value = Op> {
         2 => proptest::collection::vec(0..USERS, 2..5).prop_map(Op::Burst),
         3 => any::<usize>().prop_map(Op::Release),
         2 => (0..USERS).prop_map(Op::Lapse),
+        3 => (0..USERS, prop_oneof![
+            (0..USERS).prop_map(Op::Join),
+            Just(Op::Advance),
+            any::<usize>().prop_map(Op::Release),
+        ])
+            .prop_map(|(u, other)| Op::Race(u, Box::new(other))),
     ]
 }
 
-#[derive(Default, Debug)]
+#[derive(Default, Debug, Clone)]
 struct Model {
     left: u64,
     /// Reservations still held: (id, user).
@@ -105,6 +116,113 @@ impl Model {
             return (true, false);
         }
         (self.holds.get(&user) == Some(&true), true)
+    }
+
+    /// Takes a purchase's answer into the model; `alone`: judged alone, so exactly what the
+    /// model expects. Err: what does not match.
+    fn take(
+        &mut self,
+        user: usize,
+        id: String,
+        outcome: ReserveOutcome,
+        alone: bool,
+    ) -> Result<(), String> {
+        let (lets, holder) = self.lets(user);
+        let expect = if !lets {
+            ReserveOutcome::HeldForLine {
+                remaining: self.left,
+            }
+        } else if self.units(user) >= 1 {
+            ReserveOutcome::LimitExceeded { held: 1 }
+        } else if self.left == 0 {
+            ReserveOutcome::Insufficient { remaining: 0 }
+        } else {
+            ReserveOutcome::Reserved {
+                remaining: self.left - 1,
+                created_ms: 0,
+                deadline_ms: 0,
+                fence: 0,
+            }
+        };
+        let reserved = matches!(outcome, ReserveOutcome::Reserved { .. });
+        let same = match (&outcome, &expect) {
+            (
+                ReserveOutcome::Reserved { remaining: a, .. },
+                ReserveOutcome::Reserved { remaining: b, .. },
+            ) => a == b,
+            (a, b) => a == b,
+        };
+        if alone && !same {
+            return Err(format!(
+                "u{user}: {outcome:?}, expected {expect:?}\n{self:?}"
+            ));
+        }
+        if reserved {
+            if !lets {
+                return Err(format!(
+                    "u{user} bought while the line waits and holds nothing for them: {self:?}"
+                ));
+            }
+            if self.left < 1 || self.units(user) != 0 {
+                return Err(format!("u{user} bought past the stock or limit: {self:?}"));
+            }
+            self.left -= 1;
+            self.held.push((id, user));
+            if holder {
+                self.line.retain(|u| *u != user);
+                self.holds.remove(&user);
+                self.line_sold += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes a line call's answer into the model. Err: what does not match.
+    fn answer(
+        &mut self,
+        ask: LineAsk,
+        user: Option<usize>,
+        view: &flashgate::stock::LineView,
+    ) -> Result<(), String> {
+        self.advance();
+        let want = match (ask, user) {
+            (LineAsk::Join, Some(u)) => {
+                if self.line.contains(&u) {
+                    LineAnswer::Joined
+                } else if self.line.is_empty() && self.left > 0 {
+                    LineAnswer::NotSoldOut
+                } else if self.units(u) >= 1 {
+                    LineAnswer::AtLimit
+                } else {
+                    self.line.push(u);
+                    self.advance();
+                    LineAnswer::Joined
+                }
+            }
+            (LineAsk::Poll, Some(u)) if !self.line.contains(&u) => LineAnswer::NotInLine,
+            (LineAsk::Poll, _) => LineAnswer::Polled,
+            _ => LineAnswer::Advanced,
+        };
+        if view.answer != want {
+            return Err(format!(
+                "{ask:?} u{user:?}: {view:?}, expected {want:?}\n{self:?}"
+            ));
+        }
+        if let Some(u) = user {
+            let place = self
+                .line
+                .iter()
+                .position(|x| *x == u)
+                .map_or(0, |p| p as u64 + 1);
+            if view.place != place || (view.hold_left_ms > 0) != (self.holds.get(&u) == Some(&true))
+            {
+                return Err(format!("u{u}'s place or hold: {view:?}\n{self:?}"));
+            }
+        }
+        if view.waiting != self.line.len() as u64 {
+            return Err(format!("waiting: {view:?}\n{self:?}"));
+        }
+        Ok(())
     }
 }
 
@@ -183,96 +301,98 @@ impl Run {
 
     /// Takes a purchase's answer; `alone`: judged alone, so exactly what the model expects.
     fn bought(&mut self, user: usize, id: String, outcome: ReserveOutcome, alone: bool) {
-        let (lets, holder) = self.model.lets(user);
-        let m = &self.model;
-        let expect = if !lets {
-            ReserveOutcome::HeldForLine { remaining: m.left }
-        } else if m.units(user) >= 1 {
-            ReserveOutcome::LimitExceeded { held: 1 }
-        } else if m.left == 0 {
-            ReserveOutcome::Insufficient { remaining: 0 }
-        } else {
-            ReserveOutcome::Reserved {
-                remaining: m.left - 1,
-                created_ms: 0,
-                deadline_ms: 0,
-                fence: 0,
-            }
-        };
-        let reserved = matches!(outcome, ReserveOutcome::Reserved { .. });
-        if alone {
-            let same = match (&outcome, &expect) {
-                (
-                    ReserveOutcome::Reserved { remaining: a, .. },
-                    ReserveOutcome::Reserved { remaining: b, .. },
-                ) => a == b,
-                (a, b) => a == b,
-            };
-            assert!(
-                same,
-                "u{user}: {outcome:?}, expected {expect:?}\n{:?}",
-                self.model
-            );
-        }
-        if reserved {
-            assert!(
-                lets,
-                "u{user} bought while the line waits and holds nothing for them: {:?}",
-                self.model
-            );
-            assert!(
-                self.model.left >= 1 && self.model.units(user) == 0,
-                "{:?}",
-                self.model
-            );
-            self.model.left -= 1;
-            self.model.held.push((id, user));
-            if holder {
-                self.model.line.retain(|u| *u != user);
-                self.model.holds.remove(&user);
-                self.model.line_sold += 1;
-            }
+        if let Err(e) = self.model.take(user, id, outcome, alone) {
+            panic!("{e}");
         }
     }
 
     async fn line(&mut self, ask: LineAsk, user: Option<usize>) {
-        let name = user.map(|u| format!("u{u}")).unwrap_or_default();
-        let view = self.store.line(&self.sale, ask, &name).await.unwrap();
-        let m = &mut self.model;
-        m.advance();
-        let want = match (ask, user) {
-            (LineAsk::Join, Some(u)) => {
-                if m.line.contains(&u) {
-                    LineAnswer::Joined
-                } else if m.line.is_empty() && m.left > 0 {
-                    LineAnswer::NotSoldOut
-                } else if m.units(u) >= 1 {
-                    LineAnswer::AtLimit
-                } else {
-                    m.line.push(u);
-                    m.advance();
-                    LineAnswer::Joined
-                }
-            }
-            (LineAsk::Poll, Some(u)) if !m.line.contains(&u) => LineAnswer::NotInLine,
-            (LineAsk::Poll, _) => LineAnswer::Polled,
-            _ => LineAnswer::Advanced,
-        };
-        assert_eq!(view.answer, want, "{ask:?} u{user:?}: {view:?}\n{m:?}");
-        if let Some(u) = user {
-            let place = m
-                .line
-                .iter()
-                .position(|x| *x == u)
-                .map_or(0, |p| p as u64 + 1);
-            assert_eq!(view.place, place, "u{u}'s place: {view:?}\n{m:?}");
-            assert_eq!(
-                view.hold_left_ms > 0,
-                m.holds.get(&u) == Some(&true),
-                "{view:?}\n{m:?}"
-            );
+        let view = self.line_call(ask, user).await;
+        if let Err(e) = self.model.answer(ask, user, &view) {
+            panic!("{e}");
         }
-        assert_eq!(view.waiting, m.line.len() as u64);
+    }
+
+    async fn line_call(&self, ask: LineAsk, user: Option<usize>) -> flashgate::stock::LineView {
+        let name = user.map(|u| format!("u{u}")).unwrap_or_default();
+        self.store.line(&self.sale, ask, &name).await.unwrap()
+    }
+
+    /// An admin release of the reservation `pick` names (taken out of the model's holdings);
+    /// None when nobody holds one.
+    fn pick_release(&mut self, pick: usize) -> Option<String> {
+        if self.model.held.is_empty() {
+            return None;
+        }
+        Some(self.model.held.remove(pick % self.model.held.len()).0)
+    }
+
+    async fn release_call(&self, id: &str) {
+        let layout = Layout::of(&self.sale);
+        let got = self
+            .store
+            .release(
+                layout.segment(0).unwrap(),
+                1,
+                id,
+                ReleaseMode::Admin,
+                ReleaseReason::Admin,
+            )
+            .await
+            .unwrap();
+        assert!(matches!(got, ReleaseOutcome::Released { .. }), "{got:?}");
+    }
+
+    /// A purchase sent while `other` runs: Redis ran one first, whichever; the model takes the
+    /// order in which both answers are what it expects (both, when they agree).
+    async fn race(&mut self, user: usize, other: &Op) {
+        // The reservation released, still held in the model until the release's turn.
+        let released = match other {
+            Op::Release(pick) if !self.model.held.is_empty() => Some(Some(
+                self.model.held[pick % self.model.held.len()].0.clone(),
+            )),
+            Op::Release(_) => Some(None),
+            _ => None,
+        };
+        let (ask, asker) = match other {
+            Op::Join(v) => (Some(LineAsk::Join), Some(*v)),
+            Op::Advance => (Some(LineAsk::Advance), None),
+            _ => (None, None),
+        };
+        let other_call = async {
+            match (&released, ask) {
+                (Some(Some(id)), _) => {
+                    self.release_call(id).await;
+                    None
+                }
+                (None, Some(ask)) => Some(self.line_call(ask, asker).await),
+                _ => None,
+            }
+        };
+        let ((id, outcome), view) = tokio::join!(self.reserve(user), other_call);
+        let other_step = |m: &mut Model| -> Result<(), String> {
+            match (&released, ask, &view) {
+                (Some(Some(id)), _, _) => {
+                    m.held.retain(|(held, _)| held != id);
+                    m.left += 1;
+                    Ok(())
+                }
+                (None, Some(ask), Some(view)) => m.answer(ask, asker, view),
+                _ => Ok(()),
+            }
+        };
+        let mut buy_first = self.model.clone();
+        let first = buy_first
+            .take(user, id.clone(), outcome.clone(), true)
+            .and_then(|()| other_step(&mut buy_first));
+        let mut other_first = self.model.clone();
+        let second =
+            other_step(&mut other_first).and_then(|()| other_first.take(user, id, outcome, true));
+        self.model = match (first, second) {
+            (Ok(()), _) => buy_first,
+            (_, Ok(())) => other_first,
+            (Err(a), Err(b)) => panic!("no order explains u{user} racing {other:?}:\n{a}\n{b}"),
+        };
     }
 
     async fn apply(&mut self, op: &Op) {
@@ -298,25 +418,12 @@ impl Run {
                 }
             }
             Op::Release(pick) => {
-                if self.model.held.is_empty() {
-                    return;
+                if let Some(id) = self.pick_release(*pick) {
+                    self.release_call(&id).await;
+                    self.model.left += 1;
                 }
-                let (id, _) = self.model.held.remove(pick % self.model.held.len());
-                let layout = Layout::of(&self.sale);
-                let got = self
-                    .store
-                    .release(
-                        layout.segment(0).unwrap(),
-                        1,
-                        &id,
-                        ReleaseMode::Admin,
-                        ReleaseReason::Admin,
-                    )
-                    .await
-                    .unwrap();
-                assert!(matches!(got, ReleaseOutcome::Released { .. }), "{got:?}");
-                self.model.left += 1;
             }
+            Op::Race(u, other) => self.race(*u, other).await,
             Op::Lapse(u) => {
                 if self.model.holds.get(u) == Some(&true) {
                     let _: () = redis::cmd("HSET")
@@ -413,5 +520,22 @@ fn returned_units_go_to_the_line_in_order() {
         Op::Poll(3),
         Op::Advance,
         Op::Buy(1),
+    ]);
+}
+
+/// Purchases in flight while a unit comes back and the line moves on: whichever reaches Redis
+/// first, the unit goes to the line's head, never to the racing stranger.
+#[test]
+fn a_purchase_in_flight_during_a_release_or_a_move_on() {
+    play(&[
+        Op::Buy(0),
+        Op::Buy(1),
+        Op::Join(2),
+        Op::Race(3, Box::new(Op::Release(0))),
+        Op::Race(3, Box::new(Op::Advance)),
+        Op::Race(2, Box::new(Op::Join(3))),
+        Op::Race(0, Box::new(Op::Release(1))),
+        Op::Advance,
+        Op::Buy(3),
     ]);
 }
