@@ -59,7 +59,8 @@
 --      space-separated, by start (unix ms): from each start on (Redis's clock) the buyer may
 --      hold that many units (instead of a[3]) and buys in that phase; before the first, -9.
 --      The units taken are counted in the ledger's `sold@<phase>` (gross: a unit given back
---      stays counted where it was taken).
+--      stays counted where it was taken). Triples one space apart, as the gateway writes them
+--      (src/stock/steps.rs); a string not in that form admits nobody (-9).
 --
 -- Returns one reply per item, in order; an item's reply (times in ms, Redis's clock; fence: the record's fence once this request's forward is
 -- counted, which an early order lookup it asks for must name, see lib.lua):
@@ -246,7 +247,14 @@ local function phase_of(steps)
     p = false
     while true do
       local _, stop, start, limit, id = string.find(steps, '^(%d+) (%d+) ([%w_-]+) ?', at)
-      if not stop or tonumber(start) > t then
+      if not stop then
+        -- Steps not in the gateway's form ("start limit id", one space between): none holds.
+        if at <= #steps then
+          p = false
+        end
+        break
+      end
+      if tonumber(start) > t then
         break
       end
       p, at = {tonumber(limit), id}, stop + 1
@@ -576,6 +584,13 @@ end
 for _, field in ipairs(ledger_fields) do
   redis.call('HINCRBY', LEDGER, field, ledger_add[field])
 end
+-- Before the stock and the records: a count edited by hand into no integer fails the batch here,
+-- with only its event written (as the ledger's other counts do).
+if phase_sold then
+  for phase, units in pairs(phase_sold) do
+    redis.call('HINCRBY', LEDGER, 'sold@' .. phase, units)
+  end
+end
 if stock_delta ~= 0 then
   redis.call('INCRBY', STOCK, stock_delta)
 end
@@ -598,11 +613,6 @@ end
 hset(RES, fields)
 if pending_units > 0 then
   redis.call('HINCRBY', LEDGER, 'pending', pending_units)
-end
-if phase_sold then
-  for phase, units in pairs(phase_sold) do
-    redis.call('HINCRBY', LEDGER, 'sold@' .. phase, units)
-  end
 end
 fields = {}
 for _, field in ipairs(idem_order) do
