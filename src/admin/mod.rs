@@ -1,5 +1,6 @@
 //! The admin listener: `/metrics`, `/healthz`, `/readyz` open; `/v1/*` behind the bearer token.
 
+mod console;
 mod halt;
 mod phases;
 mod queue;
@@ -119,6 +120,9 @@ impl ServeHttp for AdminApp {
             settings.admin.token.as_ref(),
         );
         let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+        if let Some(page) = console::serve(&method, &segments, &req.headers) {
+            return page;
+        }
         if segments.first() != Some(&"v1") {
             return self.open(&method, &segments).await;
         }

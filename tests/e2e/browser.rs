@@ -126,8 +126,19 @@ impl Browser {
             .to_owned()
     }
 
-    /// Clicks the element `css` selects, as a buyer would.
-    pub async fn click(&self, css: &str) {
+    /// Types `text` into the element `css` selects, key by key, as a person would.
+    pub async fn type_into(&self, css: &str, text: &str) {
+        let id = self.element(css).await;
+        self.command(
+            "POST",
+            &format!("element/{id}/value"),
+            json!({ "text": text }),
+        )
+        .await;
+    }
+
+    /// The driver's id of the element `css` selects (panics when there is none).
+    async fn element(&self, css: &str) -> String {
         let found = self
             .command(
                 "POST",
@@ -135,12 +146,17 @@ impl Browser {
                 json!({ "using": "css selector", "value": css }),
             )
             .await;
-        let id = found
+        found
             .as_object()
             .and_then(|o| o.values().next())
             .and_then(|v| v.as_str())
             .unwrap_or_else(|| panic!("no element {css}: {found}"))
-            .to_owned();
+            .to_owned()
+    }
+
+    /// Clicks the element `css` selects, as a buyer would.
+    pub async fn click(&self, css: &str) {
+        let id = self.element(css).await;
         self.command("POST", &format!("element/{id}/click"), json!({}))
             .await;
     }

@@ -10,6 +10,7 @@ mod before_open;
 mod browser;
 mod burst;
 mod check_live;
+mod console;
 mod cors;
 mod decisions;
 mod defence;

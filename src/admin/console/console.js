@@ -1,0 +1,274 @@
+// The operator's console (src/admin/console/mod.rs): every figure and every action is the admin
+// API's own call with the token the operator typed, kept in this tab's sessionStorage only.
+'use strict';
+
+const WORDS = {
+  en: {
+    state: 'State', starts: 'Starts', ends: 'Ends', lane: 'Stock', remaining: 'Remaining',
+    pending: 'Pending', confirmed: 'Confirmed', halt: 'Halt', resume: 'Resume',
+    restock: 'Restock', count: 'Count (optional)', units: 'Units', variant: 'Variant',
+    all: 'the activity', wrong: 'The admin API refused this token (401). Type it again.',
+    failed: 'The admin API answered {status}: {message}', done: '{action}: done.',
+    unreachable: 'The gateway did not answer; retrying every second.',
+    updated: 'Updated {time}; {n} activities.',
+    fenced_why: 'Fenced: {why}. Next step: count what no order holds (flashgate reconcile --orders), then resume with that count.',
+    states: {scheduled: 'scheduled', selling: 'selling', sold_out: 'sold out', halted: 'halted',
+      fenced: 'fenced', ended: 'ended'},
+    confirm_halt: 'Halt {id}: every gateway of the fleet stops taking stock for it within a second. Buyers are told unavailable (503) and may retry; nothing is given back.',
+    confirm_resume: 'Resume {id}: every gateway sells it again.',
+    confirm_count: 'Resume {id}{variant} with a count of {n}: the units no order holds, as flashgate reconcile --orders counted them. The stock is set to {n} and every gateway sells it again.',
+    confirm_restock: 'Restock {id}{variant}: add {n} units to the version on sale, for the whole fleet.',
+    bad_count: 'A count is a whole number from 0 up.', bad_units: 'Units are a whole number from 1 up.',
+  },
+  zh: {
+    state: '状态', starts: '开始', ends: '结束', lane: '库存', remaining: '剩余',
+    pending: '待确认', confirmed: '已确认', halt: '暂停', resume: '恢复',
+    restock: '补货', count: '数量（可选）', units: '件数', variant: '款式',
+    all: '整个活动', wrong: '管理接口拒绝了此令牌（401）。请重新输入。',
+    failed: '管理接口返回 {status}：{message}', done: '{action}：已完成。',
+    unreachable: '网关没有响应；每秒重试一次。',
+    updated: '更新于 {time}；共 {n} 个活动。',
+    fenced_why: '已隔离：{why}。下一步：清点没有订单占用的件数（flashgate reconcile --orders），然后用该数量恢复。',
+    states: {scheduled: '未开始', selling: '销售中', sold_out: '已售罄', halted: '已暂停',
+      fenced: '已隔离', ended: '已结束'},
+    confirm_halt: '暂停 {id}：整个网关集群在一秒内停止为其扣减库存。买家会收到“暂时不可用”（503），可以重试；不会退回任何东西。',
+    confirm_resume: '恢复 {id}：所有网关重新开始销售。',
+    confirm_count: '以数量 {n} 恢复 {id}{variant}：即 flashgate reconcile --orders 清点出的没有订单占用的件数。库存设为 {n}，所有网关重新开始销售。',
+    confirm_restock: '为 {id}{variant} 补货：为正在销售的版本增加 {n} 件，对整个集群生效。',
+    bad_count: '数量须为 0 或更大的整数。', bad_units: '件数须为 1 或更大的整数。',
+  },
+};
+const LANG = document.documentElement.lang === 'zh' ? 'zh' : 'en';
+const W = WORDS[LANG];
+const KEY = 'flashgate-admin-token';
+let timer = null;
+
+function say(template, values) {
+  return template.replace(/\{(\w+)\}/g, (_, k) => (k in values ? String(values[k]) : ''));
+}
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v !== null && v !== undefined) node.setAttribute(k, v);
+  }
+  for (const c of children) node.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  return node;
+}
+function status(text) {
+  document.getElementById('status').textContent = text;
+}
+
+async function api(method, path, body) {
+  const token = sessionStorage.getItem(KEY);
+  if (!token) return {status: 401, json: null};
+  const headers = {Authorization: 'Bearer ' + token};
+  if (body !== undefined) headers['Content-Type'] = 'application/json';
+  const r = await fetch(path, {method, headers, cache: 'no-store', credentials: 'omit',
+    body: body === undefined ? undefined : JSON.stringify(body)});
+  let json = null;
+  try { json = await r.json(); } catch (e) { json = null; }
+  return {status: r.status, json};
+}
+
+// The activity's state as the admin view tells it, by this browser's clock for its hours.
+function stateOf(a) {
+  const now = Date.now();
+  if (a.fenced) return 'fenced';
+  if (a.halted) return 'halted';
+  if (now >= Date.parse(a.ends_at)) return 'ended';
+  if (now < Date.parse(a.starts_at)) return 'scheduled';
+  if (a.sold_out) return 'sold_out';
+  return 'selling';
+}
+function time(iso) {
+  return new Date(iso).toLocaleString(LANG === 'zh' ? 'zh-CN' : undefined);
+}
+function figure(v) {
+  return v === null || v === undefined ? '—' : String(v);
+}
+
+function lanes(a) {
+  if (Array.isArray(a.variants) && a.variants.length > 0) {
+    return a.variants.map((v) => ({id: v.id, remaining: v.remaining, pending: v.pending,
+      confirmed: v.confirmed}));
+  }
+  return [{id: null, remaining: a.remaining, pending: a.pending, confirmed: a.confirmed}];
+}
+
+function card(a) {
+  const state = stateOf(a);
+  const id = a.id;
+  const box = el('article', {class: 'activity state-' + state, 'data-activity': id,
+    'aria-labelledby': 'title-' + id});
+  box.append(el('h3', {id: 'title-' + id}, id, ' ',
+    el('span', {class: 'state', 'data-state': state}, W.states[state])));
+  box.append(el('p', {class: 'times'}, W.starts + ': ', time(a.starts_at), ' · ', W.ends + ': ',
+    time(a.ends_at)));
+  if (a.fenced) {
+    const why = a.fenced.why || a.fenced.reason || JSON.stringify(a.fenced);
+    box.append(el('p', {class: 'fenced', role: 'note'}, say(W.fenced_why, {why})));
+  }
+  const table = el('table', {});
+  table.append(el('thead', {}, el('tr', {}, el('th', {scope: 'col'}, W.lane),
+    el('th', {scope: 'col'}, W.remaining), el('th', {scope: 'col'}, W.pending),
+    el('th', {scope: 'col'}, W.confirmed))));
+  const body = el('tbody', {});
+  for (const l of lanes(a)) {
+    body.append(el('tr', {'data-lane': l.id === null ? '' : l.id},
+      el('th', {scope: 'row'}, l.id === null ? W.all : l.id),
+      el('td', {'data-figure': 'remaining'}, figure(l.remaining)),
+      el('td', {'data-figure': 'pending'}, figure(l.pending)),
+      el('td', {'data-figure': 'confirmed'}, figure(l.confirmed))));
+  }
+  table.append(body);
+  box.append(table);
+  box.append(actions(a));
+  return box;
+}
+
+function variantPicker(a, name) {
+  const ids = lanes(a).map((l) => l.id).filter((v) => v !== null);
+  if (ids.length === 0) return null;
+  const pick = el('select', {id: name + '-' + a.id, name: 'variant'});
+  for (const v of ids) pick.append(el('option', {value: v}, v));
+  return [el('label', {for: name + '-' + a.id}, W.variant), pick];
+}
+
+function actions(a) {
+  const id = a.id;
+  const form = el('div', {class: 'actions'});
+  const halt = el('button', {type: 'button', class: 'danger', 'data-action': 'halt'}, W.halt);
+  halt.addEventListener('click', () => act(say(W.confirm_halt, {id}), W.halt,
+    'POST', `/v1/activities/${encodeURIComponent(id)}/halt`));
+  const countId = 'count-' + id;
+  const count = el('input', {type: 'number', min: '0', step: '1', id: countId, inputmode: 'numeric'});
+  const resumeVariant = variantPicker(a, 'resume-variant');
+  const resume = el('button', {type: 'button', 'data-action': 'resume'}, W.resume);
+  resume.addEventListener('click', () => {
+    const raw = count.value.trim();
+    const path = `/v1/activities/${encodeURIComponent(id)}/resume`;
+    if (raw === '') return act(say(W.confirm_resume, {id}), W.resume, 'POST', path);
+    if (!/^\d+$/.test(raw)) return status(W.bad_count);
+    const body = {remaining: Number(raw)};
+    let variant = '';
+    if (resumeVariant) {
+      body.variant = resumeVariant[1].value;
+      variant = ' / ' + body.variant;
+    }
+    act(say(W.confirm_count, {id, variant, n: raw}), W.resume, 'POST', path, body);
+  });
+  const unitsId = 'units-' + id;
+  const units = el('input', {type: 'number', min: '1', step: '1', id: unitsId, inputmode: 'numeric'});
+  const restockVariant = variantPicker(a, 'restock-variant');
+  const restock = el('button', {type: 'button', 'data-action': 'restock'}, W.restock);
+  restock.addEventListener('click', () => {
+    const raw = units.value.trim();
+    if (!/^\d+$/.test(raw) || Number(raw) < 1) return status(W.bad_units);
+    const body = {add: Number(raw)};
+    let variant = '';
+    if (restockVariant) {
+      body.variant = restockVariant[1].value;
+      variant = ' / ' + body.variant;
+    }
+    act(say(W.confirm_restock, {id, variant, n: raw}), W.restock, 'POST',
+      `/v1/activities/${encodeURIComponent(id)}/restock`, body);
+  });
+  form.append(el('div', {class: 'row'}, halt));
+  const resumeRow = el('div', {class: 'row'}, el('label', {for: countId}, W.count), count);
+  if (resumeVariant) resumeRow.append(...resumeVariant);
+  resumeRow.append(resume);
+  const restockRow = el('div', {class: 'row'}, el('label', {for: unitsId}, W.units), units);
+  if (restockVariant) restockRow.append(...restockVariant);
+  restockRow.append(restock);
+  form.append(resumeRow, restockRow);
+  return form;
+}
+
+// Asks in the dialog, in the runbook's words; on Confirm, makes the API's call.
+function act(text, name, method, path, body) {
+  const dialog = document.getElementById('confirm');
+  document.getElementById('confirm-text').textContent = text;
+  const ok = document.getElementById('confirm-ok');
+  const cancel = document.getElementById('confirm-cancel');
+  const close = () => {
+    ok.onclick = null;
+    cancel.onclick = null;
+    dialog.close();
+  };
+  cancel.onclick = close;
+  ok.onclick = async () => {
+    close();
+    const r = await api(method, path, body);
+    if (r.status === 401) return signedOut(W.wrong);
+    if (r.status >= 200 && r.status < 300) status(say(W.done, {action: name}));
+    else status(say(W.failed, {status: r.status, message: (r.json && r.json.message) || ''}));
+    refresh();
+  };
+  dialog.showModal();
+  cancel.focus();
+}
+
+// Keeps the inputs the operator is typing in across a redraw.
+function redraw(list) {
+  const box = document.getElementById('activities');
+  const kept = {};
+  for (const input of box.querySelectorAll('input, select')) kept[input.id] = input.value;
+  const focused = document.activeElement && document.activeElement.id;
+  box.replaceChildren(...list.map(card));
+  for (const [k, v] of Object.entries(kept)) {
+    const input = document.getElementById(k);
+    if (input) input.value = v;
+  }
+  if (focused && document.getElementById(focused)) document.getElementById(focused).focus();
+  document.getElementById('empty').hidden = true;
+}
+
+async function refresh() {
+  let r;
+  try {
+    r = await api('GET', '/v1/activities');
+  } catch (e) {
+    return status(W.unreachable);
+  }
+  if (r.status === 401) return signedOut(W.wrong);
+  if (r.status !== 200 || !r.json) {
+    return status(say(W.failed, {status: r.status, message: (r.json && r.json.message) || ''}));
+  }
+  redraw(r.json.activities);
+  const n = r.json.activities.length;
+  document.getElementById('updated').textContent =
+    say(W.updated, {time: new Date().toLocaleTimeString(LANG === 'zh' ? 'zh-CN' : undefined), n});
+}
+
+function signedIn() {
+  document.getElementById('sign-in').hidden = true;
+  document.getElementById('sign-out').hidden = false;
+  refresh();
+  if (!timer) timer = setInterval(refresh, 1000);
+}
+
+function signedOut(message) {
+  sessionStorage.removeItem(KEY);
+  if (timer) clearInterval(timer);
+  timer = null;
+  document.getElementById('activities').replaceChildren();
+  document.getElementById('updated').textContent = '';
+  document.getElementById('empty').hidden = false;
+  document.getElementById('sign-in').hidden = false;
+  document.getElementById('sign-out').hidden = true;
+  status(message || '');
+  document.getElementById('token').focus();
+}
+
+document.addEventListener('DOMContentLoaded', () => {
+  document.getElementById('sign-in').addEventListener('submit', (e) => {
+    e.preventDefault();
+    const input = document.getElementById('token');
+    sessionStorage.setItem(KEY, input.value);
+    input.value = '';
+    status('');
+    signedIn();
+  });
+  document.getElementById('sign-out').addEventListener('click', () => signedOut(''));
+  if (sessionStorage.getItem(KEY)) signedIn();
+});

@@ -1,0 +1,275 @@
+//! The operator's console (`GET /ui` on the admin listener) in headless Chromium against a real
+//! fleet (two gateways, one Redis): nothing without the token (and every action answers 401),
+//! the drop's figures as the admin API gives them, halt from the console and both gateways
+//! refuse within a second, resume, restock a size and see it sell; English and Chinese, desktop
+//! and phone width, screenshots kept.
+
+use crate::browser::Browser;
+use crate::support::*;
+use serde_json::{json, Value};
+use std::time::{Duration, Instant};
+
+const SIZES: [(&str, u64); 3] = [("42", 5), ("43", 5), ("44", 5)];
+
+/// A drop "2001" in three sizes, one unit per buyer across them.
+fn drop_config(redis: &RedisServer, upstream: &Upstream) -> TestConfig {
+    let mut config = TestConfig::new(
+        redis,
+        upstream,
+        vec![TestActivity::open("2001", 0).limit(1)],
+    );
+    config.per_user = None;
+    let sizes: Vec<Value> = SIZES
+        .iter()
+        .map(|(id, stock)| json!({"id": id, "stock": stock, "title": format!("EU {id}")}))
+        .collect();
+    config
+        .set("/activities/0/stock", Value::Null)
+        .set("/activities/0/variants", json!(sizes))
+        .set("/sale_routes/0/variant_query", json!("variant"))
+}
+
+async fn buy(gw: &GatewayProc, user: &str, size: &str) -> HttpResponse {
+    let path = format!("/api/seckill/2001/buy?variant={size}");
+    request(gw.addr, "POST", &path, &[("X-User-Id", user)]).await
+}
+
+/// What the console shows: whether signed in, the status line, each size's figures, the
+/// activity's state, and whether the page is wider than the window.
+const READ: &str = "var a = document.querySelector('article[data-activity=\"2001\"]'); \
+    var rows = {}; if (a) { a.querySelectorAll('tbody tr').forEach(function (r) { \
+      var f = {}; r.querySelectorAll('td').forEach(function (c) { \
+        f[c.dataset.figure] = c.textContent; }); rows[r.dataset.lane] = f; }); } \
+    return {signed_in: document.getElementById('sign-in').hidden, \
+      status: document.getElementById('status').textContent, \
+      state: a ? a.querySelector('.state').dataset.state : null, rows: rows, \
+      cards: document.querySelectorAll('article').length, \
+      dialog: document.getElementById('confirm').open, \
+      text: document.body.innerText, \
+      overflow: document.documentElement.scrollWidth > window.innerWidth};";
+
+/// Polls the console until `done` holds of what it shows.
+async fn until(browser: &Browser, what: &str, done: impl Fn(&Value) -> bool) -> Value {
+    wait_for_async(what, Duration::from_secs(15), || async {
+        let v = browser.script(READ).await;
+        done(&v).then_some(v)
+    })
+    .await
+}
+
+/// Clicks an action of the drop's card and confirms it in the dialog.
+async fn confirm(browser: &Browser, action: &str) -> Value {
+    browser
+        .click(&format!(
+            "article[data-activity=\"2001\"] [data-action=\"{action}\"]"
+        ))
+        .await;
+    let asked = until(browser, "the confirmation", |v| v["dialog"] == true).await;
+    browser.click("#confirm-ok").await;
+    asked
+}
+
+/// The size's figures in the admin API's view, as the console writes them.
+fn figures(view: &Value, size: &str) -> Value {
+    let row = view["variants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["id"] == size)
+        .unwrap();
+    json!({
+        "remaining": row["remaining"].to_string(),
+        "pending": row["pending"].to_string(),
+        "confirmed": row["confirmed"].to_string(),
+    })
+}
+
+/// Buys on `gw` as `holder` (who holds their one unit already: probing takes no stock, each
+/// answer 409) until the answer is 503 `unavailable`; the time it took from `from`.
+async fn refused_after(gw: &GatewayProc, from: Instant, holder: &str) -> Duration {
+    loop {
+        let r = buy(gw, holder, "44").await;
+        match r.status {
+            503 => {
+                assert_eq!(r.json()["code"], "unavailable", "{}", r.text());
+                return from.elapsed();
+            }
+            409 => {}
+            other => panic!("{holder}: {other} {}", r.text()),
+        }
+        assert!(
+            from.elapsed() < Duration::from_secs(5),
+            "{holder}: never refused"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_signs_in_shows_the_drop_and_runs_the_fleets_actions() {
+    let redis = RedisServer::start();
+    let upstream = Upstream::start();
+    let config = drop_config(&redis, &upstream);
+    let a = GatewayProc::start(config.clone());
+    let b = GatewayProc::start(config.on_new_ports());
+    for (i, gw) in [&a, &b].iter().enumerate() {
+        let r = buy(gw, &format!("early-{i}"), "42").await;
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    // Without the token: the API refuses every call the console makes.
+    for (method, path) in [
+        ("GET", "/v1/activities"),
+        ("POST", "/v1/activities/2001/halt"),
+        ("POST", "/v1/activities/2001/resume"),
+        ("POST", "/v1/activities/2001/restock"),
+    ] {
+        let r = request(a.admin, method, path, &[]).await;
+        assert_eq!(r.status, 401, "{method} {path}: {}", r.text());
+    }
+    let browser = Browser::start().await;
+    browser.viewport(1280, 900).await;
+    let ui = format!("http://{}/ui", a.admin);
+    browser.go(&ui).await;
+    let shown = until(&browser, "the sign-in", |v| v["signed_in"] == false).await;
+    assert_eq!(shown["cards"], 0, "nothing before the token: {shown}");
+    assert!(shown["text"].as_str().unwrap().contains("Admin token"));
+    // A wrong token: refused, nothing shown, asked again.
+    browser.type_into("#token", "not-the-token").await;
+    browser.click("#sign-in button[type=submit]").await;
+    let shown = until(&browser, "the refusal", |v| {
+        v["status"].as_str().unwrap().contains("401") && v["signed_in"] == false
+    })
+    .await;
+    assert_eq!(shown["cards"], 0, "{shown}");
+    browser.type_into("#token", ADMIN_TOKEN).await;
+    browser.click("#sign-in button[type=submit]").await;
+    // The figures are the admin API's.
+    let view = a.activity_view("2001").await;
+    let shown = until(&browser, "the drop's figures", |v| {
+        v["rows"]["42"] == figures(&view, "42") && v["rows"]["43"] == figures(&view, "43")
+    })
+    .await;
+    assert_eq!(shown["state"], "selling", "{shown}");
+    assert_eq!(shown["rows"]["42"]["confirmed"], "2", "{shown}");
+    browser.screenshot("console-desktop-en").await;
+
+    // Cancel changes nothing.
+    browser
+        .click("article[data-activity=\"2001\"] [data-action=\"halt\"]")
+        .await;
+    let asked = until(&browser, "the confirmation", |v| v["dialog"] == true).await;
+    assert!(asked["text"].as_str().unwrap().contains("every gateway"));
+    browser.click("#confirm-cancel").await;
+    until(&browser, "the dialog closed", |v| v["dialog"] == false).await;
+    assert_eq!(a.activity_view("2001").await["halted"], false);
+
+    // Halt: both gateways refuse within a second of the API's answer.
+    confirm(&browser, "halt").await;
+    let shown = until(&browser, "the halt's answer", |v| {
+        v["status"].as_str().unwrap().contains("Halt: done")
+    })
+    .await;
+    let answered = Instant::now();
+    for (gw, holder) in [(&a, "early-0"), (&b, "early-1")] {
+        let took = refused_after(gw, answered, holder).await;
+        assert!(took < Duration::from_secs(1), "{holder}: {took:?} {shown}");
+    }
+    until(&browser, "the halted state", |v| v["state"] == "halted").await;
+
+    // Resume (no count): both sell again.
+    confirm(&browser, "resume").await;
+    until(&browser, "selling again", |v| v["state"] == "selling").await;
+    for (i, gw) in [&a, &b].iter().enumerate() {
+        let sold = wait_for_async(
+            "a sale after the resume",
+            Duration::from_secs(5),
+            || async {
+                let r = buy(gw, &format!("after-{i}"), "44").await;
+                (r.status == 200).then_some(())
+            },
+        )
+        .await;
+        let _: () = sold;
+    }
+
+    // Restock size 43 by 3 from the form: the API's view moves and it sells.
+    let before = a.activity_view("2001").await;
+    browser.type_into("#units-2001", "3").await;
+    browser
+        .click("#restock-variant-2001 option[value=\"43\"]")
+        .await;
+    let asked = confirm(&browser, "restock").await;
+    assert!(
+        asked["text"].as_str().unwrap().contains("2001 / 43"),
+        "{asked}"
+    );
+    let after = wait_for_async("the restock", Duration::from_secs(5), || async {
+        let v = a.activity_view("2001").await;
+        let r = |v: &Value| v["variants"][1]["remaining"].as_i64();
+        (r(&v)? == r(&before)? + 3).then_some(v)
+    })
+    .await;
+    assert_eq!(after["variants"][1]["id"], "43");
+    let r = buy(&b, "restocked-buyer", "43").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    // A count the API refuses (nothing of size 42 was lost: it is selling) is the API's
+    // refusal, shown as such, and changes nothing.
+    browser.type_into("#count-2001", "7").await;
+    browser
+        .click("#resume-variant-2001 option[value=\"42\"]")
+        .await;
+    let asked = confirm(&browser, "resume").await;
+    assert!(
+        asked["text"].as_str().unwrap().contains("count of 7"),
+        "{asked}"
+    );
+    let shown = until(&browser, "the count refused", |v| {
+        v["status"].as_str().unwrap().contains("answered 409")
+    })
+    .await;
+    assert_eq!(shown["state"], "selling", "{shown}");
+    let view = a.activity_view("2001").await;
+    assert_ne!(view["variants"][0]["remaining"], 7, "{view}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_in_chinese_at_phone_width() {
+    let redis = RedisServer::start();
+    let upstream = Upstream::start();
+    let gw = GatewayProc::start(drop_config(&redis, &upstream));
+    for (lang, languages, name) in [
+        ("zh", "zh-CN,zh", "console-phone-zh"),
+        ("en", "en-US,en", "console-phone-en"),
+    ] {
+        let browser = Browser::start_with(true, languages).await;
+        browser.viewport(390, 844).await;
+        browser.go(&format!("http://{}/ui", gw.admin)).await;
+        let shown = until(&browser, "the sign-in", |v| v["signed_in"] == false).await;
+        let label = if lang == "zh" {
+            "管理令牌"
+        } else {
+            "Admin token"
+        };
+        assert!(shown["text"].as_str().unwrap().contains(label), "{shown}");
+        browser.type_into("#token", ADMIN_TOKEN).await;
+        browser.click("#sign-in button[type=submit]").await;
+        let shown = until(&browser, "the drop", |v| v["cards"] == 1).await;
+        let (halt, selling) = if lang == "zh" {
+            ("暂停", "销售中")
+        } else {
+            ("Halt", "selling")
+        };
+        let text = shown["text"].as_str().unwrap();
+        assert!(text.contains(halt) && text.contains(selling), "{shown}");
+        if shown["overflow"] == true {
+            let widest = browser
+                .script(
+                    "var w = []; document.querySelectorAll('*').forEach(function (e) { \
+                     var r = e.getBoundingClientRect(); if (r.right > window.innerWidth) \
+                     w.push(e.tagName + '#' + e.id + '.' + e.className + ' ' + r.right); }); return w;",
+                )
+                .await;
+            panic!("{name}: wider than a phone: {widest}");
+        }
+        browser.screenshot(name).await;
+    }
+}
