@@ -273,3 +273,96 @@ async fn the_console_in_chinese_at_phone_width() {
         browser.screenshot(name).await;
     }
 }
+
+/// A store emptied under a selling drop: the console shows it fenced, why, and the next step
+/// with its commands; a plain Resume is the API's refusal; a Resume with the count from the form
+/// sells exactly that many again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fenced_drop_is_resumed_with_a_count_from_the_form() {
+    let mut redis = RedisServer::start();
+    let upstream = Upstream::start();
+    let mut config = TestConfig::new(&redis, &upstream, vec![TestActivity::open("1001", 10)]);
+    config.per_user = None;
+    let gw = GatewayProc::start(config);
+    for i in 0..4 {
+        let r = gw.buy("1001", &format!("before-{i}"), None).await;
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    redis.kill();
+    redis.restart();
+    let browser = Browser::start().await;
+    browser.viewport(1280, 900).await;
+    browser.go(&format!("http://{}/ui", gw.admin)).await;
+    browser.type_into("#token", ADMIN_TOKEN).await;
+    browser.click("#sign-in button[type=submit]").await;
+    let card = "var a = document.querySelector('article[data-activity=\"1001\"]'); \
+        var f = a && a.querySelector('.fenced'); \
+        return {state: a ? a.querySelector('.state').dataset.state : null, \
+          fence: f ? f.innerText : '', status: document.getElementById('status').textContent};";
+    let shown = wait_for_async("the fence shown", Duration::from_secs(15), || async {
+        let v = browser.script(card).await;
+        (v["state"] == "fenced").then_some(v)
+    })
+    .await;
+    let fence = shown["fence"].as_str().unwrap();
+    assert!(
+        fence.contains("lost sales") && fence.contains("Next step"),
+        "{shown}"
+    );
+    assert!(
+        fence.contains("flashgate reconcile --config gateway.yaml --orders"),
+        "{shown}"
+    );
+    assert!(fence.contains("/v1/activities/1001/resume"), "{shown}");
+    browser.screenshot("console-fenced-en").await;
+    // A plain resume: the API refuses it (the store lost sales), and the console says so.
+    let ask = |action: &'static str| {
+        let browser = &browser;
+        async move {
+            browser
+                .click(&format!(
+                    "article[data-activity=\"1001\"] [data-action=\"{action}\"]"
+                ))
+                .await;
+            wait_for_async("the confirmation", Duration::from_secs(5), || async {
+                let open = browser
+                    .script("return document.getElementById('confirm').open;")
+                    .await;
+                (open == true).then_some(())
+            })
+            .await;
+            browser.click("#confirm-ok").await;
+        }
+    };
+    ask("resume").await;
+    wait_for_async("the refusal", Duration::from_secs(10), || async {
+        let v = browser.script(card).await;
+        v["status"].as_str().unwrap().contains("409").then_some(())
+    })
+    .await;
+    assert_eq!(gw.buy("1001", "during", None).await.status, 503);
+    // The count from the form: exactly 6 more sell.
+    browser.type_into("#count-1001", "6").await;
+    ask("resume").await;
+    wait_for_async("selling again", Duration::from_secs(10), || async {
+        let v = browser.script(card).await;
+        (v["state"] == "selling").then_some(())
+    })
+    .await;
+    // Each buyer retries what may be retried (503 `unavailable`) until answered.
+    let mut sold = 0;
+    for i in 0..12 {
+        let user = format!("after-{i}");
+        let status = wait_for_async("an answer", Duration::from_secs(10), || async {
+            let r = gw.buy("1001", &user, None).await;
+            (r.status != 503).then_some(r.status)
+        })
+        .await;
+        match status {
+            200 => sold += 1,
+            409 | 410 => {}
+            other => panic!("{user}: {other}"),
+        }
+    }
+    assert_eq!(sold, 6, "the count, exactly");
+}

@@ -11,7 +11,10 @@ const WORDS = {
     failed: 'The admin API answered {status}: {message}', done: '{action}: done.',
     unreachable: 'The gateway did not answer; retrying every second.',
     updated: 'Updated {time}; {n} activities.',
-    fenced_why: 'Fenced: {why}. Next step: count what no order holds (flashgate reconcile --orders), then resume with that count.',
+    fenced_lost: 'Fenced: the store lost sales ({why}): it holds {held} reservation records, this gateway saw {seen}. Nothing sells until a count.',
+    next_lost: 'Next step: count the units no order holds (reconcile with --orders), then Resume with that count (the form below, or the command).',
+    fenced_master: 'Fenced: the Redis master changed (recorded {recorded}, answering now {current}). Nothing sells meanwhile.',
+    next_master: 'Next step: check that the new master holds every sale (reconcile with --orders); if it does, Resume; if not, Resume with the count.',
     states: {scheduled: 'scheduled', selling: 'selling', sold_out: 'sold out', halted: 'halted',
       fenced: 'fenced', ended: 'ended'},
     confirm_halt: 'Halt {id}: every gateway of the fleet stops taking stock for it within a second. Buyers are told unavailable (503) and may retry; nothing is given back.',
@@ -28,7 +31,10 @@ const WORDS = {
     failed: '管理接口返回 {status}：{message}', done: '{action}：已完成。',
     unreachable: '网关没有响应；每秒重试一次。',
     updated: '更新于 {time}；共 {n} 个活动。',
-    fenced_why: '已隔离：{why}。下一步：清点没有订单占用的件数（flashgate reconcile --orders），然后用该数量恢复。',
+    fenced_lost: '已隔离：存储丢失了销售记录（{why}）：现有 {held} 条预留记录，本网关曾见到 {seen} 条。清点前不会售出任何商品。',
+    next_lost: '下一步：清点没有订单占用的件数（reconcile 加 --orders），然后用该数量恢复（下方表单或命令）。',
+    fenced_master: '已隔离：Redis 主节点已更换（记录的是 {recorded}，现在应答的是 {current}）。在此期间不会售出。',
+    next_master: '下一步：确认新的主节点保有全部销售（reconcile 加 --orders）；若是，直接恢复；若否，用清点的数量恢复。',
     states: {scheduled: '未开始', selling: '销售中', sold_out: '已售罄', halted: '已暂停',
       fenced: '已隔离', ended: '已结束'},
     confirm_halt: '暂停 {id}：整个网关集群在一秒内停止为其扣减库存。买家会收到“暂时不可用”（503），可以重试；不会退回任何东西。',
@@ -104,10 +110,7 @@ function card(a) {
     el('span', {class: 'state', 'data-state': state}, W.states[state])));
   box.append(el('p', {class: 'times'}, W.starts + ': ', time(a.starts_at), ' · ', W.ends + ': ',
     time(a.ends_at)));
-  if (a.fenced) {
-    const why = a.fenced.why || a.fenced.reason || JSON.stringify(a.fenced);
-    box.append(el('p', {class: 'fenced', role: 'note'}, say(W.fenced_why, {why})));
-  }
+  if (a.fenced) box.append(fence(a));
   const table = el('table', {});
   table.append(el('thead', {}, el('tr', {}, el('th', {scope: 'col'}, W.lane),
     el('th', {scope: 'col'}, W.remaining), el('th', {scope: 'col'}, W.pending),
@@ -123,6 +126,26 @@ function card(a) {
   table.append(body);
   box.append(table);
   box.append(actions(a));
+  return box;
+}
+
+// Why the activity is fenced, and the runbook's next step with its commands filled in.
+function fence(a) {
+  const f = a.fenced;
+  const box = el('div', {class: 'fenced', role: 'note'});
+  const resume = `curl -X POST -H "Authorization: Bearer $FLASHGATE_ADMIN_TOKEN" ` +
+    `-H 'Content-Type: application/json' -d '{"remaining": N}' ` +
+    `${location.origin}/v1/activities/${encodeURIComponent(a.id)}/resume`;
+  if (f.lost) {
+    box.append(el('p', {}, say(W.fenced_lost, {why: f.lost, held: f.held, seen: f.seen})));
+    box.append(el('p', {}, W.next_lost));
+    box.append(el('pre', {}, 'flashgate reconcile --config gateway.yaml --orders\n' + resume));
+  } else {
+    box.append(el('p', {}, say(W.fenced_master, {recorded: f.recorded || '—',
+      current: f.current || '—'})));
+    box.append(el('p', {}, W.next_master));
+    box.append(el('pre', {}, 'flashgate reconcile --config gateway.yaml --orders'));
+  }
   return box;
 }
 
@@ -208,19 +231,53 @@ function act(text, name, method, path, body) {
   cancel.focus();
 }
 
-// Keeps the inputs the operator is typing in across a redraw.
+// Draws each activity's card once and then updates its figures in place, so that an input the
+// operator is typing in (or a list they opened) is never replaced under them; a card whose
+// sizes changed (a reload) is drawn again.
 function redraw(list) {
   const box = document.getElementById('activities');
-  const kept = {};
-  for (const input of box.querySelectorAll('input, select')) kept[input.id] = input.value;
-  const focused = document.activeElement && document.activeElement.id;
-  box.replaceChildren(...list.map(card));
-  for (const [k, v] of Object.entries(kept)) {
-    const input = document.getElementById(k);
-    if (input) input.value = v;
+  const cards = new Map();
+  for (const c of box.children) cards.set(c.dataset.activity, c);
+  const next = [];
+  for (const a of list) {
+    const shape = JSON.stringify(lanes(a).map((l) => l.id));
+    let c = cards.get(a.id);
+    if (!c || c.dataset.shape !== shape) {
+      c = card(a);
+      c.dataset.shape = shape;
+    } else {
+      update(c, a);
+    }
+    next.push(c);
   }
-  if (focused && document.getElementById(focused)) document.getElementById(focused).focus();
+  if (next.length !== box.children.length || next.some((c, i) => box.children[i] !== c)) {
+    box.replaceChildren(...next);
+  }
   document.getElementById('empty').hidden = true;
+}
+
+function update(c, a) {
+  const state = stateOf(a);
+  c.className = 'activity state-' + state;
+  const badge = c.querySelector('.state');
+  badge.dataset.state = state;
+  badge.textContent = W.states[state];
+  for (const l of lanes(a)) {
+    const row = c.querySelector(`tbody tr[data-lane="${CSS.escape(l.id === null ? '' : l.id)}"]`);
+    for (const k of ['remaining', 'pending', 'confirmed']) {
+      const cell = row && row.querySelector(`td[data-figure="${k}"]`);
+      if (cell && cell.textContent !== figure(l[k])) cell.textContent = figure(l[k]);
+    }
+  }
+  const old = c.querySelector('.fenced');
+  const now = a.fenced ? fence(a) : null;
+  if (old && now) {
+    if (old.textContent !== now.textContent) old.replaceWith(now);
+  } else if (old) {
+    old.remove();
+  } else if (now) {
+    c.querySelector('table').before(now);
+  }
 }
 
 async function refresh() {
