@@ -109,7 +109,39 @@ impl AdminApp {
 
 #[async_trait]
 impl ServeHttp for AdminApp {
+    /// Every call that changes something (not a GET) is logged once, with its answer and who
+    /// made it: the peer's address, and `console` when the operator's console sent it (its own
+    /// `X-Flashgate-Client` header; the token is one for all operators, so the address is the
+    /// who).
     async fn response(&self, session: &mut ServerSession) -> Response<Vec<u8>> {
+        let req = session.req_header();
+        let (method, path) = (req.method.clone(), req.uri.path().to_owned());
+        let via = match req.headers.get("x-flashgate-client").map(|v| v.as_bytes()) {
+            Some(b"console") => "console",
+            _ => "api",
+        };
+        let answer = self.answer(session).await;
+        if method != Method::GET && method != Method::HEAD {
+            let peer = session
+                .client_addr()
+                .map_or_else(|| "unknown".to_owned(), |a| a.to_string());
+            tracing::info!(
+                target: "flashgate::admin",
+                %method,
+                path,
+                status = answer.status().as_u16(),
+                peer,
+                via,
+                "admin call"
+            );
+        }
+        answer
+    }
+}
+
+impl AdminApp {
+    /// The answer to one admin call.
+    async fn answer(&self, session: &mut ServerSession) -> Response<Vec<u8>> {
         let req = session.req_header();
         let method = req.method.clone();
         let path = req.uri.path().to_owned();

@@ -174,6 +174,24 @@ async fn the_console_signs_in_shows_the_drop_and_runs_the_fleets_actions() {
         assert!(took < Duration::from_secs(1), "{holder}: {took:?} {shown}");
     }
     until(&browser, "the halted state", |v| v["state"] == "halted").await;
+    // In the gateway's log: the call, its answer, and who made it (the console, from where).
+    let logged = wait_for("the halt in the log", Duration::from_secs(5), || {
+        a.logs()
+            .lines()
+            .find(|l| {
+                l.contains("admin call")
+                    && l.contains("/v1/activities/2001/halt")
+                    && l.contains("status=200")
+            })
+            .map(str::to_owned)
+    });
+    assert!(
+        logged.contains("via=\"console\"") || logged.contains("via=console"),
+        "{logged}"
+    );
+    assert!(logged.contains("peer=\"127.0.0.1:"), "{logged}");
+    // The refused calls without the token are there too, as the API's.
+    assert!(a.logs().contains("status=401"), "the 401s logged");
 
     // Resume (no count): both sell again.
     confirm(&browser, "resume").await;

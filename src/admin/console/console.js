@@ -67,7 +67,7 @@ function status(text) {
 async function api(method, path, body) {
   const token = sessionStorage.getItem(KEY);
   if (!token) return {status: 401, json: null};
-  const headers = {Authorization: 'Bearer ' + token};
+  const headers = {Authorization: 'Bearer ' + token, 'X-Flashgate-Client': 'console'};
   if (body !== undefined) headers['Content-Type'] = 'application/json';
   const r = await fetch(path, {method, headers, cache: 'no-store', credentials: 'omit',
     body: body === undefined ? undefined : JSON.stringify(body)});
