@@ -384,3 +384,81 @@ async fn a_fenced_drop_is_resumed_with_a_count_from_the_form() {
     }
     assert_eq!(sold, 6, "the count, exactly");
 }
+
+/// A drop with a waiting room: the console shows who waits, who was admitted and the rate as the
+/// queue's admin view says, and sets the rate, pauses and resumes the queue for the fleet.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_waiting_room_on_the_console_and_its_controls() {
+    use crate::queue_support::{queued, take_ticket};
+    let redis = RedisServer::start();
+    let upstream = Upstream::start();
+    let mut config = TestConfig::new(&redis, &upstream, vec![queued("3001", 50, Queue::admit(1))]);
+    config.per_user = None;
+    let gw = GatewayProc::start(config);
+    for i in 0..6 {
+        take_ticket(&gw, "3001", &format!("waiting-{i}")).await;
+    }
+    let queue = || async {
+        let r = gw.admin_get("/v1/activities/3001/queue").await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.json()
+    };
+    let browser = Browser::start().await;
+    browser.viewport(1280, 900).await;
+    browser.go(&format!("http://{}/ui", gw.admin)).await;
+    browser.type_into("#token", ADMIN_TOKEN).await;
+    browser.click("#sign-in button[type=submit]").await;
+    let read = "var q = {}; document.querySelectorAll('article[data-activity=\"3001\"] dd') \
+        .forEach(function (d) { q[d.dataset.queue] = d.textContent; }); \
+        return {q: q, dialog: document.getElementById('confirm').open, \
+          status: document.getElementById('status').textContent};";
+    // The figures are the queue view's (read on both sides until they agree: admissions move).
+    wait_for_async("the queue's figures", Duration::from_secs(15), || async {
+        let v = browser.script(read).await;
+        let api = queue().await;
+        let waiting = api["length"].as_u64()? - api["cursor"].as_u64()?;
+        (v["q"]["waiting"] == waiting.to_string()
+            && v["q"]["admitted"] == api["cursor"].to_string()
+            && v["q"]["rate"] == "1")
+            .then_some(())
+    })
+    .await;
+    browser.screenshot("console-queue-en").await;
+    let run = |action: &'static str| {
+        let browser = &browser;
+        async move {
+            browser
+                .click(&format!(
+                    "article[data-activity=\"3001\"] [data-action=\"{action}\"]"
+                ))
+                .await;
+            wait_for_async("the confirmation", Duration::from_secs(5), || async {
+                let v = browser.script(read).await;
+                (v["dialog"] == true).then_some(())
+            })
+            .await;
+            browser.click("#confirm-ok").await;
+        }
+    };
+    browser.type_into("#rate-3001", "7").await;
+    run("queue-rate").await;
+    wait_for_async("the new rate", Duration::from_secs(5), || async {
+        (queue().await["admit_per_second"] == 7).then_some(())
+    })
+    .await;
+    run("queue-pause").await;
+    wait_for_async("the pause", Duration::from_secs(5), || async {
+        (queue().await["paused"] == true).then_some(())
+    })
+    .await;
+    wait_for_async("paused on the console", Duration::from_secs(5), || async {
+        let v = browser.script(read).await;
+        v["q"]["rate"].as_str()?.contains("paused").then_some(())
+    })
+    .await;
+    run("queue-resume").await;
+    wait_for_async("the resume", Duration::from_secs(5), || async {
+        (queue().await["paused"] == false).then_some(())
+    })
+    .await;
+}

@@ -22,6 +22,12 @@ const WORDS = {
     confirm_count: 'Resume {id}{variant} with a count of {n}: the units no order holds, as flashgate reconcile --orders counted them. The stock is set to {n} and every gateway sells it again.',
     confirm_restock: 'Restock {id}{variant}: add {n} units to the version on sale, for the whole fleet.',
     bad_count: 'A count is a whole number from 0 up.', bad_units: 'Units are a whole number from 1 up.',
+    queue: 'Waiting room', waiting: 'Waiting', admitted: 'Admitted', rate: 'Admissions a second',
+    clear: 'Clears in', paused: 'paused', pause_queue: 'Pause the queue', resume_queue: 'Resume the queue',
+    set_rate: 'Set the rate', bad_rate: 'A rate is a whole number from 1 up.',
+    confirm_pause: 'Pause the waiting room of {id}: nobody more is admitted (every gateway) until it is resumed; waiting buyers keep their place and read that it is paused.',
+    confirm_unpause: 'Resume the waiting room of {id}: admissions go on at {rate} a second.',
+    confirm_rate: 'Admit {n} buyers a second to {id}, for the whole fleet, from now on.',
   },
   zh: {
     state: '状态', starts: '开始', ends: '结束', lane: '库存', remaining: '剩余',
@@ -42,12 +48,20 @@ const WORDS = {
     confirm_count: '以数量 {n} 恢复 {id}{variant}：即 flashgate reconcile --orders 清点出的没有订单占用的件数。库存设为 {n}，所有网关重新开始销售。',
     confirm_restock: '为 {id}{variant} 补货：为正在销售的版本增加 {n} 件，对整个集群生效。',
     bad_count: '数量须为 0 或更大的整数。', bad_units: '件数须为 1 或更大的整数。',
+    queue: '排队室', waiting: '排队中', admitted: '已放行', rate: '每秒放行',
+    clear: '预计清空', paused: '已暂停', pause_queue: '暂停排队', resume_queue: '恢复排队',
+    set_rate: '设置速率', bad_rate: '速率须为 1 或更大的整数。',
+    confirm_pause: '暂停 {id} 的排队室：在恢复前（所有网关）不再放行任何人；排队的买家保留位置，并看到已暂停。',
+    confirm_unpause: '恢复 {id} 的排队室：以每秒 {rate} 人继续放行。',
+    confirm_rate: '从现在起，整个集群每秒为 {id} 放行 {n} 位买家。',
   },
 };
 const LANG = document.documentElement.lang === 'zh' ? 'zh' : 'en';
 const W = WORDS[LANG];
 const KEY = 'flashgate-admin-token';
 let timer = null;
+// Each activity's waiting room as last read: its view, or null when it has none (asked once).
+const queues = new Map();
 
 function say(template, values) {
   return template.replace(/\{(\w+)\}/g, (_, k) => (k in values ? String(values[k]) : ''));
@@ -125,7 +139,55 @@ function card(a) {
   }
   table.append(body);
   box.append(table);
+  const q = queues.get(id);
+  if (q) box.append(queuePanel(a, q));
   box.append(actions(a));
+  return box;
+}
+
+function clearsIn(q) {
+  const waiting = Math.max(0, q.length - q.cursor);
+  if (waiting === 0) return '0 s';
+  if (q.paused || !q.admit_per_second) return '—';
+  const secs = Math.ceil(waiting / q.admit_per_second);
+  return secs < 120 ? secs + ' s' : Math.ceil(secs / 60) + ' min';
+}
+
+function queueFigures(q) {
+  return {waiting: String(Math.max(0, q.length - q.cursor)), admitted: String(q.cursor),
+    rate: String(q.admit_per_second) + (q.paused ? ' (' + W.paused + ')' : ''), clear: clearsIn(q)};
+}
+
+// The waiting room's figures and its controls (pause, resume, the rate).
+function queuePanel(a, q) {
+  const id = a.id;
+  const box = el('section', {class: 'queue', 'aria-label': W.queue + ' ' + id});
+  box.append(el('h4', {}, W.queue));
+  const list = el('dl', {});
+  const f = queueFigures(q);
+  for (const k of ['waiting', 'admitted', 'rate', 'clear']) {
+    list.append(el('div', {}, el('dt', {}, W[k]), el('dd', {'data-queue': k}, f[k])));
+  }
+  box.append(list);
+  const path = `/v1/activities/${encodeURIComponent(id)}/queue`;
+  const pause = el('button', {type: 'button', class: 'danger', 'data-action': 'queue-pause'},
+    W.pause_queue);
+  pause.addEventListener('click', () => act(say(W.confirm_pause, {id}), W.pause_queue, 'POST',
+    path + '/pause'));
+  const unpause = el('button', {type: 'button', 'data-action': 'queue-resume'}, W.resume_queue);
+  unpause.addEventListener('click', () => act(say(W.confirm_unpause, {id,
+    rate: (queues.get(id) || q).admit_per_second}), W.resume_queue, 'POST', path + '/resume'));
+  const rateId = 'rate-' + id;
+  const rate = el('input', {type: 'number', min: '1', step: '1', id: rateId, inputmode: 'numeric'});
+  const set = el('button', {type: 'button', 'data-action': 'queue-rate'}, W.set_rate);
+  set.addEventListener('click', () => {
+    const raw = rate.value.trim();
+    if (!/^\d+$/.test(raw) || Number(raw) < 1) return status(W.bad_rate);
+    act(say(W.confirm_rate, {id, n: raw}), W.set_rate, 'POST',
+      path + '/rate?per_second=' + encodeURIComponent(raw));
+  });
+  box.append(el('div', {class: 'row'}, pause, unpause),
+    el('div', {class: 'row'}, el('label', {for: rateId}, W.rate), rate, set));
   return box;
 }
 
@@ -240,7 +302,7 @@ function redraw(list) {
   for (const c of box.children) cards.set(c.dataset.activity, c);
   const next = [];
   for (const a of list) {
-    const shape = JSON.stringify(lanes(a).map((l) => l.id));
+    const shape = JSON.stringify([lanes(a).map((l) => l.id), !!queues.get(a.id)]);
     let c = cards.get(a.id);
     if (!c || c.dataset.shape !== shape) {
       c = card(a);
@@ -269,6 +331,14 @@ function update(c, a) {
       if (cell && cell.textContent !== figure(l[k])) cell.textContent = figure(l[k]);
     }
   }
+  const q = queues.get(a.id);
+  if (q) {
+    const f = queueFigures(q);
+    for (const k of Object.keys(f)) {
+      const cell = c.querySelector(`dd[data-queue="${k}"]`);
+      if (cell && cell.textContent !== f[k]) cell.textContent = f[k];
+    }
+  }
   const old = c.querySelector('.fenced');
   const now = a.fenced ? fence(a) : null;
   if (old && now) {
@@ -291,10 +361,20 @@ async function refresh() {
   if (r.status !== 200 || !r.json) {
     return status(say(W.failed, {status: r.status, message: (r.json && r.json.message) || ''}));
   }
+  await readQueues(r.json.activities);
   redraw(r.json.activities);
   const n = r.json.activities.length;
   document.getElementById('updated').textContent =
     say(W.updated, {time: new Date().toLocaleTimeString(LANG === 'zh' ? 'zh-CN' : undefined), n});
+}
+
+// The waiting rooms of the activities that have one (404 `no_queue`: asked no more).
+async function readQueues(list) {
+  await Promise.all(list.filter((a) => queues.get(a.id) !== null).map(async (a) => {
+    const r = await api('GET', `/v1/activities/${encodeURIComponent(a.id)}/queue`);
+    if (r.status === 404) queues.set(a.id, null);
+    else if (r.status === 200 && r.json) queues.set(a.id, r.json);
+  }));
 }
 
 function signedIn() {
@@ -306,6 +386,7 @@ function signedIn() {
 
 function signedOut(message) {
   sessionStorage.removeItem(KEY);
+  queues.clear();
   if (timer) clearInterval(timer);
   timer = null;
   document.getElementById('activities').replaceChildren();
