@@ -174,6 +174,16 @@ async fn the_console_signs_in_shows_the_drop_and_runs_the_fleets_actions() {
         assert!(took < Duration::from_secs(1), "{holder}: {took:?} {shown}");
     }
     until(&browser, "the halted state", |v| v["state"] == "halted").await;
+    // The refusals of the last minute, by code (this gateway's: its prober's 503).
+    let refusals = wait_for_async("the refusals by code", Duration::from_secs(15), || async {
+        let text = browser
+            .script("return document.querySelector('article[data-activity=\"2001\"] .refusals').textContent;")
+            .await;
+        let text = text.as_str()?.to_owned();
+        text.contains("unavailable 1").then_some(text)
+    })
+    .await;
+    assert!(refusals.contains("on this gateway"), "{refusals}");
     // In the gateway's log: the call, its answer, and who made it (the console, from where).
     let logged = wait_for("the halt in the log", Duration::from_secs(5), || {
         a.logs()

@@ -25,6 +25,7 @@ const WORDS = {
     queue: 'Waiting room', waiting: 'Waiting', admitted: 'Admitted', rate: 'Admissions a second',
     clear: 'Clears in', paused: 'paused', pause_queue: 'Pause the queue', resume_queue: 'Resume the queue',
     set_rate: 'Set the rate', bad_rate: 'A rate is a whole number from 1 up.',
+    refusals: 'Refusals in the last {secs} s, on this gateway', no_refusals: 'none',
     confirm_pause: 'Pause the waiting room of {id}: nobody more is admitted (every gateway) until it is resumed; waiting buyers keep their place and read that it is paused.',
     confirm_unpause: 'Resume the waiting room of {id}: admissions go on at {rate} a second.',
     confirm_rate: 'Admit {n} buyers a second to {id}, for the whole fleet, from now on.',
@@ -51,6 +52,7 @@ const WORDS = {
     queue: '排队室', waiting: '排队中', admitted: '已放行', rate: '每秒放行',
     clear: '预计清空', paused: '已暂停', pause_queue: '暂停排队', resume_queue: '恢复排队',
     set_rate: '设置速率', bad_rate: '速率须为 1 或更大的整数。',
+    refusals: '最近 {secs} 秒本网关的拒绝', no_refusals: '无',
     confirm_pause: '暂停 {id} 的排队室：在恢复前（所有网关）不再放行任何人；排队的买家保留位置，并看到已暂停。',
     confirm_unpause: '恢复 {id} 的排队室：以每秒 {rate} 人继续放行。',
     confirm_rate: '从现在起，整个集群每秒为 {id} 放行 {n} 位买家。',
@@ -62,6 +64,13 @@ const KEY = 'flashgate-admin-token';
 let timer = null;
 // Each activity's waiting room as last read: its view, or null when it has none (asked once).
 const queues = new Map();
+// This gateway's decision counters (its /metrics, read every 5 s), a minute of readings: the
+// refusals by code over the last minute are the newest reading less the oldest. Approximation:
+// one gateway's, not the fleet's (Grafana sums the fleet); a gateway restarted within the
+// minute counts from its start.
+const readings = [];
+const REFUSALS_EVERY_MS = 5000;
+let lastReading = 0;
 
 function say(template, values) {
   return template.replace(/\{(\w+)\}/g, (_, k) => (k in values ? String(values[k]) : ''));
@@ -141,8 +150,49 @@ function card(a) {
   box.append(table);
   const q = queues.get(id);
   if (q) box.append(queuePanel(a, q));
+  box.append(el('p', {class: 'refusals', 'data-refusals': ''}, refusalsText(id)));
   box.append(actions(a));
   return box;
+}
+
+// `flashgate_admission_decisions_total` of the Prometheus text, as {activity: {code: n}}.
+function decisions(text) {
+  const out = {};
+  const line = /^flashgate_admission_decisions_total\{([^}]*)\} (\d+)/;
+  for (const l of text.split('\n')) {
+    const m = line.exec(l);
+    if (!m) continue;
+    const labels = {};
+    for (const p of m[1].matchAll(/(\w+)="((?:[^"\\]|\\.)*)"/g)) labels[p[1]] = p[2];
+    if (!labels.activity || !labels.decision) continue;
+    (out[labels.activity] = out[labels.activity] || {})[labels.decision] = Number(m[2]);
+  }
+  return out;
+}
+
+async function readRefusals() {
+  if (Date.now() - lastReading < REFUSALS_EVERY_MS) return;
+  lastReading = Date.now();
+  const r = await fetch('/metrics', {cache: 'no-store', credentials: 'omit'});
+  if (r.status !== 200) return;
+  readings.push({at: Date.now(), counts: decisions(await r.text())});
+  while (readings.length > 2 && readings[1].at <= Date.now() - 60000) readings.shift();
+}
+
+function refusalsText(id) {
+  if (readings.length < 2) return say(W.refusals, {secs: 0}) + ': ' + W.no_refusals;
+  const first = readings[0];
+  const last = readings[readings.length - 1];
+  const secs = Math.round((last.at - first.at) / 1000);
+  const now = last.counts[id] || {};
+  const then = first.counts[id] || {};
+  const parts = [];
+  for (const [code, n] of Object.entries(now)) {
+    if (code === 'admitted' || code === 'passthrough') continue;
+    const d = n - (then[code] || 0);
+    if (d > 0) parts.push(code + ' ' + d);
+  }
+  return say(W.refusals, {secs}) + ': ' + (parts.length ? parts.join(' · ') : W.no_refusals);
 }
 
 function clearsIn(q) {
@@ -331,6 +381,9 @@ function update(c, a) {
       if (cell && cell.textContent !== figure(l[k])) cell.textContent = figure(l[k]);
     }
   }
+  const refusals = c.querySelector('[data-refusals]');
+  const text = refusalsText(a.id);
+  if (refusals && refusals.textContent !== text) refusals.textContent = text;
   const q = queues.get(a.id);
   if (q) {
     const f = queueFigures(q);
@@ -361,7 +414,7 @@ async function refresh() {
   if (r.status !== 200 || !r.json) {
     return status(say(W.failed, {status: r.status, message: (r.json && r.json.message) || ''}));
   }
-  await readQueues(r.json.activities);
+  await Promise.all([readQueues(r.json.activities), readRefusals().catch(() => {})]);
   redraw(r.json.activities);
   const n = r.json.activities.length;
   document.getElementById('updated').textContent =
@@ -387,6 +440,8 @@ function signedIn() {
 function signedOut(message) {
   sessionStorage.removeItem(KEY);
   queues.clear();
+  readings.length = 0;
+  lastReading = 0;
   if (timer) clearInterval(timer);
   timer = null;
   document.getElementById('activities').replaceChildren();
