@@ -532,6 +532,9 @@ impl AdminApp {
             "max_per_request": activity.max_per_request.get(),
             "starts_at": activity.starts_at.to_rfc3339(),
             "ends_at": activity.ends_at.to_rfc3339(),
+            // When its waiting room takes arrivals (`queue.opens_at`, else `starts_at`); null
+            // without one.
+            "queue_opens_at": activity.queue.as_ref().map(|q| q.opens_at.to_rfc3339()),
         })
     }
 }

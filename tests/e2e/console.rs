@@ -299,6 +299,8 @@ async fn the_console_in_chinese_at_phone_width() {
             panic!("{name}: wider than a phone: {widest}");
         }
         browser.screenshot(name).await;
+        browser.viewport(1280, 900).await;
+        browser.screenshot(&name.replace("phone", "desktop")).await;
     }
 }
 
@@ -399,10 +401,19 @@ async fn a_fenced_drop_is_resumed_with_a_count_from_the_form() {
 /// queue's admin view says, and sets the rate, pauses and resumes the queue for the fleet.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_waiting_room_on_the_console_and_its_controls() {
-    use crate::queue_support::{queued, take_ticket};
+    use crate::queue_support::{in_secs, queued, take_ticket};
     let redis = RedisServer::start();
     let upstream = Upstream::start();
-    let mut config = TestConfig::new(&redis, &upstream, vec![queued("3001", 50, Queue::admit(1))]);
+    // And a drop whose waiting room opened before its sale: the pre-queue.
+    let early = TestActivity {
+        starts_at: in_secs(3600),
+        ..queued("3002", 50, Queue::admit(1).opens_at(in_secs(-60)))
+    };
+    let mut config = TestConfig::new(
+        &redis,
+        &upstream,
+        vec![queued("3001", 50, Queue::admit(1)), early],
+    );
     config.per_user = None;
     let gw = GatewayProc::start(config);
     for i in 0..6 {
@@ -433,6 +444,12 @@ async fn the_waiting_room_on_the_console_and_its_controls() {
             .then_some(())
     })
     .await;
+    let state = browser
+        .script(
+            "return document.querySelector('article[data-activity=\"3002\"] .state').textContent;",
+        )
+        .await;
+    assert_eq!(state, "pre-queue");
     browser.screenshot("console-queue-en").await;
     let run = |action: &'static str| {
         let browser = &browser;

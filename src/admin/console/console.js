@@ -4,7 +4,7 @@
 
 const WORDS = {
   en: {
-    state: 'State', starts: 'Starts', ends: 'Ends', lane: 'Stock', remaining: 'Remaining',
+    state: 'State', queue_opens: 'Queue opens', starts: 'Starts', ends: 'Ends', lane: 'Stock', remaining: 'Remaining',
     pending: 'Pending', confirmed: 'Confirmed', halt: 'Halt', resume: 'Resume',
     restock: 'Restock', count: 'Count (optional)', units: 'Units', variant: 'Variant',
     all: 'the activity', wrong: 'The admin API refused this token (401). Type it again.',
@@ -15,7 +15,7 @@ const WORDS = {
     next_lost: 'Next step: count the units no order holds (reconcile with --orders), then Resume with that count (the form below, or the command).',
     fenced_master: 'Fenced: the Redis master changed (recorded {recorded}, answering now {current}). Nothing sells meanwhile.',
     next_master: 'Next step: check that the new master holds every sale (reconcile with --orders); if it does, Resume; if not, Resume with the count.',
-    states: {scheduled: 'scheduled', selling: 'selling', sold_out: 'sold out', halted: 'halted',
+    states: {scheduled: 'scheduled', pre_queue: 'pre-queue', selling: 'selling', sold_out: 'sold out', halted: 'halted',
       fenced: 'fenced', ended: 'ended'},
     confirm_halt: 'Halt {id}: every gateway of the fleet stops taking stock for it within a second. Buyers are told unavailable (503) and may retry; nothing is given back.',
     confirm_resume: 'Resume {id}: every gateway sells it again.',
@@ -31,7 +31,7 @@ const WORDS = {
     confirm_rate: 'Admit {n} buyers a second to {id}, for the whole fleet, from now on.',
   },
   zh: {
-    state: '状态', starts: '开始', ends: '结束', lane: '库存', remaining: '剩余',
+    state: '状态', queue_opens: '排队开始', starts: '开始', ends: '结束', lane: '库存', remaining: '剩余',
     pending: '待确认', confirmed: '已确认', halt: '暂停', resume: '恢复',
     restock: '补货', count: '数量（可选）', units: '件数', variant: '款式',
     all: '整个活动', wrong: '管理接口拒绝了此令牌（401）。请重新输入。',
@@ -42,7 +42,7 @@ const WORDS = {
     next_lost: '下一步：清点没有订单占用的件数（reconcile 加 --orders），然后用该数量恢复（下方表单或命令）。',
     fenced_master: '已隔离：Redis 主节点已更换（记录的是 {recorded}，现在应答的是 {current}）。在此期间不会售出。',
     next_master: '下一步：确认新的主节点保有全部销售（reconcile 加 --orders）；若是，直接恢复；若否，用清点的数量恢复。',
-    states: {scheduled: '未开始', selling: '销售中', sold_out: '已售罄', halted: '已暂停',
+    states: {scheduled: '未开始', pre_queue: '预排队', selling: '销售中', sold_out: '已售罄', halted: '已暂停',
       fenced: '已隔离', ended: '已结束'},
     confirm_halt: '暂停 {id}：整个网关集群在一秒内停止为其扣减库存。买家会收到“暂时不可用”（503），可以重试；不会退回任何东西。',
     confirm_resume: '恢复 {id}：所有网关重新开始销售。',
@@ -105,7 +105,9 @@ function stateOf(a) {
   if (a.fenced) return 'fenced';
   if (a.halted) return 'halted';
   if (now >= Date.parse(a.ends_at)) return 'ended';
-  if (now < Date.parse(a.starts_at)) return 'scheduled';
+  if (now < Date.parse(a.starts_at)) {
+    return a.queue_opens_at && now >= Date.parse(a.queue_opens_at) ? 'pre_queue' : 'scheduled';
+  }
   if (a.sold_out) return 'sold_out';
   return 'selling';
 }
@@ -131,8 +133,10 @@ function card(a) {
     'aria-labelledby': 'title-' + id});
   box.append(el('h3', {id: 'title-' + id}, id, ' ',
     el('span', {class: 'state', 'data-state': state}, W.states[state])));
-  box.append(el('p', {class: 'times'}, W.starts + ': ', time(a.starts_at), ' · ', W.ends + ': ',
-    time(a.ends_at)));
+  const opens = a.queue_opens_at && a.queue_opens_at !== a.starts_at ?
+    W.queue_opens + ': ' + time(a.queue_opens_at) + ' · ' : '';
+  box.append(el('p', {class: 'times'}, opens, W.starts + ': ', time(a.starts_at), ' · ',
+    W.ends + ': ', time(a.ends_at)));
   if (a.fenced) box.append(fence(a));
   const table = el('table', {});
   table.append(el('thead', {}, el('tr', {}, el('th', {scope: 'col'}, W.lane),
