@@ -276,13 +276,15 @@ function variantPicker(a, name) {
 function actions(a) {
   const id = a.id;
   const form = el('div', {class: 'actions'});
-  const halt = el('button', {type: 'button', class: 'danger', 'data-action': 'halt'}, W.halt);
+  const halt = el('button', {type: 'button', class: 'danger', 'data-action': 'halt',
+    'aria-label': W.halt + ' ' + id}, W.halt);
   halt.addEventListener('click', () => act(say(W.confirm_halt, {id}), W.halt,
     'POST', `/v1/activities/${encodeURIComponent(id)}/halt`));
   const countId = 'count-' + id;
   const count = el('input', {type: 'number', min: '0', step: '1', id: countId, inputmode: 'numeric'});
   const resumeVariant = variantPicker(a, 'resume-variant');
-  const resume = el('button', {type: 'button', 'data-action': 'resume'}, W.resume);
+  const resume = el('button', {type: 'button', 'data-action': 'resume',
+    'aria-label': W.resume + ' ' + id}, W.resume);
   resume.addEventListener('click', () => {
     const raw = count.value.trim();
     const path = `/v1/activities/${encodeURIComponent(id)}/resume`;
@@ -299,7 +301,8 @@ function actions(a) {
   const unitsId = 'units-' + id;
   const units = el('input', {type: 'number', min: '1', step: '1', id: unitsId, inputmode: 'numeric'});
   const restockVariant = variantPicker(a, 'restock-variant');
-  const restock = el('button', {type: 'button', 'data-action': 'restock'}, W.restock);
+  const restock = el('button', {type: 'button', 'data-action': 'restock',
+    'aria-label': W.restock + ' ' + id}, W.restock);
   restock.addEventListener('click', () => {
     const raw = units.value.trim();
     if (!/^\d+$/.test(raw) || Number(raw) < 1) return status(W.bad_units);
