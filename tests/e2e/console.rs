@@ -59,9 +59,14 @@ async fn until(browser: &Browser, what: &str, done: impl Fn(&Value) -> bool) -> 
 
 /// Clicks an action of the drop's card and confirms it in the dialog.
 async fn confirm(browser: &Browser, action: &str) -> Value {
+    confirm_on(browser, "2001", action).await
+}
+
+/// Clicks an action of activity `act`'s card and confirms it in the dialog; what it asked.
+async fn confirm_on(browser: &Browser, act: &str, action: &str) -> Value {
     browser
         .click(&format!(
-            "article[data-activity=\"2001\"] [data-action=\"{action}\"]"
+            "article[data-activity=\"{act}\"] [data-action=\"{action}\"]"
         ))
         .await;
     let asked = until(browser, "the confirmation", |v| v["dialog"] == true).await;
@@ -346,25 +351,7 @@ async fn a_fenced_drop_is_resumed_with_a_count_from_the_form() {
     assert!(fence.contains("/v1/activities/1001/resume"), "{shown}");
     browser.screenshot("console-fenced-en").await;
     // A plain resume: the API refuses it (the store lost sales), and the console says so.
-    let ask = |action: &'static str| {
-        let browser = &browser;
-        async move {
-            browser
-                .click(&format!(
-                    "article[data-activity=\"1001\"] [data-action=\"{action}\"]"
-                ))
-                .await;
-            wait_for_async("the confirmation", Duration::from_secs(5), || async {
-                let open = browser
-                    .script("return document.getElementById('confirm').open;")
-                    .await;
-                (open == true).then_some(())
-            })
-            .await;
-            browser.click("#confirm-ok").await;
-        }
-    };
-    ask("resume").await;
+    confirm_on(&browser, "1001", "resume").await;
     wait_for_async("the refusal", Duration::from_secs(10), || async {
         let v = browser.script(card).await;
         v["status"].as_str().unwrap().contains("409").then_some(())
@@ -373,7 +360,7 @@ async fn a_fenced_drop_is_resumed_with_a_count_from_the_form() {
     assert_eq!(gw.buy("1001", "during", None).await.status, 503);
     // The count from the form: exactly 6 more sell.
     browser.type_into("#count-1001", "6").await;
-    ask("resume").await;
+    confirm_on(&browser, "1001", "resume").await;
     wait_for_async("selling again", Duration::from_secs(10), || async {
         let v = browser.script(card).await;
         (v["state"] == "selling").then_some(())
@@ -438,8 +425,9 @@ async fn the_waiting_room_on_the_console_and_its_controls() {
         let v = browser.script(read).await;
         let api = queue().await;
         let waiting = api["length"].as_u64()? - api["cursor"].as_u64()?;
-        (v["q"]["waiting"] == waiting.to_string()
-            && v["q"]["admitted"] == api["cursor"].to_string()
+        let want = json!({"waiting": waiting.to_string(), "admitted": api["cursor"].to_string()});
+        (v["q"]["waiting"] == want["waiting"]
+            && v["q"]["admitted"] == want["admitted"]
             && v["q"]["rate"] == "1")
             .then_some(())
     })
@@ -451,29 +439,13 @@ async fn the_waiting_room_on_the_console_and_its_controls() {
         .await;
     assert_eq!(state, "pre-queue");
     browser.screenshot("console-queue-en").await;
-    let run = |action: &'static str| {
-        let browser = &browser;
-        async move {
-            browser
-                .click(&format!(
-                    "article[data-activity=\"3001\"] [data-action=\"{action}\"]"
-                ))
-                .await;
-            wait_for_async("the confirmation", Duration::from_secs(5), || async {
-                let v = browser.script(read).await;
-                (v["dialog"] == true).then_some(())
-            })
-            .await;
-            browser.click("#confirm-ok").await;
-        }
-    };
     browser.type_into("#rate-3001", "7").await;
-    run("queue-rate").await;
+    confirm_on(&browser, "3001", "queue-rate").await;
     wait_for_async("the new rate", Duration::from_secs(5), || async {
         (queue().await["admit_per_second"] == 7).then_some(())
     })
     .await;
-    run("queue-pause").await;
+    confirm_on(&browser, "3001", "queue-pause").await;
     wait_for_async("the pause", Duration::from_secs(5), || async {
         (queue().await["paused"] == true).then_some(())
     })
@@ -483,7 +455,7 @@ async fn the_waiting_room_on_the_console_and_its_controls() {
         v["q"]["rate"].as_str()?.contains("paused").then_some(())
     })
     .await;
-    run("queue-resume").await;
+    confirm_on(&browser, "3001", "queue-resume").await;
     wait_for_async("the resume", Duration::from_secs(5), || async {
         (queue().await["paused"] == false).then_some(())
     })
