@@ -9,6 +9,7 @@ const WORDS = {
     restock: 'Restock', count: 'Count (optional)', units: 'Units', variant: 'Variant',
     all: 'the activity', wrong: 'The admin API refused this token (401). Type it again.',
     failed: 'The admin API answered {status}: {message}', done: '{action}: done.',
+    unsure: '{action}: the admin API answered {status} ({message}). It may have been applied: read the figures before you try again.',
     unreachable: 'The gateway did not answer; retrying every second.',
     updated: 'Updated {time}; {n} activities.',
     fenced_lost: 'Fenced: the store lost sales ({why}): it holds {held} reservation records, this gateway saw {seen}. Nothing sells until a count.',
@@ -22,7 +23,7 @@ const WORDS = {
     confirm_count: 'Resume {id}{variant} with a count of {n}: the units no order holds, as flashgate reconcile --orders counted them. The stock is set to {n} and every gateway sells it again.',
     confirm_restock: 'Restock {id}{variant}: add {n} units to the version on sale, for the whole fleet.',
     bad_count: 'A count is a whole number from 0 up.', bad_units: 'Units are a whole number from 1 up.',
-    queue: 'Waiting room', waiting: 'Waiting', admitted: 'Admitted', rate: 'Admissions a second',
+    queue: 'Waiting room', waiting: 'Waiting', admitted: 'Cursor (places reached)', rate: 'Admissions a second',
     clear: 'Clears in', paused: 'paused', pause_queue: 'Pause the queue', resume_queue: 'Resume the queue',
     set_rate: 'Set the rate', bad_rate: 'A rate is a whole number from 1 up.',
     refusals: 'Refusals in the last {secs} s, on this gateway', no_refusals: 'none',
@@ -36,6 +37,7 @@ const WORDS = {
     restock: '补货', count: '数量（可选）', units: '件数', variant: '款式',
     all: '整个活动', wrong: '管理接口拒绝了此令牌（401）。请重新输入。',
     failed: '管理接口返回 {status}：{message}', done: '{action}：已完成。',
+    unsure: '{action}：管理接口返回 {status}（{message}）。操作可能已生效：请先查看数据再重试。',
     unreachable: '网关没有响应；每秒重试一次。',
     updated: '更新于 {time}；共 {n} 个活动。',
     fenced_lost: '已隔离：存储丢失了销售记录（{why}）：现有 {held} 条预留记录，本网关曾见到 {seen} 条。清点前不会售出任何商品。',
@@ -49,7 +51,7 @@ const WORDS = {
     confirm_count: '以数量 {n} 恢复 {id}{variant}：即 flashgate reconcile --orders 清点出的没有订单占用的件数。库存设为 {n}，所有网关重新开始销售。',
     confirm_restock: '为 {id}{variant} 补货：为正在销售的版本增加 {n} 件，对整个集群生效。',
     bad_count: '数量须为 0 或更大的整数。', bad_units: '件数须为 1 或更大的整数。',
-    queue: '排队室', waiting: '排队中', admitted: '已放行', rate: '每秒放行',
+    queue: '排队室', waiting: '排队中', admitted: '游标（已轮到的位置）', rate: '每秒放行',
     clear: '预计清空', paused: '已暂停', pause_queue: '暂停排队', resume_queue: '恢复排队',
     set_rate: '设置速率', bad_rate: '速率须为 1 或更大的整数。',
     refusals: '最近 {secs} 秒本网关的拒绝', no_refusals: '无',
@@ -71,6 +73,8 @@ const queues = new Map();
 const readings = [];
 const REFUSALS_EVERY_MS = 5000;
 let lastReading = 0;
+// Whether the last poll got no answer (its message is cleared by the next answer).
+let unreachable = false;
 
 function say(template, values) {
   return template.replace(/\{(\w+)\}/g, (_, k) => (k in values ? String(values[k]) : ''));
@@ -192,15 +196,17 @@ function refusalsText(id) {
   const then = first.counts[id] || {};
   const parts = [];
   for (const [code, n] of Object.entries(now)) {
-    if (code === 'admitted' || code === 'passthrough') continue;
+    if (code === 'admitted' || code === 'passthrough' || code === 'queued') continue;
     const d = n - (then[code] || 0);
     if (d > 0) parts.push(code + ' ' + d);
   }
   return say(W.refusals, {secs}) + ': ' + (parts.length ? parts.join(' · ') : W.no_refusals);
 }
 
+// The queue view's `length` is the tickets issued and not yet reached: who waits. `cursor` is
+// the last place reached (it moves with the rate even while nobody queues).
 function clearsIn(q) {
-  const waiting = Math.max(0, q.length - q.cursor);
+  const waiting = q.length;
   if (waiting === 0) return '0 s';
   if (q.paused || !q.admit_per_second) return '—';
   const secs = Math.ceil(waiting / q.admit_per_second);
@@ -208,7 +214,7 @@ function clearsIn(q) {
 }
 
 function queueFigures(q) {
-  return {waiting: String(Math.max(0, q.length - q.cursor)), admitted: String(q.cursor),
+  return {waiting: String(q.length), admitted: String(q.cursor),
     rate: String(q.admit_per_second) + (q.paused ? ' (' + W.paused + ')' : ''), clear: clearsIn(q)};
 }
 
@@ -245,6 +251,11 @@ function queuePanel(a, q) {
   return box;
 }
 
+// The runbook's reconcile command for `a` (orders.txt: the backend's order ids, one a line).
+function reconcile(a) {
+  return `flashgate reconcile --config gateway.yaml --activity ${a.id} --orders orders.txt`;
+}
+
 // Why the activity is fenced, and the runbook's next step with its commands filled in.
 function fence(a) {
   const f = a.fenced;
@@ -255,12 +266,12 @@ function fence(a) {
   if (f.lost) {
     box.append(el('p', {}, say(W.fenced_lost, {why: f.lost, held: f.held, seen: f.seen})));
     box.append(el('p', {}, W.next_lost));
-    box.append(el('pre', {}, 'flashgate reconcile --config gateway.yaml --orders\n' + resume));
+    box.append(el('pre', {}, reconcile(a) + '\n' + resume));
   } else {
     box.append(el('p', {}, say(W.fenced_master, {recorded: f.recorded || '—',
       current: f.current || '—'})));
     box.append(el('p', {}, W.next_master));
-    box.append(el('pre', {}, 'flashgate reconcile --config gateway.yaml --orders'));
+    box.append(el('pre', {}, reconcile(a)));
   }
   return box;
 }
@@ -342,8 +353,16 @@ function act(text, name, method, path, body) {
     close();
     const r = await api(method, path, body);
     if (r.status === 401) return signedOut(W.wrong);
-    if (r.status >= 200 && r.status < 300) status(say(W.done, {action: name}));
-    else status(say(W.failed, {status: r.status, message: (r.json && r.json.message) || ''}));
+    const message = (r.json && r.json.message) || '';
+    if (r.status >= 200 && r.status < 300) {
+      status(say(W.done, {action: name}));
+      // A figure typed for this action is not kept for the next one.
+      for (const input of document.querySelectorAll('#activities input')) input.value = '';
+    } else if (r.status >= 500) {
+      status(say(W.unsure, {action: name, status: r.status, message}));
+    } else {
+      status(say(W.failed, {status: r.status, message}));
+    }
     refresh();
   };
   dialog.showModal();
@@ -415,7 +434,12 @@ async function refresh() {
   try {
     r = await api('GET', '/v1/activities');
   } catch (e) {
+    unreachable = true;
     return status(W.unreachable);
+  }
+  if (unreachable) {
+    unreachable = false;
+    status('');
   }
   if (r.status === 401) return signedOut(W.wrong);
   if (r.status !== 200 || !r.json) {
