@@ -232,10 +232,10 @@ function queuePanel(a, q) {
   const path = `/v1/activities/${encodeURIComponent(id)}/queue`;
   const pause = el('button', {type: 'button', class: 'danger', 'data-action': 'queue-pause'},
     W.pause_queue);
-  pause.addEventListener('click', () => act(say(W.confirm_pause, {id}), W.pause_queue, 'POST',
+  pause.addEventListener('click', () => act(id, say(W.confirm_pause, {id}), W.pause_queue, 'POST',
     path + '/pause'));
   const unpause = el('button', {type: 'button', 'data-action': 'queue-resume'}, W.resume_queue);
-  unpause.addEventListener('click', () => act(say(W.confirm_unpause, {id,
+  unpause.addEventListener('click', () => act(id, say(W.confirm_unpause, {id,
     rate: (queues.get(id) || q).admit_per_second}), W.resume_queue, 'POST', path + '/resume'));
   const rateId = 'rate-' + id;
   const rate = el('input', {type: 'number', min: '1', step: '1', id: rateId, inputmode: 'numeric'});
@@ -243,7 +243,7 @@ function queuePanel(a, q) {
   set.addEventListener('click', () => {
     const raw = rate.value.trim();
     if (!/^\d+$/.test(raw) || Number(raw) < 1) return status(W.bad_rate);
-    act(say(W.confirm_rate, {id, n: raw}), W.set_rate, 'POST',
+    act(id, say(W.confirm_rate, {id, n: raw}), W.set_rate, 'POST',
       path + '/rate?per_second=' + encodeURIComponent(raw));
   });
   box.append(el('div', {class: 'row'}, pause, unpause),
@@ -289,7 +289,7 @@ function actions(a) {
   const form = el('div', {class: 'actions'});
   const halt = el('button', {type: 'button', class: 'danger', 'data-action': 'halt',
     'aria-label': W.halt + ' ' + id}, W.halt);
-  halt.addEventListener('click', () => act(say(W.confirm_halt, {id}), W.halt,
+  halt.addEventListener('click', () => act(id, say(W.confirm_halt, {id}), W.halt,
     'POST', `/v1/activities/${encodeURIComponent(id)}/halt`));
   const countId = 'count-' + id;
   const count = el('input', {type: 'number', min: '0', step: '1', id: countId, inputmode: 'numeric'});
@@ -299,7 +299,7 @@ function actions(a) {
   resume.addEventListener('click', () => {
     const raw = count.value.trim();
     const path = `/v1/activities/${encodeURIComponent(id)}/resume`;
-    if (raw === '') return act(say(W.confirm_resume, {id}), W.resume, 'POST', path);
+    if (raw === '') return act(id, say(W.confirm_resume, {id}), W.resume, 'POST', path);
     if (!/^\d+$/.test(raw)) return status(W.bad_count);
     const body = {remaining: Number(raw)};
     let variant = '';
@@ -307,7 +307,7 @@ function actions(a) {
       body.variant = resumeVariant[1].value;
       variant = ' / ' + body.variant;
     }
-    act(say(W.confirm_count, {id, variant, n: raw}), W.resume, 'POST', path, body);
+    act(id, say(W.confirm_count, {id, variant, n: raw}), W.resume, 'POST', path, body);
   });
   const unitsId = 'units-' + id;
   const units = el('input', {type: 'number', min: '1', step: '1', id: unitsId, inputmode: 'numeric'});
@@ -323,7 +323,7 @@ function actions(a) {
       body.variant = restockVariant[1].value;
       variant = ' / ' + body.variant;
     }
-    act(say(W.confirm_restock, {id, variant, n: raw}), W.restock, 'POST',
+    act(id, say(W.confirm_restock, {id, variant, n: raw}), W.restock, 'POST',
       `/v1/activities/${encodeURIComponent(id)}/restock`, body);
   });
   form.append(el('div', {class: 'row'}, halt));
@@ -337,8 +337,8 @@ function actions(a) {
   return form;
 }
 
-// Asks in the dialog, in the runbook's words; on Confirm, makes the API's call.
-function act(text, name, method, path, body) {
+// Asks in the dialog, in the runbook's words; on Confirm, makes the API's call for activity `id`.
+function act(id, text, name, method, path, body) {
   const dialog = document.getElementById('confirm');
   document.getElementById('confirm-text').textContent = text;
   const ok = document.getElementById('confirm-ok');
@@ -356,8 +356,9 @@ function act(text, name, method, path, body) {
     const message = (r.json && r.json.message) || '';
     if (r.status >= 200 && r.status < 300) {
       status(say(W.done, {action: name}));
-      // A figure typed for this action is not kept for the next one.
-      for (const input of document.querySelectorAll('#activities input')) input.value = '';
+      // A figure typed for this action is not kept for the next one (other cards' stay).
+      const card = document.querySelector(`article[data-activity="${CSS.escape(id)}"]`);
+      for (const input of card ? card.querySelectorAll('input') : []) input.value = '';
     } else if (r.status >= 500) {
       status(say(W.unsure, {action: name, status: r.status, message}));
     } else {
