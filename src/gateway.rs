@@ -5,6 +5,7 @@
 
 use crate::admin::{AdminApp, AdminParts};
 use crate::config::Settings;
+use crate::fleet::Roster;
 use crate::lifecycle::Lifecycle;
 use crate::live::{Generation, Live};
 use crate::maintenance::{Maintenance, MaintenanceParts};
@@ -34,11 +35,12 @@ pub struct Gateway {
     upstreams: Arc<Upstreams>,
     /// At most `upstream.max_inflight` sale requests at the backend; the rest wait in line.
     upstream_queue: Arc<UpstreamQueue>,
-    /// Sends purchases holding stock to the backend on the gateway's own connections.
     /// The activities' waiting rooms.
     waiting: Arc<WaitingRoom>,
     /// Shutdown, and the reservations held that it waits on.
     drain: Arc<Drain>,
+    /// The fleet's gateways as Redis last listed them.
+    roster: Arc<Roster>,
 }
 
 impl Gateway {
@@ -80,6 +82,7 @@ impl Gateway {
             upstream_queue: UpstreamQueue::new(metrics.clone()),
             waiting: Arc::new(WaitingRoom::new(store.clone(), metrics.clone())),
             drain: Arc::new(Drain::new(held)),
+            roster: Arc::default(),
             lifecycle,
             live,
             metrics,
@@ -122,6 +125,7 @@ impl Gateway {
                 waiting: self.waiting.clone(),
                 breaker: self.breaker.clone(),
                 drain: self.drain.clone(),
+                roster: self.roster.clone(),
             },
             reloader,
         )
@@ -136,6 +140,7 @@ impl Gateway {
             lifecycle: self.lifecycle.clone(),
             waiting: self.waiting.clone(),
             drain: self.drain.clone(),
+            roster: self.roster.clone(),
         })
     }
 

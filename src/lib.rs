@@ -12,6 +12,7 @@ pub mod config;
 pub mod decision;
 pub mod decision_log;
 pub mod edge;
+pub mod fleet;
 pub mod front;
 pub mod gateway;
 pub mod header_names;

@@ -1,6 +1,6 @@
 //! Periodic work off the request path: stock prewarm (and the stock gauge), expiry of pending
 //! reservations, the ledger check, sold-out news, the fleet-wide halts, the Redis masters' check
-//! (the failover fence), and eviction of idle rate-limit buckets; on
+//! (the failover fence), the fleet's roll, and eviction of idle rate-limit buckets; on
 //! shutdown it hands over to [`crate::shutdown`].
 
 use crate::config::{Activity, SaleWindow};
@@ -34,6 +34,8 @@ pub struct MaintenanceParts {
     pub waiting: Arc<WaitingRoom>,
     /// The shutdown drain, run when the loops are told to stop.
     pub drain: Arc<Drain>,
+    /// The fleet's roll, written by this process's beat.
+    pub roster: Arc<crate::fleet::Roster>,
 }
 
 impl MaintenanceParts {
@@ -266,6 +268,17 @@ impl BackgroundService for Maintenance {
             shutdown.clone(),
         ));
         tokio::spawn(self.gw.lifecycle.clone().watch_halts(shutdown.clone()));
+        let live = self.gw.live.clone();
+        tokio::spawn(crate::fleet::beat_forever(
+            self.gw.roster.clone(),
+            self.gw.store.clone(),
+            move || {
+                let generation = live.current();
+                let s = &generation.settings;
+                (s.admin.listen, s.server.listen, generation.number)
+            },
+            shutdown.clone(),
+        ));
         {
             let (store, settings) = (self.gw.store.clone(), self.gw.settings());
             tokio::spawn(

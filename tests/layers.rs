@@ -210,6 +210,7 @@ fn lower_layers_import_nothing_above_them() {
         ("upstream", &["config", "metrics"]),
         ("access", &["client_policy", "config", "metrics", "stock"]),
         ("news", &["stock"]),
+        ("fleet", &["stock"]),
         (
             "lifecycle",
             &[

@@ -3257,3 +3257,56 @@ async fn a_queue_start_moves_earlier_only_by_a_reload_before_it_opened() {
         .unwrap();
     assert_eq!(state_at(earlier, Rewrite::START).await, restarted);
 }
+
+/// The fleet's roll (`lua/fleet.lua`): every gateway that beat within the window, by Redis's
+/// clock; one that stopped beating is dropped once the window passed; both keys expire.
+#[tokio::test]
+async fn the_fleet_roll_lists_who_beat_within_the_window() {
+    let f = Fixture::start();
+    let other = store(f.redis.url(), 1000);
+    let window = Duration::from_secs(60);
+    f.fleet_beat("{\"admin\":\"a\"}", window).await.unwrap();
+    let roll = other.fleet_beat("{\"admin\":\"b\"}", window).await.unwrap();
+    let about = |roll: &flashgate::stock::scripts::fleet::Roll, id: &str| {
+        roll.members
+            .iter()
+            .find(|m| m.id == id)
+            .map(|m| m.about.clone())
+    };
+    assert_eq!(roll.members.len(), 2);
+    assert_eq!(about(&roll, f.presence_id()).unwrap(), "{\"admin\":\"a\"}");
+    assert_eq!(
+        about(&roll, other.presence_id()).unwrap(),
+        "{\"admin\":\"b\"}"
+    );
+    assert!(roll.members.iter().all(|m| m.seen_ms <= roll.now_ms));
+    // A beat again moves only its own time; the other stays listed.
+    let again = f.fleet_beat("{\"admin\":\"a2\"}", window).await.unwrap();
+    assert_eq!(again.members.len(), 2);
+    assert_eq!(
+        about(&again, f.presence_id()).unwrap(),
+        "{\"admin\":\"a2\"}"
+    );
+    assert_eq!(
+        about(&again, other.presence_id()).unwrap(),
+        "{\"admin\":\"b\"}"
+    );
+    // With a window of 20 ms, the other gateway (no longer beating) drops out.
+    let alone = wait_for_async(
+        "the silent gateway dropped",
+        Duration::from_secs(5),
+        || async {
+            let roll = f.fleet_beat("{}", Duration::from_millis(20)).await.unwrap();
+            (roll.members.len() == 1).then_some(roll)
+        },
+    )
+    .await;
+    assert_eq!(alone.members[0].id, f.presence_id());
+    let mut conn = f.redis.conn();
+    for key in f.keys().fleet() {
+        let ttl: i64 = redis::cmd("PTTL").arg(&key).query(&mut conn).unwrap();
+        assert!(ttl > 0 && ttl <= 40, "{key}: {ttl}");
+        let about: u64 = redis::cmd("EXISTS").arg(&key).query(&mut conn).unwrap();
+        assert_eq!(about, 1);
+    }
+}

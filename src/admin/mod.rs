@@ -44,6 +44,8 @@ pub struct AdminParts {
     pub breaker: Arc<Breaker>,
     /// Readiness fails once shutdown began.
     pub drain: Arc<Drain>,
+    /// The fleet's gateways as Redis last listed them (`GET /v1/fleet`).
+    pub roster: Arc<crate::fleet::Roster>,
 }
 
 impl AdminParts {
@@ -111,9 +113,10 @@ impl AdminApp {
 #[async_trait]
 impl ServeHttp for AdminApp {
     /// Every call that changes something (not a GET) is logged once, with its answer and who
-    /// made it: the peer's address, and `console` when the operator's console sent it (its own
-    /// `X-Flashgate-Client` header; the token is one for all operators, so the address is the
-    /// who).
+    /// made it: the peer's address, `console` when the operator's console sent it (its own
+    /// `X-Flashgate-Client` header), and the name the operator gave (`X-Flashgate-Operator`).
+    /// Approximation: the token is one for all operators, so the name is what the caller says,
+    /// a label for the log and not a proof; the address is the only fact.
     async fn response(&self, session: &mut ServerSession) -> Response<Vec<u8>> {
         let req = session.req_header();
         let (method, path) = (req.method.clone(), req.uri.path().to_owned());
@@ -121,6 +124,7 @@ impl ServeHttp for AdminApp {
             Some(b"console") => "console",
             _ => "api",
         };
+        let operator = operator_of(&req.headers);
         let answer = self.answer(session).await;
         if method != Method::GET && method != Method::HEAD {
             let peer = session
@@ -133,10 +137,38 @@ impl ServeHttp for AdminApp {
                 status = answer.status().as_u16(),
                 peer,
                 via,
+                operator,
                 "admin call"
             );
         }
         answer
+    }
+}
+
+/// The longest operator name logged (characters).
+const OPERATOR_MAX_CHARS: usize = 64;
+
+/// The operator's name as `X-Flashgate-Operator` gives it (UTF-8, percent-encoded by the
+/// console): "-" when none is given, "invalid" when it is not printable text of at most
+/// [`OPERATOR_MAX_CHARS`] characters (a log line never carries a control character).
+fn operator_of(headers: &http::HeaderMap) -> String {
+    let Some(raw) = headers.get("x-flashgate-operator") else {
+        return "-".to_owned();
+    };
+    let decoded = raw
+        .to_str()
+        .ok()
+        .and_then(|v| percent_encoding::percent_decode_str(v).decode_utf8().ok())
+        .map(|v| v.trim_matches(' ').to_owned());
+    match decoded {
+        Some(name)
+            if !name.is_empty()
+                && name.chars().count() <= OPERATOR_MAX_CHARS
+                && !name.chars().any(char::is_control) =>
+        {
+            name
+        }
+        _ => "invalid".to_owned(),
     }
 }
 
@@ -170,6 +202,10 @@ impl AdminApp {
         match (&method, &segments[1..]) {
             (&Method::POST, ["config", "reload"]) => self.reload().await,
             (&Method::GET, ["breaker"]) => self.breaker_view(),
+            (&Method::GET, ["fleet"]) => json_response(
+                StatusCode::OK,
+                &self.gw.roster.view(self.gw.store.presence_id()),
+            ),
             (&Method::POST, ["breaker", mode]) => self.breaker_switch(mode),
             (&Method::GET, ["activities"]) => {
                 let mut list = Vec::with_capacity(settings.activities.len());
@@ -480,5 +516,27 @@ mod tests {
         assert!(!bearer_matches(Some(&h("s3cret")), Some(&token)));
         assert!(!bearer_matches(None, Some(&token)));
         assert!(!bearer_matches(Some(&h("Bearer s3cret")), None));
+    }
+
+    #[test]
+    fn the_operators_name_is_printable_text_or_named_as_not() {
+        let of = |v: Option<&str>| {
+            let mut h = http::HeaderMap::new();
+            if let Some(v) = v {
+                h.insert(
+                    "x-flashgate-operator",
+                    http::HeaderValue::from_str(v).unwrap(),
+                );
+            }
+            operator_of(&h)
+        };
+        assert_eq!(of(None), "-");
+        assert_eq!(of(Some("ana")), "ana");
+        assert_eq!(of(Some("Ana%20%E6%9D%8E")), "Ana 李");
+        assert_eq!(of(Some("%0Aforged line")), "invalid");
+        assert_eq!(of(Some("%FF")), "invalid");
+        assert_eq!(of(Some("  ")), "invalid");
+        assert_eq!(of(Some(&"a".repeat(65))), "invalid");
+        assert_eq!(of(Some(&"a".repeat(64))), "a".repeat(64));
     }
 }

@@ -121,6 +121,15 @@ impl KeyLayout {
         format!("{}:{{rl~{shard}}}:{kind}:{hash:016x}", self.prefix)
     }
 
+    /// The fleet's roll (`lua/fleet.lua`), on its own tag: each gateway's last-seen time (a
+    /// sorted set) and what it says of itself (a hash).
+    pub fn fleet(&self) -> [String; 2] {
+        [
+            format!("{}:{{fleet}}:seen", self.prefix),
+            format!("{}:{{fleet}}:about", self.prefix),
+        ]
+    }
+
     /// The pub/sub channel of sold-out news (not a key; shared by the deployment).
     pub fn news_channel(&self) -> String {
         format!("{}:news", self.prefix)

@@ -86,6 +86,7 @@ label_enum! {
         Master => "master",
         Recount => "recount",
         Line => "line",
+        Fleet => "fleet",
     }
 }
 
@@ -107,6 +108,7 @@ label_enum! {
         Master => "master",
         Recount => "recount",
         Line => "line",
+        Fleet => "fleet",
     }
 }
 
@@ -128,6 +130,7 @@ impl StoreOp {
                 | StoreOp::Confirm
                 | StoreOp::Release
                 | StoreOp::Line
+                | StoreOp::Fleet
         )
     }
 }
@@ -260,6 +263,11 @@ impl StockStore {
             presence_return: PRESENCE_RETURN,
             presence: uuid::Uuid::new_v4().simple().to_string(),
         })
+    }
+
+    /// This process's presence id (see the field): unique per process, the same for its life.
+    pub fn presence_id(&self) -> &str {
+        &self.presence
     }
 
     /// This process's presence channel (see the field).

@@ -186,6 +186,20 @@ impl StockStore {
         .await
     }
 
+    /// Whether a segment's buyers' units still carry prewarm's placeholder (a hash Redis lost,
+    /// or that was made again without it, does not: `lua/recount.lua`'s `users_lost`).
+    pub async fn users_marked(&self, segment: Segment<'_>) -> Result<bool, StoreError> {
+        let marked: u64 = self
+            .query(
+                StoreOp::Read,
+                redis::cmd("HEXISTS")
+                    .arg(self.keys.of(segment).users())
+                    .arg(""),
+            )
+            .await?;
+        Ok(marked == 1)
+    }
+
     /// The units `user` holds in a segment (pending or confirmed, every version; their home
     /// segment is where the reserve counts them for the per-user limit): 0 when none.
     pub async fn units_held(&self, segment: Segment<'_>, user: &str) -> Result<u64, StoreError> {

@@ -146,7 +146,49 @@ async fn the_console_signs_in_shows_the_drop_and_runs_the_fleets_actions() {
     .await;
     assert_eq!(shown["cards"], 0, "{shown}");
     browser.type_into("#token", ADMIN_TOKEN).await;
+    browser.type_into("#operator", "Ana 李").await;
     browser.click("#sign-in button[type=submit]").await;
+    // The fleet: both gateways, as each one's roll in Redis says.
+    let roll = wait_for_async(
+        "both gateways on the roll",
+        Duration::from_secs(10),
+        || async {
+            let r = a.admin_get("/v1/fleet").await;
+            let roll = r.json();
+            (roll["gateways"].as_array()?.len() == 2).then_some(roll)
+        },
+    )
+    .await;
+    let admins: Vec<&str> = roll["gateways"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["admin"].as_str().unwrap())
+        .collect();
+    assert!(
+        admins.contains(&a.admin.to_string().as_str())
+            && admins.contains(&b.admin.to_string().as_str()),
+        "{roll}"
+    );
+    let own: Vec<&Value> = roll["gateways"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|g| g["self"] == true)
+        .collect();
+    assert_eq!(own.len(), 1, "{roll}");
+    assert_eq!(own[0]["admin"], a.admin.to_string(), "{roll}");
+    wait_for_async(
+        "the fleet on the console",
+        Duration::from_secs(10),
+        || async {
+            let n = browser
+                .script("return document.querySelectorAll('#fleet li').length;")
+                .await;
+            (n == 2).then_some(())
+        },
+    )
+    .await;
     // The figures are the admin API's.
     let view = a.activity_view("2001").await;
     let shown = until(&browser, "the drop's figures", |v| {
@@ -205,10 +247,38 @@ async fn the_console_signs_in_shows_the_drop_and_runs_the_fleets_actions() {
         "{logged}"
     );
     assert!(logged.contains("peer=\"127.0.0.1:"), "{logged}");
+    assert!(logged.contains("Ana 李"), "the operator's name: {logged}");
     // The refused calls without the token are there too, as the API's.
     assert!(a.logs().contains("status=401"), "the 401s logged");
 
+    // Halted, Halt is not offered again.
+    let disabled = browser
+        .script("return document.querySelector('article[data-activity=\"2001\"] [data-action=\"halt\"]').disabled;")
+        .await;
+    assert_eq!(disabled, true);
+    // A count the API refuses (nothing of size 42 was lost) is the API's refusal, shown as
+    // such, and changes nothing.
+    browser.type_into("#count-2001", "7").await;
+    browser
+        .click("#resume-variant-2001 option[value=\"42\"]")
+        .await;
+    let asked = confirm(&browser, "resume").await;
+    assert!(
+        asked["text"].as_str().unwrap().contains("count of 7"),
+        "{asked}"
+    );
+    let shown = until(&browser, "the count refused", |v| {
+        v["status"].as_str().unwrap().contains("answered 409")
+    })
+    .await;
+    assert_eq!(shown["state"], "halted", "{shown}");
+    let view = a.activity_view("2001").await;
+    assert_ne!(view["variants"][0]["remaining"], 7, "{view}");
+
     // Resume (no count): both sell again.
+    browser
+        .script("document.getElementById('count-2001').value = ''; return true;")
+        .await;
     confirm(&browser, "resume").await;
     until(&browser, "selling again", |v| v["state"] == "selling").await;
     for (i, gw) in [&a, &b].iter().enumerate() {
@@ -224,7 +294,25 @@ async fn the_console_signs_in_shows_the_drop_and_runs_the_fleets_actions() {
         let _: () = sold;
     }
 
-    // Restock size 43 by 3 from the form: the API's view moves and it sells.
+    // Resume is not offered while it sells.
+    let disabled = browser
+        .script("return document.querySelector('article[data-activity=\"2001\"] [data-action=\"resume\"]').disabled;")
+        .await;
+    assert_eq!(disabled, true);
+
+    // Restock size 43 by 3 from the form, its first answer lost on the way back (the page is
+    // told 502): the console offers the same call again, sent with the same Idempotency-Key,
+    // and the units are added once. Then it sells.
+    browser
+        .script(
+            "window.sentKeys = []; var real = window.fetch; \
+             window.fetch = async function (u, o) { var r = await real(u, o); \
+               if (o && o.method === 'POST' && String(u).endsWith('/restock')) { \
+                 window.sentKeys.push(o.headers['Idempotency-Key']); \
+                 if (window.sentKeys.length === 1) return new Response('{\"message\": \"lost\"}', {status: 502}); } \
+               return r; }; return true;",
+        )
+        .await;
     let before = a.activity_view("2001").await;
     browser.type_into("#units-2001", "3").await;
     browser
@@ -235,33 +323,28 @@ async fn the_console_signs_in_shows_the_drop_and_runs_the_fleets_actions() {
         asked["text"].as_str().unwrap().contains("2001 / 43"),
         "{asked}"
     );
-    let after = wait_for_async("the restock", Duration::from_secs(5), || async {
-        let v = a.activity_view("2001").await;
-        let r = |v: &Value| v["variants"][1]["remaining"].as_i64();
-        (r(&v)? == r(&before)? + 3).then_some(v)
+    until(&browser, "the unsure answer", |v| {
+        v["status"]
+            .as_str()
+            .unwrap()
+            .contains("may have been applied")
     })
     .await;
+    browser.click("#retry").await;
+    until(&browser, "the retry's answer", |v| {
+        v["status"].as_str().unwrap().contains("Restock: done")
+    })
+    .await;
+    let keys = browser.script("return window.sentKeys;").await;
+    assert_eq!(keys.as_array().unwrap().len(), 2, "{keys}");
+    assert_eq!(keys[0], keys[1], "the same call: {keys}");
+    assert!(keys[0].as_str().unwrap().starts_with("console-"), "{keys}");
+    let after = a.activity_view("2001").await;
+    let r = |v: &Value| v["variants"][1]["remaining"].as_i64().unwrap();
+    assert_eq!(r(&after), r(&before) + 3, "added once: {after}");
     assert_eq!(after["variants"][1]["id"], "43");
     let r = buy(&b, "restocked-buyer", "43").await;
     assert_eq!(r.status, 200, "{}", r.text());
-    // A count the API refuses (nothing of size 42 was lost: it is selling) is the API's
-    // refusal, shown as such, and changes nothing.
-    browser.type_into("#count-2001", "7").await;
-    browser
-        .click("#resume-variant-2001 option[value=\"42\"]")
-        .await;
-    let asked = confirm(&browser, "resume").await;
-    assert!(
-        asked["text"].as_str().unwrap().contains("count of 7"),
-        "{asked}"
-    );
-    let shown = until(&browser, "the count refused", |v| {
-        v["status"].as_str().unwrap().contains("answered 409")
-    })
-    .await;
-    assert_eq!(shown["state"], "selling", "{shown}");
-    let view = a.activity_view("2001").await;
-    assert_ne!(view["variants"][0]["remaining"], 7, "{view}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -287,7 +370,7 @@ async fn the_console_in_chinese_at_phone_width() {
         browser.click("#sign-in button[type=submit]").await;
         let shown = until(&browser, "the drop", |v| v["cards"] == 1).await;
         let (halt, selling) = if lang == "zh" {
-            ("暂停", "销售中")
+            ("停售", "销售中")
         } else {
             ("Halt", "selling")
         };
@@ -386,6 +469,76 @@ async fn a_fenced_drop_is_resumed_with_a_count_from_the_form() {
     assert_eq!(sold, 6, "the count, exactly");
 }
 
+/// A drop in sizes whose store was emptied: each size's fence on the card with its why, the
+/// runbook's commands with the size named (each runs as written: the API's answer), and the
+/// count the sizes' shared buyers' units make impossible shown as the API says it: sell under
+/// a new activity id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fenced_drop_in_sizes_says_what_a_count_cannot_do() {
+    let mut redis = RedisServer::start();
+    let upstream = Upstream::start();
+    let gw = GatewayProc::start(drop_config(&redis, &upstream));
+    for (user, size) in [("s-1", "42"), ("s-2", "42"), ("s-3", "43")] {
+        let r = buy(&gw, user, size).await;
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    redis.kill();
+    redis.restart();
+    let browser = Browser::start().await;
+    browser.viewport(1280, 900).await;
+    browser.go(&format!("http://{}/ui", gw.admin)).await;
+    browser.type_into("#token", ADMIN_TOKEN).await;
+    browser.click("#sign-in button[type=submit]").await;
+    let card = "var a = document.querySelector('article[data-activity=\"2001\"]'); \
+        var f = a && a.querySelector('.fenced'); \
+        return {state: a ? a.querySelector('.state').dataset.state : null, \
+          fence: f ? f.innerText : '', commands: f && f.querySelector('pre') ? \
+          f.querySelector('pre').textContent : '', \
+          status: document.getElementById('status').textContent};";
+    let shown = wait_for_async("both sizes' fences", Duration::from_secs(20), || async {
+        let v = browser.script(card).await;
+        let fence = v["fence"].as_str()?;
+        (fence.contains("EU 42 (42): Fenced") && fence.contains("EU 43 (43): Fenced")).then_some(v)
+    })
+    .await;
+    let fence = shown["fence"].as_str().unwrap();
+    assert!(fence.contains("new activity id"), "{shown}");
+    browser.screenshot("console-fenced-sizes-en").await;
+    // Each command as the card writes it, N filled in: the API's own answer.
+    let commands = shown["commands"].as_str().unwrap();
+    let resume = commands
+        .lines()
+        .find(|l| l.contains("\"variant\":\"42\""))
+        .unwrap_or_else(|| panic!("no resume of size 42: {commands}"));
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(resume.replace("\"remaining\":N", "\"remaining\":3"))
+        .env("FLASHGATE_ADMIN_TOKEN", ADMIN_TOKEN)
+        .output()
+        .unwrap();
+    let answer = String::from_utf8_lossy(&out.stdout);
+    assert!(answer.contains("new activity id"), "{resume}: {answer}");
+    // The form: size 42, a count of 3: the API's refusal, in its words.
+    browser.type_into("#count-2001", "3").await;
+    browser
+        .click("#resume-variant-2001 option[value=\"42\"]")
+        .await;
+    confirm(&browser, "resume").await;
+    let shown = wait_for_async("the count refused", Duration::from_secs(10), || async {
+        let v = browser.script(card).await;
+        v["status"].as_str()?.contains("409").then_some(v)
+    })
+    .await;
+    assert!(
+        shown["status"]
+            .as_str()
+            .unwrap()
+            .contains("new activity id"),
+        "{shown}"
+    );
+    assert_eq!(buy(&gw, "during", "44").await.status, 503);
+}
+
 /// A drop with a waiting room: the console shows who waits, who was admitted and the rate as the
 /// queue's admin view says, and sets the rate, pauses and resumes the queue for the fleet.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -461,6 +614,27 @@ async fn the_waiting_room_on_the_console_and_its_controls() {
     confirm_on(&browser, "3001", "queue-resume").await;
     wait_for_async("the resume", Duration::from_secs(5), || async {
         (queue().await["paused"] == false).then_some(())
+    })
+    .await;
+    // The emergency stop: every activity halted, for the fleet.
+    browser.click("#halt-all").await;
+    let asked = wait_for_async("the confirmation", Duration::from_secs(5), || async {
+        let v = browser.script(read).await;
+        (v["dialog"] == true).then_some(())
+    });
+    asked.await;
+    browser.click("#confirm-ok").await;
+    for id in ["3001", "3002"] {
+        wait_for_async("halted", Duration::from_secs(5), || async {
+            (gw.activity_view(id).await["halted"] == true).then_some(())
+        })
+        .await;
+    }
+    wait_for_async("nothing left to halt", Duration::from_secs(5), || async {
+        let off = browser
+            .script("return document.getElementById('halt-all').disabled;")
+            .await;
+        (off == true).then_some(())
     })
     .await;
 }

@@ -16,6 +16,11 @@ const WORDS = {
     next_lost: 'Next step: count the units no order holds (reconcile with --orders), then Resume with that count (the form below, or the command).',
     fenced_master: 'Fenced: the Redis master changed (recorded {recorded}, answering now {current}). Nothing sells meanwhile.',
     next_master: 'Next step: check that the new master holds every sale (reconcile with --orders); if it does, Resume; if not, Resume with the count.',
+    next_sizes: 'Each size is fenced and counted on its own: give a lost size its count with that size picked. The sizes share the buyers\' units: if Redis lost those (it was emptied), a count is refused (409) and the runbook\'s next step is to sell what is left under a new activity id.',
+    store_unknown: 'Redis did not answer this gateway: the figures are unknown (—), nothing is sold meanwhile.',
+    sold_out_mark: 'sold out',
+    halt_all: 'Halt every activity', confirm_halt_all: 'Halt every activity ({ids}): every gateway of the fleet stops taking stock for them within a second. Buyers are told unavailable (503) and may retry; nothing is given back.',
+    fleet: 'Gateways that answered in the last {secs} s: {n}', fleet_row: '{id} · admin {admin} · seen {ago} s ago · config {generation}',
     states: {scheduled: 'scheduled', pre_queue: 'pre-queue', selling: 'selling', sold_out: 'sold out', halted: 'halted',
       fenced: 'fenced', ended: 'ended'},
     confirm_halt: 'Halt {id}: every gateway of the fleet stops taking stock for it within a second. Buyers are told unavailable (503) and may retry; nothing is given back.',
@@ -33,8 +38,8 @@ const WORDS = {
   },
   zh: {
     state: '状态', queue_opens: '排队开始', starts: '开始', ends: '结束', lane: '库存', remaining: '剩余',
-    pending: '待确认', confirmed: '已确认', halt: '暂停', resume: '恢复',
-    restock: '补货', count: '数量（可选）', units: '件数', variant: '款式',
+    pending: '待确认', confirmed: '已确认', halt: '停售', resume: '恢复',
+    restock: '补货', count: '数量（可选）', units: '件数', variant: '规格',
     all: '整个活动', wrong: '管理接口拒绝了此令牌（401）。请重新输入。',
     failed: '管理接口返回 {status}：{message}', done: '{action}：已完成。',
     unsure: '{action}：管理接口返回 {status}（{message}）。操作可能已生效：请先查看数据再重试。',
@@ -44,9 +49,14 @@ const WORDS = {
     next_lost: '下一步：清点没有订单占用的件数（reconcile 加 --orders），然后用该数量恢复（下方表单或命令）。',
     fenced_master: '已隔离：Redis 主节点已更换（记录的是 {recorded}，现在应答的是 {current}）。在此期间不会售出。',
     next_master: '下一步：确认新的主节点保有全部销售（reconcile 加 --orders）；若是，直接恢复；若否，用清点的数量恢复。',
-    states: {scheduled: '未开始', pre_queue: '预排队', selling: '销售中', sold_out: '已售罄', halted: '已暂停',
+    next_sizes: '每个规格分别隔离、分别清点：为丢失的规格选中它再填数量。各规格共用买家的已购件数：若 Redis 丢失了它们（被清空），清点会被拒绝（409），按运维手册，剩余的商品须以新的活动 id 销售。',
+    store_unknown: 'Redis 没有响应本网关：数据未知（—），在此期间不会售出。',
+    sold_out_mark: '已售罄',
+    halt_all: '停售全部活动', confirm_halt_all: '停售全部活动（{ids}）：整个网关集群在一秒内停止为其扣减库存。买家会收到“暂时不可用”（503），可以重试；不会退回任何东西。',
+    fleet: '最近 {secs} 秒内有响应的网关：{n} 个', fleet_row: '{id} · 管理 {admin} · {ago} 秒前 · 配置 {generation}',
+    states: {scheduled: '未开始', pre_queue: '预排队', selling: '销售中', sold_out: '已售罄', halted: '已停售',
       fenced: '已隔离', ended: '已结束'},
-    confirm_halt: '暂停 {id}：整个网关集群在一秒内停止为其扣减库存。买家会收到“暂时不可用”（503），可以重试；不会退回任何东西。',
+    confirm_halt: '停售 {id}：整个网关集群在一秒内停止为其扣减库存。买家会收到“暂时不可用”（503），可以重试；不会退回任何东西。',
     confirm_resume: '恢复 {id}：所有网关重新开始销售。',
     confirm_count: '以数量 {n} 恢复 {id}{variant}：即 flashgate reconcile --orders 清点出的没有订单占用的件数。库存设为 {n}，所有网关重新开始销售。',
     confirm_restock: '为 {id}{variant} 补货：为正在销售的版本增加 {n} 件，对整个集群生效。',
@@ -63,6 +73,8 @@ const WORDS = {
 const LANG = document.documentElement.lang === 'zh' ? 'zh' : 'en';
 const W = WORDS[LANG];
 const KEY = 'flashgate-admin-token';
+// The name the operator gave at sign-in, for the gateway's log of admin calls (a label).
+const OPERATOR = 'flashgate-operator';
 let timer = null;
 // Each activity's waiting room as last read: its view, or null when it has none (asked once).
 const queues = new Map();
@@ -75,6 +87,8 @@ const REFUSALS_EVERY_MS = 5000;
 let lastReading = 0;
 // Whether the last poll got no answer (its message is cleared by the next answer).
 let unreachable = false;
+// The activities as last read (the emergency stop halts these).
+let shown = [];
 
 function say(template, values) {
   return template.replace(/\{(\w+)\}/g, (_, k) => (k in values ? String(values[k]) : ''));
@@ -91,10 +105,12 @@ function status(text) {
   document.getElementById('status').textContent = text;
 }
 
-async function api(method, path, body) {
+async function api(method, path, body, extra) {
   const token = sessionStorage.getItem(KEY);
   if (!token) return {status: 401, json: null};
-  const headers = {Authorization: 'Bearer ' + token, 'X-Flashgate-Client': 'console'};
+  const headers = {Authorization: 'Bearer ' + token, 'X-Flashgate-Client': 'console', ...extra};
+  const operator = sessionStorage.getItem(OPERATOR);
+  if (operator) headers['X-Flashgate-Operator'] = encodeURIComponent(operator);
   if (body !== undefined) headers['Content-Type'] = 'application/json';
   const r = await fetch(path, {method, headers, cache: 'no-store', credentials: 'omit',
     body: body === undefined ? undefined : JSON.stringify(body)});
@@ -122,12 +138,23 @@ function figure(v) {
   return v === null || v === undefined ? '—' : String(v);
 }
 
+// The activity's stock lanes: each variant's, or the activity's own (id null).
 function lanes(a) {
   if (Array.isArray(a.variants) && a.variants.length > 0) {
-    return a.variants.map((v) => ({id: v.id, remaining: v.remaining, pending: v.pending,
-      confirmed: v.confirmed}));
+    return a.variants.map((v) => ({id: v.id, title: v.title, remaining: v.remaining,
+      pending: v.pending, confirmed: v.confirmed, sold_out: v.sold_out, fenced: v.fenced}));
   }
-  return [{id: null, remaining: a.remaining, pending: a.pending, confirmed: a.confirmed}];
+  return [{id: null, title: null, remaining: a.remaining, pending: a.pending,
+    confirmed: a.confirmed, sold_out: a.sold_out, fenced: a.fenced}];
+}
+// A lane's row heading: its title and id, and whether it is sold out.
+function laneName(l) {
+  const name = l.id === null ? W.all : (l.title && l.title !== l.id ? l.title + ' (' + l.id + ')' : l.id);
+  return l.sold_out === true ? name + ' · ' + W.sold_out_mark : name;
+}
+// Whether Redis answered for the view: its figures are null when the store could not say.
+function storeAnswered(a) {
+  return lanes(a).every((l) => l.remaining !== null && l.remaining !== undefined);
 }
 
 function card(a) {
@@ -142,6 +169,9 @@ function card(a) {
   box.append(el('p', {class: 'times'}, opens, W.starts + ': ', time(a.starts_at), ' · ',
     W.ends + ': ', time(a.ends_at)));
   if (a.fenced) box.append(fence(a));
+  const unknown = el('p', {class: 'unknown', role: 'note', 'data-store-unknown': ''}, W.store_unknown);
+  unknown.hidden = storeAnswered(a);
+  box.append(unknown);
   const table = el('table', {});
   table.append(el('thead', {}, el('tr', {}, el('th', {scope: 'col'}, W.lane),
     el('th', {scope: 'col'}, W.remaining), el('th', {scope: 'col'}, W.pending),
@@ -149,7 +179,7 @@ function card(a) {
   const body = el('tbody', {});
   for (const l of lanes(a)) {
     body.append(el('tr', {'data-lane': l.id === null ? '' : l.id},
-      el('th', {scope: 'row'}, l.id === null ? W.all : l.id),
+      el('th', {scope: 'row'}, laneName(l)),
       el('td', {'data-figure': 'remaining'}, figure(l.remaining)),
       el('td', {'data-figure': 'pending'}, figure(l.pending)),
       el('td', {'data-figure': 'confirmed'}, figure(l.confirmed))));
@@ -160,7 +190,25 @@ function card(a) {
   if (q) box.append(queuePanel(a, q));
   box.append(el('p', {class: 'refusals', 'data-refusals': ''}, refusalsText(id)));
   box.append(actions(a));
+  enable(box, a);
   return box;
+}
+
+// Offers only what the state allows: Halt while not halted, Resume while halted, fenced or
+// refused (a count is refused otherwise), the queue's Pause while it runs and its Resume while paused.
+// The API refuses the rest anyway; this keeps a button from promising it.
+function enable(c, a) {
+  const q = queues.get(a.id);
+  const off = {
+    halt: !!a.halted,
+    resume: !a.halted && !a.fenced && !a.refused,
+    'queue-pause': !!(q && q.paused),
+    'queue-resume': !(q && q.paused),
+  };
+  for (const [action, disabled] of Object.entries(off)) {
+    const b = c.querySelector(`button[data-action="${action}"]`);
+    if (b && b.disabled !== disabled) b.disabled = disabled;
+  }
 }
 
 // `flashgate_admission_decisions_total` of the Prometheus text, as {activity: {code: n}}.
@@ -256,23 +304,41 @@ function reconcile(a) {
   return `flashgate reconcile --config gateway.yaml --activity ${a.id} --orders orders.txt`;
 }
 
-// Why the activity is fenced, and the runbook's next step with its commands filled in.
-function fence(a) {
-  const f = a.fenced;
-  const box = el('div', {class: 'fenced', role: 'note'});
-  const resume = `curl -X POST -H "Authorization: Bearer $FLASHGATE_ADMIN_TOKEN" ` +
-    `-H 'Content-Type: application/json' -d '{"remaining": N}' ` +
+// The runbook's resume command for `a`; with a count (and the lane's variant) for a loss.
+function resumeCommand(a, lane) {
+  const data = lane === undefined ? '' : ` -H 'Content-Type: application/json' -d '` +
+    JSON.stringify(lane === null ? {remaining: 'N'} : {remaining: 'N', variant: lane})
+      .replace('"N"', 'N') + `'`;
+  return `curl -X POST -H "Authorization: Bearer $FLASHGATE_ADMIN_TOKEN"${data} ` +
     `${location.origin}/v1/activities/${encodeURIComponent(a.id)}/resume`;
-  if (f.lost) {
-    box.append(el('p', {}, say(W.fenced_lost, {why: f.lost, held: f.held, seen: f.seen})));
-    box.append(el('p', {}, W.next_lost));
-    box.append(el('pre', {}, reconcile(a) + '\n' + resume));
-  } else {
-    box.append(el('p', {}, say(W.fenced_master, {recorded: f.recorded || '—',
-      current: f.current || '—'})));
-    box.append(el('p', {}, W.next_master));
-    box.append(el('pre', {}, reconcile(a)));
+}
+
+// Why the activity is fenced (each fenced size's why, on a drop with sizes), and the
+// runbook's next step with its commands filled in: every command runs as written.
+function fence(a) {
+  const box = el('div', {class: 'fenced', role: 'note'});
+  const sized = lanes(a).some((l) => l.id !== null);
+  const fenced = lanes(a).filter((l) => l.fenced);
+  const commands = [reconcile(a)];
+  let lost = false;
+  let master = false;
+  for (const l of fenced) {
+    const f = l.fenced;
+    const who = sized ? laneName(l) + ': ' : '';
+    if (f.lost) {
+      lost = true;
+      box.append(el('p', {}, who + say(W.fenced_lost, {why: f.lost, held: f.held, seen: f.seen})));
+      commands.push(resumeCommand(a, l.id));
+    } else {
+      master = true;
+      box.append(el('p', {}, who + say(W.fenced_master, {recorded: f.recorded || '—',
+        current: f.current || '—'})));
+    }
   }
+  if (master) commands.push(resumeCommand(a));
+  box.append(el('p', {}, lost ? W.next_lost : W.next_master));
+  if (sized) box.append(el('p', {}, W.next_sizes));
+  box.append(el('pre', {}, commands.join('\n')));
   return box;
 }
 
@@ -338,7 +404,16 @@ function actions(a) {
 }
 
 // Asks in the dialog, in the runbook's words; on Confirm, makes the API's call for activity `id`.
+// Each confirmation is one call with its own Idempotency-Key (a restock adds its units once
+// however often it is sent): an answer that leaves it unsure (5xx, no answer) offers to send
+// the very same call again.
 function act(id, text, name, method, path, body) {
+  const key = {'Idempotency-Key': 'console-' + crypto.randomUUID()};
+  confirmThen(text, () => send(id, name, method, path, body, key));
+}
+
+// Shows `text` in the confirmation dialog (Cancel focused); runs `then` on Confirm.
+function confirmThen(text, then) {
   const dialog = document.getElementById('confirm');
   document.getElementById('confirm-text').textContent = text;
   const ok = document.getElementById('confirm-ok');
@@ -349,25 +424,57 @@ function act(id, text, name, method, path, body) {
     dialog.close();
   };
   cancel.onclick = close;
-  ok.onclick = async () => {
+  ok.onclick = () => {
     close();
-    const r = await api(method, path, body);
-    if (r.status === 401) return signedOut(W.wrong);
-    const message = (r.json && r.json.message) || '';
-    if (r.status >= 200 && r.status < 300) {
-      status(say(W.done, {action: name}));
-      // A figure typed for this action is not kept for the next one (other cards' stay).
-      const card = document.querySelector(`article[data-activity="${CSS.escape(id)}"]`);
-      for (const input of card ? card.querySelectorAll('input') : []) input.value = '';
-    } else if (r.status >= 500) {
-      status(say(W.unsure, {action: name, status: r.status, message}));
-    } else {
-      status(say(W.failed, {status: r.status, message}));
-    }
-    refresh();
+    then();
   };
   dialog.showModal();
   cancel.focus();
+}
+
+// The emergency stop: every activity the view lists that is not halted yet, halted one call
+// each (the fleet-wide halt of each); the status names any the API did not halt.
+function haltAll() {
+  const ids = shown.filter((a) => !a.halted).map((a) => a.id);
+  if (ids.length === 0) return;
+  confirmThen(say(W.confirm_halt_all, {ids: ids.join(', ')}), async () => {
+    const failed = [];
+    for (const id of ids) {
+      const r = await api('POST', `/v1/activities/${encodeURIComponent(id)}/halt`).catch(() => ({status: 0}));
+      if (r.status === 401) return signedOut(W.wrong);
+      if (r.status !== 200) failed.push(id + ' (' + (r.status || '—') + ')');
+    }
+    status(failed.length ? say(W.failed, {status: '', message: failed.join(', ')}) :
+      say(W.done, {action: W.halt_all}));
+    refresh();
+  });
+}
+
+async function send(id, name, method, path, body, key) {
+  const again = document.getElementById('retry');
+  again.hidden = true;
+  again.onclick = null;
+  let r;
+  try {
+    r = await api(method, path, body, key);
+  } catch (e) {
+    r = {status: 0, json: {message: W.unreachable}};
+  }
+  if (r.status === 401) return signedOut(W.wrong);
+  const message = (r.json && r.json.message) || '';
+  if (r.status >= 200 && r.status < 300) {
+    status(say(W.done, {action: name}));
+    // A figure typed for this action is not kept for the next one (other cards' stay).
+    const card = document.querySelector(`article[data-activity="${CSS.escape(id)}"]`);
+    for (const input of card ? card.querySelectorAll('input') : []) input.value = '';
+  } else if (r.status >= 500 || r.status === 0) {
+    status(say(W.unsure, {action: name, status: r.status || '—', message}));
+    again.hidden = false;
+    again.onclick = () => send(id, name, method, path, body, key);
+  } else {
+    status(say(W.failed, {status: r.status, message}));
+  }
+  refresh();
 }
 
 // Draws each activity's card once and then updates its figures in place, so that an input the
@@ -403,11 +510,15 @@ function update(c, a) {
   badge.textContent = W.states[state];
   for (const l of lanes(a)) {
     const row = c.querySelector(`tbody tr[data-lane="${CSS.escape(l.id === null ? '' : l.id)}"]`);
+    const heading = row && row.querySelector('th');
+    if (heading && heading.textContent !== laneName(l)) heading.textContent = laneName(l);
     for (const k of ['remaining', 'pending', 'confirmed']) {
       const cell = row && row.querySelector(`td[data-figure="${k}"]`);
       if (cell && cell.textContent !== figure(l[k])) cell.textContent = figure(l[k]);
     }
   }
+  c.querySelector('[data-store-unknown]').hidden = storeAnswered(a);
+  enable(c, a);
   const refusals = c.querySelector('[data-refusals]');
   const text = refusalsText(a.id);
   if (refusals && refusals.textContent !== text) refusals.textContent = text;
@@ -446,8 +557,11 @@ async function refresh() {
   if (r.status !== 200 || !r.json) {
     return status(say(W.failed, {status: r.status, message: (r.json && r.json.message) || ''}));
   }
-  await Promise.all([readQueues(r.json.activities), readRefusals().catch(() => {})]);
+  await Promise.all([readQueues(r.json.activities), readRefusals().catch(() => {}),
+    readFleet().catch(() => {})]);
+  shown = r.json.activities;
   redraw(r.json.activities);
+  document.getElementById('halt-all').disabled = shown.every((a) => a.halted);
   const n = r.json.activities.length;
   document.getElementById('updated').textContent =
     say(W.updated, {time: new Date().toLocaleTimeString(LANG === 'zh' ? 'zh-CN' : undefined), n});
@@ -462,9 +576,26 @@ async function readQueues(list) {
   }));
 }
 
+// The fleet's gateways as this gateway last read them from Redis (`GET /v1/fleet`).
+async function readFleet() {
+  const r = await api('GET', '/v1/fleet');
+  const box = document.getElementById('fleet');
+  if (r.status !== 200 || !r.json) return;
+  const rows = r.json.gateways.map((g) => say(W.fleet_row, {id: g.id, admin: g.admin || '—',
+    ago: Math.round(g.seen_ms_ago / 100) / 10, generation: g.generation}));
+  const text = say(W.fleet, {secs: Math.round(r.json.window_ms / 1000), n: rows.length});
+  const key = text + rows.join('|');
+  if (box.dataset.key === key) return;
+  box.dataset.key = key;
+  box.replaceChildren(el('h2', {id: 'fleet-title'}, text),
+    el('ul', {}, ...rows.map((row) => el('li', {}, row))));
+  box.hidden = false;
+}
+
 function signedIn() {
   document.getElementById('sign-in').hidden = true;
   document.getElementById('sign-out').hidden = false;
+  document.getElementById('controls').hidden = false;
   refresh();
   if (!timer) timer = setInterval(refresh, 1000);
 }
@@ -477,6 +608,13 @@ function signedOut(message) {
   if (timer) clearInterval(timer);
   timer = null;
   document.getElementById('activities').replaceChildren();
+  shown = [];
+  document.getElementById('controls').hidden = true;
+  document.getElementById('retry').hidden = true;
+  const fleet = document.getElementById('fleet');
+  fleet.replaceChildren();
+  fleet.hidden = true;
+  delete fleet.dataset.key;
   document.getElementById('updated').textContent = '';
   document.getElementById('empty').hidden = false;
   document.getElementById('sign-in').hidden = false;
@@ -491,9 +629,13 @@ document.addEventListener('DOMContentLoaded', () => {
     const input = document.getElementById('token');
     sessionStorage.setItem(KEY, input.value);
     input.value = '';
+    const name = document.getElementById('operator').value.trim();
+    if (name) sessionStorage.setItem(OPERATOR, name);
+    else sessionStorage.removeItem(OPERATOR);
     status('');
     signedIn();
   });
   document.getElementById('sign-out').addEventListener('click', () => signedOut(''));
+  document.getElementById('halt-all').addEventListener('click', haltAll);
   if (sessionStorage.getItem(KEY)) signedIn();
 });

@@ -10,6 +10,7 @@ pub mod confirm;
 pub mod deposit;
 pub mod doubt;
 pub mod due;
+pub mod fleet;
 pub mod halt;
 pub mod ledger;
 pub mod line;
@@ -52,6 +53,7 @@ script!(TOKENS, "../../../lua/tokens.lua");
 script!(RECOUNT, "../../../lua/recount.lua");
 script!(DOUBT, "../../../lua/doubt.lua");
 script!(LINE, "../../../lua/line.lua");
+script!(FLEET, "../../../lua/fleet.lua");
 
 /// The waiting room's shared Lua, prepended (after `lib.lua`) to its scripts.
 const QUEUE_LIB: &str = include_str!("../../../lua/queue_lib.lua");
@@ -71,7 +73,7 @@ queue_script!(HALT, "../../../lua/halt.lua");
 queue_script!(QUEUE_PLACE, "../../../lua/queue_place.lua");
 
 /// Every script, for loading them up front (readiness).
-pub(super) fn all() -> [&'static Script; 23] {
+pub(super) fn all() -> [&'static Script; 24] {
     [
         &RESERVE,
         &RESTOCK,
@@ -96,5 +98,6 @@ pub(super) fn all() -> [&'static Script; 23] {
         &RECOUNT,
         &DOUBT,
         &LINE,
+        &FLEET,
     ]
 }

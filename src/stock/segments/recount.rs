@@ -143,6 +143,7 @@ pub async fn recount(
     // Another version on sale refuses before the version's claim is asked (a refused recount
     // moves nothing, the version floor neither); the script checks again, atomically.
     check_on_sale(store, activity, &layout).await?;
+    check_shared_units(store, activity, &layout).await?;
     // Nothing lost: a recount of a loss already settled (read after it was) is refused before
     // the count is judged (whatever it is, the answer is the same).
     let mut gone = None;
@@ -280,6 +281,27 @@ async fn check_count(
             most,
             held,
         });
+    }
+    Ok(())
+}
+
+/// Refuses a variant's recount whose buyers' units (the activity's, shared by its variants) are
+/// lost, before the claim: a refused recount moves nothing and claims nothing, so it answers
+/// the same however often it is sent; `lua/recount.lua` checks again, atomically.
+async fn check_shared_units(
+    store: &StockStore,
+    activity: &Activity,
+    layout: &Layout,
+) -> Result<(), RecountError> {
+    if activity.variant.is_none() {
+        return Ok(());
+    }
+    for segment in layout.segments() {
+        if !store.users_marked(segment).await? {
+            return Err(RecountError::SharedUnitsLost {
+                activity: activity.id.to_string(),
+            });
+        }
     }
     Ok(())
 }
