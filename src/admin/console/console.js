@@ -20,7 +20,7 @@ const WORDS = {
     store_unknown: 'Redis did not answer this gateway: the figures are unknown (—), nothing is sold meanwhile.',
     sold_out_mark: 'sold out',
     halt_all: 'Halt every activity', confirm_halt_all: 'Halt every activity ({ids}): every gateway of the fleet stops taking stock for them within a second. Buyers are told unavailable (503) and may retry; nothing is given back.',
-    fleet: 'Gateways that answered in the last {secs} s: {n}', fleet_row: '{id} · admin {admin} · seen {ago} s ago · config {generation}',
+    fleet: 'Gateways that answered in the last {secs} s: {n}', fleet_row: '{host} (gateway {id}) · admin {admin} · seen {ago} s ago · config {generation}',
     states: {scheduled: 'scheduled', pre_queue: 'pre-queue', selling: 'selling', sold_out: 'sold out', halted: 'halted',
       fenced: 'fenced', ended: 'ended'},
     confirm_halt: 'Halt {id}: every gateway of the fleet stops taking stock for it within a second. Buyers are told unavailable (503) and may retry; nothing is given back.',
@@ -53,7 +53,7 @@ const WORDS = {
     store_unknown: 'Redis 没有响应本网关：数据未知（—），在此期间不会售出。',
     sold_out_mark: '已售罄',
     halt_all: '停售全部活动', confirm_halt_all: '停售全部活动（{ids}）：整个网关集群在一秒内停止为其扣减库存。买家会收到“暂时不可用”（503），可以重试；不会退回任何东西。',
-    fleet: '最近 {secs} 秒内有响应的网关：{n} 个', fleet_row: '{id} · 管理 {admin} · {ago} 秒前 · 配置 {generation}',
+    fleet: '最近 {secs} 秒内有响应的网关：{n} 个', fleet_row: '{host}（网关 {id}）· 管理 {admin} · {ago} 秒前 · 配置 {generation}',
     states: {scheduled: '未开始', pre_queue: '预排队', selling: '销售中', sold_out: '已售罄', halted: '已停售',
       fenced: '已隔离', ended: '已结束'},
     confirm_halt: '停售 {id}：整个网关集群在一秒内停止为其扣减库存。买家会收到“暂时不可用”（503），可以重试；不会退回任何东西。',
@@ -581,7 +581,8 @@ async function readFleet() {
   const r = await api('GET', '/v1/fleet');
   const box = document.getElementById('fleet');
   if (r.status !== 200 || !r.json) return;
-  const rows = r.json.gateways.map((g) => say(W.fleet_row, {id: g.id, admin: g.admin || '—',
+  const rows = r.json.gateways.map((g) => say(W.fleet_row, {id: String(g.id).slice(0, 8),
+    host: g.host || '—', admin: g.admin || '—',
     ago: Math.round(g.seen_ms_ago / 100) / 10, generation: g.generation}));
   const text = say(W.fleet, {secs: Math.round(r.json.window_ms / 1000), n: rows.length});
   const key = text + rows.join('|');
