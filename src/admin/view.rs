@@ -31,6 +31,11 @@ impl AdminApp {
         if activity.second_chance.is_some() {
             view["second_chance"] = self.line_view(activity).await;
         }
+        // The last `reconcile --orders` (null when none is recorded or Redis did not answer).
+        view["orders_check"] = match self.gw.store.orders_check(activity).await {
+            Ok(Some(check)) => serde_json::to_value(check).unwrap_or_default(),
+            _ => Value::Null,
+        };
         view
     }
 

@@ -189,6 +189,20 @@ pub fn run_orders_cli(
             }
         }
         report.unknown = forgotten;
+        // For the operator who counts next (the admin view, the console's fence panel).
+        store
+            .record_orders_check(
+                &activity,
+                crate::stock::orders_check::OrdersCheck {
+                    at_ms: 0,
+                    confirmed: report.confirmed.len() as u64,
+                    pending: report.pending.len() as u64,
+                    in_doubt: report.in_doubt.len() as u64,
+                    released: report.released.len() as u64,
+                    unknown: report.unknown.len() as u64,
+                },
+            )
+            .await?;
         if report.clean() {
             // Nothing missing or in doubt: recorded in Redis, so that a plain resume of a
             // fence (on any gateway, restarted or not) may accept the master answering now.

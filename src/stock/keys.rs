@@ -220,6 +220,10 @@ impl SegmentKeys {
     pub fn halt(&self) -> String {
         self.shared("halt")
     }
+    /// On the base tag: what the last `flashgate reconcile --orders` found (`stock::orders_check`).
+    pub fn orders_check(&self) -> String {
+        self.shared("orders_check")
+    }
     /// On the base tag: the mark of a halt a gateway made for a fence (a rule lifting the
     /// fence lifts that halt, never an operator's).
     pub fn halt_fence(&self) -> String {

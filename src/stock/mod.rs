@@ -28,6 +28,7 @@ pub mod fake;
 mod fault;
 mod keys;
 pub mod layout;
+pub mod orders_check;
 pub mod port;
 /// The store's call traits, for callers that make them on [`StockStore`] itself.
 pub mod prelude {

@@ -402,9 +402,11 @@ async fn a_fenced_drop_is_resumed_with_a_count_from_the_form() {
     let mut config = TestConfig::new(&redis, &upstream, vec![TestActivity::open("1001", 10)]);
     config.per_user = None;
     let gw = GatewayProc::start(config);
+    let mut orders = Vec::new();
     for i in 0..4 {
         let r = gw.buy("1001", &format!("before-{i}"), None).await;
         assert_eq!(r.status, 200, "{}", r.text());
+        orders.push(r.reservation_id());
     }
     redis.kill();
     redis.restart();
@@ -434,6 +436,28 @@ async fn a_fenced_drop_is_resumed_with_a_count_from_the_form() {
         "{shown}"
     );
     assert!(fence.contains("/v1/activities/1001/resume"), "{shown}");
+    assert!(fence.contains("No reconcile --orders"), "{shown}");
+    // The reconcile the panel asks for: what it found shows on the panel, for the count.
+    let (code, report) = gw.reconcile_orders("1001", &orders, false);
+    assert_eq!(code, 1, "the store forgot the orders: {report}");
+    let shown = wait_for_async(
+        "the reconcile on the panel",
+        Duration::from_secs(10),
+        || async {
+            let v = browser.script(card).await;
+            v["fence"]
+                .as_str()?
+                .contains("4 unknown to Redis")
+                .then_some(v)
+        },
+    )
+    .await;
+    assert!(
+        shown["fence"].as_str().unwrap().contains("0 confirmed"),
+        "{shown}"
+    );
+    let view = gw.activity_view("1001").await;
+    assert_eq!(view["orders_check"]["unknown"], 4, "{view}");
     browser.screenshot("console-fenced-en").await;
     // A plain resume: the API refuses it (the store lost sales), and the console says so.
     confirm_on(&browser, "1001", "resume").await;

@@ -17,6 +17,8 @@ const WORDS = {
     fenced_master: 'Fenced: the Redis master changed (recorded {recorded}, answering now {current}). Nothing sells meanwhile.',
     next_master: 'Next step: check that the new master holds every sale (reconcile with --orders); if it does, Resume; if not, Resume with the count.',
     next_sizes: 'Each size is fenced and counted on its own: give a lost size its count with that size picked. The sizes share the buyers\' units: if Redis lost those (it was emptied), a count is refused (409) and the runbook\'s next step is to sell what is left under a new activity id.',
+    orders_check: 'The last reconcile --orders ({time}): {confirmed} confirmed, {pending} pending, {in_doubt} in doubt, {released} released after the sale, {unknown} unknown to Redis (forgotten).',
+    orders_none: 'No reconcile --orders is recorded for it yet: run the first command below.',
     store_unknown: 'Redis did not answer this gateway: the figures are unknown (—), nothing is sold meanwhile.',
     sold_out_mark: 'sold out',
     halt_all: 'Halt every activity', confirm_halt_all: 'Halt every activity ({ids}): every gateway of the fleet stops taking stock for them within a second. Buyers are told unavailable (503) and may retry; nothing is given back.',
@@ -50,6 +52,8 @@ const WORDS = {
     fenced_master: '已隔离：Redis 主节点已更换（记录的是 {recorded}，现在应答的是 {current}）。在此期间不会售出。',
     next_master: '下一步：确认新的主节点保有全部销售（reconcile 加 --orders）；若是，直接恢复；若否，用清点的数量恢复。',
     next_sizes: '每个规格分别隔离、分别清点：为丢失的规格选中它再填数量。各规格共用买家的已购件数：若 Redis 丢失了它们（被清空），清点会被拒绝（409），按运维手册，剩余的商品须以新的活动 id 销售。',
+    orders_check: '最近一次 reconcile --orders（{time}）：已确认 {confirmed}，待确认 {pending}，存疑 {in_doubt}，售后被释放 {released}，Redis 中没有记录（已遗忘）{unknown}。',
+    orders_none: '尚无 reconcile --orders 的记录：请先运行下方第一条命令。',
     store_unknown: 'Redis 没有响应本网关：数据未知（—），在此期间不会售出。',
     sold_out_mark: '已售罄',
     halt_all: '停售全部活动', confirm_halt_all: '停售全部活动（{ids}）：整个网关集群在一秒内停止为其扣减库存。买家会收到“暂时不可用”（503），可以重试；不会退回任何东西。',
@@ -337,6 +341,9 @@ function fence(a) {
   }
   if (master) commands.push(resumeCommand(a));
   box.append(el('p', {}, lost ? W.next_lost : W.next_master));
+  const c = a.orders_check;
+  box.append(el('p', {'data-orders-check': ''}, c ? say(W.orders_check, {...c,
+    time: new Date(c.at_ms).toLocaleString(LANG === 'zh' ? 'zh-CN' : undefined)}) : W.orders_none));
   if (sized) box.append(el('p', {}, W.next_sizes));
   box.append(el('pre', {}, commands.join('\n')));
   return box;
