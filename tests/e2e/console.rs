@@ -256,15 +256,34 @@ async fn the_console_signs_in_shows_the_drop_and_runs_the_fleets_actions() {
         .script("return document.querySelector('article[data-activity=\"2001\"] [data-action=\"halt\"]').disabled;")
         .await;
     assert_eq!(disabled, true);
+    // A count above what size 42 ever had is refused on the form, before any call.
+    browser.type_into("#count-2001", "99").await;
+    browser
+        .click("#resume-variant-2001 option[value=\"42\"]")
+        .await;
+    browser
+        .click("article[data-activity=\"2001\"] [data-action=\"resume\"]")
+        .await;
+    let shown = until(&browser, "the count refused on the form", |v| {
+        v["status"]
+            .as_str()
+            .unwrap()
+            .contains("more than this stock ever had (5")
+    })
+    .await;
+    assert_eq!(shown["dialog"], false, "{shown}");
+    browser
+        .script("document.getElementById('count-2001').value = ''; return true;")
+        .await;
     // A count the API refuses (nothing of size 42 was lost) is the API's refusal, shown as
     // such, and changes nothing.
-    browser.type_into("#count-2001", "7").await;
+    browser.type_into("#count-2001", "4").await;
     browser
         .click("#resume-variant-2001 option[value=\"42\"]")
         .await;
     let asked = confirm(&browser, "resume").await;
     assert!(
-        asked["text"].as_str().unwrap().contains("count of 7"),
+        asked["text"].as_str().unwrap().contains("count of 4"),
         "{asked}"
     );
     let shown = until(&browser, "the count refused", |v| {
@@ -273,7 +292,7 @@ async fn the_console_signs_in_shows_the_drop_and_runs_the_fleets_actions() {
     .await;
     assert_eq!(shown["state"], "halted", "{shown}");
     let view = a.activity_view("2001").await;
-    assert_ne!(view["variants"][0]["remaining"], 7, "{view}");
+    assert_eq!(view["variants"][0]["remaining"], 3, "unchanged: {view}");
 
     // Resume (no count): both sell again.
     browser

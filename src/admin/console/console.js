@@ -29,7 +29,8 @@ const WORDS = {
     confirm_resume: 'Resume {id}: every gateway sells it again.',
     confirm_count: 'Resume {id}{variant} with a count of {n}: the units no order holds, as flashgate reconcile --orders counted them. The stock is set to {n} and every gateway sells it again.',
     confirm_restock: 'Restock {id}{variant}: add {n} units to the version on sale, for the whole fleet.',
-    bad_count: 'A count is a whole number from 0 up.', bad_units: 'Units are a whole number from 1 up.',
+    bad_count: 'A count is a whole number from 0 up.',
+    count_too_many: 'A count of {n} is more than this stock ever had ({most}: its stock plus what was restocked): the API would refuse it. Count again.', bad_units: 'Units are a whole number from 1 up.',
     queue: 'Waiting room', waiting: 'Waiting', admitted: 'Cursor (places reached)', rate: 'Admissions a second',
     clear: 'Clears in', paused: 'paused', pause_queue: 'Pause the queue', resume_queue: 'Resume the queue',
     set_rate: 'Set the rate', bad_rate: 'A rate is a whole number from 1 up.',
@@ -64,7 +65,8 @@ const WORDS = {
     confirm_resume: '恢复 {id}：所有网关重新开始销售。',
     confirm_count: '以数量 {n} 恢复 {id}{variant}：即 flashgate reconcile --orders 清点出的没有订单占用的件数。库存设为 {n}，所有网关重新开始销售。',
     confirm_restock: '为 {id}{variant} 补货：为正在销售的版本增加 {n} 件，对整个集群生效。',
-    bad_count: '数量须为 0 或更大的整数。', bad_units: '件数须为 1 或更大的整数。',
+    bad_count: '数量须为 0 或更大的整数。',
+    count_too_many: '数量 {n} 超过了该库存的最大值（{most}：原库存加补货）：管理接口会拒绝。请重新清点。', bad_units: '件数须为 1 或更大的整数。',
     queue: '排队室', waiting: '排队中', admitted: '游标（已轮到的位置）', rate: '每秒放行',
     clear: '预计清空', paused: '已暂停', pause_queue: '暂停排队', resume_queue: '恢复排队',
     set_rate: '设置速率', bad_rate: '速率须为 1 或更大的整数。',
@@ -80,7 +82,7 @@ const KEY = 'flashgate-admin-token';
 // The name the operator gave at sign-in, for the gateway's log of admin calls (a label).
 const OPERATOR = 'flashgate-operator';
 let timer = null;
-// Each activity's waiting room as last read: its view, or null when it has none (asked once).
+// Each activity's waiting room as last read (only those that have one).
 const queues = new Map();
 // This gateway's decision counters (its /metrics, read every 5 s), a minute of readings: the
 // refusals by code over the last minute are the newest reading less the oldest. Approximation:
@@ -145,10 +147,12 @@ function figure(v) {
 // The activity's stock lanes: each variant's, or the activity's own (id null).
 function lanes(a) {
   if (Array.isArray(a.variants) && a.variants.length > 0) {
-    return a.variants.map((v) => ({id: v.id, title: v.title, remaining: v.remaining,
+    return a.variants.map((v) => ({id: v.id, title: v.title, stock: v.stock,
+      restocked: v.restocked, remaining: v.remaining,
       pending: v.pending, confirmed: v.confirmed, sold_out: v.sold_out, fenced: v.fenced}));
   }
-  return [{id: null, title: null, remaining: a.remaining, pending: a.pending,
+  return [{id: null, title: null, stock: a.stock, restocked: a.restocked,
+    remaining: a.remaining, pending: a.pending,
     confirmed: a.confirmed, sold_out: a.sold_out, fenced: a.fenced}];
 }
 // A lane's row heading: its title and id, and whether it is sold out.
@@ -375,6 +379,11 @@ function actions(a) {
     if (raw === '') return act(id, say(W.confirm_resume, {id}), W.resume, 'POST', path);
     if (!/^\d+$/.test(raw)) return status(W.bad_count);
     const body = {remaining: Number(raw)};
+    const lane = lanes(a).find((l) => l.id === (resumeVariant ? resumeVariant[1].value : null));
+    const most = lane && lane.stock + (lane.restocked || 0);
+    if (lane && Number.isInteger(lane.stock) && body.remaining > most) {
+      return status(say(W.count_too_many, {n: raw, most}));
+    }
     let variant = '';
     if (resumeVariant) {
       body.variant = resumeVariant[1].value;
@@ -574,12 +583,14 @@ async function refresh() {
     say(W.updated, {time: new Date().toLocaleTimeString(LANG === 'zh' ? 'zh-CN' : undefined), n});
 }
 
-// The waiting rooms of the activities that have one (404 `no_queue`: asked no more).
+// The waiting rooms of the activities that have one (the view's `queue_opens_at`: a reload
+// may add or remove one).
 async function readQueues(list) {
-  await Promise.all(list.filter((a) => queues.get(a.id) !== null).map(async (a) => {
+  for (const a of list) if (!a.queue_opens_at) queues.delete(a.id);
+  await Promise.all(list.filter((a) => a.queue_opens_at).map(async (a) => {
     const r = await api('GET', `/v1/activities/${encodeURIComponent(a.id)}/queue`);
-    if (r.status === 404) queues.set(a.id, null);
-    else if (r.status === 200 && r.json) queues.set(a.id, r.json);
+    if (r.status === 200 && r.json) queues.set(a.id, r.json);
+    else if (r.status === 404) queues.delete(a.id);
   }));
 }
 
