@@ -305,8 +305,10 @@ impl FlashProxy {
 
 impl FlashProxy {
     /// Whether this gateway knows variant `variant` of activity `activity` sold out: the
-    /// gateway that sold its last unit knows at once, the others by news. An unknown variant
-    /// reads as sold out (nothing to buy there).
+    /// gateway that sold its last unit knows at once, the others by news (a mark kept for the
+    /// sold-out cache's ttl), and a drop with a waiting room from its last reading of the units
+    /// left (every refresh: a mark that expired is not taken for stock come back). An unknown
+    /// variant reads as sold out (nothing to buy there). For what pages offer, never to refuse.
     pub(super) fn variant_sold_out(
         &self,
         settings: &crate::config::Settings,
@@ -318,5 +320,6 @@ impl FlashProxy {
             .activities
             .lane(activity, Some(variant))
             .is_none_or(|lane| self.gw.checkout.sale.is_sold_out(lane, ttl))
+            || !self.gw.waiting.variant_left(activity, variant)
     }
 }

@@ -415,6 +415,15 @@ impl<S: QueueStore> WaitingRoom<S> {
             .then(|| end.saturating_sub(view.redis_now_ms()))
     }
 
+    /// Whether any of `variant` of `activity` was left when last read (true when not read:
+    /// only a reading of none says no).
+    pub fn variant_left(&self, activity: &str, variant: &str) -> bool {
+        self.variant_left
+            .read()
+            .get(format!("{activity}~{variant}").as_str())
+            .is_none_or(|&n| n > 0)
+    }
+
     /// Each variant of `activity` and whether any of it is left, as last read.
     fn availability(&self, activity: &Activity) -> Vec<Availability> {
         if !activity.has_variants() {

@@ -179,6 +179,45 @@ async fn a_drops_too_late_and_your_turn_pages_in_both_languages_and_widths() {
             .screenshot(&format!("drop-your-turn-{}", seat.name()))
             .await;
     }
+    // While they choose, the pages keep up: the first buyer takes the last EU 41, and the
+    // others' EU 41 turns disabled without a reload; the second takes the last EU 42, and the
+    // two left read sold out, with no size offered.
+    let click = |size: &str| {
+        format!("document.querySelector('#variants button[data-variant=\"{size}\"]').click(); return true;")
+    };
+    browsers[0].script(&click("41")).await;
+    for browser in &browsers[1..] {
+        wait_for_async(
+            "EU 41 disabled in place",
+            Duration::from_secs(15),
+            || async {
+                let v = browser.script(READ).await;
+                (v["state"] == "your_turn"
+                    && v["sizes"] == json!([["EU 41", true], ["EU 42", false]]))
+                .then_some(())
+            },
+        )
+        .await;
+    }
+    browsers[1].script(&click("42")).await;
+    for browser in &browsers[2..] {
+        let shown = wait_for_async("the drop sold out", Duration::from_secs(15), || async {
+            let v = browser.script(READ).await;
+            (v["state"] == "sold_out").then_some(v)
+        })
+        .await;
+        let hidden = browser
+            .script("return document.getElementById('chooser').hidden;")
+            .await;
+        assert_eq!(hidden, true, "no size offered: {shown}");
+    }
+    let bought = upstream
+        .requests()
+        .await
+        .into_iter()
+        .filter(|r| r["headers"].get("x-flashgate-reservation").is_some())
+        .count();
+    assert_eq!(bought, 2, "one EU 41 and one EU 42");
     for browser in &browsers {
         let _ = browser
             .call("DELETE", &format!("/session/{}", browser.session), None)
