@@ -80,6 +80,9 @@ fn queue_view(view: &View) -> Value {
         "units_left": view.left,
         "starts_at_ms": s.start_ms,
         "redis_time_ms": s.now_ms,
+        // The draw's commitment (`hex(sha256(seed))`) as soon as the seed is chosen, so the
+        // operator can publish it before the start; the seed itself only in `draw`, after it.
+        "draw_commitment": s.commitment,
         "draw": s.drawn.map(|(drawn, seed)| json!({
             "tickets": drawn,
             "seed": crate::waiting::draw::seed_hex(&seed),

@@ -32,8 +32,14 @@ impl<S: LifecycleStore> Lifecycle<S> {
                 self.units_left(&activity.id, activity.variant.as_deref(), remaining as i64);
             }
             self.units_returned(&activity.lane, activity.version);
-            tracing::info!(activity = %activity.id, version = activity.version, units,
-                key = idempotency_key.unwrap_or(""), "restocked");
+            tracing::info!(activity = %activity.id, variant = activity.variant.as_deref(),
+                version = activity.version, units, key = idempotency_key.unwrap_or(""),
+                "restocked");
+        }
+        if let RestockOutcome::Repeated { .. } = outcome {
+            tracing::info!(activity = %activity.id, variant = activity.variant.as_deref(),
+                version = activity.version, units, key = idempotency_key.unwrap_or(""),
+                "restock repeated under its Idempotency-Key: nothing added again");
         }
         Ok(outcome)
     }

@@ -361,6 +361,14 @@ async fn the_console_signs_in_shows_the_drop_and_runs_the_fleets_actions() {
     let after = a.activity_view("2001").await;
     let r = |v: &Value| v["variants"][1]["remaining"].as_i64().unwrap();
     assert_eq!(r(&after), r(&before) + 3, "added once: {after}");
+    // The log names the size, and says the second call added nothing.
+    let logs = a.logs();
+    assert!(
+        logs.lines()
+            .any(|l| l.contains(" restocked") && l.contains("variant=\"43\"")),
+        "the restock's size in the log"
+    );
+    assert!(logs.contains("restock repeated under its Idempotency-Key"));
     assert_eq!(after["variants"][1]["id"], "43");
     let r = buy(&b, "restocked-buyer", "43").await;
     assert_eq!(r.status, 200, "{}", r.text());
@@ -600,10 +608,18 @@ async fn the_waiting_room_on_the_console_and_its_controls() {
         vec![queued("3001", 50, Queue::admit(1)), early],
     );
     config.per_user = None;
-    let gw = GatewayProc::start(config);
+    let mut gw = GatewayProc::start(config.clone());
     for i in 0..6 {
         take_ticket(&gw, "3001", &format!("waiting-{i}")).await;
     }
+    // 3002's room is open and has issued a ticket: a start moved earlier now is not applied,
+    // and the console shows the start that stays, naming the configured one.
+    take_ticket(&gw, "3002", "early-bird").await;
+    config.activities[1].starts_at = in_secs(1800);
+    gw.rewrite_config(config.clone());
+    let r = gw.admin_post("/v1/config/reload").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    gw.wait_generation(2).await;
     let queue = || async {
         let r = gw.admin_get("/v1/activities/3001/queue").await;
         assert_eq!(r.status, 200, "{}", r.text());
@@ -637,6 +653,22 @@ async fn the_waiting_room_on_the_console_and_its_controls() {
         )
         .await;
     assert_eq!(state, "pre-queue");
+    let times = wait_for_async("the start that stays", Duration::from_secs(10), || async {
+        let t = browser
+            .script("return document.querySelector('article[data-activity=\"3002\"] .times').textContent;")
+            .await;
+        let t = t.as_str()?.to_owned();
+        t.contains("the waiting room keeps this start").then_some(t)
+    })
+    .await;
+    assert!(times.contains("is not applied"), "{times}");
+    let clears = browser
+        .script("return document.querySelector('article[data-activity=\"3002\"] dd[data-queue=\"clear\"]').textContent;")
+        .await;
+    assert!(
+        clears.as_str().unwrap().ends_with("min"),
+        "counted from the start, an hour away: {clears}"
+    );
     browser.screenshot("console-queue-en").await;
     browser.type_into("#rate-3001", "7").await;
     confirm_on(&browser, "3001", "queue-rate").await;

@@ -394,6 +394,10 @@ async fn the_draw_is_committed_revealed_and_checkable_by_anyone() {
         before.get("draw_seed").is_none(),
         "no seed before the start: {before}"
     );
+    // The operator reads the same commitment in the admin API before the start, no seed.
+    let admin = gw.admin_get("/v1/activities/1001/queue").await.json();
+    assert_eq!(admin["draw_commitment"], commitment.as_str(), "{admin}");
+    assert!(admin["draw"].is_null(), "no seed before the start: {admin}");
     stack
         .redis
         .wait_time_past("the start", rfc3339_ms(starts_at));

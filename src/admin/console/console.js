@@ -20,7 +20,8 @@ const WORDS = {
     orders_check: 'The last reconcile --orders ({time}): {confirmed} confirmed, {pending} pending, {in_doubt} in doubt, {released} released after the sale, {unknown} unknown to Redis (forgotten).',
     orders_none: 'No reconcile --orders is recorded for it yet: run the first command below.',
     store_unknown: 'Redis did not answer this gateway: the figures are unknown (—), nothing is sold meanwhile.',
-    sold_out_mark: 'sold out',
+    sold_out_mark: 'sold out', no_units: '— (no unit left)',
+    start_kept: 'the waiting room keeps this start: starts_at {configured} in the configuration is not applied, its queue had opened',
     halt_all: 'Halt every activity', confirm_halt_all: 'Halt every activity ({ids}): every gateway of the fleet stops taking stock for them within a second. Buyers are told unavailable (503) and may retry; nothing is given back.',
     fleet: 'Gateways that answered in the last {secs} s: {n}', fleet_row: '{host} (gateway {id}) · admin {admin} · seen {ago} s ago · config {generation}',
     states: {scheduled: 'scheduled', pre_queue: 'pre-queue', selling: 'selling', sold_out: 'sold out', halted: 'halted',
@@ -56,7 +57,8 @@ const WORDS = {
     orders_check: '最近一次 reconcile --orders（{time}）：已确认 {confirmed}，待确认 {pending}，存疑 {in_doubt}，售后被释放 {released}，Redis 中没有记录（已遗忘）{unknown}。',
     orders_none: '尚无 reconcile --orders 的记录：请先运行下方第一条命令。',
     store_unknown: 'Redis 没有响应本网关：数据未知（—），在此期间不会售出。',
-    sold_out_mark: '已售罄',
+    sold_out_mark: '已售罄', no_units: '—（已无库存）',
+    start_kept: '排队室保持此开始时间：配置中的 starts_at {configured} 未生效，因为排队已开始',
     halt_all: '停售全部活动', confirm_halt_all: '停售全部活动（{ids}）：整个网关集群在一秒内停止为其扣减库存。买家会收到“暂时不可用”（503），可以重试；不会退回任何东西。',
     fleet: '最近 {secs} 秒内有响应的网关：{n} 个', fleet_row: '{host}（网关 {id}）· 管理 {admin} · {ago} 秒前 · 配置 {generation}',
     states: {scheduled: '未开始', pre_queue: '预排队', selling: '销售中', sold_out: '已售罄', halted: '已停售',
@@ -131,7 +133,7 @@ function stateOf(a) {
   if (a.fenced) return 'fenced';
   if (a.halted) return 'halted';
   if (now >= Date.parse(a.ends_at)) return 'ended';
-  if (now < Date.parse(a.starts_at)) {
+  if (now < Date.parse(startOf(a))) {
     return a.queue_opens_at && now >= Date.parse(a.queue_opens_at) ? 'pre_queue' : 'scheduled';
   }
   if (a.sold_out) return 'sold_out';
@@ -172,10 +174,7 @@ function card(a) {
     'aria-labelledby': 'title-' + id});
   box.append(el('h3', {id: 'title-' + id}, id, ' ',
     el('span', {class: 'state', 'data-state': state}, W.states[state])));
-  const opens = a.queue_opens_at && a.queue_opens_at !== a.starts_at ?
-    W.queue_opens + ': ' + time(a.queue_opens_at) + ' · ' : '';
-  box.append(el('p', {class: 'times'}, opens, W.starts + ': ', time(a.starts_at), ' · ',
-    W.ends + ': ', time(a.ends_at)));
+  box.append(el('p', {class: 'times'}, timesText(a)));
   if (a.fenced) box.append(fence(a));
   const unknown = el('p', {class: 'unknown', role: 'note', 'data-store-unknown': ''}, W.store_unknown);
   unknown.hidden = storeAnswered(a);
@@ -261,17 +260,38 @@ function refusalsText(id) {
 
 // The queue view's `length` is the tickets issued and not yet reached: who waits. `cursor` is
 // the last place reached (it moves with the rate even while nobody queues).
-function clearsIn(q) {
+// Nobody more is served once no unit is left (the waiting read sold out), and nobody before
+// the start: the time to clear counts from the start, at the rate.
+function clearsIn(q, a) {
   const waiting = q.length;
   if (waiting === 0) return '0 s';
+  if (a && a.sold_out === true) return W.no_units;
   if (q.paused || !q.admit_per_second) return '—';
-  const secs = Math.ceil(waiting / q.admit_per_second);
+  const untilStart = Math.max(0, (q.starts_at_ms || 0) - (q.redis_time_ms || 0)) / 1000;
+  const secs = Math.ceil(untilStart + waiting / q.admit_per_second);
   return secs < 120 ? secs + ' s' : Math.ceil(secs / 60) + ' min';
 }
 
-function queueFigures(q) {
+function queueFigures(q, a) {
   return {waiting: String(q.length), admitted: String(q.cursor),
-    rate: String(q.admit_per_second) + (q.paused ? ' (' + W.paused + ')' : ''), clear: clearsIn(q)};
+    rate: String(q.admit_per_second) + (q.paused ? ' (' + W.paused + ')' : ''),
+    clear: clearsIn(q, a)};
+}
+
+// The sale's start as it stands: the waiting room's (a start moved earlier after its queue
+// opened is not applied, and the YAML's is then not the one that holds).
+function startOf(a) {
+  const q = queues.get(a.id);
+  return q && q.starts_at_ms ? new Date(q.starts_at_ms).toISOString() : a.starts_at;
+}
+
+function timesText(a) {
+  const opens = a.queue_opens_at && a.queue_opens_at !== a.starts_at ?
+    W.queue_opens + ': ' + time(a.queue_opens_at) + ' · ' : '';
+  const start = startOf(a);
+  const kept = Math.abs(Date.parse(start) - Date.parse(a.starts_at)) >= 1000 ?
+    ' (' + say(W.start_kept, {configured: time(a.starts_at)}) + ')' : '';
+  return opens + W.starts + ': ' + time(start) + kept + ' · ' + W.ends + ': ' + time(a.ends_at);
 }
 
 // The waiting room's figures and its controls (pause, resume, the rate).
@@ -280,7 +300,7 @@ function queuePanel(a, q) {
   const box = el('section', {class: 'queue', 'aria-label': W.queue + ' ' + id});
   box.append(el('h4', {}, W.queue));
   const list = el('dl', {});
-  const f = queueFigures(q);
+  const f = queueFigures(q, a);
   for (const k of ['waiting', 'admitted', 'rate', 'clear']) {
     list.append(el('div', {}, el('dt', {}, W[k]), el('dd', {'data-queue': k}, f[k])));
   }
@@ -534,13 +554,15 @@ function update(c, a) {
     }
   }
   c.querySelector('[data-store-unknown]').hidden = storeAnswered(a);
+  const times = c.querySelector('.times');
+  if (times.textContent !== timesText(a)) times.textContent = timesText(a);
   enable(c, a);
   const refusals = c.querySelector('[data-refusals]');
   const text = refusalsText(a.id);
   if (refusals && refusals.textContent !== text) refusals.textContent = text;
   const q = queues.get(a.id);
   if (q) {
-    const f = queueFigures(q);
+    const f = queueFigures(q, a);
     for (const k of Object.keys(f)) {
       const cell = c.querySelector(`dd[data-queue="${k}"]`);
       if (cell && cell.textContent !== f[k]) cell.textContent = f[k];
