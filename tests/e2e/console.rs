@@ -74,6 +74,28 @@ async fn confirm_on(browser: &Browser, act: &str, action: &str) -> Value {
     asked
 }
 
+/// A desktop browser signed in to `gw`'s console.
+async fn console_of(gw: &GatewayProc) -> Browser {
+    let browser = Browser::start().await;
+    browser.viewport(1280, 900).await;
+    browser.go(&format!("http://{}/ui", gw.admin)).await;
+    browser.type_into("#token", ADMIN_TOKEN).await;
+    browser.click("#sign-in button[type=submit]").await;
+    browser
+}
+
+/// What activity `act`'s card shows of a fence: its state, the panel's text and commands, and
+/// the status line.
+fn fence_card(act: &str) -> String {
+    format!(
+        "var a = document.querySelector('article[data-activity=\"{act}\"]'); \
+         var f = a && a.querySelector('.fenced'); var pre = f && f.querySelector('pre'); \
+         return {{state: a ? a.querySelector('.state').dataset.state : null, \
+           fence: f ? f.innerText : '', commands: pre ? pre.textContent : '', \
+           status: document.getElementById('status').textContent}};"
+    )
+}
+
 /// The size's figures in the admin API's view, as the console writes them.
 fn figures(view: &Value, size: &str) -> Value {
     let row = view["variants"]
@@ -437,15 +459,8 @@ async fn a_fenced_drop_is_resumed_with_a_count_from_the_form() {
     }
     redis.kill();
     redis.restart();
-    let browser = Browser::start().await;
-    browser.viewport(1280, 900).await;
-    browser.go(&format!("http://{}/ui", gw.admin)).await;
-    browser.type_into("#token", ADMIN_TOKEN).await;
-    browser.click("#sign-in button[type=submit]").await;
-    let card = "var a = document.querySelector('article[data-activity=\"1001\"]'); \
-        var f = a && a.querySelector('.fenced'); \
-        return {state: a ? a.querySelector('.state').dataset.state : null, \
-          fence: f ? f.innerText : '', status: document.getElementById('status').textContent};";
+    let browser = console_of(&gw).await;
+    let card = &fence_card("1001");
     let shown = wait_for_async("the fence shown", Duration::from_secs(15), || async {
         let v = browser.script(card).await;
         (v["state"] == "fenced").then_some(v)
@@ -535,17 +550,8 @@ async fn a_fenced_drop_in_sizes_says_what_a_count_cannot_do() {
     }
     redis.kill();
     redis.restart();
-    let browser = Browser::start().await;
-    browser.viewport(1280, 900).await;
-    browser.go(&format!("http://{}/ui", gw.admin)).await;
-    browser.type_into("#token", ADMIN_TOKEN).await;
-    browser.click("#sign-in button[type=submit]").await;
-    let card = "var a = document.querySelector('article[data-activity=\"2001\"]'); \
-        var f = a && a.querySelector('.fenced'); \
-        return {state: a ? a.querySelector('.state').dataset.state : null, \
-          fence: f ? f.innerText : '', commands: f && f.querySelector('pre') ? \
-          f.querySelector('pre').textContent : '', \
-          status: document.getElementById('status').textContent};";
+    let browser = console_of(&gw).await;
+    let card = &fence_card("2001");
     let shown = wait_for_async("both sizes' fences", Duration::from_secs(20), || async {
         let v = browser.script(card).await;
         let fence = v["fence"].as_str()?;
@@ -625,11 +631,7 @@ async fn the_waiting_room_on_the_console_and_its_controls() {
         assert_eq!(r.status, 200, "{}", r.text());
         r.json()
     };
-    let browser = Browser::start().await;
-    browser.viewport(1280, 900).await;
-    browser.go(&format!("http://{}/ui", gw.admin)).await;
-    browser.type_into("#token", ADMIN_TOKEN).await;
-    browser.click("#sign-in button[type=submit]").await;
+    let browser = console_of(&gw).await;
     let read = "var q = {}; document.querySelectorAll('article[data-activity=\"3001\"] dd') \
         .forEach(function (d) { q[d.dataset.queue] = d.textContent; }); \
         return {q: q, dialog: document.getElementById('confirm').open, \
