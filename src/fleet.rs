@@ -3,8 +3,9 @@
 //! keeps the roll it read back for the admin API (`GET /v1/fleet`, the console's list).
 //!
 //! Approximation: the roll is of gateways that reached this Redis within the window, as this
-//! gateway last read it (at most a second old). A gateway that cannot reach Redis is missing
-//! from it, even if buyers still reach it; one that stopped stays for up to the window.
+//! gateway last read it (a second old, or `read_age_ms` when its beats fail). A gateway that
+//! cannot reach Redis is missing from it, even if buyers still reach it; one that stopped stays
+//! for up to the window. At most 64 gateways are listed (`lua/fleet.lua`).
 
 use crate::stock::scripts::fleet::Roll;
 use crate::stock::StockStore;
@@ -21,7 +22,10 @@ pub const WINDOW: Duration = Duration::from_secs(10);
 /// API reads it.
 #[derive(Default)]
 pub struct Roster {
-    last: Mutex<Option<Roll>>,
+    /// The last roll read, and when (this process's clock).
+    last: Mutex<Option<(Roll, std::time::Instant)>>,
+    /// Whether the last beat failed (said once per change, not every second).
+    failing: std::sync::atomic::AtomicBool,
 }
 
 /// What a gateway says of itself on the roll.
@@ -44,18 +48,33 @@ impl Roster {
             "build": env!("CARGO_PKG_VERSION"),
         })
         .to_string();
+        use std::sync::atomic::Ordering::Relaxed;
         match store.fleet_beat(&text, WINDOW).await {
-            Ok(roll) => *self.last.lock().expect("roster lock") = Some(roll),
-            Err(e) => tracing::debug!(error = %e, "fleet beat not written"),
+            Ok(roll) => {
+                *self.last.lock().expect("roster lock") = Some((roll, std::time::Instant::now()));
+                if self.failing.swap(false, Relaxed) {
+                    tracing::info!("the fleet's roll is written again");
+                }
+            }
+            Err(e) => {
+                if !self.failing.swap(true, Relaxed) {
+                    tracing::warn!(error = %e,
+                        "the fleet's roll is not written: the console lists this gateway's last \
+                         reading, and other gateways stop listing this one");
+                }
+            }
         }
     }
 
-    /// The roll as the admin API shows it: Redis's clock at the last beat read, the window, and
-    /// each gateway (this one marked `self`) with how long before that beat it was last seen.
+    /// The roll as the admin API shows it: Redis's clock at the last beat read, how long ago
+    /// that was (`read_age_ms`, this process's clock: more than a second or two when its beats
+    /// fail), the window, and each gateway (this one marked `self`) with how long before that
+    /// read it was last seen.
     pub fn view(&self, own_id: &str) -> Value {
         let last = self.last.lock().expect("roster lock").clone();
-        let Some(roll) = last else {
-            return json!({"read_ms": null, "window_ms": WINDOW.as_millis() as u64, "gateways": []});
+        let Some((roll, read_at)) = last else {
+            return json!({"read_ms": null, "read_age_ms": null,
+                "window_ms": WINDOW.as_millis() as u64, "gateways": []});
         };
         let gateways: Vec<Value> = roll
             .members
@@ -73,6 +92,7 @@ impl Roster {
             .collect();
         json!({
             "read_ms": roll.now_ms,
+            "read_age_ms": read_at.elapsed().as_millis() as u64,
             "window_ms": WINDOW.as_millis() as u64,
             "gateways": gateways,
         })

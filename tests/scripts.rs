@@ -3303,6 +3303,58 @@ async fn the_fleet_roll_lists_who_beat_within_the_window() {
     .await;
     assert_eq!(alone.members[0].id, f.presence_id());
     let mut conn = f.redis.conn();
+    // Keys written by hand: 10,000 stale members, 10,000 ahead of now, 100 live. The beat still
+    // answers, lists at most 64 (its own included), and drops the stale and the future ones.
+    let [seen, about] = f.keys().fleet();
+    let now: u64 = {
+        let (s, us): (u64, u64) = redis::cmd("TIME").query(&mut conn).unwrap();
+        s * 1000 + us / 1000
+    };
+    let mut add = redis::cmd("ZADD");
+    add.arg(&seen);
+    for i in 0..10_000u64 {
+        add.arg(now - 60_000 - i).arg(format!("stale-{i}"));
+        add.arg(now + 60_000 + i).arg(format!("ahead-{i}"));
+    }
+    for i in 0..100u64 {
+        add.arg(now).arg(format!("live-{i}"));
+    }
+    let _: () = add.query(&mut conn).unwrap();
+    let _: () = redis::cmd("HSET")
+        .arg(&about)
+        .arg("live-1")
+        .arg("<b>not json</b>")
+        .query(&mut conn)
+        .unwrap();
+    let mut roll = f.fleet_beat("{}", window).await.unwrap();
+    assert_eq!(roll.members.len(), 64, "bounded");
+    assert!(
+        roll.members.iter().any(|m| m.id == f.presence_id()),
+        "its own line, the newest"
+    );
+    assert!(roll
+        .members
+        .iter()
+        .all(|m| m.id.starts_with("live-") || m.id == f.presence_id()));
+    for _ in 0..100 {
+        let left: u64 = redis::cmd("ZCARD").arg(&seen).query(&mut conn).unwrap();
+        if left <= 102 {
+            break;
+        }
+        roll = f.fleet_beat("{}", window).await.unwrap();
+    }
+    let left: u64 = redis::cmd("ZCARD").arg(&seen).query(&mut conn).unwrap();
+    assert!(
+        left <= 102,
+        "the stale and future ones dropped, a bounded number a beat: {left}"
+    );
+    assert_eq!(roll.members.len(), 64);
+    let _: () = redis::cmd("DEL")
+        .arg(&seen)
+        .arg(&about)
+        .query(&mut conn)
+        .unwrap();
+    let _ = f.fleet_beat("{}", Duration::from_millis(20)).await.unwrap();
     for key in f.keys().fleet() {
         let ttl: i64 = redis::cmd("PTTL").arg(&key).query(&mut conn).unwrap();
         assert!(ttl > 0 && ttl <= 40, "{key}: {ttl}");

@@ -149,8 +149,10 @@ impl ServeHttp for AdminApp {
 const OPERATOR_MAX_CHARS: usize = 64;
 
 /// The operator's name as `X-Flashgate-Operator` gives it (UTF-8, percent-encoded by the
-/// console): "-" when none is given, "invalid" when it is not printable text of at most
-/// [`OPERATOR_MAX_CHARS`] characters (a log line never carries a control character).
+/// console): "-" when none is given, "invalid" when it is not a name of at most
+/// [`OPERATOR_MAX_CHARS`] characters: letters and digits of any script, spaces and `.-_@'()`
+/// only, so a log line (text or JSON) never carries a control, format or separator character
+/// (no line break, no right-to-left override, nothing invisible).
 fn operator_of(headers: &http::HeaderMap) -> String {
     let Some(raw) = headers.get("x-flashgate-operator") else {
         return "-".to_owned();
@@ -164,7 +166,9 @@ fn operator_of(headers: &http::HeaderMap) -> String {
         Some(name)
             if !name.is_empty()
                 && name.chars().count() <= OPERATOR_MAX_CHARS
-                && !name.chars().any(char::is_control) =>
+                && name
+                    .chars()
+                    .all(|c| c.is_alphanumeric() || " .-_@'()".contains(c)) =>
         {
             name
         }
@@ -535,6 +539,17 @@ mod tests {
         assert_eq!(of(Some("Ana%20%E6%9D%8E")), "Ana 李");
         assert_eq!(of(Some("%0Aforged line")), "invalid");
         assert_eq!(of(Some("%FF")), "invalid");
+        for hidden in [
+            "%E2%80%AE",
+            "%E2%80%A8",
+            "%E2%80%8B",
+            "%E2%81%A6",
+            "%1B%5B31m",
+            "%C2%85",
+        ] {
+            assert_eq!(of(Some(&format!("carol{hidden}x"))), "invalid", "{hidden}");
+        }
+        assert_eq!(of(Some("O'Brien%20(SRE)")), "O'Brien (SRE)");
         assert_eq!(of(Some("  ")), "invalid");
         assert_eq!(of(Some(&"a".repeat(65))), "invalid");
         assert_eq!(of(Some(&"a".repeat(64))), "a".repeat(64));

@@ -195,6 +195,8 @@ pub fn run_orders_cli(
                 &activity,
                 crate::stock::orders_check::OrdersCheck {
                     at_ms: 0,
+                    read: ids.len() as u64,
+                    elsewhere: report.elsewhere.len() as u64,
                     confirmed: report.confirmed.len() as u64,
                     pending: report.pending.len() as u64,
                     in_doubt: report.in_doubt.len() as u64,

@@ -8,11 +8,16 @@ use super::{Layout, StockStore, StoreError, StoreOp};
 use crate::config::Activity;
 use std::collections::HashMap;
 
-/// The counts of one run (orders of other activities left out).
+/// The counts of one run: the ids read, those of other activities (left out), and what Redis
+/// holds of the rest.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
 pub struct OrdersCheck {
     /// When it ran (unix ms, Redis's clock).
     pub at_ms: u64,
+    /// Order ids the file held (an empty file reads 0: no check at all, not a clean one).
+    pub read: u64,
+    /// Of them, ids of another configured activity (not counted below).
+    pub elsewhere: u64,
     pub confirmed: u64,
     pub pending: u64,
     pub in_doubt: u64,
@@ -21,11 +26,21 @@ pub struct OrdersCheck {
     pub unknown: u64,
 }
 
-const FIELDS: [&str; 5] = ["confirmed", "pending", "in_doubt", "released", "unknown"];
+const FIELDS: [&str; 7] = [
+    "read",
+    "elsewhere",
+    "confirmed",
+    "pending",
+    "in_doubt",
+    "released",
+    "unknown",
+];
 
 impl OrdersCheck {
-    fn counts(&self) -> [u64; 5] {
+    fn counts(&self) -> [u64; 7] {
         [
+            self.read,
+            self.elsewhere,
             self.confirmed,
             self.pending,
             self.in_doubt,
@@ -87,6 +102,8 @@ impl StockStore {
         let n = |f: &str| all.get(f).copied().unwrap_or(0);
         Ok(Some(OrdersCheck {
             at_ms,
+            read: n("read"),
+            elsewhere: n("elsewhere"),
             confirmed: n("confirmed"),
             pending: n("pending"),
             in_doubt: n("in_doubt"),

@@ -657,6 +657,51 @@ async fn a_flushed_drop_sells_nothing_twice_and_says_why() {
     );
 }
 
+/// Found by review: a gateway that never saw the sale, started on the emptied store while the
+/// one that did was away, made the drop's keys again, the shared buyers' units hash with them
+/// (empty); back, the first gateway fenced the loss, and a count of one size then passed the
+/// units check and let every buyer buy again. A lane whose keys were gone refuses the count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_count_after_another_gateway_remade_the_keys_is_refused() {
+    let mut redis = RedisServer::start();
+    let upstream = Upstream::start();
+    let activity = TestActivity::open("2001", 0).limit(1);
+    let config = drop_with(&redis, &upstream, activity, &[("42", 3), ("43", 3)]);
+    let a = GatewayProc::start(config.clone());
+    assert_eq!(buy(&a, "u1", "42").await.status, 200);
+    assert_eq!(buy(&a, "u4", "43").await.status, 200);
+    a.signal("STOP");
+    redis.kill();
+    redis.restart();
+    let b = GatewayProc::start(config.on_new_ports());
+    a.signal("CONT");
+    for gw in [&a, &b] {
+        wait_for_async("the loss fenced", Duration::from_secs(20), || async {
+            let view = gw.activity_view("2001").await;
+            view["variants"][0]["fenced"]["lost"]
+                .as_str()
+                .map(str::to_owned)
+        })
+        .await;
+    }
+    for gw in [&a, &b] {
+        for size in ["42", "43"] {
+            let r = gw
+                .admin_post_json(
+                    "/v1/activities/2001/resume",
+                    &format!(r#"{{"remaining": 2, "variant": "{size}"}}"#),
+                )
+                .await;
+            assert_eq!(r.status, 409, "{size}: {}", r.text());
+            assert!(r.text().contains("new activity id"), "{}", r.text());
+        }
+    }
+    for gw in [&a, &b] {
+        assert_eq!(buy(gw, "u1", "42").await.status, 503, "nobody buys again");
+    }
+    assert_eq!(sold(&upstream).await.len(), 2);
+}
+
 /// Review of the change: readiness looked at activities, refusals at variants' lanes, so a drop
 /// refused on a Redis that may evict keys read ready. Not ready, naming the policy.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

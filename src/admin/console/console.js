@@ -10,6 +10,7 @@ const WORDS = {
     all: 'the activity', wrong: 'The admin API refused this token (401). Type it again.',
     failed: 'The admin API answered {status}: {message}', done: '{action}: done.',
     unsure: '{action}: the admin API answered {status} ({message}). It may have been applied: read the figures before you try again.',
+    unsure_count: '{action}: the admin API answered {status} ({message}). The count may have been set: read the activity (its fence panel) before you count again; a count is set once per loss.',
     unreachable: 'The gateway did not answer; retrying every second.',
     updated: 'Updated {time}; {n} activities.',
     fenced_lost: 'Fenced: the store lost sales ({why}): it holds {held} reservation records, this gateway saw {seen}. Nothing sells until a count.',
@@ -17,13 +18,13 @@ const WORDS = {
     fenced_master: 'Fenced: the Redis master changed (recorded {recorded}, answering now {current}). Nothing sells meanwhile.',
     next_master: 'Next step: check that the new master holds every sale (reconcile with --orders); if it does, Resume; if not, Resume with the count.',
     next_sizes: 'Each size is fenced and counted on its own: give a lost size its count with that size picked. The sizes share the buyers\' units: if Redis lost those (it was emptied), a count is refused (409) and the runbook\'s next step is to sell what is left under a new activity id.',
-    orders_check: 'The last reconcile --orders ({time}): {confirmed} confirmed, {pending} pending, {in_doubt} in doubt, {released} released after the sale, {unknown} unknown to Redis (forgotten).',
+    orders_check: 'The last reconcile --orders ({time}): {read} orders read ({elsewhere} of other activities); of this one, {confirmed} confirmed, {pending} pending, {in_doubt} in doubt, {released} released after the sale, {unknown} unknown to Redis (forgotten). A check from before this fence says nothing of it.',
     orders_none: 'No reconcile --orders is recorded for it yet: run the first command below.',
     store_unknown: 'Redis did not answer this gateway: the figures are unknown (—), nothing is sold meanwhile.',
     sold_out_mark: 'sold out', no_units: '— (no unit left)',
     start_kept: 'the waiting room keeps this start: starts_at {configured} in the configuration is not applied, its queue had opened',
     halt_all: 'Halt every activity', confirm_halt_all: 'Halt every activity ({ids}): every gateway of the fleet stops taking stock for them within a second. Buyers are told unavailable (503) and may retry; nothing is given back.',
-    fleet: 'Gateways that answered in the last {secs} s: {n}', fleet_row: '{host} (gateway {id}) · admin {admin} · seen {ago} s ago · config {generation}',
+    fleet: 'Gateways that answered in the last {secs} s: {n}', fleet_stale: '(read {secs} s ago: this gateway cannot write to Redis)', fleet_row: '{host} (gateway {id}) · admin {admin} · seen {ago} s ago · config {generation}',
     states: {scheduled: 'scheduled', pre_queue: 'pre-queue', selling: 'selling', sold_out: 'sold out', halted: 'halted',
       fenced: 'fenced', ended: 'ended'},
     confirm_halt: 'Halt {id}: every gateway of the fleet stops taking stock for it within a second. Buyers are told unavailable (503) and may retry; nothing is given back.',
@@ -47,6 +48,7 @@ const WORDS = {
     all: '整个活动', wrong: '管理接口拒绝了此令牌（401）。请重新输入。',
     failed: '管理接口返回 {status}：{message}', done: '{action}：已完成。',
     unsure: '{action}：管理接口返回 {status}（{message}）。操作可能已生效：请先查看数据再重试。',
+    unsure_count: '{action}：管理接口返回 {status}（{message}）。数量可能已经设置：请先查看该活动（隔离面板）再清点；每次丢失只能设置一次数量。',
     unreachable: '网关没有响应；每秒重试一次。',
     updated: '更新于 {time}；共 {n} 个活动。',
     fenced_lost: '已隔离：存储丢失了销售记录（{why}）：现有 {held} 条预留记录，本网关曾见到 {seen} 条。清点前不会售出任何商品。',
@@ -54,13 +56,13 @@ const WORDS = {
     fenced_master: '已隔离：Redis 主节点已更换（记录的是 {recorded}，现在应答的是 {current}）。在此期间不会售出。',
     next_master: '下一步：确认新的主节点保有全部销售（reconcile 加 --orders）；若是，直接恢复；若否，用清点的数量恢复。',
     next_sizes: '每个规格分别隔离、分别清点：为丢失的规格选中它再填数量。各规格共用买家的已购件数：若 Redis 丢失了它们（被清空），清点会被拒绝（409），按运维手册，剩余的商品须以新的活动 id 销售。',
-    orders_check: '最近一次 reconcile --orders（{time}）：已确认 {confirmed}，待确认 {pending}，存疑 {in_doubt}，售后被释放 {released}，Redis 中没有记录（已遗忘）{unknown}。',
+    orders_check: '最近一次 reconcile --orders（{time}）：读取订单 {read} 个（其他活动的 {elsewhere} 个）；本活动中已确认 {confirmed}，待确认 {pending}，存疑 {in_doubt}，售后被释放 {released}，Redis 中没有记录（已遗忘）{unknown}。早于本次隔离的检查不能说明本次情况。',
     orders_none: '尚无 reconcile --orders 的记录：请先运行下方第一条命令。',
     store_unknown: 'Redis 没有响应本网关：数据未知（—），在此期间不会售出。',
     sold_out_mark: '已售罄', no_units: '—（已无库存）',
     start_kept: '排队室保持此开始时间：配置中的 starts_at {configured} 未生效，因为排队已开始',
     halt_all: '停售全部活动', confirm_halt_all: '停售全部活动（{ids}）：整个网关集群在一秒内停止为其扣减库存。买家会收到“暂时不可用”（503），可以重试；不会退回任何东西。',
-    fleet: '最近 {secs} 秒内有响应的网关：{n} 个', fleet_row: '{host}（网关 {id}）· 管理 {admin} · {ago} 秒前 · 配置 {generation}',
+    fleet: '最近 {secs} 秒内有响应的网关：{n} 个', fleet_stale: '（{secs} 秒前读取：本网关无法写入 Redis）', fleet_row: '{host}（网关 {id}）· 管理 {admin} · {ago} 秒前 · 配置 {generation}',
     states: {scheduled: '未开始', pre_queue: '预排队', selling: '销售中', sold_out: '已售罄', halted: '已停售',
       fenced: '已隔离', ended: '已结束'},
     confirm_halt: '停售 {id}：整个网关集群在一秒内停止为其扣减库存。买家会收到“暂时不可用”（503），可以重试；不会退回任何东西。',
@@ -409,7 +411,9 @@ function actions(a) {
       body.variant = resumeVariant[1].value;
       variant = ' / ' + body.variant;
     }
-    act(id, say(W.confirm_count, {id, variant, n: raw}), W.resume, 'POST', path, body);
+    // No Try again for a count: sent again after another loss, it would count that one.
+    act(id, say(W.confirm_count, {id, variant, n: raw}), W.resume, 'POST', path, body,
+      {retry: false});
   });
   const unitsId = 'units-' + id;
   const units = el('input', {type: 'number', min: '1', step: '1', id: unitsId, inputmode: 'numeric'});
@@ -443,9 +447,10 @@ function actions(a) {
 // Each confirmation is one call with its own Idempotency-Key (a restock adds its units once
 // however often it is sent): an answer that leaves it unsure (5xx, no answer) offers to send
 // the very same call again.
-function act(id, text, name, method, path, body) {
+function act(id, text, name, method, path, body, opts) {
   const key = {'Idempotency-Key': 'console-' + crypto.randomUUID()};
-  confirmThen(text, () => send(id, name, method, path, body, key));
+  const retry = !opts || opts.retry !== false;
+  confirmThen(text, () => send(id, name, method, path, body, key, retry));
 }
 
 // Shows `text` in the confirmation dialog (Cancel focused); runs `then` on Confirm.
@@ -486,10 +491,16 @@ function haltAll() {
   });
 }
 
-async function send(id, name, method, path, body, key) {
+// How long Try again is offered: past it, the figures have moved on and the operator reads
+// them before acting again.
+const RETRY_OFFERED_MS = 60000;
+let retryTimer = null;
+
+async function send(id, name, method, path, body, key, retry) {
   const again = document.getElementById('retry');
   again.hidden = true;
   again.onclick = null;
+  clearTimeout(retryTimer);
   let r;
   try {
     r = await api(method, path, body, key);
@@ -503,10 +514,13 @@ async function send(id, name, method, path, body, key) {
     // A figure typed for this action is not kept for the next one (other cards' stay).
     const card = document.querySelector(`article[data-activity="${CSS.escape(id)}"]`);
     for (const input of card ? card.querySelectorAll('input') : []) input.value = '';
+  } else if ((r.status >= 500 || r.status === 0) && !retry) {
+    status(say(W.unsure_count, {action: name, status: r.status || '—', message}));
   } else if (r.status >= 500 || r.status === 0) {
     status(say(W.unsure, {action: name, status: r.status || '—', message}));
     again.hidden = false;
-    again.onclick = () => send(id, name, method, path, body, key);
+    again.onclick = () => send(id, name, method, path, body, key, retry);
+    retryTimer = setTimeout(() => { again.hidden = true; again.onclick = null; }, RETRY_OFFERED_MS);
   } else {
     status(say(W.failed, {status: r.status, message}));
   }
@@ -624,7 +638,9 @@ async function readFleet() {
   const rows = r.json.gateways.map((g) => say(W.fleet_row, {id: String(g.id).slice(0, 8),
     host: g.host || '—', admin: g.admin || '—',
     ago: Math.round(g.seen_ms_ago / 100) / 10, generation: g.generation}));
-  const text = say(W.fleet, {secs: Math.round(r.json.window_ms / 1000), n: rows.length});
+  const age = r.json.read_age_ms;
+  const text = say(W.fleet, {secs: Math.round(r.json.window_ms / 1000), n: rows.length}) +
+    (age > 3000 ? ' ' + say(W.fleet_stale, {secs: Math.round(age / 1000)}) : '');
   const key = text + rows.join('|');
   if (box.dataset.key === key) return;
   box.dataset.key = key;

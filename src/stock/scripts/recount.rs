@@ -26,6 +26,15 @@ impl LossStamp {
         self.lost.is_some() || self.fenced_at.is_some()
     }
 
+    /// Whether the segment's keys were gone (`emptied`, `keys_lost`): whatever its hashes hold
+    /// now was lost with them or made again since (by a gateway that never saw the sale).
+    pub fn keys_were_gone(&self) -> bool {
+        self.lost
+            .as_deref()
+            .and_then(|l| l.split('|').nth(1))
+            .is_some_and(|reason| matches!(reason, "emptied" | "keys_lost"))
+    }
+
     /// The stamp as `recount.lua` compares it: the three fields joined by '/'.
     pub fn stamp(&self) -> String {
         let field = |f: &Option<String>| f.clone().unwrap_or_default();

@@ -72,9 +72,9 @@ pub enum RecountError {
         current: u64,
     },
     #[error(
-        "the buyers' units of {activity}, shared by all its variants, are lost: a count of one \
-         variant cannot rebuild them (the per-buyer limit across variants would start over); \
-         sell under a new activity id"
+        "the buyers' units of {activity}, shared by all its variants, are lost (or were made \
+         again empty since its keys were lost): a count of one variant cannot rebuild them (the \
+         per-buyer limit across variants would start over); sell under a new activity id"
     )]
     SharedUnitsLost { activity: String },
     /// Redis holds no loss of the activity to settle: not fenced, not lost, its keys not gone.
@@ -135,15 +135,17 @@ pub async fn recount(
     // come with keys found there).
     let mut stamps = Vec::new();
     let mut lost = false;
+    let mut keys_were_gone = false;
     for segment in layout.segments() {
         let stamp = store.loss_stamp(segment).await?;
         lost |= stamp.is_loss();
+        keys_were_gone |= stamp.keys_were_gone();
         stamps.push(stamp.stamp());
     }
     // Another version on sale refuses before the version's claim is asked (a refused recount
     // moves nothing, the version floor neither); the script checks again, atomically.
     check_on_sale(store, activity, &layout).await?;
-    check_shared_units(store, activity, &layout).await?;
+    check_shared_units(store, activity, &layout, keys_were_gone).await?;
     // Nothing lost: a recount of a loss already settled (read after it was) is refused before
     // the count is judged (whatever it is, the answer is the same).
     let mut gone = None;
@@ -285,16 +287,26 @@ async fn check_count(
     Ok(())
 }
 
-/// Refuses a variant's recount whose buyers' units (the activity's, shared by its variants) are
-/// lost, before the claim: a refused recount moves nothing and claims nothing, so it answers
-/// the same however often it is sent; `lua/recount.lua` checks again, atomically.
+/// Refuses a variant's recount whose buyers' units (the activity's, shared by its variants)
+/// cannot be trusted, before the claim: their hash is lost, or the lane's keys were gone (the
+/// loss `emptied` or `keys_lost`: the hash went with them, and one found now was made again by a
+/// gateway that never saw the sale, empty). In doubt, hold: a count of one variant would let
+/// every buyer of the drop buy again. A refused recount moves nothing and claims nothing, so it
+/// answers the same however often it is sent; `lua/recount.lua` checks the hash again,
+/// atomically.
 async fn check_shared_units(
     store: &StockStore,
     activity: &Activity,
     layout: &Layout,
+    keys_were_gone: bool,
 ) -> Result<(), RecountError> {
     if activity.variant.is_none() {
         return Ok(());
+    }
+    if keys_were_gone {
+        return Err(RecountError::SharedUnitsLost {
+            activity: activity.id.to_string(),
+        });
     }
     for segment in layout.segments() {
         if !store.users_marked(segment).await? {
