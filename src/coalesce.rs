@@ -3,9 +3,11 @@
 //! concurrent askers of one fact share one answer. A leaf: it knows nothing of stock, Redis or
 //! requests; the stores and the lifecycle build their batches and flights on it.
 //!
-//! Neither spawns a task nor waits on a timer: the first asker goes at once (a batch of one at
-//! low load costs no latency), and whoever asks while a call is out is answered by that call's
-//! successor, led by the first of them. Both are cancellation-safe: an asker dropped mid-call
+//! Neither spawns a task, and by default neither waits on a timer: the first asker goes at
+//! once (a batch of one at low load costs no latency), and whoever asks while a call is out is
+//! answered by that call's successor, led by the first of them. A batcher for work off anyone's
+//! path may linger ([`Batcher::with_linger`]): the first asker at an idle lane waits that long
+//! for company before its call leaves. Both are cancellation-safe: an asker dropped mid-call
 //! hands the lead on, and the askers it was leading are answered with [`Lost`].
 
 use parking_lot::Mutex;
@@ -51,6 +53,9 @@ pub struct Batcher<K, I, O> {
     max: usize,
     /// Tests hold every lane (nothing leaves) to build one batch exactly.
     held: std::sync::atomic::AtomicBool,
+    /// How long the first item at an idle lane waits for others before its call leaves (zero:
+    /// it leaves at once).
+    linger: std::time::Duration,
 }
 
 impl<K: Hash + Eq + Clone, I, O> Batcher<K, I, O> {
@@ -59,7 +64,16 @@ impl<K: Hash + Eq + Clone, I, O> Batcher<K, I, O> {
             lanes: Mutex::new(HashMap::new()),
             max: max.max(1),
             held: Default::default(),
+            linger: std::time::Duration::ZERO,
         }
+    }
+
+    /// The first item at an idle lane waits `linger` and takes the items that arrived meanwhile
+    /// (up to `max` in all) into its call. For calls off a buyer's path only: it adds `linger` to
+    /// the first item's time, and spares a call per item at low load.
+    pub fn with_linger(mut self, linger: std::time::Duration) -> Self {
+        self.linger = linger;
+        self
     }
 
     /// Runs `item` in a call of `key`'s lane: `call` gets the items of one batch in order and
@@ -84,7 +98,8 @@ impl<K: Hash + Eq + Clone, I, O> Batcher<K, I, O> {
                 Ok(item)
             }
         };
-        let (mine, others) = match queued {
+        let idle = queued.is_ok();
+        let (mine, mut others) = match queued {
             Ok(item) => (item, Vec::new()),
             Err(rx) => {
                 let mut waiting = Waiting {
@@ -101,7 +116,19 @@ impl<K: Hash + Eq + Clone, I, O> Batcher<K, I, O> {
             }
         };
         // Leading: whatever happens to this future, the lane goes on (see `Leading::drop`).
-        let _leading = Leading { batcher: self, key };
+        let _leading = Leading {
+            batcher: self,
+            key: key.clone(),
+        };
+        if idle && !self.linger.is_zero() {
+            // The lane is busy meanwhile: whoever asks queues, and comes along.
+            tokio::time::sleep(self.linger).await;
+            let mut lanes = self.lanes.lock();
+            if let Some(lane) = lanes.get_mut(&key) {
+                let n = lane.waiting.len().min(self.max - 1);
+                others = lane.waiting.drain(..n).collect();
+            }
+        }
         // Askers gone since the batch was formed are left out (one gone after this may still
         // have its item carried: as with a request dropped while its own call is out).
         let (items, replies): (Vec<I>, Vec<_>) = std::iter::once((mine, None))

@@ -1,6 +1,7 @@
 use super::*;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::sync::Semaphore;
 
 /// A batch call that records each batch and answers once a permit is given.
@@ -196,4 +197,47 @@ async fn concurrent_askers_share_one_flight_and_a_fresher_need_asks_again() {
         assert_eq!(j.await.unwrap(), 1);
     }
     assert!(flights.flights.lock().is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_a_linger_the_first_item_waits_for_company() {
+    let batcher = Arc::new(Batcher::<&str, u32, u32>::new(3).with_linger(Duration::from_millis(2)));
+    let calls = Calls::new();
+    calls.gate.add_permits(10);
+    let mut tasks = Vec::new();
+    for i in 0..4u32 {
+        let (b, c) = (batcher.clone(), calls.clone());
+        tasks.push(tokio::spawn(async move {
+            b.submit("lane", i, |items| c.call(items)).await
+        }));
+        // Each arrives in order, within the linger: nothing left yet.
+        until(|| batcher.waiting() == i as usize).await;
+        assert!(calls.batches().is_empty());
+    }
+    // The linger passes: the first call carries three (the bound), the fourth goes next.
+    tokio::time::advance(Duration::from_millis(2)).await;
+    until(|| calls.batches().len() == 2).await;
+    assert_eq!(calls.batches(), vec![vec![0, 1, 2], vec![3]]);
+    for (i, t) in tasks.into_iter().enumerate() {
+        assert_eq!(t.await.unwrap(), Ok(i as u32 * 10));
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_leader_dropped_while_it_lingers_hands_the_lane_on() {
+    let batcher = Arc::new(Batcher::<&str, u32, u32>::new(4).with_linger(Duration::from_millis(2)));
+    let calls = Calls::new();
+    calls.gate.add_permits(10);
+    let first = {
+        let (b, c) = (batcher.clone(), calls.clone());
+        tokio::spawn(async move { b.submit("lane", 0, |items| c.call(items)).await })
+    };
+    let second = {
+        let (b, c) = (batcher.clone(), calls.clone());
+        tokio::spawn(async move { b.submit("lane", 1, |items| c.call(items)).await })
+    };
+    until(|| batcher.waiting() == 1).await;
+    first.abort();
+    assert_eq!(second.await.unwrap(), Ok(10));
+    assert_eq!(calls.batches(), vec![vec![1]]);
 }

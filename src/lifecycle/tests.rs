@@ -328,7 +328,7 @@ async fn an_upstream_confirm_is_retried_until_the_store_answers() {
     let r = h.reserve("alice", None);
     h.store.fail("confirm", 5);
     h.lifecycle
-        .confirm_in_background(h.activity.clone(), r.clone());
+        .confirm_in_background(h.activity.clone(), r.clone(), ());
     h.until(async || h.state(&r).await == RecordState::Confirmed)
         .await;
     assert_eq!(h.confirmed(ConfirmedVia::Upstream), 1);
@@ -336,21 +336,21 @@ async fn an_upstream_confirm_is_retried_until_the_store_answers() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn upstream_confirms_arriving_while_one_is_out_go_together() {
+async fn upstream_confirms_arriving_within_the_linger_go_together() {
     let h = Harness::new(1, false);
     let buyers = ["u0", "u1", "u2", "u3", "u4", "u5", "u6"];
     let rs: Vec<_> = buyers.iter().map(|u| h.reserve(u, None)).collect();
     for r in &rs {
         h.lifecycle
-            .confirm_in_background(h.activity.clone(), r.clone());
+            .confirm_in_background(h.activity.clone(), r.clone(), ());
     }
     h.until(async || h.confirmed(ConfirmedVia::Upstream) == rs.len() as u64)
         .await;
     for r in &rs {
         assert_eq!(h.state(r).await, RecordState::Confirmed);
     }
-    // The first alone (no waiting at low load), the rest in the next call.
-    assert_eq!(h.store.confirm_calls(), [1, rs.len() - 1]);
+    // The first waits CONFIRM_LINGER for company: all seven in one call.
+    assert_eq!(h.store.confirm_calls(), [rs.len()]);
     h.store.check_ledgers();
 }
 
@@ -361,7 +361,7 @@ async fn an_upstream_confirm_gives_up_after_about_a_minute() {
     h.store.fail("confirm", u32::MAX);
     let started = tokio::time::Instant::now();
     h.lifecycle
-        .confirm_in_background(h.activity.clone(), r.clone());
+        .confirm_in_background(h.activity.clone(), r.clone(), ());
     tokio::time::sleep(Duration::from_secs(600)).await;
     h.store.fail("confirm", 0);
     tokio::time::sleep(Duration::from_secs(600)).await;

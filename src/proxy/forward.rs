@@ -253,9 +253,12 @@ impl FlashProxy {
         ctx.stage.advance(Stage::Settled);
         match settle(exchange, activity.confirm == ConfirmMode::Upstream, lookup) {
             Settlement::Confirm => {
-                self.gw
-                    .lifecycle
-                    .confirm_in_background(activity, reservation);
+                // The request's mark on the shutdown drain goes with the confirm.
+                self.gw.lifecycle.confirm_in_background(
+                    activity,
+                    reservation,
+                    ctx.in_flight.take(),
+                );
                 None
             }
             Settlement::Keep => None,
